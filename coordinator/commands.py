@@ -1,0 +1,98 @@
+"""Commands: what the coordinator is asked to do, each with the time (and randomness) as data.
+
+The shell wraps every input record in a command and stamps it with its own
+clock, so ``decide`` never reads a clock or a random generator and folding the
+journal always reproduces the same state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from events.records import (
+    CheckpointAcknowledged,
+    CheckpointDeclined,
+    CheckpointRequested,
+    JobStatusChanged,
+    TaskStatusChanged,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeJobStatus:
+    """Apply a job status report.
+
+    ``jitter`` in ``[0, 1)`` picks the first periodic trigger's delay in
+    ``[min_pause, base_interval]`` (Flink draws it from a random generator).
+    """
+
+    changed: JobStatusChanged
+    now_ms: int
+    jitter: float = 0.0
+
+    @property
+    def job_id(self) -> str:
+        return self.changed.job_id
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeTaskStatus:
+    """Apply one task's status report."""
+
+    changed: TaskStatusChanged
+    now_ms: int
+
+    @property
+    def job_id(self) -> str:
+        return self.changed.job_id
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCheckpoint:
+    """Trigger a manual checkpoint or a savepoint."""
+
+    request: CheckpointRequested
+    now_ms: int
+
+    @property
+    def job_id(self) -> str:
+        return self.request.job_id
+
+
+@dataclass(frozen=True, slots=True)
+class AcknowledgeCheckpoint:
+    """Record a task's acknowledgement (and complete the checkpoint if it was the last)."""
+
+    ack: CheckpointAcknowledged
+    now_ms: int
+
+    @property
+    def job_id(self) -> str:
+        return self.ack.job_id
+
+
+@dataclass(frozen=True, slots=True)
+class DeclineCheckpoint:
+    """Abort a checkpoint a task could not snapshot."""
+
+    decline: CheckpointDeclined
+    now_ms: int
+
+    @property
+    def job_id(self) -> str:
+        return self.decline.job_id
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Let time pass to ``now_ms``: expire overdue checkpoints, fire the periodic trigger."""
+
+    job_id: str
+    now_ms: int
+
+
+Command: TypeAlias = (
+    ChangeJobStatus | ChangeTaskStatus | RequestCheckpoint | AcknowledgeCheckpoint | DeclineCheckpoint | Tick
+)
+"""Everything ``decide`` accepts."""

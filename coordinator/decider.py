@@ -1,0 +1,844 @@
+"""The pure checkpoint coordinator: ``decide`` what happens, ``evolve`` the state, ``fold`` a journal.
+
+No clock, broker, file or random generator is touched here: commands bring the
+time and the jitter, events carry every decided fact (ids, deadlines, timer
+moves), so folding the journal reproduces the coordinator's state exactly.
+The rules are Flink's ``CheckpointCoordinator``'s (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import TypeAlias, assert_never
+from urllib.parse import urlsplit
+
+from coordinator.commands import (
+    AcknowledgeCheckpoint,
+    ChangeJobStatus,
+    ChangeTaskStatus,
+    Command,
+    DeclineCheckpoint,
+    RequestCheckpoint,
+    Tick,
+)
+from coordinator.state import (
+    COUNTED_REASONS,
+    MAX_QUEUED_REQUESTS,
+    JobState,
+    PendingCheckpoint,
+    Reason,
+    Scheduler,
+    initial_state,
+)
+from events.records import (
+    CheckpointAborted,
+    CheckpointCompleted,
+    CheckpointConfig,
+    CheckpointFailureThresholdExceeded,
+    CheckpointKind,
+    CheckpointRequestQueued,
+    CheckpointRestored,
+    CheckpointTriggered,
+    ExecutionState,
+    JobStatus,
+    JournalEvent,
+    SchedulerStarted,
+    SchedulerStopped,
+    StateHandle,
+    TaskAcknowledged,
+    TaskStatusRecorded,
+    TriggerRejected,
+)
+
+__all__ = [
+    "Decision",
+    "InputRejected",
+    "Rejection",
+    "decide",
+    "due_at",
+    "evolve",
+    "fold",
+    "fold_jobs",
+    "initial_state",
+    "journal_events",
+]
+
+
+class Rejection(StrEnum):
+    """Why an input was refused and sent to the dead-letter topic."""
+
+    UNKNOWN_JOB = "UNKNOWN_JOB"
+    STALE_ATTEMPT = "STALE_ATTEMPT"
+    UNKNOWN_ATTEMPT = "UNKNOWN_ATTEMPT"
+    UNKNOWN_TASK = "UNKNOWN_TASK"
+    INVALID_ID = "INVALID_ID"
+    UNKNOWN_CHECKPOINT = "UNKNOWN_CHECKPOINT"
+    INVALID_OFFSETS = "INVALID_OFFSETS"
+    STATE_OUTSIDE_LOCATION = "STATE_OUTSIDE_LOCATION"
+    INVALID_CONFIG = "INVALID_CONFIG"
+    INVALID_STATUS = "INVALID_STATUS"
+
+
+@dataclass(frozen=True, slots=True)
+class InputRejected:
+    """The command's input was not acceptable; the shell sends it to dead letters.
+
+    Not a journal event: it changes nothing, and ``evolve`` ignores it.
+    """
+
+    job_id: str
+    reason: Rejection
+    message: str
+
+
+Decision: TypeAlias = JournalEvent | InputRejected
+"""What ``decide`` returns a list of."""
+
+TERMINATING_TASK_STATES = frozenset(
+    {ExecutionState.FAILED, ExecutionState.CANCELED, ExecutionState.CANCELING}
+)
+
+
+# ----------------------------------------------------------------------- evolve
+
+
+def evolve(state: JobState, event: Decision) -> JobState:
+    """The state after ``event``. Total: any event in any state gives a state, never an error."""
+    match event:
+        case SchedulerStarted():
+            return replace(
+                state,
+                status=JobStatus.RUNNING,
+                attempt=event.attempt,
+                tasks=event.tasks,
+                config=event.config,
+                tasks_not_running={},
+                scheduler=Scheduler(event.next_trigger_ms),
+                queue=(),
+            )
+        case SchedulerStopped():
+            return replace(state, status=event.status, attempt=event.attempt, scheduler=None, queue=())
+        case TaskStatusRecorded():
+            not_running = dict(state.tasks_not_running)
+            if event.status is ExecutionState.RUNNING:
+                not_running.pop(event.task_id, None)
+            else:
+                not_running[event.task_id] = event.status
+            return replace(state, tasks_not_running=not_running)
+        case CheckpointRequestQueued():
+            queue = tuple(sorted((*state.queue, event), key=_priority))
+            return replace(state, queue=queue, scheduler=_moved(state.scheduler, event.next_trigger_ms))
+        case CheckpointTriggered():
+            pending = dict(state.pending)
+            pending[event.checkpoint_id] = PendingCheckpoint(event)
+            return replace(
+                state,
+                pending=pending,
+                next_checkpoint_id=max(state.next_checkpoint_id, event.checkpoint_id + 1),
+                queue=_dequeued(state.queue, event.periodic, event.request_id),
+                scheduler=_moved(state.scheduler, event.next_trigger_ms),
+            )
+        case TaskAcknowledged():
+            current = state.pending.get(event.checkpoint_id)
+            if current is None:
+                return state
+            pending = dict(state.pending)
+            pending[event.checkpoint_id] = replace(current, acks={**current.acks, event.task_id: event})
+            return replace(state, pending=pending)
+        case CheckpointCompleted():
+            pending = dict(state.pending)
+            pending.pop(event.checkpoint_id, None)
+            if event.kind is CheckpointKind.SAVEPOINT:
+                return replace(
+                    state,
+                    pending=pending,
+                    latest_savepoint=event,
+                    last_completion_ms=event.timestamp_ms,
+                    last_completed_id=max(state.last_completed_id, event.checkpoint_id),
+                    failures=0,
+                )
+            retained = state.config.retained if state.config else 1
+            return replace(
+                state,
+                pending=pending,
+                completed=(*state.completed, event)[-max(1, retained) :],
+                last_completion_ms=event.timestamp_ms,
+                last_completed_id=max(state.last_completed_id, event.checkpoint_id),
+                failures=0,
+            )
+        case CheckpointAborted():
+            pending = dict(state.pending)
+            pending.pop(event.checkpoint_id, None)
+            failures = state.failures + 1 if event.counts_as_failure else state.failures
+            return replace(state, pending=pending, failures=failures)
+        case TriggerRejected():
+            return replace(
+                state,
+                queue=_dequeued(state.queue, event.periodic, event.request_id),
+                scheduler=_moved(state.scheduler, event.next_trigger_ms),
+            )
+        case CheckpointFailureThresholdExceeded():
+            return replace(state, failures=0)
+        case CheckpointRestored():
+            return replace(
+                state,
+                restored=event,
+                next_checkpoint_id=max(state.next_checkpoint_id, event.checkpoint_id + 1),
+            )
+        case InputRejected():
+            return state
+        case _:
+            assert_never(event)
+
+
+def _priority(request: CheckpointRequestQueued) -> tuple[int, int]:
+    """Savepoints first, then manual checkpoints, then the periodic one; older first."""
+    rank = 0 if request.kind is CheckpointKind.SAVEPOINT else 2 if request.periodic else 1
+    return rank, request.timestamp_ms
+
+
+def _dequeued(
+    queue: tuple[CheckpointRequestQueued, ...], periodic: bool, request_id: str | None
+) -> tuple[CheckpointRequestQueued, ...]:
+    for i, queued in enumerate(queue):
+        if (periodic and queued.periodic) or (
+            not periodic and request_id is not None and queued.request_id == request_id
+        ):
+            return queue[:i] + queue[i + 1 :]
+    return queue
+
+
+def _moved(scheduler: Scheduler | None, next_trigger_ms: int | None) -> Scheduler | None:
+    if scheduler is None or next_trigger_ms is None:
+        return scheduler
+    return Scheduler(next_trigger_ms)
+
+
+def fold(events: Iterable[Decision], state: JobState) -> JobState:
+    """Evolve ``state`` through ``events``: startup recovery, replay and the tests all use this."""
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+def fold_jobs(
+    events: Iterable[JournalEvent], states: Mapping[str, JobState] | None = None
+) -> dict[str, JobState]:
+    """Fold a journal of many jobs into one state per job (the Decider pattern's ``many``)."""
+    result = dict(states or {})
+    for event in events:
+        job_id = event.job_id
+        state = result.get(job_id)
+        result[job_id] = evolve(state if state is not None else initial_state(job_id), event)
+    return result
+
+
+def journal_events(decisions: Iterable[Decision]) -> list[JournalEvent]:
+    """The decisions that go to the journal (everything but rejections)."""
+    return [d for d in decisions if not isinstance(d, InputRejected)]
+
+
+def due_at(state: JobState) -> int | None:
+    """The earliest time a :class:`Tick` can change anything: the shell's timer uses it."""
+    times = [p.triggered.deadline_ms for p in state.pending.values()]
+    if state.scheduler is not None and state.scheduler.next_trigger_ms is not None:
+        times.append(state.scheduler.next_trigger_ms)
+    return min(times, default=None)
+
+
+# ----------------------------------------------------------------------- decide
+
+
+class _Decision:
+    """Collects events and keeps the state they lead to, so later rules see earlier facts."""
+
+    __slots__ = ("events", "state")
+
+    def __init__(self, state: JobState) -> None:
+        self.state = state
+        self.events: list[Decision] = []
+
+    def emit(self, event: Decision) -> None:
+        self.events.append(event)
+        self.state = evolve(self.state, event)
+
+    def reject(self, reason: Rejection, message: str) -> list[Decision]:
+        return [InputRejected(self.state.job_id, reason, message)]
+
+
+def decide(state: JobState, command: Command) -> list[Decision]:
+    """The events that ``command`` leads to in ``state``, in order.
+
+    Each event is evolved into an interim state before the next rule runs, so
+    ``fold(decide(s, c), s)`` is the state after the command. An idempotent
+    repeat (a duplicate ack, a late ack, a repeated decline) gives ``[]``; an
+    unacceptable input gives one :class:`InputRejected`.
+    """
+    d = _Decision(state)
+    match command:
+        case ChangeJobStatus():
+            return _change_job_status(d, command)
+        case ChangeTaskStatus():
+            return _change_task_status(d, command)
+        case RequestCheckpoint():
+            return _request_checkpoint(d, command)
+        case AcknowledgeCheckpoint():
+            return _acknowledge(d, command)
+        case DeclineCheckpoint():
+            return _decline(d, command)
+        case Tick():
+            return _tick(d, command)
+        case _:
+            assert_never(command)
+
+
+def _config_problem(config: CheckpointConfig | None) -> str | None:
+    if config is None:
+        return "a RUNNING job status must carry its checkpoint config"
+    if config.timeout_ms <= 0:
+        return f"timeout_ms must be positive, got {config.timeout_ms}"
+    if config.min_pause_ms < 0:
+        return f"min_pause_ms must not be negative, got {config.min_pause_ms}"
+    if config.max_concurrent < 1:
+        return f"max_concurrent must be at least 1, got {config.max_concurrent}"
+    if config.tolerable_failures < 0:
+        return f"tolerable_failures must not be negative, got {config.tolerable_failures}"
+    if config.retained < 1:
+        return f"retained must be at least 1, got {config.retained}"
+    if not config.location:
+        return "location (the checkpoint storage URI) must not be empty"
+    return None
+
+
+def _change_job_status(d: _Decision, command: ChangeJobStatus) -> list[Decision]:
+    changed, now, state = command.changed, command.now_ms, d.state
+    if changed.attempt < 0:
+        return d.reject(Rejection.INVALID_STATUS, f"attempt must not be negative: {changed.attempt}")
+    if changed.attempt < state.attempt:
+        return d.reject(
+            Rejection.STALE_ATTEMPT,
+            f"status {changed.status} of attempt {changed.attempt}; the job is at {state.attempt}",
+        )
+    if changed.status is JobStatus.RUNNING:
+        problem = _config_problem(changed.config)
+        if problem is None and not changed.tasks:
+            problem = "a RUNNING job status must list the tasks that acknowledge checkpoints"
+        if problem is None and len(set(changed.tasks)) != len(changed.tasks):
+            problem = f"task ids must be unique: {list(changed.tasks)}"
+        restored = changed.restored_checkpoint_id
+        if problem is None and restored is not None and restored < 1:
+            problem = f"restored_checkpoint_id must be positive: {restored}"
+        if problem is not None:
+            return d.reject(Rejection.INVALID_CONFIG, problem)
+        if state.status is JobStatus.RUNNING and changed.attempt == state.attempt:
+            return []
+        if state.scheduler is not None:
+            _stop(d, now, JobStatus.RESTARTING, f"attempt {changed.attempt} started")
+        assert changed.config is not None
+        if changed.restored_checkpoint_id is not None:
+            d.emit(
+                CheckpointRestored(
+                    job_id=changed.job_id,
+                    checkpoint_id=changed.restored_checkpoint_id,
+                    attempt=changed.attempt,
+                    timestamp_ms=now,
+                    location=changed.restored_location,
+                )
+            )
+        d.emit(
+            SchedulerStarted(
+                job_id=changed.job_id,
+                attempt=changed.attempt,
+                timestamp_ms=now,
+                tasks=tuple(changed.tasks),
+                config=changed.config,
+                next_trigger_ms=_first_trigger(changed.config, now, command.jitter),
+            )
+        )
+        return d.events
+    if changed.status is state.status and changed.attempt == state.attempt:
+        return []
+    _stop(d, now, changed.status, changed.error, attempt=changed.attempt)
+    return d.events
+
+
+def _first_trigger(config: CheckpointConfig, now: int, jitter: float) -> int | None:
+    """Flink: the first tick after a random delay in ``[min_pause, base_interval]``."""
+    if config.interval_ms <= 0:
+        return None
+    low, high = config.min_pause_ms, config.base_interval_ms
+    jitter = min(max(jitter, 0.0), 1.0)
+    return now + min(high, low + int(jitter * (high - low + 1)))
+
+
+def _stop(d: _Decision, now: int, status: JobStatus, error: str | None, attempt: int | None = None) -> None:
+    """Stop the scheduler: abort pending checkpoints and queued requests (SUSPEND)."""
+    state = d.state
+    message = f"job is {status}" + (f": {error}" if error else "")
+    for checkpoint_id in sorted(state.pending):
+        d.emit(
+            CheckpointAborted(
+                job_id=state.job_id,
+                checkpoint_id=checkpoint_id,
+                timestamp_ms=now,
+                reason=Reason.CHECKPOINT_COORDINATOR_SUSPEND,
+                message=message,
+            )
+        )
+    for queued in state.queue:
+        d.emit(
+            TriggerRejected(
+                job_id=state.job_id,
+                reason=Reason.CHECKPOINT_COORDINATOR_SUSPEND,
+                request_id=queued.request_id,
+                timestamp_ms=now,
+                kind=queued.kind,
+                periodic=queued.periodic,
+                message=message,
+            )
+        )
+    d.emit(
+        SchedulerStopped(
+            job_id=state.job_id,
+            attempt=state.attempt if attempt is None else attempt,
+            timestamp_ms=now,
+            status=status,
+            error=error,
+        )
+    )
+
+
+def _change_task_status(d: _Decision, command: ChangeTaskStatus) -> list[Decision]:
+    changed, now, state = command.changed, command.now_ms, d.state
+    rejected = _check_task(d, changed.attempt, changed.task_id)
+    if rejected:
+        return rejected
+    recorded = state.tasks_not_running.get(changed.task_id, ExecutionState.RUNNING)
+    if changed.status is recorded:
+        return []
+    d.emit(
+        TaskStatusRecorded(
+            job_id=changed.job_id,
+            task_id=changed.task_id,
+            attempt=changed.attempt,
+            status=changed.status,
+            timestamp_ms=now,
+            error=changed.error,
+        )
+    )
+    if changed.status in TERMINATING_TASK_STATES:
+        for checkpoint_id, pending in sorted(state.pending.items()):
+            if changed.task_id not in pending.acks:
+                d.emit(
+                    CheckpointAborted(
+                        job_id=state.job_id,
+                        checkpoint_id=checkpoint_id,
+                        timestamp_ms=now,
+                        reason=Reason.TASK_FAILURE,
+                        message=f"task {changed.task_id} is {changed.status}"
+                        + (f": {changed.error}" if changed.error else ""),
+                        task_id=changed.task_id,
+                    )
+                )
+        _poll_queue(d, now)
+    return d.events
+
+
+def _check_task(d: _Decision, attempt: int, task_id: str) -> list[Decision]:
+    """Reject input from an unknown job, another attempt or an unknown task."""
+    state = d.state
+    if not state.known:
+        return d.reject(Rejection.UNKNOWN_JOB, f"no job status was ever reported for job {state.job_id!r}")
+    if attempt < state.attempt:
+        return d.reject(
+            Rejection.STALE_ATTEMPT, f"attempt {attempt} is older than the job's attempt {state.attempt}"
+        )
+    if attempt > state.attempt:
+        return d.reject(
+            Rejection.UNKNOWN_ATTEMPT, f"attempt {attempt} is newer than the job's attempt {state.attempt}"
+        )
+    if task_id not in state.tasks:
+        return d.reject(Rejection.UNKNOWN_TASK, f"task {task_id!r} is not one of {list(state.tasks)}")
+    return []
+
+
+def _check_checkpoint_id(d: _Decision, checkpoint_id: int) -> list[Decision]:
+    if checkpoint_id < 1:
+        return d.reject(Rejection.INVALID_ID, f"checkpoint ids start at 1, got {checkpoint_id}")
+    if checkpoint_id >= d.state.next_checkpoint_id:
+        return d.reject(
+            Rejection.UNKNOWN_CHECKPOINT,
+            f"checkpoint {checkpoint_id} was never triggered (the next id is {d.state.next_checkpoint_id})",
+        )
+    return []
+
+
+def _request_checkpoint(d: _Decision, command: RequestCheckpoint) -> list[Decision]:
+    request, now, state = command.request, command.now_ms, d.state
+    if not state.known:
+        return d.reject(Rejection.UNKNOWN_JOB, f"no job status was ever reported for job {state.job_id!r}")
+    savepoint = request.kind is CheckpointKind.SAVEPOINT
+    if not state.all_tasks_running:
+        d.emit(_rejected_request(command, Reason.NOT_ALL_REQUIRED_TASKS_RUNNING, _not_running(state)))
+        return d.events
+    if not savepoint and state.pending_checkpoints >= _max_concurrent(state):
+        if len(state.queue) >= MAX_QUEUED_REQUESTS:
+            d.emit(_rejected_request(command, Reason.TOO_MANY_CHECKPOINT_REQUESTS, "queue is full"))
+        else:
+            d.emit(
+                CheckpointRequestQueued(
+                    job_id=state.job_id,
+                    kind=request.kind,
+                    periodic=False,
+                    timestamp_ms=now,
+                    request_id=request.request_id,
+                    target=request.target,
+                )
+            )
+        return d.events
+    _trigger(d, now, request.kind, periodic=False, request_id=request.request_id, target=request.target)
+    return d.events
+
+
+def _rejected_request(command: RequestCheckpoint, reason: Reason, message: str) -> TriggerRejected:
+    return TriggerRejected(
+        job_id=command.job_id,
+        reason=reason,
+        request_id=command.request.request_id,
+        timestamp_ms=command.now_ms,
+        kind=command.request.kind,
+        message=message,
+    )
+
+
+def _not_running(state: JobState) -> str:
+    if state.status is not JobStatus.RUNNING:
+        return f"job is {state.status}"
+    tasks = ", ".join(f"{t} is {s}" for t, s in sorted(state.tasks_not_running.items()))
+    return f"not all tasks are RUNNING: {tasks}"
+
+
+def _max_concurrent(state: JobState) -> int:
+    return state.config.max_concurrent if state.config else 1
+
+
+def _trigger(
+    d: _Decision,
+    now: int,
+    kind: CheckpointKind,
+    *,
+    periodic: bool,
+    request_id: str | None,
+    target: str | None,
+    next_trigger_ms: int | None = None,
+) -> None:
+    state = d.state
+    assert state.config is not None
+    checkpoint_id = state.next_checkpoint_id
+    d.emit(
+        CheckpointTriggered(
+            job_id=state.job_id,
+            checkpoint_id=checkpoint_id,
+            attempt=state.attempt,
+            kind=kind,
+            timestamp_ms=now,
+            location=_location(state, checkpoint_id, kind, target),
+            tasks=state.tasks,
+            deadline_ms=now + state.config.timeout_ms,
+            periodic=periodic,
+            request_id=request_id,
+            next_trigger_ms=next_trigger_ms,
+        )
+    )
+
+
+def _location(state: JobState, checkpoint_id: int, kind: CheckpointKind, target: str | None) -> str:
+    assert state.config is not None
+    if kind is CheckpointKind.SAVEPOINT:
+        if target:
+            return f"{target.rstrip('/')}/savepoint-{checkpoint_id}"
+        return f"{state.config.location.rstrip('/')}/{state.job_id}/savepoint-{checkpoint_id}"
+    return f"{state.config.location.rstrip('/')}/{state.job_id}/chk-{checkpoint_id}"
+
+
+def _poll_queue(d: _Decision, now: int) -> None:
+    """Run queued requests while there is room (Flink re-polls after every abort or completion)."""
+    while d.state.queue and d.state.pending_checkpoints < _max_concurrent(d.state):
+        head = d.state.queue[0]
+        state = d.state
+        if head.periodic:
+            resume_at = _pause_ends(state)
+            if resume_at is not None and resume_at > now:
+                d.emit(_rejected_periodic(state, now, Reason.MINIMUM_TIME_BETWEEN_CHECKPOINTS, resume_at))
+                continue
+        if not state.all_tasks_running:
+            d.emit(
+                TriggerRejected(
+                    job_id=state.job_id,
+                    reason=Reason.NOT_ALL_REQUIRED_TASKS_RUNNING,
+                    request_id=head.request_id,
+                    timestamp_ms=now,
+                    kind=head.kind,
+                    periodic=head.periodic,
+                    message=_not_running(state),
+                )
+            )
+            continue
+        _trigger(d, now, head.kind, periodic=head.periodic, request_id=head.request_id, target=head.target)
+
+
+def _pause_ends(state: JobState) -> int | None:
+    if state.last_completion_ms is None or state.config is None:
+        return None
+    return state.last_completion_ms + state.config.min_pause_ms
+
+
+def _rejected_periodic(
+    state: JobState, now: int, reason: Reason, next_trigger_ms: int | None, message: str = ""
+) -> TriggerRejected:
+    if not message and reason is Reason.MINIMUM_TIME_BETWEEN_CHECKPOINTS:
+        message = f"min_pause: the next periodic checkpoint may start at {next_trigger_ms}"
+    return TriggerRejected(
+        job_id=state.job_id,
+        reason=reason,
+        timestamp_ms=now,
+        periodic=True,
+        message=message,
+        next_trigger_ms=next_trigger_ms,
+    )
+
+
+def _tick(d: _Decision, command: Tick) -> list[Decision]:
+    now = command.now_ms
+    expired = sorted(cid for cid, p in d.state.pending.items() if p.triggered.deadline_ms <= now)
+    for checkpoint_id in expired:
+        _abort(
+            d,
+            now,
+            checkpoint_id,
+            Reason.CHECKPOINT_EXPIRED,
+            f"not acknowledged by {_missing(d.state.pending[checkpoint_id])} before its deadline",
+        )
+    if expired:
+        _poll_queue(d, now)
+    scheduler, state = d.state.scheduler, d.state
+    if scheduler is None or scheduler.next_trigger_ms is None or now < scheduler.next_trigger_ms:
+        return d.events
+    assert state.config is not None
+    interval = state.config.base_interval_ms
+    missed = (now - scheduler.next_trigger_ms) // interval
+    next_trigger = scheduler.next_trigger_ms + (missed + 1) * interval
+    if state.pending_checkpoints >= _max_concurrent(state):
+        if any(q.periodic for q in state.queue):
+            d.emit(
+                _rejected_periodic(
+                    state,
+                    now,
+                    Reason.TOO_MANY_CONCURRENT_CHECKPOINTS,
+                    next_trigger,
+                    "a periodic checkpoint is already queued",
+                )
+            )
+        else:
+            d.emit(
+                CheckpointRequestQueued(
+                    job_id=state.job_id,
+                    kind=CheckpointKind.CHECKPOINT,
+                    periodic=True,
+                    timestamp_ms=now,
+                    next_trigger_ms=next_trigger,
+                )
+            )
+        return d.events
+    resume_at = _pause_ends(state)
+    if resume_at is not None and resume_at > now:
+        d.emit(_rejected_periodic(state, now, Reason.MINIMUM_TIME_BETWEEN_CHECKPOINTS, resume_at))
+        return d.events
+    if not state.all_tasks_running:
+        d.emit(
+            _rejected_periodic(
+                state, now, Reason.NOT_ALL_REQUIRED_TASKS_RUNNING, next_trigger, _not_running(state)
+            )
+        )
+        return d.events
+    _trigger(
+        d,
+        now,
+        CheckpointKind.CHECKPOINT,
+        periodic=True,
+        request_id=None,
+        target=None,
+        next_trigger_ms=next_trigger,
+    )
+    return d.events
+
+
+def _missing(pending: PendingCheckpoint) -> str:
+    missing = [t for t in pending.triggered.tasks if t not in pending.acks]
+    return ", ".join(missing) or "nobody"
+
+
+def _abort(
+    d: _Decision,
+    now: int,
+    checkpoint_id: int,
+    reason: Reason,
+    message: str,
+    task_id: str | None = None,
+) -> None:
+    """Abort a pending checkpoint; count the failure; fail the job past the threshold."""
+    state = d.state
+    pending = state.pending[checkpoint_id]
+    counted = (
+        reason in COUNTED_REASONS and not pending.is_savepoint and checkpoint_id > state.last_completed_id
+    )
+    d.emit(
+        CheckpointAborted(
+            job_id=state.job_id,
+            checkpoint_id=checkpoint_id,
+            timestamp_ms=now,
+            reason=reason,
+            message=message,
+            task_id=task_id,
+            counts_as_failure=counted,
+        )
+    )
+    tolerable = state.config.tolerable_failures if state.config else 0
+    if counted and d.state.failures > tolerable:
+        d.emit(
+            CheckpointFailureThresholdExceeded(
+                job_id=state.job_id,
+                checkpoint_id=checkpoint_id,
+                timestamp_ms=now,
+                failures=d.state.failures,
+                tolerable=tolerable,
+                reason=reason,
+            )
+        )
+
+
+def _check_ack_or_decline(d: _Decision, checkpoint_id: int, attempt: int, task_id: str) -> list[Decision]:
+    return _check_task(d, attempt, task_id) or _check_checkpoint_id(d, checkpoint_id)
+
+
+def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]:
+    ack, now = command.ack, command.now_ms
+    rejected = _check_ack_or_decline(d, ack.checkpoint_id, ack.attempt, ack.task_id)
+    if rejected:
+        return rejected
+    problem = _offsets_problem(ack.offsets)
+    if problem:
+        return d.reject(Rejection.INVALID_OFFSETS, problem)
+    pending = d.state.pending.get(ack.checkpoint_id)
+    if pending is None:
+        return []  # late: the checkpoint completed or aborted already (Flink logs and discards)
+    if ack.task_id not in pending.triggered.tasks:
+        return d.reject(
+            Rejection.UNKNOWN_TASK,
+            f"task {ack.task_id!r} is not part of checkpoint {ack.checkpoint_id}",
+        )
+    if ack.state is not None and not _within(ack.state.uri, pending.triggered.location):
+        return d.reject(
+            Rejection.STATE_OUTSIDE_LOCATION,
+            f"state {ack.state.uri!r} is outside checkpoint location {pending.triggered.location!r}",
+        )
+    if ack.task_id in pending.acks:
+        return []  # duplicate: a retried task or a re-run batch acknowledged twice
+    d.emit(
+        TaskAcknowledged(
+            job_id=ack.job_id,
+            checkpoint_id=ack.checkpoint_id,
+            attempt=ack.attempt,
+            task_id=ack.task_id,
+            timestamp_ms=now,
+            state=ack.state,
+            offsets=dict(ack.offsets),
+            metrics=dict(ack.metrics),
+        )
+    )
+    completed = d.state.pending[ack.checkpoint_id]
+    if completed.fully_acknowledged:
+        _complete(d, now, completed)
+    return d.events
+
+
+def _offsets_problem(offsets: Mapping[str, int]) -> str | None:
+    for key, offset in offsets.items():
+        topic, sep, partition = key.rpartition(":")
+        if not sep or not topic or not partition.isdigit():
+            return f"offset key {key!r} is not 'topic:partition'"
+        if offset < 0:
+            return f"offset {offset} for {key} is negative"
+    return None
+
+
+def _within(uri: str, location: str) -> bool:
+    """Is ``uri`` inside ``location`` (same scheme and authority, a path below it, no ``..``)?"""
+    inner, outer = urlsplit(uri), urlsplit(location)
+    if (inner.scheme, inner.netloc) != (outer.scheme, outer.netloc):
+        return False
+    if ".." in inner.path.split("/"):
+        return False
+    root = posixpath.normpath(outer.path)
+    path = posixpath.normpath(inner.path)
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def _complete(d: _Decision, now: int, pending: PendingCheckpoint) -> None:
+    triggered = pending.triggered
+    handles: dict[str, StateHandle] = {}
+    offsets: dict[str, int] = {}
+    for task_id in triggered.tasks:
+        ack = pending.acks[task_id]
+        if ack.state is not None:
+            handles[task_id] = ack.state
+        offsets.update(ack.offsets)
+    d.emit(
+        CheckpointCompleted(
+            job_id=triggered.job_id,
+            checkpoint_id=triggered.checkpoint_id,
+            kind=triggered.kind,
+            timestamp_ms=now,
+            duration_ms=now - triggered.timestamp_ms,
+            handles=handles,
+            size_bytes=sum(h.size_bytes for h in handles.values()),
+            offsets=dict(sorted(offsets.items())),
+            attempt=triggered.attempt,
+            location=triggered.location,
+        )
+    )
+    if not pending.is_savepoint:
+        for checkpoint_id, older in sorted(d.state.pending.items()):
+            if checkpoint_id < triggered.checkpoint_id and not older.is_savepoint:
+                d.emit(
+                    CheckpointAborted(
+                        job_id=triggered.job_id,
+                        checkpoint_id=checkpoint_id,
+                        timestamp_ms=now,
+                        reason=Reason.CHECKPOINT_SUBSUMED,
+                        message=f"subsumed by checkpoint {triggered.checkpoint_id}",
+                    )
+                )
+    _poll_queue(d, now)
+
+
+def _decline(d: _Decision, command: DeclineCheckpoint) -> list[Decision]:
+    decline, now = command.decline, command.now_ms
+    rejected = _check_ack_or_decline(d, decline.checkpoint_id, decline.attempt, decline.task_id)
+    if rejected:
+        return rejected
+    if decline.checkpoint_id not in d.state.pending:
+        return []  # already aborted or completed: repeated declines are no-ops
+    _abort(
+        d,
+        now,
+        decline.checkpoint_id,
+        Reason.CHECKPOINT_DECLINED,
+        f"task {decline.task_id} declined ({decline.reason}): {decline.message}",
+        task_id=decline.task_id,
+    )
+    _poll_queue(d, now)
+    return d.events

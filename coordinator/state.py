@@ -1,0 +1,137 @@
+"""The coordinator's state of one job: what folding its journal gives.
+
+Everything here is derived from journal events only (see ``evolve``); nothing
+is read from a clock, a broker or a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from events.records import (
+    CheckpointCompleted,
+    CheckpointConfig,
+    CheckpointKind,
+    CheckpointRequestQueued,
+    CheckpointRestored,
+    CheckpointTriggered,
+    ExecutionState,
+    JobStatus,
+    TaskAcknowledged,
+)
+
+
+class Reason(StrEnum):
+    """Flink's ``CheckpointFailureReason`` names that cutline uses."""
+
+    CHECKPOINT_EXPIRED = "CHECKPOINT_EXPIRED"
+    CHECKPOINT_DECLINED = "CHECKPOINT_DECLINED"
+    CHECKPOINT_SUBSUMED = "CHECKPOINT_SUBSUMED"
+    CHECKPOINT_COORDINATOR_SUSPEND = "CHECKPOINT_COORDINATOR_SUSPEND"
+    TASK_FAILURE = "TASK_FAILURE"
+    TASK_CHECKPOINT_FAILURE = "TASK_CHECKPOINT_FAILURE"
+    IO_EXCEPTION = "IO_EXCEPTION"
+    CHECKPOINT_ASYNC_EXCEPTION = "CHECKPOINT_ASYNC_EXCEPTION"
+    FINALIZE_CHECKPOINT_FAILURE = "FINALIZE_CHECKPOINT_FAILURE"
+    MINIMUM_TIME_BETWEEN_CHECKPOINTS = "MINIMUM_TIME_BETWEEN_CHECKPOINTS"
+    TOO_MANY_CONCURRENT_CHECKPOINTS = "TOO_MANY_CONCURRENT_CHECKPOINTS"
+    TOO_MANY_CHECKPOINT_REQUESTS = "TOO_MANY_CHECKPOINT_REQUESTS"
+    NOT_ALL_REQUIRED_TASKS_RUNNING = "NOT_ALL_REQUIRED_TASKS_RUNNING"
+    PERIODIC_SCHEDULER_SHUTDOWN = "PERIODIC_SCHEDULER_SHUTDOWN"
+    EXCEEDED_TOLERABLE_FAILURES = "EXCEEDED_CHECKPOINT_TOLERABLE_FAILURE_THRESHOLD"
+
+
+COUNTED_REASONS = frozenset(
+    {
+        Reason.CHECKPOINT_EXPIRED,
+        Reason.CHECKPOINT_DECLINED,
+        Reason.TASK_CHECKPOINT_FAILURE,
+        Reason.IO_EXCEPTION,
+        Reason.CHECKPOINT_ASYNC_EXCEPTION,
+        Reason.FINALIZE_CHECKPOINT_FAILURE,
+    }
+)
+"""Reasons that count towards ``tolerable_failures`` (Flink's CheckpointFailureManager)."""
+
+MAX_QUEUED_REQUESTS = 1000
+"""Flink caps its request queue at 1000 entries."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCheckpoint:
+    """A triggered checkpoint and the acknowledgements it has so far."""
+
+    triggered: CheckpointTriggered
+    acks: Mapping[str, TaskAcknowledged] = field(default_factory=dict)
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.triggered.checkpoint_id
+
+    @property
+    def is_savepoint(self) -> bool:
+        return self.triggered.kind is CheckpointKind.SAVEPOINT
+
+    @property
+    def fully_acknowledged(self) -> bool:
+        return len(self.acks) == len(self.triggered.tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduler:
+    """The periodic scheduler while the job runs; ``next_trigger_ms`` is None when periodic
+    checkpoints are off (``interval_ms <= 0``)."""
+
+    next_trigger_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """Checkpoint state of one job.
+
+    ``status is None`` means no job status was ever reported: the job is unknown
+    and its acks, declines and requests are refused. ``scheduler is None`` means
+    periodic triggering is stopped.
+    """
+
+    job_id: str
+    status: JobStatus | None = None
+    attempt: int = 0
+    tasks: tuple[str, ...] = ()
+    config: CheckpointConfig | None = None
+    tasks_not_running: Mapping[str, ExecutionState] = field(default_factory=dict)
+    scheduler: Scheduler | None = None
+    next_checkpoint_id: int = 1
+    pending: Mapping[int, PendingCheckpoint] = field(default_factory=dict)
+    queue: tuple[CheckpointRequestQueued, ...] = ()
+    completed: tuple[CheckpointCompleted, ...] = ()
+    latest_savepoint: CheckpointCompleted | None = None
+    last_completion_ms: int | None = None
+    last_completed_id: int = 0
+    failures: int = 0
+    restored: CheckpointRestored | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.status is not None
+
+    @property
+    def latest_completed(self) -> CheckpointCompleted | None:
+        """The newest retained checkpoint (savepoints excluded): what a restart restores."""
+        return self.completed[-1] if self.completed else None
+
+    @property
+    def pending_checkpoints(self) -> int:
+        """Pending checkpoints that count towards ``max_concurrent`` (savepoints do not)."""
+        return sum(1 for p in self.pending.values() if not p.is_savepoint)
+
+    @property
+    def all_tasks_running(self) -> bool:
+        return self.status is JobStatus.RUNNING and not self.tasks_not_running
+
+
+def initial_state(job_id: str) -> JobState:
+    """The state of a job nothing is known about yet."""
+    return JobState(job_id=job_id)

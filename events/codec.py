@@ -1,0 +1,265 @@
+"""Avro single-object encoding of cutline records (DESIGN §3).
+
+A frame is ``C3 01`` + the 8-byte little-endian CRC-64-AVRO fingerprint of the
+writer schema's parsing canonical form + the Avro binary body. Neither ``avro``
+nor ``fastavro`` ships this framing (fastavro issue #501), so this module owns
+it; everything else (schema parsing, fingerprints, binary bodies, reader/writer
+resolution) is fastavro's.
+
+The fingerprint names the record type, so one topic carries several types, and
+a frame written with an older schema still decodes: the registry knows every
+writer schema it was given and resolves it against the current reader schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from enum import Enum
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from fastavro import schemaless_reader, schemaless_writer
+from fastavro.schema import fingerprint, load_schema, parse_schema, to_parsing_canonical_form
+
+from events.records import RECORD_TYPES, Record
+
+MAGIC = b"\xc3\x01"
+HEADER_SIZE = len(MAGIC) + 8
+NAMESPACE = "cutline"
+SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+R = TypeVar("R", bound=Record)
+
+
+class DecodeError(ValueError):
+    """A frame could not be turned into a record. ``reason`` is a stable code for dead letters."""
+
+    reason = "UNDECODABLE"
+
+
+class TruncatedFrame(DecodeError):
+    reason = "TRUNCATED_FRAME"
+
+
+class BadMagic(DecodeError):
+    reason = "BAD_MAGIC"
+
+
+class UnknownFingerprint(DecodeError):
+    reason = "UNKNOWN_SCHEMA"
+
+
+class BodyMismatch(DecodeError):
+    reason = "BODY_MISMATCH"
+
+
+class UnknownRecordType(TypeError):
+    """Asked to encode something that is not a cutline record."""
+
+
+# --------------------------------------------------------- record <-> Avro dict
+# Hand-written because the records are plain frozen dataclasses with nested
+# records, enums and tuples; no library maps those to fastavro dicts both ways
+# without a runtime schema layer of its own (dataclasses-avroschema would own
+# the schemas, but ours live in schemas/ as the contract).
+
+Converter = Callable[[Any], Any]
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _converters(hint: Any) -> tuple[Converter, Converter]:
+    """(to_avro, from_avro) for one field type."""
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        to_inner, from_inner = _converters(inner)
+        if to_inner is _identity and from_inner is _identity:
+            return _identity, _identity
+        return (
+            lambda v: None if v is None else to_inner(v),
+            lambda v: None if v is None else from_inner(v),
+        )
+    if origin is tuple:
+        return list, tuple
+    if origin is not None and origin.__name__ == "Mapping":
+        _, value_hint = typing.get_args(hint)
+        to_value, from_value = _converters(value_hint)
+        if to_value is _identity:
+            return dict, dict
+        return (
+            lambda m: {k: to_value(v) for k, v in m.items()},
+            lambda m: {k: from_value(v) for k, v in m.items()},
+        )
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return _identity, hint
+    if dataclasses.is_dataclass(hint):
+        return to_avro, lambda d: from_avro(cast(type[Any], hint), d)
+    return _identity, _identity
+
+
+_FIELD_CONVERTERS: dict[type, tuple[tuple[str, Converter, Converter], ...]] = {}
+
+
+def _field_converters(cls: type) -> tuple[tuple[str, Converter, Converter], ...]:
+    """(name, to_avro, from_avro) per field of a record class, computed once per class."""
+    converters = _FIELD_CONVERTERS.get(cls)
+    if converters is None:
+        hints = typing.get_type_hints(cls)
+        converters = tuple((f.name, *_converters(hints[f.name])) for f in dataclasses.fields(cls))
+        _FIELD_CONVERTERS[cls] = converters
+    return converters
+
+
+def to_avro(record: Any) -> dict[str, Any]:
+    """The fastavro datum of a record (nested records become dicts)."""
+    return {name: to(getattr(record, name)) for name, to, _ in _field_converters(type(record))}
+
+
+def from_avro(cls: type[R], datum: Mapping[str, Any]) -> R:
+    """The record of type ``cls`` from a fastavro datum (fields the class lacks are dropped)."""
+    return cls(**{name: back(datum[name]) for name, _, back in _field_converters(cls) if name in datum})
+
+
+# --------------------------------------------------------------------- registry
+
+
+def schema_fingerprint(parsed: dict[str, Any]) -> bytes:
+    """The 8-byte little-endian CRC-64-AVRO fingerprint of a parsed schema."""
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WriterSchema:
+    """One known writer schema: the record it encodes and its parsed form."""
+
+    name: str
+    fingerprint: bytes
+    parsed: dict[str, Any]
+
+
+class SchemaRegistry:
+    """Every known writer schema by fingerprint, and the current schema of every record.
+
+    Loads ``schemas/cutline.*.avsc`` (the current contract) and, when present,
+    ``schemas/history/*.avsc`` (older versions that old writers may still send).
+    """
+
+    def __init__(self, schemas_dir: Path = SCHEMAS_DIR) -> None:
+        self._current: dict[str, WriterSchema] = {}
+        self._by_fingerprint: dict[bytes, WriterSchema] = {}
+        self._classes: dict[str, type[Record]] = {cls.__name__: cls for cls in RECORD_TYPES}
+        for cls in RECORD_TYPES:
+            path = schemas_dir / f"{NAMESPACE}.{cls.__name__}.avsc"
+            parsed = cast(dict[str, Any], load_schema(str(path), _write_hint=False))
+            writer = WriterSchema(cls.__name__, schema_fingerprint(parsed), parsed)
+            self._current[cls.__name__] = writer
+            self._by_fingerprint[writer.fingerprint] = writer
+        history = schemas_dir / "history"
+        if history.is_dir():
+            for path in sorted(history.glob("*.avsc")):
+                self.register_writer_schema(json.loads(path.read_text()))
+
+    def register_writer_schema(self, schema: Mapping[str, Any]) -> bytes:
+        """Make frames written with an older (self-contained) schema decodable; its fingerprint."""
+        parsed = cast(dict[str, Any], parse_schema(dict(schema), _write_hint=False))
+        name = str(parsed["name"]).removeprefix(f"{NAMESPACE}.")
+        if name not in self._classes:
+            raise UnknownRecordType(f"{parsed['name']} is not a cutline record")
+        writer = WriterSchema(name, schema_fingerprint(parsed), parsed)
+        self._by_fingerprint.setdefault(writer.fingerprint, writer)
+        return writer.fingerprint
+
+    def current(self, name: str) -> WriterSchema:
+        return self._current[name]
+
+    def writer(self, fp: bytes) -> WriterSchema | None:
+        return self._by_fingerprint.get(fp)
+
+    def record_class(self, name: str) -> type[Record]:
+        return self._classes[name]
+
+    @property
+    def names(self) -> Iterable[str]:
+        return self._current.keys()
+
+
+# ------------------------------------------------------------------------ codec
+
+
+class Codec:
+    """Encodes records to single-object frames and decodes any known frame back."""
+
+    def __init__(self, registry: SchemaRegistry | None = None) -> None:
+        self.registry = registry or SchemaRegistry()
+
+    def encode(self, record: Record) -> bytes:
+        name = type(record).__name__
+        try:
+            schema = self.registry.current(name)
+        except KeyError:
+            raise UnknownRecordType(f"{name} is not a cutline record") from None
+        out = io.BytesIO()
+        out.write(MAGIC)
+        out.write(schema.fingerprint)
+        schemaless_writer(out, schema.parsed, to_avro(record))
+        return out.getvalue()
+
+    def decode(self, frame: bytes) -> Record:
+        """The record in ``frame``; raises a :class:`DecodeError` subclass saying what is wrong."""
+        if len(frame) < HEADER_SIZE:
+            if not MAGIC.startswith(frame[:2]):
+                raise BadMagic(f"frame starts with {frame[:2].hex()}, not c301 (single-object Avro)")
+            raise TruncatedFrame(f"frame of {len(frame)} bytes is shorter than its 10-byte header")
+        if frame[:2] != MAGIC:
+            raise BadMagic(f"frame starts with {frame[:2].hex()}, not c301 (single-object Avro)")
+        fp = frame[2:HEADER_SIZE]
+        writer = self.registry.writer(fp)
+        if writer is None:
+            raise UnknownFingerprint(
+                f"no known schema has fingerprint {fp.hex()}; register the writer's schema "
+                "(schemas/history/) or upgrade cutline"
+            )
+        reader = self.registry.current(writer.name)
+        body = io.BytesIO(frame)
+        body.seek(HEADER_SIZE)
+        try:
+            datum = schemaless_reader(body, writer.parsed, None if reader is writer else reader.parsed)
+        except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, ...
+            raise BodyMismatch(f"body does not match schema {writer.name} ({fp.hex()}): {exc!r}") from exc
+        if body.tell() != len(frame):
+            raise BodyMismatch(f"{len(frame) - body.tell()} bytes left after a {writer.name} body")
+        cls = self.registry.record_class(writer.name)
+        try:
+            return from_avro(cls, cast(Mapping[str, Any], datum))
+        except (TypeError, ValueError) as exc:
+            raise BodyMismatch(f"body does not make a valid {writer.name}: {exc}") from exc
+
+    def decode_as(self, cls: type[R], frame: bytes) -> R:
+        """Decode and check the record type."""
+        record = self.decode(frame)
+        if not isinstance(record, cls):
+            raise BodyMismatch(f"expected {cls.__name__}, got {type(record).__name__}")
+        return record
+
+
+@cache
+def default_codec() -> Codec:
+    """A process-wide codec over the installed schemas."""
+    return Codec()
+
+
+def encode(record: Record) -> bytes:
+    return default_codec().encode(record)
+
+
+def decode(frame: bytes) -> Record:
+    return default_codec().decode(frame)

@@ -1,0 +1,381 @@
+"""The records of the wire protocol (DESIGN §3), one frozen dataclass per Avro record.
+
+Class and field names match ``schemas/cutline.<Name>.avsc`` exactly; the codec
+(:mod:`events.codec`) maps between the two. Input records are what jobs, tasks
+and operators send; journal records are what the coordinator decided. Past
+tense throughout: every record states a fact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypeAlias
+
+
+class JobStatus(StrEnum):
+    """Flink's ``JobStatus``."""
+
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    FAILING = "FAILING"
+    FAILED = "FAILED"
+    CANCELLING = "CANCELLING"
+    CANCELED = "CANCELED"
+    FINISHED = "FINISHED"
+    RESTARTING = "RESTARTING"
+    SUSPENDED = "SUSPENDED"
+    INITIALIZING = "INITIALIZING"
+    RECONCILING = "RECONCILING"
+
+
+class ExecutionState(StrEnum):
+    """Flink's ``ExecutionState`` of one task."""
+
+    CREATED = "CREATED"
+    SCHEDULED = "SCHEDULED"
+    DEPLOYING = "DEPLOYING"
+    INITIALIZING = "INITIALIZING"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    CANCELING = "CANCELING"
+    CANCELED = "CANCELED"
+    FAILED = "FAILED"
+    RECONCILING = "RECONCILING"
+
+
+class CheckpointKind(StrEnum):
+    """A checkpoint (periodic or manual) or a savepoint."""
+
+    CHECKPOINT = "CHECKPOINT"
+    SAVEPOINT = "SAVEPOINT"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointConfig:
+    """A job's checkpointing configuration, after Flink's ``execution.checkpointing.*``.
+
+    ``interval_ms <= 0`` turns periodic checkpoints off (manual checkpoints and
+    savepoints still work). ``location`` is the storage root URI.
+    """
+
+    interval_ms: int
+    location: str
+    timeout_ms: int = 600_000
+    min_pause_ms: int = 0
+    max_concurrent: int = 1
+    tolerable_failures: int = 0
+    retained: int = 1
+
+    @property
+    def base_interval_ms(self) -> int:
+        """Flink's ``baseInterval = max(interval, minPause)``."""
+        return max(self.interval_ms, self.min_pause_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class StateHandle:
+    """Where one task's snapshot of one checkpoint was written, and its digest."""
+
+    uri: str
+    size_bytes: int
+    sha256: str
+
+
+# ---------------------------------------------------------------- input records
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatusChanged:
+    """A job driver reports its job's status.
+
+    RUNNING carries the tasks that must acknowledge every checkpoint and the
+    config; ``attempt`` grows on every restart. A RUNNING attempt that restored
+    state names the checkpoint it restored from.
+    """
+
+    job_id: str
+    status: JobStatus
+    timestamp_ms: int
+    attempt: int
+    tasks: tuple[str, ...] = ()
+    config: CheckpointConfig | None = None
+    error: str | None = None
+    restored_checkpoint_id: int | None = None
+    restored_location: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatusChanged:
+    """One task changed its execution state (FAILED aborts what it has not acknowledged)."""
+
+    job_id: str
+    task_id: str
+    attempt: int
+    status: ExecutionState
+    timestamp_ms: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRequested:
+    """An operator asks for a manual checkpoint or a savepoint (to ``target``)."""
+
+    job_id: str
+    kind: CheckpointKind
+    timestamp_ms: int
+    request_id: str
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointBarrier:
+    """Tells every task of a job to snapshot for checkpoint ``checkpoint_id`` into ``location``."""
+
+    job_id: str
+    checkpoint_id: int
+    attempt: int
+    kind: CheckpointKind
+    timestamp_ms: int
+    location: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointAcknowledged:
+    """A task committed its snapshot; ``offsets`` maps ``topic:partition`` to the next offset."""
+
+    job_id: str
+    checkpoint_id: int
+    attempt: int
+    task_id: str
+    timestamp_ms: int
+    state: StateHandle | None = None
+    offsets: Mapping[str, int] = field(default_factory=dict)
+    metrics: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointDeclined:
+    """A task could not snapshot a checkpoint; the checkpoint aborts (CHECKPOINT_DECLINED)."""
+
+    job_id: str
+    checkpoint_id: int
+    attempt: int
+    task_id: str
+    timestamp_ms: int
+    reason: str
+    message: str
+
+
+InputRecord: TypeAlias = (
+    JobStatusChanged | TaskStatusChanged | CheckpointRequested | CheckpointAcknowledged | CheckpointDeclined
+)
+"""What the coordinator reads from its input topics."""
+
+# -------------------------------------------------------------- journal records
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStarted:
+    """The job is RUNNING with ``tasks``: periodic checkpoints start at ``next_trigger_ms``."""
+
+    job_id: str
+    attempt: int
+    timestamp_ms: int
+    tasks: tuple[str, ...]
+    config: CheckpointConfig
+    next_trigger_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStopped:
+    """The job left RUNNING (``status``) or restarted: no more periodic triggers, queue dropped."""
+
+    job_id: str
+    attempt: int
+    timestamp_ms: int
+    status: JobStatus
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatusRecorded:
+    """An accepted task status change of the current attempt."""
+
+    job_id: str
+    task_id: str
+    attempt: int
+    status: ExecutionState
+    timestamp_ms: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRequestQueued:
+    """A trigger request waits: ``max_concurrent`` checkpoints are pending."""
+
+    job_id: str
+    kind: CheckpointKind
+    periodic: bool
+    timestamp_ms: int
+    request_id: str | None = None
+    target: str | None = None
+    next_trigger_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointTriggered:
+    """Checkpoint ``checkpoint_id`` is pending until every task in ``tasks`` acknowledges it."""
+
+    job_id: str
+    checkpoint_id: int
+    attempt: int
+    kind: CheckpointKind
+    timestamp_ms: int
+    location: str
+    tasks: tuple[str, ...]
+    deadline_ms: int
+    periodic: bool = False
+    request_id: str | None = None
+    next_trigger_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAcknowledged:
+    """An accepted acknowledgement of a pending checkpoint."""
+
+    job_id: str
+    checkpoint_id: int
+    attempt: int
+    task_id: str
+    timestamp_ms: int
+    state: StateHandle | None = None
+    offsets: Mapping[str, int] = field(default_factory=dict)
+    metrics: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointCompleted:
+    """Every task acknowledged: the checkpoint is durable and tasks may commit ``offsets``."""
+
+    job_id: str
+    checkpoint_id: int
+    kind: CheckpointKind
+    timestamp_ms: int
+    duration_ms: int
+    handles: Mapping[str, StateHandle]
+    size_bytes: int
+    offsets: Mapping[str, int]
+    attempt: int = 0
+    location: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointAborted:
+    """A pending checkpoint ended without completing, for ``reason`` (a Flink failure reason)."""
+
+    job_id: str
+    checkpoint_id: int
+    timestamp_ms: int
+    reason: str
+    message: str
+    task_id: str | None = None
+    counts_as_failure: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerRejected:
+    """A trigger request was refused before it used a checkpoint id."""
+
+    job_id: str
+    reason: str
+    request_id: str | None = None
+    timestamp_ms: int = 0
+    kind: CheckpointKind = CheckpointKind.CHECKPOINT
+    periodic: bool = False
+    message: str = ""
+    next_trigger_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointFailureThresholdExceeded:
+    """More than ``tolerable`` checkpoints failed in a row; the job driver fails the job."""
+
+    job_id: str
+    checkpoint_id: int
+    timestamp_ms: int
+    failures: int
+    tolerable: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRestored:
+    """The job restored from ``checkpoint_id``; ids continue after it."""
+
+    job_id: str
+    checkpoint_id: int
+    attempt: int
+    timestamp_ms: int
+    location: str | None = None
+
+
+JournalEvent: TypeAlias = (
+    SchedulerStarted
+    | SchedulerStopped
+    | TaskStatusRecorded
+    | CheckpointRequestQueued
+    | CheckpointTriggered
+    | TaskAcknowledged
+    | CheckpointCompleted
+    | CheckpointAborted
+    | TriggerRejected
+    | CheckpointFailureThresholdExceeded
+    | CheckpointRestored
+)
+"""Everything the coordinator appends to its journal; folding these gives its state."""
+
+JOURNAL_RECORDS: tuple[type[JournalEvent], ...] = (
+    SchedulerStarted,
+    SchedulerStopped,
+    TaskStatusRecorded,
+    CheckpointRequestQueued,
+    CheckpointTriggered,
+    TaskAcknowledged,
+    CheckpointCompleted,
+    CheckpointAborted,
+    TriggerRejected,
+    CheckpointFailureThresholdExceeded,
+    CheckpointRestored,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An input the coordinator could not decode or accept, kept whole with the reason."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    message: str
+    timestamp_ms: int
+    key: bytes | None = None
+    value: bytes | None = None
+    job_id: str | None = None
+
+
+Record: TypeAlias = InputRecord | CheckpointBarrier | JournalEvent | DeadLetter
+"""Every record type that travels on a cutline topic."""
+
+RECORD_TYPES: tuple[type[Record], ...] = (
+    JobStatusChanged,
+    TaskStatusChanged,
+    CheckpointRequested,
+    CheckpointAcknowledged,
+    CheckpointDeclined,
+    CheckpointBarrier,
+    *JOURNAL_RECORDS,
+    DeadLetter,
+)
