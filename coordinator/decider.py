@@ -278,6 +278,10 @@ def decide(state: JobState, command: Command) -> list[Decision]:
     unacceptable input gives one :class:`InputRejected`.
     """
     d = _Decision(state)
+    if command.job_id != state.job_id:
+        return d.reject(
+            Rejection.UNKNOWN_JOB, f"a command of job {command.job_id!r} reached job {state.job_id!r}"
+        )
     match command:
         case ChangeJobStatus():
             return _change_job_status(d, command)

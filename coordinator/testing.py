@@ -86,9 +86,7 @@ def running(**kwargs: object) -> ChangeJobStatus:
 def task_status(
     task_id: str, status: ExecutionState, *, job_id: str = JOB, attempt: int = 1, at: int = 0
 ) -> ChangeTaskStatus:
-    return ChangeTaskStatus(
-        TaskStatusChanged(job_id, task_id, attempt, status, timestamp_ms=at), now_ms=at
-    )
+    return ChangeTaskStatus(TaskStatusChanged(job_id, task_id, attempt, status, timestamp_ms=at), now_ms=at)
 
 
 def request(
