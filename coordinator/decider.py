@@ -9,10 +9,11 @@ The rules are Flink's ``CheckpointCoordinator``'s (DESIGN §4).
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import TypeAlias, assert_never
+from types import MemberDescriptorType
+from typing import Any, TypeAlias, TypeVar, assert_never
 from urllib.parse import urlsplit
 
 from coordinator.commands import (
@@ -104,12 +105,90 @@ TERMINATING_TASK_STATES = frozenset(
 
 # ----------------------------------------------------------------------- evolve
 
+_T = TypeVar("_T")
+_KEEP: Any = object()
+
+
+def _replacer(cls: type[_T]) -> Callable[..., _T]:
+    """``dataclasses.replace`` for one dataclass, compiled from its fields.
+
+    ``evolve`` runs once per journal event (millions in a replay), and the
+    generic ``replace`` walks every field through ``getattr``, a kwargs dict and
+    the frozen ``__init__`` (one ``object.__setattr__`` per field). For a slotted
+    class without ``__post_init__`` this sets the slots directly, which leaves
+    exactly what ``__init__`` would; about three times as fast for ``JobState``.
+    """
+    cls_fields = fields(cls)  # type: ignore[arg-type]
+    names = [f.name for f in cls_fields if f.init]
+    params = ", ".join(f"{n}=_KEEP" for n in names)
+    values = [f"s.{n} if {n} is _KEEP else {n}" for n in names]
+    namespace: dict[str, Any] = {"_KEEP": _KEEP, "_cls": cls, "_new": object.__new__}
+    slots = [getattr(cls, n, None) for n in names]
+    if (
+        len(names) == len(cls_fields)
+        and not hasattr(cls, "__post_init__")
+        and all(isinstance(slot, MemberDescriptorType) for slot in slots)
+    ):
+        lines = ["    o = _new(_cls)"]
+        for i, (slot, value) in enumerate(zip(slots, values, strict=True)):
+            namespace[f"_set{i}"] = slot.__set__  # type: ignore[union-attr]
+            lines.append(f"    _set{i}(o, {value})")
+        body = "\n".join([*lines, "    return o"])
+    else:
+        body = f"    return _cls({', '.join(f'{n}={v}' for n, v in zip(names, values, strict=True))})"
+    exec(f"def replace(s, *, {params}):\n{body}", namespace)  # noqa: S102
+    return namespace["replace"]  # type: ignore[no-any-return]
+
+
+_replace_state = _replacer(JobState)
+_replace_pending = _replacer(PendingCheckpoint)
+
 
 def evolve(state: JobState, event: Decision) -> JobState:
     """The state after ``event``. Total: any event in any state gives a state, never an error."""
     match event:
+        # The three most frequent events first: match tries its cases in order.
+        case TaskAcknowledged():
+            current = state.pending.get(event.checkpoint_id)
+            if current is None:
+                return state
+            pending = dict(state.pending)
+            acks = {**current.acks, event.task_id: event}
+            pending[event.checkpoint_id] = _replace_pending(current, acks=acks)
+            return _replace_state(state, pending=pending)
+        case CheckpointTriggered():
+            pending = dict(state.pending)
+            pending[event.checkpoint_id] = PendingCheckpoint(event)
+            return _replace_state(
+                state,
+                pending=pending,
+                next_checkpoint_id=max(state.next_checkpoint_id, event.checkpoint_id + 1),
+                queue=_dequeued(state.queue, event.periodic, event.request_id),
+                scheduler=_moved(state.scheduler, event.next_trigger_ms),
+            )
+        case CheckpointCompleted():
+            pending = dict(state.pending)
+            pending.pop(event.checkpoint_id, None)
+            if event.kind is CheckpointKind.SAVEPOINT:
+                return _replace_state(
+                    state,
+                    pending=pending,
+                    latest_savepoint=event,
+                    last_completion_ms=event.timestamp_ms,
+                    last_completed_id=max(state.last_completed_id, event.checkpoint_id),
+                    failures=0,
+                )
+            retained = state.config.retained if state.config else 1
+            return _replace_state(
+                state,
+                pending=pending,
+                completed=(*state.completed, event)[-max(1, retained) :],
+                last_completion_ms=event.timestamp_ms,
+                last_completed_id=max(state.last_completed_id, event.checkpoint_id),
+                failures=0,
+            )
         case SchedulerStarted():
-            return replace(
+            return _replace_state(
                 state,
                 status=JobStatus.RUNNING,
                 attempt=event.attempt,
@@ -120,70 +199,34 @@ def evolve(state: JobState, event: Decision) -> JobState:
                 queue=(),
             )
         case SchedulerStopped():
-            return replace(state, status=event.status, attempt=event.attempt, scheduler=None, queue=())
+            return _replace_state(state, status=event.status, attempt=event.attempt, scheduler=None, queue=())
         case TaskStatusRecorded():
             not_running = dict(state.tasks_not_running)
             if event.status is ExecutionState.RUNNING:
                 not_running.pop(event.task_id, None)
             else:
                 not_running[event.task_id] = event.status
-            return replace(state, tasks_not_running=not_running)
+            return _replace_state(state, tasks_not_running=not_running)
         case CheckpointRequestQueued():
-            queue = tuple(sorted((*state.queue, event), key=_priority))
-            return replace(state, queue=queue, scheduler=_moved(state.scheduler, event.next_trigger_ms))
-        case CheckpointTriggered():
-            pending = dict(state.pending)
-            pending[event.checkpoint_id] = PendingCheckpoint(event)
-            return replace(
-                state,
-                pending=pending,
-                next_checkpoint_id=max(state.next_checkpoint_id, event.checkpoint_id + 1),
-                queue=_dequeued(state.queue, event.periodic, event.request_id),
-                scheduler=_moved(state.scheduler, event.next_trigger_ms),
-            )
-        case TaskAcknowledged():
-            current = state.pending.get(event.checkpoint_id)
-            if current is None:
-                return state
-            pending = dict(state.pending)
-            pending[event.checkpoint_id] = replace(current, acks={**current.acks, event.task_id: event})
-            return replace(state, pending=pending)
-        case CheckpointCompleted():
-            pending = dict(state.pending)
-            pending.pop(event.checkpoint_id, None)
-            if event.kind is CheckpointKind.SAVEPOINT:
-                return replace(
-                    state,
-                    pending=pending,
-                    latest_savepoint=event,
-                    last_completion_ms=event.timestamp_ms,
-                    last_completed_id=max(state.last_completed_id, event.checkpoint_id),
-                    failures=0,
-                )
-            retained = state.config.retained if state.config else 1
-            return replace(
-                state,
-                pending=pending,
-                completed=(*state.completed, event)[-max(1, retained) :],
-                last_completion_ms=event.timestamp_ms,
-                last_completed_id=max(state.last_completed_id, event.checkpoint_id),
-                failures=0,
-            )
+            waiting = [q for q in state.queue if not (event.periodic and q.periodic)]
+            queue = tuple(sorted((*waiting, event), key=_priority))
+            scheduler = _moved(state.scheduler, event.next_trigger_ms)
+            return _replace_state(state, queue=queue, scheduler=scheduler)
         case CheckpointAborted():
             pending = dict(state.pending)
             pending.pop(event.checkpoint_id, None)
             failures = state.failures + 1 if event.counts_as_failure else state.failures
-            return replace(state, pending=pending, failures=failures)
+            return _replace_state(state, pending=pending, failures=failures)
         case TriggerRejected():
-            return replace(
+            return _replace_state(
                 state,
                 queue=_dequeued(state.queue, event.periodic, event.request_id),
                 scheduler=_moved(state.scheduler, event.next_trigger_ms),
             )
         case CheckpointFailureThresholdExceeded():
-            return replace(state, failures=0)
+            return _replace_state(state, failures=0)
         case CheckpointRestored():
-            return replace(
+            return _replace_state(
                 state,
                 restored=event,
                 next_checkpoint_id=max(state.next_checkpoint_id, event.checkpoint_id + 1),
@@ -636,26 +679,16 @@ def _tick(d: _Decision, command: Tick) -> list[Decision]:
     missed = (now - scheduler.next_trigger_ms) // interval
     next_trigger = scheduler.next_trigger_ms + (missed + 1) * interval
     if state.pending_checkpoints >= _max_concurrent(state):
-        if any(q.periodic for q in state.queue):
-            d.emit(
-                _rejected_periodic(
-                    state,
-                    now,
-                    Reason.TOO_MANY_CONCURRENT_CHECKPOINTS,
-                    next_trigger,
-                    "a periodic checkpoint is already queued",
-                )
+        # Never more than one periodic request waits: a newer one takes the older one's place.
+        d.emit(
+            CheckpointRequestQueued(
+                job_id=state.job_id,
+                kind=CheckpointKind.CHECKPOINT,
+                periodic=True,
+                timestamp_ms=now,
+                next_trigger_ms=next_trigger,
             )
-        else:
-            d.emit(
-                CheckpointRequestQueued(
-                    job_id=state.job_id,
-                    kind=CheckpointKind.CHECKPOINT,
-                    periodic=True,
-                    timestamp_ms=now,
-                    next_trigger_ms=next_trigger,
-                )
-            )
+        )
         return d.events
     resume_at = _pause_ends(state)
     if resume_at is not None and resume_at > now:

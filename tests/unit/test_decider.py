@@ -503,6 +503,18 @@ class TestConcurrency:
         completed = Given(after).when(ack(1, "t1", at=10**5))
         assert [max_concurrent + 1] == triggered(completed.events)
 
+    @pytest.mark.parametrize("extra_ticks", [1, 2, 3, 4])
+    def test_one_periodic_request_waits_however_many_ticks_pass(self, extra_ticks: int) -> None:
+        """While max_concurrent checkpoints are pending, exactly one periodic request waits (the
+        newest), and the timer keeps moving."""
+        ticks = [tick(1000 * n) for n in range(1, extra_ticks + 2)]
+
+        state = given(running(at=0), *ticks).state
+
+        assert [(True, 1000 * (extra_ticks + 1))] == [(q.periodic, q.timestamp_ms) for q in state.queue]
+        assert state.scheduler is not None
+        assert 1000 * (extra_ticks + 2) == state.scheduler.next_trigger_ms
+
     def test_max_concurrent_attempts_with_subsumption(self) -> None:
         """testMaxConcurrentAttemptsWithSubsumption: with {1, 2} pending and max 2, cp2 completes and
         subsumes cp1; the next ticks create {3, 4}."""

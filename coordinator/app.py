@@ -1,0 +1,287 @@
+"""The coordinator service: a Faust app around :class:`coordinator.runtime.Coordinator`.
+
+One agent per input topic (concurrency 1), a table of per-job state with its
+changelog, a timer that turns the clock into ticks, and web views with Flink's
+checkpoint statistics. Every agent body is the same few steps: decode → decide
+→ append to the journal → evolve the table (the runtime does the first three
+in memory; this module publishes and mirrors).
+
+Start-up recovery reads the journal topic, which is the source of truth: the
+states it folds to replace whatever the changelog restored, inputs the journal
+already reflects are skipped when Kafka redelivers them, and the barriers of
+pending checkpoints are sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faust
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from coordinator.runtime import CAUSE_HEADER, Coordinator, Outcome, Outgoing
+from coordinator.stats import checkpoints_json, config_json, entry_json
+from events.broker import create_topics
+from events.codec import default_codec
+from events.log import read_to_end
+from events.records import JournalEvent
+from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
+
+log = logging.getLogger("cutline.coordinator")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to run the coordinator."""
+
+    bootstrap: str
+    prefix: str = DEFAULT_PREFIX
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    partitions: int = DEFAULT_PARTITIONS
+    tick_interval: float = 0.01
+    fetch_wait_ms: int = 2
+    session_timeout: float = 6.0
+    data_dir: Path = field(default_factory=lambda: Path(".cutline") / "coordinator")
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.prefix)
+
+    @property
+    def app_id(self) -> str:
+        return f"{self.prefix}coordinator"
+
+    @property
+    def ticks_topic(self) -> str:
+        """Internal: ticks travel through Kafka so they reach the worker that owns the job."""
+        return f"{self.prefix}coordinator-ticks"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _patch_fetch_wait(wait_ms: int) -> None:
+    """Faust hard-codes ``fetch_max_wait_ms=1500`` for its consumer. The embedded broker answers a
+    waiting fetch only after about half that wait, not when data arrives (docs/embedded-broker.md),
+    so every hop into the coordinator would take ~750 ms. Lower it."""
+    original = getattr(faust_aiokafka.AIOKafkaConsumerThread, "_cutline_original", None)
+    if original is None:
+        original = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
+        faust_aiokafka.AIOKafkaConsumerThread._cutline_original = original  # type: ignore[attr-defined]
+
+    def create(self: Any, transport: Any) -> Any:
+        consumer = original(self, transport)
+        consumer._fetch_max_wait_ms = wait_ms
+        return consumer
+
+    faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer = create  # type: ignore[method-assign]
+
+
+def ensure_topics(settings: Settings) -> list[str]:
+    """Create every protocol topic (and the internal ticks topic) that is missing."""
+    names = [*settings.topics.all, settings.ticks_topic]
+    return create_topics(settings.bootstrap, names, partitions=settings.partitions)
+
+
+def create_app(settings: Settings) -> faust.App:
+    """Build the Faust app for ``settings`` (topics must exist: :func:`ensure_topics`)."""
+    _patch_fetch_wait(settings.fetch_wait_ms)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    topics = settings.topics
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{settings.bootstrap}",
+        store="memory://",
+        datadir=str(settings.data_dir),
+        topic_partitions=settings.partitions,
+        topic_replication_factor=1,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=min(1.0, settings.session_timeout / 3),
+        consumer_auto_offset_reset="earliest",
+        web_enabled=True,
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        producer_linger=0.0,
+        stream_wait_empty=False,
+    )
+    coordinator = Coordinator(topics)
+    recovered = asyncio.Event()
+    publish_lock = asyncio.Lock()
+
+    def raw_topic(name: str) -> faust.TopicT:
+        return app.topic(
+            name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+
+    journal_topic = raw_topic(topics.checkpoints)
+    barriers_topic = raw_topic(topics.barriers)
+    dead_letters_topic = raw_topic(topics.dead_letters)
+    ticks_topic = raw_topic(settings.ticks_topic)
+    outputs = {t.get_topic_name(): t for t in (journal_topic, barriers_topic, dead_letters_topic)}
+    jobs_table = app.Table(
+        "jobs",
+        default=None,
+        partitions=settings.partitions,
+        key_type=str,
+    )
+    # Faust derives serializers from types only (json); job states are frozen dataclasses.
+    jobs_table.key_serializer = "raw"  # type: ignore[attr-defined]
+    jobs_table.value_serializer = "pickle"  # type: ignore[attr-defined]
+
+    async def publish(outcome: Outcome) -> None:
+        """Journal first; barriers only once the journal holds their trigger durably."""
+        journal = [m for m in outcome.messages if m.topic == topics.checkpoints]
+        others = [m for m in outcome.messages if m.topic != topics.checkpoints]
+        sent = [await _send(m) for m in journal]
+        if outcome.has_barriers:
+            await asyncio.gather(*sent)
+        for message in others:
+            await _send(message)
+
+    async def _send(message: Outgoing) -> Any:
+        return await outputs[message.topic].send(
+            key=message.key, value=message.value, headers=list(message.headers)
+        )
+
+    async def process(event: faust.EventT[Any]) -> None:
+        await recovered.wait()
+        message = event.message
+        if coordinator.already_decided(message.topic, message.partition, message.offset):
+            return
+        async with publish_lock:
+            outcome = coordinator.handle(
+                message.topic, message.partition, message.offset, message.key, message.value, now_ms()
+            )
+            await publish(outcome)
+        if outcome.state is not None and outcome.job_id is not None:
+            jobs_table[outcome.job_id] = outcome.state
+
+    def input_agent(topic_name: str, name: str) -> None:
+        async def agent(stream: faust.StreamT[Any]) -> None:
+            async for event in stream.events():
+                await process(event)
+
+        agent.__name__ = name
+        app.agent(raw_topic(topic_name), name=name, concurrency=1)(agent)
+
+    input_agent(topics.job_status, "handle_job_status")
+    input_agent(topics.requests, "handle_requests")
+    input_agent(topics.acks, "handle_acks")
+    input_agent(topics.declines, "handle_declines")
+
+    @app.agent(ticks_topic, name="handle_ticks", concurrency=1)
+    async def handle_ticks(stream: faust.StreamT[Any]) -> None:
+        async for event in stream.events():
+            await recovered.wait()
+            job_id = event.message.key.decode()
+            async with publish_lock:
+                outcome = coordinator.tick(job_id, now_ms())
+                await publish(outcome)
+            if outcome.journal and outcome.state is not None:
+                jobs_table[job_id] = outcome.state
+
+    ticked: dict[str, int] = {}
+
+    @app.timer(settings.tick_interval)
+    async def send_ticks() -> None:
+        # Every worker ticks the jobs it holds; a tick decides nothing unless due.
+        if not recovered.is_set():
+            return
+        now = now_ms()
+        for job_id in coordinator.due(now):
+            if ticked.get(job_id, 0) + 50 > now:
+                continue  # the last tick is still on its way
+            ticked[job_id] = now
+            await ticks_topic.send(key=job_id.encode(), value=str(now).encode())
+
+    @app.task
+    async def recover() -> None:
+        started = time.monotonic()
+        events = await asyncio.get_running_loop().run_in_executor(
+            None, _read_journal, settings.bootstrap, topics.checkpoints
+        )
+        count = coordinator.recover(events)
+        log.info(
+            "recovered %d journal events of %d jobs in %.2fs",
+            count,
+            len(coordinator.states),
+            time.monotonic() - started,
+        )
+        recovered.set()
+        for barrier in coordinator.resume(now_ms()):
+            await _send(barrier)
+
+    @app.page("/jobs")
+    async def get_jobs(web: Any, request: Any) -> Any:
+        return web.json(
+            {
+                "jobs": [
+                    {"id": job_id, "status": state.status, "attempt": state.attempt}
+                    for job_id, state in sorted(coordinator.states.items())
+                ]
+            }
+        )
+
+    @app.page("/jobs/{job_id}/checkpoints")
+    async def get_checkpoints(web: Any, request: Any, job_id: str) -> Any:
+        if job_id not in coordinator.states:
+            return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
+        return web.json(checkpoints_json(coordinator.stats.get(job_id)))
+
+    @app.page("/jobs/{job_id}/checkpoints/config")
+    async def get_checkpoint_config(web: Any, request: Any, job_id: str) -> Any:
+        state = coordinator.states.get(job_id)
+        if state is None:
+            return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
+        return web.json(config_json(state.config))
+
+    @app.page("/jobs/{job_id}/checkpoints/details/{checkpoint_id}")
+    async def get_checkpoint_details(web: Any, request: Any, job_id: str, checkpoint_id: str) -> Any:
+        stats = coordinator.stats.get(job_id)
+        entry = stats.entry(int(checkpoint_id)) if stats and checkpoint_id.isdigit() else None
+        if entry is None:
+            return web.json(
+                {"errors": [f"checkpoint {checkpoint_id} of {job_id} is not in the history"]}, status=404
+            )
+        return web.json(entry_json(entry))
+
+    app.cutline_coordinator = coordinator  # type: ignore[attr-defined]
+    app.cutline_recovered = recovered  # type: ignore[attr-defined]
+    return app
+
+
+def _read_journal(bootstrap: str, topic: str) -> list[tuple[JournalEvent, bytes | None]]:
+    codec = default_codec()
+    events: list[tuple[JournalEvent, bytes | None]] = []
+    for message in read_to_end(bootstrap, topic):
+        if message.value is None:
+            continue
+        event = codec.decode(message.value)
+        events.append((event, message.headers.get(CAUSE_HEADER)))  # type: ignore[arg-type]
+    return events
+
+
+def run(settings: Settings, loglevel: str = "warning") -> None:
+    """Create missing topics and run the coordinator worker until interrupted."""
+    created = ensure_topics(settings)
+    if created:
+        log.warning("created topics: %s", ", ".join(created))
+    app = create_app(settings)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker.execute_from_commandline()
+
+
+__all__ = ["Settings", "create_app", "ensure_topics", "run"]
