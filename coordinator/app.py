@@ -25,6 +25,7 @@ import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from coordinator.runtime import CAUSE_HEADER, Coordinator, Outcome, Outgoing
+from coordinator.state import state_json
 from coordinator.stats import checkpoints_json, config_json, entry_json
 from events.broker import create_topics
 from events.codec import default_codec
@@ -224,6 +225,10 @@ def create_app(settings: Settings) -> faust.App:
         for barrier in coordinator.resume(now_ms()):
             await _send(barrier)
 
+    @app.page("/ready")
+    async def get_ready(web: Any, request: Any) -> Any:
+        return web.json({"recovered": recovered.is_set(), "jobs": len(coordinator.states)})
+
     @app.page("/jobs")
     async def get_jobs(web: Any, request: Any) -> Any:
         return web.json(
@@ -240,6 +245,18 @@ def create_app(settings: Settings) -> faust.App:
         if job_id not in coordinator.states:
             return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
         return web.json(checkpoints_json(coordinator.stats.get(job_id)))
+
+    @app.page("/jobs/{job_id}/state")
+    async def get_state(web: Any, request: Any, job_id: str) -> Any:
+        # The table's value (the changelog-backed mirror), next to what the journal folds to.
+        mirrored = jobs_table.get(job_id)
+        folded = coordinator.states.get(job_id)
+        return web.json(
+            {
+                "table": None if mirrored is None else state_json(mirrored),
+                "folded": None if folded is None else state_json(folded),
+            }
+        )
 
     @app.page("/jobs/{job_id}/checkpoints/config")
     async def get_checkpoint_config(web: Any, request: Any, job_id: str) -> Any:

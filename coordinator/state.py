@@ -6,9 +6,11 @@ is read from a clock, a broker or a file.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from typing import Any, cast
 
 from events.records import (
     CheckpointCompleted,
@@ -135,3 +137,8 @@ class JobState:
 def initial_state(job_id: str) -> JobState:
     """The state of a job nothing is known about yet."""
     return JobState(job_id=job_id)
+
+
+def state_json(state: JobState) -> dict[str, Any]:
+    """The state as plain JSON data (for the web view and for comparing states across processes)."""
+    return cast(dict[str, Any], json.loads(json.dumps(asdict(state), sort_keys=True)))

@@ -1,0 +1,130 @@
+"""Run the coordinator service as a child process: for the demo, the tests and the benchmarks.
+
+A real process (not a thread) so that it can be killed with SIGKILL in the
+middle of a checkpoint and started again, as a crashed deployment would be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Self
+
+from events.broker import free_port
+
+
+class CoordinatorProcess:
+    """``cutline coordinator`` in a child process, with its web views on a free local port."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        prefix: str = "cutline.",
+        *,
+        web_port: int | None = None,
+        log_path: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.prefix = prefix
+        self.web_port = web_port or free_port()
+        self.log_path = log_path or Path(tempfile.mkdtemp(prefix="cutline-coordinator-")) / "coordinator.log"
+        self.extra_args = extra_args
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "coordinator.cli",
+            "coordinator",
+            "--bootstrap",
+            self.bootstrap,
+            "--topic-prefix",
+            self.prefix,
+            "--web-port",
+            str(self.web_port),
+            "--data-dir",
+            str(self.log_path.parent / "data"),
+            *self.extra_args,
+        ]
+
+    def start(self, timeout: float = 60.0) -> Self:
+        """Start the process and wait until it has recovered its journal and serves its views."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self._process = subprocess.Popen(
+            self.command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                raise RuntimeError(
+                    f"coordinator exited with {self._process.returncode}; log {self.log_path}:\n{self.tail()}"
+                )
+            try:
+                if self.get("/ready").get("recovered"):
+                    return
+            except (urllib.error.URLError, ConnectionError, OSError, json.JSONDecodeError):
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"coordinator not ready after {timeout:g}s; log {self.log_path}:\n{self.tail()}")
+
+    def get(self, path: str, timeout: float = 5.0) -> Any:
+        """GET one of the coordinator's JSON views."""
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as error:
+            return json.load(error)
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, with no chance to flush or commit anything."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGKILL)
+            self._process.wait(10)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL if it does not stop within ``grace`` seconds. Idempotent."""
+        if self._process is None or self._process.poll() is not None:
+            return
+        self._process.send_signal(signal.SIGTERM)
+        try:
+            self._process.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

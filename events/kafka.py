@@ -1,0 +1,243 @@
+"""Small confluent-kafka helpers shared by job drivers, participants and tools.
+
+Two rules of DESIGN §3 live here. Every message is keyed by ``job_id`` (UTF-8),
+and every producer places keys as Faust, aiokafka and the Java client do
+(murmur2), so all events of one job share a partition number in every topic.
+confluent-kafka's default partitioner (CRC32) would scatter them.
+
+Consumers get a short ``fetch.wait.max.ms``: the embedded broker answers a
+parked fetch only after about half of it (docs/embedded-broker.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from events.codec import encode
+from events.records import Record
+
+__all__ = [
+    "FETCH_WAIT_MAX_MS",
+    "PARTITIONER",
+    "consume_available",
+    "consumer_config",
+    "job_key",
+    "job_partition",
+    "murmur2",
+    "partition_count",
+    "partition_for",
+    "produce_record",
+    "producer_config",
+    "read_to_end",
+    "record_key",
+]
+
+log = logging.getLogger(__name__)
+
+PARTITIONER = "murmur2_random"
+"""librdkafka's name for the Java client's key hash (Faust and aiokafka use it too)."""
+
+FETCH_WAIT_MAX_MS = 5
+"""Low enough for a ~2-5 ms hop on the embedded broker, which parks fetches for half of it."""
+
+PLACEHOLDER_GROUP = "cutline.unused"
+"""librdkafka wants a ``group.id`` even for ``assign()``-only consumers that never commit."""
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+
+
+def job_key(job_id: str) -> bytes:
+    """The message key of every event of ``job_id``."""
+    return job_id.encode("utf-8")
+
+
+def record_key(record: Record) -> bytes | None:
+    """The key of ``record``: its ``job_id`` in UTF-8 (None for a dead letter without a job)."""
+    job_id: str | None = getattr(record, "job_id", None)
+    return None if job_id is None else job_key(job_id)
+
+
+def murmur2(data: bytes) -> int:
+    """The Java client's ``Utils.murmur2`` of ``data``, as an unsigned 32-bit int."""
+    length = len(data)
+    m = 0x5BD1E995
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    tail = length & ~3
+    for i in range(0, tail, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    extra = length & 3
+    if extra >= 3:
+        h ^= data[tail + 2] << 16
+    if extra >= 2:
+        h ^= data[tail + 1] << 8
+    if extra >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition the Java client, Faust and ``murmur2_random`` pick for ``key``."""
+    if partitions <= 0:
+        raise ValueError(f"partition count must be positive, got {partitions}")
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def producer_config(bootstrap: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Config of a low-latency producer that places keys as Faust and Java do.
+
+    ``extra`` overrides (e.g. ``{"enable.idempotence": True}`` where ordering across
+    retries matters more than the first message's latency).
+    """
+    return {
+        "bootstrap.servers": bootstrap,
+        "partitioner": PARTITIONER,
+        "linger.ms": 0,
+        "acks": "all",
+        # Off: an idempotent librdkafka producer holds its first message 0.5-1 s until its
+        # PID timer fires (the bootstrap connection is dropped for the advertised broker).
+        # Acks and declines are idempotent by checkpoint id; JobDriver waits for each event.
+        "enable.idempotence": False,
+        "logger": log,
+        **(extra or {}),
+    }
+
+
+def consumer_config(
+    bootstrap: str, group_id: str | None = None, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Config of a consumer that never commits by itself and fetches with a short wait.
+
+    ``auto.offset.reset`` is ``earliest``: "latest" is wrong on the embedded broker.
+    """
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id or PLACEHOLDER_GROUP,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+        "logger": log,
+        **(extra or {}),
+    }
+
+
+def produce_record(
+    producer: Producer,
+    topic: str,
+    record: Record,
+    on_delivery: DeliveryCallback | None = None,
+) -> None:
+    """Encode ``record`` with the codec and produce it to ``topic``, keyed by its ``job_id``.
+
+    Serves delivery callbacks of earlier messages (``poll(0)``) but does not wait.
+    """
+    kwargs: dict[str, Any] = {"key": record_key(record), "value": encode(record)}
+    if on_delivery is not None:
+        kwargs["on_delivery"] = on_delivery
+    try:
+        producer.produce(topic, **kwargs)
+    except BufferError:
+        producer.poll(1.0)  # local queue full: make room once, then try again
+        producer.produce(topic, **kwargs)
+    producer.poll(0)
+
+
+def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> int:
+    """The number of partitions of ``topic``; a clear error if it does not exist."""
+    metadata = client.list_topics(topic, timeout=timeout)
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        reason = info.error if info is not None and info.error is not None else "no partitions"
+        raise LookupError(f"topic {topic!r} is not available ({reason}); create it first (create_topics)")
+    return len(info.partitions)
+
+
+def job_partition(client: Consumer | Producer, topic: str, job_id: str, timeout: float = 10.0) -> int:
+    """The partition of ``topic`` that holds the events of ``job_id``."""
+    return partition_for(job_key(job_id), partition_count(client, topic, timeout))
+
+
+def consume_available(consumer: Consumer, num_messages: int = 500, timeout: float = 0.0) -> list[Message]:
+    """Up to ``num_messages`` messages that are there now, waiting up to ``timeout`` s only for the first.
+
+    (``Consumer.consume`` itself waits the whole timeout unless ``num_messages`` arrive.)
+    """
+    messages: list[Message] = consumer.consume(num_messages=num_messages, timeout=0)
+    if messages or timeout <= 0:
+        return messages
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    return (
+        [first, *consumer.consume(num_messages=num_messages - 1, timeout=0)] if num_messages > 1 else [first]
+    )
+
+
+def read_to_end(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    timeout: float = 10.0,
+    settle: float = 0.5,
+) -> Iterator[Message]:
+    """Every message of one partition, from the beginning to its end at the time of the call.
+
+    ``consumer`` must be otherwise unused: it is assigned to the partition. The end
+    is the high watermark a fetch reported (ListOffsets "latest" is wrong on the
+    embedded broker): the read stops once the position reaches it. When it cannot
+    (trailing transaction markers), it stops after ``settle`` s without data.
+    Raises TimeoutError after ``timeout`` s.
+    """
+    tp = TopicPartition(topic, partition)
+    # metadata first: OFFSET_BEGINNING assigned before the leader is known waits for a 500 ms timer
+    partition_count(consumer, topic, timeout)
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+    deadline = time.monotonic() + timeout
+    quiet_since = time.monotonic()
+    next_offset = -1
+    while True:
+        messages = consume_available(consumer, 1000, timeout=0.05)
+        now = time.monotonic()
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                if error.fatal():
+                    raise KafkaException(error)
+                log.warning("reading %s[%d]: %s", topic, partition, error)
+                continue
+            offset = msg.offset()
+            if offset is not None:
+                next_offset = offset + 1
+            yield msg
+        if messages:
+            quiet_since = now
+        low, high = consumer.get_watermark_offsets(tp, cached=True)
+        if high >= 0:  # a fetch has answered since the assignment
+            position = consumer.position([tp])[0].offset
+            if max(next_offset, position) >= high or (next_offset < 0 and 0 <= high <= low):
+                return
+            if not messages and now - quiet_since >= settle:
+                return
+        if now >= deadline:
+            raise TimeoutError(f"could not read {topic}[{partition}] to its end within {timeout:g}s")

@@ -1,0 +1,703 @@
+"""The participant library: plain Python Kafka apps take part in checkpoints (DESIGN §5).
+
+A :class:`Participant` is one task. The app calls :meth:`Participant.poll` in its
+loop, between records. When a barrier of its job and attempt arrives, the
+participant takes the cut right then (``snapshot(barrier)`` and ``offsets()``,
+so exactly the records processed so far), writes the snapshot atomically under
+the barrier's location and acknowledges it, or declines. From the journal it
+learns of completions (it commits the checkpoint's offsets of its partitions to
+the consumer group and calls ``on_complete``) and aborts (it deletes its
+snapshot).
+
+A :class:`JobDriver` publishes the job's status and finds completed checkpoints
+in the journal, to restore from; :func:`load_snapshot` reads a snapshot back and
+checks its digest.
+
+Start the participants before the driver publishes RUNNING: a participant only
+sees barriers and journal events written after it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import quote, unquote, urlsplit
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from events.codec import HEADER_SIZE, MAGIC, DecodeError, decode, default_codec
+from events.kafka import (
+    consume_available,
+    consumer_config,
+    job_key,
+    job_partition,
+    produce_record,
+    producer_config,
+    read_to_end,
+)
+from events.records import (
+    CheckpointAborted,
+    CheckpointAcknowledged,
+    CheckpointBarrier,
+    CheckpointCompleted,
+    CheckpointConfig,
+    CheckpointDeclined,
+    CheckpointKind,
+    ExecutionState,
+    JobStatus,
+    JobStatusChanged,
+    Record,
+    StateHandle,
+    TaskStatusChanged,
+)
+from events.topics import Topics
+
+__all__ = [
+    "JobDriver",
+    "Participant",
+    "ParticipantStats",
+    "SnapshotCorrupted",
+    "UnsupportedLocation",
+    "load_snapshot",
+    "local_path",
+    "snapshot_uri",
+    "write_atomic",
+]
+
+log = logging.getLogger(__name__)
+
+Snapshot = Callable[[CheckpointBarrier], bytes]
+Offsets = Callable[[], Mapping[str, int]]
+OnComplete = Callable[[CheckpointCompleted], None]
+Reply = CheckpointAcknowledged | CheckpointDeclined
+
+REASON_TASK_FAILURE = "TASK_CHECKPOINT_FAILURE"
+REASON_IO = "IO_EXCEPTION"
+REMEMBERED_REPLIES = 64
+"""How many recent acks/declines a participant keeps to answer re-sent barriers."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ------------------------------------------------------------------- storage
+
+
+class UnsupportedLocation(ValueError):
+    """A checkpoint location or state handle URI this library cannot write or read."""
+
+
+class SnapshotCorrupted(ValueError):
+    """A snapshot's bytes do not match the size or sha256 of its state handle."""
+
+
+def local_path(uri: str) -> Path:
+    """The local file system path of a ``file:`` URI (or of a plain path).
+
+    Raises :class:`UnsupportedLocation` for other schemes and remote hosts.
+    """
+    parts = urlsplit(uri)
+    if parts.scheme == "":
+        if not uri:
+            raise UnsupportedLocation("empty checkpoint location")
+        return Path(uri)
+    if parts.scheme != "file":
+        raise UnsupportedLocation(
+            f"unsupported checkpoint location scheme {parts.scheme!r} in {uri!r}: "
+            "the participant library writes only file:// URIs (or plain local paths)"
+        )
+    if parts.netloc not in ("", "localhost"):
+        raise UnsupportedLocation(f"file URI {uri!r} names host {parts.netloc!r}; only local files work")
+    return Path(unquote(parts.path))
+
+
+def snapshot_uri(location: str, task_id: str) -> str:
+    """The URI of ``task_id``'s snapshot in checkpoint ``location``: ``<location>/<task_id>``.
+
+    The task id becomes one file name: characters that could leave the
+    directory (``/``) are percent-encoded in the name.
+    """
+    if task_id in ("", ".", ".."):
+        raise ValueError(f"task id {task_id!r} cannot name a snapshot file")
+    name = quote(task_id, safe=":@=+,")
+    scheme = urlsplit(location).scheme
+    tail = quote(name, safe=":@=+,") if scheme else name
+    return f"{location.rstrip('/')}/{tail}"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or all of the new one, durably.
+
+    Creates missing directories; writes a temporary file in the same directory,
+    fsyncs it, renames it over ``path`` and fsyncs the directory.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+    with contextlib.suppress(OSError):  # not every file system can fsync a directory
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def load_snapshot(handle: StateHandle) -> bytes:
+    """The bytes of a task's snapshot, after checking them against the handle's size and sha256.
+
+    Raises :class:`SnapshotCorrupted` on a mismatch, :class:`UnsupportedLocation`
+    for a URI it cannot read, and OSError if the file cannot be read.
+    """
+    data = local_path(handle.uri).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != handle.size_bytes or digest != handle.sha256.lower():
+        raise SnapshotCorrupted(
+            f"snapshot {handle.uri} is corrupt: expected {handle.size_bytes} bytes with sha256 "
+            f"{handle.sha256}, found {len(data)} bytes with sha256 {digest}"
+        )
+    return data
+
+
+# --------------------------------------------------------------- participant
+
+
+@dataclass
+class ParticipantStats:
+    """What a participant did, by checkpoint id, in order."""
+
+    acked: list[int] = field(default_factory=list)
+    declined: list[int] = field(default_factory=list)
+    completed: list[int] = field(default_factory=list)
+    aborted: list[int] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)
+    resent: list[int] = field(default_factory=list)
+    """Checkpoints whose ack or decline was sent again for a duplicate barrier."""
+    ignored_barriers: int = 0
+    """Barriers of this job for another attempt, or older than the last one handled."""
+    commit_failures: int = 0
+    undecodable: int = 0
+
+
+class Participant:
+    """One task of a job: snapshots on barriers, acks or declines, commits on completion.
+
+    It reads the job's partition of the barriers and journal topics with its own
+    consumer (assigned, no group), from their end at construction. ``snapshot``
+    and ``offsets`` are called from :meth:`poll`, in the app's thread (or in the
+    thread of :meth:`run_in_thread`, where they must be thread-safe).
+    ``offsets`` maps ``topic:partition`` to the next offset to read. Exceptions of
+    ``snapshot`` and ``offsets`` during a checkpoint become a decline; an exception
+    of ``on_complete`` propagates out of :meth:`poll` (after the commit).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        job_id: str,
+        task_id: str,
+        attempt: int,
+        topics: Topics,
+        snapshot: Snapshot,
+        offsets: Offsets,
+        on_complete: OnComplete | None = None,
+        commit_consumer: Consumer | None = None,
+        *,
+        start_timeout: float = 10.0,
+        producer_extra: Mapping[str, Any] | None = None,
+        consumer_extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.task_id = task_id
+        self.attempt = attempt
+        self.topics = topics
+        self.stats = ParticipantStats()
+        self.error: BaseException | None = None
+        """The exception that stopped :meth:`run_in_thread`'s thread, if any."""
+        self._snapshot = snapshot
+        self._offsets = offsets
+        self._on_complete = on_complete
+        self._commit_consumer = commit_consumer
+        self._key = job_key(job_id)
+        self._last_id = 0
+        self._last_committed = 0
+        self._replies: OrderedDict[int, Reply] = OrderedDict()
+        self._files: dict[int, Path] = {}
+        self._completed: set[int] = set()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._producer = Producer(producer_config(bootstrap, producer_extra))
+        self._consumer = Consumer(consumer_config(bootstrap, extra=consumer_extra))
+        try:
+            self._backlog: list[Message] = []
+            self._start: dict[tuple[str, int], int] = {}
+            self._begin(start_timeout)
+        except BaseException:
+            self._consumer.close()
+            raise
+
+    # ------------------------------------------------------------- start
+
+    def _begin(self, timeout: float) -> None:
+        """Assign the job's barrier and journal partitions and find their real ends.
+
+        ListOffsets "latest" may lie (it is short by up to one batch on the
+        embedded broker), so it is only where reading starts; the end is the high
+        watermark of the first fetch. Everything below it is ignored.
+        """
+        deadline = time.monotonic() + timeout
+        assignment = []
+        for topic in (self.topics.barriers, self.topics.checkpoints):
+            partition = job_partition(self._consumer, topic, self.job_id, timeout)
+            _, latest = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
+            )
+            assignment.append(TopicPartition(topic, partition, max(latest, 0)))
+        self._consumer.assign(assignment)
+        waiting = {(tp.topic, tp.partition) for tp in assignment}
+        while waiting:
+            msg = self._consumer.poll(0.005)
+            if msg is not None:
+                self._backlog.append(msg)
+            for topic, partition in list(waiting):
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+                if high >= 0:
+                    self._start[(topic, partition)] = high
+                    waiting.discard((topic, partition))
+            if waiting and time.monotonic() > deadline:
+                raise TimeoutError(f"no fetch answered for {sorted(waiting)} within {timeout:g}s")
+        log.debug("participant %s/%s starts after %s", self.job_id, self.task_id, self._start)
+
+    # -------------------------------------------------------------- loop
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Handle the barriers and journal events that have arrived; the number handled.
+
+        Waits up to ``timeout`` s for the first one (0: never blocks).
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("participant is closed")
+            handled = 0
+            backlog, self._backlog = self._backlog, []
+            for msg in backlog:
+                handled += self._handle(msg)
+            for msg in consume_available(self._consumer, 500, 0 if backlog else timeout):
+                handled += self._handle(msg)
+            self._producer.poll(0)
+            return handled
+
+    def _handle(self, msg: Message) -> int:
+        error = msg.error()
+        if error is not None:
+            if error.fatal():
+                raise KafkaException(error)
+            log.warning("participant %s/%s consumer: %s", self.job_id, self.task_id, error)
+            return 0
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        if topic is None or partition is None or offset is None:
+            return 0
+        start = self._start.get((topic, partition))
+        if start is None or offset < start or msg.key() != self._key:
+            return 0
+        value = msg.value()
+        if value is None:
+            return 0
+        try:
+            record = decode(value)
+        except DecodeError as exc:
+            self.stats.undecodable += 1
+            log.warning("undecodable record at %s[%d]@%d: %s", topic, partition, offset, exc)
+            return 0
+        if topic == self.topics.barriers:
+            if isinstance(record, CheckpointBarrier) and record.job_id == self.job_id:
+                self._on_barrier(record)
+                return 1
+        elif isinstance(record, CheckpointCompleted) and record.job_id == self.job_id:
+            self._on_completed(record)
+            return 1
+        elif isinstance(record, CheckpointAborted) and record.job_id == self.job_id:
+            self._on_aborted(record)
+            return 1
+        return 0
+
+    # ---------------------------------------------------------- barriers
+
+    def _on_barrier(self, barrier: CheckpointBarrier) -> None:
+        checkpoint_id = barrier.checkpoint_id
+        if barrier.attempt != self.attempt:
+            self.stats.ignored_barriers += 1
+            log.info(
+                "task %s ignores barrier %d of attempt %d (its attempt is %d)",
+                self.task_id,
+                checkpoint_id,
+                barrier.attempt,
+                self.attempt,
+            )
+            return
+        previous = self._replies.get(checkpoint_id)
+        if previous is not None:  # a re-sent barrier: answer the same, never snapshot twice
+            self.stats.resent.append(checkpoint_id)
+            self._send(previous)
+            return
+        if checkpoint_id <= self._last_id:
+            self.stats.ignored_barriers += 1
+            log.info("task %s ignores stale barrier %d (last %d)", self.task_id, checkpoint_id, self._last_id)
+            return
+        self._last_id = checkpoint_id
+        reply = self._checkpoint(barrier)
+        self._replies[checkpoint_id] = reply
+        while len(self._replies) > REMEMBERED_REPLIES:
+            self._replies.popitem(last=False)
+        if isinstance(reply, CheckpointAcknowledged):
+            self.stats.acked.append(checkpoint_id)
+        else:
+            self.stats.declined.append(checkpoint_id)
+        self._send(reply)
+
+    def _checkpoint(self, barrier: CheckpointBarrier) -> Reply:
+        """Take the cut, write it and build the ack, or the decline saying why not."""
+        started = time.perf_counter()
+        try:
+            data = self._snapshot(barrier)
+            offsets = {str(key): int(value) for key, value in self._offsets().items()}
+            if not isinstance(data, bytes | bytearray | memoryview):
+                raise TypeError(f"snapshot() returned {type(data).__name__}, not bytes")
+            data = bytes(data)
+            snapshotted = time.perf_counter()
+            uri = snapshot_uri(barrier.location, self.task_id)
+            path = local_path(uri)
+            write_atomic(path, data)
+            written = time.perf_counter()
+        except Exception as exc:
+            reason = REASON_IO if isinstance(exc, OSError) else REASON_TASK_FAILURE
+            log.warning("task %s declines checkpoint %d: %r", self.task_id, barrier.checkpoint_id, exc)
+            return CheckpointDeclined(
+                job_id=self.job_id,
+                checkpoint_id=barrier.checkpoint_id,
+                attempt=self.attempt,
+                task_id=self.task_id,
+                timestamp_ms=_now_ms(),
+                reason=reason,
+                message=f"{type(exc).__name__}: {exc}",
+            )
+        self._files[barrier.checkpoint_id] = path
+        handle = StateHandle(uri=uri, size_bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        return CheckpointAcknowledged(
+            job_id=self.job_id,
+            checkpoint_id=barrier.checkpoint_id,
+            attempt=self.attempt,
+            task_id=self.task_id,
+            timestamp_ms=_now_ms(),
+            state=handle,
+            offsets=offsets,
+            metrics={
+                "snapshot_ms": round((snapshotted - started) * 1000),
+                "write_ms": round((written - snapshotted) * 1000),
+                "bytes": len(data),
+            },
+        )
+
+    def _send(self, reply: Reply) -> None:
+        topic = self.topics.acks if isinstance(reply, CheckpointAcknowledged) else self.topics.declines
+        produce_record(self._producer, topic, reply, on_delivery=self._delivered)
+
+    def _delivered(self, error: KafkaError | None, msg: Message) -> None:
+        if error is not None:
+            log.error("task %s could not send to %s: %s", self.task_id, msg.topic(), error)
+
+    # ----------------------------------------------------------- journal
+
+    def _on_completed(self, completed: CheckpointCompleted) -> None:
+        checkpoint_id = completed.checkpoint_id
+        if checkpoint_id in self._completed:
+            return
+        self._completed.add(checkpoint_id)
+        self.stats.completed.append(checkpoint_id)
+        if checkpoint_id > self._last_committed:
+            self._commit(completed)
+        if self._on_complete is not None:
+            self._on_complete(completed)
+
+    def _commit(self, completed: CheckpointCompleted) -> None:
+        """Commit the completed checkpoint's offsets of this task's partitions to the group."""
+        if self._commit_consumer is None:
+            return
+        own = set(self._offsets())
+        reply = self._replies.get(completed.checkpoint_id)
+        if isinstance(reply, CheckpointAcknowledged):
+            own.update(reply.offsets)
+        offsets = []
+        for key in sorted(own & set(completed.offsets)):
+            topic, _, partition = key.rpartition(":")
+            if not topic or not partition.isdigit():
+                log.warning("checkpoint %d has a malformed offset key %r", completed.checkpoint_id, key)
+                continue
+            offsets.append(TopicPartition(topic, int(partition), completed.offsets[key]))
+        if not offsets:
+            return
+        try:
+            result = self._commit_consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            self.stats.commit_failures += 1
+            log.warning(
+                "task %s could not commit checkpoint %d: %s", self.task_id, completed.checkpoint_id, exc
+            )
+            return
+        failed = [tp for tp in result or () if tp.error is not None]
+        if failed:
+            self.stats.commit_failures += 1
+            log.warning(
+                "task %s: commit of checkpoint %d failed for %s",
+                self.task_id,
+                completed.checkpoint_id,
+                failed,
+            )
+            return
+        self._last_committed = completed.checkpoint_id
+        self.stats.committed.append(completed.checkpoint_id)
+
+    def _on_aborted(self, aborted: CheckpointAborted) -> None:
+        checkpoint_id = aborted.checkpoint_id
+        if checkpoint_id in self._completed:
+            return
+        self._replies.pop(checkpoint_id, None)  # a barrier re-sent for it now counts as stale
+        path = self._files.pop(checkpoint_id, None)
+        if path is None:
+            return
+        self.stats.aborted.append(checkpoint_id)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("task %s could not discard %s: %s", self.task_id, path, exc)
+
+    # --------------------------------------------------------- lifecycle
+
+    def run_in_thread(self, interval: float = 0.01) -> threading.Thread:
+        """Poll in a daemon thread until :meth:`close`; ``snapshot`` and ``offsets`` must be thread-safe.
+
+        An exception stops the thread and is kept in :attr:`error`.
+        """
+        if self._thread is not None:
+            raise RuntimeError("participant already runs in a thread")
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.poll(interval)
+                except BaseException as exc:
+                    self.error = exc
+                    log.exception("participant %s/%s stopped", self.job_id, self.task_id)
+                    return
+
+        self._thread = threading.Thread(target=loop, name=f"participant-{self.task_id}", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the thread, deliver pending acks (up to ``timeout`` s) and close the clients; idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            remaining = self._producer.flush(timeout)
+            if remaining:
+                log.warning(
+                    "participant %s/%s closed with %d unsent messages", self.job_id, self.task_id, remaining
+                )
+            self._consumer.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------- job driver
+
+
+class JobDriver:
+    """Publishes a job's status and reads its completed checkpoints from the journal."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        job_id: str,
+        topics: Topics,
+        *,
+        timeout: float = 10.0,
+        producer_extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.job_id = job_id
+        self.topics = topics
+        self.timeout = timeout
+        self.attempt = 0
+        """The attempt of the last RUNNING this driver published."""
+        self._producer = Producer(producer_config(bootstrap, producer_extra))
+
+    def running(
+        self,
+        tasks: Sequence[str],
+        config: CheckpointConfig,
+        attempt: int,
+        restored_checkpoint_id: int | None = None,
+        restored_location: str | None = None,
+    ) -> JobStatusChanged:
+        """Publish RUNNING with the tasks that must acknowledge every checkpoint; returns the event."""
+        self.attempt = attempt
+        event = JobStatusChanged(
+            job_id=self.job_id,
+            status=JobStatus.RUNNING,
+            timestamp_ms=_now_ms(),
+            attempt=attempt,
+            tasks=tuple(tasks),
+            config=config,
+            restored_checkpoint_id=restored_checkpoint_id,
+            restored_location=restored_location,
+        )
+        self._publish(self.topics.job_status, event)
+        return event
+
+    def status(
+        self, status: JobStatus, error: str | None = None, attempt: int | None = None
+    ) -> JobStatusChanged:
+        """Publish another status (FAILED, CANCELED, FINISHED, ...) of the current attempt."""
+        event = JobStatusChanged(
+            job_id=self.job_id,
+            status=status,
+            timestamp_ms=_now_ms(),
+            attempt=self.attempt if attempt is None else attempt,
+            error=error,
+        )
+        self._publish(self.topics.job_status, event)
+        return event
+
+    def task_status(
+        self, task_id: str, status: ExecutionState, error: str | None = None
+    ) -> TaskStatusChanged:
+        """Publish one task's execution state (FAILED aborts what it has not acknowledged)."""
+        event = TaskStatusChanged(
+            job_id=self.job_id,
+            task_id=task_id,
+            attempt=self.attempt,
+            status=status,
+            timestamp_ms=_now_ms(),
+            error=error,
+        )
+        self._publish(self.topics.job_status, event)
+        return event
+
+    def _publish(self, topic: str, record: Record) -> None:
+        """Produce ``record`` and wait until the broker has it."""
+        errors: list[KafkaError] = []
+        delivered: list[Message] = []
+
+        def on_delivery(error: KafkaError | None, msg: Message) -> None:
+            if error is not None:
+                errors.append(error)
+            else:
+                delivered.append(msg)
+
+        produce_record(self._producer, topic, record, on_delivery=on_delivery)
+        self._producer.flush(self.timeout)
+        if errors:
+            raise KafkaException(errors[0])
+        if not delivered:
+            raise TimeoutError(f"{type(record).__name__} not delivered to {topic} within {self.timeout:g}s")
+
+    def completions(self, timeout: float | None = None) -> list[CheckpointCompleted]:
+        """Every CheckpointCompleted of this job in the journal, in journal order.
+
+        Reads the job's journal partition from the beginning to its end; only
+        completion frames are decoded.
+        """
+        codec = default_codec()
+        key = job_key(self.job_id)
+        found: list[CheckpointCompleted] = []
+        consumer = Consumer(consumer_config(self.bootstrap))
+        try:
+            topic = self.topics.checkpoints
+            partition = job_partition(consumer, topic, self.job_id, self.timeout)
+            for msg in read_to_end(consumer, topic, partition, self.timeout if timeout is None else timeout):
+                value = msg.value()
+                if msg.key() != key or value is None or value[:2] != MAGIC:
+                    continue
+                writer = codec.registry.writer(value[2:HEADER_SIZE])
+                if writer is None or writer.name != CheckpointCompleted.__name__:
+                    continue
+                try:
+                    record = codec.decode(value)
+                except DecodeError as exc:
+                    log.warning(
+                        "undecodable completion at %s[%d]@%d: %s", topic, partition, msg.offset(), exc
+                    )
+                    continue
+                if isinstance(record, CheckpointCompleted) and record.job_id == self.job_id:
+                    found.append(record)
+        finally:
+            consumer.close()
+        return found
+
+    def latest_completed(
+        self, timeout: float | None = None, kind: CheckpointKind | None = CheckpointKind.CHECKPOINT
+    ) -> CheckpointCompleted | None:
+        """The completed checkpoint with the highest id (of ``kind``; None: any), to restore from."""
+        candidates = [c for c in self.completions(timeout) if kind is None or c.kind == kind]
+        return max(candidates, key=lambda c: c.checkpoint_id, default=None)
+
+    def completed_checkpoint(
+        self, checkpoint_id: int, timeout: float | None = None
+    ) -> CheckpointCompleted | None:
+        """The completion of checkpoint (or savepoint) ``checkpoint_id``, if the journal has it."""
+        for completed in self.completions(timeout):
+            if completed.checkpoint_id == checkpoint_id:
+                return completed
+        return None
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Deliver what is still queued."""
+        self._producer.flush(timeout)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,529 @@
+"""The participant library against a real broker; each test plays the coordinator itself."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+
+from events.broker import create_topics
+from events.codec import decode
+from events.example_app import WordCount
+from events.kafka import (
+    consumer_config,
+    job_key,
+    murmur2,
+    partition_for,
+    produce_record,
+    producer_config,
+)
+from events.participant import (
+    JobDriver,
+    Participant,
+    SnapshotCorrupted,
+    load_snapshot,
+    snapshot_uri,
+    write_atomic,
+)
+from events.records import (
+    CheckpointAborted,
+    CheckpointAcknowledged,
+    CheckpointBarrier,
+    CheckpointCompleted,
+    CheckpointConfig,
+    CheckpointDeclined,
+    CheckpointKind,
+    CheckpointTriggered,
+    JobStatus,
+    JobStatusChanged,
+    Record,
+    StateHandle,
+    TaskAcknowledged,
+)
+from events.topics import Topics
+
+JOB = "job-1"
+TASK = "task-0"
+PARTITIONS = 8
+
+Reply = CheckpointAcknowledged | CheckpointDeclined
+
+
+def same_partition_job(job_id: str) -> str:
+    """Another job id whose events share ``job_id``'s partition (so only the key tells them apart)."""
+    target = partition_for(job_key(job_id), PARTITIONS)
+    return next(
+        f"other-{i}" for i in range(1000) if partition_for(job_key(f"other-{i}"), PARTITIONS) == target
+    )
+
+
+@pytest.fixture
+def topics(bootstrap: str, topic_prefix: str) -> Topics:
+    """The seven cutline topics plus an input topic ``<prefix>words``, created fresh."""
+    t = Topics(topic_prefix)
+    create_topics(bootstrap, [*t.all, f"{topic_prefix}words"], partitions=PARTITIONS)
+    return t
+
+
+class Coordinator:
+    """Plays the coordinator: writes barriers and journal events, reads acks and declines."""
+
+    def __init__(self, bootstrap: str, topics: Topics, job_id: str = JOB) -> None:
+        self.topics = topics
+        self.job_id = job_id
+        self.producer = Producer(producer_config(bootstrap))
+        self.consumer = Consumer(consumer_config(bootstrap))
+        partition = partition_for(job_key(job_id), PARTITIONS)
+        self.consumer.assign(
+            [TopicPartition(t, partition, OFFSET_BEGINNING) for t in (topics.acks, topics.declines)]
+        )
+        self.replies: list[Reply] = []
+
+    def send(self, topic: str, *records: Record) -> None:
+        for record in records:
+            produce_record(self.producer, topic, record)
+        assert 0 == self.producer.flush(10)
+
+    def barrier(
+        self, checkpoint_id: int, location: str, attempt: int = 1, job_id: str = JOB
+    ) -> CheckpointBarrier:
+        barrier = CheckpointBarrier(job_id, checkpoint_id, attempt, CheckpointKind.CHECKPOINT, 1, location)
+        self.send(self.topics.barriers, barrier)
+        return barrier
+
+    def journal(self, *records: Record) -> None:
+        self.send(self.topics.checkpoints, *records)
+
+    def collect(self, participant: Participant | None, count: int, timeout: float = 10) -> list[Reply]:
+        """Poll ``participant`` (if any) until ``count`` replies in total have arrived."""
+        deadline = time.monotonic() + timeout
+        while len(self.replies) < count:
+            assert time.monotonic() < deadline, f"only {len(self.replies)} of {count} replies: {self.replies}"
+            if participant is not None:
+                participant.poll(0.005)
+            msg = self.consumer.poll(0.005)
+            if msg is not None:
+                assert msg.error() is None
+                assert job_key(self.job_id) == msg.key()
+                value = msg.value()
+                assert value is not None
+                record = decode(value)
+                assert isinstance(record, CheckpointAcknowledged | CheckpointDeclined)
+                self.replies.append(record)
+        return self.replies
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@pytest.fixture
+def coordinator(bootstrap: str, topics: Topics) -> Iterator[Coordinator]:
+    c = Coordinator(bootstrap, topics)
+    yield c
+    c.close()
+
+
+def pump(participant: Participant, until: Callable[[], bool], timeout: float = 10) -> None:
+    """Poll ``participant`` until ``until()`` holds."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, f"condition not met; stats {participant.stats}"
+        participant.poll(0.005)
+
+
+class App:
+    """A fake app: fixed state bytes and offsets, and a record of every snapshot call."""
+
+    def __init__(self, state: bytes = b"state", offsets: Mapping[str, int] | None = None) -> None:
+        self.state = state
+        self.cut: dict[str, int] = dict(offsets or {"words:3": 42})
+        self.barriers: list[CheckpointBarrier] = []
+        self.completed: list[CheckpointCompleted] = []
+        self.fail: Exception | None = None
+
+    def snapshot(self, barrier: CheckpointBarrier) -> bytes:
+        self.barriers.append(barrier)
+        if self.fail is not None:
+            raise self.fail
+        return self.state
+
+    def offsets(self) -> dict[str, int]:
+        return dict(self.cut)
+
+    def participant(self, bootstrap: str, topics: Topics, **kwargs: object) -> Participant:
+        return Participant(
+            bootstrap,
+            JOB,
+            TASK,
+            1,
+            topics,
+            snapshot=self.snapshot,
+            offsets=self.offsets,
+            on_complete=self.completed.append,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+
+def completed(
+    checkpoint_id: int, offsets: Mapping[str, int], job_id: str = JOB, **kw: object
+) -> CheckpointCompleted:
+    fields: dict[str, object] = {
+        "kind": CheckpointKind.CHECKPOINT,
+        "timestamp_ms": 2,
+        "duration_ms": 1,
+        "handles": {},
+        "size_bytes": 0,
+        "attempt": 1,
+        **kw,
+    }
+    return CheckpointCompleted(job_id, checkpoint_id, offsets=dict(offsets), **fields)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------- barriers
+
+
+def test_barrier_writes_snapshot_under_location_and_acks_with_handle_and_offsets(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given a participant, when a barrier arrives, then the snapshot lands under its location
+    and the ack names it with its digest and the offsets of the cut."""
+    app = App(state=b"counts: a=1 b=2", offsets={f"{topics.prefix}words:3": 42})
+    location = (tmp_path / JOB / "chk-1").as_uri()
+    with app.participant(bootstrap, topics) as participant:
+        barrier = coordinator.barrier(1, location)
+        [ack] = coordinator.collect(participant, 1)
+
+    assert [barrier] == app.barriers
+    assert isinstance(ack, CheckpointAcknowledged)
+    assert (JOB, 1, 1, TASK) == (ack.job_id, ack.checkpoint_id, ack.attempt, ack.task_id)
+    assert {f"{topics.prefix}words:3": 42} == ack.offsets
+    assert (
+        StateHandle(
+            uri=f"{location}/{TASK}", size_bytes=len(app.state), sha256=hashlib.sha256(app.state).hexdigest()
+        )
+        == ack.state
+    )
+    assert app.state == (tmp_path / JOB / "chk-1" / TASK).read_bytes()
+    assert [TASK] == [p.name for p in (tmp_path / JOB / "chk-1").iterdir()]  # no temp file left behind
+    assert {"snapshot_ms", "write_ms", "bytes"} <= set(ack.metrics)
+    assert len(app.state) == ack.metrics["bytes"]
+    assert [1] == participant.stats.acked
+
+
+def test_duplicate_barrier_resends_the_same_ack_without_a_second_snapshot(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given an acked barrier, when it is sent again, then the same ack goes out again
+    and snapshot() is not called a second time."""
+    app = App()
+    with app.participant(bootstrap, topics) as participant:
+        coordinator.barrier(1, (tmp_path / "chk-1").as_uri())
+        coordinator.collect(participant, 1)
+        app.cut = {"words:3": 99}  # the app moved on; a re-ack must still report the cut
+        coordinator.barrier(1, (tmp_path / "chk-1").as_uri())
+        first, second = coordinator.collect(participant, 2)
+
+    assert 1 == len(app.barriers)
+    assert first == second
+    assert [1] == participant.stats.resent
+
+
+def test_barriers_of_another_job_or_attempt_or_from_before_start_are_ignored(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given old barriers in one batch, when barriers of another job and attempt follow,
+    then only the job's own attempt is snapshotted."""
+    # one batch of ten old barriers: ListOffsets "latest" on the embedded broker says 1, not 10
+    batcher = Producer(producer_config(bootstrap, {"linger.ms": 100}))
+    for checkpoint_id in range(1, 11):
+        produce_record(
+            batcher,
+            topics.barriers,
+            CheckpointBarrier(JOB, checkpoint_id, 1, CheckpointKind.CHECKPOINT, 1, tmp_path.as_uri()),
+        )
+    assert 0 == batcher.flush(10)
+    other = same_partition_job(JOB)
+    app = App()
+    with app.participant(bootstrap, topics) as participant:
+        coordinator.barrier(11, (tmp_path / "x").as_uri(), job_id=other)
+        coordinator.barrier(12, (tmp_path / "y").as_uri(), attempt=2)
+        coordinator.barrier(13, (tmp_path / "chk-13").as_uri())
+        [ack] = coordinator.collect(participant, 1)
+        participant.poll(0.2)
+
+    assert [13] == [b.checkpoint_id for b in app.barriers]
+    assert 13 == ack.checkpoint_id
+    assert 1 == participant.stats.ignored_barriers  # attempt 2; the other job is filtered by key
+    assert ["chk-13"] == [p.name for p in tmp_path.iterdir()]
+
+
+def test_failed_snapshots_are_declined_with_a_reason_and_the_next_barrier_is_acked(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given an unwritable location, an unsupported scheme and a failing snapshot, when their
+    barriers arrive, then each is declined with a reason and the next barrier is acked."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    app = App()
+    with app.participant(bootstrap, topics) as participant:
+        coordinator.barrier(1, (blocker / "chk-1").as_uri())  # parent is a regular file, even for root
+        coordinator.collect(participant, 1)
+        coordinator.barrier(2, "s3://bucket/chk-2")
+        coordinator.collect(participant, 2)
+        app.fail = RuntimeError("state backend exploded")
+        coordinator.barrier(3, (tmp_path / "chk-3").as_uri())
+        coordinator.collect(participant, 3)
+        app.fail = None
+        coordinator.barrier(4, (tmp_path / "chk-4").as_uri())
+        io, scheme, failure, ack = coordinator.collect(participant, 4)
+
+    assert isinstance(io, CheckpointDeclined)
+    assert ("IO_EXCEPTION", 1, TASK) == (io.reason, io.checkpoint_id, io.task_id)
+    assert "NotADirectoryError" in io.message
+    assert isinstance(scheme, CheckpointDeclined)
+    assert "TASK_CHECKPOINT_FAILURE" == scheme.reason
+    assert "unsupported checkpoint location scheme 's3'" in scheme.message
+    assert isinstance(failure, CheckpointDeclined)
+    assert ("TASK_CHECKPOINT_FAILURE", "RuntimeError: state backend exploded") == (
+        failure.reason,
+        failure.message,
+    )
+    assert isinstance(ack, CheckpointAcknowledged)
+    assert 4 == ack.checkpoint_id
+    assert ([1, 2, 3], [4]) == (participant.stats.declined, participant.stats.acked)
+    assert app.state == (tmp_path / "chk-4" / TASK).read_bytes()
+
+
+# -------------------------------------------------------------------- journal
+
+
+def test_completion_commits_exactly_the_checkpoint_offsets_of_the_task(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given an acked checkpoint, when the journal says it completed, then exactly its offsets of
+    this task's partitions are committed to the group and on_complete runs."""
+    words = f"{topics.prefix}words"
+    group = f"{topics.prefix}group"
+    app = App(offsets={f"{words}:0": 5, f"{words}:1": 7})
+    commit_consumer = Consumer(consumer_config(bootstrap, group))
+    try:
+        with app.participant(bootstrap, topics, commit_consumer=commit_consumer) as participant:
+            coordinator.barrier(1, (tmp_path / "chk-1").as_uri())
+            coordinator.collect(participant, 1)
+            app.cut = {f"{words}:0": 6, f"{words}:1": 8}  # the app read on after the cut
+            done = completed(1, {f"{words}:0": 5, f"{words}:1": 7, f"{words}:2": 9})  # :2 is another task's
+            coordinator.journal(
+                CheckpointTriggered(JOB, 1, 1, CheckpointKind.CHECKPOINT, 1, "x", (TASK,), 9), done
+            )
+            pump(participant, lambda: bool(app.completed))
+    finally:
+        commit_consumer.close()
+
+    reader = Consumer(consumer_config(bootstrap, group))
+    try:
+        committed = reader.committed([TopicPartition(words, p) for p in range(3)], timeout=10)
+    finally:
+        reader.close()
+    assert [5, 7, -1001] == [tp.offset for tp in committed]
+    assert [done] == app.completed
+    assert ([1], [1]) == (participant.stats.completed, participant.stats.committed)
+
+
+def test_abort_discards_the_snapshot_but_never_that_of_a_completed_checkpoint(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given two acked checkpoints, when the first aborts and the second completes then aborts,
+    then only the first snapshot is deleted and a re-sent barrier of it is stale."""
+    app = App()
+    with app.participant(bootstrap, topics) as participant:
+        coordinator.barrier(1, (tmp_path / "chk-1").as_uri())
+        coordinator.barrier(2, (tmp_path / "chk-2").as_uri())
+        coordinator.collect(participant, 2)
+        assert (tmp_path / "chk-1" / TASK).exists()
+        coordinator.journal(
+            CheckpointAborted(JOB, 1, 3, "CHECKPOINT_SUBSUMED", "subsumed by checkpoint 2"),
+            completed(2, {}),
+            CheckpointAborted(JOB, 2, 4, "CHECKPOINT_DECLINED", "should not happen"),
+        )
+        pump(participant, lambda: bool(app.completed))
+        participant.poll(0.2)
+        coordinator.barrier(1, (tmp_path / "chk-1").as_uri())  # re-sent after the abort: stale now
+        participant.poll(0.3)
+
+    assert not (tmp_path / "chk-1" / TASK).exists()
+    assert (tmp_path / "chk-2" / TASK).exists()
+    assert ([1], [2]) == (participant.stats.aborted, participant.stats.completed)
+    assert 2 == len(coordinator.collect(None, 2))
+    assert 2 == len(app.barriers)
+
+
+def test_load_snapshot_returns_the_bytes_and_detects_corruption(tmp_path: Path) -> None:
+    """Given a written snapshot, when it is read back intact and after a changed byte,
+    then the first read returns its bytes and the second fails."""
+    data = b'{"counts":{"a":1}}'
+    uri = snapshot_uri((tmp_path / "chk-1").as_uri(), "words:0")
+    path = tmp_path / "chk-1" / "words:0"
+    write_atomic(path, data)
+    handle = StateHandle(uri, len(data), hashlib.sha256(data).hexdigest())
+
+    assert data == load_snapshot(handle)
+    path.write_bytes(data.replace(b"1", b"2"))
+    with pytest.raises(SnapshotCorrupted, match="corrupt: expected 18 bytes with sha256"):
+        load_snapshot(handle)
+
+
+# ----------------------------------------------------------------- job driver
+
+
+def test_murmur2_places_keys_as_the_java_client_does() -> None:
+    """Given job ids, when partitioned over 8 partitions, then they land where the Java client,
+    Faust and aiokafka put them."""
+    assert [5, 4, 6, 4, 3, 6, 5, 5] == [partition_for(f"job-{i}".encode(), 8) for i in range(8)]
+    kafka_vectors = {  # org.apache.kafka.common.utils.UtilsTest#testMurmur2 (Java ints are signed)
+        b"21": -973932308,
+        b"foobar": -790332482,
+        b"a-little-bit-long-string": -985981536,
+        b"a-little-bit-longer-string": -1486304829,
+        b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+        b"abc": 479470107,
+    }
+    assert {k: v & 0xFFFFFFFF for k, v in kafka_vectors.items()} == {k: murmur2(k) for k in kafka_vectors}
+
+
+def test_running_publishes_a_decodable_status_keyed_by_job_on_the_journal_partition(
+    bootstrap: str, topics: Topics
+) -> None:
+    """Given a driver, when it publishes RUNNING and FAILED, then both decode and sit keyed by
+    the job on its murmur2 partition."""
+    config = CheckpointConfig(interval_ms=1000, location="file:///tmp/ckpt")
+    with JobDriver(bootstrap, JOB, topics) as driver:
+        sent = driver.running(["t0", "t1"], config, attempt=3, restored_checkpoint_id=7)
+        failed = driver.status(JobStatus.FAILED, error="boom")
+
+    reader = Consumer(consumer_config(bootstrap))
+    try:
+        reader.assign([TopicPartition(topics.job_status, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        messages: list[Message] = []
+        deadline = time.monotonic() + 10
+        while len(messages) < 2 and time.monotonic() < deadline:
+            msg = reader.poll(0.05)
+            if msg is not None:
+                messages.append(msg)
+    finally:
+        reader.close()
+    assert [sent, failed] == [decode(m.value() or b"") for m in messages]
+    assert isinstance(sent, JobStatusChanged)
+    assert (JobStatus.RUNNING, ("t0", "t1"), config, 3, 7) == (
+        sent.status,
+        sent.tasks,
+        sent.config,
+        sent.attempt,
+        sent.restored_checkpoint_id,
+    )
+    assert (3, "boom") == (failed.attempt, failed.error)
+    assert {(job_key(JOB), partition_for(job_key(JOB), PARTITIONS))} == {
+        (m.key(), m.partition()) for m in messages
+    }
+    assert 4 == partition_for(job_key(JOB), PARTITIONS)
+
+
+def test_latest_completed_finds_the_newest_completed_checkpoint_of_the_job(
+    bootstrap: str, topics: Topics
+) -> None:
+    """Given a journal of several jobs and kinds, when the driver looks,
+    then it finds the job's newest CHECKPOINT completion."""
+    coordinator = Coordinator(bootstrap, topics)
+    other = same_partition_job(JOB)
+    handle = StateHandle("file:///c/job-1/chk-3/t0", 3, "ab" * 32)
+    coordinator.journal(
+        completed(1, {"w:0": 1}),
+        TaskAcknowledged(JOB, 3, 1, "t0", 5, handle, {"w:0": 3}),
+        completed(2, {"w:0": 2}, kind=CheckpointKind.SAVEPOINT),
+        completed(3, {"w:0": 3}, handles={"t0": handle}, size_bytes=3),
+        CheckpointAborted(JOB, 4, 6, "CHECKPOINT_EXPIRED", "late"),
+        completed(9, {"w:0": 9}, job_id=other),
+    )
+    coordinator.close()
+    driver = JobDriver(bootstrap, JOB, topics)
+    started = time.monotonic()
+
+    latest = driver.latest_completed()
+    assert latest is not None
+    assert (3, {"w:0": 3}, {"t0": handle}) == (latest.checkpoint_id, latest.offsets, latest.handles)
+    assert time.monotonic() - started < 0.5  # reached the end by the high watermark, not by waiting
+    savepoint = driver.completed_checkpoint(2)
+    assert savepoint is not None
+    assert CheckpointKind.SAVEPOINT == savepoint.kind
+    assert driver.completed_checkpoint(4) is None
+    assert 3 == getattr(driver.latest_completed(kind=None), "checkpoint_id", None)
+    assert JobDriver(bootstrap, "job-0", topics).latest_completed() is None  # an empty partition
+
+
+# ---------------------------------------------------------------- example app
+
+
+def test_example_word_count_restores_from_its_checkpoint_and_ends_with_exact_counts(
+    bootstrap: str, topics: Topics, tmp_path: Path
+) -> None:
+    """Given a word count checkpointed mid-stream, when a new run restores after more input,
+    then it resumes at the cut and the counts equal one run over all input."""
+    words = f"{topics.prefix}words"
+    group = f"{topics.prefix}wc"
+    lines = [f"the cat {i % 3} sat on the mat" for i in range(30)]
+    producer = Producer(producer_config(bootstrap))
+
+    def feed(batch: list[str]) -> None:
+        for line in batch:
+            producer.produce(words, value=line.encode(), partition=2)
+        assert 0 == producer.flush(10)
+
+    def app() -> WordCount:
+        return WordCount(bootstrap, "wc", "wc-2", words, 2, topics=topics, group=group)
+
+    feed(lines[:18])
+    crashed = app()
+    crashed.run(threading.Event(), max_records=12)  # counts 12 records, leaves without a checkpoint
+    assert 12 == crashed.records
+
+    coordinator = Coordinator(bootstrap, topics, job_id="wc")
+    checkpointed, stop = app(), threading.Event()
+    runner = threading.Thread(target=checkpointed.run, args=(stop,))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while checkpointed.participant is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        coordinator.barrier(1, (tmp_path / "wc" / "chk-1").as_uri(), job_id="wc")
+        [ack] = coordinator.collect(None, 1)
+        assert isinstance(ack, CheckpointAcknowledged) and ack.state is not None
+        coordinator.journal(
+            completed(
+                1, ack.offsets, job_id="wc", handles={"wc-2": ack.state}, size_bytes=ack.state.size_bytes
+            )
+        )
+        while checkpointed.participant is not None and not checkpointed.participant.stats.committed:
+            assert time.monotonic() < deadline, "checkpoint 1 never committed"
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        runner.join(10)
+        coordinator.close()
+    cut = ack.offsets[f"{words}:2"]
+    assert 0 <= cut <= 18
+    feed(lines[18:])
+
+    restored = app()
+    counts = restored.run(threading.Event(), idle_exit=1.0)
+    reader = Consumer(consumer_config(bootstrap, group))
+    [committed_tp] = reader.committed([TopicPartition(words, 2)], timeout=10)
+    reader.close()
+    assert restored.restored is not None and 1 == restored.restored.checkpoint_id
+    assert (len(lines) - cut, 2) == (restored.records, restored.attempt)  # resumed exactly at the cut
+    assert Counter(" ".join(lines).split()) == counts
+    assert cut == committed_tp.offset
