@@ -1,15 +1,16 @@
 """The coordinator service: a Faust app around :class:`coordinator.runtime.Coordinator`.
 
-One agent per input topic (concurrency 1), a table of per-job state with its
-changelog, a timer that turns the clock into ticks, and web views with Flink's
-checkpoint statistics. Every agent body is the same few steps: decode → decide
-→ append to the journal → evolve the table (the runtime does the first three
-in memory; this module publishes and mirrors).
+One agent per input topic (concurrency 1), a timer that turns the clock into
+ticks, and web views with Flink's checkpoint statistics. Every agent body is
+the same few steps: decode → decide → evolve the per-job state → append to the
+journal (the runtime does the first three in memory; this module publishes).
 
-Start-up recovery reads the journal topic, which is the source of truth: the
-states it folds to replace whatever the changelog restored, inputs the journal
-already reflects are skipped when Kafka redelivers them, and the barriers of
-pending checkpoints are sent again.
+The per-job state table is the journal itself: start-up recovery folds the
+journal topic into the states, skips inputs the journal already reflects when
+Kafka redelivers them, and sends the barriers of pending checkpoints again.
+There is no Faust table with a changelog: the changelog would be a second copy
+of the journal, and Faust's changelog recovery hangs on the embedded broker,
+whose ListOffsets answers are wrong (docs/embedded-broker.md).
 """
 
 from __future__ import annotations
@@ -132,15 +133,6 @@ def create_app(settings: Settings) -> faust.App:
     dead_letters_topic = raw_topic(topics.dead_letters)
     ticks_topic = raw_topic(settings.ticks_topic)
     outputs = {t.get_topic_name(): t for t in (journal_topic, barriers_topic, dead_letters_topic)}
-    jobs_table = app.Table(
-        "jobs",
-        default=None,
-        partitions=settings.partitions,
-        key_type=str,
-    )
-    # Faust derives serializers from types only (json); job states are frozen dataclasses.
-    jobs_table.key_serializer = "raw"  # type: ignore[attr-defined]
-    jobs_table.value_serializer = "pickle"  # type: ignore[attr-defined]
 
     async def publish(outcome: Outcome) -> None:
         """Journal first; barriers only once the journal holds their trigger durably."""
@@ -167,8 +159,6 @@ def create_app(settings: Settings) -> faust.App:
                 message.topic, message.partition, message.offset, message.key, message.value, now_ms()
             )
             await publish(outcome)
-        if outcome.state is not None and outcome.job_id is not None:
-            jobs_table[outcome.job_id] = outcome.state
 
     def input_agent(topic_name: str, name: str) -> None:
         async def agent(stream: faust.StreamT[Any]) -> None:
@@ -189,10 +179,7 @@ def create_app(settings: Settings) -> faust.App:
             await recovered.wait()
             job_id = event.message.key.decode()
             async with publish_lock:
-                outcome = coordinator.tick(job_id, now_ms())
-                await publish(outcome)
-            if outcome.journal and outcome.state is not None:
-                jobs_table[job_id] = outcome.state
+                await publish(coordinator.tick(job_id, now_ms()))
 
     ticked: dict[str, int] = {}
 
@@ -248,15 +235,10 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.page("/jobs/{job_id}/state")
     async def get_state(web: Any, request: Any, job_id: str) -> Any:
-        # The table's value (the changelog-backed mirror), next to what the journal folds to.
-        mirrored = jobs_table.get(job_id)
-        folded = coordinator.states.get(job_id)
-        return web.json(
-            {
-                "table": None if mirrored is None else state_json(mirrored),
-                "folded": None if folded is None else state_json(folded),
-            }
-        )
+        state = coordinator.states.get(job_id)
+        if state is None:
+            return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
+        return web.json(state_json(state))
 
     @app.page("/jobs/{job_id}/checkpoints/config")
     async def get_checkpoint_config(web: Any, request: Any, job_id: str) -> Any:
@@ -302,3 +284,20 @@ def run(settings: Settings, loglevel: str = "warning") -> None:
 
 
 __all__ = ["Settings", "create_app", "ensure_topics", "run"]
+
+
+if __name__ == "__main__":  # the supervisor's entry point until the CLI takes it over
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m coordinator.app")
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic-prefix", default=DEFAULT_PREFIX)
+    parser.add_argument("--web-port", type=int, default=6066)
+    parser.add_argument("--data-dir", type=Path, default=Path(".cutline") / "coordinator")
+    parser.add_argument("--loglevel", default="warning")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    run(
+        Settings(args.bootstrap, args.topic_prefix, web_port=args.web_port, data_dir=args.data_dir),
+        loglevel=args.loglevel,
+    )

@@ -52,8 +52,7 @@ class CoordinatorProcess:
         return [
             sys.executable,
             "-m",
-            "coordinator.cli",
-            "coordinator",
+            "coordinator.app",
             "--bootstrap",
             self.bootstrap,
             "--topic-prefix",

@@ -1,0 +1,360 @@
+"""The coordinator service over a real broker, with real participants, in its own process.
+
+Every test starts ``cutline coordinator`` as a child process on its own topic
+prefix, drives a job with the participant library, and checks what the
+journal topic, the dead-letter topic, the consumer group and the web views
+say.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from coordinator.decider import fold_jobs
+from coordinator.invariants import first_violation
+from coordinator.state import state_json
+from coordinator.supervisor import CoordinatorProcess
+from events.broker import create_topics
+from events.codec import decode, encode
+from events.kafka import consumer_config, producer_config
+from events.log import read_to_end
+from events.participant import JobDriver, Participant
+from events.records import (
+    CheckpointAborted,
+    CheckpointAcknowledged,
+    CheckpointBarrier,
+    CheckpointCompleted,
+    CheckpointConfig,
+    CheckpointFailureThresholdExceeded,
+    CheckpointTriggered,
+    DeadLetter,
+    JobStatus,
+    JournalEvent,
+    SchedulerStopped,
+)
+from events.topics import Topics
+
+JOB = "wordcount"
+INPUT = "words"
+GROUP = "wordcount-app"
+
+
+@pytest.fixture(name="topics")
+def _topics(bootstrap: str, topic_prefix: str) -> Topics:
+    topics = Topics(topic_prefix)
+    create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks", f"{topic_prefix}{INPUT}"])
+    return topics
+
+
+@pytest.fixture(name="coordinator")
+def _coordinator(bootstrap: str, topics: Topics) -> Iterator[CoordinatorProcess]:
+    process = CoordinatorProcess(bootstrap, topics.prefix)
+    process.start()
+    yield process
+    process.stop()
+
+
+@dataclass
+class Task:
+    """One participant task: a counter over its own input partition."""
+
+    index: int
+    participant: Participant
+    consumer: Consumer
+    processed: int = 0
+    fail_on: set[int] = field(default_factory=set)
+
+
+class Job:
+    """A job of ``n`` participant tasks, each owning one partition of the input topic."""
+
+    def __init__(
+        self, bootstrap: str, topics: Topics, n: int, tmp: str, **hooks: Callable[..., object]
+    ) -> None:
+        self.bootstrap, self.topics, self.tmp = bootstrap, topics, tmp
+        self.input = f"{topics.prefix}{INPUT}"
+        self.driver = JobDriver(bootstrap, JOB, topics)
+        self.tasks: list[Task] = []
+        slow = hooks.get("slow")
+        for i in range(n):
+            consumer = Consumer(consumer_config(bootstrap, GROUP))
+            consumer.assign([TopicPartition(self.input, i, 0)])
+            task_holder: dict[str, Task] = {}
+
+            def snapshot(barrier: CheckpointBarrier, holder: dict[str, Task] = task_holder) -> bytes:
+                task = holder["task"]
+                if barrier.checkpoint_id in task.fail_on:
+                    raise RuntimeError(f"snapshot of checkpoint {barrier.checkpoint_id} failed on purpose")
+                if slow is not None:
+                    slow(task, barrier)
+                task.processed += 10  # the "records" this task has read before the cut
+                return str(task.processed).encode()
+
+            def offsets(holder: dict[str, Task] = task_holder, i: int = i) -> dict[str, int]:
+                return {f"{self.input}:{i}": holder["task"].processed}
+
+            participant = Participant(
+                bootstrap, JOB, f"task-{i}", 1, topics, snapshot, offsets, commit_consumer=consumer
+            )
+            task = Task(i, participant, consumer)
+            task_holder["task"] = task
+            self.tasks.append(task)
+
+    def start(self, config: CheckpointConfig, extra_tasks: tuple[str, ...] = ()) -> None:
+        for task in self.tasks:
+            task.participant.run_in_thread()
+        names = tuple(f"task-{t.index}" for t in self.tasks) + extra_tasks
+        self.driver.running(names, config, attempt=1)
+
+    def journal(self) -> list[JournalEvent]:
+        return [decode(m.value) for m in read_to_end(self.bootstrap, self.topics.checkpoints) if m.value]  # type: ignore[misc]
+
+    def wait_for(
+        self, predicate: Callable[[list[JournalEvent]], bool], timeout: float = 30.0
+    ) -> list[JournalEvent]:
+        deadline = time.monotonic() + timeout
+        while True:
+            journal = self.journal()
+            if predicate(journal):
+                return journal
+            if time.monotonic() > deadline:
+                kinds = [type(e).__name__ for e in journal][-20:]
+                raise AssertionError(f"journal never matched; last events: {kinds}")
+            time.sleep(0.2)
+
+    def committed(self) -> dict[str, int]:
+        reader = Consumer(consumer_config(self.bootstrap, GROUP))
+        try:
+            tps = reader.committed([TopicPartition(self.input, t.index) for t in self.tasks], timeout=10)
+            return {f"{tp.topic}:{tp.partition}": tp.offset for tp in tps if tp.offset >= 0}
+        finally:
+            reader.close()
+
+    def close(self) -> None:
+        for task in self.tasks:
+            task.participant.close()
+            task.consumer.close()
+        self.driver.close()
+
+
+@pytest.fixture(name="make_job")
+def _make_job(bootstrap: str, topics: Topics, tmp_path: object) -> Iterator[Callable[..., Job]]:
+    jobs: list[Job] = []
+
+    def make(n: int = 3, **hooks: Callable[..., object]) -> Job:
+        job = Job(bootstrap, topics, n, str(tmp_path), **hooks)
+        jobs.append(job)
+        return job
+
+    yield make
+    for job in jobs:
+        job.close()
+
+
+def config(tmp_path: object, **overrides: int) -> CheckpointConfig:
+    values = {"interval_ms": 300, "timeout_ms": 10_000, "tolerable_failures": 100}
+    values.update(overrides)
+    return CheckpointConfig(location=f"file://{tmp_path}/checkpoints", **values)  # type: ignore[arg-type]
+
+
+def completions(journal: list[JournalEvent]) -> list[CheckpointCompleted]:
+    return [e for e in journal if isinstance(e, CheckpointCompleted)]
+
+
+def trigger_ids(journal: list[JournalEvent]) -> list[int]:
+    return [e.checkpoint_id for e in journal if isinstance(e, CheckpointTriggered)]
+
+
+class TestCheckpointing:
+    def test_three_participants_complete_checkpoints(
+        self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+    ) -> None:
+        """With three participants and a 300 ms interval, checkpoints complete with one handle per
+        task, ids strictly increase, and the group's offsets equal the last completed checkpoint's."""
+        job = make_job(3)
+        job.start(config(tmp_path))
+
+        journal = job.wait_for(lambda j: len(completions(j)) >= 4)
+
+        ids = trigger_ids(journal)
+        assert sorted(set(ids)) == ids
+        for completed in completions(journal):
+            assert {"task-0", "task-1", "task-2"} == set(completed.handles)
+        assert first_violation(journal) is None
+        job.driver.status(JobStatus.FINISHED)
+        journal = job.wait_for(lambda j: any(isinstance(e, SchedulerStopped) for e in j))
+        last = completions(journal)[-1]
+        deadline = time.monotonic() + 10
+        while job.committed() != dict(last.offsets) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert dict(last.offsets) == job.committed()
+
+    def test_the_web_views_show_flink_shaped_statistics(
+        self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+    ) -> None:
+        """/jobs/<id>/checkpoints has counts, summary, latest and history; /config the config."""
+        job = make_job(2)
+        job.start(config(tmp_path))
+        job.wait_for(lambda j: len(completions(j)) >= 2)
+
+        stats = coordinator.get(f"/jobs/{JOB}/checkpoints")
+        cfg = coordinator.get(f"/jobs/{JOB}/checkpoints/config")
+
+        assert stats["counts"]["completed"] >= 2
+        assert {"counts", "summary", "latest", "history"} <= set(stats)
+        assert "completed" == stats["latest"]["completed"]["@class"]
+        assert 2 == stats["latest"]["completed"]["num_acknowledged_subtasks"]
+        assert 300 == cfg["interval"]
+        assert coordinator.get("/jobs/nobody/checkpoints")["errors"]
+
+
+class TestFailures:
+    def test_a_decline_aborts_that_checkpoint(
+        self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+    ) -> None:
+        """A task that cannot snapshot checkpoint 2 declines it: CHECKPOINT_DECLINED, and later
+        checkpoints complete."""
+        job = make_job(2)
+        job.tasks[1].fail_on.add(2)
+        job.start(config(tmp_path))
+
+        journal = job.wait_for(lambda j: any(c.checkpoint_id > 2 for c in completions(j)))
+
+        aborted = [e for e in journal if isinstance(e, CheckpointAborted)]
+        assert [(2, "CHECKPOINT_DECLINED", "task-1")] == [
+            (a.checkpoint_id, a.reason, a.task_id) for a in aborted
+        ]
+
+    def test_a_silent_participant_makes_checkpoints_expire_past_the_threshold(
+        self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+    ) -> None:
+        """A task that never acknowledges makes checkpoints expire (CHECKPOINT_EXPIRED); more than
+        tolerable_failures of them yield CheckpointFailureThresholdExceeded."""
+        job = make_job(1)
+        job.start(config(tmp_path, timeout_ms=600, tolerable_failures=1), extra_tasks=("silent",))
+
+        journal = job.wait_for(
+            lambda j: any(isinstance(e, CheckpointFailureThresholdExceeded) for e in j), timeout=20
+        )
+
+        expired = [
+            e for e in journal if isinstance(e, CheckpointAborted) and e.reason == "CHECKPOINT_EXPIRED"
+        ]
+        assert len(expired) >= 2
+        exceeded = next(e for e in journal if isinstance(e, CheckpointFailureThresholdExceeded))
+        assert (2, 1) == (exceeded.failures, exceeded.tolerable)
+
+    def test_a_job_that_stops_running_stops_triggers(
+        self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+    ) -> None:
+        """A CANCELED job status aborts the pending checkpoint (CHECKPOINT_COORDINATOR_SUSPEND) and
+        no checkpoint is triggered afterwards."""
+        job = make_job(1)
+        job.start(config(tmp_path), extra_tasks=("silent",))
+        job.wait_for(lambda j: len(trigger_ids(j)) >= 1)
+
+        job.driver.status(JobStatus.CANCELED)
+        journal = job.wait_for(lambda j: any(isinstance(e, SchedulerStopped) for e in j))
+        time.sleep(1.0)  # three intervals
+        after = job.journal()
+
+        stopped_at = next(i for i, e in enumerate(after) if isinstance(e, SchedulerStopped))
+        assert [] == [e for e in after[stopped_at:] if isinstance(e, CheckpointTriggered)]
+        suspended = [e for e in journal if isinstance(e, CheckpointAborted)]
+        assert ["CHECKPOINT_COORDINATOR_SUSPEND"] == [a.reason for a in suspended]
+
+
+class TestBadInput:
+    def test_garbage_on_every_input_topic_goes_to_dead_letters(
+        self, bootstrap: str, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+    ) -> None:
+        """Undecodable bytes, a record on the wrong topic, an unknown job and a wrong key end in
+        dead-letters with their reason and original bytes, while checkpoints keep completing."""
+        job = make_job(2)
+        job.start(config(tmp_path))
+        job.wait_for(lambda j: len(completions(j)) >= 1)
+        topics = job.topics
+        producer = Producer(producer_config(bootstrap))
+        garbage = {
+            topics.job_status: b"\x00not avro at all",
+            topics.requests: b"\xc3\x01" + b"\xff" * 8 + b"unknown fingerprint",
+            topics.acks: encode(CheckpointAcknowledged("nobody", 1, 1, "t", 0)),
+            topics.declines: encode(CheckpointAcknowledged(JOB, 1, 1, "task-0", 0)),
+        }
+        for topic, value in garbage.items():
+            key = b"nobody" if b"nobody" in value else JOB.encode()
+            producer.produce(topic, key=key, value=value)
+        producer.produce(
+            topics.acks, key=b"other-key", value=encode(CheckpointAcknowledged(JOB, 1, 1, "task-0", 0))
+        )
+        producer.flush(10)
+        seen = len(completions(job.journal()))
+
+        job.wait_for(lambda j: len(completions(j)) >= seen + 3)
+
+        letters = [decode(m.value) for m in read_to_end(bootstrap, topics.dead_letters) if m.value]
+        assert all(isinstance(letter, DeadLetter) for letter in letters)
+        by_topic = {(letter.topic, letter.reason) for letter in letters}  # type: ignore[union-attr]
+        assert {
+            (topics.job_status, "BAD_MAGIC"),
+            (topics.requests, "UNKNOWN_SCHEMA"),
+            (topics.acks, "UNKNOWN_JOB"),
+            (topics.declines, "WRONG_TOPIC"),
+            (topics.acks, "KEY_MISMATCH"),
+        } == by_topic
+        originals = {letter.value for letter in letters}  # type: ignore[union-attr]
+        assert set(garbage.values()) <= originals
+
+
+class TestRecovery:
+    def test_sigkill_in_the_middle_of_a_checkpoint(
+        self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+    ) -> None:
+        """Killed with SIGKILL while a checkpoint is pending and started again, the coordinator
+        recovers: no id is reused, the pending checkpoint ends by the rules, and nothing completed
+        is lost."""
+        hold = {"checkpoint": 0}
+
+        def slow(task: Task, barrier: CheckpointBarrier) -> None:
+            if task.index == 0 and barrier.checkpoint_id == hold["checkpoint"]:
+                time.sleep(2.0)
+
+        job = make_job(3, slow=slow)
+        job.start(config(tmp_path))
+        before = job.wait_for(lambda j: len(completions(j)) >= 2)
+        hold["checkpoint"] = max(trigger_ids(before)) + 2
+        job.wait_for(lambda j: hold["checkpoint"] in trigger_ids(j))
+        completed_before = [c.checkpoint_id for c in completions(job.journal())]
+
+        coordinator.kill()
+        coordinator.start()
+        journal = job.wait_for(
+            lambda j: max(c.checkpoint_id for c in completions(j)) > hold["checkpoint"] + 1
+        )
+
+        ids = trigger_ids(journal)
+        assert sorted(set(ids)) == ids, "a checkpoint id was used twice"
+        ended = {c.checkpoint_id for c in completions(journal)} | {
+            e.checkpoint_id for e in journal if isinstance(e, CheckpointAborted)
+        }
+        assert hold["checkpoint"] in ended
+        assert set(completed_before) <= {c.checkpoint_id for c in completions(journal)}
+        assert first_violation(journal) is None
+
+    def test_replaying_the_journal_reproduces_the_table(
+        self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+    ) -> None:
+        """Folding the journal topic gives exactly the state the running coordinator holds."""
+        job = make_job(2)
+        job.start(config(tmp_path))
+        job.wait_for(lambda j: len(completions(j)) >= 3)
+        job.driver.status(JobStatus.FINISHED)
+        journal = job.wait_for(lambda j: any(isinstance(e, SchedulerStopped) for e in j))
+
+        replayed = state_json(fold_jobs(journal)[JOB])
+        assert replayed == coordinator.get(f"/jobs/{JOB}/state")
