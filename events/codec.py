@@ -14,6 +14,7 @@ writer schema it was given and resolves it against the current reader schema.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import types
@@ -126,7 +127,91 @@ def to_avro(record: Any) -> dict[str, Any]:
 
 def from_avro(cls: type[R], datum: Mapping[str, Any]) -> R:
     """The record of type ``cls`` from a fastavro datum (fields the class lacks are dropped)."""
+    decoder = _DECODERS.get(cls)
+    if decoder is None:
+        decoder = _compile_decoder(cls)
+    return cast(R, decoder(datum))
+
+
+def avro_decoder(cls: type[R]) -> Callable[[Mapping[str, Any]], R]:
+    """``from_avro`` bound to one class, for loops over many data of one type (journal replay)."""
+    return cast(Callable[[Mapping[str, Any]], R], _DECODERS.get(cls) or _compile_decoder(cls))
+
+
+def _from_avro_fields(cls: type[R], datum: Mapping[str, Any]) -> R:
+    """:func:`from_avro`, field by field: fields missing from ``datum`` take the class default."""
     return cls(**{name: back(datum[name]) for name, _, back in _field_converters(cls) if name in datum})
+
+
+# Replay decodes millions of records, so each class gets a decoder compiled from its
+# fields: one function, no per-field converter calls. It behaves as _from_avro_fields
+# (and falls back to it when a field is missing from the datum).
+_DECODERS: dict[type, Callable[[Mapping[str, Any]], Any]] = {}
+
+
+def _compile_decoder(cls: type) -> Callable[[Mapping[str, Any]], Any]:
+    fields = dataclasses.fields(cls)
+    hints = typing.get_type_hints(cls)
+    namespace: dict[str, Any] = {"_cls": cls, "_fields": functools.partial(_from_avro_fields, cls)}
+    lines = ["def decode(d):", "    try:"]
+    lines += [f"        v{i} = d[{f.name!r}]" for i, f in enumerate(fields)]
+    lines += ["    except KeyError:", "        return _fields(d)"]
+    args = [_decode_expr(hints[f.name], f"v{i}", namespace, cls) for i, f in enumerate(fields)]
+    slots = [getattr(cls, f.name, None) for f in fields]
+    if (
+        all(f.init for f in fields)
+        and not hasattr(cls, "__post_init__")
+        and all(isinstance(slot, types.MemberDescriptorType) for slot in slots)
+    ):
+        # Set the slots directly: what the frozen __init__ leaves (one object.__setattr__
+        # per field), in half the time.
+        namespace["_new"] = object.__new__
+        lines.append("    o = _new(_cls)")
+        for i, (slot, arg) in enumerate(zip(slots, args, strict=True)):
+            namespace[f"_set{i}"] = slot.__set__  # type: ignore[union-attr]
+            lines.append(f"    _set{i}(o, {arg})")
+        lines.append("    return o")
+    elif all(f.init and not f.kw_only for f in fields):
+        lines.append(f"    return _cls({', '.join(args)})")
+    else:
+        keywords = [f"{f.name}={arg}" for f, arg in zip(fields, args, strict=True)]
+        lines.append(f"    return _cls({', '.join(keywords)})")
+    exec("\n".join(lines), namespace)  # noqa: S102 - source built above from the class's own fields
+    decoder = cast(Callable[[Mapping[str, Any]], Any], namespace["decode"])
+    _DECODERS[cls] = decoder
+    return decoder
+
+
+def _decode_expr(hint: Any, var: str, namespace: dict[str, Any], owner: type) -> str:
+    """A Python expression that converts the fastavro value in ``var`` to a field of type ``hint``."""
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        expr = _decode_expr(inner, var, namespace, owner)
+        return var if expr == var else f"(None if {var} is None else {expr})"
+    if origin is tuple:
+        return f"tuple({var})"
+    if origin is not None and origin.__name__ == "Mapping":
+        _, value_hint = typing.get_args(hint)
+        item = f"_x{len(namespace)}"
+        value_expr = _decode_expr(value_hint, item, namespace, owner)
+        if value_expr == item:
+            return f"dict({var})"
+        return f"{{_k: {value_expr} for _k, {item} in {var}.items()}}"
+    name = f"_g{len(namespace)}"
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        namespace[name], namespace[f"{name}m"] = hint, hint._value2member_map_
+        # The member map holds every value; anything else goes through the enum (and its ValueError).
+        return f"({name}m[{var}] if type({var}) is str and {var} in {name}m else {name}({var}))"
+    if dataclasses.is_dataclass(hint):
+        inner_cls = cast(type, hint)
+        namespace[name] = (
+            functools.partial(from_avro, inner_cls)
+            if inner_cls is owner
+            else _DECODERS.get(inner_cls) or _compile_decoder(inner_cls)
+        )
+        return f"{name}({var})"
+    return var
 
 
 # --------------------------------------------------------------------- registry

@@ -1,0 +1,318 @@
+"""Human-readable journals: one line per event, and a summary panel per job state.
+
+Pure formatting: every function returns a string or a rich renderable and
+prints nothing, so the replay command, a future ``cutline status`` and the
+tests share it. Times are UTC, ISO 8601 with milliseconds.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TypeAlias
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from coordinator.state import JobState, PendingCheckpoint
+from events.records import (
+    CheckpointAborted,
+    CheckpointCompleted,
+    CheckpointFailureThresholdExceeded,
+    CheckpointKind,
+    CheckpointRequestQueued,
+    CheckpointRestored,
+    CheckpointTriggered,
+    JobStatus,
+    JournalEvent,
+    SchedulerStarted,
+    SchedulerStopped,
+    TaskAcknowledged,
+    TaskStatusRecorded,
+    TriggerRejected,
+)
+
+__all__ = [
+    "Acks",
+    "ack_progress",
+    "describe",
+    "format_bytes",
+    "format_time",
+    "job_summary",
+    "timeline_line",
+]
+
+Acks: TypeAlias = tuple[int, int]
+"""Acknowledgements so far and tasks to acknowledge, of one pending checkpoint."""
+
+_EVENT_STYLES: dict[type, str] = {
+    SchedulerStarted: "magenta",
+    SchedulerStopped: "magenta",
+    TaskStatusRecorded: "yellow",
+    CheckpointRequestQueued: "blue",
+    CheckpointTriggered: "blue",
+    TaskAcknowledged: "",
+    CheckpointCompleted: "green",
+    CheckpointAborted: "red",
+    TriggerRejected: "yellow",
+    CheckpointFailureThresholdExceeded: "bold red",
+    CheckpointRestored: "magenta",
+}
+
+_STATUS_STYLES = {
+    JobStatus.RUNNING: "green",
+    JobStatus.FAILED: "red",
+    JobStatus.FAILING: "red",
+    JobStatus.RESTARTING: "yellow",
+}
+
+
+def format_time(timestamp_ms: int | None) -> str:
+    """``2026-11-22T10:00:00.123Z`` (UTC, milliseconds); ``-`` for no time."""
+    if timestamp_ms is None:
+        return "-"
+    try:
+        moment = datetime.fromtimestamp(timestamp_ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{timestamp_ms}ms"
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def format_bytes(size: int) -> str:
+    """``512 B``, ``12.3 KiB``, ``4.0 MiB``, ..."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _kind(kind: CheckpointKind, periodic: bool = False) -> str:
+    if kind is CheckpointKind.SAVEPOINT:
+        return "savepoint"
+    return "periodic checkpoint" if periodic else "checkpoint"
+
+
+def _relative(timestamp_ms: int, at_ms: int | None) -> str:
+    return "-" if at_ms is None else f"+{at_ms - timestamp_ms} ms"
+
+
+def ack_progress(state: JobState, event: TaskAcknowledged) -> Acks | None:
+    """``(acks, tasks)`` of the checkpoint ``event`` acknowledged, in the job's state right after it."""
+    pending = state.pending.get(event.checkpoint_id)
+    if pending is None:
+        return None
+    return len(pending.acks), len(pending.triggered.tasks)
+
+
+def describe(event: JournalEvent, acks: Acks | None = None) -> str:
+    """The essentials of one event, in a few words (``acks`` adds ``acks x/y`` to an ack)."""
+    match event:
+        case SchedulerStarted():
+            config = event.config
+            first = _relative(event.timestamp_ms, event.next_trigger_ms)
+            periodic = (
+                f"every {config.interval_ms} ms, first at {first}"
+                if config.interval_ms > 0
+                else "periodic checkpoints off"
+            )
+            return f"attempt {event.attempt}, {len(event.tasks)} tasks, {periodic}"
+        case SchedulerStopped():
+            error = f": {event.error}" if event.error else ""
+            return f"attempt {event.attempt} is {event.status}{error}"
+        case TaskStatusRecorded():
+            error = f": {event.error}" if event.error else ""
+            return f"task {event.task_id} is {event.status} (attempt {event.attempt}){error}"
+        case CheckpointRequestQueued():
+            request = f" {event.request_id}" if event.request_id else ""
+            return f"{_kind(event.kind, event.periodic)}{request} waits: max_concurrent pending"
+        case CheckpointTriggered():
+            request = f", request {event.request_id}" if event.request_id else ""
+            return (
+                f"#{event.checkpoint_id} {_kind(event.kind, event.periodic)}, {len(event.tasks)} tasks, "
+                f"deadline {_relative(event.timestamp_ms, event.deadline_ms)}{request}"
+            )
+        case TaskAcknowledged():
+            progress = f" acks {acks[0]}/{acks[1]}" if acks is not None else ""
+            return f"#{event.checkpoint_id} by {event.task_id}{progress}"
+        case CheckpointCompleted():
+            return (
+                f"#{event.checkpoint_id} {_kind(event.kind)} in {event.duration_ms} ms, "
+                f"{format_bytes(event.size_bytes)} in {len(event.handles)} handles"
+            )
+        case CheckpointAborted():
+            counted = " (counted)" if event.counts_as_failure else ""
+            return f"#{event.checkpoint_id} {event.reason}{counted}: {event.message}"
+        case TriggerRejected():
+            request = f" {event.request_id}" if event.request_id else ""
+            message = f": {event.message}" if event.message else ""
+            return f"{_kind(event.kind, event.periodic)}{request} {event.reason}{message}"
+        case CheckpointFailureThresholdExceeded():
+            return (
+                f"#{event.checkpoint_id} {event.reason}: {event.failures} failures, "
+                f"{event.tolerable} tolerable - the job fails"
+            )
+        case CheckpointRestored():
+            where = f" at {event.location}" if event.location else ""
+            return f"attempt {event.attempt} restored #{event.checkpoint_id}{where}"
+    return ""  # pragma: no cover - every journal record is handled above
+
+
+def timeline_line(
+    event: JournalEvent, offset: int = -1, partition: int = -1, acks: Acks | None = None
+) -> Text:
+    """One timeline line: time, position, job, event type and its essentials."""
+    position = f"{partition}:{offset}" if partition >= 0 else str(offset)
+    name = type(event).__name__
+    return Text.assemble(
+        (format_time(getattr(event, "timestamp_ms", None)), "dim"),
+        " ",
+        (f"{position:>8}", "cyan"),
+        " ",
+        (event.job_id, "bold"),
+        " ",
+        (f"{name:<34}", _EVENT_STYLES.get(type(event), "")),
+        " ",
+        describe(event, acks),
+    )
+
+
+# ------------------------------------------------------------------- job state
+
+
+def _table(title: str) -> Table:
+    return Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, expand=False)
+
+
+def _short_kind(kind: CheckpointKind, periodic: bool | None) -> str:
+    if kind is CheckpointKind.SAVEPOINT:
+        return "savepoint"
+    return "checkpoint" if periodic is None else "periodic" if periodic else "manual"
+
+
+def _pending_table(state: JobState) -> Table:
+    table = _table("pending checkpoints")
+    table.add_column("id", justify="right")
+    table.add_column("kind")
+    table.add_column("acks", justify="right", no_wrap=True)
+    table.add_column("missing", overflow="fold")
+    table.add_column("deadline", no_wrap=True)
+    for checkpoint_id in sorted(state.pending):
+        pending: PendingCheckpoint = state.pending[checkpoint_id]
+        triggered = pending.triggered
+        missing = [t for t in triggered.tasks if t not in pending.acks]
+        table.add_row(
+            str(checkpoint_id),
+            _short_kind(triggered.kind, triggered.periodic),
+            f"{len(pending.acks)}/{len(triggered.tasks)}",
+            ", ".join(missing) or "-",
+            format_time(triggered.deadline_ms),
+        )
+    return table
+
+
+def _queue_table(state: JobState) -> Table:
+    table = _table("queued requests")
+    table.add_column("kind")
+    table.add_column("request", overflow="fold")
+    table.add_column("since", no_wrap=True)
+    for queued in state.queue:
+        table.add_row(
+            _short_kind(queued.kind, queued.periodic),
+            queued.request_id or "-",
+            format_time(queued.timestamp_ms),
+        )
+    return table
+
+
+def _completed_table(state: JobState) -> Table:
+    table = _table("retained completed checkpoints")
+    table.add_column("id", justify="right")
+    table.add_column("completed", no_wrap=True)
+    table.add_column("duration", justify="right", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("handles", justify="right")
+    for completed in state.completed:
+        table.add_row(
+            str(completed.checkpoint_id),
+            format_time(completed.timestamp_ms),
+            f"{completed.duration_ms} ms",
+            format_bytes(completed.size_bytes),
+            str(len(completed.handles)),
+        )
+    return table
+
+
+def job_summary(state: JobState) -> Panel:
+    """A panel with everything folding the journal says about one job."""
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    status = str(state.status) if state.status is not None else "unknown (no status reported)"
+    facts.add_row("status", Text(status, _STATUS_STYLES.get(state.status, "") if state.status else "dim"))
+    facts.add_row("attempt", str(state.attempt))
+    tasks = Text()
+    for i, task in enumerate(state.tasks):
+        not_running = state.tasks_not_running.get(task)
+        tasks.append(", " if i else "")
+        tasks.append(f"{task} ({not_running})" if not_running else task, "red" if not_running else "")
+    facts.add_row("tasks", tasks if state.tasks else Text("-"))
+    config = state.config
+    if config is not None:
+        facts.add_row(
+            "config",
+            f"interval {config.interval_ms} ms, timeout {config.timeout_ms} ms, "
+            f"min pause {config.min_pause_ms} ms, max concurrent {config.max_concurrent}, "
+            f"tolerable failures {config.tolerable_failures}, retained {config.retained}",
+        )
+        facts.add_row("location", config.location)
+    else:
+        facts.add_row("config", "-")
+    if state.scheduler is None:
+        scheduler = "stopped"
+    elif state.scheduler.next_trigger_ms is None:
+        scheduler = "running, periodic checkpoints off"
+    else:
+        scheduler = f"next trigger at {format_time(state.scheduler.next_trigger_ms)}"
+    facts.add_row("scheduler", scheduler)
+    facts.add_row("next checkpoint id", str(state.next_checkpoint_id))
+    tolerable = config.tolerable_failures if config else 0
+    facts.add_row("failures", f"{state.failures} counted, {tolerable} tolerable")
+    facts.add_row(
+        "last completion",
+        f"#{state.last_completed_id} at {format_time(state.last_completion_ms)}"
+        if state.last_completion_ms is not None
+        else "-",
+    )
+    latest = state.latest_completed
+    facts.add_row(
+        "latest checkpoint",
+        f"#{latest.checkpoint_id} in {latest.location or '-'}" if latest is not None else "-",
+    )
+    savepoint = state.latest_savepoint
+    facts.add_row(
+        "latest savepoint",
+        f"#{savepoint.checkpoint_id} at {format_time(savepoint.timestamp_ms)} in {savepoint.location or '-'}"
+        if savepoint is not None
+        else "-",
+    )
+    restored = state.restored
+    facts.add_row(
+        "restored",
+        f"#{restored.checkpoint_id} by attempt {restored.attempt} at {format_time(restored.timestamp_ms)}"
+        + (f" from {restored.location}" if restored.location else "")
+        if restored is not None
+        else "-",
+    )
+    parts: list[RenderableType] = [facts]
+    if state.pending:
+        parts.append(_pending_table(state))
+    if state.queue:
+        parts.append(_queue_table(state))
+    if state.completed:
+        parts.append(_completed_table(state))
+    title = Text.assemble(("job ", "bold"), (state.job_id, "bold cyan"))
+    return Panel(Group(*parts), title=title, title_align="left", expand=False)

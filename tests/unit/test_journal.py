@@ -1,0 +1,394 @@
+"""Journal files (coordinator/journal.py) and the traffic simulation that fills them."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import avro.datafile
+import avro.io
+import fastavro
+import pytest
+
+from coordinator.decider import _replace_state, fold_jobs
+from coordinator.invariants import first_violation
+from coordinator.journal import (
+    JOURNAL_SCHEMA_NAME,
+    JournalEntry,
+    JournalFileError,
+    journal_schema,
+    read_journal,
+    read_journal_events,
+    write_journal,
+)
+from coordinator.simulate import START_MS, Rates, simulate, simulate_steps
+from events.codec import SCHEMAS_DIR, _from_avro_fields, from_avro, to_avro
+from events.records import (
+    JOURNAL_RECORDS,
+    CheckpointAborted,
+    CheckpointCompleted,
+    CheckpointConfig,
+    CheckpointFailureThresholdExceeded,
+    CheckpointKind,
+    CheckpointRequestQueued,
+    CheckpointRestored,
+    CheckpointTriggered,
+    ExecutionState,
+    JobStatus,
+    JournalEvent,
+    SchedulerStarted,
+    SchedulerStopped,
+    StateHandle,
+    TaskAcknowledged,
+    TaskStatusRecorded,
+    TriggerRejected,
+)
+
+LOCATION = "file:///tmp/cutline/checkpoints"
+HANDLE = StateHandle(f"{LOCATION}/job-1/chk-7/t0.state", 1234, "ab" * 32)
+
+
+def one_of_each() -> list[JournalEvent]:
+    """One event of every journal record type, optional fields filled in."""
+    config = CheckpointConfig(500, LOCATION, 2000, 100, 2, 3, 2)
+    return [
+        SchedulerStarted("job-1", 2, START_MS, ("t0", "t1"), config, START_MS + 250),
+        SchedulerStopped("job-1", 2, START_MS + 1, JobStatus.FAILING, "boom"),
+        TaskStatusRecorded("job-1", "t1", 2, ExecutionState.FAILED, START_MS + 2, "OOM"),
+        CheckpointRequestQueued(
+            "job-1", CheckpointKind.SAVEPOINT, False, START_MS + 3, "sp-1", "file:///sp", START_MS + 9
+        ),
+        CheckpointTriggered(
+            "job-1",
+            7,
+            2,
+            CheckpointKind.CHECKPOINT,
+            START_MS + 4,
+            f"{LOCATION}/job-1/chk-7",
+            ("t0", "t1"),
+            START_MS + 2004,
+            periodic=True,
+            request_id="r-1",
+            next_trigger_ms=START_MS + 504,
+        ),  # fmt: skip
+        TaskAcknowledged("job-1", 7, 2, "t0", START_MS + 5, HANDLE, {"in:0": 42}, {"sync_ms": 3}),
+        CheckpointCompleted(
+            "job-1",
+            7,
+            CheckpointKind.CHECKPOINT,
+            START_MS + 6,
+            2,
+            {"t0": HANDLE},
+            1234,
+            {"in:0": 42},
+            attempt=2,
+            location=f"{LOCATION}/job-1/chk-7",
+        ),  # fmt: skip
+        CheckpointAborted("job-1", 8, START_MS + 7, "CHECKPOINT_DECLINED", "disk full", "t1", True),
+        TriggerRejected(
+            "job-1",
+            "MINIMUM_TIME_BETWEEN_CHECKPOINTS",
+            None,
+            START_MS + 8,
+            CheckpointKind.CHECKPOINT,
+            True,
+            "min pause",
+            START_MS + 100,
+        ),  # fmt: skip
+        CheckpointFailureThresholdExceeded("job-1", 8, START_MS + 9, 4, 3, "CHECKPOINT_EXPIRED"),
+        CheckpointRestored("job-1", 7, 3, START_MS + 10, f"{LOCATION}/job-1/chk-7"),
+    ]
+
+
+def simulated(count: int, seed: int = 1, jobs: int = 3) -> list[JournalEvent]:
+    return list(itertools.islice(simulate(random.Random(seed), jobs=jobs), count))
+
+
+class TestRoundTrip:
+    def test_every_event_type_and_position_survives(self, tmp_path: Path) -> None:
+        """Every journal record type, with its partition and offset, reads back equal."""
+        entries = [JournalEntry(e, partition=i % 3, offset=100 + i) for i, e in enumerate(one_of_each())]
+        path = tmp_path / "journal.avro"
+
+        written = write_journal(path, entries)
+
+        assert set(JOURNAL_RECORDS) == {type(e.event) for e in entries}
+        assert len(entries) == written
+        assert entries == list(read_journal(path))
+
+    def test_bare_events_get_their_index_as_offset(self, tmp_path: Path) -> None:
+        """An event without a position gets partition -1 and its index as offset."""
+        events = one_of_each()
+        path = tmp_path / "journal.avro"
+        write_journal(path, [JournalEntry(events[0], 5, 77), *events[1:]])
+
+        positions = [(e.partition, e.offset) for e in read_journal(path)]
+
+        assert [(5, 77)] + [(-1, i) for i in range(1, len(events))] == positions
+
+    @pytest.mark.parametrize("codec", ["null", "deflate"])
+    def test_simulated_journal_survives(self, tmp_path: Path, codec: str) -> None:
+        """A simulated journal reads back event for event, with either block codec."""
+        events = simulated(3000)
+        path = tmp_path / "journal.avro"
+
+        write_journal(path, events, codec=codec)  # type: ignore[arg-type]
+
+        assert events == [event for event, _, _ in read_journal_events(path)]
+
+    def test_empty_journal(self, tmp_path: Path) -> None:
+        """A journal with no events is a valid, empty file."""
+        path = tmp_path / "journal.avro"
+
+        assert 0 == write_journal(path, [])
+        assert [] == list(read_journal(path))
+
+
+class TestAnyAvroTool:
+    def test_fastavro_reads_it_without_cutline(self, tmp_path: Path) -> None:
+        """Plain fastavro reads the file: the header names cutline.JournalEntry and every record type."""
+        path = tmp_path / "journal.avro"
+        write_journal(path, one_of_each())
+
+        with path.open("rb") as stream:
+            reader = fastavro.reader(stream, return_record_name=True, return_record_name_override=True)
+            records = list(reader)
+            schema = reader.writer_schema
+
+        assert JOURNAL_SCHEMA_NAME == schema["name"]
+        assert [f"cutline.{cls.__name__}" for cls in JOURNAL_RECORDS] == [r["event"][0] for r in records]
+        ack = records[5]["event"][1]
+        assert {"uri": HANDLE.uri, "size_bytes": 1234, "sha256": HANDLE.sha256} == ack["state"]
+        assert {"in:0": 42} == ack["offsets"]
+
+    def test_the_avro_library_reads_it_too(self, tmp_path: Path) -> None:
+        """The Apache Avro library, a second implementation, reads the same records."""
+        path = tmp_path / "journal.avro"
+        write_journal(path, one_of_each())
+
+        with path.open("rb") as stream, avro.datafile.DataFileReader(stream, avro.io.DatumReader()) as reader:
+            records = list(reader)
+
+        assert list(range(len(JOURNAL_RECORDS))) == [r["offset"] for r in records]
+        assert "job-1" == records[0]["event"]["job_id"]
+
+    def test_a_file_of_an_older_schema_resolves(self, tmp_path: Path) -> None:
+        """A file written before ``partition`` existed reads back with its default, -1."""
+        older = copy.deepcopy(journal_schema())
+        older["fields"] = [f for f in older["fields"] if f["name"] != "partition"]
+        records = [
+            {"offset": i, "event": (f"cutline.{type(e).__name__}", to_avro(e))}
+            for i, e in enumerate(one_of_each())
+        ]
+        path = tmp_path / "old.avro"
+        with path.open("wb") as out:
+            fastavro.writer(out, fastavro.parse_schema(older), records)
+
+        entries = list(read_journal(path))
+
+        assert one_of_each() == [e.event for e in entries]
+        assert {-1} == {e.partition for e in entries}
+
+    def test_a_file_whose_records_changed_resolves(self, tmp_path: Path) -> None:
+        """A file written before TriggerRejected had request_id reads with its default (the field order
+        then differs from the current schema's)."""
+        older = copy.deepcopy(journal_schema())
+        (event_field,) = [f for f in older["fields"] if f["name"] == "event"]
+        (rejected,) = [b for b in event_field["type"] if b["name"] == "cutline.TriggerRejected"]
+        rejected["fields"] = [f for f in rejected["fields"] if f["name"] != "request_id"]
+        events = [e for e in one_of_each() if not isinstance(e, TriggerRejected)]
+        old_rejection = TriggerRejected(
+            "job-1", "PERIODIC_SCHEDULER_SHUTDOWN", None, START_MS + 8, message="stopped"
+        )
+        datum = {k: v for k, v in to_avro(old_rejection).items() if k != "request_id"}
+        records = [
+            {"partition": 0, "offset": i, "event": (f"cutline.{type(e).__name__}", to_avro(e))}
+            for i, e in enumerate(events)
+        ] + [{"partition": 0, "offset": len(events), "event": ("cutline.TriggerRejected", datum)}]
+        path = tmp_path / "old.avro"
+        with path.open("wb") as out:
+            fastavro.writer(out, fastavro.parse_schema(older), records)
+
+        assert [*events, old_rejection] == [e.event for e in read_journal(path)]
+
+    def test_a_failed_write_leaves_no_file(self, tmp_path: Path) -> None:
+        """A write that fails half-way leaves neither the journal nor a partial file behind."""
+        path = tmp_path / "journal.avro"
+
+        def broken() -> Iterator[JournalEvent]:
+            yield from one_of_each()
+            raise RuntimeError("simulated crash")
+
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            write_journal(path, broken())
+
+        assert [] == list(tmp_path.iterdir())
+
+
+class TestBadFiles:
+    def test_a_missing_file_raises_file_not_found(self, tmp_path: Path) -> None:
+        """A missing file is FileNotFoundError, raised when read_journal is called."""
+        with pytest.raises(FileNotFoundError):
+            read_journal(tmp_path / "nope.avro")
+
+    def test_a_text_file_is_not_a_journal(self, tmp_path: Path) -> None:
+        """A file that is not Avro says so, and says how journals are made."""
+        path = tmp_path / "notes.txt"
+        path.write_text("hello\n")
+
+        with pytest.raises(JournalFileError, match="not an Avro object container file.*journal-demo"):
+            read_journal(path)
+
+    def test_an_empty_file_is_not_a_journal(self, tmp_path: Path) -> None:
+        """An empty file is not a journal either."""
+        path = tmp_path / "empty.avro"
+        path.touch()
+
+        with pytest.raises(JournalFileError, match="is empty"):
+            read_journal(path)
+
+    def test_an_avro_file_of_another_schema_is_not_a_journal(self, tmp_path: Path) -> None:
+        """An Avro file of other records names the records it holds."""
+        path = tmp_path / "other.avro"
+        schema = {
+            "type": "record",
+            "name": "Other",
+            "namespace": "x",
+            "fields": [{"name": "a", "type": "int"}],
+        }
+        with path.open("wb") as out:
+            fastavro.writer(out, schema, [{"a": 1}])
+
+        with pytest.raises(JournalFileError, match=r"x\.Other records, not cutline\.JournalEntry"):
+            read_journal(path)
+
+    def test_a_truncated_file_is_damaged(self, tmp_path: Path) -> None:
+        """A file cut short reads up to the damage, then raises JournalFileError."""
+        path = tmp_path / "journal.avro"
+        write_journal(path, simulated(2000))
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+        with pytest.raises(JournalFileError, match="damaged after"):
+            for _ in read_journal(path):
+                pass
+
+    def test_journal_file_error_is_a_value_error(self) -> None:
+        """Callers that catch ValueError catch a bad journal too."""
+        assert issubclass(JournalFileError, ValueError)
+
+    def test_schema_is_the_one_in_schemas(self) -> None:
+        """The journal schema is schemas/cutline.JournalEntry.avsc with every named type inlined."""
+        assert (SCHEMAS_DIR / "cutline.JournalEntry.avsc").is_file()
+        assert JOURNAL_SCHEMA_NAME == journal_schema()["name"]
+
+
+class TestSimulate:
+    def test_same_seed_same_journal(self) -> None:
+        """The simulation is deterministic: one seed, one journal."""
+        assert simulated(2000, seed=5) == simulated(2000, seed=5)
+        assert simulated(2000, seed=5) != simulated(2000, seed=6)
+
+    def test_jobs_have_two_to_eight_tasks(self) -> None:
+        """Every simulated job runs with 2 to 8 tasks."""
+        started = [e for e in simulated(3000, jobs=6) if isinstance(e, SchedulerStarted)]
+
+        assert {f"job-{i}" for i in range(6)} == {e.job_id for e in started}
+        assert all(2 <= len(e.tasks) <= 8 for e in started)
+
+    def test_traffic_has_every_kind_of_trouble(self) -> None:
+        """With high failure rates, every journal record type and abort reason shows up."""
+        rates = Rates(
+            decline=0.05, stuck=0.03, task_failure=0.03, savepoint_every_ms=3000, manual_every_ms=2000
+        )
+        events = list(itertools.islice(simulate(random.Random(2), jobs=3, rates=rates), 20_000))
+
+        reasons = {e.reason for e in events if isinstance(e, CheckpointAborted)}
+
+        assert set(JOURNAL_RECORDS) == {type(e) for e in events}
+        assert {"CHECKPOINT_DECLINED", "CHECKPOINT_EXPIRED", "TASK_FAILURE"} <= reasons
+        assert any(isinstance(e, CheckpointCompleted) and e.kind is CheckpointKind.SAVEPOINT for e in events)
+
+    def test_simulated_journal_keeps_every_invariant(self) -> None:
+        """The simulation drives the real decider, so its journal breaks no invariant."""
+        rates = Rates(
+            decline=0.05, stuck=0.03, task_failure=0.03, savepoint_every_ms=3000, manual_every_ms=2000
+        )
+
+        assert first_violation(itertools.islice(simulate(random.Random(3), rates=rates), 20_000)) is None
+
+    def test_steps_carry_the_commands(self) -> None:
+        """simulate_steps gives each command with its decisions, time never going back."""
+        steps = list(itertools.islice(simulate_steps(random.Random(1), jobs=2), 500))
+        times = [s.command.now_ms for s in steps]
+
+        assert sorted(times) == times
+        assert START_MS <= times[0]
+
+    def test_needs_a_job(self) -> None:
+        """Simulating no job is a mistake, said at once."""
+        with pytest.raises(ValueError, match="jobs must be at least 1"):
+            simulate_steps(random.Random(1), jobs=0)
+
+
+def test_write_journal_takes_str_paths(tmp_path: Path) -> None:
+    """write_journal accepts str paths as well as Path objects."""
+    path = str(tmp_path / "journal.avro")
+
+    write_journal(path, one_of_each())
+
+    assert len(JOURNAL_RECORDS) == sum(1 for _ in read_journal(path))
+
+
+class TestHotPaths:
+    """The replay hot path's compiled helpers behave as the generic code they replace."""
+
+    def test_compiled_decoders_match_field_by_field_decoding(self) -> None:
+        """from_avro's compiled decoder gives what the field-by-field conversion gives."""
+        for event in [*one_of_each(), *simulated(2000)]:
+            datum = to_avro(event)
+
+            assert _from_avro_fields(type(event), datum) == from_avro(type(event), datum) == event
+
+    def test_a_datum_without_a_defaulted_field_takes_the_default(self) -> None:
+        """A field missing from the datum takes the class default, as before."""
+        datum = to_avro(CheckpointRestored("job-1", 7, 3, START_MS, "file:///x"))
+        del datum["location"]
+
+        assert CheckpointRestored("job-1", 7, 3, START_MS) == from_avro(CheckpointRestored, datum)
+
+    def test_an_unknown_enum_value_is_a_value_error(self) -> None:
+        """A value outside an enum fails with the enum's own ValueError."""
+        datum = to_avro(SchedulerStopped("job-1", 1, START_MS, JobStatus.FAILED))
+        datum["status"] = "EXPLODED"
+
+        with pytest.raises(ValueError, match="EXPLODED"):
+            from_avro(SchedulerStopped, datum)
+
+    def test_decoded_records_stay_frozen(self) -> None:
+        """Setting slots directly still makes a frozen record."""
+        event = from_avro(TaskAcknowledged, to_avro(one_of_each()[5]))
+
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            event.task_id = "t9"  # type: ignore[misc]
+        assert hash(event.state) == hash(HANDLE)
+
+    def test_compiled_replace_matches_dataclasses_replace(self) -> None:
+        """evolve's compiled replace gives what dataclasses.replace gives, and a frozen state."""
+        state = fold_jobs(simulated(3000, jobs=1))["job-0"]
+        changes: list[dict[str, object]] = [
+            {},
+            {"failures": 3},
+            {"pending": {}, "queue": (), "scheduler": None},
+            {"status": JobStatus.FAILED, "attempt": 9, "restored": None},
+        ]
+
+        for change in changes:
+            assert dataclasses.replace(state, **change) == _replace_state(state, **change)  # type: ignore[arg-type]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            _replace_state(state).failures = 1  # type: ignore[misc]
+        with pytest.raises(TypeError):
+            _replace_state(state, no_such_field=1)
