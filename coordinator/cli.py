@@ -14,13 +14,14 @@ import random
 import re
 from array import array
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, NoReturn, TypeAlias
 
 import typer
+from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.text import Text
@@ -31,7 +32,10 @@ from coordinator.journal import Codec, JournalFileError, read_journal_events, wr
 from coordinator.simulate import simulate
 from coordinator.state import JobState, initial_state
 from coordinator.timeline import Acks, ack_progress, format_bytes, format_time, job_summary, timeline_line
-from events.records import JournalEvent, TaskAcknowledged
+from events.codec import DecodeError, default_codec
+from events.log import read_to_end
+from events.records import JOURNAL_RECORDS, JournalEvent, TaskAcknowledged
+from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 __all__ = ["Cut", "app", "main", "parse_until"]
 
@@ -50,6 +54,19 @@ PRINT_BATCH = 1_000
 
 USAGE_ERROR = 2
 VIOLATION = 1
+
+Bootstrap: TypeAlias = Annotated[
+    str | None,
+    typer.Option(
+        "--bootstrap",
+        "-b",
+        envvar="CUTLINE_BOOTSTRAP",
+        help="Kafka bootstrap servers HOST:PORT (default: $CUTLINE_BOOTSTRAP).",
+    ),
+]
+TopicPrefix: TypeAlias = Annotated[
+    str, typer.Option("--topic-prefix", "-p", help="Prefix of every cutline topic.")
+]
 
 
 @app.callback()
@@ -173,12 +190,18 @@ class _Timeline:
 
 
 def _replay(
-    path: Path, cut: Cut, job: str | None, timeline: _Timeline | None, result: _Replay, *, track: bool
+    source: Iterable[tuple[JournalEvent, int, int]],
+    cut: Cut,
+    job: str | None,
+    timeline: _Timeline | None,
+    result: _Replay,
+    *,
+    track: bool,
 ) -> Iterator[JournalEvent]:
     """The selected events of the journal, folding each into ``result`` as it passes."""
     states, jobs_in_file = result.states, result.jobs_in_file
     partitions, offsets = result.partitions, result.offsets
-    for event, partition, offset in read_journal_events(path):
+    for event, partition, offset in source:
         result.total += 1
         job_id = event.job_id
         jobs_in_file.add(job_id)
@@ -201,13 +224,25 @@ def _fail(console: Console, message: str) -> NoReturn:
     raise typer.Exit(USAGE_ERROR)
 
 
-def _replay_from_kafka(console: Console, bootstrap: str) -> NoReturn:
-    """Replay the journal topic itself (issue 3): consume ``cutline.checkpoints`` from the start and
-    feed the same fold, timeline and checks as a file replay."""
-    _fail(
-        console,
-        f"replay from Kafka: see issue 3, not available yet (--bootstrap {bootstrap}); use --from-file F",
-    )
+def _journal_topic(bootstrap: str, prefix: str) -> Iterator[tuple[JournalEvent, int, int]]:
+    """The journal topic from its start to its current end, decoded: the same input as a file."""
+    codec = default_codec()
+    topic = Topics(prefix).checkpoints
+    for message in read_to_end(bootstrap, topic):
+        if message.value is None:
+            continue
+        try:
+            event = codec.decode(message.value)
+        except DecodeError as exc:
+            raise JournalFileError(
+                f"{topic}[{message.partition}]@{message.offset} is not a journal event: {exc}"
+            ) from exc
+        if not isinstance(event, JOURNAL_RECORDS):
+            raise JournalFileError(
+                f"{topic}[{message.partition}]@{message.offset} holds a {type(event).__name__}, "
+                "not a journal event; only the coordinator may write to the journal topic"
+            )
+        yield event, message.partition, message.offset
 
 
 @app.command()
@@ -239,28 +274,38 @@ def replay(
     ] = False,
     bootstrap: Annotated[
         str | None,
-        typer.Option("--bootstrap", envvar="CUTLINE_BOOTSTRAP", help="Kafka bootstrap servers (not yet)."),
+        typer.Option(
+            "--bootstrap", envvar="CUTLINE_BOOTSTRAP", help="Replay the journal topic of this Kafka cluster."
+        ),
     ] = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
 ) -> None:
-    """Rebuild the coordinator's state from its journal, at any offset or time."""
+    """Rebuild the coordinator's state from its journal (a file or the topic), at any offset or time."""
     console = Console(highlight=False)
     errors = Console(stderr=True, highlight=False)
     try:
         cut = parse_until(until)
     except ValueError as exc:
         _fail(errors, str(exc))
-    if from_file is None:
-        if bootstrap:
-            _replay_from_kafka(errors, bootstrap)
+    source: Iterable[tuple[JournalEvent, int, int]]
+    if from_file is not None:
+        source, origin = read_journal_events(from_file), str(from_file)
+    elif bootstrap:
+        _check_broker(errors, bootstrap)
+        source, origin = (
+            _journal_topic(bootstrap, topic_prefix),
+            f"{Topics(topic_prefix).checkpoints} at {bootstrap}",
+        )
+    else:
         _fail(
             errors,
-            "replay needs --from-file F (a journal file; `cutline journal-demo --out F` writes one); "
-            "replay from Kafka (--bootstrap) is not available yet",
+            "replay needs a journal: --from-file F (`cutline journal-demo --out F` writes one) "
+            "or --bootstrap HOST:PORT (or CUTLINE_BOOTSTRAP) to replay the journal topic",
         )
     timeline = None if quiet else _Timeline(console, print_all=print_all)
     result = _Replay()
     try:
-        events = _replay(from_file, cut, job, timeline, result, track=verify)
+        events = _replay(source, cut, job, timeline, result, track=verify)
         violation = _first_violation(events) if verify else None
         for _ in events:  # the rest, after a violation (or everything, without --verify)
             pass
@@ -272,15 +317,17 @@ def replay(
         _fail(errors, f"{from_file}: permission denied; check the file's permissions")
     except JournalFileError as exc:
         _fail(errors, str(exc))
+    except (KafkaException, TimeoutError) as exc:
+        _fail(errors, f"cannot read the journal topic: {exc}")
     if job is not None and job not in result.jobs_in_file:
         known = ", ".join(sorted(result.jobs_in_file)) or "none"
-        _fail(errors, f"job {job!r} has no events in {from_file}; its jobs are: {known}")
+        _fail(errors, f"job {job!r} has no events in {origin}; its jobs are: {known}")
     if timeline is not None:
         timeline.finish()
     _print_states(console, result, job)
     scope = f" of job {job}" if job else ""
     console.print(
-        f"replayed {result.selected:,} of {result.total:,} events{scope} up to {cut} from {from_file}",
+        f"replayed {result.selected:,} of {result.total:,} events{scope} up to {cut} from {origin}",
         soft_wrap=True,
     )
     if verify:
@@ -355,6 +402,286 @@ def journal_demo(
         _fail(console, f"cannot write {out}: {exc.strerror or exc}")
     size = format_bytes(os.path.getsize(out))
     console.print(f"wrote {written:,} events of {jobs} jobs to {out} ({size}, seed {seed})", soft_wrap=True)
+
+
+# ------------------------------------------------------------ service commands
+
+
+def _need_bootstrap(console: Console, bootstrap: str | None) -> str:
+    if not bootstrap:
+        _fail(
+            console,
+            "no Kafka cluster given: pass --bootstrap HOST:PORT or set CUTLINE_BOOTSTRAP "
+            "(`cutline broker` starts an embedded one)",
+        )
+    _check_broker(console, bootstrap)
+    return bootstrap
+
+
+def _check_broker(console: Console, bootstrap: str) -> None:
+    from events.broker import wait_for_broker
+
+    try:
+        wait_for_broker(bootstrap, timeout=10)
+    except TimeoutError as exc:
+        _fail(console, f"no Kafka broker answers at {bootstrap} ({exc}); start one with `cutline broker`")
+
+
+@app.command()
+def broker(
+    port: Annotated[
+        int | None, typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")
+    ] = None,
+) -> None:
+    """Run the embedded Kafka-protocol broker (Tansu, memory only) until Ctrl-C."""
+    import signal
+    import threading
+
+    from events.broker import BrokerError, EmbeddedBroker
+
+    console = Console(highlight=False)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        with EmbeddedBroker(port) as running:
+            console.print(f"bootstrap: {running.bootstrap}", soft_wrap=True)
+            console.print(
+                Text(
+                    f"export CUTLINE_BOOTSTRAP={running.bootstrap}   (Ctrl-C stops; data is in memory only)",
+                    "dim",
+                ),
+                soft_wrap=True,
+            )
+            try:
+                while not stop.wait(0.5):
+                    pass
+            except KeyboardInterrupt:
+                pass
+    except BrokerError as exc:
+        _fail(Console(stderr=True), f"the broker did not start: {exc}")
+
+
+topics_app = typer.Typer(help="Manage cutline's topics.", no_args_is_help=True)
+app.add_typer(topics_app, name="topics")
+
+
+@topics_app.command("create")
+def topics_create(
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
+    partitions: Annotated[
+        int, typer.Option("--partitions", min=1, help="Partitions of every topic.")
+    ] = DEFAULT_PARTITIONS,
+) -> None:
+    """Create every topic of the protocol (same partition count everywhere; existing ones are kept)."""
+    from coordinator.app import Settings, ensure_topics
+
+    errors = Console(stderr=True, highlight=False)
+    bootstrap = _need_bootstrap(errors, bootstrap)
+    settings = Settings(bootstrap, topic_prefix, partitions=partitions)
+    created = ensure_topics(settings)
+    console = Console(highlight=False)
+    for name in [*settings.topics.all, settings.ticks_topic]:
+        console.print(f"{'created' if name in created else 'exists '}  {name}", soft_wrap=True)
+
+
+@app.command()
+def coordinator(
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
+    web_host: Annotated[str, typer.Option("--web-host", help="Address of the web views.")] = "127.0.0.1",
+    web_port: Annotated[int, typer.Option("--web-port", help="Port of the web views.")] = 6066,
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="Faust's working directory.")] = Path(
+        ".cutline/coordinator"
+    ),
+    loglevel: Annotated[str, typer.Option("--loglevel", help="debug, info, warning or error.")] = "warning",
+) -> None:
+    """Run the checkpoint coordinator (a Faust worker) until interrupted."""
+    import logging
+
+    from coordinator.app import Settings, run
+
+    errors = Console(stderr=True, highlight=False)
+    bootstrap = _need_bootstrap(errors, bootstrap)
+    logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    errors.print(
+        f"coordinator: topics {topic_prefix}*, views on http://{web_host}:{web_port}/jobs", soft_wrap=True
+    )
+    run(Settings(bootstrap, topic_prefix, web_host=web_host, web_port=web_port, data_dir=data_dir), loglevel)
+
+
+@app.command()
+def status(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    url: Annotated[str, typer.Option("--url", help="The coordinator's web views.")] = "http://127.0.0.1:6066",
+) -> None:
+    """Print a job's checkpoint statistics (the coordinator's /jobs/JOB/checkpoints) as tables."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from coordinator.timeline import render_status
+
+    errors = Console(stderr=True, highlight=False)
+    base = url.rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{base}/jobs/{job}/checkpoints", timeout=10) as response:
+            stats = json.load(response)
+        with urllib.request.urlopen(f"{base}/jobs/{job}/checkpoints/config", timeout=10) as response:
+            config = json.load(response)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            _fail(errors, f"the coordinator at {base} knows no job {job!r}; `curl {base}/jobs` lists them")
+        _fail(errors, f"the coordinator at {base} answered {exc.code}: {exc.reason}")
+    except (urllib.error.URLError, OSError) as exc:
+        _fail(
+            errors,
+            f"no coordinator answers at {base} ({exc}); start one with `cutline coordinator` or pass --url",
+        )
+    Console(highlight=False).print(render_status(job, stats, config))
+
+
+@app.command()
+def trigger(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    savepoint: Annotated[
+        str | None, typer.Option("--savepoint", help="Take a savepoint into this directory (a URI) instead.")
+    ] = None,
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
+) -> None:
+    """Ask the coordinator for a checkpoint (or a savepoint) of JOB now."""
+    import time
+    import uuid
+
+    from events.participant import JobDriver
+    from events.records import CheckpointKind, CheckpointRequested
+
+    errors = Console(stderr=True, highlight=False)
+    bootstrap = _need_bootstrap(errors, bootstrap)
+    target = savepoint
+    if target is not None and "://" not in target:
+        target = Path(target).absolute().as_uri()
+    request = CheckpointRequested(
+        job_id=job,
+        kind=CheckpointKind.SAVEPOINT if savepoint is not None else CheckpointKind.CHECKPOINT,
+        timestamp_ms=time.time_ns() // 1_000_000,
+        request_id=uuid.uuid4().hex,
+        target=target,
+    )
+    with JobDriver(bootstrap, job, Topics(topic_prefix)) as driver:
+        driver.request(request)
+    Console(highlight=False).print(
+        f"requested {request.kind.lower()} of {job} (request {request.request_id})"
+        + (f" into {target}" if target else "")
+        + f"; follow it with `cutline tail {Topics(topic_prefix).checkpoints}`",
+        soft_wrap=True,
+    )
+
+
+@app.command()
+def tail(
+    topic: Annotated[
+        str, typer.Argument(help="A topic name, or a short name: checkpoints, acks, barriers, ...")
+    ],
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
+    from_beginning: Annotated[
+        bool, typer.Option("--from-beginning", help="Start at the oldest message.")
+    ] = False,
+    count: Annotated[int | None, typer.Option("--count", "-n", help="Stop after this many messages.")] = None,
+    idle: Annotated[
+        float | None, typer.Option("--idle", help="Stop after this many seconds without messages.")
+    ] = None,
+) -> None:
+    """Print the decoded events of a topic as they arrive."""
+    import time
+
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+
+    from coordinator.timeline import describe_record
+    from events.kafka import consumer_config
+    from events.log import partitions_of
+
+    errors = Console(stderr=True, highlight=False)
+    bootstrap = _need_bootstrap(errors, bootstrap)
+    topics = Topics(topic_prefix)
+    short = {name.removeprefix(topic_prefix): name for name in topics.all}
+    name = short.get(topic, topic)
+    consumer = Consumer(consumer_config(bootstrap))
+    try:
+        try:
+            partitions = partitions_of(consumer, name)
+        except KafkaException:
+            known = ", ".join(sorted(short))
+            _fail(
+                errors,
+                f"topic {name!r} does not exist; cutline's topics are: {known} "
+                f"(with prefix {topic_prefix!r})",
+            )
+        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        consumer.assign([TopicPartition(name, p, start) for p in partitions])
+        console = Console(highlight=False)
+        codec = default_codec()
+        seen, last = 0, time.monotonic()
+        while (count is None or seen < count) and (idle is None or time.monotonic() - last < idle):
+            message = consumer.poll(0.2)
+            if message is None or message.error() is not None:
+                continue
+            last = time.monotonic()
+            seen += 1
+            console.print(
+                describe_record(codec, message.partition(), message.offset(), message.value()), soft_wrap=True
+            )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+
+
+@app.command()
+def demo(
+    duration: Annotated[
+        float, typer.Option("--duration", min=10, help="Seconds of input to produce.")
+    ] = 40.0,
+    bootstrap: Annotated[
+        str | None, typer.Option("--bootstrap", help="A real Kafka cluster instead of the embedded broker.")
+    ] = None,
+    partitions: Annotated[
+        int, typer.Option("--partitions", min=1, help="Partitions (tasks) of the input.")
+    ] = 4,
+    interval: Annotated[int, typer.Option("--interval", min=100, help="Checkpoint interval in ms.")] = 1000,
+) -> None:
+    """The main job: a word count that checkpoints with cutline, crashes, restores, and checks
+    exactly-once."""
+    from coordinator.demo import DemoOptions, run_demo, summary
+
+    console = Console(highlight=False)
+    try:
+        result = run_demo(
+            DemoOptions(duration=duration, bootstrap=bootstrap, partitions=partitions, interval_ms=interval),
+            console,
+        )
+    except KeyboardInterrupt:
+        console.print(Text("interrupted: everything the demo started was stopped", "yellow"))
+        raise typer.Exit(130) from None
+    console.print(summary(result))
+    if result.exactly_once:
+        console.print(
+            Text(
+                f"exactly-once: OK, {sum(result.counted.values()):,} words counted = "
+                f"{sum(result.produced.values()):,} produced, across a crash and a restore "
+                f"from checkpoint {result.restored_from}",
+                "bold green",
+            ),
+            soft_wrap=True,
+        )
+        return
+    console.print(Text("exactly-once: FAILED", "bold red"), soft_wrap=True)
+    for word in sorted(set(result.produced) | set(result.counted)):
+        if result.produced[word] != result.counted[word]:
+            console.print(f"  {word}: produced {result.produced[word]}, counted {result.counted[word]}")
+    raise typer.Exit(1)
 
 
 def main() -> None:

@@ -52,7 +52,8 @@ class CoordinatorProcess:
         return [
             sys.executable,
             "-m",
-            "coordinator.app",
+            "coordinator.cli",
+            "coordinator",
             "--bootstrap",
             self.bootstrap,
             "--topic-prefix",

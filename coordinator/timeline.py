@@ -1,14 +1,16 @@
 """Human-readable journals: one line per event, and a summary panel per job state.
 
 Pure formatting: every function returns a string or a rich renderable and
-prints nothing, so the replay command, a future ``cutline status`` and the
-tests share it. Times are UTC, ISO 8601 with milliseconds.
+prints nothing, so ``cutline replay``, ``status``, ``tail`` and the tests
+share it. Times are UTC, ISO 8601 with milliseconds.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -17,7 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.state import JobState, PendingCheckpoint
+from events.codec import Codec, DecodeError, to_avro
 from events.records import (
+    JOURNAL_RECORDS,
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointFailureThresholdExceeded,
@@ -38,9 +42,11 @@ __all__ = [
     "Acks",
     "ack_progress",
     "describe",
+    "describe_record",
     "format_bytes",
     "format_time",
     "job_summary",
+    "render_status",
     "timeline_line",
 ]
 
@@ -316,3 +322,79 @@ def job_summary(state: JobState) -> Panel:
         parts.append(_completed_table(state))
     title = Text.assemble(("job ", "bold"), (state.job_id, "bold cyan"))
     return Panel(Group(*parts), title=title, title_align="left", expand=False)
+
+
+# ------------------------------------------------------------ any record, stats
+
+
+def describe_record(codec: Codec, partition: int | None, offset: int | None, value: bytes | None) -> Text:
+    """One line for any message on a cutline topic (``cutline tail``): decoded, or why not."""
+    position = Text(f"{partition}:{offset:<6} ", "cyan")
+    if value is None:
+        return Text.assemble(position, ("(no value)", "dim"))
+    try:
+        record = codec.decode(value)
+    except DecodeError as exc:
+        return Text.assemble(position, (f"undecodable ({exc.reason}): {exc}", "red"))
+    if isinstance(record, JOURNAL_RECORDS):
+        return Text.assemble(position, timeline_line(record))
+    name = type(record).__name__
+    fields = ", ".join(
+        f"{key}={value!r}" for key, value in to_avro(record).items() if key not in ("job_id", "value", "key")
+    )
+    return Text.assemble(
+        position,
+        (format_time(getattr(record, "timestamp_ms", None)), "dim"),
+        " ",
+        (str(getattr(record, "job_id", "") or ""), "bold"),
+        " ",
+        (f"{name:<34}", "magenta"),
+        " ",
+        fields,
+    )
+
+
+def render_status(job_id: str, stats: Mapping[str, Any], config: Mapping[str, Any]) -> Group:
+    """``cutline status``: Flink's checkpoint overview (counts, latest, summary, history, config)."""
+    counts = stats.get("counts", {})
+    overview = Table(title=f"checkpoints of {job_id}", show_header=False)
+    for key in ("total", "completed", "failed", "in_progress", "restored"):
+        overview.add_row(key.replace("_", " "), str(counts.get(key, 0)))
+    latest = stats.get("latest", {})
+    for kind in ("completed", "savepoint", "failed"):
+        entry = latest.get(kind)
+        if entry:
+            at = entry.get("latest_ack_timestamp") or entry.get("failure_timestamp")
+            detail = f"#{entry['id']} at {format_time(at)}"
+            if kind == "failed":
+                detail += f" {entry.get('failure_message', '')}"
+            elif entry.get("external_path"):
+                detail += f" {entry['external_path']}"
+            overview.add_row(f"latest {kind}", detail)
+    restored = latest.get("restored")
+    if restored:
+        overview.add_row("restored", f"#{restored['id']} at {format_time(restored['restore_timestamp'])}")
+    durations = stats.get("summary", {}).get("end_to_end_duration", {})
+    if durations:
+        overview.add_row(
+            "duration",
+            " ".join(f"{k} {durations.get(k, 0)} ms" for k in ("min", "p50", "p99", "max")),
+        )
+    history = Table(title="history (newest first)")
+    for column in ("id", "status", "acks", "triggered", "duration", "size", "reason"):
+        history.add_column(column)
+    for entry in stats.get("history", []):
+        duration = entry.get("end_to_end_duration")
+        history.add_row(
+            str(entry["id"]) + (" savepoint" if entry.get("is_savepoint") else ""),
+            Text(entry["status"], {"COMPLETED": "green", "FAILED": "red"}.get(entry["status"], "yellow")),
+            f"{entry['num_acknowledged_subtasks']}/{entry['num_subtasks']}",
+            format_time(entry.get("trigger_timestamp")),
+            "" if duration is None else f"{duration} ms",
+            format_bytes(entry.get("state_size", 0)),
+            entry.get("failure_message", "") or "",
+        )
+    settings = Table(title="configuration", show_header=False)
+    for key, value in config.items():
+        settings.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    return Group(overview, history, settings)

@@ -54,6 +54,7 @@ from events.records import (
     CheckpointConfig,
     CheckpointDeclined,
     CheckpointKind,
+    CheckpointRequested,
     ExecutionState,
     JobStatus,
     JobStatusChanged,
@@ -619,6 +620,11 @@ class JobDriver:
         )
         self._publish(self.topics.job_status, event)
         return event
+
+    def request(self, request: CheckpointRequested) -> CheckpointRequested:
+        """Ask the coordinator for a manual checkpoint or a savepoint of this job."""
+        self._publish(self.topics.requests, request)
+        return request
 
     def _publish(self, topic: str, record: Record) -> None:
         """Produce ``record`` and wait until the broker has it."""

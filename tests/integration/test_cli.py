@@ -1,0 +1,254 @@
+"""Every ``cutline`` command: its happy path and one bad input (a clear message, a non-zero exit).
+
+The commands run as real processes (``python -m coordinator.cli``), against the
+session's broker and one coordinator shared by the tests of this module.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.supervisor import CoordinatorProcess
+from events.broker import create_topics, free_port, wait_for_broker
+from events.codec import decode
+from events.log import read_to_end
+from events.participant import JobDriver, Participant
+from events.records import CheckpointBarrier, CheckpointConfig, CheckpointKind, CheckpointTriggered
+from events.topics import Topics
+
+JOB = "cli-job"
+
+
+def cutline(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if k != "CUTLINE_BOOTSTRAP"}
+    environment.update(env or {}, COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+    )
+
+
+@pytest.fixture(scope="module", name="prefix")
+def _prefix() -> str:
+    return f"cli{os.getpid()}."
+
+
+@pytest.fixture(scope="module", name="service")
+def _service(
+    bootstrap: str, prefix: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CoordinatorProcess]:
+    """A coordinator with one running job of one participant task."""
+    topics = Topics(prefix)
+    create_topics(bootstrap, [*topics.all, f"{prefix}coordinator-ticks"])
+    process = CoordinatorProcess(bootstrap, prefix).start()
+    location = f"file://{tmp_path_factory.mktemp('checkpoints')}"
+
+    def snapshot(barrier: CheckpointBarrier) -> bytes:
+        return b"state"
+
+    participant = Participant(bootstrap, JOB, "t0", 1, topics, snapshot, lambda: {"in:0": 1})
+    participant.run_in_thread()
+    with JobDriver(bootstrap, JOB, topics) as driver:
+        driver.running(["t0"], CheckpointConfig(interval_ms=500, location=location), attempt=1)
+    deadline = time.monotonic() + 30
+    while process.get(f"/jobs/{JOB}/checkpoints").get("counts", {}).get("completed", 0) < 1:
+        assert time.monotonic() < deadline, "no checkpoint completed"
+        time.sleep(0.2)
+    yield process
+    participant.close()
+    process.stop()
+
+
+class TestBroker:
+    def test_runs_until_interrupted(self) -> None:
+        """`cutline broker --port N` prints its bootstrap address, serves Kafka, and stops on Ctrl-C."""
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "coordinator.cli", "broker", "--port", str(port)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            assert f"bootstrap: 127.0.0.1:{port}" == line.strip()
+            assert wait_for_broker(f"127.0.0.1:{port}", timeout=10)
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert 0 == process.wait(20)
+
+    def test_a_taken_port_is_a_clear_error(self, bootstrap: str) -> None:
+        """A port another broker holds fails with a message and exit code 2."""
+        port = bootstrap.rsplit(":", 1)[1]
+        if os.environ.get("CUTLINE_BOOTSTRAP"):
+            pytest.skip(reason="needs the embedded broker; CUTLINE_BOOTSTRAP points elsewhere")
+
+        result = cutline("broker", "--port", port)
+
+        assert 2 == result.returncode
+        assert "did not start" in result.stderr
+
+
+class TestTopics:
+    def test_create_is_idempotent(self, bootstrap: str) -> None:
+        """`topics create` creates every topic, and a second run finds them all."""
+        prefix = f"topics{os.getpid()}."
+
+        first = cutline("topics", "create", "--bootstrap", bootstrap, "--topic-prefix", prefix)
+        second = cutline("topics", "create", "--bootstrap", bootstrap, "--topic-prefix", prefix)
+
+        assert 0 == first.returncode, first.stderr
+        assert 8 == first.stdout.count("created")
+        assert 8 == second.stdout.count("exists")
+
+    def test_without_a_cluster(self) -> None:
+        """Without --bootstrap or CUTLINE_BOOTSTRAP it says how to give one."""
+        result = cutline("topics", "create")
+
+        assert 2 == result.returncode
+        assert "--bootstrap HOST:PORT" in result.stderr
+
+    def test_an_unreachable_cluster(self) -> None:
+        """A bootstrap address where nothing answers is reported, not hung on."""
+        result = cutline("topics", "create", "--bootstrap", f"127.0.0.1:{free_port()}")
+
+        assert 2 == result.returncode
+        assert "no Kafka broker answers" in result.stderr
+
+
+class TestCoordinator:
+    def test_serves_its_views(self, service: CoordinatorProcess) -> None:
+        """`cutline coordinator` (started by the fixture) recovers and serves /jobs."""
+        assert {"id": JOB, "status": "RUNNING", "attempt": 1} in service.get("/jobs")["jobs"]
+
+    def test_without_a_cluster(self) -> None:
+        """Without a cluster it refuses to start and says how to give one."""
+        result = cutline("coordinator")
+
+        assert 2 == result.returncode
+        assert "cutline broker" in result.stderr
+
+
+class TestStatus:
+    def test_prints_the_statistics(self, service: CoordinatorProcess) -> None:
+        """`cutline status JOB` prints counts, history and configuration."""
+        result = cutline("status", JOB, "--url", service.url)
+
+        assert 0 == result.returncode, result.stderr
+        assert f"checkpoints of {JOB}" in result.stdout
+        assert "COMPLETED" in result.stdout
+        assert re.search(r"interval\s+\S?\s*500", result.stdout)
+
+    def test_an_unknown_job(self, service: CoordinatorProcess) -> None:
+        """An unknown job id says so and how to list the known ones."""
+        result = cutline("status", "no-such-job", "--url", service.url)
+
+        assert 2 == result.returncode
+        assert "knows no job 'no-such-job'" in result.stderr
+
+    def test_no_coordinator(self) -> None:
+        """No coordinator at the URL says how to start one."""
+        result = cutline("status", JOB, "--url", f"http://127.0.0.1:{free_port()}")
+
+        assert 2 == result.returncode
+        assert "cutline coordinator" in result.stderr
+
+
+class TestTrigger:
+    def test_a_savepoint_on_request(
+        self, bootstrap: str, prefix: str, service: CoordinatorProcess, tmp_path: Path
+    ) -> None:
+        """`cutline trigger JOB --savepoint DIR` leads to a savepoint into DIR."""
+        result = cutline(
+            "trigger", JOB, "--savepoint", str(tmp_path), "--bootstrap", bootstrap, "--topic-prefix", prefix
+        )
+
+        assert 0 == result.returncode, result.stderr
+        request_id = re.search(r"request (\w+)", result.stdout)
+        assert request_id is not None
+        deadline = time.monotonic() + 20
+        while True:
+            journal = [decode(m.value) for m in read_to_end(bootstrap, Topics(prefix).checkpoints) if m.value]
+            savepoints = [
+                e
+                for e in journal
+                if isinstance(e, CheckpointTriggered) and e.request_id == request_id.group(1)
+            ]
+            if savepoints or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert [CheckpointKind.SAVEPOINT] == [s.kind for s in savepoints]
+        assert savepoints[0].location.startswith(tmp_path.as_uri())
+
+    def test_without_a_cluster(self) -> None:
+        """Without a cluster it says how to give one."""
+        result = cutline("trigger", JOB)
+
+        assert 2 == result.returncode
+        assert "--bootstrap" in result.stderr
+
+
+class TestTail:
+    def test_prints_decoded_events(self, bootstrap: str, prefix: str, service: CoordinatorProcess) -> None:
+        """`cutline tail checkpoints --from-beginning` prints decoded journal events."""
+        result = cutline(
+            "tail",
+            "checkpoints",
+            "--from-beginning",
+            "--count",
+            "3",
+            "--bootstrap",
+            bootstrap,
+            "--topic-prefix",
+            prefix,
+        )
+
+        assert 0 == result.returncode, result.stderr
+        assert "SchedulerStarted" in result.stdout
+        assert 3 == len(result.stdout.strip().splitlines())
+
+    def test_an_unknown_topic(self, bootstrap: str, prefix: str) -> None:
+        """An unknown topic lists cutline's topics."""
+        result = cutline(
+            "tail", "nonsense", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--idle", "1"
+        )
+
+        assert 2 == result.returncode
+        assert "dead-letters" in result.stderr
+
+
+class TestReplayFromKafka:
+    def test_folds_and_verifies_the_journal_topic(
+        self, bootstrap: str, prefix: str, service: CoordinatorProcess
+    ) -> None:
+        """`cutline replay --bootstrap ... --verify` folds the journal topic and finds no violation."""
+        result = cutline(
+            "replay", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--job", JOB, "--verify", "--quiet"
+        )
+
+        assert 0 == result.returncode, result.stderr + result.stdout
+        assert "verified:" in result.stdout
+        assert f"{prefix}checkpoints at {bootstrap}" in result.stdout
+
+    def test_an_unknown_job(self, bootstrap: str, prefix: str, service: CoordinatorProcess) -> None:
+        """A job with no events in the journal topic names the jobs it has."""
+        result = cutline(
+            "replay", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--job", "nobody", "--quiet"
+        )
+
+        assert 2 == result.returncode
+        assert JOB in result.stderr
