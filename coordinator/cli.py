@@ -287,24 +287,23 @@ def replay(
         cut = parse_until(until)
     except ValueError as exc:
         _fail(errors, str(exc))
-    source: Iterable[tuple[JournalEvent, int, int]]
-    if from_file is not None:
-        source, origin = read_journal_events(from_file), str(from_file)
-    elif bootstrap:
-        _check_broker(errors, bootstrap)
-        source, origin = (
-            _journal_topic(bootstrap, topic_prefix),
-            f"{Topics(topic_prefix).checkpoints} at {bootstrap}",
-        )
-    else:
+    if from_file is None and not bootstrap:
         _fail(
             errors,
             "replay needs a journal: --from-file F (`cutline journal-demo --out F` writes one) "
             "or --bootstrap HOST:PORT (or CUTLINE_BOOTSTRAP) to replay the journal topic",
         )
+    if from_file is None and bootstrap:
+        _check_broker(errors, bootstrap)
+    origin = str(from_file) if from_file is not None else f"{Topics(topic_prefix).checkpoints} at {bootstrap}"
     timeline = None if quiet else _Timeline(console, print_all=print_all)
     result = _Replay()
     try:
+        source: Iterable[tuple[JournalEvent, int, int]] = (
+            read_journal_events(from_file)
+            if from_file is not None
+            else _journal_topic(str(bootstrap), topic_prefix)
+        )
         events = _replay(source, cut, job, timeline, result, track=verify)
         violation = _first_violation(events) if verify else None
         for _ in events:  # the rest, after a violation (or everything, without --verify)
@@ -422,7 +421,7 @@ def _check_broker(console: Console, bootstrap: str) -> None:
     from events.broker import wait_for_broker
 
     try:
-        wait_for_broker(bootstrap, timeout=10)
+        wait_for_broker(bootstrap, timeout=5)
     except TimeoutError as exc:
         _fail(console, f"no Kafka broker answers at {bootstrap} ({exc}); start one with `cutline broker`")
 

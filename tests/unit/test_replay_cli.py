@@ -180,8 +180,8 @@ class TestErrors:
             (["--from-file", "notes.txt"], "not an Avro object container file"),
             (["--from-file", "JOURNAL", "--until", "yesterday"], "--until 'yesterday' is neither"),
             (["--from-file", "JOURNAL", "--job", "nobody"], "job 'nobody' has no events"),
-            ([], "replay needs --from-file F"),
-            (["--bootstrap", "localhost:9092"], "replay from Kafka: see issue 3, not available yet"),
+            ([], "replay needs a journal: --from-file F"),
+            (["--bootstrap", "127.0.0.1:9"], "no Kafka broker answers at 127.0.0.1:9"),
         ],
     )
     def test_bad_input_exits_2_with_a_message(
@@ -203,12 +203,12 @@ class TestErrors:
 
     def test_bootstrap_from_the_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """CUTLINE_BOOTSTRAP counts as --bootstrap when no file is given."""
-        monkeypatch.setenv("CUTLINE_BOOTSTRAP", "localhost:9092")
+        monkeypatch.setenv("CUTLINE_BOOTSTRAP", "127.0.0.1:9")
 
         result = CliRunner().invoke(app, ["replay"])
 
         assert 2 == result.exit_code
-        assert "see issue 3" in result.output
+        assert "no Kafka broker answers at 127.0.0.1:9" in result.output
 
     @pytest.mark.parametrize(
         ("text", "cut"),
