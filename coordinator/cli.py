@@ -29,6 +29,7 @@ from rich.text import Text
 from coordinator.decider import evolve
 from coordinator.invariants import Violation, violations
 from coordinator.journal import Codec, JournalFileError, read_journal_events, write_journal
+from coordinator.plot import CheckpointOutcomes, write_plot
 from coordinator.simulate import simulate
 from coordinator.state import JobState, initial_state
 from coordinator.timeline import Acks, ack_progress, format_bytes, format_time, job_summary, timeline_line
@@ -279,6 +280,12 @@ def replay(
         ),
     ] = None,
     topic_prefix: TopicPrefix = DEFAULT_PREFIX,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", help="Draw the checkpoint timeline (durations, outcomes) to a .png/.svg/.html."
+        ),
+    ] = None,
 ) -> None:
     """Rebuild the coordinator's state from its journal (a file or the topic), at any offset or time."""
     console = Console(highlight=False)
@@ -293,6 +300,8 @@ def replay(
             "replay needs a journal: --from-file F (`cutline journal-demo --out F` writes one) "
             "or --bootstrap HOST:PORT (or CUTLINE_BOOTSTRAP) to replay the journal topic",
         )
+    if plot is not None and plot.suffix.lower() not in (".png", ".svg", ".html"):
+        _fail(errors, f"--plot writes .png, .svg or .html files, not {plot.name!r}")
     if from_file is None and bootstrap:
         _check_broker(errors, bootstrap)
     origin = str(from_file) if from_file is not None else f"{Topics(topic_prefix).checkpoints} at {bootstrap}"
@@ -305,6 +314,8 @@ def replay(
             else _journal_topic(str(bootstrap), topic_prefix)
         )
         events = _replay(source, cut, job, timeline, result, track=verify)
+        if plot is not None:
+            events = _plotted(events, outcomes := CheckpointOutcomes())
         violation = _first_violation(events) if verify else None
         for _ in events:  # the rest, after a violation (or everything, without --verify)
             pass
@@ -329,11 +340,23 @@ def replay(
         f"replayed {result.selected:,} of {result.total:,} events{scope} up to {cut} from {origin}",
         soft_wrap=True,
     )
+    if plot is not None:
+        try:
+            write_plot(outcomes.outcomes, plot, title=f"checkpoints in {origin}")
+        except OSError as exc:
+            _fail(errors, f"cannot write {plot}: {exc.strerror or exc}")
+        console.print(f"plotted {len(outcomes.outcomes):,} checkpoints to {plot}", soft_wrap=True)
     if verify:
         if violation is not None:
             _print_violation(console, violation, result)
             raise typer.Exit(VIOLATION)
         console.print(Text(f"verified: {result.selected:,} events, no violation", "green"), soft_wrap=True)
+
+
+def _plotted(events: Iterator[JournalEvent], outcomes: CheckpointOutcomes) -> Iterator[JournalEvent]:
+    for event in events:
+        outcomes.add(event)
+        yield event
 
 
 def _first_violation(events: Iterator[JournalEvent]) -> Violation | None:
