@@ -667,7 +667,12 @@ def demo(
         float, typer.Option("--duration", min=10, help="Seconds of input to produce.")
     ] = 40.0,
     bootstrap: Annotated[
-        str | None, typer.Option("--bootstrap", help="A real Kafka cluster instead of the embedded broker.")
+        str | None,
+        typer.Option(
+            "--bootstrap",
+            envvar="CUTLINE_BOOTSTRAP",
+            help="A real Kafka cluster instead of the embedded broker (fresh topics each run).",
+        ),
     ] = None,
     partitions: Annotated[
         int, typer.Option("--partitions", min=1, help="Partitions (tasks) of the input.")

@@ -252,3 +252,12 @@ class TestReplayFromKafka:
 
         assert 2 == result.returncode
         assert JOB in result.stderr
+
+
+class TestDemo:
+    def test_too_short_a_duration(self) -> None:
+        """A duration under 10 s is refused before anything starts (the happy path: tests/e2e)."""
+        result = cutline("demo", "--duration", "3")
+
+        assert 2 == result.returncode
+        assert "--duration" in result.stderr
