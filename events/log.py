@@ -1,22 +1,20 @@
-"""Read a topic's partitions from the beginning to their current end.
+"""Read a whole topic from the beginning to its current end, as plain messages with positions.
 
-Hand-written because the embedded broker answers ListOffsets(latest) with the
-base offset of the last record batch plus one, not the log end (DESIGN §6), so
-``get_watermark_offsets(cached=False)`` cannot tell where a partition ends.
-The high watermark that comes with every fetch response is right, so this
-reader keeps fetching until its position reaches the watermark of a recent
-fetch on every partition.
+Built on :func:`events.kafka.read_to_end` (one partition, ended by the high
+watermark a fetch reports, because the embedded broker's ListOffsets(latest)
+is wrong: DESIGN §6), one partition after another.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException
+
+from events.kafka import consumer_config, partition_count
+from events.kafka import read_to_end as read_partition_to_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,82 +31,34 @@ class LogMessage:
 
 
 def partitions_of(consumer: Consumer, topic: str, timeout: float = 10.0) -> list[int]:
-    metadata = consumer.list_topics(topic, timeout=timeout)
-    info = metadata.topics.get(topic)
-    if info is None or info.error is not None or not info.partitions:
-        raise KafkaException(f"topic {topic!r} does not exist (run `cutline topics create`)")
-    return sorted(info.partitions)
+    """The partition numbers of ``topic``; ``KafkaException`` saying what to do if it is missing."""
+    try:
+        return list(range(partition_count(consumer, topic, timeout)))
+    except LookupError as exc:
+        raise KafkaException(f"{exc} (`cutline topics create` creates cutline's topics)") from exc
 
 
 def read_to_end(
-    bootstrap: str,
-    topic: str,
-    partitions: Iterable[int] | None = None,
-    *,
-    timeout: float = 60.0,
-    idle: float = 0.2,
+    bootstrap: str, topic: str, partitions: Iterable[int] | None = None, *, timeout: float = 60.0
 ) -> Iterator[LogMessage]:
-    """Every message of ``topic`` (or of ``partitions``) up to the end as of now, in order per
-    partition. Raises ``TimeoutError`` if the end is not reached within ``timeout`` seconds."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"cutline-reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 10,
-            "auto.offset.reset": "earliest",
-        }
-    )
+    """Every message of ``topic`` (or of ``partitions``) up to its end as of now, partition by
+    partition, in offset order within each."""
+    consumer = Consumer(consumer_config(bootstrap))
     try:
         chosen = sorted(partitions) if partitions is not None else partitions_of(consumer, topic)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in chosen])
-        position = dict.fromkeys(chosen, 0)
-        at_end: set[int] = set()
-        deadline = time.monotonic() + timeout
-        last_message = time.monotonic()
-        while True:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{topic}: the end of partitions {sorted(set(chosen) - at_end)} not reached"
+        for partition in chosen:
+            for message in read_partition_to_end(consumer, topic, partition, timeout=timeout):
+                yield LogMessage(
+                    topic=topic,
+                    partition=partition,
+                    offset=cast(int, message.offset()),
+                    timestamp_ms=message.timestamp()[1],
+                    key=message.key(),
+                    value=message.value(),
+                    headers=_headers(message.headers()),
                 )
-            message = consumer.poll(0.05)
-            if message is None:
-                if len(at_end) == len(chosen) and time.monotonic() - last_message >= idle:
-                    if _confirmed(consumer, topic, position):
-                        return
-                    at_end.clear()
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(cast(int, message.partition()))
-                    continue
-                raise KafkaException(error)
-            last_message = time.monotonic()
-            partition, offset = cast(int, message.partition()), cast(int, message.offset())
-            at_end.discard(partition)
-            position[partition] = offset + 1
-            yield LogMessage(
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                timestamp_ms=message.timestamp()[1],
-                key=message.key(),
-                value=message.value(),
-                headers=_headers(message.headers()),
-            )
     finally:
         consumer.close()
-
-
-def _confirmed(consumer: Consumer, topic: str, position: dict[int, int]) -> bool:
-    """Every partition's position has reached the high watermark of its latest fetch."""
-    for partition, offset in position.items():
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-        if high is not None and high > offset:
-            return False
-    return True
 
 
 def _headers(raw: Any) -> dict[str, bytes]:
