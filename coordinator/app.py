@@ -30,9 +30,9 @@ from coordinator.runtime import CAUSE_HEADER, Coordinator, Outcome, Outgoing
 from coordinator.state import state_json
 from coordinator.stats import checkpoints_json, config_json, entry_json
 from events.broker import create_topics
-from events.codec import default_codec
+from events.codec import DecodeError, default_codec
 from events.log import read_to_end
-from events.records import JournalEvent
+from events.records import JOURNAL_RECORDS, JournalEvent
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 log = logging.getLogger("cutline.coordinator")
@@ -269,8 +269,19 @@ def _read_journal(bootstrap: str, topic: str) -> list[tuple[JournalEvent, bytes 
     for message in read_to_end(bootstrap, topic):
         if message.value is None:
             continue
-        event = codec.decode(message.value)
-        events.append((event, message.headers.get(CAUSE_HEADER)))  # type: ignore[arg-type]
+        try:
+            event = codec.decode(message.value)
+        except DecodeError as exc:
+            event = None
+            problem = str(exc)
+        else:
+            problem = f"a {type(event).__name__} is not a journal event"
+        if not isinstance(event, JOURNAL_RECORDS):
+            # Only the coordinator writes here; anything else was written by mistake. Folding it
+            # is impossible, stopping would leave every job without a coordinator: skip it loudly.
+            log.error("journal %s[%d]@%d skipped: %s", topic, message.partition, message.offset, problem)
+            continue
+        events.append((event, message.headers.get(CAUSE_HEADER)))
     return events
 
 
@@ -326,20 +337,3 @@ def _profile_threads(directory: Path) -> None:
 
 
 __all__ = ["Settings", "create_app", "ensure_topics", "run"]
-
-
-if __name__ == "__main__":  # the supervisor's entry point until the CLI takes it over
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m coordinator.app")
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--topic-prefix", default=DEFAULT_PREFIX)
-    parser.add_argument("--web-port", type=int, default=6066)
-    parser.add_argument("--data-dir", type=Path, default=Path(".cutline") / "coordinator")
-    parser.add_argument("--loglevel", default="warning")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    run(
-        Settings(args.bootstrap, args.topic_prefix, web_port=args.web_port, data_dir=args.data_dir),
-        loglevel=args.loglevel,
-    )

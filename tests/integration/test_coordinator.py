@@ -20,11 +20,12 @@ from coordinator.invariants import first_violation
 from coordinator.state import state_json
 from coordinator.supervisor import CoordinatorProcess
 from events.broker import create_topics
-from events.codec import decode, encode
+from events.codec import DecodeError, decode, encode
 from events.kafka import consumer_config, producer_config
 from events.log import read_to_end
 from events.participant import JobDriver, Participant
 from events.records import (
+    JOURNAL_RECORDS,
     CheckpointAborted,
     CheckpointAcknowledged,
     CheckpointBarrier,
@@ -112,7 +113,16 @@ class Job:
         self.driver.running(names, config, attempt=1)
 
     def journal(self) -> list[JournalEvent]:
-        return [decode(m.value) for m in read_to_end(self.bootstrap, self.topics.checkpoints) if m.value]  # type: ignore[misc]
+        """The journal topic's events (skipping what is not a journal event, as the coordinator does)."""
+        events: list[JournalEvent] = []
+        for message in read_to_end(self.bootstrap, self.topics.checkpoints):
+            try:
+                event = decode(message.value or b"")
+            except DecodeError:
+                continue
+            if isinstance(event, JOURNAL_RECORDS):
+                events.append(event)
+        return events
 
     def wait_for(
         self, predicate: Callable[[list[JournalEvent]], bool], timeout: float = 30.0
@@ -358,3 +368,26 @@ class TestRecovery:
 
         replayed = state_json(fold_jobs(journal)[JOB])
         assert replayed == coordinator.get(f"/jobs/{JOB}/state")
+
+    def test_garbage_in_the_journal_does_not_stop_a_restart(
+        self, bootstrap: str, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+    ) -> None:
+        """Bytes someone wrote into the journal topic by mistake are skipped (and logged) when the
+        coordinator folds its journal at start; checkpoints go on."""
+        job = make_job(1)
+        job.start(config(tmp_path))
+        job.wait_for(lambda j: len(completions(j)) >= 1)
+        coordinator.stop()
+        producer = Producer(producer_config(bootstrap))
+        producer.produce(job.topics.checkpoints, key=JOB.encode(), value=b"not a journal event")
+        producer.produce(
+            job.topics.checkpoints, key=JOB.encode(), value=encode(CheckpointAcknowledged(JOB, 1, 1, "t", 0))
+        )
+        producer.flush(10)
+        seen = max(c.checkpoint_id for c in completions(job.journal()))
+
+        coordinator.start()
+
+        job.wait_for(lambda j: max(c.checkpoint_id for c in completions(j)) > seen)
+        assert "skipped: frame starts with 6e6f" in coordinator.tail(200)
+        assert "skipped: a CheckpointAcknowledged is not a journal event" in coordinator.tail(200)
