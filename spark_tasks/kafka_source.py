@@ -1,0 +1,779 @@
+"""A Kafka source for Spark Structured Streaming on PySpark's Python Data Source API.
+
+The official Spark Kafka connector (``spark-sql-kafka-0-10``) cannot be installed
+here (DESIGN §5), so this source reads Kafka with confluent-kafka from Python. It
+speaks the built-in source's language, so a job can switch between the two by
+changing one word::
+
+    spark.dataSource.register(KafkaSource)
+    df = (
+        spark.readStream.format("cutline-kafka")  # or "kafka" where the jar is on the classpath
+        .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+        .option("subscribe", "words")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 10_000)
+        .load()
+    )
+
+**Options** (names as in Spark's Kafka source; keys are case-insensitive):
+
+- ``kafka.bootstrap.servers`` (required) and any other ``kafka.*`` option: passed,
+  without the prefix, to librdkafka (so librdkafka's property names, e.g.
+  ``kafka.fetch.wait.max.ms``, ``kafka.security.protocol``, ``kafka.isolation.level``).
+  Java-client-only settings that Spark also rejects (``auto.offset.reset``,
+  ``enable.auto.commit``, ``key.deserializer``, ``value.deserializer``,
+  ``interceptor.classes``) raise an error.
+- ``subscribe`` (required): comma-separated topic names. ``subscribePattern`` and
+  ``assign`` are not supported.
+- ``startingOffsets``: ``latest`` (default, as in Spark), ``earliest``, or JSON such as
+  ``{"topic":{"0":23,"1":-2}}`` naming every partition of every subscribed topic
+  (-2 = earliest, -1 = latest). Only used when a query starts without a checkpoint.
+- ``maxOffsetsPerTrigger``: cap on the offsets of one micro-batch, split across
+  partitions in proportion to their backlog exactly as Spark does (a partition with
+  a backlog gets at least one offset, so a batch can exceed the cap when more
+  partitions than the cap hold data). ``Trigger.AvailableNow`` honours it too.
+- ``failOnDataLoss`` (default true): fail when a start offset has been deleted by
+  retention (otherwise skip to the earliest available offset) or a partition's end
+  went backwards.
+- ``includeHeaders`` (default false): add the ``headers`` column.
+- ``kafkaConsumer.pollTimeoutMs`` (default 120000): how long a task waits without
+  progress before it fails.
+
+**Columns** (as the built-in source): ``key`` binary, ``value`` binary, ``topic``
+string, ``partition`` int, ``offset`` long, ``timestamp`` timestamp,
+``timestampType`` int (0 CreateTime, 1 LogAppendTime, -1 none: the Java client's
+ids, not librdkafka's), and with ``includeHeaders`` ``headers``
+``array<struct<key: string, value: binary>>`` (null when a record has none).
+
+**Offsets** are ``{"topic": {"partition": next_offset}}``, the same JSON as the
+built-in source writes to ``offsets/N``: string keys only (Spark hands offsets back
+through ``json.loads``, so an int key would come back as a string) and a fixed
+order, topics sorted, partitions in numeric order, because Spark compares offsets
+by their JSON text. :func:`to_offsets` and :func:`from_offsets` convert.
+
+**Where each part runs.** ``initialOffset``/``latestOffset``/``partitions``/``commit``
+run in one long-lived Python worker on the driver; the reader keeps one
+:class:`OffsetProbe` consumer there. ``read`` runs in Python workers on executors and
+creates its own consumer per call (the reader object is pickled to them, so the
+probe is not part of its pickled state).
+
+**The end of a partition** is never taken from ListOffsets "latest", which the
+embedded broker answers with the base offset of the last batch + 1
+(docs/embedded-broker.md). :func:`end_offsets` starts a fetch at that value and
+takes the end from the partition-EOF event, i.e. the high watermark of a fetch
+response, which is right on both Tansu and Apache Kafka.
+
+**Differences from the built-in source**, all documented in docs/spark.md: no
+``assign``/``subscribePattern``/``startingTimestamp``/``endingOffsets``/
+``minOffsetsPerTrigger``, no batch (``spark.read``) reader, no consumer cache or
+``kafkaConsumer.*`` options besides the poll timeout, rows go through Python (slower),
+gaps inside a range (compaction, transaction markers) are skipped silently, and
+``maxOffsetsPerTrigger`` needs Spark >= 4.2 for the ReadLimit API (on 4.0/4.1 the
+cap is applied from the last offsets this reader saw).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python sources
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - Spark 4.0/4.1
+    ReadLimit = object  # type: ignore[misc,assignment]
+
+    class ReadAllAvailable:  # type: ignore[no-redef]
+        """Stand-in so the reader imports on Spark 4.0/4.1."""
+
+    @dataclass
+    class ReadMaxRows:  # type: ignore[no-redef]
+        """Stand-in so the reader imports on Spark 4.0/4.1."""
+
+        max_rows: int
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in so the reader imports on Spark 4.0/4.1."""
+
+
+__all__ = [
+    "FORMAT",
+    "EARLIEST",
+    "LATEST",
+    "KafkaInputPartition",
+    "KafkaSource",
+    "KafkaSourceOptions",
+    "KafkaStreamReader",
+    "OffsetProbe",
+    "TopicPartitionKey",
+    "end_offsets",
+    "from_offsets",
+    "kafka_schema",
+    "rate_limit",
+    "read_partition",
+    "to_offsets",
+]
+
+log = logging.getLogger(__name__)
+
+FORMAT = "cutline-kafka"
+"""The name to pass to ``spark.readStream.format(...)`` after ``spark.dataSource.register``."""
+
+EARLIEST = -2
+"""``startingOffsets`` JSON value for "the earliest offset" (as in Spark)."""
+LATEST = -1
+"""``startingOffsets`` JSON value for "the end of the partition" (as in Spark)."""
+
+DEFAULT_FETCH_WAIT_MAX_MS = 10
+"""The embedded broker answers a parked fetch after about half of ``fetch.wait.max.ms``."""
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+"""Spark's default ``kafkaConsumer.pollTimeoutMs`` (``spark.network.timeout``)."""
+
+# Kafka settings Spark's source rejects because the source manages them itself.
+_FORBIDDEN_KAFKA_OPTIONS = {
+    "auto.offset.reset": "use startingOffsets",
+    "enable.auto.commit": "the source never commits to Kafka",
+    "key.deserializer": "keys are always binary",
+    "value.deserializer": "values are always binary",
+    "interceptor.classes": "not supported",
+}
+_UNSUPPORTED_OPTIONS = (
+    "assign",
+    "subscribepattern",
+    "startingtimestamp",
+    "startingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy",
+    "endingoffsets",
+    "endingtimestamp",
+    "endingoffsetsbytimestamp",
+    "minoffsetspertrigger",
+    "maxtriggerdelay",
+    "maxrecordsperpartition",
+    "minpartitions",
+)
+
+# librdkafka's timestamp types (0 none, 1 create, 2 log append) -> the Java client's ids.
+_TIMESTAMP_TYPE = {0: -1, 1: 0, 2: 1}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+TopicPartitionKey = tuple[str, int]
+"""``(topic, partition)``: the key of every offset map in this module."""
+
+
+# --------------------------------------------------------------------------- offsets
+
+
+def _sort_key(tp: TopicPartitionKey) -> tuple[str, int]:
+    return tp[0], tp[1]
+
+
+def to_offsets(mapping: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
+    """``{(topic, partition): offset}`` as Spark offset JSON: ``{"topic": {"0": offset}}``.
+
+    Keys are strings; topics are sorted and partitions are in numeric order, so equal
+    maps always give equal JSON (Spark compares offsets by their JSON text).
+    """
+    out: dict[str, dict[str, int]] = {}
+    for topic, partition in sorted(mapping, key=_sort_key):
+        offset = mapping[(topic, partition)]
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise TypeError(f"offset of {topic}[{partition}] must be an int, got {offset!r}")
+        if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+            raise TypeError(f"partition of {topic} must be a non-negative int, got {partition!r}")
+        out.setdefault(str(topic), {})[str(partition)] = offset
+    return out
+
+
+def from_offsets(offsets: Mapping[str, Any] | str) -> dict[TopicPartitionKey, int]:
+    """Spark offset JSON (a dict as Spark passes it, or its text) as ``{(topic, partition): offset}``.
+
+    Raises ``ValueError`` for anything but ``{"topic": {"<digits>": int}}``.
+    """
+    parsed: Any = json.loads(offsets) if isinstance(offsets, str) else offsets
+    if not isinstance(parsed, Mapping):
+        raise ValueError(f"offsets must be a JSON object of topics, got {parsed!r}")
+    out: dict[TopicPartitionKey, int] = {}
+    for topic, partitions in parsed.items():
+        if not isinstance(topic, str) or not isinstance(partitions, Mapping):
+            raise ValueError(f"offsets of topic {topic!r} must be an object, got {partitions!r}")
+        for key, offset in partitions.items():
+            if not isinstance(key, str) or not key.isdecimal():
+                raise ValueError(f"partition key of {topic!r} must be a decimal string, got {key!r}")
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise ValueError(f"offset of {topic}[{key}] must be an int, got {offset!r}")
+            out[(topic, int(key))] = offset
+    return out
+
+
+def rate_limit(
+    limit: int,
+    start: Mapping[TopicPartitionKey, int],
+    end: Mapping[TopicPartitionKey, int],
+) -> dict[TopicPartitionKey, int]:
+    """``end`` capped so that about ``limit`` offsets are read in all, as Spark's Kafka source does.
+
+    Each partition gets ``limit * backlog / total_backlog`` offsets, rounded down, but
+    at least 1 when it has a backlog ("don't completely starve small partitions"), and
+    never past its ``end``. Partitions missing from ``start`` are taken to start at 0,
+    so the caller passes their earliest offsets in ``start``.
+    """
+    if limit <= 0:
+        raise ValueError(f"maxOffsetsPerTrigger must be positive, got {limit}")
+    sizes = {tp: e - start.get(tp, 0) for tp, e in end.items() if e - start.get(tp, 0) > 0}
+    total = sum(sizes.values())
+    if total < 1:
+        return dict(end)
+    capped: dict[TopicPartitionKey, int] = {}
+    for tp, e in end.items():
+        size = sizes.get(tp)
+        if size is None:
+            capped[tp] = e
+            continue
+        prorate = limit * (size / total)
+        step = int(-(-prorate // 1)) if prorate < 1 else int(prorate)
+        capped[tp] = min(e, start.get(tp, 0) + step)
+    return capped
+
+
+# --------------------------------------------------------------------------- options
+
+
+def _as_bool(name: str, value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    lowered = str(value).strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError(f"option {name} must be true or false, got {value!r}")
+
+
+def _as_positive_int(name: str, value: Any) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"option {name} must be a positive integer, got {value!r}") from None
+    if number <= 0:
+        raise ValueError(f"option {name} must be a positive integer, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class KafkaSourceOptions:
+    """The parsed options of one :class:`KafkaSource`."""
+
+    bootstrap: str
+    topics: tuple[str, ...]
+    starting_offsets: str = "latest"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    kafka: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> KafkaSourceOptions:
+        """Validate Spark-style options (case-insensitive keys) and return them parsed."""
+        opts = {str(k).lower(): v for k, v in options.items()}
+        for name in _UNSUPPORTED_OPTIONS:
+            if name in opts:
+                raise ValueError(f"option {name!r} of Spark's Kafka source is not supported by {FORMAT}")
+        kafka = {k[len("kafka.") :]: str(v) for k, v in opts.items() if k.startswith("kafka.")}
+        for name, why in _FORBIDDEN_KAFKA_OPTIONS.items():
+            if name in kafka:
+                raise ValueError(f"Kafka option 'kafka.{name}' is not supported: {why}")
+        bootstrap = kafka.get("bootstrap.servers", "").strip()
+        if not bootstrap:
+            raise ValueError("option 'kafka.bootstrap.servers' is required")
+        topics = tuple(
+            dict.fromkeys(t.strip() for t in str(opts.get("subscribe", "")).split(",") if t.strip())
+        )
+        if not topics:
+            raise ValueError("option 'subscribe' (comma-separated topics) is required")
+        starting = str(opts.get("startingoffsets", "latest")).strip()
+        if starting.lower() in ("earliest", "latest"):
+            starting = starting.lower()
+        else:
+            try:
+                requested = from_offsets(starting)
+            except ValueError as exc:
+                raise ValueError(
+                    f"startingOffsets must be earliest, latest or JSON like "
+                    f'{{"topic":{{"0":23,"1":-2}}}}, got {starting!r}: {exc}'
+                ) from None
+            extra = sorted({t for t, _ in requested} - set(topics))
+            if extra:
+                raise ValueError(f"startingOffsets names topics that are not subscribed: {extra}")
+            bad = {f"{t}[{p}]": o for (t, p), o in requested.items() if o < EARLIEST}
+            if bad:
+                raise ValueError(f"startingOffsets must be >= 0, -1 (latest) or -2 (earliest): {bad}")
+        max_offsets = opts.get("maxoffsetspertrigger")
+        return cls(
+            bootstrap=bootstrap,
+            topics=topics,
+            starting_offsets=starting,
+            max_offsets_per_trigger=(
+                None if max_offsets is None else _as_positive_int("maxOffsetsPerTrigger", max_offsets)
+            ),
+            fail_on_data_loss=_as_bool("failOnDataLoss", opts.get("failondataloss", "true")),
+            include_headers=_as_bool("includeHeaders", opts.get("includeheaders", "false")),
+            poll_timeout_ms=_as_positive_int(
+                "kafkaConsumer.pollTimeoutMs",
+                opts.get("kafkaconsumer.polltimeoutms", DEFAULT_POLL_TIMEOUT_MS),
+            ),
+            kafka=kafka,
+        )
+
+    def consumer_config(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka config of a consumer of this source: the user's ``kafka.*`` options, then ours.
+
+        It never commits, never joins a group (only ``assign()``), reports the end of a
+        partition, and fails instead of jumping when an offset is out of range.
+        """
+        config: dict[str, Any] = {
+            "group.id": f"cutline-kafka-source-{uuid.uuid4().hex}",
+            "fetch.wait.max.ms": DEFAULT_FETCH_WAIT_MAX_MS,
+            "logger": log,
+            **self.kafka,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+        }
+        config.update(overrides)
+        return config
+
+
+def kafka_schema(include_headers: bool = False) -> StructType:
+    """The columns of Spark's built-in Kafka source."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType(fields)
+
+
+# --------------------------------------------------------------------------- end offsets
+
+
+def _available(consumer: Consumer, num_messages: int, timeout: float) -> list[Message]:
+    """Up to ``num_messages`` messages that are there now, waiting up to ``timeout`` s only for the first.
+
+    (``Consumer.consume`` waits its whole timeout unless ``num_messages`` arrive.)
+    """
+    messages: list[Message] = consumer.consume(num_messages=num_messages, timeout=0)
+    if messages:
+        return messages
+    first = consumer.poll(timeout)
+    return [] if first is None else [first]
+
+
+class OffsetProbe:
+    """A consumer that finds the partitions of topics and where each partition starts and ends.
+
+    The end comes from a fetch, not from ListOffsets "latest" (wrong on the embedded
+    broker): the probe assigns each partition at the ListOffsets answer, which is at or
+    before the real end on any broker, reads (and drops) what follows, and takes the
+    offset of the partition-EOF event, which is the fetch response's high watermark.
+    The consumer is created on first use and unassigned between calls, so an idle probe
+    sends no fetches. Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        config: Mapping[str, Any] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self._config = {**(config or {}), "bootstrap.servers": bootstrap}
+        self._timeout = timeout
+        self._consumer: Consumer | None = None
+
+    @classmethod
+    def for_options(cls, options: KafkaSourceOptions, timeout: float = 30.0) -> OffsetProbe:
+        return cls(options.bootstrap, options.consumer_config(), timeout)
+
+    @property
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            config: dict[str, Any] = {
+                "group.id": f"cutline-offset-probe-{uuid.uuid4().hex}",
+                "fetch.wait.max.ms": DEFAULT_FETCH_WAIT_MAX_MS,
+                "logger": log,
+                **self._config,
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                # the tail of one batch is all a probe reads; keep its buffers small
+                "queued.max.messages.kbytes": 1024,
+            }
+            self._consumer = Consumer(config)
+        return self._consumer
+
+    def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+    def __enter__(self) -> OffsetProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def partitions(self, topics: Iterable[str]) -> list[TopicPartitionKey]:
+        """Every partition of ``topics`` that exist now (a missing topic has none yet)."""
+        found: list[TopicPartitionKey] = []
+        for topic in topics:
+            metadata = self.consumer.list_topics(topic, timeout=self._timeout)
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None:
+                code = info.error.code() if info is not None and info.error is not None else None
+                if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, None):
+                    log.info("topic %s does not exist (yet)", topic)
+                    continue
+                raise KafkaException(info.error)
+            found.extend((topic, p) for p in info.partitions)
+        return sorted(found, key=_sort_key)
+
+    def earliest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """The log start offset of each partition (ListOffsets "earliest", right on every broker)."""
+        out: dict[TopicPartitionKey, int] = {}
+        for topic, partition in tps:
+            low, _ = self.consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self._timeout, cached=False
+            )
+            out[(topic, partition)] = int(low)
+        return out
+
+    def latest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """The end offset (high watermark) of each partition, read from a fetch response."""
+        wanted = sorted(set(tps), key=_sort_key)
+        if not wanted:
+            return {}
+        consumer = self.consumer
+        listed: dict[TopicPartitionKey, int] = {}
+        for topic, partition in wanted:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self._timeout, cached=False
+            )
+            # On Tansu ``high`` is the last batch's base offset + 1: at or below the real end.
+            listed[(topic, partition)] = max(int(low), int(high), 0)
+        consumer.assign([TopicPartition(t, p, listed[(t, p)]) for t, p in wanted])
+        ends: dict[TopicPartitionKey, int] = {}
+        deadline = time.monotonic() + self._timeout
+        try:
+            while len(ends) < len(wanted):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    missing = [f"{t}[{p}]" for t, p in wanted if (t, p) not in ends]
+                    raise TimeoutError(f"no fetch answered for {missing} within {self._timeout:g}s")
+                for message in _available(consumer, 1000, min(0.1, remaining)):
+                    error = message.error()
+                    if error is None:
+                        continue  # the tail of the last batch: not needed
+                    key = (cast(str, message.topic()), cast(int, message.partition()))
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        ends[key] = cast(int, message.offset())
+                    elif error.fatal():
+                        raise KafkaException(error)
+                    else:
+                        log.warning("probing the end of %s[%d]: %s", key[0], key[1], error)
+        finally:
+            consumer.unassign()
+        return {tp: ends[tp] for tp in wanted}
+
+
+def end_offsets(
+    bootstrap: str,
+    topic_partitions: Iterable[TopicPartitionKey],
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> dict[TopicPartitionKey, int]:
+    """The real end offset of each ``(topic, partition)``, with a short-lived consumer.
+
+    Unlike ``get_watermark_offsets(cached=False)`` (ListOffsets "latest"), this is right
+    on the embedded broker too; see :class:`OffsetProbe`.
+    """
+    with OffsetProbe(bootstrap, config, timeout) as probe:
+        return probe.latest(topic_partitions)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class KafkaInputPartition(InputPartition):
+    """One Spark task: the offsets ``[start, end)`` of one Kafka partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def _row(message: Message, include_headers: bool) -> tuple[Any, ...]:
+    ts_type, ts_ms = message.timestamp()
+    row: tuple[Any, ...] = (
+        message.key(),
+        message.value(),
+        message.topic(),
+        message.partition(),
+        message.offset(),
+        _EPOCH + timedelta(milliseconds=ts_ms),
+        _TIMESTAMP_TYPE.get(ts_type, -1),
+    )
+    if include_headers:
+        headers = message.headers()
+        row += ([(str(k), v) for k, v in cast(list[tuple[str, bytes]], headers)] if headers else None,)
+    return row
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query needs are gone (``failOnDataLoss=true``)."""
+
+
+def read_partition(options: KafkaSourceOptions, split: KafkaInputPartition) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``split``: every record with ``start <= offset < end``, in offset order.
+
+    Missing offsets (compaction, transaction markers) are skipped: the read stops at the
+    first record at or past ``end``, or when the partition's end is at or past ``end``.
+    A start offset below the log start is data loss: an error, or with
+    ``failOnDataLoss=false`` a jump to the log start.
+    """
+    if split.end <= split.start:
+        return
+    consumer = Consumer(options.consumer_config())
+    where = f"{split.topic}[{split.partition}]"
+    timeout = options.poll_timeout_ms / 1000
+    try:
+        consumer.assign([TopicPartition(split.topic, split.partition, split.start)])
+        next_offset = split.start
+        last_progress = time.monotonic()
+        while True:
+            batch = _available(consumer, 10_000, 0.1)
+            if not batch and time.monotonic() - last_progress > timeout:
+                raise TimeoutError(
+                    f"{where}: no record at or after offset {next_offset} (reading up to {split.end}) "
+                    f"within kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms}"
+                )
+            for message in batch:
+                error = message.error()
+                if error is not None:
+                    code = error.code()
+                    if code == KafkaError._PARTITION_EOF:
+                        if cast(int, message.offset()) >= split.end:
+                            return
+                        continue  # the end is not readable yet (e.g. an open transaction)
+                    if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        next_offset = _after_data_loss(consumer, options, split, next_offset, str(error))
+                        if next_offset >= split.end:
+                            return
+                        last_progress = time.monotonic()
+                        break
+                    if error.fatal():
+                        raise KafkaException(error)
+                    log.warning("reading %s: %s", where, error)
+                    continue
+                offset = cast(int, message.offset())
+                if offset >= split.end:
+                    return
+                if offset < next_offset:
+                    continue
+                next_offset = offset + 1
+                last_progress = time.monotonic()
+                yield _row(message, options.include_headers)
+                if next_offset >= split.end:
+                    return
+    finally:
+        consumer.close()
+
+
+def _after_data_loss(
+    consumer: Consumer, options: KafkaSourceOptions, split: KafkaInputPartition, offset: int, error: str
+) -> int:
+    """Handle a start offset that the broker no longer has; return where reading goes on."""
+    low, _ = consumer.get_watermark_offsets(TopicPartition(split.topic, split.partition), cached=False)
+    message = (
+        f"{split.topic}[{split.partition}]: offset {offset} is not available any more "
+        f"(log starts at {low}): records {offset}..{min(low, split.end) - 1} were lost ({error})"
+    )
+    if options.fail_on_data_loss:
+        raise DataLossError(message + "; set failOnDataLoss=false to skip them")
+    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+    resume = max(int(low), offset)
+    if resume < split.end:
+        consumer.assign([TopicPartition(split.topic, split.partition, resume)])
+    return resume
+
+
+# --------------------------------------------------------------------------- Spark API
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The micro-batch reader: plans one Spark task per Kafka partition with new records."""
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self._probe: OffsetProbe | None = None
+        self._available_now: dict[TopicPartitionKey, int] | None = None
+        self._latest: dict[TopicPartitionKey, int] | None = None
+        self._initial: dict[TopicPartitionKey, int] | None = None
+        self._last_end: dict[TopicPartitionKey, int] | None = None
+
+    # The reader is pickled to the executors (read() runs there); the probe stays behind.
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_probe"] = None
+        return state
+
+    @property
+    def probe(self) -> OffsetProbe:
+        if self._probe is None:
+            self._probe = OffsetProbe.for_options(self.options)
+        return self._probe
+
+    def _current_end(self) -> dict[TopicPartitionKey, int]:
+        probe = self.probe
+        return probe.latest(probe.partitions(self.options.topics))
+
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        # Spark 4.3 calls this twice for the first batch (to plan it and again to run it);
+        # "latest" must resolve once, or records produced in between would fall in no batch.
+        if self._initial is None:
+            self._initial = self._resolve_starting_offsets()
+            self._last_end = dict(self._initial)
+            log.info("%s initial offsets (%s): %s", FORMAT, self.options.starting_offsets, self._initial)
+        return to_offsets(self._initial)
+
+    def _resolve_starting_offsets(self) -> dict[TopicPartitionKey, int]:
+        probe = self.probe
+        tps = probe.partitions(self.options.topics)
+        starting = self.options.starting_offsets
+        if starting == "earliest":
+            offsets = probe.earliest(tps)
+        elif starting == "latest":
+            offsets = probe.latest(tps)
+        else:
+            requested = from_offsets(starting)
+            missing = sorted(set(tps) - set(requested), key=_sort_key)
+            unknown = sorted(set(requested) - set(tps), key=_sort_key)
+            if missing or unknown:
+                raise ValueError(
+                    "startingOffsets must name every partition of the subscribed topics "
+                    f"(-1 latest, -2 earliest): missing {missing}, not in the topics {unknown}"
+                )
+            earliest = probe.earliest(tp for tp, o in requested.items() if o == EARLIEST)
+            latest = probe.latest(tp for tp, o in requested.items() if o == LATEST)
+            offsets = {tp: earliest.get(tp, latest.get(tp, o)) for tp, o in requested.items()}
+        return offsets
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = self._current_end()
+        log.info("%s Trigger.AvailableNow reads up to %s", FORMAT, self._available_now)
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, dict[str, int]]:
+        if start is None:  # Spark 4.0/4.1 call latestOffset() with no start and no limit
+            begin = dict(self._last_end or {})
+            limit = self.getDefaultReadLimit() if begin else ReadAllAvailable()
+        else:
+            begin = from_offsets(start)
+        latest = dict(self._available_now) if self._available_now is not None else self._current_end()
+        self._latest = dict(latest)
+        end = dict(begin)
+        new = [tp for tp in latest if tp not in begin]
+        known = self.probe.earliest(new) if new else {}
+        for tp, offset in latest.items():
+            floor = begin.get(tp, known.get(tp, 0))
+            if offset < floor:
+                message = f"{tp[0]}[{tp[1]}]: end offset {offset} is below the committed offset {floor}"
+                if self.options.fail_on_data_loss:
+                    raise DataLossError(message + " (the partition lost records); set failOnDataLoss=false")
+                log.warning("%s; keeping %d", message, floor)
+                offset = floor
+            end[tp] = offset
+        if isinstance(limit, ReadMaxRows):
+            end = {**end, **rate_limit(limit.max_rows, {**known, **begin}, end)}
+        elif limit is not None and not isinstance(limit, ReadAllAvailable):
+            raise ValueError(f"{FORMAT} supports maxOffsetsPerTrigger (ReadMaxRows) only, got {limit!r}")
+        self._last_end = end
+        return to_offsets(end)
+
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
+        return None if self._latest is None else to_offsets(self._latest)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaInputPartition]:
+        begin, until = from_offsets(start), from_offsets(end)
+        new = [tp for tp in until if tp not in begin]
+        earliest = self.probe.earliest(new) if new else {}
+        splits = []
+        for tp in sorted(until, key=_sort_key):
+            first = begin.get(tp, earliest.get(tp, 0))
+            if until[tp] > first:
+                splits.append(KafkaInputPartition(tp[0], tp[1], first, until[tp]))
+        return splits
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        if not isinstance(partition, KafkaInputPartition):
+            raise TypeError(f"{FORMAT} cannot read {partition!r}")
+        return read_partition(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark has finished the batches up to ``end``; like Spark's source, nothing goes to Kafka."""
+        log.debug("%s committed %s", FORMAT, end)
+
+    def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
+
+
+class KafkaSource(DataSource):
+    """``spark.readStream.format("cutline-kafka")``: Spark's Kafka source on confluent-kafka."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return kafka_schema(KafkaSourceOptions.parse(self.options).include_headers)
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        return KafkaStreamReader(KafkaSourceOptions.parse(self.options))

@@ -1,0 +1,98 @@
+"""Fixtures for tests with a real local Spark and a real Kafka-protocol broker.
+
+One SparkSession (``local[2]``, no UI, 2 shuffle partitions) serves the whole
+session; starting it takes about 10 s. Set ``CUTLINE_BOOTSTRAP`` to use an existing
+Kafka cluster; otherwise one embedded Tansu broker serves the session.
+
+PySpark's Python Data Source API needs ``pyarrow`` in the Python workers (PySpark's
+``sql`` extra); without it the tests that start Spark are skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pytest
+
+from events.broker import EmbeddedBroker, wait_for_broker
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "spark: starts a local Spark (Java) session; slow to start")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under tests/spark as ``spark``."""
+    for item in items:
+        if item.path.resolve().is_relative_to(HERE):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def bootstrap() -> Iterator[str]:
+    """``bootstrap.servers`` of the broker shared by the session."""
+    external = os.environ.get("CUTLINE_BOOTSTRAP")
+    if external:
+        wait_for_broker(external, timeout=30)
+        yield external
+        return
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A topic-name prefix unique to one test, so tests never see each other's data."""
+    return f"t{uuid4().hex[:8]}."
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local SparkSession for the whole test session, with ``KafkaSource`` registered."""
+    if importlib.util.find_spec("pyarrow") is None:
+        pytest.skip("PySpark's Python Data Source API needs pyarrow (pyspark[sql]), which is not installed")
+    from pyspark.sql import SparkSession
+
+    from spark_tasks.kafka_source import KafkaSource
+
+    # Python workers must run this interpreter (the venv with confluent-kafka and this project).
+    saved = {
+        name: os.environ.get(name) for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP")
+    }
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("cutline-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.pollingDelay", "10ms")
+        .config("spark.sql.streaming.minBatchesToRetain", "10")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(KafkaSource)
+    try:
+        yield session
+    finally:
+        session.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
