@@ -293,10 +293,6 @@ def run(settings: Settings, loglevel: str = "warning") -> None:
     """
     if os.environ.get("CUTLINE_PROFILE"):
         _profile_threads(Path(os.environ["CUTLINE_PROFILE"]))
-    if os.environ.get("CUTLINE_SWITCH"):
-        import sys
-
-        sys.setswitchinterval(float(os.environ["CUTLINE_SWITCH"]))
     created = ensure_topics(settings)
     if created:
         log.warning("created topics: %s", ", ".join(created))

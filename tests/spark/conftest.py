@@ -4,13 +4,12 @@ One SparkSession (``local[2]``, no UI, 2 shuffle partitions) serves the whole
 session; starting it takes about 10 s. Set ``CUTLINE_BOOTSTRAP`` to use an existing
 Kafka cluster; otherwise one embedded Tansu broker serves the session.
 
-PySpark's Python Data Source API needs ``pyarrow`` in the Python workers (PySpark's
-``sql`` extra); without it the tests that start Spark are skipped with that reason.
+PySpark's Python Data Source API needs ``pyarrow`` in the Python workers; it is one of
+the project's dependencies.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from collections.abc import Iterator
@@ -57,8 +56,6 @@ def topic_prefix() -> str:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A local SparkSession for the whole test session, with ``KafkaSource`` registered."""
-    if importlib.util.find_spec("pyarrow") is None:
-        pytest.skip("PySpark's Python Data Source API needs pyarrow (pyspark[sql]), which is not installed")
     from pyspark.sql import SparkSession
 
     from spark_tasks.kafka_source import KafkaSource
