@@ -64,7 +64,6 @@ __all__ = [
     "fold",
     "fold_jobs",
     "initial_state",
-    "journal_events",
 ]
 
 
@@ -277,11 +276,6 @@ def fold_jobs(
         state = result.get(job_id)
         result[job_id] = evolve(state if state is not None else initial_state(job_id), event)
     return result
-
-
-def journal_events(decisions: Iterable[Decision]) -> list[JournalEvent]:
-    """The decisions that go to the journal (everything but rejections)."""
-    return [d for d in decisions if not isinstance(d, InputRejected)]
 
 
 def due_at(state: JobState) -> int | None:

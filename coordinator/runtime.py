@@ -77,7 +77,6 @@ class Outcome:
     job_id: str | None = None
     journal: list[JournalEvent] = field(default_factory=list)
     messages: list[Outgoing] = field(default_factory=list)
-    state: JobState | None = None
     rejected: InputRejected | None = None
 
     @property
@@ -250,7 +249,6 @@ class Coordinator:
             if isinstance(event, CheckpointTriggered):
                 barriers.append(self._barrier(event, event.timestamp_ms))
         outcome.messages.extend(barriers)
-        outcome.state = self.states.get(job_id, state)
         return outcome
 
     def _apply(self, event: JournalEvent) -> None:

@@ -1,0 +1,112 @@
+"""Checkpoint statistics shaped like Flink's REST API, folded from the journal."""
+
+from __future__ import annotations
+
+from coordinator.decider import evolve
+from coordinator.state import JobState, initial_state
+from coordinator.stats import CheckpointStats, checkpoints_json, config_json, track
+from coordinator.testing import JOB, LOCATION, ack, config, decline, request, run, running, tick
+from events.records import CheckpointKind, StateHandle
+
+
+def stats_of(*commands: object) -> CheckpointStats | None:
+    _, events = run(commands)  # type: ignore[arg-type]
+    state: JobState = initial_state(JOB)
+    stats: CheckpointStats | None = None
+    for event in events:
+        stats = track(stats, state, event)  # type: ignore[arg-type]
+        state = evolve(state, event)
+    return stats
+
+
+def handle(checkpoint_id: int, task: str, size: int) -> StateHandle:
+    return StateHandle(f"{LOCATION}/{JOB}/chk-{checkpoint_id}/{task}", size, "x")
+
+
+class TestCounts:
+    def test_counts_completed_failed_and_in_progress(self) -> None:
+        """One completed, one declined and one pending checkpoint are counted as such."""
+        stats = stats_of(
+            running(cfg=config(tolerable_failures=9), at=0),
+            tick(1000),
+            ack(1, "t0", at=1010),
+            ack(1, "t1", at=1020),
+            tick(2000),
+            decline(2, "t0", at=2001),
+            tick(3000),
+        )
+
+        body = checkpoints_json(stats)
+
+        assert {"restored": 0, "total": 3, "in_progress": 1, "completed": 1, "failed": 1} == body["counts"]
+        assert [3, 2, 1] == [entry["id"] for entry in body["history"]]
+        assert ["in_progress", "failed", "completed"] == [entry["@class"] for entry in body["history"]]
+
+    def test_restores_are_counted(self) -> None:
+        """A RUNNING status that restored checkpoint 7 counts one restore and names it latest."""
+        body = checkpoints_json(stats_of(running(restored_from=7, at=0)))
+
+        assert 1 == body["counts"]["restored"]
+        assert 7 == body["latest"]["restored"]["id"]
+
+
+class TestLatestAndSummary:
+    def test_latest_completed_and_savepoint_with_sizes_and_durations(self) -> None:
+        """The latest completed checkpoint and savepoint carry acks, size, duration and path."""
+        stats = stats_of(
+            running(at=0),
+            tick(1000),
+            ack(1, "t0", at=1010, state=handle(1, "t0", 100)),
+            ack(1, "t1", at=1040, state=handle(1, "t1", 50)),
+            request(CheckpointKind.SAVEPOINT, at=1500),
+            ack(2, "t0", at=1510),
+            ack(2, "t1", at=1520),
+        )
+
+        latest = checkpoints_json(stats)["latest"]
+
+        completed = latest["completed"]
+        assert (1, 2, 2, 150, 40) == (
+            completed["id"],
+            completed["num_subtasks"],
+            completed["num_acknowledged_subtasks"],
+            completed["state_size"],
+            completed["end_to_end_duration"],
+        )
+        assert f"{LOCATION}/{JOB}/chk-1" == completed["external_path"]
+        assert (2, True) == (latest["savepoint"]["id"], latest["savepoint"]["is_savepoint"])
+
+    def test_summary_percentiles(self) -> None:
+        """The duration summary has min, max, avg and percentiles over completed checkpoints."""
+        commands: list[object] = [running(at=0)]
+        for n, duration in enumerate([10, 20, 30, 40], start=1):
+            commands += [tick(n * 1000), ack(n, "t0", at=n * 1000), ack(n, "t1", at=n * 1000 + duration)]
+
+        summary = checkpoints_json(stats_of(*commands))["summary"]["end_to_end_duration"]
+
+        assert (10, 40, 25.0, 30) == (summary["min"], summary["max"], summary["avg"], summary["p50"])
+
+    def test_failed_entries_say_why(self) -> None:
+        """A failed checkpoint's entry has its failure time and reason: message."""
+        stats = stats_of(
+            running(cfg=config(tolerable_failures=9), at=0), tick(1000), decline(1, "t1", at=1005)
+        )
+
+        failed = checkpoints_json(stats)["latest"]["failed"]
+
+        assert 1005 == failed["failure_timestamp"]
+        assert failed["failure_message"].startswith("CHECKPOINT_DECLINED: task t1 declined")
+
+
+class TestConfig:
+    def test_config_view(self) -> None:
+        """The config view names Flink's fields."""
+        body = config_json(config(interval_ms=500, max_concurrent=2))
+
+        assert (500, 10_000, 2, 1) == (
+            body["interval"],
+            body["timeout"],
+            body["max_concurrent"],
+            body["num_retained"],
+        )
+        assert {} == config_json(None)
