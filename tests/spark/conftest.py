@@ -1,8 +1,7 @@
 """Fixtures for tests with a real local Spark and a real Kafka-protocol broker.
 
 One SparkSession (``local[2]``, no UI, 2 shuffle partitions) serves the whole
-session; starting it takes about 10 s. Set ``CUTLINE_BOOTSTRAP`` to use an existing
-Kafka cluster; otherwise one embedded Tansu broker serves the session.
+session; starting it takes about 10 s. The broker fixtures are in tests/conftest.py.
 
 PySpark's Python Data Source API needs ``pyarrow`` in the Python workers; it is one of
 the project's dependencies.
@@ -13,44 +12,9 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
-
-from events.broker import EmbeddedBroker, wait_for_broker
-
-HERE = Path(__file__).resolve().parent
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "spark: starts a local Spark (Java) session; slow to start")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under tests/spark as ``spark``."""
-    for item in items:
-        if item.path.resolve().is_relative_to(HERE):
-            item.add_marker(pytest.mark.spark)
-
-
-@pytest.fixture(scope="session")
-def bootstrap() -> Iterator[str]:
-    """``bootstrap.servers`` of the broker shared by the session."""
-    external = os.environ.get("CUTLINE_BOOTSTRAP")
-    if external:
-        wait_for_broker(external, timeout=30)
-        yield external
-        return
-    with EmbeddedBroker() as broker:
-        yield broker.bootstrap
-
-
-@pytest.fixture
-def topic_prefix() -> str:
-    """A topic-name prefix unique to one test, so tests never see each other's data."""
-    return f"t{uuid4().hex[:8]}."
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
-"""Fixtures for tests against a real Kafka-protocol broker.
+"""Fixtures shared by every test that talks to a real Kafka-protocol broker.
 
 Set ``CUTLINE_BOOTSTRAP`` to run them against an existing cluster; otherwise one
-embedded Tansu broker serves the whole test session.
+embedded Tansu broker serves the whole test session. Tests are marked by their
+directory: ``integration``, ``spark``, ``e2e``, ``compose``.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import pytest
 from events.broker import EmbeddedBroker, wait_for_broker
 
 HERE = Path(__file__).resolve().parent
+MARKED_DIRECTORIES = ("integration", "spark", "e2e", "compose")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under tests/integration as ``integration``."""
+    """Mark every test under tests/<name>/ with the marker <name>."""
     for item in items:
-        if item.path.resolve().is_relative_to(HERE):
-            item.add_marker(pytest.mark.integration)
+        relative = item.path.resolve().relative_to(HERE)
+        if len(relative.parts) > 1 and relative.parts[0] in MARKED_DIRECTORIES:
+            item.add_marker(getattr(pytest.mark, relative.parts[0]))
 
 
 @pytest.fixture(scope="session")
