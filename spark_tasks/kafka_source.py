@@ -38,6 +38,13 @@ changing one word::
 - ``includeHeaders`` (default false): add the ``headers`` column.
 - ``kafkaConsumer.pollTimeoutMs`` (default 120000): how long a task waits without
   progress before it fails.
+- ``cutline.job`` (default unset): take part in barrier alignment (DESIGN §5) for this
+  job id: barriers of the job, read from its partition of ``<cutline.topicPrefix>barriers``
+  (prefix default ``cutline.``) on ``cutline.bootstrap`` (default
+  ``kafka.bootstrap.servers``), are folded into a batch's end offset under
+  ``__cutline_barrier__`` and emitted in-band as one row per Kafka partition after
+  its records, in the extra nullable string column ``cutline_barrier``
+  (docs/spark.md, "Barrier alignment").
 
 **Columns** (as the built-in source): ``key`` binary, ``value`` binary, ``topic``
 string, ``partition`` int, ``offset`` long, ``timestamp`` timestamp,
@@ -96,6 +103,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from events.codec import DecodeError, decode
+from events.kafka import consume_available, consumer_config, job_key, job_partition
+from events.records import CheckpointBarrier
+
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
@@ -120,7 +131,10 @@ except ImportError:  # pragma: no cover - Spark 4.0/4.1
 
 
 __all__ = [
+    "BARRIER_COLUMN",
+    "BARRIER_KEY",
     "FORMAT",
+    "BarrierFeed",
     "EARLIEST",
     "LATEST",
     "KafkaInputPartition",
@@ -131,6 +145,8 @@ __all__ = [
     "TopicPartitionKey",
     "end_offsets",
     "from_offsets",
+    "barrier_json",
+    "barrier_of",
     "kafka_schema",
     "rate_limit",
     "read_partition",
@@ -179,6 +195,12 @@ _UNSUPPORTED_OPTIONS = (
 _TIMESTAMP_TYPE = {0: -1, 1: 0, 2: 1}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+BARRIER_KEY = "__cutline_barrier__"
+"""Top-level key of an end offset that carries a folded checkpoint barrier (DESIGN §5)."""
+BARRIER_COLUMN = "cutline_barrier"
+"""The extra column with ``cutline.job``: the barrier's JSON on barrier rows, null otherwise."""
+DEFAULT_TOPIC_PREFIX = "cutline."
+
 TopicPartitionKey = tuple[str, int]
 """``(topic, partition)``: the key of every offset map in this module."""
 
@@ -190,13 +212,18 @@ def _sort_key(tp: TopicPartitionKey) -> tuple[str, int]:
     return tp[0], tp[1]
 
 
-def to_offsets(mapping: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
+def to_offsets(
+    mapping: Mapping[TopicPartitionKey, int], barrier: Mapping[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
     """``{(topic, partition): offset}`` as Spark offset JSON: ``{"topic": {"0": offset}}``.
 
     Keys are strings; topics are sorted and partitions are in numeric order, so equal
-    maps always give equal JSON (Spark compares offsets by their JSON text).
+    maps always give equal JSON (Spark compares offsets by their JSON text). A folded
+    ``barrier`` goes first, under :data:`BARRIER_KEY`, with its keys sorted.
     """
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, dict[str, Any]] = {}
+    if barrier is not None:
+        out[BARRIER_KEY] = {k: barrier[k] for k in sorted(barrier)}
     for topic, partition in sorted(mapping, key=_sort_key):
         offset = mapping[(topic, partition)]
         if isinstance(offset, bool) or not isinstance(offset, int):
@@ -217,6 +244,8 @@ def from_offsets(offsets: Mapping[str, Any] | str) -> dict[TopicPartitionKey, in
         raise ValueError(f"offsets must be a JSON object of topics, got {parsed!r}")
     out: dict[TopicPartitionKey, int] = {}
     for topic, partitions in parsed.items():
+        if topic == BARRIER_KEY:
+            continue
         if not isinstance(topic, str) or not isinstance(partitions, Mapping):
             raise ValueError(f"offsets of topic {topic!r} must be an object, got {partitions!r}")
         for key, offset in partitions.items():
@@ -226,6 +255,34 @@ def from_offsets(offsets: Mapping[str, Any] | str) -> dict[TopicPartitionKey, in
                 raise ValueError(f"offset of {topic}[{key}] must be an int, got {offset!r}")
             out[(topic, int(key))] = offset
     return out
+
+
+def barrier_of(offsets: Mapping[str, Any] | str | None) -> dict[str, Any] | None:
+    """The barrier folded into Spark offset JSON, or None."""
+    if offsets is None:
+        return None
+    parsed: Any = json.loads(offsets) if isinstance(offsets, str) else offsets
+    barrier = parsed.get(BARRIER_KEY) if isinstance(parsed, Mapping) else None
+    if barrier is None:
+        return None
+    if not isinstance(barrier, Mapping):
+        raise ValueError(f"{BARRIER_KEY} must be an object, got {barrier!r}")
+    return {k: barrier[k] for k in sorted(barrier)}
+
+
+def barrier_json(barrier: Mapping[str, Any]) -> str:
+    """The ``cutline_barrier`` column's text: the barrier entry as compact JSON, keys sorted."""
+    return json.dumps(dict(barrier), sort_keys=True, separators=(",", ":"))
+
+
+def _barrier_entry(barrier: CheckpointBarrier) -> dict[str, Any]:
+    return {
+        "attempt": barrier.attempt,
+        "id": barrier.checkpoint_id,
+        "kind": str(getattr(barrier.kind, "value", barrier.kind)),
+        "location": barrier.location,
+        "timestamp_ms": barrier.timestamp_ms,
+    }
 
 
 def rate_limit(
@@ -292,6 +349,13 @@ class KafkaSourceOptions:
     include_headers: bool = False
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     kafka: Mapping[str, str] = field(default_factory=dict)
+    job: str | None = None
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX
+    cutline_bootstrap: str | None = None
+
+    @property
+    def barriers_topic(self) -> str:
+        return f"{self.topic_prefix}barriers"
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> KafkaSourceOptions:
@@ -312,6 +376,9 @@ class KafkaSourceOptions:
         )
         if not topics:
             raise ValueError("option 'subscribe' (comma-separated topics) is required")
+        if BARRIER_KEY in topics:
+            raise ValueError(f"topic name {BARRIER_KEY!r} is reserved by {FORMAT}")
+        job = str(opts.get("cutline.job", "")).strip() or None
         starting = str(opts.get("startingoffsets", "latest")).strip()
         if starting.lower() in ("earliest", "latest"):
             starting = starting.lower()
@@ -344,6 +411,9 @@ class KafkaSourceOptions:
                 opts.get("kafkaconsumer.polltimeoutms", DEFAULT_POLL_TIMEOUT_MS),
             ),
             kafka=kafka,
+            job=job,
+            topic_prefix=str(opts.get("cutline.topicprefix", DEFAULT_TOPIC_PREFIX)),
+            cutline_bootstrap=str(opts.get("cutline.bootstrap", "")).strip() or None,
         )
 
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:
@@ -366,8 +436,8 @@ class KafkaSourceOptions:
         return config
 
 
-def kafka_schema(include_headers: bool = False) -> StructType:
-    """The columns of Spark's built-in Kafka source."""
+def kafka_schema(include_headers: bool = False, barriers: bool = False) -> StructType:
+    """The columns of Spark's built-in Kafka source (and ``cutline_barrier`` with ``barriers``)."""
     fields = [
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
@@ -380,6 +450,8 @@ def kafka_schema(include_headers: bool = False) -> StructType:
     if include_headers:
         header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
         fields.append(StructField("headers", ArrayType(header)))
+    if barriers:
+        fields.append(StructField(BARRIER_COLUMN, StringType()))
     return StructType(fields)
 
 
@@ -530,6 +602,120 @@ def end_offsets(
         return probe.latest(topic_partitions)
 
 
+# --------------------------------------------------------------------------- barriers
+
+
+class BarrierFeed:
+    """The checkpoint barriers of one job, read on the driver from its partition of the barriers topic.
+
+    Starts at the partition's current end, taken from a fetch (partition EOF), not from
+    ListOffsets "latest", which is short on the embedded broker: everything below that
+    end is ignored, so after a restart barriers already folded into checkpointed offsets
+    are not seen again (and barriers sent while the query was down are missed).
+    Barriers of other jobs, undecodable records and re-sent barriers are dropped.
+    Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        job_id: str,
+        config: Mapping[str, Any] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.topic = topic
+        self.job_id = job_id
+        self._key = job_key(job_id)
+        self._pending: list[dict[str, Any]] = []
+        self._seen: set[tuple[int, int]] = set()
+        self._consumer = Consumer(
+            {
+                **consumer_config(bootstrap, f"cutline-barriers-{uuid.uuid4().hex}"),
+                **(config or {}),
+                "bootstrap.servers": bootstrap,
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        try:
+            self.partition = job_partition(self._consumer, topic, job_id, timeout)
+            self.start = self._find_end(timeout)
+        except BaseException:
+            self._consumer.close()
+            raise
+        log.info("%s: barriers of job %s from %s[%d]@%d", FORMAT, job_id, topic, self.partition, self.start)
+
+    def _find_end(self, timeout: float) -> int:
+        tp = TopicPartition(self.topic, self.partition)
+        low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        self._consumer.assign([TopicPartition(self.topic, self.partition, max(int(low), int(high), 0))])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for message in _available(self._consumer, 1000, 0.1):
+                error = message.error()
+                if error is None:
+                    continue  # before the end: already there when the feed started
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return cast(int, message.offset())
+                if error.fatal():
+                    raise KafkaException(error)
+                log.warning("finding the end of %s[%d]: %s", self.topic, self.partition, error)
+        raise TimeoutError(f"no fetch answered for {self.topic}[{self.partition}] within {timeout:g}s")
+
+    def poll(self) -> None:
+        """Queue the barriers of this job that have arrived (never blocks)."""
+        for message in consume_available(self._consumer, 500, 0):
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if error.fatal():
+                    raise KafkaException(error)
+                log.warning("reading barriers of %s: %s", self.job_id, error)
+                continue
+            offset = message.offset()
+            if offset is None or offset < self.start or message.key() != self._key:
+                continue
+            value = message.value()
+            if value is None:
+                continue
+            try:
+                record = decode(value)
+            except DecodeError as exc:
+                log.warning("undecodable barrier at %s[%d]@%d: %s", self.topic, self.partition, offset, exc)
+                continue
+            if isinstance(record, CheckpointBarrier) and record.job_id == self.job_id:
+                self.offer(_barrier_entry(record))
+
+    def offer(self, entry: Mapping[str, Any]) -> None:
+        """Queue ``entry`` unless a barrier with its id and attempt was queued before."""
+        key = (int(entry["id"]), int(entry["attempt"]))
+        if key in self._seen:
+            log.info("%s ignores re-sent barrier %s of job %s", FORMAT, key, self.job_id)
+            return
+        self._seen.add(key)
+        self._pending.append(dict(entry))
+
+    def mark_folded(self, entry: Mapping[str, Any]) -> None:
+        """``entry`` is already in a checkpointed offset: never fold it again."""
+        key = (int(entry["id"]), int(entry["attempt"]))
+        self._seen.add(key)
+        self._pending = [b for b in self._pending if (int(b["id"]), int(b["attempt"])) != key]
+
+    def peek(self) -> dict[str, Any] | None:
+        """The oldest pending barrier, without taking it."""
+        return self._pending[0] if self._pending else None
+
+    def take(self) -> dict[str, Any] | None:
+        """Take the oldest pending barrier."""
+        return self._pending.pop(0) if self._pending else None
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
 # --------------------------------------------------------------------------- reading
 
 
@@ -541,6 +727,8 @@ class KafkaInputPartition(InputPartition):
     partition: int
     start: int
     end: int
+    barrier: str | None = None
+    """The JSON of the barrier folded into this batch: emitted after the last record."""
 
 
 def _row(message: Message, include_headers: bool) -> tuple[Any, ...]:
@@ -651,11 +839,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: dict[TopicPartitionKey, int] | None = None
         self._initial: dict[TopicPartitionKey, int] | None = None
         self._last_end: dict[TopicPartitionKey, int] | None = None
+        self._last_barrier: dict[str, Any] | None = None
+        # With cutline.job: the barriers that arrive from now on (DESIGN §5, barrier alignment).
+        self._barriers: BarrierFeed | None = None
+        if options.job is not None:
+            bootstrap = options.cutline_bootstrap or options.bootstrap
+            extra = dict(options.kafka) if options.cutline_bootstrap in (None, options.bootstrap) else {}
+            extra.pop("bootstrap.servers", None)
+            self._barriers = BarrierFeed(bootstrap, options.barriers_topic, options.job, extra)
 
-    # The reader is pickled to the executors (read() runs there); the probe stays behind.
+    # The reader is pickled to the executors (read() runs there); the consumers stay behind.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_probe"] = None
+        state["_barriers"] = None
         return state
 
     @property
@@ -712,9 +909,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> dict[str, dict[str, int]]:
         if start is None:  # Spark 4.0/4.1 call latestOffset() with no start and no limit
             begin = dict(self._last_end or {})
+            begin_barrier = self._last_barrier
             limit = self.getDefaultReadLimit() if begin else ReadAllAvailable()
         else:
             begin = from_offsets(start)
+            begin_barrier = barrier_of(start)
+        feed = self._barriers
+        if feed is not None:
+            if begin_barrier is not None:
+                feed.mark_folded(begin_barrier)  # e.g. after a restart: folded into batch start
+            feed.poll()  # before the ends: records produced before a barrier fall in its batch
         latest = dict(self._available_now) if self._available_now is not None else self._current_end()
         self._latest = dict(latest)
         end = dict(begin)
@@ -733,27 +937,66 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {**end, **rate_limit(limit.max_rows, {**known, **begin}, end)}
         elif limit is not None and not isinstance(limit, ReadAllAvailable):
             raise ValueError(f"{FORMAT} supports maxOffsetsPerTrigger (ReadMaxRows) only, got {limit!r}")
+        barrier = feed.take() if feed is not None else None
+        if barrier is None and end == begin:
+            # Nothing new: answer the start itself (with its barrier, if it has one), so no
+            # batch runs. A barrier is folded into exactly one batch's end offset.
+            barrier = begin_barrier
+        elif barrier is not None:
+            log.info("%s folds barrier %s into the batch ending at %s", FORMAT, barrier, end)
         self._last_end = end
-        return to_offsets(end)
+        self._last_barrier = barrier
+        return to_offsets(end, barrier)
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
         return None if self._latest is None else to_offsets(self._latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaInputPartition]:
+        """One task per partition with new records; with a barrier in ``end``, one per partition."""
         begin, until = from_offsets(start), from_offsets(end)
+        barrier = barrier_of(end) if self.options.job is not None else None
+        if barrier is not None and barrier == barrier_of(start):
+            barrier = None  # not a new barrier (latestOffset never answers this way; be safe)
+        text = None if barrier is None else barrier_json(barrier)
         new = [tp for tp in until if tp not in begin]
         earliest = self.probe.earliest(new) if new else {}
         splits = []
         for tp in sorted(until, key=_sort_key):
             first = begin.get(tp, earliest.get(tp, 0))
-            if until[tp] > first:
-                splits.append(KafkaInputPartition(tp[0], tp[1], first, until[tp]))
+            if until[tp] > first or text is not None:
+                splits.append(KafkaInputPartition(tp[0], tp[1], first, max(first, until[tp]), text))
         return splits
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         if not isinstance(partition, KafkaInputPartition):
             raise TypeError(f"{FORMAT} cannot read {partition!r}")
-        return read_partition(self.options, partition)
+        if self.options.job is None:
+            return read_partition(self.options, partition)
+        return self._read_with_barrier(partition)
+
+    def _read_with_barrier(self, split: KafkaInputPartition) -> Iterator[tuple[Any, ...]]:
+        """The records with a null ``cutline_barrier``, then the batch's barrier row if any.
+
+        The barrier row's offset is the partition's end offset of the batch: the next
+        offset to read, which is what a snapshot taken at the barrier must record.
+        """
+        for row in read_partition(self.options, split):
+            yield (*row, None)
+        if split.barrier is None:
+            return
+        barrier = json.loads(split.barrier)
+        marker: tuple[Any, ...] = (
+            None,
+            None,
+            split.topic,
+            split.partition,
+            split.end,
+            _EPOCH + timedelta(milliseconds=int(barrier["timestamp_ms"])),
+            -1,
+        )
+        if self.options.include_headers:
+            marker += (None,)
+        yield (*marker, split.barrier)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has finished the batches up to ``end``; like Spark's source, nothing goes to Kafka."""
@@ -763,6 +1006,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._probe is not None:
             self._probe.close()
             self._probe = None
+        if self._barriers is not None:
+            self._barriers.close()
+            self._barriers = None
 
 
 class KafkaSource(DataSource):
@@ -773,7 +1019,8 @@ class KafkaSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        return kafka_schema(KafkaSourceOptions.parse(self.options).include_headers)
+        options = KafkaSourceOptions.parse(self.options)
+        return kafka_schema(options.include_headers, barriers=options.job is not None)
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         return KafkaStreamReader(KafkaSourceOptions.parse(self.options))
