@@ -217,7 +217,7 @@ def _checkpoint_table(stats: dict[str, Any], produced: int, counted: int, phase:
     counts = stats.get("counts", {})
     line = Text.assemble(
         (f"{phase}  ", "bold"),
-        f"words produced {produced:,}  counted {counted:,}  ",
+        f"records produced {produced:,}  read by the job {counted:,}  ",
         (f"completed {counts.get('completed', 0)}", "green"),
         "  ",
         (f"failed {counts.get('failed', 0)}", "red"),
