@@ -27,13 +27,13 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from coordinator.journal import read_journal_topic
 from coordinator.runtime import CAUSE_HEADER, Coordinator, Outcome, Outgoing
 from coordinator.state import state_json
 from coordinator.stats import checkpoints_json, config_json, entry_json
 from events.broker import create_topics
-from events.codec import DecodeError, default_codec
-from events.log import read_to_end
-from events.records import JOURNAL_RECORDS, JournalEvent
+from events.log import LogMessage
+from events.records import JournalEvent
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 log = logging.getLogger("cutline.coordinator")
@@ -276,25 +276,15 @@ def create_app(settings: Settings) -> faust.App:
 
 
 def _read_journal(bootstrap: str, topic: str) -> list[tuple[JournalEvent, bytes | None]]:
-    codec = default_codec()
-    events: list[tuple[JournalEvent, bytes | None]] = []
-    for message in read_to_end(bootstrap, topic):
-        if message.value is None:
-            continue
-        try:
-            event = codec.decode(message.value)
-        except DecodeError as exc:
-            event = None
-            problem = str(exc)
-        else:
-            problem = f"a {type(event).__name__} is not a journal event"
-        if not isinstance(event, JOURNAL_RECORDS):
-            # Only the coordinator writes here; anything else was written by mistake. Folding it
-            # is impossible, stopping would leave every job without a coordinator: skip it loudly.
-            log.error("journal %s[%d]@%d skipped: %s", topic, message.partition, message.offset, problem)
-            continue
-        events.append((event, message.headers.get(CAUSE_HEADER)))
-    return events
+    def skip(message: LogMessage, problem: str) -> None:
+        # Only the coordinator writes here; anything else was written by mistake. Folding it
+        # is impossible, stopping would leave every job without a coordinator: skip it loudly.
+        log.error("journal %s[%d]@%d skipped: %s", topic, message.partition, message.offset, problem)
+
+    return [
+        (event, message.headers.get(CAUSE_HEADER))
+        for event, message in read_journal_topic(bootstrap, topic, skip)
+    ]
 
 
 def run(settings: Settings, loglevel: str = "warning") -> None:

@@ -28,14 +28,20 @@ from rich.text import Text
 
 from coordinator.decider import evolve
 from coordinator.invariants import Violation, violations
-from coordinator.journal import Codec, JournalFileError, read_journal_events, write_journal
+from coordinator.journal import (
+    Codec,
+    JournalFileError,
+    read_journal_events,
+    read_journal_topic,
+    write_journal,
+)
 from coordinator.plot import CheckpointOutcomes, write_plot
 from coordinator.simulate import simulate
 from coordinator.state import JobState, initial_state
 from coordinator.timeline import Acks, ack_progress, format_bytes, format_time, job_summary, timeline_line
-from events.codec import DecodeError, default_codec
-from events.log import read_to_end
-from events.records import JOURNAL_RECORDS, JournalEvent, TaskAcknowledged
+from events.codec import default_codec
+from events.log import LogMessage
+from events.records import JournalEvent, TaskAcknowledged
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 __all__ = ["Cut", "app", "main", "parse_until"]
@@ -227,22 +233,15 @@ def _fail(console: Console, message: str) -> NoReturn:
 
 def _journal_topic(bootstrap: str, prefix: str) -> Iterator[tuple[JournalEvent, int, int]]:
     """The journal topic from its start to its current end, decoded: the same input as a file."""
-    codec = default_codec()
     topic = Topics(prefix).checkpoints
-    for message in read_to_end(bootstrap, topic):
-        if message.value is None:
-            continue
-        try:
-            event = codec.decode(message.value)
-        except DecodeError as exc:
-            raise JournalFileError(
-                f"{topic}[{message.partition}]@{message.offset} is not a journal event: {exc}"
-            ) from exc
-        if not isinstance(event, JOURNAL_RECORDS):
-            raise JournalFileError(
-                f"{topic}[{message.partition}]@{message.offset} holds a {type(event).__name__}, "
-                "not a journal event; only the coordinator may write to the journal topic"
-            )
+
+    def refuse(message: LogMessage, problem: str) -> None:
+        raise JournalFileError(
+            f"{topic}[{message.partition}]@{message.offset}: {problem}; "
+            "only the coordinator may write to the journal topic"
+        )
+
+    for event, message in read_journal_topic(bootstrap, topic, refuse):
         yield event, message.partition, message.offset
 
 

@@ -17,15 +17,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from coordinator.decider import fold_jobs
 from coordinator.invariants import first_violation
+from coordinator.journal import read_journal_topic
 from coordinator.state import state_json
 from coordinator.supervisor import CoordinatorProcess
 from events.broker import create_topics
-from events.codec import DecodeError, decode, encode
+from events.codec import decode, encode
 from events.kafka import consumer_config, producer_config
 from events.log import read_to_end
 from events.participant import JobDriver, Participant
 from events.records import (
-    JOURNAL_RECORDS,
     CheckpointAborted,
     CheckpointAcknowledged,
     CheckpointBarrier,
@@ -114,15 +114,10 @@ class Job:
 
     def journal(self) -> list[JournalEvent]:
         """The journal topic's events (skipping what is not a journal event, as the coordinator does)."""
-        events: list[JournalEvent] = []
-        for message in read_to_end(self.bootstrap, self.topics.checkpoints):
-            try:
-                event = decode(message.value or b"")
-            except DecodeError:
-                continue
-            if isinstance(event, JOURNAL_RECORDS):
-                events.append(event)
-        return events
+        topic = self.topics.checkpoints
+        return [
+            event for event, _ in read_journal_topic(self.bootstrap, topic, lambda message, problem: None)
+        ]
 
     def wait_for(
         self, predicate: Callable[[list[JournalEvent]], bool], timeout: float = 30.0
