@@ -42,8 +42,8 @@ changing one word::
   job id: barriers of the job, read from its partition of ``<cutline.topicPrefix>barriers``
   (prefix default ``cutline.``) on ``cutline.bootstrap`` (default
   ``kafka.bootstrap.servers``), are folded into a batch's end offset under
-  ``__cutline_barrier__`` and emitted in-band as one row per Kafka partition after
-  its records, in the extra nullable string column ``cutline_barrier``
+  ``__cutline_barrier__`` and emitted in-band as one row per Kafka partition before
+  its records of the batch (at the batch's start offset: the checkpoint's cut), in the extra nullable string column ``cutline_barrier``
   (docs/spark.md, "Barrier alignment").
 
 **Columns** (as the built-in source): ``key`` binary, ``value`` binary, ``topic``
@@ -728,7 +728,7 @@ class KafkaInputPartition(InputPartition):
     start: int
     end: int
     barrier: str | None = None
-    """The JSON of the barrier folded into this batch: emitted after the last record."""
+    """The JSON of the barrier folded into this batch: emitted before the first record, at ``start``."""
 
 
 def _row(message: Message, include_headers: bool) -> tuple[Any, ...]:
@@ -975,28 +975,30 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._read_with_barrier(partition)
 
     def _read_with_barrier(self, split: KafkaInputPartition) -> Iterator[tuple[Any, ...]]:
-        """The records with a null ``cutline_barrier``, then the batch's barrier row if any.
+        """The batch's barrier row if any, then the records with a null ``cutline_barrier``.
 
-        The barrier row's offset is the partition's end offset of the batch: the next
-        offset to read, which is what a snapshot taken at the barrier must record.
+        The barrier goes first, with the partition's *start* offset of the batch: the cut
+        of a checkpoint is the start of its barrier's batch, i.e. the end of the batch
+        before, whose output Spark has already committed to the sink (micro-batches run
+        one after another). A snapshot taken at the barrier therefore never covers a
+        record whose output could still be lost, and restoring it replays the batch.
         """
+        if split.barrier is not None:
+            barrier = json.loads(split.barrier)
+            marker: tuple[Any, ...] = (
+                None,
+                None,
+                split.topic,
+                split.partition,
+                split.start,
+                _EPOCH + timedelta(milliseconds=int(barrier["timestamp_ms"])),
+                -1,
+            )
+            if self.options.include_headers:
+                marker += (None,)
+            yield (*marker, split.barrier)
         for row in read_partition(self.options, split):
             yield (*row, None)
-        if split.barrier is None:
-            return
-        barrier = json.loads(split.barrier)
-        marker: tuple[Any, ...] = (
-            None,
-            None,
-            split.topic,
-            split.partition,
-            split.end,
-            _EPOCH + timedelta(milliseconds=int(barrier["timestamp_ms"])),
-            -1,
-        )
-        if self.options.include_headers:
-            marker += (None,)
-        yield (*marker, split.barrier)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has finished the batches up to ``end``; like Spark's source, nothing goes to Kafka."""

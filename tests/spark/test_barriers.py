@@ -174,7 +174,7 @@ def test_barriers_are_folded_into_one_batch_and_emitted_per_partition(
 
         # Records, then a barrier of another job (same partition, ignored), then ours. A
         # trigger may take the records before the barrier arrives; then try again, so that
-        # one barrier batch has records before its barrier rows.
+        # one barrier batch has records after its barrier rows.
         checkpoint_id = 0
         while checkpoint_id < 5:
             checkpoint_id += 1
@@ -209,6 +209,7 @@ def test_barriers_are_folded_into_one_batch_and_emitted_per_partition(
     for checkpoint_id, batch_id in enumerate(sorted(found), start=1):
         rows = found[batch_id]
         end = ends(batch_id)
+        cut = ends(batch_id - 1)  # the checkpoint's cut: where this batch starts
         barrier_rows = [r for r in rows if r[3] is not None]
         expected = {
             "attempt": 0,
@@ -217,13 +218,14 @@ def test_barriers_are_folded_into_one_batch_and_emitted_per_partition(
             "location": f"{location}/{checkpoint_id}",
             "timestamp_ms": 1_700_000_000_000 + checkpoint_id,
         }
-        # once per Kafka partition, with that partition's end offset, and no value
-        assert sorted((p, o) for p, o, _, _ in barrier_rows) == sorted(end.items())
+        # once per Kafka partition, with that partition's start offset of the batch, no value
+        assert sorted((p, o) for p, o, _, _ in barrier_rows) == sorted(cut.items())
         assert all(v is None and json.loads(b or "") == expected for _, _, v, b in barrier_rows)
-        # after that partition's records of the batch
+        # before that partition's records of the batch
         for partition in range(PARTITIONS):
             mine = [r for r in rows if r[0] == partition]
-            assert mine[-1][3] is not None, mine
+            assert mine[0][3] is not None, mine
+            assert all(r[3] is None and r[1] >= cut[partition] for r in mine[1:]), mine
         # Spark's write-ahead log holds the barrier: a re-run sees it again
         logged = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()[-1]
         assert expected == barrier_of(logged)
