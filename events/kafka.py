@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import (
@@ -192,6 +192,43 @@ def consume_available(consumer: Consumer, num_messages: int = 500, timeout: floa
     return (
         [first, *consumer.consume(num_messages=num_messages - 1, timeout=0)] if num_messages > 1 else [first]
     )
+
+
+def assign_at_end(
+    consumer: Consumer, job_id: str, topics: Sequence[str], timeout: float = 10.0
+) -> tuple[dict[tuple[str, int], int], list[Message]]:
+    """Assign ``job_id``'s partition of each topic and find where each ends now.
+
+    Returns ``({(topic, partition): end}, backlog)``: messages below ``end`` were
+    there before the call and are to be ignored; ``backlog`` holds the messages the
+    search already consumed (some may be at or past ``end``: handle those). The end
+    is the high watermark of the first fetch: ListOffsets "latest", which is short by
+    up to one batch on the embedded broker, is only where reading starts.
+    """
+    deadline = time.monotonic() + timeout
+    assignment = []
+    for topic in topics:
+        partition = job_partition(consumer, topic, job_id, timeout)
+        _, latest = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
+        )
+        assignment.append(TopicPartition(topic, partition, max(latest, 0)))
+    consumer.assign(assignment)
+    backlog: list[Message] = []
+    start: dict[tuple[str, int], int] = {}
+    waiting = {(tp.topic, tp.partition) for tp in assignment}
+    while waiting:
+        msg = consumer.poll(0.005)
+        if msg is not None:
+            backlog.append(msg)
+        for topic, partition in list(waiting):
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            if high >= 0:
+                start[(topic, partition)] = high
+                waiting.discard((topic, partition))
+        if waiting and time.monotonic() > deadline:
+            raise TimeoutError(f"no fetch answered for {sorted(waiting)} within {timeout:g}s")
+    return start, backlog
 
 
 def read_to_end(

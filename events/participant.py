@@ -38,6 +38,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from events.codec import HEADER_SIZE, MAGIC, DecodeError, decode, default_codec
 from events.kafka import (
+    assign_at_end,
     consume_available,
     consumer_config,
     job_key,
@@ -59,6 +60,7 @@ from events.records import (
     JobStatus,
     JobStatusChanged,
     Record,
+    SchedulerStarted,
     StateHandle,
     TaskStatusChanged,
 )
@@ -262,33 +264,10 @@ class Participant:
     # ------------------------------------------------------------- start
 
     def _begin(self, timeout: float) -> None:
-        """Assign the job's barrier and journal partitions and find their real ends.
-
-        ListOffsets "latest" may lie (it is short by up to one batch on the
-        embedded broker), so it is only where reading starts; the end is the high
-        watermark of the first fetch. Everything below it is ignored.
-        """
-        deadline = time.monotonic() + timeout
-        assignment = []
-        for topic in (self.topics.barriers, self.topics.checkpoints):
-            partition = job_partition(self._consumer, topic, self.job_id, timeout)
-            _, latest = self._consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
-            )
-            assignment.append(TopicPartition(topic, partition, max(latest, 0)))
-        self._consumer.assign(assignment)
-        waiting = {(tp.topic, tp.partition) for tp in assignment}
-        while waiting:
-            msg = self._consumer.poll(0.005)
-            if msg is not None:
-                self._backlog.append(msg)
-            for topic, partition in list(waiting):
-                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-                if high >= 0:
-                    self._start[(topic, partition)] = high
-                    waiting.discard((topic, partition))
-            if waiting and time.monotonic() > deadline:
-                raise TimeoutError(f"no fetch answered for {sorted(waiting)} within {timeout:g}s")
+        """Assign the job's barrier and journal partitions from their real ends."""
+        self._start, self._backlog = assign_at_end(
+            self._consumer, self.job_id, (self.topics.barriers, self.topics.checkpoints), timeout
+        )
         log.debug("participant %s/%s starts after %s", self.job_id, self.task_id, self._start)
 
     # -------------------------------------------------------------- loop
@@ -644,15 +623,16 @@ class JobDriver:
         if not delivered:
             raise TimeoutError(f"{type(record).__name__} not delivered to {topic} within {self.timeout:g}s")
 
-    def completions(self, timeout: float | None = None) -> list[CheckpointCompleted]:
-        """Every CheckpointCompleted of this job in the journal, in journal order.
+    def journal(self, kinds: tuple[type[Record], ...], timeout: float | None = None) -> list[Record]:
+        """This job's journal events of the given types, in journal order.
 
-        Reads the job's journal partition from the beginning to its end; only
-        completion frames are decoded.
+        Reads the job's journal partition from the beginning to its end; only frames
+        of those types are decoded.
         """
         codec = default_codec()
         key = job_key(self.job_id)
-        found: list[CheckpointCompleted] = []
+        names = {kind.__name__ for kind in kinds}
+        found: list[Record] = []
         consumer = Consumer(consumer_config(self.bootstrap))
         try:
             topic = self.topics.checkpoints
@@ -662,20 +642,35 @@ class JobDriver:
                 if msg.key() != key or value is None or value[:2] != MAGIC:
                     continue
                 writer = codec.registry.writer(value[2:HEADER_SIZE])
-                if writer is None or writer.name != CheckpointCompleted.__name__:
+                if writer is None or writer.name not in names:
                     continue
                 try:
                     record = codec.decode(value)
                 except DecodeError as exc:
                     log.warning(
-                        "undecodable completion at %s[%d]@%d: %s", topic, partition, msg.offset(), exc
+                        "undecodable %s at %s[%d]@%d: %s", writer.name, topic, partition, msg.offset(), exc
                     )
                     continue
-                if isinstance(record, CheckpointCompleted) and record.job_id == self.job_id:
+                if isinstance(record, kinds) and getattr(record, "job_id", None) == self.job_id:
                     found.append(record)
         finally:
             consumer.close()
         return found
+
+    def completions(self, timeout: float | None = None) -> list[CheckpointCompleted]:
+        """Every CheckpointCompleted of this job in the journal, in journal order."""
+        return [
+            r for r in self.journal((CheckpointCompleted,), timeout) if isinstance(r, CheckpointCompleted)
+        ]
+
+    def last_attempt(self, timeout: float | None = None) -> int:
+        """The highest attempt the journal knows of this job (0 if none): a restart takes the next."""
+        attempts = [
+            r.attempt
+            for r in self.journal((SchedulerStarted, CheckpointCompleted), timeout)
+            if isinstance(r, SchedulerStarted | CheckpointCompleted)
+        ]
+        return max(attempts, default=0)
 
     def latest_completed(
         self, timeout: float | None = None, kind: CheckpointKind | None = CheckpointKind.CHECKPOINT

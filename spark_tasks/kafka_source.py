@@ -43,8 +43,9 @@ changing one word::
   (prefix default ``cutline.``) on ``cutline.bootstrap`` (default
   ``kafka.bootstrap.servers``), are folded into a batch's end offset under
   ``__cutline_barrier__`` and emitted in-band as one row per Kafka partition before
-  its records of the batch (at the batch's start offset: the checkpoint's cut), in the extra nullable string column ``cutline_barrier``
-  (docs/spark.md, "Barrier alignment").
+  its records of the batch (at the batch's start offset: the checkpoint's cut), in
+  the extra nullable string column ``cutline_barrier`` (docs/spark.md, "Barrier
+  alignment").
 
 **Columns** (as the built-in source): ``key`` binary, ``value`` binary, ``topic``
 string, ``partition`` int, ``offset`` long, ``timestamp`` timestamp,

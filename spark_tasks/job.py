@@ -1,0 +1,549 @@
+"""The driver side of a checkpointed Spark Structured Streaming job (DESIGN §5).
+
+::
+
+    job = CheckpointedJob(spark, JobSettings(
+        job_id="wordcount", bootstrap="127.0.0.1:9092", topics=("words",),
+        config=CheckpointConfig(interval_ms=1000, location="file:///data/checkpoints"),
+        work_dir="/data/wordcount",
+    ))
+    counts = job.stream(word_count)                     # a StatefulStep (spark_tasks.state)
+    query = job.start(counts.writeStream.foreachBatch(write_counts).trigger(processingTime="200 ms"))
+    job.await_termination()
+
+What it does:
+
+- **Restore.** On construction it reads the job's journal: the restarted job takes
+  the next attempt number and restores from the latest completed checkpoint of its
+  job id (``restore="latest"``, the default), a given checkpoint id, a savepoint or
+  checkpoint directory (its ``_metadata``), or nothing (``restore=None``). Each
+  partition's snapshot is checked against its handle and becomes the first state
+  version; the query starts at the checkpoint's offsets. Every attempt gets a
+  fresh Spark checkpoint directory under ``work_dir``: cutline's checkpoint, not
+  Spark's, is what a restarted job resumes from.
+- **Job status** from a ``StreamingQueryListener``: RUNNING (one task per input
+  partition, and the checkpoint config) once the query has run its first trigger,
+  so the source is already listening for barriers; FINISHED, CANCELED (after
+  :meth:`stop`) or FAILED when the query ends.
+- **Following the journal** (a thread): a completed checkpoint's offsets are
+  committed to the consumer group (``group``, default the job id), its metadata is
+  written to ``<location>/_metadata`` (so a savepoint directory is enough to
+  restore from), and completed checkpoints beyond ``config.retained`` are deleted
+  (never savepoints); an aborted checkpoint's snapshots are deleted;
+  ``CheckpointFailureThresholdExceeded`` stops the query, and :meth:`await_termination`
+  raises :class:`CheckpointFailuresExceeded`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from events.codec import DecodeError, decode, encode
+from events.kafka import assign_at_end, consume_available, consumer_config, job_key
+from events.participant import JobDriver, UnsupportedLocation, load_snapshot, local_path, write_atomic
+from events.records import (
+    CheckpointAborted,
+    CheckpointCompleted,
+    CheckpointConfig,
+    CheckpointFailureThresholdExceeded,
+    CheckpointKind,
+    CheckpointRequested,
+    CheckpointTriggered,
+    JobStatus,
+)
+from events.topics import DEFAULT_PREFIX, Topics
+from spark_tasks.kafka_source import FORMAT, KafkaSource, OffsetProbe, to_offsets
+from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
+from spark_tasks.tasks import TaskSettings, partition_step
+
+__all__ = [
+    "METADATA_FILE",
+    "CheckpointFailuresExceeded",
+    "CheckpointedJob",
+    "JobSettings",
+    "NothingToRestore",
+    "read_metadata",
+]
+
+log = logging.getLogger(__name__)
+
+METADATA_FILE = "_metadata"
+"""Written into a completed checkpoint's or savepoint's location: its ``CheckpointCompleted``."""
+
+Restore = Literal["latest"] | int | str | Path | None
+
+
+class CheckpointFailuresExceeded(RuntimeError):
+    """The coordinator reported more consecutive checkpoint failures than the job tolerates."""
+
+
+class NothingToRestore(LookupError):
+    """The checkpoint or savepoint a job was told to restore from does not exist."""
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """A checkpointed job: its id, its input topics, its checkpoint config and where it keeps files.
+
+    ``restore``: ``"latest"`` (the latest completed checkpoint of ``job_id``, if any),
+    a checkpoint id of this job, the path or ``file:`` URI of a savepoint or checkpoint
+    directory (any job's; it holds ``_metadata``), or None (start empty).
+    ``source_options`` go to the ``cutline-kafka`` source as they are (for example
+    ``maxOffsetsPerTrigger`` or ``kafka.*``); ``startingOffsets`` applies only when
+    nothing is restored (default ``earliest``).
+    """
+
+    job_id: str
+    bootstrap: str
+    topics: tuple[str, ...]
+    config: CheckpointConfig
+    work_dir: str | Path
+    topic_prefix: str = DEFAULT_PREFIX
+    group: str | None = None
+    restore: Restore = "latest"
+    source_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def consumer_group(self) -> str:
+        return self.group or self.job_id
+
+
+def read_metadata(location: str | Path) -> CheckpointCompleted:
+    """The ``CheckpointCompleted`` in a checkpoint or savepoint directory (path or ``file:`` URI)."""
+    directory = local_path(str(location))
+    path = directory / METADATA_FILE
+    try:
+        record = decode(path.read_bytes())
+    except FileNotFoundError:
+        raise NothingToRestore(
+            f"{directory} has no {METADATA_FILE}: give the directory of a completed checkpoint or "
+            "savepoint (…/chk-N or …/savepoint-N), written while its job was running"
+        ) from None
+    except DecodeError as exc:
+        raise NothingToRestore(f"{path} is not a cutline checkpoint's metadata: {exc}") from exc
+    if not isinstance(record, CheckpointCompleted):
+        raise NothingToRestore(f"{path} holds a {type(record).__name__}, not a CheckpointCompleted")
+    return record
+
+
+class _Listener:
+    """Publishes the job's status from Spark's query events (a StreamingQueryListener)."""
+
+    def __init__(self, job: CheckpointedJob) -> None:
+        from pyspark.sql.streaming.listener import StreamingQueryListener
+
+        outer = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                outer.started(str(event.runId), event.name)
+
+            def onQueryProgress(self, event: Any) -> None:
+                outer.triggered(str(event.progress.runId))
+
+            def onQueryIdle(self, event: Any) -> None:
+                outer.triggered(str(event.runId))
+
+            def onQueryTerminated(self, event: Any) -> None:
+                outer.terminated(str(event.runId), event.exception)
+
+        self.job = job
+        self.spark_listener = Listener()
+        self.run_id: str | None = None
+        self.running = threading.Event()
+        self.ended = threading.Event()
+
+    def started(self, run_id: str, name: str | None) -> None:
+        if name == self.job.query_name and self.run_id is None:
+            self.run_id = run_id
+
+    def triggered(self, run_id: str) -> None:
+        if run_id == self.run_id and not self.running.is_set():
+            self.running.set()
+            self.job._publish_running()
+
+    def terminated(self, run_id: str, exception: str | None) -> None:
+        if run_id != self.run_id or self.ended.is_set():
+            return
+        self.job._publish_end(exception)
+        self.ended.set()
+
+
+class CheckpointedJob:
+    """One attempt of a checkpointed streaming job on a SparkSession (see the module docstring)."""
+
+    def __init__(self, spark: Any, settings: JobSettings, *, timeout: float = 30.0) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.timeout = timeout
+        self.topics = Topics(settings.topic_prefix)
+        self.query_name = f"cutline-{settings.job_id}-{uuid.uuid4().hex[:8]}"
+        self.driver = JobDriver(settings.bootstrap, settings.job_id, self.topics, timeout=timeout)
+        self.attempt = self.driver.last_attempt() + 1
+        self.work_dir = Path(settings.work_dir) / f"attempt-{self.attempt}"
+        self.restored: CheckpointCompleted | None = self._find_restore(settings.restore)
+        with OffsetProbe(settings.bootstrap, {}, timeout) as probe:
+            self.partitions: list[tuple[str, int]] = probe.partitions(settings.topics)
+        if not self.partitions:
+            raise ValueError(f"topics {list(settings.topics)} have no partitions: create them first")
+        self.tasks = [task_id(t, p) for t, p in self.partitions]
+        self.store = PartitionStateStore(self.work_dir / "state")
+        self.starting_offsets = self._seed_state()
+        self.completed: list[CheckpointCompleted] = []
+        self.aborted: list[CheckpointAborted] = []
+        self._locations: dict[int, str] = {}
+        """Where each checkpoint of this attempt writes, from its CheckpointTriggered."""
+        self.failure: CheckpointFailuresExceeded | None = None
+        self.query: Any = None
+        self._listener: _Listener | None = None
+        self._follower: _JournalFollower | None = None
+        self._stopping = False
+        self._lock = threading.Lock()
+        self._completion = threading.Condition(self._lock)
+
+    # ------------------------------------------------------------- restore
+
+    def _find_restore(self, restore: Restore) -> CheckpointCompleted | None:
+        if restore is None:
+            return None
+        if restore == "latest":
+            return self.driver.latest_completed()
+        if isinstance(restore, int):
+            found = self.driver.completed_checkpoint(restore)
+            if found is None:
+                known = [c.checkpoint_id for c in self.driver.completions()]
+                raise NothingToRestore(
+                    f"job {self.settings.job_id} has no completed checkpoint {restore} in the journal "
+                    f"(completed: {known or 'none'})"
+                )
+            return found
+        return read_metadata(restore)
+
+    def _seed_state(self) -> str:
+        """Write the restored snapshots as first state versions; the source's startingOffsets."""
+        restored = self.restored
+        if restored is None:
+            return str(self.settings.source_options.get("startingOffsets", "earliest"))
+        offsets: dict[tuple[str, int], int] = {}
+        for topic, partition in self.partitions:
+            offset = restored.offsets.get(f"{topic}:{partition}")
+            handle = restored.handles.get(task_id(topic, partition))
+            if offset is None or handle is None:
+                log.warning(
+                    "checkpoint %d has no state of %s[%d]: it starts empty, from the earliest offset",
+                    restored.checkpoint_id,
+                    topic,
+                    partition,
+                )
+                offsets[(topic, partition)] = -2
+                continue
+            self.store.save(topic, partition, offset, load_snapshot(handle))
+            offsets[(topic, partition)] = offset
+        return json.dumps(to_offsets(offsets))
+
+    # ---------------------------------------------------------------- query
+
+    def stream(self, step: StatefulStep[Any], source_options: Mapping[str, Any] | None = None) -> Any:
+        """The DataFrame of ``step``'s output over the job's input topics, with checkpoints."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        self.spark.dataSource.register(KafkaSource)
+        options = {
+            "kafka.bootstrap.servers": self.settings.bootstrap,
+            **{k: v for k, v in self.settings.source_options.items() if k != "startingOffsets"},
+            **(source_options or {}),
+            "subscribe": ",".join(self.settings.topics),
+            "startingOffsets": self.starting_offsets,
+            "cutline.job": self.settings.job_id,
+            "cutline.topicPrefix": self.settings.topic_prefix,
+        }
+        reader = self.spark.readStream.format(FORMAT)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        schema = StructType.fromDDL(step.output_schema)
+        if not isinstance(schema, StructType):
+            raise TypeError(f"output_schema must describe columns, got {step.output_schema!r}")
+        settings = TaskSettings(
+            job_id=self.settings.job_id,
+            bootstrap=self.settings.bootstrap,
+            state_dir=str(self.work_dir / "state"),
+            topic_prefix=self.settings.topic_prefix,
+        )
+        return reader.load().mapInArrow(partition_step(step, settings, to_arrow_schema(schema)), schema)
+
+    def start(self, writer: Any) -> Any:
+        """Start ``writer`` (a DataStreamWriter of :meth:`stream`'s output) as this job's query."""
+        if self.query is not None:
+            raise RuntimeError("the job's query is already started")
+        self._follower = _JournalFollower(self)
+        self._listener = _Listener(self)
+        self.spark.streams.addListener(self._listener.spark_listener)
+        try:
+            self.query = (
+                writer.queryName(self.query_name)
+                .option("checkpointLocation", str(self.work_dir / "spark"))
+                .start()
+            )
+        except BaseException:
+            self.close()
+            raise
+        return self.query
+
+    def _publish_running(self) -> None:
+        restored = self.restored
+        self.driver.running(
+            self.tasks,
+            self.settings.config,
+            self.attempt,
+            restored_checkpoint_id=None if restored is None else restored.checkpoint_id,
+            restored_location=None if restored is None else restored.location or None,
+        )
+        log.info(
+            "job %s attempt %d is RUNNING with %d tasks", self.settings.job_id, self.attempt, len(self.tasks)
+        )
+
+    def _publish_end(self, exception: str | None) -> None:
+        if self.failure is not None:
+            status, error = JobStatus.FAILED, str(self.failure)
+        elif exception:
+            status, error = JobStatus.FAILED, exception.splitlines()[0][:2000]
+        elif self._stopping:
+            status, error = JobStatus.CANCELED, None
+        else:
+            status, error = JobStatus.FINISHED, None
+        try:
+            self.driver.status(status, error=error, attempt=self.attempt)
+        except (KafkaException, TimeoutError) as exc:
+            log.error("could not publish %s of job %s: %s", status, self.settings.job_id, exc)
+
+    # ------------------------------------------------------------- journal
+
+    def _on_completed(self, completed: CheckpointCompleted) -> None:
+        if completed.attempt != self.attempt:
+            return
+        self._commit_offsets(completed)
+        if completed.location:
+            try:
+                write_atomic(local_path(completed.location) / METADATA_FILE, encode(completed))
+            except (OSError, UnsupportedLocation) as exc:
+                log.warning(
+                    "could not write %s of checkpoint %d: %s", METADATA_FILE, completed.checkpoint_id, exc
+                )
+        with self._completion:
+            self.completed.append(completed)
+            self._completion.notify_all()
+        self._discard_old_checkpoints()
+
+    def _commit_offsets(self, completed: CheckpointCompleted) -> None:
+        assert self._follower is not None
+        offsets = []
+        for key, offset in sorted(completed.offsets.items()):
+            topic, _, partition = key.rpartition(":")
+            if topic and partition.isdigit():
+                offsets.append(TopicPartition(topic, int(partition), offset))
+        if not offsets:
+            return
+        try:
+            result = self._follower.committer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("could not commit checkpoint %d's offsets: %s", completed.checkpoint_id, exc)
+            return
+        failed = [tp for tp in result or () if tp.error is not None]
+        if failed:
+            log.warning("commit of checkpoint %d failed for %s", completed.checkpoint_id, failed)
+
+    def _discard_old_checkpoints(self) -> None:
+        """Keep the newest ``config.retained`` completed checkpoints of this attempt (never savepoints)."""
+        with self._lock:
+            checkpoints = [c for c in self.completed if c.kind is CheckpointKind.CHECKPOINT]
+            old = checkpoints[: -self.settings.config.retained]
+        for completed in old:
+            self._delete(completed.location)
+
+    def _on_aborted(self, aborted: CheckpointAborted) -> None:
+        with self._lock:
+            self.aborted.append(aborted)
+            location = self._locations.pop(aborted.checkpoint_id, None)
+        if location is not None:
+            self._delete(location)
+
+    def _delete(self, location: str) -> None:
+        with contextlib.suppress(OSError, UnsupportedLocation):
+            path = local_path(location)
+            for task in self.tasks:
+                (path / task).unlink(missing_ok=True)
+            (path / METADATA_FILE).unlink(missing_ok=True)
+            path.rmdir()
+
+    def _on_threshold(self, exceeded: CheckpointFailureThresholdExceeded) -> None:
+        self.failure = CheckpointFailuresExceeded(
+            f"job {self.settings.job_id}: {exceeded.failures} checkpoint failures in a row, more than the "
+            f"{exceeded.tolerable} tolerated (last: checkpoint {exceeded.checkpoint_id}, {exceeded.reason}). "
+            f"The query was stopped. See `cutline status {self.settings.job_id}` for the reasons, fix the "
+            "cause (often the checkpoint location), then start the job again: it restores from the latest "
+            "completed checkpoint. Raise tolerable_failures to ride out more."
+        )
+        log.error("%s", self.failure)
+        if self.query is not None:
+            threading.Thread(target=self.query.stop, name="cutline-stop-query", daemon=True).start()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def wait_for_running(self, timeout: float = 60.0) -> None:
+        """Block until RUNNING was published (the query ran its first trigger)."""
+        if self._listener is None or not self._listener.running.wait(timeout):
+            raise TimeoutError(f"job {self.settings.job_id} was not RUNNING within {timeout:g}s")
+
+    def wait_for_completed(self, count: int = 1, timeout: float = 60.0) -> list[CheckpointCompleted]:
+        """Block until this attempt has ``count`` completed checkpoints; returns them."""
+        deadline = time.monotonic() + timeout
+        with self._completion:
+            while len(self.completed) < count:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.failure is not None:
+                    raise TimeoutError(
+                        f"job {self.settings.job_id}: {len(self.completed)} of {count} checkpoints "
+                        f"completed within {timeout:g}s"
+                    )
+                self._completion.wait(min(left, 0.2))
+            return list(self.completed)
+
+    def savepoint(self, target: str | Path, timeout: float = 60.0) -> CheckpointCompleted:
+        """Ask for a savepoint into ``target`` (a directory) and wait until it completes."""
+        uri = target if isinstance(target, str) and "://" in target else Path(target).resolve().as_uri()
+        request = CheckpointRequested(
+            job_id=self.settings.job_id,
+            kind=CheckpointKind.SAVEPOINT,
+            timestamp_ms=time.time_ns() // 1_000_000,
+            request_id=uuid.uuid4().hex,
+            target=uri,
+        )
+        deadline = time.monotonic() + timeout
+        self.driver.request(request)
+        with self._completion:
+            while True:
+                for completed in self.completed:
+                    if completed.kind is CheckpointKind.SAVEPOINT and completed.location.startswith(uri):
+                        return completed
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"savepoint into {uri} did not complete within {timeout:g}s")
+                self._completion.wait(min(left, 0.2))
+
+    @property
+    def running(self) -> bool:
+        """RUNNING was published: the query ran its first trigger."""
+        return self._listener is not None and self._listener.running.is_set()
+
+    def stop(self, *, finished: bool = False) -> None:
+        """Stop the query and wait until its status is published: CANCELED, or FINISHED if ``finished``."""
+        self._stopping = not finished
+        if self.query is not None:
+            self.query.stop()
+            if self._listener is not None:
+                self._listener.ended.wait(10)
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait for the query to end; raises :class:`CheckpointFailuresExceeded` if that ended it."""
+        if self.query is None:
+            raise RuntimeError("start the job first")
+        ended = self.query.awaitTermination(timeout) if timeout is not None else self.query.awaitTermination()
+        if self._listener is not None and (ended is None or ended):
+            self._listener.ended.wait(10)
+        if self.failure is not None:
+            raise self.failure
+        return bool(ended is None or ended)
+
+    def close(self) -> None:
+        """Stop the query if it runs, the listener and the journal thread; idempotent."""
+        if self.query is not None and self.query.isActive:
+            self.stop()
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                self._listener.ended.wait(5)
+                self.spark.streams.removeListener(self._listener.spark_listener)
+            self._listener = None
+        if self._follower is not None:
+            self._follower.close()
+            self._follower = None
+        self.driver.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class _JournalFollower:
+    """Reads the job's journal partition from its end, in a daemon thread, and tells the job."""
+
+    def __init__(self, job: CheckpointedJob) -> None:
+        self.job = job
+        settings = job.settings
+        self.committer = Consumer(consumer_config(settings.bootstrap, settings.consumer_group))
+        self._consumer = Consumer(consumer_config(settings.bootstrap))
+        self._start, self._backlog = assign_at_end(
+            self._consumer, settings.job_id, (job.topics.checkpoints,), job.timeout
+        )
+        self._key = job_key(settings.job_id)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"cutline-journal-{settings.job_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        backlog, self._backlog = self._backlog, []
+        while not self._stop.is_set():
+            messages = backlog or consume_available(self._consumer, 500, 0.05)
+            backlog = []
+            for msg in messages:
+                try:
+                    self._handle(msg)
+                except Exception:
+                    log.exception("journal follower of job %s", self.job.settings.job_id)
+
+    def _handle(self, msg: Any) -> None:
+        if msg.error() is not None or msg.key() != self._key:
+            return
+        start = self._start.get((msg.topic(), msg.partition()))
+        value = msg.value()
+        if start is None or msg.offset() < start or value is None:
+            return
+        try:
+            record = decode(value)
+        except DecodeError:
+            return
+        if getattr(record, "job_id", None) != self.job.settings.job_id:
+            return
+        if isinstance(record, CheckpointTriggered):
+            with self.job._lock:
+                self.job._locations[record.checkpoint_id] = record.location
+        elif isinstance(record, CheckpointCompleted):
+            self.job._on_completed(record)
+        elif isinstance(record, CheckpointAborted):
+            self.job._on_aborted(record)
+        elif isinstance(record, CheckpointFailureThresholdExceeded):
+            self.job._on_threshold(record)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+        self.committer.close()

@@ -1,0 +1,229 @@
+"""The Spark word count that checkpoints with cutline: the tests', the benchmark's and the demo's job.
+
+    python -m spark_tasks.wordcount --bootstrap 127.0.0.1:9092 --job wc --topic words \\
+        --work-dir /tmp/wc --location file:///tmp/wc/checkpoints --out /tmp/wc/out [--interval-ms 1000]
+
+Each input partition keeps a ``{word: count}`` state (:data:`WORD_COUNT`). Every
+micro-batch writes the counts it changed to ``--out`` as one JSON-lines file per
+batch (``<attempt>-<batch>.jsonl``, replaced whole on a re-run), each row with the
+offset it is valid after. :func:`read_counts` folds those files into the final
+counts: the row with the highest offset per partition and word wins, so rows
+written again after a crash and restore change nothing.
+
+On start the job restores from the latest completed checkpoint of its job id
+(``--restore`` for a checkpoint id or a savepoint directory, ``--no-restore`` to
+start empty). It stops on SIGTERM/SIGINT (CANCELED), after ``--idle-stop`` seconds
+without input (FINISHED), or when the coordinator reports too many checkpoint
+failures (FAILED, exit 3). It prints one JSON line per event worth knowing
+(``restored``, ``running``, ``completed``, ``aborted``, ``stopped``) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from events.participant import write_atomic
+from events.records import CheckpointConfig
+from events.topics import DEFAULT_PREFIX
+from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
+from spark_tasks.state import KafkaRecord, StatefulStep
+
+log = logging.getLogger(__name__)
+
+OUTPUT_SCHEMA = "word string, count long, topic string, partition int, offset long"
+
+
+def count_words(state: dict[str, int], records: Sequence[KafkaRecord]) -> tuple[dict[str, int], list[Any]]:
+    """Count the lower-cased, whitespace-separated words of ``records``; rows for the words that changed."""
+    changed: dict[str, int] = {}
+    for record in records:
+        if record.value is None:
+            continue
+        for word in record.value.decode("utf-8", "replace").split():
+            word = word.lower()
+            state[word] = state.get(word, 0) + 1
+            changed[word] = record.offset
+    if not records:
+        return state, []
+    topic, partition = records[0].topic, records[0].partition
+    return state, [(word, state[word], topic, partition, offset) for word, offset in sorted(changed.items())]
+
+
+WORD_COUNT: StatefulStep[dict[str, int]] = StatefulStep(update=count_words, output_schema=OUTPUT_SCHEMA, initial=dict)
+
+
+def write_batch(out: Path, attempt: int) -> Any:
+    """A ``foreachBatch`` sink: the batch's rows as ``out/<attempt>-<batch>.jsonl``, written atomically."""
+
+    def sink(batch_df: Any, batch_id: int) -> None:
+        rows = [row.asDict() for row in batch_df.collect()]
+        text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+        write_atomic(out / f"{attempt:04d}-{batch_id:08d}.jsonl", text.encode())
+
+    return sink
+
+
+def read_counts(out: Path) -> Counter[str]:
+    """The final counts in a sink directory: per partition and word the row with the highest offset, summed."""
+    latest: dict[tuple[str, int, str], tuple[int, int]] = {}
+    for path in sorted(out.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            key = (row["topic"], row["partition"], row["word"])
+            if key not in latest or row["offset"] >= latest[key][0]:
+                latest[key] = (row["offset"], row["count"])
+    counts: Counter[str] = Counter()
+    for (_, _, word), (_, count) in latest.items():
+        counts[word] += count
+    return counts
+
+
+def _emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def run(
+    spark: Any,
+    settings: JobSettings,
+    out: Path,
+    *,
+    trigger: str = "200 milliseconds",
+    stop: threading.Event | None = None,
+    idle_stop: float | None = None,
+    on_event: Any = _emit,
+) -> CheckpointedJob:
+    """Run the word count until ``stop`` is set, ``idle_stop`` s pass without input, or it fails."""
+    stop = stop or threading.Event()
+    job = CheckpointedJob(spark, settings)
+    if job.restored is not None:
+        on_event(
+            "restored",
+            checkpoint_id=job.restored.checkpoint_id,
+            kind=str(job.restored.kind),
+            offsets=dict(job.restored.offsets),
+            attempt=job.attempt,
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    counts = job.stream(WORD_COUNT)
+    job.start(counts.writeStream.foreachBatch(write_batch(out, job.attempt)).trigger(processingTime=trigger))
+    reported = 0
+    last_input = time.monotonic()
+    running = False
+    try:
+        while not stop.wait(0.1):
+            if not job.query.isActive:
+                break
+            if not running and job.running:
+                running = True
+                on_event("running", attempt=job.attempt, tasks=job.tasks)
+            progress = job.query.lastProgress
+            if progress and progress.get("numInputRows", 0) > 0:
+                last_input = time.monotonic()
+            for completed in job.completed[reported:]:
+                on_event(
+                    "completed",
+                    checkpoint_id=completed.checkpoint_id,
+                    kind=str(completed.kind),
+                    offsets=dict(completed.offsets),
+                    handles=len(completed.handles),
+                    duration_ms=completed.duration_ms,
+                )
+            reported = len(job.completed)
+            if idle_stop is not None and time.monotonic() - last_input > idle_stop:
+                break
+    finally:
+        if job.query.isActive:
+            job.stop(finished=not stop.is_set())
+        try:
+            job.await_termination(30)
+        finally:
+            job.close()
+    return job
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spark_tasks.wordcount", description=__doc__.split("\n")[0])
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--topic", action="append", required=True, help="input topic (repeat for more)")
+    parser.add_argument("--work-dir", type=Path, required=True)
+    parser.add_argument("--location", required=True, help="checkpoint storage root (file:// URI or path)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--topic-prefix", default=DEFAULT_PREFIX)
+    parser.add_argument("--interval-ms", type=int, default=1000)
+    parser.add_argument("--timeout-ms", type=int, default=10_000)
+    parser.add_argument("--tolerable-failures", type=int, default=3)
+    parser.add_argument("--trigger-ms", type=int, default=200)
+    parser.add_argument("--max-offsets-per-trigger", type=int)
+    parser.add_argument("--restore", help="a checkpoint id of this job or a savepoint/checkpoint directory")
+    parser.add_argument("--no-restore", action="store_true")
+    parser.add_argument("--idle-stop", type=float, help="stop (FINISHED) after this many seconds without input")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+    restore: Restore = "latest"
+    if args.no_restore:
+        restore = None
+    elif args.restore:
+        restore = int(args.restore) if args.restore.isdigit() else args.restore
+    location = args.location if "://" in args.location else Path(args.location).resolve().as_uri()
+    source_options = {}
+    if args.max_offsets_per_trigger:
+        source_options["maxOffsetsPerTrigger"] = args.max_offsets_per_trigger
+    settings = JobSettings(
+        job_id=args.job,
+        bootstrap=args.bootstrap,
+        topics=tuple(args.topic),
+        config=CheckpointConfig(
+            interval_ms=args.interval_ms,
+            location=location,
+            timeout_ms=args.timeout_ms,
+            tolerable_failures=args.tolerable_failures,
+        ),
+        work_dir=args.work_dir,
+        topic_prefix=args.topic_prefix,
+        restore=restore,
+        source_options=source_options,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    from spark_tasks.session import local_spark
+
+    spark = local_spark(f"cutline-{args.job}")
+    try:
+        job = run(
+            spark,
+            settings,
+            args.out,
+            trigger=f"{args.trigger_ms} milliseconds",
+            stop=stop,
+            idle_stop=args.idle_stop,
+        )
+    except CheckpointFailuresExceeded as exc:
+        _emit("failed", error=str(exc))
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    finally:
+        spark.stop()
+    _emit("stopped", attempt=job.attempt, completed=[c.checkpoint_id for c in job.completed])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
