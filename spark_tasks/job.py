@@ -8,7 +8,7 @@
         work_dir="/data/wordcount",
     ))
     counts = job.stream(word_count)                     # a StatefulStep (spark_tasks.state)
-    query = job.start(counts.writeStream.foreachBatch(write_counts).trigger(processingTime="200 ms"))
+    query = job.start(counts.writeStream.foreachBatch(write_counts).trigger(processingTime="200 milliseconds"))
     job.await_termination()
 
 What it does:
@@ -376,7 +376,7 @@ class CheckpointedJob:
     def _on_aborted(self, aborted: CheckpointAborted) -> None:
         with self._lock:
             self.aborted.append(aborted)
-            location = self._locations.pop(aborted.checkpoint_id, None)
+            location = self._locations.get(aborted.checkpoint_id)
         if location is not None:
             self._delete(location)
 
@@ -533,14 +533,18 @@ class _JournalFollower:
         if getattr(record, "job_id", None) != self.job.settings.job_id:
             return
         if isinstance(record, CheckpointTriggered):
-            with self.job._lock:
-                self.job._locations[record.checkpoint_id] = record.location
+            if record.attempt == self.job.attempt:
+                with self.job._lock:
+                    self.job._locations[record.checkpoint_id] = record.location
         elif isinstance(record, CheckpointCompleted):
             self.job._on_completed(record)
         elif isinstance(record, CheckpointAborted):
             self.job._on_aborted(record)
         elif isinstance(record, CheckpointFailureThresholdExceeded):
-            self.job._on_threshold(record)
+            # Only failures of this attempt's checkpoints: the checkpoints of a crashed
+            # attempt expire while its successor starts, and are not its successor's fault.
+            if record.checkpoint_id in self.job._locations:
+                self.job._on_threshold(record)
 
     def close(self) -> None:
         self._stop.set()

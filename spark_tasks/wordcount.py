@@ -15,7 +15,8 @@ On start the job restores from the latest completed checkpoint of its job id
 start empty). It stops on SIGTERM/SIGINT (CANCELED), after ``--idle-stop`` seconds
 without input (FINISHED), or when the coordinator reports too many checkpoint
 failures (FAILED, exit 3). It prints one JSON line per event worth knowing
-(``restored``, ``running``, ``completed``, ``aborted``, ``stopped``) to stdout.
+(``restored``, ``running``, ``progress`` after each micro-batch with the input rows so far
+(barrier rows included), ``completed``, ``failed``, ``stopped``) to stdout.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def count_words(state: dict[str, int], records: Sequence[KafkaRecord]) -> tuple[
     return state, [(word, state[word], topic, partition, offset) for word, offset in sorted(changed.items())]
 
 
-WORD_COUNT: StatefulStep[dict[str, int]] = StatefulStep(update=count_words, output_schema=OUTPUT_SCHEMA, initial=dict)
+WORD_COUNT: StatefulStep[dict[str, int]] = StatefulStep(
+    update=count_words, output_schema=OUTPUT_SCHEMA, initial=dict
+)
 
 
 def write_batch(out: Path, attempt: int) -> Any:
@@ -74,10 +77,13 @@ def write_batch(out: Path, attempt: int) -> Any:
     return sink
 
 
-def read_counts(out: Path) -> Counter[str]:
-    """The final counts in a sink directory: per partition and word the row with the highest offset, summed."""
+def read_counts(*outs: Path) -> Counter[str]:
+    """The final counts in sink directories: per partition and word the row with the highest offset, summed.
+
+    Several directories: the outputs of a job and of the job restored from its savepoint.
+    """
     latest: dict[tuple[str, int, str], tuple[int, int]] = {}
-    for path in sorted(out.glob("*.jsonl")):
+    for path in sorted(p for out in outs for p in out.glob("*.jsonl")):
         for line in path.read_text().splitlines():
             row = json.loads(line)
             key = (row["topic"], row["partition"], row["word"])
@@ -118,6 +124,8 @@ def run(
     counts = job.stream(WORD_COUNT)
     job.start(counts.writeStream.foreachBatch(write_batch(out, job.attempt)).trigger(processingTime=trigger))
     reported = 0
+    records = 0
+    last_batch: int | None = None
     last_input = time.monotonic()
     running = False
     try:
@@ -128,8 +136,18 @@ def run(
                 running = True
                 on_event("running", attempt=job.attempt, tasks=job.tasks)
             progress = job.query.lastProgress
-            if progress and progress.get("numInputRows", 0) > 0:
-                last_input = time.monotonic()
+            if progress and progress.get("batchId") != last_batch:
+                last_batch = progress.get("batchId")
+                rows = int(progress.get("numInputRows", 0))
+                records += rows
+                if rows > 0:
+                    last_input = time.monotonic()
+                on_event(
+                    "progress",
+                    batch=last_batch,
+                    records=records,
+                    rows_per_second=progress.get("processedRowsPerSecond"),
+                )
             for completed in job.completed[reported:]:
                 on_event(
                     "completed",
@@ -153,7 +171,9 @@ def run(
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark_tasks.wordcount", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m spark_tasks.wordcount", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--job", required=True)
     parser.add_argument("--topic", action="append", required=True, help="input topic (repeat for more)")
@@ -168,7 +188,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--max-offsets-per-trigger", type=int)
     parser.add_argument("--restore", help="a checkpoint id of this job or a savepoint/checkpoint directory")
     parser.add_argument("--no-restore", action="store_true")
-    parser.add_argument("--idle-stop", type=float, help="stop (FINISHED) after this many seconds without input")
+    parser.add_argument(
+        "--idle-stop", type=float, help="stop (FINISHED) after this many seconds without input"
+    )
     args = parser.parse_args(list(argv) if argv is not None else None)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 

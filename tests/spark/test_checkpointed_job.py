@@ -3,10 +3,17 @@ real coordinator process. The job is the word count of spark_tasks/wordcount.py.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +32,9 @@ from events.records import (
     TaskAcknowledged,
 )
 from events.topics import Topics
-from spark_tasks.job import CheckpointedJob, JobSettings
-from spark_tasks.wordcount import WORD_COUNT, read_counts, write_batch
+from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings
+from spark_tasks.state import StatefulStep
+from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, read_counts, write_batch
 
 PARTITIONS = 4
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
@@ -145,3 +153,219 @@ def test_word_count_checkpoints_every_second_with_one_ack_per_partition(
     assert (started.attempt, list(started.tasks), started.config) == (1, job.tasks, job.settings.config)
     stopped = _journal(bootstrap, topic_prefix, job_id, SchedulerStopped)
     assert [(s.attempt, s.status) for s in stopped] == [(1, JobStatus.CANCELED)]
+
+
+def _block_location(tmp_path: Path, job_id: str) -> Path:
+    """A file where the job's checkpoint directory must go: every snapshot write fails."""
+    blocker = tmp_path / "checkpoints" / job_id
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a directory")
+    return blocker
+
+
+def test_an_unwritable_location_declines_and_the_query_keeps_running_until_it_is_fixed(
+    spark: Any, bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    topic = topic_prefix + "words"
+    create_topics(bootstrap, [topic], partitions=PARTITIONS)
+    words = Words(bootstrap, topic)
+    job_id = "wc-" + topic_prefix.rstrip(".")
+    out = tmp_path / "out"
+    blocker = _block_location(tmp_path, job_id)
+    settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, interval_ms=500, tolerable_failures=100)
+
+    with CheckpointedJob(spark, settings) as job:
+        _start(spark, job, out)
+        job.wait_for_running(60)
+        words.produce(40)
+        _wait(lambda: len(job.aborted) >= 2, "two declined checkpoints")
+        # the query keeps running and counting
+        words.produce(40)
+        _wait(lambda: read_counts(out) == words.produced, "every word counted despite the declines")
+        assert job.query.isActive and job.completed == []
+        blocker.unlink()
+        [first] = job.wait_for_completed(1, timeout=30)
+        job.stop()
+
+    declined = [a for a in job.aborted if a.reason == "CHECKPOINT_DECLINED"]
+    assert len(declined) >= 2 and all(a.counts_as_failure for a in declined)
+    assert declined == job.aborted[: len(declined)]
+    assert "NotADirectoryError" in declined[0].message, declined[0].message
+    assert first.checkpoint_id > max(a.checkpoint_id for a in declined)
+    assert sorted(first.handles) == job.tasks
+
+
+def test_too_many_checkpoint_failures_stop_the_query_with_a_clear_error(
+    spark: Any, bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    topic = topic_prefix + "words"
+    create_topics(bootstrap, [topic], partitions=PARTITIONS)
+    Words(bootstrap, topic).produce(20)
+    job_id = "wc-" + topic_prefix.rstrip(".")
+    _block_location(tmp_path, job_id)
+    settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, interval_ms=300, tolerable_failures=1)
+
+    with CheckpointedJob(spark, settings) as job:
+        _start(spark, job, tmp_path / "out")
+        with pytest.raises(CheckpointFailuresExceeded, match="2 checkpoint failures in a row") as raised:
+            job.await_termination(90)
+        assert not job.query.isActive
+
+    assert f"cutline status {job_id}" in str(raised.value)
+    stopped = _journal(bootstrap, topic_prefix, job_id, SchedulerStopped)
+    assert [s.status for s in stopped][-1] is JobStatus.FAILED
+    assert "checkpoint failures" in (stopped[-1].error or "")
+
+
+def test_a_changed_job_restarts_from_a_savepoint(
+    spark: Any, bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    topic = topic_prefix + "words"
+    create_topics(bootstrap, [topic], partitions=PARTITIONS)
+    words = Words(bootstrap, topic)
+    old, new = "wc-" + topic_prefix.rstrip("."), "wc2-" + topic_prefix.rstrip(".")
+    words.produce(100)
+    no_periodic = {"interval_ms": 0}
+
+    with CheckpointedJob(spark, _settings(bootstrap, topic_prefix, tmp_path, old, **no_periodic)) as job:
+        _start(spark, job, tmp_path / "out-old")
+        job.wait_for_running(60)
+        _wait(lambda: read_counts(tmp_path / "out-old") == words.produced, "the first words counted")
+        savepoint = job.savepoint(tmp_path / "savepoints", timeout=30)
+        job.stop()
+    assert savepoint.kind == "SAVEPOINT" and sorted(savepoint.handles) == job.tasks
+    saved = Counter(read_counts(tmp_path / "out-old"))
+    words.produce(100)
+
+    # the changed job: another job id, and its step also reports each word's length
+    def count_with_length(state: dict[str, int], records: Any) -> tuple[dict[str, int], list[Any]]:
+        state, rows = WORD_COUNT.update(state, records)
+        return state, [(*row, len(row[0])) for row in rows]
+
+    changed = StatefulStep(
+        update=count_with_length, output_schema=OUTPUT_SCHEMA + ", length int", initial=dict
+    )
+    settings = replace(
+        _settings(bootstrap, topic_prefix, tmp_path, new, **no_periodic), restore=savepoint.location
+    )
+    out = tmp_path / "out-new"
+    with CheckpointedJob(spark, settings) as job:
+        assert job.restored == savepoint
+        counts = job.stream(changed)
+        job.start(
+            counts.writeStream.foreachBatch(write_batch(out, job.attempt)).trigger(
+                processingTime="200 milliseconds"
+            )
+        )
+        _wait(
+            lambda: read_counts(tmp_path / "out-old", out) == words.produced, "the new words counted on top"
+        )
+        job.stop()
+
+    # the new job's rows continue the savepoint's counts: never below what was saved
+    assert all(read_counts(out)[w] >= saved[w] for w in read_counts(out))
+    assert {
+        r["length"] == len(r["word"])
+        for f in out.glob("*.jsonl")
+        for r in map(json.loads, f.read_text().splitlines())
+    } == {True}
+
+
+class WordCountProcess:
+    """``python -m spark_tasks.wordcount`` as a child process (a Spark driver that can be SIGKILLed)."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._log = log.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "spark_tasks.wordcount", *args],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with contextlib.suppress(json.JSONDecodeError):
+                self.events.append(json.loads(line))
+
+    def seen(self, event: str) -> list[dict[str, Any]]:
+        return [e for e in list(self.events) if e.get("event") == event]
+
+    def wait_for(self, event: str, count: int = 1, timeout: float = 90.0) -> list[dict[str, Any]]:
+        _wait(
+            lambda: len(self.seen(event)) >= count or self.process.poll() is not None,
+            f"{count} {event!r} events",
+            timeout,
+        )
+        found = self.seen(event)
+        assert len(found) >= count, f"the job exited with {self.process.returncode}: {self.events}"
+        return found
+
+    def journal(self, bootstrap: str, prefix: str, job_id: str) -> str:
+        from coordinator.timeline import describe
+        from events.records import JOURNAL_RECORDS
+
+        return "\n".join(describe(e) for e in _journal(bootstrap, prefix, job_id, *JOURNAL_RECORDS))
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(30)
+        self._reader.join(5)
+        self._log.close()
+
+
+def test_a_killed_driver_restarts_from_the_latest_checkpoint_with_exact_counts(
+    bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    topic = topic_prefix + "words"
+    create_topics(bootstrap, [topic], partitions=PARTITIONS)
+    words = Words(bootstrap, topic)
+    job_id = "wc-" + topic_prefix.rstrip(".")
+    out = tmp_path / "out"
+    args = [
+        *("--bootstrap", bootstrap, "--job", job_id, "--topic", topic, "--topic-prefix", topic_prefix),
+        *("--work-dir", str(tmp_path / "work"), "--location", str(tmp_path / "checkpoints")),
+        *("--out", str(out), "--interval-ms", "500"),
+    ]
+    words.produce(100)
+    stop = threading.Event()
+    feeder = threading.Thread(target=lambda: _every(0.05, stop, lambda: words.produce(5)))
+    first = WordCountProcess(args, tmp_path / "first.log")
+    try:
+        first.wait_for("running")
+        feeder.start()
+        completed = first.wait_for("completed", 3)
+        first.process.send_signal(signal.SIGKILL)  # the driver dies mid-stream, mid-batch
+        first.process.wait(30)
+    finally:
+        first.close()
+    words.produce(100)  # produced while the job is down
+
+    latest = JobDriver(bootstrap, job_id, Topics(topic_prefix)).latest_completed()
+    assert latest is not None and latest.checkpoint_id >= completed[-1]["checkpoint_id"]
+    second = WordCountProcess(args, tmp_path / "second.log")
+    try:
+        [restored] = second.wait_for("restored")
+        try:
+            second.wait_for("completed", 1)
+        except AssertionError:
+            print(second.journal(bootstrap, topic_prefix, job_id))
+            raise
+        stop.set()
+        feeder.join()
+        _wait(lambda: read_counts(out) == words.produced, "exact counts after the restore", 90)
+        second.process.send_signal(signal.SIGTERM)
+        assert 0 == second.process.wait(60)
+    finally:
+        stop.set()
+        second.close()
+
+    assert (restored["checkpoint_id"], restored["attempt"]) == (latest.checkpoint_id, 2)
+    assert restored["offsets"] == dict(latest.offsets)
+    assert second.seen("stopped")
+    assert read_counts(out) == words.produced  # no loss, no double count
