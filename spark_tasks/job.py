@@ -8,7 +8,7 @@
         work_dir="/data/wordcount",
     ))
     counts = job.stream(word_count)                     # a StatefulStep (spark_tasks.state)
-    query = job.start(counts.writeStream.foreachBatch(write_counts).trigger(processingTime="200 milliseconds"))
+    query = job.start(counts.writeStream.foreachBatch(write_counts).trigger(processingTime="1 second"))
     job.await_termination()
 
 What it does:
@@ -540,11 +540,13 @@ class _JournalFollower:
             self.job._on_completed(record)
         elif isinstance(record, CheckpointAborted):
             self.job._on_aborted(record)
-        elif isinstance(record, CheckpointFailureThresholdExceeded):
+        elif (
+            isinstance(record, CheckpointFailureThresholdExceeded)
             # Only failures of this attempt's checkpoints: the checkpoints of a crashed
             # attempt expire while its successor starts, and are not its successor's fault.
-            if record.checkpoint_id in self.job._locations:
-                self.job._on_threshold(record)
+            and record.checkpoint_id in self.job._locations
+        ):
+            self.job._on_threshold(record)
 
     def close(self) -> None:
         self._stop.set()
