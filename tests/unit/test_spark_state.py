@@ -1,0 +1,197 @@
+"""The executor side of checkpointed Spark jobs, without Spark: the offset-keyed state store, the
+snapshot at a barrier, and the fold of one task's rows (spark_tasks.state, spark_tasks.tasks)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from events.records import CheckpointAcknowledged, CheckpointDeclined
+from spark_tasks import tasks
+from spark_tasks.kafka_source import kafka_schema
+from spark_tasks.state import VERSIONS_KEPT, PartitionStateStore
+from spark_tasks.tasks import TaskSettings, partition_step, snapshot_reply
+from spark_tasks.wordcount import WORD_COUNT
+
+BARRIER = {"attempt": 2, "id": 7, "kind": "CHECKPOINT", "location": "", "timestamp_ms": 1_700_000_000_000}
+
+
+def _settings(tmp_path: Path) -> TaskSettings:
+    return TaskSettings(job_id="wc", bootstrap="unused:9092", state_dir=str(tmp_path / "state"))
+
+
+# ------------------------------------------------------------------ state store
+
+
+def test_the_store_loads_the_newest_version_at_or_below_an_offset(tmp_path: Path) -> None:
+    store = PartitionStateStore(tmp_path)
+    store.save("words", 0, 10, b"ten")
+    store.save("words", 0, 25, b"twenty-five")
+
+    assert store.load("words", 0, 9) is None
+    assert store.load("words", 0, 10) == (10, b"ten")
+    assert store.load("words", 0, 24) == (10, b"ten")
+    assert store.load("words", 0, 99) == (25, b"twenty-five")
+    assert store.load("words", 1, 99) is None  # partitions are apart
+
+
+def test_the_store_keeps_only_the_newest_versions(tmp_path: Path) -> None:
+    store = PartitionStateStore(tmp_path)
+    for offset in range(20):
+        store.save("words", 3, offset, str(offset).encode())
+
+    assert store.versions("words", 3) == list(range(20 - VERSIONS_KEPT, 20))
+    with pytest.raises(ValueError, match="non-negative offset"):
+        store.save("words", 3, -1, b"")
+
+
+# --------------------------------------------------------------------- snapshots
+
+
+def test_a_snapshot_is_written_under_the_location_and_acknowledged(tmp_path: Path) -> None:
+    barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
+
+    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"a":1}')
+
+    assert isinstance(reply, CheckpointAcknowledged)
+    assert (reply.job_id, reply.checkpoint_id, reply.attempt, reply.task_id) == ("wc", 7, 2, "words-1")
+    assert reply.offsets == {"words:1": 42}
+    assert reply.state is not None and reply.state.uri == (tmp_path / "chk-7" / "words-1").as_uri()
+    assert (tmp_path / "chk-7" / "words-1").read_bytes() == b'{"a":1}'
+    assert reply.state.sha256 == hashlib.sha256(b'{"a":1}').hexdigest() and reply.state.size_bytes == 7
+
+
+def test_a_retried_task_acknowledges_the_snapshot_already_written(tmp_path: Path) -> None:
+    barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
+    first = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"a":1}')
+
+    again = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"a": 1}')  # other bytes
+
+    assert isinstance(first, CheckpointAcknowledged) and isinstance(again, CheckpointAcknowledged)
+    assert again.state == first.state
+    assert (tmp_path / "chk-7" / "words-1").read_bytes() == b'{"a":1}'
+
+
+def test_a_snapshot_that_cannot_be_written_is_declined(tmp_path: Path) -> None:
+    (tmp_path / "blocked").write_text("a file where the checkpoint directory should be")
+    barrier = {**BARRIER, "location": (tmp_path / "blocked" / "chk-7").as_uri()}
+
+    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 0, 3, b"{}")
+
+    assert isinstance(reply, CheckpointDeclined)
+    assert (reply.checkpoint_id, reply.attempt, reply.task_id) == (7, 2, "words-0")
+    assert reply.reason == "IO_EXCEPTION" and "NotADirectoryError" in reply.message
+
+
+def test_a_location_that_is_not_a_file_uri_is_declined(tmp_path: Path) -> None:
+    barrier = {**BARRIER, "location": "s3://bucket/chk-7"}
+
+    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 0, 3, b"{}")
+
+    assert isinstance(reply, CheckpointDeclined) and "s3" in reply.message
+
+
+# ---------------------------------------------------------------- a task's rows
+
+
+def _rows(rows: list[tuple[int, str | None, dict[str, Any] | None]]) -> pa.RecordBatch:
+    """Source rows of partition 0 of ``words``: (offset, value, barrier entry)."""
+    fields = kafka_schema(barriers=True).fieldNames()
+    when = datetime(2026, 11, 22, tzinfo=UTC)
+    columns: dict[str, list[Any]] = {name: [] for name in fields}
+    for offset, value, barrier in rows:
+        row = {
+            "key": None,
+            "value": None if value is None else value.encode(),
+            "topic": "words",
+            "partition": 0,
+            "offset": offset,
+            "timestamp": when,
+            "timestampType": 0 if barrier is None else -1,
+            "cutline_barrier": None if barrier is None else json.dumps(barrier, sort_keys=True),
+        }
+        for name in fields:
+            columns[name].append(row[name])
+    return pa.RecordBatch.from_pydict(columns)
+
+
+OUTPUT = pa.schema(
+    [
+        ("word", pa.string()),
+        ("count", pa.int64()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+    ]
+)
+
+
+def _run(
+    tmp_path: Path, batches: list[pa.RecordBatch], monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    sent: list[Any] = []
+    monkeypatch.setattr(tasks, "send_reply", lambda settings, reply: sent.append(reply))
+    step = partition_step(WORD_COUNT, _settings(tmp_path), OUTPUT)
+    rows = [row for batch in step(batches) for row in batch.to_pylist()]
+    return rows, sent
+
+
+def test_a_task_folds_its_records_from_the_version_where_its_batch_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    PartitionStateStore(tmp_path / "state").save("words", 0, 10, b'{"spark":2}')
+
+    rows, sent = _run(tmp_path, [_rows([(10, "spark kafka", None), (12, "Spark", None)])], monkeypatch)
+
+    assert sent == []
+    assert [(r["word"], r["count"], r["offset"]) for r in rows] == [("kafka", 1, 10), ("spark", 4, 12)]
+    assert PartitionStateStore(tmp_path / "state").load("words", 0, 13) == (13, b'{"kafka":1,"spark":4}')
+
+
+def test_a_barrier_snapshots_the_state_at_the_start_of_its_batch_before_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    PartitionStateStore(tmp_path / "state").save("words", 0, 10, b'{"spark":2}')
+    barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
+    batch = _rows([(10, None, barrier), (10, "spark", None)])
+
+    rows, sent = _run(tmp_path, [batch], monkeypatch)
+    rerun_rows, resent = _run(tmp_path, [batch], monkeypatch)  # a retried task or a re-run batch
+
+    [ack] = sent
+    assert isinstance(ack, CheckpointAcknowledged) and ack.offsets == {"words:0": 10}
+    assert (tmp_path / "chk-7" / "words-0").read_bytes() == b'{"spark":2}'
+    assert [(r["word"], r["count"]) for r in rows] == [("spark", 3)]
+    [again] = resent
+    assert rerun_rows == rows
+    assert isinstance(again, CheckpointAcknowledged)
+    assert (again.checkpoint_id, again.task_id, again.state, again.offsets) == (
+        7,
+        "words-0",
+        ack.state,
+        ack.offsets,
+    )
+
+
+def test_a_partition_without_state_snapshots_its_initial_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
+
+    rows, [ack] = _run(tmp_path, [_rows([(0, None, barrier)])], monkeypatch)
+
+    assert rows == [] and isinstance(ack, CheckpointAcknowledged) and ack.offsets == {"words:0": 0}
+    assert (tmp_path / "chk-7" / "words-0").read_bytes() == b"{}"
+
+
+def test_a_barrier_after_records_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
+
+    with pytest.raises(RuntimeError, match="barrier row of words\\[0\\] after its records"):
+        _run(tmp_path, [_rows([(0, "spark", None), (1, None, barrier)])], monkeypatch)
