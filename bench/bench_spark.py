@@ -1,0 +1,320 @@
+"""Benchmark: the Spark word count with and without cutline checkpoints, side by side (DESIGN §7).
+
+    uv run python bench/bench_spark.py [--records 300000] [--per-trigger 20000] [--rounds 2] [--quick]
+
+One local SparkSession (``local[2]``), the embedded broker (or ``CUTLINE_BOOTSTRAP``)
+and a coordinator process. ``--records`` lines of words are produced once to a
+4-partition topic; then each round runs the same word count over all of them twice,
+in alternating order:
+
+- **without cutline**: the ``cutline-kafka`` source without ``cutline.job`` (no
+  barriers), the same stateful step (``spark_tasks.tasks.partition_step``, state
+  versions in the same store), the same ``foreachBatch`` sink;
+- **with cutline**: :class:`spark_tasks.job.CheckpointedJob`, checkpoints every
+  second: barriers, snapshots, acks, the listener, the journal thread, the
+  coordinator's work and the consumer group commits.
+
+Both use ``processingTime`` triggers of ``--trigger-ms`` and ``maxOffsetsPerTrigger``
+``--per-trigger``, so the backlog is cut into the same micro-batches. Throughput is
+records / (end of the last batch - start of the first), from Spark's progress
+events. For each completed checkpoint, the **delay in micro-batches** is the
+number of batches from the start of the barrier's batch (the batch whose end offset
+carries it) to the completion, counting the barrier's own batch: 1 means it
+completed before its batch ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from coordinator.supervisor import CoordinatorProcess  # noqa: E402
+from events.broker import EmbeddedBroker, create_topics, wait_for_broker  # noqa: E402
+from events.kafka import producer_config  # noqa: E402
+from events.records import CheckpointCompleted, CheckpointConfig  # noqa: E402
+from spark_tasks.job import CheckpointedJob, JobSettings  # noqa: E402
+from spark_tasks.kafka_source import BARRIER_KEY, FORMAT  # noqa: E402
+from spark_tasks.tasks import TaskSettings, partition_step  # noqa: E402
+from spark_tasks.wordcount import WORD_COUNT, read_counts, write_batch  # noqa: E402
+
+PARTITIONS = 4
+WORDS = ("barrier", "checkpoint", "kafka", "spark", "flink", "offset", "partition", "snapshot", "journal")
+
+
+@dataclass
+class Run:
+    name: str
+    records: int
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    completed: list[CheckpointCompleted] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def span_s(self) -> float:
+        first = min(_start_ms(b) for b in self.batches)
+        last = max(_start_ms(b) + b["durationMs"]["triggerExecution"] for b in self.batches)
+        return (last - first) / 1000
+
+    @property
+    def throughput(self) -> float:
+        return self.records / self.span_s
+
+    def delays(self) -> list[int]:
+        """Per completed checkpoint: micro-batches from its barrier's batch start to its completion."""
+        out = []
+        ordered = sorted(self.batches, key=_start_ms)
+        for completed in self.completed:
+            index = next(
+                (i for i, b in enumerate(ordered) if _barrier_id(b) == completed.checkpoint_id),
+                None,
+            )
+            if index is None:
+                continue
+            ends = [_start_ms(b) + b["durationMs"]["triggerExecution"] for b in ordered[index:]]
+            out.append(1 + sum(1 for end in ends if end < completed.timestamp_ms))
+        return out
+
+
+def _start_ms(progress: dict[str, Any]) -> float:
+    return datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp() * 1000
+
+
+def _barrier_id(progress: dict[str, Any]) -> int | None:
+    end = progress["sources"][0].get("endOffset")
+    parsed = json.loads(end) if isinstance(end, str) else end
+    barrier = (parsed or {}).get(BARRIER_KEY)
+    return None if barrier is None else int(barrier["id"])
+
+
+@contextmanager
+def _broker() -> Iterator[str]:
+    external = os.environ.get("CUTLINE_BOOTSTRAP")
+    if external:
+        wait_for_broker(external)
+        yield external
+        return
+    with EmbeddedBroker() as embedded:
+        yield embedded.bootstrap
+
+
+def produce(bootstrap: str, topic: str, records: int) -> None:
+    producer = Producer(producer_config(bootstrap, {"linger.ms": 20, "batch.num.messages": 10_000}))
+    for i in range(records):
+        line = " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(1 + i % 4))
+        while True:
+            try:
+                producer.produce(topic, value=line.encode(), partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+
+
+def _consumed(progress: dict[str, Any]) -> int:
+    """Records below the batch's end offsets, over all partitions (barrier rows not counted)."""
+    end = progress["sources"][0].get("endOffset")
+    parsed = json.loads(end) if isinstance(end, str) else end or {}
+    return sum(o for topic, parts in parsed.items() if topic != BARRIER_KEY for o in parts.values())
+
+
+def _wait_done(query: Any, records: int, timeout: float = 600) -> None:
+    """Until a batch has ended at the end of every partition."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        progress = query.lastProgress
+        if progress and _consumed(progress) >= records:
+            return
+        if query.exception() is not None:
+            raise RuntimeError(query.exception())
+        time.sleep(0.2)
+    raise TimeoutError(f"{records} records not processed within {timeout:g}s")
+
+
+def run_plain(spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path) -> Run:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    name = f"plain-{uuid.uuid4().hex[:6]}"
+    schema = StructType.fromDDL(WORD_COUNT.output_schema)
+    settings = TaskSettings(job_id=name, bootstrap=bootstrap, state_dir=str(work / name / "state"))
+    df = (
+        spark.readStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", args.per_trigger)
+        .load()
+        .mapInArrow(partition_step(WORD_COUNT, settings, to_arrow_schema(schema)), schema)
+    )
+    started = time.monotonic()
+    query = (
+        df.writeStream.foreachBatch(write_batch(work / name / "out", 1))
+        .option("checkpointLocation", str(work / name / "spark"))
+        .trigger(processingTime=f"{args.trigger_ms} milliseconds")
+        .start()
+    )
+    try:
+        _wait_done(query, records)
+    finally:
+        query.stop()
+    run = Run("without cutline", records, [p for p in query.recentProgress if p["numInputRows"] > 0])
+    run.wall_s = time.monotonic() - started
+    _check(work / name / "out", records)
+    return run
+
+
+def run_cutline(spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path) -> Run:
+    name = f"cutline-{uuid.uuid4().hex[:6]}"
+    settings = JobSettings(
+        job_id=name,
+        bootstrap=bootstrap,
+        topics=(topic,),
+        config=CheckpointConfig(
+            interval_ms=1000, location=(work / name / "checkpoints").as_uri(), timeout_ms=30_000
+        ),
+        work_dir=work / name,
+        restore=None,
+        source_options={"maxOffsetsPerTrigger": args.per_trigger},
+    )
+    started = time.monotonic()
+    with CheckpointedJob(spark, settings) as job:
+        counts = job.stream(WORD_COUNT)
+        sink = write_batch(work / name / "out", job.attempt)
+        query = job.start(
+            counts.writeStream.foreachBatch(sink).trigger(processingTime=f"{args.trigger_ms} milliseconds")
+        )
+        _wait_done(query, records)
+        job.stop()
+        batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        run = Run("with cutline", records, batches, list(job.completed))
+    run.wall_s = time.monotonic() - started
+    _check(work / name / "out", records)
+    return run
+
+
+def _check(out: Path, records: int) -> None:
+    expected = sum(1 + i % 4 for i in range(records))
+    counted = sum(read_counts(out).values())
+    if counted != expected:
+        raise AssertionError(f"{out}: counted {counted} words, produced {expected}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--per-trigger", type=int, default=20_000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--trigger-ms", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="60,000 records, one round")
+    args = parser.parse_args()
+    if args.quick:
+        args.records, args.rounds = 60_000, 1
+    console = Console(width=150)
+    work = Path(tempfile.mkdtemp(prefix="cutline-bench-spark-"))
+    from spark_tasks.session import local_spark
+
+    console.print(
+        f"[bold]Spark word count with and without cutline[/] — {args.records:,} records, "
+        f"{PARTITIONS} partitions, maxOffsetsPerTrigger {args.per_trigger:,}, trigger {args.trigger_ms} ms, "
+        f"{args.rounds} round(s); Python {platform.python_version()}, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
+    runs: list[Run] = []
+    with _broker() as bootstrap, CoordinatorProcess(bootstrap, log_path=work / "coordinator" / "log"):
+        topic = f"bench-words-{uuid.uuid4().hex[:6]}"
+        create_topics(bootstrap, [topic], partitions=PARTITIONS)
+        began = time.monotonic()
+        produce(bootstrap, topic, args.records)
+        console.print(f"produced {args.records:,} records in {time.monotonic() - began:.1f} s")
+        spark = local_spark("cutline-bench")
+        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        try:
+            # warm-up: JVM, Python workers, the source's first query
+            run_plain(
+                spark,
+                bootstrap,
+                topic,
+                args.records,
+                argparse.Namespace(**{**vars(args), "per_trigger": args.records}),
+                work,
+            )
+            with Progress(console=console, transient=True) as progress:
+                task = progress.add_task("runs", total=2 * args.rounds)
+                for round_ in range(args.rounds):
+                    order = (run_plain, run_cutline) if round_ % 2 == 0 else (run_cutline, run_plain)
+                    for runner in order:
+                        runs.append(runner(spark, bootstrap, topic, args.records, args, work))
+                        progress.advance(task)
+        finally:
+            spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    report(console, runs)
+
+
+def report(console: Console, runs: list[Run]) -> None:
+    table = Table(title="Spark word count, same job and backlog")
+    for column in (
+        "run",
+        "batches",
+        "span",
+        "records/s",
+        "checkpoints",
+        "barrier→completed (batches) p50 / max",
+        "duration p50 / max",
+    ):
+        table.add_column(column, justify="right")
+    for run in runs:
+        delays = run.delays()
+        durations = [c.duration_ms for c in run.completed]
+        table.add_row(
+            run.name,
+            str(len(run.batches)),
+            f"{run.span_s:.1f} s",
+            f"{run.throughput:,.0f}",
+            str(len(run.completed)) if run.name == "with cutline" else "-",
+            f"{statistics.median(delays):g} / {max(delays)}" if delays else "-",
+            f"{statistics.median(durations):g} / {max(durations)} ms" if durations else "-",
+        )
+    console.print(table)
+    plain = [r.throughput for r in runs if r.name == "without cutline"]
+    cut = [r.throughput for r in runs if r.name == "with cutline"]
+    ratio = statistics.mean(cut) / statistics.mean(plain)
+    delays = [d for r in runs for d in r.delays()]
+    console.print(
+        f"throughput with/without cutline: {statistics.mean(cut):,.0f} / "
+        f"{statistics.mean(plain):,.0f} records/s "
+        f"= [bold]{ratio:.3f}[/] (target ≥ 0.95: {'met' if ratio >= 0.95 else 'missed'})"
+    )
+    if delays:
+        console.print(
+            f"barrier → completed: {len(delays)} checkpoints, "
+            f"median {statistics.median(delays):g} micro-batch(es), "
+            f"max {max(delays)}, share ≤ 1: {sum(d <= 1 for d in delays) / len(delays):.0%} (target ≤ 1)"
+        )
+
+
+if __name__ == "__main__":
+    main()
