@@ -60,7 +60,6 @@ from events.records import (
     JobStatus,
     JobStatusChanged,
     Record,
-    SchedulerStarted,
     StateHandle,
     TaskStatusChanged,
 )
@@ -662,15 +661,6 @@ class JobDriver:
         return [
             r for r in self.journal((CheckpointCompleted,), timeout) if isinstance(r, CheckpointCompleted)
         ]
-
-    def last_attempt(self, timeout: float | None = None) -> int:
-        """The highest attempt the journal knows of this job (0 if none): a restart takes the next."""
-        attempts = [
-            r.attempt
-            for r in self.journal((SchedulerStarted, CheckpointCompleted), timeout)
-            if isinstance(r, SchedulerStarted | CheckpointCompleted)
-        ]
-        return max(attempts, default=0)
 
     def latest_completed(
         self, timeout: float | None = None, kind: CheckpointKind | None = CheckpointKind.CHECKPOINT

@@ -62,6 +62,7 @@ from events.records import (
     CheckpointRequested,
     CheckpointTriggered,
     JobStatus,
+    SchedulerStarted,
 )
 from events.topics import DEFAULT_PREFIX, Topics
 from spark_tasks.kafka_source import FORMAT, KafkaSource, OffsetProbe, to_offsets
@@ -191,7 +192,11 @@ class CheckpointedJob:
         self.topics = Topics(settings.topic_prefix)
         self.query_name = f"cutline-{settings.job_id}-{uuid.uuid4().hex[:8]}"
         self.driver = JobDriver(settings.bootstrap, settings.job_id, self.topics, timeout=timeout)
-        self.attempt = self.driver.last_attempt() + 1
+        history = self.driver.journal((SchedulerStarted, CheckpointCompleted))
+        self._history = [r for r in history if isinstance(r, CheckpointCompleted)]
+        self.attempt = 1 + max(
+            (r.attempt for r in history if isinstance(r, SchedulerStarted | CheckpointCompleted)), default=0
+        )
         self.work_dir = Path(settings.work_dir) / f"attempt-{self.attempt}"
         self.restored: CheckpointCompleted | None = self._find_restore(settings.restore)
         with OffsetProbe(settings.bootstrap, {}, timeout) as probe:
@@ -219,16 +224,17 @@ class CheckpointedJob:
         if restore is None:
             return None
         if restore == "latest":
-            return self.driver.latest_completed()
+            checkpoints = [c for c in self._history if c.kind is CheckpointKind.CHECKPOINT]
+            return max(checkpoints, key=lambda c: c.checkpoint_id, default=None)
         if isinstance(restore, int):
-            found = self.driver.completed_checkpoint(restore)
-            if found is None:
-                known = [c.checkpoint_id for c in self.driver.completions()]
-                raise NothingToRestore(
-                    f"job {self.settings.job_id} has no completed checkpoint {restore} in the journal "
-                    f"(completed: {known or 'none'})"
-                )
-            return found
+            for completed in self._history:
+                if completed.checkpoint_id == restore:
+                    return completed
+            known = [c.checkpoint_id for c in self._history]
+            raise NothingToRestore(
+                f"job {self.settings.job_id} has no completed checkpoint {restore} in the journal "
+                f"(completed: {known or 'none'})"
+            )
         return read_metadata(restore)
 
     def _seed_state(self) -> str:
