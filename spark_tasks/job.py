@@ -63,6 +63,7 @@ from events.records import (
     CheckpointTriggered,
     JobStatus,
     SchedulerStarted,
+    TriggerRejected,
 )
 from events.topics import DEFAULT_PREFIX, Topics
 from spark_tasks.kafka_source import FORMAT, KafkaSource, OffsetProbe, to_offsets
@@ -208,6 +209,9 @@ class CheckpointedJob:
         self.starting_offsets = self._seed_state()
         self.completed: list[CheckpointCompleted] = []
         self.aborted: list[CheckpointAborted] = []
+        self.rejected: dict[str, TriggerRejected] = {}
+        """Trigger requests the coordinator refused, by request id."""
+        self._scheduled = threading.Event()
         self._locations: dict[int, str] = {}
         """Where each checkpoint of this attempt writes, from its CheckpointTriggered."""
         self.failure: CheckpointFailuresExceeded | None = None
@@ -409,9 +413,14 @@ class CheckpointedJob:
     # ------------------------------------------------------------ lifecycle
 
     def wait_for_running(self, timeout: float = 60.0) -> None:
-        """Block until RUNNING was published (the query ran its first trigger)."""
-        if self._listener is None or not self._listener.running.wait(timeout):
-            raise TimeoutError(f"job {self.settings.job_id} was not RUNNING within {timeout:g}s")
+        """Block until the coordinator runs this attempt (its SchedulerStarted is in the journal)."""
+        if not self._scheduled.wait(timeout):
+            published = self._listener is not None and self._listener.running.is_set()
+            raise TimeoutError(
+                f"job {self.settings.job_id} attempt {self.attempt} was not RUNNING on the coordinator "
+                f"within {timeout:g}s (RUNNING published: {published}); is `cutline coordinator` running "
+                f"with topic prefix {self.settings.topic_prefix!r}?"
+            )
 
     def wait_for_completed(self, count: int = 1, timeout: float = 60.0) -> list[CheckpointCompleted]:
         """Block until this attempt has ``count`` completed checkpoints; returns them."""
@@ -444,6 +453,11 @@ class CheckpointedJob:
                 for completed in self.completed:
                     if completed.kind is CheckpointKind.SAVEPOINT and completed.location.startswith(uri):
                         return completed
+                rejected = self.rejected.get(request.request_id)
+                if rejected is not None:
+                    raise RuntimeError(
+                        f"the coordinator refused the savepoint: {rejected.reason} {rejected.message}".strip()
+                    )
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"savepoint into {uri} did not complete within {timeout:g}s")
@@ -451,8 +465,8 @@ class CheckpointedJob:
 
     @property
     def running(self) -> bool:
-        """RUNNING was published: the query ran its first trigger."""
-        return self._listener is not None and self._listener.running.is_set()
+        """The coordinator runs this attempt: RUNNING was published and its scheduler started."""
+        return self._scheduled.is_set()
 
     def stop(self, *, finished: bool = False) -> None:
         """Stop the query and wait until its status is published: CANCELED, or FINISHED if ``finished``."""
@@ -542,6 +556,14 @@ class _JournalFollower:
             if record.attempt == self.job.attempt:
                 with self.job._lock:
                     self.job._locations[record.checkpoint_id] = record.location
+        elif isinstance(record, SchedulerStarted):
+            if record.attempt == self.job.attempt:
+                self.job._scheduled.set()
+        elif isinstance(record, TriggerRejected):
+            if record.request_id is not None:
+                with self.job._completion:
+                    self.job.rejected[record.request_id] = record
+                    self.job._completion.notify_all()
         elif isinstance(record, CheckpointCompleted):
             self.job._on_completed(record)
         elif isinstance(record, CheckpointAborted):
