@@ -13,7 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,22 @@ WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
 def coordinator(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[CoordinatorProcess]:
     with CoordinatorProcess(bootstrap, topic_prefix, log_path=tmp_path / "coordinator" / "log") as process:
         yield process
+
+
+@dataclass(frozen=True)
+class Input:
+    """A 4-partition input topic, its word producer and the test's job id."""
+
+    topic: str
+    words: Words
+    job_id: str
+
+
+@pytest.fixture
+def given(bootstrap: str, topic_prefix: str) -> Input:
+    topic = topic_prefix + "words"
+    create_topics(bootstrap, [topic], partitions=PARTITIONS)
+    return Input(topic, Words(bootstrap, topic), "wc-" + topic_prefix.rstrip("."))
 
 
 def _wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
@@ -104,12 +120,14 @@ def _journal(bootstrap: str, prefix: str, job_id: str, *kinds: type) -> list[Any
 
 
 def test_word_count_checkpoints_every_second_with_one_ack_per_partition(
-    spark: Any, bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
 ) -> None:
-    topic = topic_prefix + "words"
-    create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    words = Words(bootstrap, topic)
-    job_id = "wc-" + topic_prefix.rstrip(".")
+    topic, words, job_id = given.topic, given.words, given.job_id
     out = tmp_path / "out"
     words.produce(200)
 
@@ -164,12 +182,14 @@ def _block_location(tmp_path: Path, job_id: str) -> Path:
 
 
 def test_an_unwritable_location_declines_and_the_query_keeps_running_until_it_is_fixed(
-    spark: Any, bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
 ) -> None:
-    topic = topic_prefix + "words"
-    create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    words = Words(bootstrap, topic)
-    job_id = "wc-" + topic_prefix.rstrip(".")
+    words, job_id = given.words, given.job_id
     out = tmp_path / "out"
     blocker = _block_location(tmp_path, job_id)
     settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, interval_ms=500, tolerable_failures=100)
@@ -196,12 +216,15 @@ def test_an_unwritable_location_declines_and_the_query_keeps_running_until_it_is
 
 
 def test_too_many_checkpoint_failures_stop_the_query_with_a_clear_error(
-    spark: Any, bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
 ) -> None:
-    topic = topic_prefix + "words"
-    create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    Words(bootstrap, topic).produce(20)
-    job_id = "wc-" + topic_prefix.rstrip(".")
+    given.words.produce(20)
+    job_id = given.job_id
     _block_location(tmp_path, job_id)
     settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, interval_ms=300, tolerable_failures=1)
 
@@ -218,12 +241,15 @@ def test_too_many_checkpoint_failures_stop_the_query_with_a_clear_error(
 
 
 def test_a_changed_job_restarts_from_a_savepoint(
-    spark: Any, bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
 ) -> None:
-    topic = topic_prefix + "words"
-    create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    words = Words(bootstrap, topic)
-    old, new = "wc-" + topic_prefix.rstrip("."), "wc2-" + topic_prefix.rstrip(".")
+    words = given.words
+    old, new = given.job_id, "wc2-" + topic_prefix.rstrip(".")
     words.produce(100)
     no_periodic = {"interval_ms": 0}
 
@@ -320,12 +346,9 @@ class WordCountProcess:
 
 
 def test_a_killed_driver_restarts_from_the_latest_checkpoint_with_exact_counts(
-    bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path
+    bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path, given: Input
 ) -> None:
-    topic = topic_prefix + "words"
-    create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    words = Words(bootstrap, topic)
-    job_id = "wc-" + topic_prefix.rstrip(".")
+    topic, words, job_id = given.topic, given.words, given.job_id
     out = tmp_path / "out"
     args = [
         *("--bootstrap", bootstrap, "--job", job_id, "--topic", topic, "--topic-prefix", topic_prefix),
