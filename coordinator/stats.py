@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from coordinator.state import JobState
+from coordinator.state import JobState, replacer
 from events.records import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -69,6 +69,11 @@ class CheckpointStats:
         return next((e for e in self.history if e.id == checkpoint_id), None)
 
 
+_replace_entry = replacer(CheckpointEntry)
+_replace_stats = replacer(CheckpointStats)
+"""``dataclasses.replace`` for the two, compiled: ``track`` runs once per journal event."""
+
+
 def _with_entry(stats: CheckpointStats, entry: CheckpointEntry) -> tuple[CheckpointEntry, ...]:
     others = tuple(e for e in stats.history if e.id != entry.id)
     return tuple(sorted((entry, *others), key=lambda e: -e.id))[:HISTORY_SIZE]
@@ -98,13 +103,15 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
             if current is None or current.status != "IN_PROGRESS":
                 return stats
             size = event.state.size_bytes if event.state else 0
-            acked = replace(
+            acked = _replace_entry(
                 current,
                 num_acknowledged_subtasks=current.num_acknowledged_subtasks + 1,
                 latest_ack_timestamp=event.timestamp_ms,
                 state_size=current.state_size + size,
             )
-            return replace(stats, history=_with_entry(stats, acked))
+            # The entry keeps its id, so it keeps its place in the history.
+            history = tuple(acked if e is current else e for e in stats.history)
+            return _replace_stats(stats, history=history)
         case CheckpointCompleted():
             pending = before.pending.get(event.checkpoint_id)
             entry = CheckpointEntry(
