@@ -66,7 +66,10 @@ class CheckpointStats:
     history: tuple[CheckpointEntry, ...] = ()  # newest first
 
     def entry(self, checkpoint_id: int) -> CheckpointEntry | None:
-        return next((e for e in self.history if e.id == checkpoint_id), None)
+        for entry in self.history:  # newest first: none further down once the ids are smaller
+            if entry.id <= checkpoint_id:
+                return entry if entry.id == checkpoint_id else None
+        return None
 
 
 _replace_entry = replacer(CheckpointEntry)
