@@ -40,6 +40,9 @@ log = logging.getLogger("cutline.coordinator")
 
 BATCH_SIZE = 500
 BATCH_WAIT = 0.001
+"""A batch of input is decided at most this long after its first message arrived ..."""
+BATCH_QUIET = 0.0002
+"""... or as soon as no message came for this long: a lone ack waits 0.2 ms, not 1 ms."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,7 @@ def create_app(settings: Settings) -> faust.App:
     def input_agent(topic_name: str, name: str) -> None:
         async def agent(stream: faust.StreamT[Any]) -> None:
             # What has arrived is decided at once, in order; a lone message waits at most 1 ms.
-            async for events in take_arrived(stream, BATCH_SIZE, BATCH_WAIT):
+            async for events in take_arrived(stream, BATCH_SIZE, BATCH_WAIT, BATCH_QUIET):
                 await process(events)
 
         agent.__name__ = name
@@ -308,17 +311,20 @@ def create_app(settings: Settings) -> faust.App:
     return app
 
 
-async def take_arrived(stream: Any, max_events: int, within: float) -> AsyncIterator[list[faust.EventT[Any]]]:
-    """The events of ``stream`` in batches: each batch is what arrived within ``within`` seconds
-    of its first event (at most ``max_events``), and its events are acked once the caller is done
-    with it, so Faust commits no input offset before its decision is journaled (Faust flushes
-    the producer before it commits).
+async def take_arrived(
+    stream: Any, max_events: int, within: float, quiet: float
+) -> AsyncIterator[list[faust.EventT[Any]]]:
+    """The events of ``stream`` in batches, and its events acked once the caller is done with a
+    batch, so Faust commits no input offset before its decision is journaled (Faust flushes the
+    producer before it commits). A batch ends ``within`` seconds after its first event, when no
+    event came for ``quiet`` seconds, or at ``max_events``, whichever comes first.
 
-    ``Stream.take_events`` does the same but wakes every ``within`` to look, even when nothing
-    arrives: with 1 ms and four input agents that is 4,000 wake-ups a second for an idle
-    coordinator. Here the timer starts with a batch's first event, and an idle stream costs nothing.
-    Built the way ``take_events`` is: a processor fills the batch while the stream is drained in
-    the background, with automatic acks off.
+    ``Stream.take_events`` (a batch every ``within``) wakes every ``within`` to look, even when
+    nothing arrives: with 1 ms and four input agents that is 4,000 wake-ups a second for an idle
+    coordinator; and a lone message waits for the whole window. Here a timer runs only while a
+    batch is open, so an idle stream costs nothing, and a lone message waits ``quiet``. Built the
+    way ``take_events`` is: a processor fills the batch while the stream is drained in the
+    background, with automatic acks off.
     """
     loop = asyncio.get_running_loop()
     buffer: list[faust.EventT[Any]] = []
@@ -326,15 +332,30 @@ async def take_arrived(stream: Any, max_events: int, within: float) -> AsyncIter
     room = asyncio.Event()
     room.set()
     timer: asyncio.TimerHandle | None = None
+    first = last = 0.0
+
+    def expire() -> None:
+        # Runs every ``quiet`` at most while a batch is open (cheaper than a new timer per event).
+        nonlocal timer
+        now = loop.time()
+        end = min(first + within, last + quiet)
+        if now >= end:
+            timer = None
+            ready.set()
+        else:
+            timer = loop.call_at(end, expire)
 
     async def add(value: Any) -> Any:
-        nonlocal timer
+        nonlocal timer, first, last
         event = stream.current_event
         if event is None:
             raise RuntimeError("take_arrived: no current event")
         buffer.append(event)
+        last = loop.time()
         if len(buffer) == 1:
-            timer = loop.call_later(within, ready.set)
+            first = last
+            if timer is None:
+                timer = loop.call_at(first + min(quiet, within), expire)
         if len(buffer) >= max_events:
             ready.set()
             room.clear()
