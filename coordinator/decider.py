@@ -8,12 +8,12 @@ The rules are Flink's ``CheckpointCoordinator``'s (DESIGN §4).
 
 from __future__ import annotations
 
+import functools
 import posixpath
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from types import MemberDescriptorType
-from typing import Any, TypeAlias, TypeVar, assert_never
+from typing import TypeAlias, assert_never
 from urllib.parse import urlsplit
 
 from coordinator.commands import (
@@ -33,6 +33,8 @@ from coordinator.state import (
     Reason,
     Scheduler,
     initial_state,
+    replacer,
+    task_set,
 )
 from events.records import (
     CheckpointAborted,
@@ -59,6 +61,7 @@ __all__ = [
     "InputRejected",
     "Rejection",
     "decide",
+    "decide_steps",
     "due_at",
     "evolve",
     "fold",
@@ -104,43 +107,8 @@ TERMINATING_TASK_STATES = frozenset(
 
 # ----------------------------------------------------------------------- evolve
 
-_T = TypeVar("_T")
-_KEEP: Any = object()
-
-
-def _replacer(cls: type[_T]) -> Callable[..., _T]:
-    """``dataclasses.replace`` for one dataclass, compiled from its fields.
-
-    ``evolve`` runs once per journal event (millions in a replay), and the
-    generic ``replace`` walks every field through ``getattr``, a kwargs dict and
-    the frozen ``__init__`` (one ``object.__setattr__`` per field). For a slotted
-    class without ``__post_init__`` this sets the slots directly, which leaves
-    exactly what ``__init__`` would; about three times as fast for ``JobState``.
-    """
-    cls_fields = fields(cls)  # type: ignore[arg-type]
-    names = [f.name for f in cls_fields if f.init]
-    params = ", ".join(f"{n}=_KEEP" for n in names)
-    values = [f"s.{n} if {n} is _KEEP else {n}" for n in names]
-    namespace: dict[str, Any] = {"_KEEP": _KEEP, "_cls": cls, "_new": object.__new__}
-    slots = [getattr(cls, n, None) for n in names]
-    if (
-        len(names) == len(cls_fields)
-        and not hasattr(cls, "__post_init__")
-        and all(isinstance(slot, MemberDescriptorType) for slot in slots)
-    ):
-        lines = ["    o = _new(_cls)"]
-        for i, (slot, value) in enumerate(zip(slots, values, strict=True)):
-            namespace[f"_set{i}"] = slot.__set__  # type: ignore[union-attr]
-            lines.append(f"    _set{i}(o, {value})")
-        body = "\n".join([*lines, "    return o"])
-    else:
-        body = f"    return _cls({', '.join(f'{n}={v}' for n, v in zip(names, values, strict=True))})"
-    exec(f"def replace(s, *, {params}):\n{body}", namespace)  # noqa: S102
-    return namespace["replace"]  # type: ignore[no-any-return]
-
-
-_replace_state = _replacer(JobState)
-_replace_pending = _replacer(PendingCheckpoint)
+_replace_state = replacer(JobState)
+_replace_pending = replacer(PendingCheckpoint)
 
 
 def evolve(state: JobState, event: Decision) -> JobState:
@@ -292,15 +260,17 @@ def due_at(state: JobState) -> int | None:
 class _Decision:
     """Collects events and keeps the state they lead to, so later rules see earlier facts."""
 
-    __slots__ = ("events", "state")
+    __slots__ = ("events", "state", "states")
 
     def __init__(self, state: JobState) -> None:
         self.state = state
         self.events: list[Decision] = []
+        self.states: list[JobState] = []  # the state after each event
 
     def emit(self, event: Decision) -> None:
         self.events.append(event)
         self.state = evolve(self.state, event)
+        self.states.append(self.state)
 
     def reject(self, reason: Rejection, message: str) -> list[Decision]:
         return [InputRejected(self.state.job_id, reason, message)]
@@ -314,7 +284,28 @@ def decide(state: JobState, command: Command) -> list[Decision]:
     repeat (a duplicate ack, a late ack, a repeated decline) gives ``[]``; an
     unacceptable input gives one :class:`InputRejected`.
     """
+    return _decide(_Decision(state), command)
+
+
+def decide_steps(state: JobState, command: Command) -> list[tuple[Decision, JobState]]:
+    """``decide``, each decision paired with the state after it (``fold`` of the decisions so far).
+
+    ``decide`` evolves every decision into an interim state anyway; the shell takes those states
+    instead of evolving each decision a second time.
+    """
     d = _Decision(state)
+    decisions = _decide(d, command)
+    if decisions is d.events:
+        return list(zip(decisions, d.states, strict=True))
+    steps = []  # a refusal or nothing: no decision was evolved
+    for decision in decisions:
+        state = evolve(state, decision)
+        steps.append((decision, state))
+    return steps
+
+
+def _decide(d: _Decision, command: Command) -> list[Decision]:
+    state = d.state
     if command.job_id != state.job_id:
         return d.reject(
             Rejection.UNKNOWN_JOB, f"a command of job {command.job_id!r} reached job {state.job_id!r}"
@@ -501,7 +492,7 @@ def _check_task(d: _Decision, attempt: int, task_id: str) -> list[Decision]:
         return d.reject(
             Rejection.UNKNOWN_ATTEMPT, f"attempt {attempt} is newer than the job's attempt {state.attempt}"
         )
-    if task_id not in state.tasks:
+    if task_id not in task_set(state.tasks):
         return d.reject(Rejection.UNKNOWN_TASK, f"task {task_id!r} is not one of {list(state.tasks)}")
     return []
 
@@ -766,7 +757,7 @@ def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]
     pending = d.state.pending.get(ack.checkpoint_id)
     if pending is None:
         return []  # late: the checkpoint completed or aborted already (Flink logs and discards)
-    if ack.task_id not in pending.triggered.tasks:
+    if ack.task_id not in task_set(pending.triggered.tasks):
         return d.reject(
             Rejection.UNKNOWN_TASK,
             f"task {ack.task_id!r} is not part of checkpoint {ack.checkpoint_id}",
@@ -808,14 +799,21 @@ def _offsets_problem(offsets: Mapping[str, int]) -> str | None:
 
 def _within(uri: str, location: str) -> bool:
     """Is ``uri`` inside ``location`` (same scheme and authority, a path below it, no ``..``)?"""
-    inner, outer = urlsplit(uri), urlsplit(location)
-    if (inner.scheme, inner.netloc) != (outer.scheme, outer.netloc):
+    inner = urlsplit(uri)
+    scheme, netloc, root = _location_root(location)
+    if (inner.scheme, inner.netloc) != (scheme, netloc):
         return False
     if ".." in inner.path.split("/"):
         return False
-    root = posixpath.normpath(outer.path)
-    path = posixpath.normpath(inner.path)
-    return path.startswith(root.rstrip("/") + "/")
+    return posixpath.normpath(inner.path).startswith(root)
+
+
+@functools.lru_cache(maxsize=256)
+def _location_root(location: str) -> tuple[str, str, str]:
+    """Scheme, authority and normalised path prefix (with its ``/``) of a checkpoint location:
+    the same for every ack of a checkpoint, so worked out once."""
+    outer = urlsplit(location)
+    return outer.scheme, outer.netloc, posixpath.normpath(outer.path).rstrip("/") + "/"
 
 
 def _complete(d: _Decision, now: int, pending: PendingCheckpoint) -> None:

@@ -28,7 +28,7 @@ from coordinator.commands import (
     RequestCheckpoint,
     Tick,
 )
-from coordinator.decider import InputRejected, decide, due_at, evolve
+from coordinator.decider import InputRejected, decide_steps, due_at, evolve
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track
 from events.codec import Codec, DecodeError, default_codec
@@ -233,15 +233,16 @@ class Coordinator:
         """
         job_id = command.job_id
         state = self.states.get(job_id) or initial_state(job_id)
-        decisions = decide(state, command)
-        if decisions and isinstance(decisions[0], InputRejected):
-            return Outcome(job_id=job_id, rejected=decisions[0])
+        steps = decide_steps(state, command)
+        if steps and isinstance(steps[0][0], InputRejected):
+            return Outcome(job_id=job_id, rejected=steps[0][0])
         outcome = Outcome(job_id=job_id)
         headers = ((CAUSE_HEADER, cause.encode()),) if cause else ()
         barriers: list[Outgoing] = []
-        for event in decisions:
+        for event, after in steps:
             assert not isinstance(event, InputRejected)
-            self._apply(event)
+            self.stats[job_id] = track(self.stats.get(job_id), state, event)
+            self.states[job_id] = state = after  # what _apply(event) would leave, without a second evolve
             outcome.journal.append(event)
             outcome.messages.append(
                 Outgoing(self.topics.checkpoints, job_id.encode(), self.codec.encode(event), headers)

@@ -7,10 +7,11 @@ is read from a clock, a broker or a file.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import Any, cast
+from types import MemberDescriptorType
+from typing import Any, TypeVar, cast
 
 from events.records import (
     CheckpointCompleted,
@@ -132,6 +133,62 @@ class JobState:
     @property
     def all_tasks_running(self) -> bool:
         return self.status is JobStatus.RUNNING and not self.tasks_not_running
+
+
+_TASK_SETS: dict[int, tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
+def task_set(tasks: tuple[str, ...]) -> frozenset[str]:
+    """``tasks`` as a set, for membership tests in O(1) rather than a scan per ack.
+
+    Remembered by the tuple's identity: every state evolved from one ``SchedulerStarted`` and
+    every ``CheckpointTriggered`` decided from it share one tuple, so each ack of a job costs a
+    dict lookup. The entry keeps the tuple alive, so its id cannot be reused while remembered.
+    A pure function: the memo only saves building the same set again.
+    """
+    hit = _TASK_SETS.get(id(tasks))
+    if hit is not None and hit[0] is tasks:
+        return hit[1]
+    members = frozenset(tasks)
+    if len(_TASK_SETS) >= 1024:
+        _TASK_SETS.clear()
+    _TASK_SETS[id(tasks)] = (tasks, members)
+    return members
+
+
+_T = TypeVar("_T")
+_KEEP: Any = object()
+
+
+def replacer(cls: type[_T]) -> Callable[..., _T]:
+    """``dataclasses.replace`` for one dataclass, compiled from its fields.
+
+    ``evolve`` runs once per journal event (millions in a replay), and the
+    generic ``replace`` walks every field through ``getattr``, a kwargs dict and
+    the frozen ``__init__`` (one ``object.__setattr__`` per field). For a slotted
+    class without ``__post_init__`` this sets the slots directly, which leaves
+    exactly what ``__init__`` would; about three times as fast for ``JobState``.
+    """
+    cls_fields = fields(cls)  # type: ignore[arg-type]
+    names = [f.name for f in cls_fields if f.init]
+    params = ", ".join(f"{n}=_KEEP" for n in names)
+    values = [f"s.{n} if {n} is _KEEP else {n}" for n in names]
+    namespace: dict[str, Any] = {"_KEEP": _KEEP, "_cls": cls, "_new": object.__new__}
+    slots = [getattr(cls, n, None) for n in names]
+    if (
+        len(names) == len(cls_fields)
+        and not hasattr(cls, "__post_init__")
+        and all(isinstance(slot, MemberDescriptorType) for slot in slots)
+    ):
+        lines = ["    o = _new(_cls)"]
+        for i, (slot, value) in enumerate(zip(slots, values, strict=True)):
+            namespace[f"_set{i}"] = slot.__set__  # type: ignore[union-attr]
+            lines.append(f"    _set{i}(o, {value})")
+        body = "\n".join([*lines, "    return o"])
+    else:
+        body = f"    return _cls({', '.join(f'{n}={v}' for n, v in zip(names, values, strict=True))})"
+    exec(f"def replace(s, *, {params}):\n{body}", namespace)  # noqa: S102
+    return namespace["replace"]  # type: ignore[no-any-return]
 
 
 def initial_state(job_id: str) -> JobState:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from coordinator.state import JobState
+from coordinator.state import JobState, replacer
 from events.records import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -66,7 +66,15 @@ class CheckpointStats:
     history: tuple[CheckpointEntry, ...] = ()  # newest first
 
     def entry(self, checkpoint_id: int) -> CheckpointEntry | None:
-        return next((e for e in self.history if e.id == checkpoint_id), None)
+        for entry in self.history:  # newest first: none further down once the ids are smaller
+            if entry.id <= checkpoint_id:
+                return entry if entry.id == checkpoint_id else None
+        return None
+
+
+_replace_entry = replacer(CheckpointEntry)
+_replace_stats = replacer(CheckpointStats)
+"""``dataclasses.replace`` for the two, compiled: ``track`` runs once per journal event."""
 
 
 def _with_entry(stats: CheckpointStats, entry: CheckpointEntry) -> tuple[CheckpointEntry, ...]:
@@ -98,13 +106,15 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
             if current is None or current.status != "IN_PROGRESS":
                 return stats
             size = event.state.size_bytes if event.state else 0
-            acked = replace(
+            acked = _replace_entry(
                 current,
                 num_acknowledged_subtasks=current.num_acknowledged_subtasks + 1,
                 latest_ack_timestamp=event.timestamp_ms,
                 state_size=current.state_size + size,
             )
-            return replace(stats, history=_with_entry(stats, acked))
+            # The entry keeps its id, so it keeps its place in the history.
+            history = tuple(acked if e is current else e for e in stats.history)
+            return _replace_stats(stats, history=history)
         case CheckpointCompleted():
             pending = before.pending.get(event.checkpoint_id)
             entry = CheckpointEntry(

@@ -31,7 +31,16 @@ from coordinator.commands import (
     RequestCheckpoint,
     Tick,
 )
-from coordinator.decider import Decision, InputRejected, decide, due_at, evolve, fold, fold_jobs
+from coordinator.decider import (
+    Decision,
+    InputRejected,
+    decide,
+    decide_steps,
+    due_at,
+    evolve,
+    fold,
+    fold_jobs,
+)
 from coordinator.invariants import Violation, first_violation, violations
 from coordinator.state import JobState, Reason, initial_state
 from coordinator.testing import (
@@ -638,6 +647,16 @@ class TestFold:
             journal.extend(d for d in step.decisions if not isinstance(d, InputRejected))
             assert step.after == fold(step.decisions, step.before)
             assert step.after == recovered(journal, step.command.job_id)
+
+    @PROPERTY
+    @given(scenarios())
+    def test_decide_steps_pairs_each_decision_with_the_folded_state(self, scenario: Scenario) -> None:
+        """``decide_steps`` gives ``decide``'s decisions, each with the state folding them up to it gives."""
+        for step in scenario.steps:
+            steps = decide_steps(step.before, step.command)
+            assert step.decisions == tuple(d for d, _ in steps)
+            for i, (_, state) in enumerate(steps):
+                assert fold(step.decisions[: i + 1], step.before) == state
 
     @PROPERTY
     @given(scenarios(), st.data())

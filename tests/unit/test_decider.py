@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.decider import Rejection, due_at
-from coordinator.state import MAX_QUEUED_REQUESTS, Reason
+from coordinator.state import MAX_QUEUED_REQUESTS, Reason, task_set
 from coordinator.testing import (
     JOB,
     LOCATION,
@@ -697,3 +697,26 @@ class TestBadInput:
         when = before.when(ack(99, "t0"))
 
         assert before.state == when.state
+
+
+class TestTaskSet:
+    def test_membership_follows_the_tuple_not_its_identity(self) -> None:
+        """Equal task tuples that are different objects give the same set; another tuple its own."""
+        first = tuple(f"t{i}" for i in range(3))
+        again = tuple(f"t{i}" for i in range(3))
+
+        assert frozenset({"t0", "t1", "t2"}) == task_set(first) == task_set(again)
+        assert frozenset({"x"}) == task_set(("x",))
+
+    def test_a_remembered_set_is_the_same_object(self) -> None:
+        """The second lookup of one tuple costs a dict lookup: it returns the set built the first time."""
+        tasks = ("a", "b")
+
+        assert task_set(tasks) is task_set(tasks)
+
+    def test_ack_from_a_task_outside_the_checkpoint_after_many_jobs(self) -> None:
+        """Past the memo's size the sets are built again, and unknown tasks are still refused."""
+        for i in range(1100):
+            task_set((f"other-{i}",))
+
+        given(running(at=0), tick(1000)).when(ack(1, "nobody")).then_rejected(Rejection.UNKNOWN_TASK)
