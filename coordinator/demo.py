@@ -219,12 +219,15 @@ class SparkDriver:
     def _read(stdout: IO[bytes], events: list[dict[str, Any]], copy: Path) -> None:
         with copy.open("ab") as kept:
             for line in stdout:
-                kept.write(line)
-                kept.flush()
-                with contextlib.suppress(ValueError):
+                try:
                     event = json.loads(line)
-                    if isinstance(event, dict):
-                        events.append({**event, "at": time.time()})
+                except ValueError:
+                    continue
+                if isinstance(event, dict):
+                    event["at"] = round(time.time(), 3)
+                    kept.write(json.dumps(event).encode() + b"\n")
+                    kept.flush()
+                    events.append(event)
 
     def seen(self, event: str) -> list[dict[str, Any]]:
         return [e for e in list(self.events) if e.get("event") == event]
