@@ -298,8 +298,10 @@ def _broker(bootstrap: str | None) -> Iterator[str]:
 def _checkpoint_table(stats: dict[str, Any]) -> Table:
     table = Table(title=f"checkpoints of job '{JOB}'", expand=False)
     for column in ("id", "status", "acks", "duration", "size"):
-        table.add_column(column, justify="right" if column in ("id", "duration", "size") else "left")
-    table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=64)
+        table.add_column(
+            column, justify="right" if column in ("id", "duration", "size") else "left", no_wrap=True
+        )
+    table.add_column("reason")  # the only column that wraps on a narrow terminal
     for entry in reversed(stats.get("history", [])[:10]):
         status = entry["status"]
         style = {"COMPLETED": "green", "FAILED": "red"}.get(status, "yellow")
@@ -310,9 +312,13 @@ def _checkpoint_table(stats: dict[str, Any]) -> Table:
             f"{entry['num_acknowledged_subtasks']}/{entry['num_subtasks']}",
             "" if duration is None else f"{duration} ms",
             f"{entry.get('state_size', 0):,} B",
-            entry.get("failure_message", "") or "",
+            _shorten(entry.get("failure_message", "") or "", 72),
         )
     return table
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _offsets(offsets: dict[str, int]) -> str:
