@@ -359,8 +359,8 @@ class _Screen:
         counts = self.stats.get("counts", {})
         stream = Text.assemble(
             ("stream  ", "bold"),
-            f"lines produced {self.words.lines:,}  words produced {self.words.words:,}  ",
-            f"words counted by Spark {self.counted:,}",
+            f"produced {self.words.lines:,} lines, {self.words.words:,} words  ",
+            f"counted by Spark {self.counted:,} words",
         )
         checkpoints = Text.assemble(
             ("checkpoints  ", "bold"),
@@ -374,8 +374,8 @@ class _Screen:
             restored = self.restored
             lines.append(
                 Text(
-                    f"driver {self.spark.starts} (attempt {restored['attempt']}) restored from checkpoint "
-                    f"{restored['checkpoint_id']} at offsets {_offsets(restored['offsets'])}",
+                    f"restored: checkpoint {restored['checkpoint_id']}, attempt {restored['attempt']}, "
+                    f"offsets {_offsets(restored['offsets'])}",
                     "cyan",
                 )
             )
