@@ -12,6 +12,7 @@ import itertools
 import os
 import random
 import re
+import signal
 from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -663,7 +664,13 @@ def tail(
 @app.command()
 def demo(
     duration: Annotated[
-        float, typer.Option("--duration", min=10, help="Seconds of input to produce.")
+        float,
+        typer.Option(
+            "--duration",
+            min=10,
+            help="Seconds of input to produce, at least (the input goes on until the restarted job "
+            "has completed two checkpoints).",
+        ),
     ] = 40.0,
     bootstrap: Annotated[
         str | None,
@@ -678,11 +685,17 @@ def demo(
     ] = 4,
     interval: Annotated[int, typer.Option("--interval", min=100, help="Checkpoint interval in ms.")] = 1000,
 ) -> None:
-    """The main job: a word count that checkpoints with cutline, crashes, restores, and checks
+    """The main job: a Spark word count that checkpoints with cutline, crashes, restores, and checks
     exactly-once."""
-    from coordinator.demo import DemoOptions, run_demo, summary
+    from coordinator.demo import DemoError, DemoOptions, run_demo, summary
 
     console = Console(highlight=False)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM, like Ctrl-C, stops everything the demo started (the Spark driver in its own session)
+    signal.signal(signal.SIGTERM, interrupt)
     try:
         result = run_demo(
             DemoOptions(duration=duration, bootstrap=bootstrap, partitions=partitions, interval_ms=interval),
@@ -691,12 +704,16 @@ def demo(
     except KeyboardInterrupt:
         console.print(Text("interrupted: everything the demo started was stopped", "yellow"))
         raise typer.Exit(130) from None
+    except DemoError as exc:
+        console.print(Text(f"demo failed: {exc}", "bold red"), soft_wrap=True)
+        console.print(Text("exactly-once: not checked", "bold red"))
+        raise typer.Exit(1) from None
     console.print(summary(result))
     if result.exactly_once:
         console.print(
             Text(
-                f"exactly-once: OK, {sum(result.counted.values()):,} words counted = "
-                f"{sum(result.produced.values()):,} produced, across a crash and a restore "
+                f"exactly-once: OK, {result.counted.total():,} words counted = "
+                f"{result.produced.total():,} produced, across a crash and a restore "
                 f"from checkpoint {result.restored_from}",
                 "bold green",
             ),
@@ -704,6 +721,8 @@ def demo(
         )
         return
     console.print(Text("exactly-once: FAILED", "bold red"), soft_wrap=True)
+    if result.restored_from is None:
+        console.print("  the restarted job did not restore from a checkpoint")
     for word in sorted(set(result.produced) | set(result.counted)):
         if result.produced[word] != result.counted[word]:
             console.print(f"  {word}: produced {result.produced[word]}, counted {result.counted[word]}")

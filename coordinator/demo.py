@@ -1,18 +1,23 @@
-"""``cutline demo``: a word count over Kafka that checkpoints with cutline, crashes and restores.
+"""``cutline demo``: a Spark word count over Kafka that checkpoints with cutline, crashes and restores.
 
 Starts the embedded broker (unless given one) and the coordinator, produces a
-stream of words, runs a word-count job (one task per input partition, plain
-Kafka consumers with the participant library) with checkpoints every second,
-shows a live table of checkpoints, kills the job with SIGKILL after a few
-completed checkpoints, starts it again from the latest completed checkpoint,
-and at the end checks exactly-once: the job's counts equal the words produced.
+stream of words into a ``--partitions`` topic, and runs the Spark word count of
+:mod:`spark_tasks.wordcount` (one checkpointing task per input partition) in a
+child process with a checkpoint every ``--interval``. It shows a live table of
+checkpoints (the coordinator's ``/jobs/wordcount/checkpoints`` view), SIGKILLs
+the Spark driver after a few completed checkpoints, starts it again (it restores
+from the latest completed checkpoint), stops producing, waits until Spark has
+counted every word, and checks exactly-once: the counts in the job's output
+(:func:`spark_tasks.wordcount.read_counts`) equal the words produced.
 
-The job runs in its own process (``python -m coordinator.demo job ...``) so
-the crash is a real one.
+The driver runs in its own process group, so the crash is a real one (the
+Python driver, its JVM and its Python workers die at once) and the terminal's
+Ctrl-C reaches only the demo, which then stops everything it started in order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -23,13 +28,13 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -38,12 +43,10 @@ from rich.text import Text
 from coordinator.supervisor import CoordinatorProcess
 from events.broker import EmbeddedBroker, create_topics, wait_for_broker
 from events.kafka import producer_config
-from events.participant import JobDriver
-from events.records import CheckpointConfig, JobStatus
 from events.topics import Topics
+from spark_tasks.wordcount import read_counts
 
 JOB = "wordcount"
-GROUP = "wordcount"
 WORDS = [
     "barrier",
     "checkpoint",
@@ -70,14 +73,25 @@ WORDS = [
 
 @dataclass
 class DemoOptions:
+    """What ``cutline demo`` runs; the CLI sets the first four."""
+
     duration: float = 40.0
+    """Seconds of input at least; the stream goes on until the restarted job has completed checkpoints."""
     bootstrap: str | None = None
     partitions: int = 4
     interval_ms: int = 1000
-    rate: int = 500
+    rate: int = 50
+    """Lines of words per second."""
     crash_after: int = 3
+    """Completed checkpoints of the first driver before its SIGKILL."""
+    after_restore: int = 2
+    """Completed checkpoints of the restarted driver before the stream stops."""
     prefix: str = "cutline."
     workdir: Path | None = None
+    grace: float = 20.0
+    """Seconds the Spark driver gets to stop after SIGTERM before SIGKILL."""
+    spark_timeout: float = 120.0
+    """Seconds a Spark driver may take to start its query, or to count what is left at the end."""
 
 
 @dataclass
@@ -96,93 +110,176 @@ class DemoResult:
         return self.produced == self.counted and self.crashed and self.restored_from is not None
 
 
-# ------------------------------------------------------------------------ the job
+class DemoError(RuntimeError):
+    """The demo cannot go on (a Spark driver exited or stalled); the message says where to look."""
 
 
-def run_job(
-    bootstrap: str, prefix: str, topic: str, partitions: int, interval_ms: int, location: str, out: Path
-) -> int:
-    """The word-count job: one task per partition, all in this process; SIGTERM ends it."""
-    from events.example_app import WordCount
-
-    topics = Topics(prefix)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    driver = JobDriver(bootstrap, JOB, topics)
-    tasks = [
-        WordCount(bootstrap, JOB, f"{JOB}-{p}", topic, p, topics=topics, group=GROUP)
-        for p in range(partitions)
-    ]
-    latest = driver.latest_completed()
-    attempt = latest.attempt + 1 if latest is not None else 1
-    for task in tasks:
-        task.attempt = attempt
-    threads = [
-        threading.Thread(target=task.run, args=(stop,), kwargs={"driver": driver}, daemon=True)
-        for task in tasks
-    ]
-    for thread in threads:
-        thread.start()
-    while any(task.participant is None for task in tasks) and not stop.is_set():
-        time.sleep(0.02)
-    config = CheckpointConfig(
-        interval_ms=interval_ms, location=location, timeout_ms=20_000, tolerable_failures=5
-    )
-    driver.running(
-        [t.task_id for t in tasks],
-        config,
-        attempt,
-        restored_checkpoint_id=None if latest is None else latest.checkpoint_id,
-        restored_location=None if latest is None else latest.location or None,
-    )
-    while not stop.is_set():
-        # positions, not records seen: after a restore the job resumes at the checkpoint's offsets
-        out.with_suffix(".progress").write_text(str(sum(max(t.next_offset, 0) for t in tasks)))
-        stop.wait(0.2)
-    for thread in threads:
-        thread.join(10)
-    total: Counter[str] = Counter()
-    for task in tasks:
-        total.update(task.counts)
-    out.write_text(json.dumps(dict(total)))
-    driver.status(JobStatus.FINISHED, attempt=attempt)
-    driver.close()
-    return 0
+# ------------------------------------------------------------------ the input
 
 
-class JobProcess:
-    """The job in a child process, so that it can really crash."""
+class WordStream:
+    """Produces lines of words to the input topic at ``rate`` lines/s; counts what the broker accepted."""
 
-    def __init__(self, options: DemoOptions, bootstrap: str, topic: str, workdir: Path) -> None:
-        self.out = workdir / "counts.json"
-        self.command = [
-            sys.executable, "-m", "coordinator.demo", "job", bootstrap, options.prefix, topic,
-            str(options.partitions), str(options.interval_ms), f"file://{workdir}/checkpoints", str(self.out),
-        ]  # fmt: skip
-        self.log = workdir / "job.log"
-        self.process: subprocess.Popen[bytes] | None = None
+    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
+        self.topic = topic
+        self.rate = rate
+        self.produced: Counter[str] = Counter()
+        self.lines = 0
+        self._producer = Producer(producer_config(bootstrap, {"linger.ms": 5}))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cutline-demo-words", daemon=True)
+        self._lock = threading.Lock()
+        self.errors: list[str] = []
+
+    @property
+    def words(self) -> int:
+        with self._lock:
+            return self.produced.total()
 
     def start(self) -> None:
-        self.out.unlink(missing_ok=True)
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+        self._thread.start()
+
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self.errors.append(str(error))
+            return
+        with self._lock:
+            self.produced.update((message.value() or b"").decode().split())
+            self.lines += 1
+
+    def _run(self) -> None:
+        rng = random.Random(7)
+        period = 1.0 / max(1, self.rate)
+        next_at = time.monotonic()
+        n = 0
+        while not self._stop.is_set():
+            line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))
+            self._producer.produce(
+                self.topic, key=str(n).encode(), value=line.encode(), on_delivery=self._delivered
+            )
+            n += 1
+            self._producer.poll(0)
+            next_at += period
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                self._stop.wait(delay)
+
+    def stop(self) -> None:
+        """Stop producing and wait until every line is delivered; idempotent."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        self._producer.flush(30)
+
+
+# -------------------------------------------------------------- the Spark job
+
+
+class SparkDriver:
+    """``python -m spark_tasks.wordcount`` in a child process and its own process group.
+
+    The job prints one JSON line per event (``restored``, ``running``, ``progress``,
+    ``completed``, ``stopped``, ``failed``); :attr:`events` holds those of the
+    current process. Each start is a new attempt with its own log.
+    """
+
+    def __init__(self, args: list[str], log_dir: Path) -> None:
+        self.args = args
+        self.log_dir = log_dir
+        self.starts = 0
+        self.events: list[dict[str, Any]] = []
+        self.process: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"spark-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        self.events = []
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "spark_tasks.wordcount", *self.args],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
+        assert self.process.stdout is not None
+        self._reader = threading.Thread(
+            target=self._read,
+            args=(self.process.stdout, self.events, self.log_dir / f"spark-{self.starts}.events.jsonl"),
+            name="cutline-demo-spark",
+            daemon=True,
+        )
+        self._reader.start()
+
+    @staticmethod
+    def _read(stdout: IO[bytes], events: list[dict[str, Any]], copy: Path) -> None:
+        with copy.open("ab") as kept:
+            for line in stdout:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict):
+                    event["at"] = round(time.time(), 3)
+                    kept.write(json.dumps(event).encode() + b"\n")
+                    kept.flush()
+                    events.append(event)
+
+    def seen(self, event: str) -> list[dict[str, Any]]:
+        return [e for e in list(self.events) if e.get("event") == event]
+
+    def last(self, event: str) -> dict[str, Any] | None:
+        found = self.seen(event)
+        return found[-1] if found else None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
 
     def kill(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
+        """SIGKILL to the driver's process group: the Python driver, its JVM and its workers."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(10)
 
-    def stop(self) -> Counter[str]:
-        if self.process and self.process.poll() is None:
+    def stop(self, grace: float = 20.0) -> int | None:
+        """SIGTERM (the job stops its query: CANCELED), SIGKILL after ``grace`` s; idempotent.
+
+        Returns the driver's exit code (None if it was never started).
+        """
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(30)
+                self.process.wait(grace)
             except subprocess.TimeoutExpired:
                 self.kill()
-        if not self.out.exists():
-            raise RuntimeError(f"the job did not write its counts; see {self.log}")
-        return Counter(json.loads(self.out.read_text()))
+            except KeyboardInterrupt:  # a second Ctrl-C: no more patience
+                self.kill()
+                raise
+        code = self.process.returncode
+        self.kill()  # whatever the driver left behind in its group
+        if self._reader is not None:
+            self._reader.join(5)
+        return code
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
 
 
 # --------------------------------------------------------------------- the demo
@@ -198,10 +295,13 @@ def _broker(bootstrap: str | None) -> Iterator[str]:
         yield broker.bootstrap
 
 
-def _checkpoint_table(stats: dict[str, Any], produced: int, counted: int, phase: str) -> Group:
-    table = Table(title="checkpoints of job 'wordcount'", expand=False)
-    for column in ("id", "status", "acks", "duration", "size", "reason"):
-        table.add_column(column, justify="right" if column in ("id", "duration", "size") else "left")
+def _checkpoint_table(stats: dict[str, Any]) -> Table:
+    table = Table(title=f"checkpoints of job '{JOB}'", expand=False)
+    for column in ("id", "status", "acks", "duration", "size"):
+        table.add_column(
+            column, justify="right" if column in ("id", "duration", "size") else "left", no_wrap=True
+        )
+    table.add_column("reason")  # the only column that wraps on a narrow terminal
     for entry in reversed(stats.get("history", [])[:10]):
         status = entry["status"]
         style = {"COMPLETED": "green", "FAILED": "red"}.get(status, "yellow")
@@ -212,18 +312,96 @@ def _checkpoint_table(stats: dict[str, Any], produced: int, counted: int, phase:
             f"{entry['num_acknowledged_subtasks']}/{entry['num_subtasks']}",
             "" if duration is None else f"{duration} ms",
             f"{entry.get('state_size', 0):,} B",
-            entry.get("failure_message", "") or "",
+            _shorten(entry.get("failure_message", "") or "", 72),
         )
-    counts = stats.get("counts", {})
-    line = Text.assemble(
-        (f"{phase}  ", "bold"),
-        f"records produced {produced:,}  read by the job {counted:,}  ",
-        (f"completed {counts.get('completed', 0)}", "green"),
-        "  ",
-        (f"failed {counts.get('failed', 0)}", "red"),
-        f"  restored {counts.get('restored', 0)}",
-    )
-    return Group(table, line)
+    return table
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _offsets(offsets: dict[str, int]) -> str:
+    return " ".join(f"{key.rpartition(':')[2]}:{offset}" for key, offset in sorted(offsets.items()))
+
+
+class _Screen:
+    """The live view: the checkpoint table, the stream's progress and the phase; refreshed by :meth:`wait`."""
+
+    def __init__(
+        self, live: Live, coordinator: CoordinatorProcess, words: WordStream, spark: SparkDriver, out: Path
+    ) -> None:
+        self.live = live
+        self.coordinator = coordinator
+        self.words = words
+        self.spark = spark
+        self.out = out
+        self.phase = "starting"
+        self.stats: dict[str, Any] = {}
+        self.counted = 0
+        self.restored: dict[str, Any] | None = None
+        self._counted_at = 0.0
+
+    def say(self, message: str, style: str = "") -> None:
+        self.live.console.print(Text(f"{time.strftime('%H:%M:%S')}  {message}", style), soft_wrap=True)
+
+    def count(self) -> Counter[str]:
+        counted = read_counts(self.out)
+        self.counted = counted.total()
+        self._counted_at = time.monotonic()
+        return counted
+
+    def refresh(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.stats = self.coordinator.get(f"/jobs/{JOB}/checkpoints")
+        if time.monotonic() - self._counted_at >= 1.0:
+            self.count()
+        counts = self.stats.get("counts", {})
+        stream = Text.assemble(
+            ("stream  ", "bold"),
+            f"produced {self.words.lines:,} lines, {self.words.words:,} words  ",
+            f"counted by Spark {self.counted:,} words",
+        )
+        checkpoints = Text.assemble(
+            ("checkpoints  ", "bold"),
+            (f"completed {counts.get('completed', 0)}", "green"),
+            "  ",
+            (f"failed {counts.get('failed', 0)}", "red"),
+            f"  in progress {counts.get('in_progress', 0)}  restored {counts.get('restored', 0)}",
+        )
+        lines: list[Any] = [_checkpoint_table(self.stats), stream, checkpoints]
+        if self.restored is not None:
+            restored = self.restored
+            lines.append(
+                Text(
+                    f"restored: checkpoint {restored['checkpoint_id']}, attempt {restored['attempt']}, "
+                    f"offsets {_offsets(restored['offsets'])}",
+                    "cyan",
+                )
+            )
+        lines.append(Text(self.phase, "bold yellow"))
+        self.live.update(Group(*lines))
+
+    def wait(self, condition: Callable[[], bool], phase: str, timeout: float) -> None:
+        """Refresh the view until ``condition`` holds; DemoError if the driver exits or time runs out."""
+        self.phase = phase
+        deadline = time.monotonic() + timeout
+        while True:
+            self.refresh()
+            if condition():
+                return
+            code = self.spark.returncode
+            if code is not None:
+                raise DemoError(
+                    f"the Spark driver exited with {code} while {phase!r}; "
+                    f"its log {self.spark.log_path} ends with:\n{self.spark.tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"timed out after {timeout:g} s while {phase!r}; "
+                    f"Spark's log {self.spark.log_path} ends with:\n{self.spark.tail()}"
+                )
+            time.sleep(0.25)
 
 
 def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult:
@@ -236,114 +414,133 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
         options.prefix = f"cutline.demo-{int(time.time())}."
     topics = Topics(options.prefix)
     topic = f"{options.prefix}words"
-    produced: Counter[str] = Counter()
-    produced_total = [0]
-    stop_producing = threading.Event()
+    out = workdir / "out"
     with ExitStack() as stack:
         bootstrap = stack.enter_context(_broker(options.bootstrap))
         console.print(f"broker: {bootstrap}" + ("" if options.bootstrap else " (embedded, memory only)"))
         create_topics(bootstrap, [*topics.all, f"{options.prefix}coordinator-ticks"])
         create_topics(bootstrap, [topic], partitions=options.partitions)
         coordinator = CoordinatorProcess(bootstrap, options.prefix, log_path=workdir / "coordinator.log")
+        stack.callback(coordinator.stop)
         with console.status("starting the coordinator (joins its consumer group)..."):
             coordinator.start()
-        stack.callback(coordinator.stop)
-        console.print(f"coordinator: {coordinator.url}/jobs/{JOB}/checkpoints   logs: {workdir}")
+        console.print(
+            f"coordinator: {coordinator.url}/jobs/{JOB}/checkpoints   logs: {workdir}", soft_wrap=True
+        )
+        spark = SparkDriver(
+            [
+                *("--bootstrap", bootstrap, "--job", JOB, "--topic", topic, "--topic-prefix", options.prefix),
+                *("--work-dir", str(workdir / "spark"), "--location", (workdir / "checkpoints").as_uri()),
+                *("--out", str(out), "--interval-ms", str(options.interval_ms)),
+                # a checkpoint completes with the micro-batch its barrier is folded into: a few
+                # seconds when the machine is busy, so a generous timeout
+                *("--timeout-ms", "60000", "--tolerable-failures", "10"),
+            ],
+            workdir,
+        )
+        stack.callback(spark.stop, options.grace)
+        words = WordStream(bootstrap, topic, options.rate)
+        stack.callback(words.stop)
+        try:
+            try:
+                with Live(console=console, refresh_per_second=4) as live:
+                    result = _play(options, _Screen(live, coordinator, words, spark, out), started)
+            finally:
+                if not console.is_terminal:
+                    console.print()  # a live display ends without a newline when not on a terminal
+        except KeyboardInterrupt:
+            console.print(Text("interrupted: stopping Spark, the coordinator and the broker...", "yellow"))
+            raise
+    return result
 
-        def produce() -> None:
-            producer = Producer(producer_config(bootstrap, {"linger.ms": 5}))
-            rng = random.Random(7)
-            period = 1.0 / max(1, options.rate)
-            next_at = time.monotonic()
-            while not stop_producing.is_set():
-                line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))
-                producer.produce(topic, key=str(produced_total[0]).encode(), value=line.encode())
-                produced.update(line.split())
-                produced_total[0] += 1
-                producer.poll(0)
-                next_at += period
-                delay = next_at - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            producer.flush(30)
 
-        producer_thread = threading.Thread(target=produce, daemon=True)
-        job = JobProcess(options, bootstrap, topic, workdir)
-        stack.callback(job.kill)
-        job.start()
-        producer_thread.start()
-        crashed = False
-        restored_from: int | None = None
-        crash_at_completed = options.crash_after
-        phase = "running"
-        end_at = time.monotonic() + options.duration
-        stats: dict[str, Any] = {}
-        with Live(console=console, refresh_per_second=4) as live:
-            while time.monotonic() < end_at:
-                try:
-                    stats = coordinator.get(f"/jobs/{JOB}/checkpoints")
-                except OSError:
-                    stats = {}
-                completed = stats.get("counts", {}).get("completed", 0)
-                if not crashed and completed >= crash_at_completed:
-                    job.kill()
-                    crashed = True
-                    phase = f"crashed after checkpoint {stats['latest']['completed']['id']}, restarting"
-                    time.sleep(1.0)
-                    job.start()
-                    phase = "restored"
-                counted = _progress(job)
-                live.update(_checkpoint_table(stats, produced_total[0], counted, phase))
-                time.sleep(0.25)
-            stop_producing.set()
-            producer_thread.join(30)
-            phase = "draining"
-            deadline = time.monotonic() + 60
-            while _progress(job) < produced_total[0] and time.monotonic() < deadline:
-                live.update(_checkpoint_table(stats, produced_total[0], _progress(job), phase))
-                time.sleep(0.25)
-        counted_words = job.stop()
-        stats = coordinator.get(f"/jobs/{JOB}/checkpoints")
-        restored = stats["latest"]["restored"]
-        restored_from = restored["id"] if restored else None
+def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
+    """The story: start, crash after a few checkpoints, restore, carry on, drain, stop, measure."""
+    spark, words = screen.spark, screen.words
+    spark.start()
+    words.start()
+    producing_until = time.monotonic() + options.duration
+    screen.say(f"Spark driver 1 started (pid {spark.pid}); input: {options.rate} lines of words per second")
+    screen.wait(
+        lambda: bool(spark.seen("running")),
+        "starting Spark: the JVM, then the first micro-batch (about 20 s)",
+        options.spark_timeout,
+    )
+    screen.say(f"job RUNNING (attempt {spark.seen('running')[0]['attempt']}, one task per partition)")
+    screen.wait(
+        lambda: len(spark.seen("completed")) >= options.crash_after,
+        f"running: the driver gets a SIGKILL after {options.crash_after} completed checkpoints",
+        options.spark_timeout,
+    )
+    last = spark.seen("completed")[-1]["checkpoint_id"]
+    pid = spark.pid
+    spark.kill()
+    screen.say(
+        f"SIGKILL of the job's Spark driver (pid {pid} and its JVM) after checkpoint {last}", "bold red"
+    )
+    spark.start()
+    screen.say(f"Spark driver 2 started (pid {spark.pid}): it restores from the latest completed checkpoint")
+    screen.wait(
+        lambda: bool(spark.seen("restored") or spark.seen("running")),
+        "restarting Spark: the JVM, the restore, then the first micro-batch (about 20 s)",
+        options.spark_timeout,
+    )
+    screen.restored = spark.last("restored")
+    if screen.restored is None:
+        screen.say("the restarted driver found no checkpoint to restore from", "bold red")
+    else:
+        screen.say(
+            f"restored from checkpoint {screen.restored['checkpoint_id']} "
+            f"(attempt {screen.restored['attempt']}, offsets {_offsets(screen.restored['offsets'])})",
+            "cyan",
+        )
+    screen.wait(
+        lambda: len(spark.seen("completed")) >= options.after_restore and time.monotonic() >= producing_until,
+        f"restored: running until {options.after_restore} more checkpoints complete "
+        f"and {options.duration:g} s of input",
+        options.spark_timeout,
+    )
+    words.stop()
+    produced = Counter(words.produced)
+    if words.errors:
+        screen.say(
+            f"{len(words.errors)} lines were not delivered (not counted as produced): {words.errors[0]}"
+        )
+    screen.say(f"stopped producing: {words.lines:,} lines, {produced.total():,} words")
+    screen.wait(
+        lambda: screen.count().total() >= produced.total(),
+        "draining: waiting until Spark has counted every word",
+        options.spark_timeout,
+    )
+    screen.say("Spark has counted every word; stopping it (SIGTERM)")
+    screen.phase = "stopping the Spark driver (SIGTERM)"
+    screen.refresh()
+    code = spark.stop(options.grace)
+    stopped = spark.last("stopped")
+    if code != 0 or stopped is None:
+        raise DemoError(f"the Spark driver ended with {code}; its log {spark.log_path}:\n{spark.tail()}")
+    screen.say(f"Spark driver stopped (CANCELED), exit {code}")
+    screen.phase = "done"
+    screen.refresh()
+    stats = screen.stats
     return DemoResult(
         produced=produced,
-        counted=counted_words,
-        completed=stats["counts"]["completed"],
-        failed=stats["counts"]["failed"],
-        restored_from=restored_from,
-        crashed=crashed,
+        counted=read_counts(screen.out),
+        completed=stats.get("counts", {}).get("completed", 0),
+        failed=stats.get("counts", {}).get("failed", 0),
+        restored_from=None if screen.restored is None else int(screen.restored["checkpoint_id"]),
+        crashed=True,
         seconds=time.monotonic() - started,
     )
-
-
-def _progress(job: JobProcess) -> int:
-    """Input records the job has read past, over all partitions (its own report)."""
-    try:
-        return int(job.out.with_suffix(".progress").read_text() or 0)
-    except (OSError, ValueError):
-        return 0
 
 
 def summary(result: DemoResult) -> Table:
     table = Table(title="summary", show_header=False)
     table.add_row("checkpoints completed", str(result.completed))
     table.add_row("checkpoints failed", str(result.failed))
-    table.add_row("crash", "SIGKILL of the job" if result.crashed else "none")
+    table.add_row("crash", "SIGKILL of the job's Spark driver" if result.crashed else "none")
     table.add_row("restored from checkpoint", str(result.restored_from))
-    table.add_row("words produced", f"{sum(result.produced.values()):,}")
-    table.add_row("words counted", f"{sum(result.counted.values()):,}")
+    table.add_row("words produced", f"{result.produced.total():,}")
+    table.add_row("words counted", f"{result.counted.total():,}")
     table.add_row("took", f"{result.seconds:.0f} s")
     return table
-
-
-def main_job(argv: list[str]) -> int:
-    bootstrap, prefix, topic, partitions, interval_ms, location, out = argv
-    return run_job(bootstrap, prefix, topic, int(partitions), int(interval_ms), location, Path(out))
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "job":
-        os.environ.setdefault("PYTHONUNBUFFERED", "1")
-        sys.exit(main_job(sys.argv[2:]))
-    raise SystemExit("usage: python -m coordinator.demo job ... (use `cutline demo`)")
