@@ -279,6 +279,7 @@ class CheckpointedJob:
             "startingOffsets": self.starting_offsets,
             "cutline.job": self.settings.job_id,
             "cutline.topicPrefix": self.settings.topic_prefix,
+            "cutline.attempt": self.attempt,
         }
         reader = self.spark.readStream.format(FORMAT)
         for key, value in options.items():

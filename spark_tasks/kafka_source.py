@@ -41,7 +41,8 @@ changing one word::
 - ``cutline.job`` (default unset): take part in barrier alignment (DESIGN §5) for this
   job id: barriers of the job, read from its partition of ``<cutline.topicPrefix>barriers``
   (prefix default ``cutline.``) on ``cutline.bootstrap`` (default
-  ``kafka.bootstrap.servers``), are folded into a batch's end offset under
+  ``kafka.bootstrap.servers``; ``cutline.attempt``, default 0, ignores barriers of
+  older attempts), are folded into a batch's end offset under
   ``__cutline_barrier__`` and emitted in-band as one row per Kafka partition before
   its records of the batch (at the batch's start offset: the checkpoint's cut), in
   the extra nullable string column ``cutline_barrier`` (docs/spark.md, "Barrier
@@ -353,6 +354,8 @@ class KafkaSourceOptions:
     job: str | None = None
     topic_prefix: str = DEFAULT_TOPIC_PREFIX
     cutline_bootstrap: str | None = None
+    attempt: int = 0
+    """``cutline.attempt``: barriers of older attempts of the job are ignored."""
 
     @property
     def barriers_topic(self) -> str:
@@ -415,6 +418,9 @@ class KafkaSourceOptions:
             job=job,
             topic_prefix=str(opts.get("cutline.topicprefix", DEFAULT_TOPIC_PREFIX)),
             cutline_bootstrap=str(opts.get("cutline.bootstrap", "")).strip() or None,
+            attempt=_as_positive_int("cutline.attempt", opts["cutline.attempt"])
+            if "cutline.attempt" in opts
+            else 0,
         )
 
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:
@@ -624,9 +630,12 @@ class BarrierFeed:
         job_id: str,
         config: Mapping[str, Any] | None = None,
         timeout: float = 30.0,
+        *,
+        min_attempt: int = 0,
     ) -> None:
         self.topic = topic
         self.job_id = job_id
+        self.min_attempt = min_attempt
         self._key = job_key(job_id)
         self._pending: list[dict[str, Any]] = []
         self._seen: set[tuple[int, int]] = set()
@@ -688,6 +697,13 @@ class BarrierFeed:
                 log.warning("undecodable barrier at %s[%d]@%d: %s", self.topic, self.partition, offset, exc)
                 continue
             if isinstance(record, CheckpointBarrier) and record.job_id == self.job_id:
+                if record.attempt < self.min_attempt:
+                    # A checkpoint of a crashed attempt, triggered before the coordinator
+                    # heard of this one: its ack would only be refused (STALE_ATTEMPT).
+                    log.info(
+                        "%s ignores barrier %d of attempt %d", FORMAT, record.checkpoint_id, record.attempt
+                    )
+                    continue
                 self.offer(_barrier_entry(record))
 
     def offer(self, entry: Mapping[str, Any]) -> None:
@@ -847,7 +863,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             bootstrap = options.cutline_bootstrap or options.bootstrap
             extra = dict(options.kafka) if options.cutline_bootstrap in (None, options.bootstrap) else {}
             extra.pop("bootstrap.servers", None)
-            self._barriers = BarrierFeed(bootstrap, options.barriers_topic, options.job, extra)
+            self._barriers = BarrierFeed(
+                bootstrap, options.barriers_topic, options.job, extra, min_attempt=options.attempt
+            )
 
     # The reader is pickled to the executors (read() runs there); the consumers stay behind.
     def __getstate__(self) -> dict[str, Any]:

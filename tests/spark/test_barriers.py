@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from events.records import CheckpointBarrier, CheckpointKind
 from spark_tasks.kafka_source import (
     BARRIER_KEY,
     FORMAT,
+    BarrierFeed,
     KafkaInputPartition,
     KafkaSourceOptions,
     barrier_of,
@@ -250,3 +252,29 @@ def test_barriers_are_folded_into_one_batch_and_emitted_per_partition(
     assert sorted(batches[second][0]) == sorted(batches[second][1])
     assert second == max(batches), "the re-run folded a barrier twice"
     assert all(len(runs) == 1 for b, runs in batches.items() if b != second)
+
+
+def test_the_feed_ignores_barriers_of_older_attempts(bootstrap: str, topic_prefix: str) -> None:
+    """A restarted job must not fold a barrier the coordinator sent to the crashed attempt."""
+    barriers_topic = topic_prefix + "barriers"
+    create_topics(bootstrap, [barriers_topic], partitions=BARRIER_PARTITIONS)
+    job = "job-" + topic_prefix.rstrip(".")
+    feed = BarrierFeed(bootstrap, barriers_topic, job, min_attempt=2)
+    producer = Producer(producer_config(bootstrap))
+    try:
+        for attempt, checkpoint_id in ((1, 7), (2, 8)):
+            stale = replace(_barrier(job, checkpoint_id, "file:///c"), attempt=attempt)
+            produce_record(producer, barriers_topic, stale)
+        assert 0 == producer.flush(30)
+
+        deadline = time.monotonic() + 30
+        while feed.peek() is None and time.monotonic() < deadline:
+            feed.poll()
+            time.sleep(0.05)
+        time.sleep(0.2)
+        feed.poll()
+        taken = [feed.take(), feed.take()]
+    finally:
+        feed.close()
+
+    assert [None if b is None else (b["id"], b["attempt"]) for b in taken] == [(8, 2), None]
