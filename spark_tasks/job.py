@@ -473,9 +473,27 @@ class CheckpointedJob:
         """Stop the query and wait until its status is published: CANCELED, or FINISHED if ``finished``."""
         self._stopping = not finished
         if self.query is not None:
+            self._between_batches()
             self.query.stop()
             if self._listener is not None:
                 self._listener.ended.wait(10)
+
+    def _between_batches(self, timeout: float = 10.0) -> None:
+        """Wait (up to ``timeout`` s) until no micro-batch runs, so that stopping interrupts none.
+
+        Interrupting a ``foreachBatch`` batch makes classic PySpark match the Python error's
+        text against a regex (SPARK-48717), which can overflow the stack of the query's
+        thread on a long traceback; the query then ends without its terminated event.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                status = self.query.status
+            except Exception:  # the query is already gone
+                return
+            if not status.get("isTriggerActive", False):
+                return
+            time.sleep(0.02)
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait for the query to end; raises :class:`CheckpointFailuresExceeded` if that ended it."""
