@@ -20,7 +20,7 @@ records / (end of the last batch - start of the first), from Spark's progress
 events. For each completed checkpoint, the **delay in micro-batches** is the
 number of batches from the start of the barrier's batch (the batch whose end offset
 carries it) to the completion, counting the barrier's own batch: 1 means it
-completed before its batch ended.
+completed before its batch ended. One run of each, unmeasured, warms up first.
 """
 
 from __future__ import annotations
@@ -71,9 +71,20 @@ class Run:
     wall_s: float = 0.0
 
     @property
+    def measured(self) -> list[dict[str, Any]]:
+        """The batches up to the one that reached the end of the backlog (a barrier-only batch after
+        it, which only the run with cutline has, is not part of the work measured)."""
+        ordered = sorted(self.batches, key=_start_ms)
+        for i, batch in enumerate(ordered):
+            if _consumed(batch) >= self.records:
+                return ordered[: i + 1]
+        return ordered
+
+    @property
     def span_s(self) -> float:
-        first = min(_start_ms(b) for b in self.batches)
-        last = max(_start_ms(b) + b["durationMs"]["triggerExecution"] for b in self.batches)
+        batches = self.measured
+        first = min(_start_ms(b) for b in batches)
+        last = max(_start_ms(b) + b["durationMs"]["triggerExecution"] for b in batches)
         return (last - first) / 1000
 
     @property
@@ -252,15 +263,9 @@ def main() -> None:
         spark = local_spark("cutline-bench")
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
         try:
-            # warm-up: JVM, Python workers, the source's first query
-            run_plain(
-                spark,
-                bootstrap,
-                topic,
-                args.records,
-                argparse.Namespace(**{**vars(args), "per_trigger": args.records}),
-                work,
-            )
+            # warm-up, not measured: the JVM, the Python workers, the code paths of both runs
+            for runner in (run_plain, run_cutline):
+                runner(spark, bootstrap, topic, args.records, args, work)
             with Progress(console=console, transient=True) as progress:
                 task = progress.add_task("runs", total=2 * args.rounds)
                 for round_ in range(args.rounds):
@@ -291,7 +296,7 @@ def report(console: Console, runs: list[Run]) -> None:
         durations = [c.duration_ms for c in run.completed]
         table.add_row(
             run.name,
-            str(len(run.batches)),
+            str(len(run.measured)),
             f"{run.span_s:.1f} s",
             f"{run.throughput:,.0f}",
             str(len(run.completed)) if run.name == "with cutline" else "-",
@@ -299,6 +304,26 @@ def report(console: Console, runs: list[Run]) -> None:
             f"{statistics.median(durations):g} / {max(durations)} ms" if durations else "-",
         )
     console.print(table)
+    phases = Table(title="Where a micro-batch's time goes: mean ms per batch (Spark's durationMs)")
+    groups = {
+        "without cutline": [b for r in runs if r.name == "without cutline" for b in r.measured],
+        "with cutline, barrier batches": [
+            b for r in runs if r.name == "with cutline" for b in r.measured if _barrier_id(b) is not None
+        ],
+        "with cutline, other batches": [
+            b for r in runs if r.name == "with cutline" for b in r.measured if _barrier_id(b) is None
+        ],
+    }
+    keys = sorted({k for bs in groups.values() for b in bs for k in b["durationMs"]})
+    phases.add_column("batches")
+    phases.add_column("n", justify="right")
+    for key in keys:
+        phases.add_column(key, justify="right")
+    for label, batches in groups.items():
+        if batches:
+            means = [statistics.mean(b["durationMs"].get(k, 0) for b in batches) for k in keys]
+            phases.add_row(label, str(len(batches)), *(f"{m:.0f}" for m in means))
+    console.print(phases)
     plain = [r.throughput for r in runs if r.name == "without cutline"]
     cut = [r.throughput for r in runs if r.name == "with cutline"]
     ratio = statistics.mean(cut) / statistics.mean(plain)

@@ -66,7 +66,13 @@ from events.records import (
     TriggerRejected,
 )
 from events.topics import DEFAULT_PREFIX, Topics
-from spark_tasks.kafka_source import FORMAT, KafkaSource, OffsetProbe, to_offsets
+from spark_tasks.kafka_source import (
+    BACKGROUND_FETCH_WAIT_MAX_MS,
+    FORMAT,
+    KafkaSource,
+    OffsetProbe,
+    to_offsets,
+)
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
 from spark_tasks.tasks import TaskSettings, partition_step
 
@@ -536,7 +542,10 @@ class _JournalFollower:
         self.job = job
         settings = job.settings
         self.committer = Consumer(consumer_config(settings.bootstrap, settings.consumer_group))
-        self._consumer = Consumer(consumer_config(settings.bootstrap))
+        # Completions need no millisecond latency: fetch rarely (see BACKGROUND_FETCH_WAIT_MAX_MS).
+        self._consumer = Consumer(
+            consumer_config(settings.bootstrap, extra={"fetch.wait.max.ms": BACKGROUND_FETCH_WAIT_MAX_MS})
+        )
         self._start, self._backlog = assign_at_end(
             self._consumer, settings.job_id, (job.topics.checkpoints,), job.timeout
         )

@@ -168,6 +168,8 @@ LATEST = -1
 DEFAULT_FETCH_WAIT_MAX_MS = 10
 """The embedded broker answers a parked fetch after about half of ``fetch.wait.max.ms``."""
 DEFAULT_POLL_TIMEOUT_MS = 120_000
+BACKGROUND_FETCH_WAIT_MAX_MS = 100
+"""Fetch wait of the consumers that only watch (barriers on the driver, the journal)."""
 """Spark's default ``kafkaConsumer.pollTimeoutMs`` (``spark.network.timeout``)."""
 
 # Kafka settings Spark's source rejects because the source manages them itself.
@@ -643,6 +645,9 @@ class BarrierFeed:
             {
                 **consumer_config(bootstrap, f"cutline-barriers-{uuid.uuid4().hex}"),
                 **(config or {}),
+                # Polled once per trigger: a long-lived fetch every 5-10 ms would cost the
+                # driver and the broker CPU all the time; 100 ms adds at most ~50 ms to a barrier.
+                "fetch.wait.max.ms": BACKGROUND_FETCH_WAIT_MAX_MS,
                 "bootstrap.servers": bootstrap,
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
