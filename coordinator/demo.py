@@ -18,12 +18,7 @@ Ctrl-C reaches only the demo, which then stops everything it started in order.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -32,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 from rich.console import Console, Group
@@ -44,7 +39,7 @@ from coordinator.supervisor import CoordinatorProcess
 from events.broker import EmbeddedBroker, create_topics, wait_for_broker
 from events.kafka import producer_config
 from events.topics import Topics
-from spark_tasks.wordcount import read_counts
+from spark_tasks.wordcount import SparkDriver, read_counts
 
 JOB = "wordcount"
 WORDS = [
@@ -173,113 +168,6 @@ class WordStream:
 
 
 # -------------------------------------------------------------- the Spark job
-
-
-class SparkDriver:
-    """``python -m spark_tasks.wordcount`` in a child process and its own process group.
-
-    The job prints one JSON line per event (``restored``, ``running``, ``progress``,
-    ``completed``, ``stopped``, ``failed``); :attr:`events` holds those of the
-    current process. Each start is a new attempt with its own log.
-    """
-
-    def __init__(self, args: list[str], log_dir: Path) -> None:
-        self.args = args
-        self.log_dir = log_dir
-        self.starts = 0
-        self.events: list[dict[str, Any]] = []
-        self.process: subprocess.Popen[bytes] | None = None
-        self._reader: threading.Thread | None = None
-
-    @property
-    def log_path(self) -> Path:
-        return self.log_dir / f"spark-{self.starts}.log"
-
-    def start(self) -> None:
-        self.starts += 1
-        self.events = []
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "spark_tasks.wordcount", *self.args],
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                start_new_session=True,
-            )
-        assert self.process.stdout is not None
-        self._reader = threading.Thread(
-            target=self._read,
-            args=(self.process.stdout, self.events, self.log_dir / f"spark-{self.starts}.events.jsonl"),
-            name="cutline-demo-spark",
-            daemon=True,
-        )
-        self._reader.start()
-
-    @staticmethod
-    def _read(stdout: IO[bytes], events: list[dict[str, Any]], copy: Path) -> None:
-        with copy.open("ab") as kept:
-            for line in stdout:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(event, dict):
-                    event["at"] = round(time.time(), 3)
-                    kept.write(json.dumps(event).encode() + b"\n")
-                    kept.flush()
-                    events.append(event)
-
-    def seen(self, event: str) -> list[dict[str, Any]]:
-        return [e for e in list(self.events) if e.get("event") == event]
-
-    def last(self, event: str) -> dict[str, Any] | None:
-        found = self.seen(event)
-        return found[-1] if found else None
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.poll() if self.process is not None else None
-
-    def kill(self) -> None:
-        """SIGKILL to the driver's process group: the Python driver, its JVM and its workers."""
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(10)
-
-    def stop(self, grace: float = 20.0) -> int | None:
-        """SIGTERM (the job stops its query: CANCELED), SIGKILL after ``grace`` s; idempotent.
-
-        Returns the driver's exit code (None if it was never started).
-        """
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.kill()
-            except KeyboardInterrupt:  # a second Ctrl-C: no more patience
-                self.kill()
-                raise
-        code = self.process.returncode
-        self.kill()  # whatever the driver left behind in its group
-        if self._reader is not None:
-            self._reader.join(5)
-        return code
-
-    def tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
 
 
 # --------------------------------------------------------------------- the demo

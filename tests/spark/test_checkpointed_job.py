@@ -3,12 +3,7 @@ real coordinator process. The job is the word count of spark_tasks/wordcount.py.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -34,7 +29,7 @@ from events.records import (
 from events.topics import Topics
 from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings
 from spark_tasks.state import StatefulStep
-from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, read_counts, write_batch
+from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, SparkDriver, read_counts, write_batch
 
 PARTITIONS = 4
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
@@ -297,52 +292,23 @@ def test_a_changed_job_restarts_from_a_savepoint(
     } == {True}
 
 
-class WordCountProcess:
-    """``python -m spark_tasks.wordcount`` as a child process (a Spark driver that can be SIGKILLed)."""
+def _wait_for(driver: SparkDriver, event: str, count: int = 1, timeout: float = 90.0) -> list[dict[str, Any]]:
+    """The driver's ``event`` lines once there are ``count`` of them; fails if the driver exits first."""
+    _wait(
+        lambda: len(driver.seen(event)) >= count or driver.returncode is not None,
+        f"{count} {event!r} events",
+        timeout,
+    )
+    found = driver.seen(event)
+    assert len(found) >= count, f"the job exited with {driver.returncode}: {driver.events}"
+    return found
 
-    def __init__(self, args: list[str], log: Path) -> None:
-        self.events: list[dict[str, Any]] = []
-        self._log = log.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "spark_tasks.wordcount", *args],
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
 
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            with contextlib.suppress(json.JSONDecodeError):
-                self.events.append(json.loads(line))
+def _timeline(bootstrap: str, prefix: str, job_id: str) -> str:
+    from coordinator.timeline import describe
+    from events.records import JOURNAL_RECORDS
 
-    def seen(self, event: str) -> list[dict[str, Any]]:
-        return [e for e in list(self.events) if e.get("event") == event]
-
-    def wait_for(self, event: str, count: int = 1, timeout: float = 90.0) -> list[dict[str, Any]]:
-        _wait(
-            lambda: len(self.seen(event)) >= count or self.process.poll() is not None,
-            f"{count} {event!r} events",
-            timeout,
-        )
-        found = self.seen(event)
-        assert len(found) >= count, f"the job exited with {self.process.returncode}: {self.events}"
-        return found
-
-    def journal(self, bootstrap: str, prefix: str, job_id: str) -> str:
-        from coordinator.timeline import describe
-        from events.records import JOURNAL_RECORDS
-
-        return "\n".join(describe(e) for e in _journal(bootstrap, prefix, job_id, *JOURNAL_RECORDS))
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(30)
-        self._reader.join(5)
-        self._log.close()
+    return "\n".join(describe(e) for e in _journal(bootstrap, prefix, job_id, *JOURNAL_RECORDS))
 
 
 def test_a_killed_driver_restarts_from_the_latest_checkpoint_with_exact_counts(
@@ -358,37 +324,33 @@ def test_a_killed_driver_restarts_from_the_latest_checkpoint_with_exact_counts(
     words.produce(100)
     stop = threading.Event()
     feeder = threading.Thread(target=lambda: _every(0.05, stop, lambda: words.produce(5)))
-    first = WordCountProcess(args, tmp_path / "first.log")
+    driver = SparkDriver(args, tmp_path)
     try:
-        first.wait_for("running")
+        driver.start()
+        _wait_for(driver, "running")
         feeder.start()
-        completed = first.wait_for("completed", 3)
-        first.process.send_signal(signal.SIGKILL)  # the driver dies mid-stream, mid-batch
-        first.process.wait(30)
-    finally:
-        first.close()
-    words.produce(100)  # produced while the job is down
+        completed = _wait_for(driver, "completed", 3)
+        driver.kill()  # SIGKILL: the driver dies mid-stream, mid-batch
+        words.produce(100)  # produced while the job is down
 
-    latest = JobDriver(bootstrap, job_id, Topics(topic_prefix)).latest_completed()
-    assert latest is not None and latest.checkpoint_id >= completed[-1]["checkpoint_id"]
-    second = WordCountProcess(args, tmp_path / "second.log")
-    try:
-        [restored] = second.wait_for("restored")
+        latest = JobDriver(bootstrap, job_id, Topics(topic_prefix)).latest_completed()
+        assert latest is not None and latest.checkpoint_id >= completed[-1]["checkpoint_id"]
+        driver.start()
+        [restored] = _wait_for(driver, "restored")
         try:
-            second.wait_for("completed", 1)
+            _wait_for(driver, "completed", 1)
         except AssertionError:
-            print(second.journal(bootstrap, topic_prefix, job_id))
+            print(_timeline(bootstrap, topic_prefix, job_id))
             raise
         stop.set()
         feeder.join()
         _wait(lambda: read_counts(out) == words.produced, "exact counts after the restore", 90)
-        second.process.send_signal(signal.SIGTERM)
-        assert 0 == second.process.wait(60)
+        assert 0 == driver.stop(60)  # SIGTERM: CANCELED
     finally:
         stop.set()
-        second.close()
+        driver.kill()
 
     assert (restored["checkpoint_id"], restored["attempt"]) == (latest.checkpoint_id, 2)
     assert restored["offsets"] == dict(latest.offsets)
-    assert second.seen("stopped")
+    assert driver.seen("stopped")
     assert read_counts(out) == words.produced  # no loss, no double count
