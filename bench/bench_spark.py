@@ -35,8 +35,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -50,7 +48,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from coordinator.supervisor import CoordinatorProcess  # noqa: E402
-from events.broker import EmbeddedBroker, create_topics, wait_for_broker  # noqa: E402
+from events.broker import broker_at, create_topics  # noqa: E402
 from events.kafka import producer_config  # noqa: E402
 from events.records import CheckpointCompleted, CheckpointConfig  # noqa: E402
 from spark_tasks.job import CheckpointedJob, JobSettings  # noqa: E402
@@ -116,17 +114,6 @@ def _barrier_id(progress: dict[str, Any]) -> int | None:
     parsed = json.loads(end) if isinstance(end, str) else end
     barrier = (parsed or {}).get(BARRIER_KEY)
     return None if barrier is None else int(barrier["id"])
-
-
-@contextmanager
-def _broker() -> Iterator[str]:
-    external = os.environ.get("CUTLINE_BOOTSTRAP")
-    if external:
-        wait_for_broker(external)
-        yield external
-        return
-    with EmbeddedBroker() as embedded:
-        yield embedded.bootstrap
 
 
 def produce(bootstrap: str, topic: str, records: int) -> None:
@@ -254,7 +241,10 @@ def main() -> None:
         f"load {os.getloadavg()[0]:.2f}"
     )
     runs: list[Run] = []
-    with _broker() as bootstrap, CoordinatorProcess(bootstrap, log_path=work / "coordinator" / "log"):
+    with (
+        broker_at(os.environ.get("CUTLINE_BOOTSTRAP")) as bootstrap,
+        CoordinatorProcess(bootstrap, log_path=work / "coordinator" / "log"),
+    ):
         topic = f"bench-words-{uuid.uuid4().hex[:6]}"
         create_topics(bootstrap, [topic], partitions=PARTITIONS)
         began = time.monotonic()

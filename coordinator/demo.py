@@ -23,8 +23,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.supervisor import CoordinatorProcess
-from events.broker import EmbeddedBroker, create_topics, wait_for_broker
+from events.broker import broker_at, create_topics
 from events.kafka import producer_config
 from events.topics import Topics
 from spark_tasks.wordcount import SparkDriver, read_counts
@@ -173,16 +173,6 @@ class WordStream:
 # --------------------------------------------------------------------- the demo
 
 
-@contextmanager
-def _broker(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        wait_for_broker(bootstrap, 30)
-        yield bootstrap
-        return
-    with EmbeddedBroker() as broker:
-        yield broker.bootstrap
-
-
 def _checkpoint_table(stats: dict[str, Any]) -> Table:
     table = Table(title=f"checkpoints of job '{JOB}'", expand=False)
     for column in ("id", "status", "acks", "duration", "size"):
@@ -304,7 +294,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
     topic = f"{options.prefix}words"
     out = workdir / "out"
     with ExitStack() as stack:
-        bootstrap = stack.enter_context(_broker(options.bootstrap))
+        bootstrap = stack.enter_context(broker_at(options.bootstrap))
         console.print(f"broker: {bootstrap}" + ("" if options.bootstrap else " (embedded, memory only)"))
         create_topics(bootstrap, [*topics.all, f"{options.prefix}coordinator-ticks"])
         create_topics(bootstrap, [topic], partitions=options.partitions)

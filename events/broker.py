@@ -16,7 +16,8 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
@@ -308,3 +309,14 @@ class EmbeddedBroker:
             return "(no log)"
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:]) or "(empty log)"
+
+
+@contextmanager
+def broker_at(bootstrap: str | None, timeout: float = 30.0) -> Iterator[str]:
+    """The cluster at ``bootstrap`` once it answers, or an :class:`EmbeddedBroker` for the block if None."""
+    if bootstrap:
+        wait_for_broker(bootstrap, timeout)
+        yield bootstrap
+        return
+    with EmbeddedBroker() as embedded:
+        yield embedded.bootstrap
