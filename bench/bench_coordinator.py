@@ -57,6 +57,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bench.cpu import machine_busy, main_thread_cpu, process_cpu
 from coordinator.runtime import Coordinator
 from coordinator.supervisor import CoordinatorProcess
 from events.broker import EmbeddedBroker, create_topics, wait_for_broker
@@ -107,32 +108,6 @@ def plural(mode: str) -> str:
 
 
 # ---------------------------------------------------------------- CPU usage
-
-
-def _stat_cpu(path: Path) -> float:
-    """utime + stime of a /proc/.../stat file, in seconds (0 if it is gone)."""
-    try:
-        fields = path.read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def process_cpu(pid: int | None) -> float:
-    return 0.0 if pid is None else _stat_cpu(Path(f"/proc/{pid}/stat"))
-
-
-def main_thread_cpu(pid: int | None) -> float:
-    return 0.0 if pid is None else _stat_cpu(Path(f"/proc/{pid}/task/{pid}/stat"))
-
-
-def machine_busy() -> float:
-    """CPU seconds all cores have been busy so far (/proc/stat, without idle and iowait)."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    except (OSError, ValueError):
-        return 0.0
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 class Meter:

@@ -47,6 +47,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cpu import TreeMeter, summed  # noqa: E402
 from coordinator.supervisor import CoordinatorProcess  # noqa: E402
 from events.broker import broker_at, create_topics  # noqa: E402
 from events.kafka import producer_config  # noqa: E402
@@ -67,6 +68,8 @@ class Run:
     batches: list[dict[str, Any]] = field(default_factory=list)
     completed: list[CheckpointCompleted] = field(default_factory=list)
     wall_s: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)
+    """CPU seconds by kind of process over the run (:func:`process_kind`)."""
 
     @property
     def measured(self) -> list[dict[str, Any]]:
@@ -103,6 +106,29 @@ class Run:
             ends = [_start_ms(b) + b["durationMs"]["triggerExecution"] for b in ordered[index:]]
             out.append(1 + sum(1 for end in ends if end < completed.timestamp_ms))
         return out
+
+
+def process_kind(command: str) -> str | None:
+    """Which part of the benchmark a process below this one is, from its command line."""
+    if "pyspark.daemon" in command or "pyspark.worker" in command or "pyspark/daemon" in command:
+        return "Spark Python workers"
+    if "java" in command.split(" ", 1)[0]:
+        return "Spark JVM"
+    if "coordinator" in command:
+        return "coordinator"
+    if "tansu" in command or "--cluster-id" in command:
+        return "broker"
+    return None
+
+
+def measured(runner: Any, *args: Any, threads: bool = False) -> Run:
+    """``runner(*args)`` with the CPU of every process of the benchmark over the run (and of each
+    thread of the driver and the JVM, with ``threads``)."""
+    kinds = frozenset({"driver (Python)", "Spark JVM"}) if threads else frozenset()
+    meter = TreeMeter(process_kind, self_name="driver (Python)", threads_of=kinds)
+    run: Run = runner(*args)
+    run.cpu = meter.stop()
+    return run
 
 
 def _start_ms(progress: dict[str, Any]) -> float:
@@ -227,6 +253,7 @@ def main() -> None:
     parser.add_argument("--trigger-ms", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="60,000 records, one round")
+    parser.add_argument("--threads", action="store_true", help="also the CPU of each driver and JVM thread")
     args = parser.parse_args()
     if args.quick:
         args.records, args.rounds = 60_000, 1
@@ -261,7 +288,18 @@ def main() -> None:
                 for round_ in range(args.rounds):
                     order = (run_plain, run_cutline) if round_ % 2 == 0 else (run_cutline, run_plain)
                     for runner in order:
-                        runs.append(runner(spark, bootstrap, topic, args.records, args, work))
+                        runs.append(
+                            measured(
+                                runner,
+                                spark,
+                                bootstrap,
+                                topic,
+                                args.records,
+                                args,
+                                work,
+                                threads=args.threads,
+                            )
+                        )
                         progress.advance(task)
         finally:
             spark.stop()
@@ -314,6 +352,7 @@ def report(console: Console, runs: list[Run]) -> None:
             means = [statistics.mean(b["durationMs"].get(k, 0) for b in batches) for k in keys]
             phases.add_row(label, str(len(batches)), *(f"{m:.0f}" for m in means))
     console.print(phases)
+    console.print(cpu_table(runs))
     plain = [r.throughput for r in runs if r.name == "without cutline"]
     cut = [r.throughput for r in runs if r.name == "with cutline"]
     ratio = statistics.mean(cut) / statistics.mean(plain)
@@ -329,6 +368,52 @@ def report(console: Console, runs: list[Run]) -> None:
             f"median {statistics.median(delays):g} micro-batch(es), "
             f"max {max(delays)}, share ≤ 1: {sum(d <= 1 for d in delays) / len(delays):.0%} (target ≤ 1)"
         )
+
+
+CPU_ROWS = (
+    "driver (Python)",
+    "Spark JVM",
+    "Spark Python workers",
+    "coordinator",
+    "broker",
+    "other children",
+    "other processes",
+    "machine",
+)
+
+
+def cpu_table(runs: list[Run]) -> Table:
+    """Mean CPU seconds per run by kind of process, without and with cutline, and the difference."""
+    table = Table(
+        title="Where the CPU goes: mean CPU seconds per run (/proc, whole run incl. start and stop)"
+    )
+    for column in ("process", "without cutline", "with cutline", "difference", "difference, % of machine"):
+        table.add_column(column, justify="right")
+    kinds = {
+        name: [r.cpu for r in runs if r.name == name and r.cpu]
+        for name in ("without cutline", "with cutline")
+    }
+    if not all(kinds.values()):
+        return table
+    plain, cut = (
+        {k: v / len(kinds[name]) for k, v in summed(kinds[name]).items()}
+        for name in ("without cutline", "with cutline")
+    )
+    threads = sorted(
+        {k for k in (*plain, *cut) if ": " in k and max(plain.get(k, 0.0), cut.get(k, 0.0)) >= 0.05},
+        key=lambda k: -abs(cut.get(k, 0.0) - plain.get(k, 0.0)),
+    )
+    for row in (*CPU_ROWS, "wall", *threads):
+        before, after = plain.get(row, 0.0), cut.get(row, 0.0)
+        share = (after - before) / plain["machine"] if row != "wall" and plain.get("machine") else None
+        table.add_row(
+            row,
+            f"{before:.2f} s",
+            f"{after:.2f} s",
+            f"{after - before:+.2f} s",
+            f"{share:+.1%}" if share is not None else "",
+        )
+    return table
 
 
 if __name__ == "__main__":
