@@ -124,7 +124,7 @@ def process_kind(command: str) -> str | None:
 def measured(runner: Any, *args: Any, threads: bool = False) -> Run:
     """``runner(*args)`` with the CPU of every process of the benchmark over the run (and of each
     thread of the driver and the JVM, with ``threads``)."""
-    kinds = frozenset({"driver (Python)", "Spark JVM"}) if threads else frozenset()
+    kinds = frozenset({"driver (Python)", "Spark JVM", "Spark Python workers"}) if threads else frozenset()
     meter = TreeMeter(process_kind, self_name="driver (Python)", threads_of=kinds)
     run: Run = runner(*args)
     run.cpu = meter.stop()
