@@ -362,6 +362,19 @@ def report(console: Console, runs: list[Run]) -> None:
         f"{statistics.mean(plain):,.0f} records/s "
         f"= [bold]{ratio:.3f}[/] (target ≥ 0.95: {'met' if ratio >= 0.95 else 'missed'})"
     )
+    # Each round runs both kinds back to back; the per-round ratios show the run-to-run spread.
+    rounds = [runs[i : i + 2] for i in range(0, len(runs) - 1, 2)]
+    paired = sorted(
+        next(r.throughput for r in pair if r.name == "with cutline")
+        / next(r.throughput for r in pair if r.name == "without cutline")
+        for pair in rounds
+        if {r.name for r in pair} == {"with cutline", "without cutline"}
+    )
+    if paired:
+        console.print(
+            f"per-round ratios ({len(paired)} rounds): median {statistics.median(paired):.3f}, "
+            f"range {paired[0]:.3f} to {paired[-1]:.3f}"
+        )
     if delays:
         console.print(
             f"barrier → completed: {len(delays)} checkpoints, "
