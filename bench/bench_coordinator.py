@@ -1,6 +1,7 @@
 """Benchmark of the coordinator service over Kafka (DESIGN §7, "Coordinator over Kafka").
 
     uv run python bench/bench_coordinator.py [--quick] [--mode both|thread|process] [--profile DIR]
+                                             [--shell faust|plain|both]
 
 Runs on the embedded broker (or on ``CUTLINE_BOOTSTRAP``), with the coordinator
 as a child process (``coordinator.supervisor.CoordinatorProcess``, the
@@ -25,6 +26,10 @@ as a child process (``coordinator.supervisor.CoordinatorProcess``, the
    of the journal, barrier and ack messages, the acks' own ``timestamp_ms`` and
    the participants' ``snapshot()`` and ``on_complete()`` callbacks. All clocks
    are the same host's.
+
+``--shell plain`` measures the floods with :class:`PlainShell` instead: a child process
+running a tight confluent-kafka loop around ``Coordinator.handle``, without Faust. It is a
+measuring device, the ceiling of any shell over this broker; ``--shell both`` alternates the two.
 
 CPU figures are from /proc; "machine busy" includes other work on the machine.
 ``--profile DIR`` sets ``CUTLINE_PROFILE=DIR`` for the coordinator, which then
@@ -62,7 +67,15 @@ from coordinator.runtime import Coordinator
 from coordinator.supervisor import CoordinatorProcess
 from events.broker import EmbeddedBroker, create_topics, wait_for_broker
 from events.codec import decode, default_codec, encode
-from events.kafka import consumer_config, job_key, partition_for, produce_record, producer_config
+from events.kafka import (
+    consume_available,
+    consumer_config,
+    job_key,
+    partition_count,
+    partition_for,
+    produce_record,
+    producer_config,
+)
 from events.log import read_to_end
 from events.participant import JobDriver, Participant
 from events.records import (
@@ -241,11 +254,154 @@ def journal_partition(job_id: str) -> int:
     return partition_for(job_key(job_id), DEFAULT_PARTITIONS)
 
 
+# ------------------------------------------------ the plain shell (a measuring device)
+
+# Why this exists: the ceiling of a shell over this broker. In the Faust coordinator, Faust's
+# per-message stream path takes about as much of the main thread as handle() itself
+# (docs/benchmarks.md). This shell is about the least any coordinator can do around handle():
+# one confluent-kafka consumer and producer (librdkafka does the network in its own threads)
+# and a tight loop. Its rate is what a shell could reach over this broker on this machine. It is
+# not a product: no consumer group, no offset commits, no journal recovery, no timer (the floods
+# use manual checkpoints only), no web views. It publishes exactly what the Faust shell does
+# (same records, keys, partitions and cause headers), in the same order.
+
+PLAIN_BATCH = 500
+
+
+def _plain_produce(producer: Producer, message: Any) -> None:
+    kwargs: dict[str, Any] = {"key": message.key, "value": message.value}
+    if message.headers:
+        kwargs["headers"] = list(message.headers)
+    try:
+        producer.produce(message.topic, **kwargs)
+    except BufferError:
+        producer.poll(0.1)  # local queue full: let deliveries make room, once
+        producer.produce(message.topic, **kwargs)
+
+
+def _plain_shell(bootstrap: str, prefix: str, ready: Any, stop: Any, profile: str | None) -> None:
+    """The plain shell's process: consume the four input topics, handle() each message, publish."""
+    topics = Topics(prefix)
+    core = Coordinator(topics)
+    consumer = Consumer(consumer_config(bootstrap))
+    # Every partition of the input topics, from the beginning. The topics are new for each flood,
+    # as for the Faust coordinator, whose group starts at "earliest": the job status and the
+    # requests are decided first, so the job runs and the manual checkpoints trigger.
+    consumer.assign(
+        [
+            TopicPartition(topic, partition, OFFSET_BEGINNING)
+            for topic in topics.inputs
+            for partition in range(partition_count(consumer, topic))
+        ]
+    )
+    # murmur2 partitioner (producer_config): the journal lands on the partition the Tail reads.
+    producer = Producer(
+        producer_config(bootstrap, {"linger.ms": 1, "queue.buffering.max.messages": 1_000_000})
+    )
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    spent: Counter[str] = Counter()  # seconds of the loop's main parts, for "where the time goes"
+    clock = time.perf_counter
+    ready.set()
+    while not stop.is_set():
+        t0 = clock()
+        batch = consume_available(consumer, PLAIN_BATCH, timeout=0.05)
+        t1 = clock()
+        if not batch:
+            spent["consume (nothing came)"] += t1 - t0
+            continue
+        spent["consume"] += t1 - t0
+        spent["batches"] += 1
+        spent["messages"] += len(batch)
+        journal: list[Any] = []
+        others: list[Any] = []
+        barriers = False
+        for msg in batch:
+            if msg.error() is not None:
+                continue
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            if core.already_decided(topic, partition, offset):
+                continue
+            outcome = core.handle(topic, partition, offset, msg.key(), msg.value(), now_ms())
+            barriers = barriers or outcome.has_barriers
+            for message in outcome.messages:
+                (journal if message.topic == topics.checkpoints else others).append(message)
+        t2 = clock()
+        spent["handle"] += t2 - t1
+        # Journal first; barriers only once the journal holds their triggers (as the Faust shell).
+        for message in journal:
+            _plain_produce(producer, message)
+        if barriers:
+            producer.flush(30)
+        for message in others:
+            _plain_produce(producer, message)
+        producer.poll(0)  # delivery reports
+        spent["produce"] += clock() - t2
+    if profiler is not None:
+        profiler.disable()
+        Path(profile or ".").mkdir(parents=True, exist_ok=True)
+        profiler.dump_stats(Path(profile or ".") / f"plain-{os.getpid()}.prof")
+    producer.flush(10)
+    consumer.close()
+    n = max(1, int(spent["batches"]))
+    print(
+        f"  plain shell: {int(spent['messages']):,} messages in {n:,} batches "
+        f"({spent['messages'] / n:.0f} per batch); seconds in "
+        + ", ".join(f"{k} {v:.2f}" for k, v in spent.items() if k not in ("batches", "messages")),
+        flush=True,
+    )
+
+
+class PlainShell:
+    """The plain shell in a child process (spawned: its CPU is its own in /proc, as the Faust one's)."""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        ctx = mp.get_context("spawn")  # no fork after librdkafka threads exist
+        self._ready = ctx.Event()
+        self._stop = ctx.Event()
+        profile = os.environ.get("CUTLINE_PROFILE")
+        self._process = ctx.Process(
+            target=_plain_shell,
+            args=(bootstrap, prefix, self._ready, self._stop, profile),
+            name="plain-shell",
+            daemon=True,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    def start(self, timeout: float = 60.0) -> PlainShell:
+        self._process.start()
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.1):
+            if not self._process.is_alive():
+                raise RuntimeError(f"plain shell exited with {self._process.exitcode}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"plain shell not ready after {timeout:g}s")
+        return self
+
+    def stop(self, grace: float = 15.0) -> None:
+        if self._process.pid is None or self._process.exitcode is not None:
+            return
+        self._stop.set()
+        self._process.join(grace)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
+
+
 # ------------------------------------------------------ 1. ack throughput
 
 
 @dataclass
 class ThroughputResult:
+    shell: str
+    """faust (``cutline coordinator``) or plain (:class:`PlainShell`, the ceiling)."""
     tasks: int
     checkpoints: int
     acks: int
@@ -289,7 +445,13 @@ def core_rate(
 
 
 def bench_throughput(
-    bootstrap: str, tasks: int, checkpoints: int, scratch: Path, console: Console, broker_pid: int | None
+    bootstrap: str,
+    tasks: int,
+    checkpoints: int,
+    scratch: Path,
+    console: Console,
+    broker_pid: int | None,
+    shell: str = "faust",
 ) -> ThroughputResult:
     topics = make_topics(bootstrap, "acks")
     job = "flood"
@@ -302,9 +464,13 @@ def bench_throughput(
         max_concurrent=checkpoints,
         tolerable_failures=1_000,
     )
-    coordinator = CoordinatorProcess(
-        bootstrap, topics.prefix, log_path=scratch / f"coordinator-flood-{tasks}" / "coordinator.log"
-    )
+    coordinator: CoordinatorProcess | PlainShell
+    if shell == "plain":
+        coordinator = PlainShell(bootstrap, topics.prefix)
+    else:
+        coordinator = CoordinatorProcess(
+            bootstrap, topics.prefix, log_path=scratch / f"coordinator-flood-{tasks}" / "coordinator.log"
+        )
     coordinator.start()
     tail = Tail(bootstrap, topics.checkpoints, job)
     driver = JobDriver(bootstrap, job, topics)
@@ -377,6 +543,7 @@ def bench_throughput(
         span = max(acked) - min(acked)
         wall = max(c.timestamp_ms for c in completed) - int(first_produced * 1000)
         return ThroughputResult(
+            shell=shell,
             tasks=tasks,
             checkpoints=checkpoints,
             acks=len(acked),
@@ -670,6 +837,7 @@ def throughput_table(results: list[ThroughputResult]) -> Table:
     table = Table(title="1. Acks folded per second by one coordinator", title_justify="left")
     columns = (
         "tasks × checkpoints",
+        "shell",
         "acks",
         "journal rate",
         "end-to-end rate",
@@ -686,6 +854,7 @@ def throughput_table(results: list[ThroughputResult]) -> Table:
         met = min(r.journal_rate, r.wall_rate) >= ACKS_TARGET
         table.add_row(
             f"{r.tasks:,} × {r.checkpoints}",
+            r.shell,
             f"{r.acks:,}",
             f"{r.journal_rate:,.0f}/s ({r.journal_span_ms / 1000:.1f} s)",
             f"{r.wall_rate:,.0f}/s ({r.wall_ms / 1000:.1f} s)",
@@ -804,6 +973,13 @@ def main() -> None:
     parser.add_argument("--location-dir", help="directory for the snapshots (default: the temp dir)")
     parser.add_argument("--skip", choices=("throughput", "latency"), help="leave one part out")
     parser.add_argument("--profile", metavar="DIR", help="cProfile the coordinator threads into DIR")
+    parser.add_argument(
+        "--shell",
+        choices=("faust", "plain", "both"),
+        default="faust",
+        help="the coordinator of the ack floods: faust (as deployed), plain (a tight confluent-kafka "
+        "loop around handle(), the ceiling of any shell), both (faust, plain, faust, plain per size)",
+    )
     args = parser.parse_args()
     quick = args.quick
     task_counts = args.tasks or ([1000] if quick else [200, 2000])
@@ -830,10 +1006,13 @@ def main() -> None:
     with broker() as (bootstrap, what, broker_pid), _removed(scratch):
         console.print(f"broker: {what} at {bootstrap}")
         if args.skip != "throughput":
-            for n in task_counts:
+            shells = ["faust", "plain", "faust", "plain"] if args.shell == "both" else [args.shell]
+            for n, shell in ((n, shell) for n in task_counts for shell in shells):
                 k = max(1, acks // n)
-                console.print(f"[bold]ack flood[/]: {n:,} tasks × {k} checkpoints = {n * k:,} acks")
-                r = bench_throughput(bootstrap, n, k, scratch, console, broker_pid)
+                console.print(
+                    f"[bold]ack flood[/], {shell} shell: {n:,} tasks × {k} checkpoints = {n * k:,} acks"
+                )
+                r = bench_throughput(bootstrap, n, k, scratch, console, broker_pid, shell)
                 throughput.append(r)
                 cpu = ", ".join(f"{name} {v:.1f} s" for name, v in r.cpu.items())
                 console.print(
