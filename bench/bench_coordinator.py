@@ -476,6 +476,10 @@ def bench_throughput(
     driver = JobDriver(bootstrap, job, topics)
     try:
         driver.running(task_ids, config, attempt=1)
+        # Topics are not ordered among themselves: requests decided before the job status would be
+        # dead letters (UNKNOWN_JOB). The Faust coordinator, long up, happened to win that race; a
+        # plain shell that has just assigned its partitions does not.
+        tail.wait("SchedulerStarted", 1, timeout=30)
         requests = Producer(producer_config(bootstrap))
         for i in range(checkpoints):
             request = CheckpointRequested(job, CheckpointKind.CHECKPOINT, now_ms(), request_id=f"r{i}")
