@@ -92,6 +92,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
@@ -775,7 +776,14 @@ class DataLossError(RuntimeError):
 
 
 def read_partition(options: KafkaSourceOptions, split: KafkaInputPartition) -> Iterator[tuple[Any, ...]]:
-    """The rows of ``split``: every record with ``start <= offset < end``, in offset order.
+    """The rows of ``split`` (the source's columns as tuples): see :func:`read_chunks`."""
+    for chunk in read_chunks(options, split):
+        for message in chunk:
+            yield _row(message, options.include_headers)
+
+
+def read_chunks(options: KafkaSourceOptions, split: KafkaInputPartition) -> Iterator[list[Message]]:
+    """Every record of ``split`` with ``start <= offset < end``, in offset order, in chunks as consumed.
 
     Missing offsets (compaction, transaction markers) are skipped: the read stops at the
     first record at or past ``end``, or when the partition's end is at or past ``end``.
@@ -791,25 +799,27 @@ def read_partition(options: KafkaSourceOptions, split: KafkaInputPartition) -> I
         consumer.assign([TopicPartition(split.topic, split.partition, split.start)])
         next_offset = split.start
         last_progress = time.monotonic()
-        while True:
+        done = False
+        while not done:
             batch = _available(consumer, 10_000, 0.1)
             if not batch and time.monotonic() - last_progress > timeout:
                 raise TimeoutError(
                     f"{where}: no record at or after offset {next_offset} (reading up to {split.end}) "
                     f"within kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms}"
                 )
+            chunk: list[Message] = []
             for message in batch:
                 error = message.error()
                 if error is not None:
                     code = error.code()
                     if code == KafkaError._PARTITION_EOF:
                         if cast(int, message.offset()) >= split.end:
-                            return
+                            done = True
+                            break
                         continue  # the end is not readable yet (e.g. an open transaction)
                     if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                         next_offset = _after_data_loss(consumer, options, split, next_offset, str(error))
-                        if next_offset >= split.end:
-                            return
+                        done = next_offset >= split.end
                         last_progress = time.monotonic()
                         break
                     if error.fatal():
@@ -818,16 +828,78 @@ def read_partition(options: KafkaSourceOptions, split: KafkaInputPartition) -> I
                     continue
                 offset = cast(int, message.offset())
                 if offset >= split.end:
-                    return
+                    done = True
+                    break
                 if offset < next_offset:
                     continue
                 next_offset = offset + 1
                 last_progress = time.monotonic()
-                yield _row(message, options.include_headers)
+                chunk.append(message)
                 if next_offset >= split.end:
-                    return
+                    done = True
+                    break
+            if chunk:
+                yield chunk
     finally:
         consumer.close()
+
+
+def record_batch(messages: list[Message], schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+    """``messages`` as one Arrow record batch of the source's columns (``schema``, the Arrow form of
+    :func:`kafka_schema`; a ``cutline_barrier`` column, if the schema has one, is all null).
+
+    Why the reader yields Arrow batches and not tuples: PySpark turns each tuple a Python data
+    source yields into Arrow value by value, through a Python converter per column
+    (``plan_data_source_read.records_to_arrow_batches``); for these small records that was most
+    of the source's cost, and one more column (``cutline_barrier``) cost one more call per row.
+    """
+    n = len(messages)
+    stamps = [m.timestamp() for m in messages]
+    arrays: list[pa.Array] = [
+        pa.array([m.key() for m in messages], pa.binary()),
+        pa.array([m.value() for m in messages], pa.binary()),
+        pa.array([m.topic() for m in messages], pa.string()),
+        pa.array([m.partition() for m in messages], pa.int32()),
+        pa.array([m.offset() for m in messages], pa.int64()),
+        pa.array([ms * 1000 for _, ms in stamps], pa.int64()).cast(schema.field("timestamp").type),
+        pa.array([_TIMESTAMP_TYPE.get(t, -1) for t, _ in stamps], pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(
+            pa.array(
+                [_headers(m) for m in messages],
+                schema.field("headers").type,
+            )
+        )
+    if len(arrays) < len(schema):
+        arrays.append(pa.nulls(n, pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _headers(message: Message) -> list[dict[str, Any]] | None:
+    headers = cast(list[tuple[str, bytes]] | None, message.headers())
+    return [{"key": str(k), "value": v} for k, v in headers] if headers else None
+
+
+def barrier_batch(split: KafkaInputPartition, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+    """The one-row batch of ``split``'s barrier: at the batch's start offset, ``cutline_barrier`` set."""
+    barrier = split.barrier
+    if barrier is None:
+        raise ValueError(f"{split.topic}[{split.partition}] has no barrier")
+    stamp_us = int(json.loads(barrier)["timestamp_ms"]) * 1000
+    arrays: list[pa.Array] = [
+        pa.nulls(1, pa.binary()),
+        pa.nulls(1, pa.binary()),
+        pa.array([split.topic], pa.string()),
+        pa.array([split.partition], pa.int32()),
+        pa.array([split.start], pa.int64()),
+        pa.array([stamp_us], pa.int64()).cast(schema.field("timestamp").type),
+        pa.array([-1], pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(pa.nulls(1, schema.field("headers").type))
+    arrays.append(pa.array([barrier], pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _after_data_loss(
@@ -991,15 +1063,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 splits.append(KafkaInputPartition(tp[0], tp[1], first, max(first, until[tp]), text))
         return splits
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        if not isinstance(partition, KafkaInputPartition):
-            raise TypeError(f"{FORMAT} cannot read {partition!r}")
-        if self.options.job is None:
-            return read_partition(self.options, partition)
-        return self._read_with_barrier(partition)
-
-    def _read_with_barrier(self, split: KafkaInputPartition) -> Iterator[tuple[Any, ...]]:
-        """The batch's barrier row if any, then the records with a null ``cutline_barrier``.
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The partition's records as Arrow batches (:func:`record_batch`); with ``cutline.job``, the
+        batch's barrier row first.
 
         The barrier goes first, with the partition's *start* offset of the batch: the cut
         of a checkpoint is the start of its barrier's batch, i.e. the end of the batch
@@ -1007,22 +1073,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         one after another). A snapshot taken at the barrier therefore never covers a
         record whose output could still be lost, and restoring it replays the batch.
         """
-        if split.barrier is not None:
-            barrier = json.loads(split.barrier)
-            marker: tuple[Any, ...] = (
-                None,
-                None,
-                split.topic,
-                split.partition,
-                split.start,
-                _EPOCH + timedelta(milliseconds=int(barrier["timestamp_ms"])),
-                -1,
-            )
-            if self.options.include_headers:
-                marker += (None,)
-            yield (*marker, split.barrier)
-        for row in read_partition(self.options, split):
-            yield (*row, None)
+        if not isinstance(partition, KafkaInputPartition):
+            raise TypeError(f"{FORMAT} cannot read {partition!r}")
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        include_headers = self.options.include_headers
+        schema = to_arrow_schema(
+            kafka_schema(include_headers, barriers=self.options.job is not None), timezone="UTC"
+        )
+        if self.options.job is not None and partition.barrier is not None:
+            yield barrier_batch(partition, schema, include_headers)
+        for chunk in read_chunks(self.options, partition):
+            yield record_batch(chunk, schema, include_headers)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has finished the batches up to ``end``; like Spark's source, nothing goes to Kafka."""
