@@ -27,9 +27,11 @@ as a child process (``coordinator.supervisor.CoordinatorProcess``, the
    the participants' ``snapshot()`` and ``on_complete()`` callbacks. All clocks
    are the same host's.
 
-``--shell plain`` measures the floods with :class:`PlainShell` instead: a child process
-running a tight confluent-kafka loop around ``Coordinator.handle``, without Faust. It is a
-measuring device, the ceiling of any shell over this broker; ``--shell both`` alternates the two.
+``--shell plain`` measures both parts with :class:`PlainShell` instead: a child process
+running a tight confluent-kafka loop around ``Coordinator.handle``, without Faust, which ticks
+due jobs in process. It is a measuring device, the ceiling of any shell over this broker;
+``--shell both`` alternates the two (floods: faust, plain, faust, plain; latency: every row with
+faust, then every row with plain).
 
 CPU figures are from /proc; "machine busy" includes other work on the machine.
 ``--profile DIR`` sets ``CUTLINE_PROFILE=DIR`` for the coordinator, which then
@@ -63,6 +65,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from bench.cpu import machine_busy, main_thread_cpu, process_cpu
+from coordinator.decider import due_at
 from coordinator.runtime import Coordinator
 from coordinator.supervisor import CoordinatorProcess
 from events.broker import EmbeddedBroker, create_topics, wait_for_broker
@@ -261,11 +264,15 @@ def journal_partition(job_id: str) -> int:
 # (docs/benchmarks.md). This shell is about the least any coordinator can do around handle():
 # one confluent-kafka consumer and producer (librdkafka does the network in its own threads)
 # and a tight loop. Its rate is what a shell could reach over this broker on this machine. It is
-# not a product: no consumer group, no offset commits, no journal recovery, no timer (the floods
-# use manual checkpoints only), no web views. It publishes exactly what the Faust shell does
-# (same records, keys, partitions and cause headers), in the same order.
+# not a product: no consumer group, no offset commits, no journal recovery, no web views. Time
+# passes in process: the loop ticks each job when ``due_at`` says so and waits for input no longer
+# than until the next due time (the Faust shell's 10 ms timer sends ticks through a topic to
+# itself). It publishes exactly what the Faust shell does (same records, keys, partitions and
+# cause headers), in the same order: journal first, barriers after the journal write is delivered.
 
 PLAIN_BATCH = 500
+PLAIN_WAIT = 0.05
+"""Longest wait for input (s); shorter when a job's next tick is due sooner."""
 
 
 def _plain_produce(producer: Producer, message: Any) -> None:
@@ -305,11 +312,48 @@ def _plain_shell(bootstrap: str, prefix: str, ready: Any, stop: Any, profile: st
         profiler = cProfile.Profile()
         profiler.enable()
     spent: Counter[str] = Counter()  # seconds of the loop's main parts, for "where the time goes"
+    late: list[int] = []  # ms from each tick's due time to the tick
+    idle: dict[str, int] = {}  # a job whose tick decided nothing, and the due time it was at
     clock = time.perf_counter
+
+    def publish(outcomes: list[Any]) -> None:
+        # Journal first; barriers only once the journal holds their triggers (as the Faust shell).
+        journal = [m for o in outcomes for m in o.messages if m.topic == topics.checkpoints]
+        others = [m for o in outcomes for m in o.messages if m.topic != topics.checkpoints]
+        for message in journal:
+            _plain_produce(producer, message)
+        if any(o.has_barriers for o in outcomes):
+            producer.flush(30)
+        for message in others:
+            _plain_produce(producer, message)
+        producer.poll(0)  # delivery reports
+
     ready.set()
     while not stop.is_set():
+        # Time, in process (the Faust shell sends ticks through a topic to itself): tick every job
+        # that is due, then wait for input no longer than until the next due time.
         t0 = clock()
-        batch = consume_available(consumer, PLAIN_BATCH, timeout=0.05)
+        now, upcoming, ticked = now_ms(), math.inf, []
+        for job_id, state in list(core.states.items()):
+            at = due_at(state)
+            if at is None or idle.get(job_id) == at:
+                continue
+            if at > now:
+                upcoming = min(upcoming, at)
+                continue
+            outcome = core.tick(job_id, now)
+            late.append(now - at)
+            if outcome.journal:
+                ticked.append(outcome)
+            else:
+                idle[job_id] = at  # a tick that decides nothing is not repeated for the same due time
+        if ticked:
+            publish(ticked)
+            spent["ticks"] += len(ticked)
+            spent["tick + publish"] += clock() - t0
+        wait = PLAIN_WAIT if upcoming is math.inf else (upcoming - time.time() * 1000) / 1000
+        t0 = clock()
+        batch = consume_available(consumer, PLAIN_BATCH, timeout=min(PLAIN_WAIT, max(0.0, wait)))
         t1 = clock()
         if not batch:
             spent["consume (nothing came)"] += t1 - t0
@@ -317,29 +361,17 @@ def _plain_shell(bootstrap: str, prefix: str, ready: Any, stop: Any, profile: st
         spent["consume"] += t1 - t0
         spent["batches"] += 1
         spent["messages"] += len(batch)
-        journal: list[Any] = []
-        others: list[Any] = []
-        barriers = False
+        outcomes: list[Any] = []
         for msg in batch:
             if msg.error() is not None:
                 continue
             topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
             if core.already_decided(topic, partition, offset):
                 continue
-            outcome = core.handle(topic, partition, offset, msg.key(), msg.value(), now_ms())
-            barriers = barriers or outcome.has_barriers
-            for message in outcome.messages:
-                (journal if message.topic == topics.checkpoints else others).append(message)
+            outcomes.append(core.handle(topic, partition, offset, msg.key(), msg.value(), now_ms()))
         t2 = clock()
         spent["handle"] += t2 - t1
-        # Journal first; barriers only once the journal holds their triggers (as the Faust shell).
-        for message in journal:
-            _plain_produce(producer, message)
-        if barriers:
-            producer.flush(30)
-        for message in others:
-            _plain_produce(producer, message)
-        producer.poll(0)  # delivery reports
+        publish(outcomes)
         spent["produce"] += clock() - t2
     if profiler is not None:
         profiler.disable()
@@ -348,10 +380,17 @@ def _plain_shell(bootstrap: str, prefix: str, ready: Any, stop: Any, profile: st
     producer.flush(10)
     consumer.close()
     n = max(1, int(spent["batches"]))
+    counts = ("batches", "messages", "ticks")
+    ticks = (
+        f"; {int(spent['ticks']):,} ticks decided something, late by mean {statistics.fmean(late):.2f} / "
+        f"max {max(late)} ms ({len(late):,} ticks)"
+        if late
+        else ""
+    )
     print(
         f"  plain shell: {int(spent['messages']):,} messages in {n:,} batches "
-        f"({spent['messages'] / n:.0f} per batch); seconds in "
-        + ", ".join(f"{k} {v:.2f}" for k, v in spent.items() if k not in ("batches", "messages")),
+        f"({spent['messages'] / n:.0f} per batch){ticks}; seconds in "
+        + ", ".join(f"{k} {v:.2f}" for k, v in spent.items() if k not in counts),
         flush=True,
     )
 
@@ -671,6 +710,8 @@ class Participants:
 
 @dataclass
 class LatencyResult:
+    shell: str
+    """faust (``cutline coordinator``) or plain (:class:`PlainShell`, the ceiling)."""
     participants: int
     mode: str
     durations: list[int]
@@ -683,6 +724,10 @@ class LatencyResult:
     @property
     def wall_s(self) -> float:
         return self.cpu["wall"]
+
+    @property
+    def label(self) -> str:
+        return f"{self.participants} ({plural(self.mode)}), {self.shell}"
 
 
 STAGES = (
@@ -709,7 +754,7 @@ AFTER = (
 def bench_latency(
     bootstrap: str,
     topics: Topics,
-    coordinator: CoordinatorProcess,
+    coordinator: CoordinatorProcess | PlainShell,
     n: int,
     mode: str,
     checkpoints: int,
@@ -718,6 +763,7 @@ def bench_latency(
     location_dir: Path,
     console: Console,
     broker_pid: int | None,
+    shell: str = "faust",
 ) -> LatencyResult:
     job = f"latency-{n}-{mode}"
     location = f"file://{tempfile.mkdtemp(prefix=f'{job}-', dir=location_dir)}/checkpoints"
@@ -758,7 +804,7 @@ def bench_latency(
         participants.close()
         driver.close()
         tail.close()
-    return analyse(bootstrap, topics, job, tail.decoded(), participants.traces, warmup, n, mode, cpu)
+    return analyse(bootstrap, topics, job, tail.decoded(), participants.traces, warmup, n, mode, cpu, shell)
 
 
 def analyse(
@@ -771,6 +817,7 @@ def analyse(
     n: int,
     mode: str,
     cpu: dict[str, float],
+    shell: str = "faust",
 ) -> LatencyResult:
     """Latencies of the completed checkpoints after ``warmup``, and their critical paths."""
     key, partition = job_key(job), journal_partition(job)
@@ -824,6 +871,7 @@ def analyse(
         stages[AFTER[1][0]].append(done_sent - done.timestamp_ms)
         stages[AFTER[2][0]].append(max(notified) - done_sent if len(notified) == n else math.nan)
     return LatencyResult(
+        shell=shell,
         participants=n,
         mode=mode,
         durations=[completed[c][0].duration_ms for c in measured],
@@ -876,6 +924,7 @@ def latency_table(results: list[LatencyResult]) -> Table:
     table = Table(title="2. Checkpoint latency, trigger → completed (duration_ms)", title_justify="left")
     columns = (
         "participants",
+        "shell",
         "checkpoints",
         "p50",
         "p90",
@@ -886,6 +935,7 @@ def latency_table(results: list[LatencyResult]) -> Table:
         "CPU: coordinator",
         "broker",
         "participants",
+        "other processes",
         "machine busy",
         "target p50 / p99",
         "",
@@ -897,6 +947,7 @@ def latency_table(results: list[LatencyResult]) -> Table:
         met = p50 <= P50_TARGET_MS and p99 <= P99_TARGET_MS
         table.add_row(
             f"{r.participants} ({plural(r.mode)})",
+            r.shell,
             f"{len(r.durations)}",
             f"{p50:.0f} ms",
             f"{percentile(r.durations, 90):.0f} ms",
@@ -907,6 +958,7 @@ def latency_table(results: list[LatencyResult]) -> Table:
             f"{r.cpu['coordinator'] / r.wall_s:.0%}",
             f"{r.cpu['broker'] / r.wall_s:.0%}",
             f"{r.cpu['participants'] / r.wall_s:.0%}",
+            f"{r.cpu['other processes'] / r.wall_s:.0%}",
             f"{r.cpu['machine'] / r.wall_s / (os.cpu_count() or 1):.0%}",
             f"{P50_TARGET_MS:.0f} / {P99_TARGET_MS:.0f} ms",
             "met" if met else "[bold red]missed[/]",
@@ -921,7 +973,7 @@ def breakdown_table(results: list[LatencyResult]) -> Table:
     )
     table.add_column("stage")
     for r in results:
-        table.add_column(f"{r.participants} ({plural(r.mode)})", justify="right")
+        table.add_column(r.label, justify="right")
     table.add_column("measured as")
 
     def cell(values: Sequence[float]) -> str:
@@ -981,8 +1033,9 @@ def main() -> None:
         "--shell",
         choices=("faust", "plain", "both"),
         default="faust",
-        help="the coordinator of the ack floods: faust (as deployed), plain (a tight confluent-kafka "
-        "loop around handle(), the ceiling of any shell), both (faust, plain, faust, plain per size)",
+        help="the coordinator: faust (as deployed), plain (a tight confluent-kafka loop around handle(), "
+        "the ceiling of any shell), both (floods: faust, plain, faust, plain per size; latency: every "
+        "row with faust, then every row with plain)",
     )
     args = parser.parse_args()
     quick = args.quick
@@ -1025,29 +1078,35 @@ def main() -> None:
                     f"CPU: {cpu}"
                 )
         if args.skip != "latency":
-            topics = make_topics(bootstrap, "latency")
-            coordinator = CoordinatorProcess(
-                bootstrap, topics.prefix, log_path=scratch / "coordinator-latency" / "coordinator.log"
-            )
-            coordinator.start()
-            try:
-                for m in modes:
-                    for n in args.participants:
-                        console.print(
-                            f"[bold]latency[/]: {n} participants ({plural(m)}), {checkpoints} checkpoints"
-                        )
-                        r2 = bench_latency(
-                            bootstrap, topics, coordinator, n, m, checkpoints, args.warmup, args.interval_ms,
-                            location_dir, console, broker_pid,
-                        )  # fmt: skip
-                        latency.append(r2)
-                        cpu = ", ".join(f"{name} {v:.1f} s" for name, v in r2.cpu.items())
-                        console.print(
-                            f"  {len(r2.durations)} measured, {r2.aborted} aborted, "
-                            f"{r2.declined} declined; CPU: {cpu}"
-                        )
-            finally:
-                coordinator.stop()
+            for shell in ["faust", "plain"] if args.shell == "both" else [args.shell]:
+                topics = make_topics(bootstrap, f"latency-{shell}")
+                coordinator: CoordinatorProcess | PlainShell
+                if shell == "plain":
+                    coordinator = PlainShell(bootstrap, topics.prefix)
+                else:
+                    coordinator = CoordinatorProcess(
+                        bootstrap, topics.prefix, log_path=scratch / "coordinator-latency" / "coordinator.log"
+                    )
+                coordinator.start()
+                try:
+                    for m in modes:
+                        for n in args.participants:
+                            console.print(
+                                f"[bold]latency[/], {shell} shell: {n} participants ({plural(m)}), "
+                                f"{checkpoints} checkpoints"
+                            )
+                            r2 = bench_latency(
+                                bootstrap, topics, coordinator, n, m, checkpoints, args.warmup,
+                                args.interval_ms, location_dir, console, broker_pid, shell,
+                            )  # fmt: skip
+                            latency.append(r2)
+                            cpu = ", ".join(f"{name} {v:.1f} s" for name, v in r2.cpu.items())
+                            console.print(
+                                f"  {len(r2.durations)} measured, {r2.aborted} aborted, "
+                                f"{r2.declined} declined; CPU: {cpu}"
+                            )
+                finally:
+                    coordinator.stop()
     if throughput:
         console.print(throughput_table(throughput))
     if latency:
