@@ -286,11 +286,14 @@ def _plain_produce(producer: Producer, message: Any) -> None:
         producer.produce(message.topic, **kwargs)
 
 
-def _plain_shell(bootstrap: str, prefix: str, ready: Any, stop: Any, profile: str | None) -> None:
+def _plain_shell(
+    bootstrap: str, prefix: str, ready: Any, stop: Any, profile: str | None, fetch_wait_ms: int | None
+) -> None:
     """The plain shell's process: consume the four input topics, handle() each message, publish."""
     topics = Topics(prefix)
     core = Coordinator(topics)
-    consumer = Consumer(consumer_config(bootstrap))
+    extra = {} if fetch_wait_ms is None else {"fetch.wait.max.ms": fetch_wait_ms}
+    consumer = Consumer(consumer_config(bootstrap, extra=extra))
     # Every partition of the input topics, from the beginning. The topics are new for each flood,
     # as for the Faust coordinator, whose group starts at "earliest": the job status and the
     # requests are decided first, so the job runs and the manual checkpoints trigger.
@@ -398,14 +401,14 @@ def _plain_shell(bootstrap: str, prefix: str, ready: Any, stop: Any, profile: st
 class PlainShell:
     """The plain shell in a child process (spawned: its CPU is its own in /proc, as the Faust one's)."""
 
-    def __init__(self, bootstrap: str, prefix: str) -> None:
+    def __init__(self, bootstrap: str, prefix: str, fetch_wait_ms: int | None = None) -> None:
         ctx = mp.get_context("spawn")  # no fork after librdkafka threads exist
         self._ready = ctx.Event()
         self._stop = ctx.Event()
         profile = os.environ.get("CUTLINE_PROFILE")
         self._process = ctx.Process(
             target=_plain_shell,
-            args=(bootstrap, prefix, self._ready, self._stop, profile),
+            args=(bootstrap, prefix, self._ready, self._stop, profile, fetch_wait_ms),
             name="plain-shell",
             daemon=True,
         )
@@ -932,7 +935,7 @@ def latency_table(results: list[LatencyResult]) -> Table:
         "max",
         "mean",
         "aborted",
-        "CPU: coordinator",
+        "CPU: shell",
         "broker",
         "participants",
         "other processes",
@@ -1037,6 +1040,11 @@ def main() -> None:
         "the ceiling of any shell), both (floods: faust, plain, faust, plain per size; latency: every "
         "row with faust, then every row with plain)",
     )
+    parser.add_argument(
+        "--plain-fetch-wait-ms",
+        type=int,
+        help="fetch.wait.max.ms of the plain shell's consumer (default: events.kafka's)",
+    )
     args = parser.parse_args()
     quick = args.quick
     task_counts = args.tasks or ([1000] if quick else [200, 2000])
@@ -1082,7 +1090,7 @@ def main() -> None:
                 topics = make_topics(bootstrap, f"latency-{shell}")
                 coordinator: CoordinatorProcess | PlainShell
                 if shell == "plain":
-                    coordinator = PlainShell(bootstrap, topics.prefix)
+                    coordinator = PlainShell(bootstrap, topics.prefix, args.plain_fetch_wait_ms)
                 else:
                     coordinator = CoordinatorProcess(
                         bootstrap, topics.prefix, log_path=scratch / "coordinator-latency" / "coordinator.log"
