@@ -215,7 +215,7 @@ def run_cutline(spark: Any, bootstrap: str, topic: str, records: int, args: Any,
         bootstrap=bootstrap,
         topics=(topic,),
         config=CheckpointConfig(
-            interval_ms=1000, location=(work / name / "checkpoints").as_uri(), timeout_ms=30_000
+            interval_ms=args.interval_ms, location=(work / name / "checkpoints").as_uri(), timeout_ms=30_000
         ),
         work_dir=work / name,
         restore=None,
@@ -251,6 +251,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--per-trigger", type=int, default=20_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--trigger-ms", type=int, default=200)
+    parser.add_argument(
+        "--interval-ms", type=int, default=1000, help="checkpoint interval of the runs with cutline"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="60,000 records, one round")
     parser.add_argument("--threads", action="store_true", help="also the CPU of each driver and JVM thread")

@@ -46,7 +46,10 @@ changing one word::
   ``__cutline_barrier__`` and emitted in-band as one row per Kafka partition before
   its records of the batch (at the batch's start offset: the checkpoint's cut), in
   the extra nullable string column ``cutline_barrier`` (docs/spark.md, "Barrier
-  alignment").
+  alignment"). ``cutline.barrierFetchWaitMs`` (default 500, Kafka's default
+  ``fetch.max.wait.ms``) is the driver's barrier consumer's fetch wait: lower it for
+  barriers sooner on a broker that, like the embedded one, answers a waiting fetch
+  only after about half of it.
 
 **Columns** (as the built-in source): ``key`` binary, ``value`` binary, ``topic``
 string, ``partition`` int, ``offset`` long, ``timestamp`` timestamp,
@@ -169,9 +172,12 @@ LATEST = -1
 DEFAULT_FETCH_WAIT_MAX_MS = 10
 """The embedded broker answers a parked fetch after about half of ``fetch.wait.max.ms``."""
 DEFAULT_POLL_TIMEOUT_MS = 120_000
-BACKGROUND_FETCH_WAIT_MAX_MS = 100
-"""Fetch wait of the consumers that only watch (barriers on the driver, the journal)."""
 """Spark's default ``kafkaConsumer.pollTimeoutMs`` (``spark.network.timeout``)."""
+BACKGROUND_FETCH_WAIT_MAX_MS = 500
+"""Fetch wait of the consumers that only watch (barriers on the driver, the journal): Kafka's own
+default. A barrier then reaches the driver up to ~250 ms later on the embedded broker (at once on
+Kafka, which answers a waiting fetch when data arrives); at 100 ms the two watchers kept the
+broker at 2.5 % of a core all the time, at 500 ms 0.6 % (docs/benchmarks.md, Spark)."""
 
 # Kafka settings Spark's source rejects because the source manages them itself.
 _FORBIDDEN_KAFKA_OPTIONS = {
@@ -359,6 +365,8 @@ class KafkaSourceOptions:
     cutline_bootstrap: str | None = None
     attempt: int = 0
     """``cutline.attempt``: barriers of older attempts of the job are ignored."""
+    barrier_fetch_wait_ms: int = BACKGROUND_FETCH_WAIT_MAX_MS
+    """``cutline.barrierFetchWaitMs``: ``fetch.wait.max.ms`` of the driver's barrier consumer."""
 
     @property
     def barriers_topic(self) -> str:
@@ -424,6 +432,10 @@ class KafkaSourceOptions:
             attempt=_as_positive_int("cutline.attempt", opts["cutline.attempt"])
             if "cutline.attempt" in opts
             else 0,
+            barrier_fetch_wait_ms=_as_positive_int(
+                "cutline.barrierFetchWaitMs",
+                opts.get("cutline.barrierfetchwaitms", BACKGROUND_FETCH_WAIT_MAX_MS),
+            ),
         )
 
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:
@@ -635,6 +647,7 @@ class BarrierFeed:
         timeout: float = 30.0,
         *,
         min_attempt: int = 0,
+        fetch_wait_ms: int = BACKGROUND_FETCH_WAIT_MAX_MS,
     ) -> None:
         self.topic = topic
         self.job_id = job_id
@@ -647,8 +660,8 @@ class BarrierFeed:
                 **consumer_config(bootstrap, f"cutline-barriers-{uuid.uuid4().hex}"),
                 **(config or {}),
                 # Polled once per trigger: a long-lived fetch every 5-10 ms would cost the
-                # driver and the broker CPU all the time; 100 ms adds at most ~50 ms to a barrier.
-                "fetch.wait.max.ms": BACKGROUND_FETCH_WAIT_MAX_MS,
+                # driver and the broker CPU all the time (see BACKGROUND_FETCH_WAIT_MAX_MS).
+                "fetch.wait.max.ms": fetch_wait_ms,
                 "bootstrap.servers": bootstrap,
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
@@ -941,7 +954,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             extra = dict(options.kafka) if options.cutline_bootstrap in (None, options.bootstrap) else {}
             extra.pop("bootstrap.servers", None)
             self._barriers = BarrierFeed(
-                bootstrap, options.barriers_topic, options.job, extra, min_attempt=options.attempt
+                bootstrap,
+                options.barriers_topic,
+                options.job,
+                extra,
+                min_attempt=options.attempt,
+                fetch_wait_ms=options.barrier_fetch_wait_ms,
             )
 
     # The reader is pickled to the executors (read() runs there); the consumers stay behind.

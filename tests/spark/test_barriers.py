@@ -126,6 +126,7 @@ def test_barriers_are_folded_into_one_batch_and_emitted_per_partition(
             spark.readStream.format(FORMAT)
             .option("kafka.bootstrap.servers", bootstrap)
             .option("kafka.fetch.wait.max.ms", 5)
+            .option("cutline.barrierFetchWaitMs", 5)  # barriers must arrive while records wait
             .option("subscribe", topic)
             .option("startingOffsets", "earliest")
             .option("cutline.job", job)

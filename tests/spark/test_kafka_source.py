@@ -138,6 +138,15 @@ def test_starting_offsets_default_to_latest_as_in_spark() -> None:
 
     assert "latest" == options.starting_offsets
     assert options.max_offsets_per_trigger is None
+    assert 500 == options.barrier_fetch_wait_ms  # Kafka's default fetch.max.wait.ms
+
+
+def test_the_barrier_consumers_fetch_wait_is_an_option() -> None:
+    options = KafkaSourceOptions.parse(
+        {"kafka.bootstrap.servers": "b:9092", "subscribe": "t", "cutline.barrierFetchWaitMs": "5"}
+    )
+
+    assert 5 == options.barrier_fetch_wait_ms
 
 
 @pytest.mark.parametrize(
@@ -153,6 +162,10 @@ def test_starting_offsets_default_to_latest_as_in_spark() -> None:
         ),
         ({"kafka.bootstrap.servers": "b:9092", "subscribe": "t", "startingOffsets": '{"u":{"0":1}}'}, "u"),
         ({"kafka.bootstrap.servers": "b:9092", "subscribe": "t", "maxOffsetsPerTrigger": "0"}, "positive"),
+        (
+            {"kafka.bootstrap.servers": "b:9092", "subscribe": "t", "cutline.barrierFetchWaitMs": "-1"},
+            "barrierFetchWaitMs",
+        ),
     ],
 )
 def test_bad_options_fail_early(options: dict[str, str], message: str) -> None:
