@@ -355,6 +355,23 @@ def report(console: Console, runs: list[Run]) -> None:
             means = [statistics.mean(b["durationMs"].get(k, 0) for b in batches) for k in keys]
             phases.add_row(label, str(len(batches)), *(f"{m:.0f}" for m in means))
     console.print(phases)
+    by_position = Table(
+        title="addBatch by position in the run: mean ms (b = share of runs with a barrier there)"
+    )
+    by_position.add_column("kind")
+    width = max(len(r.measured) for r in runs)
+    for i in range(width):
+        by_position.add_column(str(i), justify="right")
+    for name in ("without cutline", "with cutline"):
+        mine = [r.measured for r in runs if r.name == name]
+        cells = []
+        for i in range(width):
+            at = [m[i] for m in mine if len(m) > i]
+            barrier = sum(_barrier_id(b) is not None for b in at)
+            mean = statistics.mean(b["durationMs"].get("addBatch", 0) for b in at) if at else 0
+            cells.append(f"{mean:.0f}" + (f" b{barrier / len(at):.0%}" if barrier else ""))
+        by_position.add_row(name, *cells)
+    console.print(by_position)
     console.print(cpu_table(runs))
     plain = [r.throughput for r in runs if r.name == "without cutline"]
     cut = [r.throughput for r in runs if r.name == "with cutline"]

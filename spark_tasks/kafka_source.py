@@ -948,8 +948,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_end: dict[TopicPartitionKey, int] | None = None
         self._last_barrier: dict[str, Any] | None = None
         # With cutline.job: the barriers that arrive from now on (DESIGN §5, barrier alignment).
+        # Made at the first initialOffset/latestOffset, which only the query's source runner
+        # calls: Spark also builds this reader in a planning worker for the first batch, where
+        # a feed (a consumer, and ~0.5 s to find the partition's end) would delay that batch.
         self._barriers: BarrierFeed | None = None
-        if options.job is not None:
+
+    def _barrier_feed(self) -> BarrierFeed | None:
+        """The job's :class:`BarrierFeed` (made on first use), or None without ``cutline.job``."""
+        options = self.options
+        if self._barriers is None and options.job is not None:
             bootstrap = options.cutline_bootstrap or options.bootstrap
             extra = dict(options.kafka) if options.cutline_bootstrap in (None, options.bootstrap) else {}
             extra.pop("bootstrap.servers", None)
@@ -961,6 +968,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 min_attempt=options.attempt,
                 fetch_wait_ms=options.barrier_fetch_wait_ms,
             )
+        return self._barriers
 
     # The reader is pickled to the executors (read() runs there); the consumers stay behind.
     def __getstate__(self) -> dict[str, Any]:
@@ -983,6 +991,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark 4.3 calls this twice for the first batch (to plan it and again to run it);
         # "latest" must resolve once, or records produced in between would fall in no batch.
         if self._initial is None:
+            self._barrier_feed()  # from now on: before the first batch can be planned
             self._initial = self._resolve_starting_offsets()
             self._last_end = dict(self._initial)
             log.info("%s initial offsets (%s): %s", FORMAT, self.options.starting_offsets, self._initial)
@@ -1028,7 +1037,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             begin = from_offsets(start)
             begin_barrier = barrier_of(start)
-        feed = self._barriers
+        feed = self._barrier_feed()
         if feed is not None:
             if begin_barrier is not None:
                 feed.mark_folded(begin_barrier)  # e.g. after a restart: folded into batch start
