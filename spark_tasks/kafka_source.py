@@ -655,34 +655,35 @@ class BarrierFeed:
         self._key = job_key(job_id)
         self._pending: list[dict[str, Any]] = []
         self._seen: set[tuple[int, int]] = set()
-        self._consumer = Consumer(
-            {
-                **consumer_config(bootstrap, f"cutline-barriers-{uuid.uuid4().hex}"),
-                **(config or {}),
-                # Polled once per trigger: a long-lived fetch every 5-10 ms would cost the
-                # driver and the broker CPU all the time (see BACKGROUND_FETCH_WAIT_MAX_MS).
-                "fetch.wait.max.ms": fetch_wait_ms,
-                "bootstrap.servers": bootstrap,
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-            }
-        )
+        config = {
+            **consumer_config(bootstrap, f"cutline-barriers-{uuid.uuid4().hex}"),
+            **(config or {}),
+            "bootstrap.servers": bootstrap,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+        # The end is found by a consumer with a short fetch wait (one fetch: a few ms, not half
+        # of the long wait on the embedded broker); the feed's own consumer is polled once per
+        # trigger, and a fetch every 5-10 ms would cost the driver and the broker CPU all the
+        # time (see BACKGROUND_FETCH_WAIT_MAX_MS).
+        finder = Consumer({**config, "fetch.wait.max.ms": DEFAULT_FETCH_WAIT_MAX_MS})
         try:
-            self.partition = job_partition(self._consumer, topic, job_id, timeout)
-            self.start = self._find_end(timeout)
-        except BaseException:
-            self._consumer.close()
-            raise
+            self.partition = job_partition(finder, topic, job_id, timeout)
+            self.start = self._find_end(finder, timeout)
+        finally:
+            finder.close()
+        self._consumer = Consumer({**config, "fetch.wait.max.ms": fetch_wait_ms})
+        self._consumer.assign([TopicPartition(topic, self.partition, self.start)])
         log.info("%s: barriers of job %s from %s[%d]@%d", FORMAT, job_id, topic, self.partition, self.start)
 
-    def _find_end(self, timeout: float) -> int:
+    def _find_end(self, consumer: Consumer, timeout: float) -> int:
         tp = TopicPartition(self.topic, self.partition)
-        low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
-        self._consumer.assign([TopicPartition(self.topic, self.partition, max(int(low), int(high), 0))])
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        consumer.assign([TopicPartition(self.topic, self.partition, max(int(low), int(high), 0))])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for message in _available(self._consumer, 1000, 0.1):
+            for message in _available(consumer, 1000, 0.1):
                 error = message.error()
                 if error is None:
                     continue  # before the end: already there when the feed started
