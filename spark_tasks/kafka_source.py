@@ -155,7 +155,7 @@ __all__ = [
     "barrier_of",
     "kafka_schema",
     "rate_limit",
-    "read_partition",
+    "read_chunks",
     "to_offsets",
 ]
 
@@ -787,13 +787,6 @@ def _row(message: Message, include_headers: bool) -> tuple[Any, ...]:
 
 class DataLossError(RuntimeError):
     """Offsets the query needs are gone (``failOnDataLoss=true``)."""
-
-
-def read_partition(options: KafkaSourceOptions, split: KafkaInputPartition) -> Iterator[tuple[Any, ...]]:
-    """The rows of ``split`` (the source's columns as tuples): see :func:`read_chunks`."""
-    for chunk in read_chunks(options, split):
-        for message in chunk:
-            yield _row(message, options.include_headers)
 
 
 def read_chunks(options: KafkaSourceOptions, split: KafkaInputPartition) -> Iterator[list[Message]]:

@@ -21,11 +21,12 @@ from spark_tasks.kafka_source import (
     KafkaSource,
     KafkaSourceOptions,
     KafkaStreamReader,
+    _row,
     end_offsets,
     from_offsets,
     kafka_schema,
     rate_limit,
-    read_partition,
+    read_chunks,
     to_offsets,
 )
 
@@ -241,13 +242,18 @@ def test_read_partition_stops_at_the_end_when_the_last_offsets_are_not_records(
         {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "includeHeaders": "true"}
     )
 
-    rows = list(read_partition(options, KafkaInputPartition(topic, 0, 0, end)))
-    middle = list(read_partition(options, KafkaInputPartition(topic, 0, 1, 2)))
+    rows = _rows(options, KafkaInputPartition(topic, 0, 0, end))
+    middle = _rows(options, KafkaInputPartition(topic, 0, 1, 2))
 
     assert [0, 1, 2] == [row[4] for row in rows]
     assert [b"v0", b"v1", b"v2"] == [row[1] for row in rows]
     assert [[("n", b"0")], [("n", b"1")], [("n", b"2")]] == [row[7] for row in rows]
     assert [(b"k", b"v1", topic, 0, 1)] == [row[:5] for row in middle]
+
+
+def _rows(options: KafkaSourceOptions, split: KafkaInputPartition) -> list[tuple[Any, ...]]:
+    """The split's records as the source's columns, in tuples."""
+    return [_row(m, options.include_headers) for chunk in read_chunks(options, split) for m in chunk]
 
 
 def _reader(bootstrap: str, topic: str, **options: str) -> KafkaStreamReader:
