@@ -202,7 +202,7 @@ def test_an_unwritable_location_declines_and_the_query_keeps_running_until_it_is
         _wait(lambda: read_counts(out) == words.produced, "every word counted despite the declines")
         assert job.query.isActive and job.completed == []
         blocker.unlink()
-        [first] = job.wait_for_completed(1, timeout=30)
+        first = job.wait_for_completed(1, timeout=30)[0]
         job.stop()
 
     declined = [a for a in job.aborted if a.reason == "CHECKPOINT_DECLINED"]
