@@ -4,7 +4,7 @@
                                              [--shell faust|plain|both]
 
 Runs on the embedded broker (or on ``CUTLINE_BOOTSTRAP``), with the coordinator
-as a child process (``coordinator.supervisor.CoordinatorProcess``, the
+as a child process (``coordinator.service.supervisor.CoordinatorProcess``, the
 ``cutline coordinator`` Faust worker, as deployed), and measures:
 
 1. **Acks folded per second by one coordinator.** A job with many tasks and
@@ -14,7 +14,7 @@ as a child process (``coordinator.supervisor.CoordinatorProcess``, the
    completes in turn). Rates come from the coordinator's own journal: first to
    last ``TaskAcknowledged.timestamp_ms`` (its clock when it decided each ack),
    and wall time from the first ack produced to the last ``CheckpointCompleted``.
-   Next to it: the same acks through ``coordinator.runtime.Coordinator.handle``
+   Next to it: the same acks through ``coordinator.service.runtime.Coordinator.handle``
    in this process, without Kafka or Faust (the floor of the decode → decide →
    evolve → encode work), and CPU per ack of the coordinator and the broker.
 2. **Checkpoint latency, trigger → completed**, with 2 and 8 real
@@ -66,8 +66,8 @@ from rich.table import Table
 
 from bench.cpu import machine_busy, main_thread_cpu, process_cpu
 from coordinator.decider import due_at
-from coordinator.runtime import Coordinator
-from coordinator.supervisor import CoordinatorProcess
+from coordinator.service.runtime import Coordinator
+from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import EmbeddedBroker, create_topics, wait_for_broker
 from events.codec import decode, default_codec, encode
 from events.kafka import (

@@ -48,7 +48,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cpu import TreeMeter, summed  # noqa: E402
-from coordinator.supervisor import CoordinatorProcess  # noqa: E402
+from coordinator.service.supervisor import CoordinatorProcess  # noqa: E402
 from events.broker import broker_at, create_topics  # noqa: E402
 from events.kafka import producer_config  # noqa: E402
 from events.records import CheckpointCompleted, CheckpointConfig  # noqa: E402

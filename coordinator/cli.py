@@ -33,7 +33,6 @@ from coordinator.journal import (
     Codec,
     JournalFileError,
     read_journal_events,
-    read_journal_topic,
     write_journal,
 )
 from coordinator.plot import CheckpointOutcomes, write_plot
@@ -41,7 +40,7 @@ from coordinator.simulate import simulate
 from coordinator.state import JobState, initial_state
 from coordinator.timeline import Acks, ack_progress, format_bytes, format_time, job_summary, timeline_line
 from events.codec import default_codec
-from events.log import LogMessage
+from events.log import LogMessage, read_journal_topic
 from events.records import JournalEvent, TaskAcknowledged
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
@@ -496,7 +495,7 @@ def topics_create(
     ] = DEFAULT_PARTITIONS,
 ) -> None:
     """Create every topic of the protocol (same partition count everywhere; existing ones are kept)."""
-    from coordinator.app import Settings, ensure_topics
+    from coordinator.service.app import Settings, ensure_topics
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = _need_bootstrap(errors, bootstrap)
@@ -521,7 +520,7 @@ def coordinator(
     """Run the checkpoint coordinator (a Faust worker) until interrupted."""
     import logging
 
-    from coordinator.app import Settings, run
+    from coordinator.service.app import Settings, run
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = _need_bootstrap(errors, bootstrap)

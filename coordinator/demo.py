@@ -35,7 +35,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.supervisor import CoordinatorProcess
+from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import broker_at, create_topics
 from events.kafka import producer_config
 from events.topics import Topics

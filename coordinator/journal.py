@@ -25,12 +25,10 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import load_schema, to_parsing_canonical_form
 
-from events.codec import SCHEMAS_DIR, DecodeError, avro_decoder, default_codec, from_avro, to_avro
-from events.log import LogMessage, read_to_end
+from events.codec import SCHEMAS_DIR, avro_decoder, from_avro, to_avro
 from events.records import JOURNAL_RECORDS, JournalEvent
 
 __all__ = [
-    "read_journal_topic",
     "JOURNAL_SCHEMA_NAME",
     "JournalEntry",
     "JournalFileError",
@@ -244,26 +242,3 @@ def _events_by_name(
         raise _damaged(name, index, exc) from exc
     finally:
         stream.close()
-
-
-def read_journal_topic(
-    bootstrap: str, topic: str, on_foreign: Callable[[LogMessage, str], None]
-) -> Iterator[tuple[JournalEvent, LogMessage]]:
-    """The journal topic from its start to its current end, decoded, with each message.
-
-    Only the coordinator writes there; a message that is not a journal event is
-    handed to ``on_foreign`` with the reason (it may raise, or log and go on).
-    """
-    codec = default_codec()
-    for message in read_to_end(bootstrap, topic):
-        if message.value is None:
-            continue
-        try:
-            event = codec.decode(message.value)
-        except DecodeError as exc:
-            on_foreign(message, str(exc))
-            continue
-        if not isinstance(event, JOURNAL_RECORDS):
-            on_foreign(message, f"a {type(event).__name__} is not a journal event")
-            continue
-        yield event, message

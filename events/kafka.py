@@ -235,24 +235,28 @@ def read_to_end(
     consumer: Consumer,
     topic: str,
     partition: int,
-    timeout: float = 10.0,
-    settle: float = 0.5,
+    timeout: float | None = 60.0,
+    *,
+    start: int | None = None,
+    until: int | None = None,
 ) -> Iterator[Message]:
-    """Every message of one partition, from the beginning to its end at the time of the call.
+    """Every message of one partition from ``start`` (default: its beginning) to its end.
 
-    ``consumer`` must be otherwise unused: it is assigned to the partition. The end
-    is the high watermark a fetch reported (ListOffsets "latest" is wrong on the
-    embedded broker): the read stops once the position reaches it. When it cannot
-    (trailing transaction markers), it stops after ``settle`` s without data.
-    Raises TimeoutError after ``timeout`` s.
+    The end is the high watermark of the first fetch response after the assignment
+    (ListOffsets "latest" is wrong on the embedded broker, DESIGN §6), or, with
+    ``until``, the message at offset ``until`` (e.g. a record this process just wrote).
+    Silence is never taken for the end: a paused broker only makes the read wait.
+    ``timeout`` bounds a stall, not the read: TimeoutError when no message and no
+    fetch answer came for that long (None: wait for ever). ``consumer`` must be
+    otherwise unused: it is assigned to the partition.
     """
     tp = TopicPartition(topic, partition)
     # metadata first: OFFSET_BEGINNING assigned before the leader is known waits for a 500 ms timer
-    partition_count(consumer, topic, timeout)
-    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-    deadline = time.monotonic() + timeout
-    quiet_since = time.monotonic()
-    next_offset = -1
+    partition_count(consumer, topic, 10.0 if timeout is None else timeout)
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else start)])
+    end = -1 if until is None else until + 1
+    next_offset = -1 if start is None else start
+    last_progress = time.monotonic()
     while True:
         messages = consume_available(consumer, 1000, timeout=0.05)
         now = time.monotonic()
@@ -261,20 +265,25 @@ def read_to_end(
             if error is not None:
                 if error.fatal():
                     raise KafkaException(error)
-                log.warning("reading %s[%d]: %s", topic, partition, error)
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("reading %s[%d]: %s", topic, partition, error)
                 continue
             offset = msg.offset()
             if offset is not None:
                 next_offset = offset + 1
+            last_progress = now
             yield msg
-        if messages:
-            quiet_since = now
         low, high = consumer.get_watermark_offsets(tp, cached=True)
         if high >= 0:  # a fetch has answered since the assignment
+            if end < 0:
+                end = high  # the end as of the first answer: a growing partition is not chased
+                last_progress = now
             position = consumer.position([tp])[0].offset
-            if max(next_offset, position) >= high or (next_offset < 0 and 0 <= high <= low):
+            if max(next_offset, position) >= end or (next_offset < 0 and 0 <= end <= low):
                 return
-            if not messages and now - quiet_since >= settle:
-                return
-        if now >= deadline:
-            raise TimeoutError(f"could not read {topic}[{partition}] to its end within {timeout:g}s")
+        if timeout is not None and now - last_progress >= timeout:
+            where = f"offset {max(next_offset, 0)} of {end}" if end >= 0 else "no fetch answered yet"
+            raise TimeoutError(
+                f"reading {topic}[{partition}] made no progress for {timeout:g}s ({where}); "
+                "is the broker reachable?"
+            )

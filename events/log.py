@@ -1,20 +1,28 @@
-"""Read a whole topic from the beginning to its current end, as plain messages with positions.
+"""Read a whole topic to its current end, as plain messages with positions; read the journal fenced.
 
 Built on :func:`events.kafka.read_to_end` (one partition, ended by the high
 watermark a fetch reports, because the embedded broker's ListOffsets(latest)
-is wrong: DESIGN §6), one partition after another.
+is wrong: DESIGN §6), one partition after another. :func:`read_journal_topic`
+and :func:`fenced_journal` apply the fencing rule of DESIGN §4a
+(:mod:`events.fencing`): every reader of the journal goes through them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 from confluent_kafka import Consumer, KafkaException
 
+from events.codec import DecodeError, default_codec
+from events.fencing import Fence, epoch_of
 from events.kafka import consumer_config, partition_count
 from events.kafka import read_to_end as read_partition_to_end
+from events.records import JOURNAL_RECORDS, CoordinatorClaimed, JournalEvent
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,26 +47,126 @@ def partitions_of(consumer: Consumer, topic: str, timeout: float = 10.0) -> list
 
 
 def read_to_end(
-    bootstrap: str, topic: str, partitions: Iterable[int] | None = None, *, timeout: float = 60.0
+    bootstrap: str,
+    topic: str,
+    partitions: Iterable[int] | None = None,
+    *,
+    timeout: float | None = 60.0,
+    start: int | None = None,
+    until: int | None = None,
 ) -> Iterator[LogMessage]:
     """Every message of ``topic`` (or of ``partitions``) up to its end as of now, partition by
-    partition, in offset order within each."""
+    partition, in offset order within each. ``start``/``until`` (offsets) and ``timeout`` (a stall,
+    not the read) as in :func:`events.kafka.read_to_end`."""
     consumer = Consumer(consumer_config(bootstrap))
     try:
         chosen = sorted(partitions) if partitions is not None else partitions_of(consumer, topic)
         for partition in chosen:
-            for message in read_partition_to_end(consumer, topic, partition, timeout=timeout):
-                yield LogMessage(
-                    topic=topic,
-                    partition=partition,
-                    offset=cast(int, message.offset()),
-                    timestamp_ms=message.timestamp()[1],
-                    key=message.key(),
-                    value=message.value(),
-                    headers=_headers(message.headers()),
-                )
+            messages = read_partition_to_end(
+                consumer, topic, partition, timeout=timeout, start=start, until=until
+            )
+            for message in messages:
+                yield log_message(message)
     finally:
         consumer.close()
+
+
+def log_message(message: Any) -> LogMessage:
+    """A confluent-kafka message as a :class:`LogMessage`."""
+    return LogMessage(
+        topic=message.topic(),
+        partition=message.partition(),
+        offset=cast(int, message.offset()),
+        timestamp_ms=message.timestamp()[1],
+        key=message.key(),
+        value=message.value(),
+        headers=_headers(message.headers()),
+    )
+
+
+JournalRecord: TypeAlias = JournalEvent | CoordinatorClaimed
+"""What the journal topic carries: the coordinator's events and the workers' claims."""
+
+OnForeign: TypeAlias = Callable[[LogMessage, str], None]
+OnVoid: TypeAlias = Callable[[LogMessage, JournalRecord, int, int], None]
+"""Told of a void record: the message, its record, its epoch and the partition's current epoch."""
+
+
+def _log_void(message: LogMessage, record: JournalRecord, epoch: int, current: int) -> None:
+    log.info(
+        "void journal record %s[%d]@%d (%s of epoch %d, the partition's epoch is %d)",
+        message.topic,
+        message.partition,
+        message.offset,
+        type(record).__name__,
+        epoch,
+        current,
+    )
+
+
+def fenced_journal(
+    messages: Iterable[LogMessage],
+    on_foreign: OnForeign,
+    fences: MutableMapping[int, Fence] | None = None,
+    on_void: OnVoid | None = None,
+) -> Iterator[tuple[JournalRecord, LogMessage]]:
+    """The valid records among journal ``messages`` (in offset order per partition), decoded.
+
+    Applies the fencing rule (:mod:`events.fencing`) per partition: void records go to
+    ``on_void`` (default: an INFO log line) and are not yielded; valid claims are.
+    ``fences`` holds each partition's fence and is updated as the read goes on (pass
+    :class:`~events.fencing.Fence` ``(epoch, learning=True)`` to start in the middle).
+    A message that is not a journal record goes to ``on_foreign`` with the reason.
+    """
+    codec = default_codec()
+    fences = {} if fences is None else fences
+    void = on_void or _log_void
+    for message in messages:
+        if message.value is None:
+            continue
+        try:
+            record = codec.decode(message.value)
+        except DecodeError as exc:
+            on_foreign(message, str(exc))
+            continue
+        fence = fences.get(message.partition) or Fence()
+        if isinstance(record, CoordinatorClaimed):
+            valid, fences[message.partition] = fence.claim(record.epoch)
+            if valid:
+                yield record, message
+            else:
+                void(message, record, record.epoch, fence.epoch)
+            continue
+        if not isinstance(record, JOURNAL_RECORDS):
+            on_foreign(message, f"a {type(record).__name__} is not a journal event")
+            continue
+        epoch = epoch_of(message.headers)
+        valid, fences[message.partition] = fence.admit(epoch)
+        if valid:
+            yield record, message
+        else:
+            void(message, record, epoch, fence.epoch)
+
+
+def read_journal_topic(
+    bootstrap: str,
+    topic: str,
+    on_foreign: OnForeign,
+    partitions: Iterable[int] | None = None,
+    *,
+    on_void: OnVoid | None = None,
+    timeout: float | None = 60.0,
+) -> Iterator[tuple[JournalEvent, LogMessage]]:
+    """The effective journal: its valid events from the start to the current end, decoded, with
+    each message (claims and void records left out, DESIGN §4a).
+
+    Only the coordinator writes there; a message that is not a journal event is
+    handed to ``on_foreign`` with the reason (it may raise, or log and go on).
+    """
+    messages = read_to_end(bootstrap, topic, partitions, timeout=timeout)
+    for record, message in fenced_journal(messages, on_foreign, on_void=on_void):
+        if not isinstance(record, CoordinatorClaimed):
+            yield record, message
 
 
 def _headers(raw: Any) -> dict[str, bytes]:

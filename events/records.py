@@ -352,6 +352,21 @@ JOURNAL_RECORDS: tuple[type[JournalEvent], ...] = (
 
 
 @dataclass(frozen=True, slots=True)
+class CoordinatorClaimed:
+    """A coordinator worker took over journal ``partition`` with ``epoch`` (DESIGN §4a).
+
+    Not a job's event (no ``job_id``): it fences the partition. Every later record of the
+    partition whose ``cutline.epoch`` header is lower than ``epoch`` is void; a claim whose
+    epoch is not higher than the partition's current one is void itself.
+    """
+
+    partition: int
+    epoch: int
+    worker_id: str
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """An input the coordinator could not decode or accept, kept whole with the reason."""
 
@@ -366,7 +381,7 @@ class DeadLetter:
     job_id: str | None = None
 
 
-Record: TypeAlias = InputRecord | CheckpointBarrier | JournalEvent | DeadLetter
+Record: TypeAlias = InputRecord | CheckpointBarrier | JournalEvent | DeadLetter | CoordinatorClaimed
 """Every record type that travels on a cutline topic."""
 
 RECORD_TYPES: tuple[type[Record], ...] = (
@@ -378,4 +393,5 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     CheckpointBarrier,
     *JOURNAL_RECORDS,
     DeadLetter,
+    CoordinatorClaimed,
 )

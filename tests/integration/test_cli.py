@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.supervisor import CoordinatorProcess
+from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import create_topics, free_port, wait_for_broker
 from events.codec import decode
 from events.log import read_to_end

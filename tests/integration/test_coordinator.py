@@ -17,13 +17,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from coordinator.decider import fold_jobs
 from coordinator.invariants import first_violation
-from coordinator.journal import read_journal_topic
+from coordinator.service.supervisor import CoordinatorProcess
 from coordinator.state import state_json
-from coordinator.supervisor import CoordinatorProcess
 from events.broker import create_topics
 from events.codec import decode, encode
 from events.kafka import consumer_config, producer_config
-from events.log import read_to_end
+from events.log import read_journal_topic, read_to_end
 from events.participant import JobDriver, Participant
 from events.records import (
     CheckpointAborted,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from coordinator.supervisor import CoordinatorProcess
+from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import create_topics
 from events.kafka import consumer_config, producer_config
 from events.participant import JobDriver

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from coordinator.decider import fold_jobs
-from coordinator.runtime import CAUSE_HEADER, Coordinator, parse_cause
+from coordinator.service.runtime import CAUSE_HEADER, Coordinator, parse_cause
 from events.codec import decode, encode
 from events.records import (
     CheckpointAcknowledged,

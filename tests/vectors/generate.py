@@ -54,6 +54,7 @@ from events.records import (
     CheckpointRequestQueued,
     CheckpointRestored,
     CheckpointTriggered,
+    CoordinatorClaimed,
     DeadLetter,
     ExecutionState,
     JobStatus,
@@ -267,6 +268,9 @@ FULL: dict[type[Record], Record] = {
         key=JOB.encode(),
         value=b"\xc3\x01\x00\x11\x22\x33\x44\x55\x66\xff\x80\x7f",
         job_id=JOB,
+    ),
+    CoordinatorClaimed: CoordinatorClaimed(
+        partition=3, epoch=7, worker_id="coordinator-host-4242-9f1c", timestamp_ms=T0 + 3_000
     ),
 }
 

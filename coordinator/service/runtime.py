@@ -8,7 +8,7 @@ journal already reflects, so a restarted service skips inputs it has already
 decided (the journal is written before input offsets are committed; after a
 crash in between, the input comes again and is recognised by its position).
 
-The Faust app (:mod:`coordinator.app`) is a thin loop around this class; the
+The Faust app (:mod:`coordinator.service.app`) is a thin loop around this class; the
 tests and the benchmarks drive it directly too.
 """
 

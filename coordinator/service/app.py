@@ -1,4 +1,4 @@
-"""The coordinator service: a Faust app around :class:`coordinator.runtime.Coordinator`.
+"""The coordinator service: a Faust app around :class:`coordinator.service.runtime.Coordinator`.
 
 One agent per input topic (concurrency 1), a timer that turns the clock into
 ticks, and web views with Flink's checkpoint statistics. Every agent body is
@@ -27,12 +27,11 @@ from typing import Any, cast
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from coordinator.journal import read_journal_topic
-from coordinator.runtime import CAUSE_HEADER, Coordinator, Outcome, Outgoing
+from coordinator.service.runtime import CAUSE_HEADER, Coordinator, Outcome, Outgoing
 from coordinator.state import state_json
 from coordinator.stats import checkpoints_json, config_json, entry_json
 from events.broker import create_topics
-from events.log import LogMessage
+from events.log import LogMessage, read_journal_topic
 from events.records import JournalEvent
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
