@@ -52,12 +52,13 @@ class TestMessages:
         assert all(m.key == JOB.encode() for m in outcome.messages)
 
     def test_journal_messages_name_their_cause(self, coordinator: Coordinator) -> None:
-        """Every journal message of an input carries the input's topic:partition:offset."""
+        """Every journal message of an input carries the decider's epoch and the input's
+        topic:partition:offset."""
         record = JobStatusChanged(JOB, JobStatus.RUNNING, 0, 1, ("a",), CONFIG)
 
-        outcome = coordinator.handle(TOPICS.job_status, 3, 42, JOB.encode(), encode(record), 0)
+        outcome = coordinator.handle(TOPICS.job_status, 3, 42, JOB.encode(), encode(record), 0, epoch=5)
 
-        assert [((CAUSE_HEADER, f"{TOPICS.job_status}:3:42".encode()),)] == [
+        assert [(("cutline.epoch", b"5"), (CAUSE_HEADER, f"{TOPICS.job_status}:3:42".encode()))] == [
             m.headers for m in outcome.messages
         ]
 
@@ -147,3 +148,97 @@ class TestCause:
     def test_parse_cause(self, text: str | bytes | None, parsed: tuple[str, int, int] | None) -> None:
         """topic:partition:offset parses even when the topic has colons; anything else is None."""
         assert parsed == parse_cause(text)
+
+
+class TestEpochs:
+    """Acks and declines that answer a barrier of a superseded coordinator epoch are refused."""
+
+    def _triggered(self, coordinator: Coordinator, epoch: int) -> CheckpointTriggered:
+        record = JobStatusChanged(JOB, JobStatus.RUNNING, 0, 1, ("a", "b"), CONFIG)
+        coordinator.handle(TOPICS.job_status, 0, 0, JOB.encode(), encode(record), 0, epoch=epoch)
+        outcome = coordinator.tick(JOB, 10_000, epoch=epoch)
+        triggered = decode(outcome.messages[0].value)
+        assert isinstance(triggered, CheckpointTriggered)
+        return triggered
+
+    def _ack(self, checkpoint_id: int, task: str = "a") -> bytes:
+        uri = f"file:///ckpt/{JOB}/chk-{checkpoint_id}/{task}"
+        return encode(CheckpointAcknowledged(JOB, checkpoint_id, 1, task, 10_001, StateHandle(uri, 1, "00"), {}, {}))
+
+    def test_barriers_and_journal_records_carry_the_deciders_epoch(self, coordinator: Coordinator) -> None:
+        """Every message a decision publishes names the epoch it was decided in."""
+        self._triggered(coordinator, epoch=3)
+
+        outcome = coordinator.tick(JOB, 20_000, epoch=3)
+        resent = coordinator.resume(30_000, epoch=4)
+
+        assert all(("cutline.epoch", b"3") in m.headers for m in outcome.messages)
+        assert [(("cutline.epoch", b"4"),)] == [m.headers for m in resent]
+
+    def test_an_ack_of_an_older_epoch_than_the_trigger_is_a_dead_letter(
+        self, coordinator: Coordinator
+    ) -> None:
+        """A zombie's barrier for an id the new owner triggered again is not an ack of the new one."""
+        triggered = self._triggered(coordinator, epoch=2)
+
+        outcome = coordinator.handle(
+            TOPICS.acks,
+            0,
+            7,
+            JOB.encode(),
+            self._ack(triggered.checkpoint_id),
+            10_001,
+            headers=[("cutline.epoch", b"1")],
+            epoch=2,
+        )
+
+        (letter,) = [decode(m.value) for m in outcome.messages]
+        assert isinstance(letter, DeadLetter) and "STALE_EPOCH" == letter.reason
+        assert {} == dict(coordinator.states[JOB].pending[triggered.checkpoint_id].acks)
+
+    def test_an_ack_of_an_unknown_checkpoint_from_an_older_epoch_is_a_dead_letter(
+        self, coordinator: Coordinator
+    ) -> None:
+        """An ack for a checkpoint only a superseded coordinator triggered names the reason."""
+        self._triggered(coordinator, epoch=2)
+
+        outcome = coordinator.handle(
+            TOPICS.acks, 0, 7, JOB.encode(), self._ack(99), 10_001, headers=[("cutline.epoch", b"1")], epoch=2
+        )
+
+        (letter,) = [decode(m.value) for m in outcome.messages]
+        assert isinstance(letter, DeadLetter) and "STALE_EPOCH" == letter.reason
+
+    def test_an_ack_of_the_triggers_epoch_or_a_resent_barrier_counts(self, coordinator: Coordinator) -> None:
+        """Acks of the trigger's epoch, or of a later owner's resent barrier, are acks."""
+        triggered = self._triggered(coordinator, epoch=1)
+
+        for task, epoch in (("a", b"1"), ("b", b"2")):
+            coordinator.handle(
+                TOPICS.acks,
+                0,
+                7,
+                JOB.encode(),
+                self._ack(triggered.checkpoint_id, task),
+                10_001,
+                headers=[("cutline.epoch", epoch)],
+                epoch=2,
+            )
+
+        assert [triggered.checkpoint_id] == [c.checkpoint_id for c in coordinator.states[JOB].completed]
+
+    def test_drop_partition_forgets_its_jobs_and_input_positions(self) -> None:
+        """A revoked partition leaves nothing behind: jobs, statistics, epochs and positions."""
+        coordinator = Coordinator(TOPICS, rng=random.Random(1), partitions=4)
+        self._triggered(coordinator, epoch=1)
+        partition = coordinator.partition_of(JOB)
+        coordinator.positions[(TOPICS.acks, partition)] = 9
+        coordinator.positions[(TOPICS.acks, partition + 1)] = 9
+
+        coordinator.drop_partition(partition)
+
+        assert ({}, {}, {}) == (coordinator.states, coordinator.stats, coordinator.trigger_epochs)
+        assert {(TOPICS.acks, partition + 1): 9} == {
+            tp: offset for tp, offset in coordinator.positions.items() if tp[0] == TOPICS.acks
+        }
+        assert not [tp for tp in coordinator.positions if tp[1] == partition]
