@@ -43,8 +43,8 @@ from events.kafka import job_key, partition_for
 from events.records import (
     CheckpointAborted,
     CheckpointAcknowledged,
-    CheckpointCompleted,
     CheckpointBarrier,
+    CheckpointCompleted,
     CheckpointDeclined,
     CheckpointRequested,
     CheckpointTriggered,
@@ -372,5 +372,8 @@ class Coordinator:
             location=triggered.location,
         )
         return Outgoing(
-            self.topics.barriers, triggered.job_id.encode(), self.codec.encode(barrier), (epoch_header(epoch),)
+            self.topics.barriers,
+            triggered.job_id.encode(),
+            self.codec.encode(barrier),
+            (epoch_header(epoch),),
         )

@@ -163,7 +163,9 @@ class TestEpochs:
 
     def _ack(self, checkpoint_id: int, task: str = "a") -> bytes:
         uri = f"file:///ckpt/{JOB}/chk-{checkpoint_id}/{task}"
-        return encode(CheckpointAcknowledged(JOB, checkpoint_id, 1, task, 10_001, StateHandle(uri, 1, "00"), {}, {}))
+        return encode(
+            CheckpointAcknowledged(JOB, checkpoint_id, 1, task, 10_001, StateHandle(uri, 1, "00"), {}, {})
+        )
 
     def test_barriers_and_journal_records_carry_the_deciders_epoch(self, coordinator: Coordinator) -> None:
         """Every message a decision publishes names the epoch it was decided in."""
