@@ -87,6 +87,18 @@ def wait_for_broker(bootstrap: str, timeout: float = 30.0) -> str | None:
         time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
 
+def topic_config(bootstrap: str, topic: str, timeout: float = 30) -> dict[str, str]:
+    """The configuration entries the cluster reports for ``topic`` (the embedded broker reports only
+    those set at creation)."""
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+
+    admin = _admin(bootstrap)
+    futures = admin.describe_configs([ConfigResource("topic", topic)], request_timeout=timeout)
+    (future,) = futures.values()
+    entries = future.result(timeout=timeout)
+    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+
+
 def create_topics(
     bootstrap: str,
     topics: Iterable[str],

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -27,12 +27,11 @@ from typing import Any, cast
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from coordinator.service.runtime import CAUSE_HEADER, Coordinator, Outcome, Outgoing
+from coordinator.service.ownership import claim_partition, new_worker_id
+from coordinator.service.runtime import Coordinator, Outcome, Outgoing
 from coordinator.state import state_json
 from coordinator.stats import checkpoints_json, config_json, entry_json
-from events.broker import create_topics
-from events.log import LogMessage, read_journal_topic
-from events.records import JournalEvent
+from events.broker import create_topics, topic_config
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 log = logging.getLogger("cutline.coordinator")
@@ -42,6 +41,17 @@ BATCH_WAIT = 0.001
 """A batch of input is decided at most this long after its first message arrived ..."""
 BATCH_QUIET = 0.0002
 """... or as soon as no message came for this long: a lone ack waits 0.2 ms, not 1 ms."""
+
+
+@dataclass(slots=True, eq=False)
+class Owner:
+    """This worker's hold on one partition: ``ready`` once it is claimed and folded (and set again,
+    with ``revoked``, when it is taken away, to wake what waits for it)."""
+
+    epoch: int = 0
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    revoked: bool = False
+    task: asyncio.Future[None] | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,11 @@ class Settings:
     @property
     def app_id(self) -> str:
         return f"{self.prefix}coordinator"
+
+    @property
+    def snapshots_topic(self) -> str:
+        """Compacted: per journal partition, snapshots of its fold and claim intents (DESIGN §4a)."""
+        return f"{self.prefix}coordinator-snapshots"
 
     @property
     def ticks_topic(self) -> str:
@@ -93,10 +108,53 @@ def _patch_fetch_wait(wait_ms: int) -> None:
     faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer = create  # type: ignore[method-assign]
 
 
+JOURNAL_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
+"""The journal is the state: it is kept for ever (DESIGN §4a)."""
+
+SNAPSHOTS_CONFIG = {"cleanup.policy": "compact"}
+
+
 def ensure_topics(settings: Settings) -> list[str]:
-    """Create every protocol topic (and the internal ticks topic) that is missing."""
-    names = [*settings.topics.all, settings.ticks_topic]
-    return create_topics(settings.bootstrap, names, partitions=settings.partitions)
+    """Create every protocol topic, the internal ticks topic and the snapshots topic that is missing;
+    the journal with infinite retention, the snapshots compacted."""
+    topics = settings.topics
+    others = [n for n in (*topics.all, settings.ticks_topic) if n != topics.checkpoints]
+    created = create_topics(
+        settings.bootstrap, [topics.checkpoints], partitions=settings.partitions, config=JOURNAL_CONFIG
+    )
+    created += create_topics(
+        settings.bootstrap,
+        [settings.snapshots_topic],
+        partitions=settings.partitions,
+        config=SNAPSHOTS_CONFIG,
+    )
+    return created + create_topics(settings.bootstrap, others, partitions=settings.partitions)
+
+
+class JournalRetentionError(RuntimeError):
+    """The journal topic deletes old records: a restarted coordinator would forget jobs."""
+
+
+def check_journal_retention(settings: Settings) -> None:
+    """Refuse a journal topic whose retention is finite (DESIGN §4a), saying how to fix it."""
+    topic = settings.topics.checkpoints
+    config = topic_config(settings.bootstrap, topic)
+    finite = {
+        key: value
+        for key, value in config.items()
+        if key in ("retention.ms", "retention.bytes") and value.strip() not in ("-1", "")
+    }
+    if "delete" not in config.get("cleanup.policy", "delete"):
+        finite.pop("retention.ms", None)  # compact only: nothing is deleted by time
+        finite.pop("retention.bytes", None)
+    if finite:
+        settings_text = ", ".join(f"{k}={v}" for k, v in sorted(finite.items()))
+        raise JournalRetentionError(
+            f"the journal topic {topic} has finite retention ({settings_text}): the coordinator would "
+            "forget jobs and reuse checkpoint ids once old records are deleted. Keep it for ever:\n"
+            f"  kafka-configs.sh --bootstrap-server {settings.bootstrap} --alter --entity-type topics "
+            f"--entity-name {topic} --add-config retention.ms=-1,retention.bytes=-1"
+        )
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -121,9 +179,12 @@ def create_app(settings: Settings) -> faust.App:
         producer_linger=0.0,
         stream_wait_empty=False,
     )
-    coordinator = Coordinator(topics)
+    coordinator = Coordinator(topics, partitions=settings.partitions)
     recovered = asyncio.Event()
     publish_lock = asyncio.Lock()
+    owners: dict[int, Owner] = {}
+    input_topics = {*topics.inputs, settings.ticks_topic}
+    worker_id = new_worker_id()
 
     def raw_topic(name: str) -> faust.TopicT:
         return app.topic(
@@ -135,23 +196,31 @@ def create_app(settings: Settings) -> faust.App:
             partitions=settings.partitions,
         )
 
-    journal_topic = raw_topic(topics.checkpoints)
-    barriers_topic = raw_topic(topics.barriers)
-    dead_letters_topic = raw_topic(topics.dead_letters)
     ticks_topic = raw_topic(settings.ticks_topic)
-    outputs = {t.get_topic_name(): t for t in (journal_topic, barriers_topic, dead_letters_topic)}
 
-    async def publish(outcomes: list[Outcome]) -> None:
-        """Journal first; barriers only once the journal holds their trigger durably.
+    async def publish(outcomes: Sequence[Outcome]) -> set[int]:
+        """Journal first; barriers and dead letters once the broker holds the journal records.
 
-        The journal records of all the outcomes go out as one record batch per partition (one
-        produce request), not one ``Topic.send`` per record."""
+        Every write is awaited: input offsets are committed (acked) only after every journal
+        write of the input is acknowledged. The journal records of all the outcomes go out as
+        one record batch per partition. Returns the partitions whose writes failed."""
         journal = [m for o in outcomes for m in o.messages if m.topic == topics.checkpoints]
         others = [m for o in outcomes for m in o.messages if m.topic != topics.checkpoints]
-        sent = await _send_batches(journal)
-        if any(o.has_barriers for o in outcomes):
-            await asyncio.gather(*sent)
-        await _send_batches(others)
+        failed = await _written(await _send_batches(journal))
+        failed |= await _written(await _send_batches([m for m in others if _home(m) not in failed]))
+        return failed
+
+    def _home(message: Outgoing) -> int:
+        return coordinator.partition_of(message.key.decode()) if message.key else -1
+
+    async def _written(sent: list[tuple[str, int, asyncio.Future[Any]]]) -> set[int]:
+        results = await asyncio.gather(*(future for _, _, future in sent), return_exceptions=True)
+        failed = set()
+        for (topic, partition, _), result in zip(sent, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("write to %s[%d] failed: %r; the partition recovers", topic, partition, result)
+                failed.add(partition)
+        return failed
 
     partitions: dict[tuple[str, bytes], int] = {}
 
@@ -163,7 +232,7 @@ def create_app(settings: Settings) -> faust.App:
             partition = partitions[(topic, key)] = app.producer.key_partition(topic, key).partition
         return partition
 
-    async def _send_batches(messages: Sequence[Outgoing]) -> list[asyncio.Future[Any]]:
+    async def _send_batches(messages: Sequence[Outgoing]) -> list[tuple[str, int, asyncio.Future[Any]]]:
         """Send ``messages`` in order, as one aiokafka record batch per topic and partition.
 
         They go through the app's own producer, so Faust's flush before each offset commit
@@ -175,37 +244,82 @@ def create_app(settings: Settings) -> faust.App:
         for message in messages:
             tp = (message.topic, await _partition(producer, message.topic, message.key))
             grouped.setdefault(tp, []).append(message)
-        futures = []
+        futures: list[tuple[str, int, asyncio.Future[Any]]] = []
+
+        async def send(batch: Any, topic: str, partition: int) -> None:
+            try:
+                futures.append(
+                    (topic, partition, await producer.send_batch(batch, topic, partition=partition))
+                )
+            except Exception as exc:  # the producer refused it at once: a failed write like any other
+                failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                failed.set_exception(exc)
+                futures.append((topic, partition, failed))
+
         for (topic, partition), group in grouped.items():
             batch = producer.create_batch()
             for message in group:
                 record = {"key": message.key, "value": message.value, "headers": list(message.headers)}
                 if batch.append(timestamp=None, **record) is None:
-                    futures.append(await producer.send_batch(batch, topic, partition=partition))
+                    await send(batch, topic, partition)
                     batch = producer.create_batch()  # full: the next one (a lone record always fits)
                     batch.append(timestamp=None, **record)
-            futures.append(await producer.send_batch(batch, topic, partition=partition))
+            await send(batch, topic, partition)
         return futures
 
-    async def _send(message: Outgoing) -> Any:
-        return await outputs[message.topic].send(
-            key=message.key, value=message.value, headers=list(message.headers)
+    def assigned_partitions() -> set[int]:
+        return {tp.partition for tp in app.consumer.assignment() if tp.topic in input_topics}
+
+    async def wait_for_owners(partitions_of_batch: set[int]) -> None:
+        """Hold a batch until each of its partitions is claimed and folded (or revoked).
+
+        Faust may hand over messages of a new assignment before ``on_assigned`` has run (it
+        resumes streams early when the app has no tables): such a partition is claimed here."""
+        for partition in partitions_of_batch:
+            if partition not in owners and partition in assigned_partitions():
+                start_recovery(partition)
+            owner = owners.get(partition)
+            if owner is not None:
+                await owner.ready.wait()
+
+    async def decide_batch(messages: Sequence[Any], decide: Callable[[Any, Owner], Outcome | None]) -> None:
+        """Decide ``messages`` in order as the owner of their partitions, publish, and retry what a
+        failed write lost once its partition has recovered (inputs the journal holds are skipped)."""
+        while True:
+            await wait_for_owners({m.partition for m in messages})
+            async with publish_lock:
+                if any(not owners[m.partition].ready.is_set() for m in messages if m.partition in owners):
+                    continue  # a partition started recovering meanwhile
+                outcomes = []
+                for message in messages:
+                    owner = owners.get(message.partition)
+                    if owner is None or not owner.ready.is_set():
+                        continue  # revoked: its new owner decides it
+                    outcome = decide(message, owner)
+                    if outcome is not None:
+                        outcomes.append(outcome)
+                failed = await publish(outcomes)
+                if not failed:
+                    return
+                for partition in failed:
+                    start_recovery(partition, again=True)
+
+    def decide_input(message: Any, owner: Owner) -> Outcome | None:
+        if coordinator.already_decided(message.topic, message.partition, message.offset):
+            return None
+        return coordinator.handle(
+            message.topic,
+            message.partition,
+            message.offset,
+            message.key,
+            message.value,
+            now_ms(),
+            headers=message.headers,
+            epoch=owner.epoch,
         )
 
     async def process(events: Sequence[faust.EventT[Any]]) -> None:
-        await recovered.wait()
-        async with publish_lock:
-            outcomes = []
-            for event in events:
-                message = event.message
-                if coordinator.already_decided(message.topic, message.partition, message.offset):
-                    continue
-                outcomes.append(
-                    coordinator.handle(
-                        message.topic, message.partition, message.offset, message.key, message.value, now_ms()
-                    )
-                )
-            await publish(outcomes)
+        await decide_batch([event.message for event in events], decide_input)
 
     def input_agent(topic_name: str, name: str) -> None:
         async def agent(stream: faust.StreamT[Any]) -> None:
@@ -221,21 +335,29 @@ def create_app(settings: Settings) -> faust.App:
     input_agent(topics.acks, "handle_acks")
     input_agent(topics.declines, "handle_declines")
 
+    def decide_tick(message: Any, owner: Owner) -> Outcome | None:
+        try:
+            job_id = message.key.decode()
+        except (AttributeError, UnicodeDecodeError):
+            log.warning(
+                "tick without a job id at %s[%d]@%d skipped", message.topic, message.partition, message.offset
+            )
+            return None
+        if job_id not in coordinator.states:
+            return None  # a job of a partition this worker no longer (or not yet) holds
+        return coordinator.tick(job_id, now_ms(), epoch=owner.epoch)
+
     @app.agent(ticks_topic, name="handle_ticks", concurrency=1)
     async def handle_ticks(stream: faust.StreamT[Any]) -> None:
         async for event in stream.events():
-            await recovered.wait()
-            job_id = event.message.key.decode()
-            async with publish_lock:
-                await publish([coordinator.tick(job_id, now_ms())])
+            await decide_batch([event.message], decide_tick)
 
     ticked: dict[str, int] = {}
 
     @app.timer(settings.tick_interval)
     async def send_ticks() -> None:
-        # Every worker ticks the jobs it holds; a tick decides nothing unless due.
-        if not recovered.is_set():
-            return
+        # Every worker ticks the jobs it holds (those of its claimed partitions); a tick decides
+        # nothing unless due.
         now = now_ms()
         for job_id in coordinator.due(now):
             if ticked.get(job_id, 0) + 50 > now:
@@ -243,26 +365,97 @@ def create_app(settings: Settings) -> faust.App:
             ticked[job_id] = now
             await ticks_topic.send(key=job_id.encode(), value=str(now).encode())
 
-    @app.task
-    async def recover() -> None:
-        started = time.monotonic()
-        events = await asyncio.get_running_loop().run_in_executor(
-            None, _read_journal, settings.bootstrap, topics.checkpoints
-        )
-        count = coordinator.recover(events)
+    def start_recovery(partition: int, again: bool = False) -> None:
+        """Claim and fold ``partition`` in the background; its input waits meanwhile."""
+        previous = owners.get(partition)
+        if previous is not None and not again:
+            return
+        if previous is not None:
+            previous.revoked = True
+        owner = owners[partition] = Owner()
+        coordinator.drop_partition(partition)
+        recovered.clear()
+        owner.task = asyncio.ensure_future(recover_partition(partition, owner))
+
+    async def recover_partition(partition: int, owner: Owner) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                claimed = await loop.run_in_executor(
+                    None,
+                    lambda: claim_partition(
+                        settings.bootstrap,
+                        topics,
+                        settings.snapshots_topic,
+                        settings.partitions,
+                        partition,
+                        worker_id,
+                    ),
+                )
+                break
+            except Exception:
+                if owner.revoked:
+                    return
+                log.exception("claiming journal partition %d failed; trying again in 1 s", partition)
+                await asyncio.sleep(1.0)
+        async with publish_lock:
+            if owner.revoked or owners.get(partition) is not owner:
+                return  # revoked while it folded: the claim is void or will be
+            coordinator.merge(claimed.coordinator, partition)
+            owner.epoch = claimed.epoch
+            failed = await publish([Outcome(messages=coordinator.resume(now_ms(), partition, owner.epoch))])
+            if failed:
+                log.error("barriers of partition %d could not be resent; recovering it again", partition)
+                start_recovery(partition, again=True)
+                return
         log.info(
-            "recovered %d journal events of %d jobs in %.2fs",
-            count,
-            len(coordinator.states),
-            time.monotonic() - started,
+            "claimed journal partition %d with epoch %d at offset %d: %d records folded%s in %.2fs",
+            partition,
+            claimed.epoch,
+            claimed.claim_offset,
+            claimed.folded,
+            "" if claimed.snapshot_offset is None else f" after the snapshot at {claimed.snapshot_offset}",
+            claimed.seconds,
         )
-        recovered.set()
-        for barrier in coordinator.resume(now_ms()):
-            await _send(barrier)
+        owner.ready.set()
+        if all(o.ready.is_set() for o in owners.values()):
+            recovered.set()
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def on_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
+        """Stop deciding revoked partitions at once; wait for a decision in flight and its writes."""
+        gone = {tp.partition for tp in revoked if tp.topic in input_topics}
+        for partition in gone:
+            owner = owners.pop(partition, None)
+            if owner is not None:
+                owner.revoked = True
+                owner.ready.set()  # wakes batches that wait for it; they skip a revoked partition
+        async with publish_lock:
+            for partition in gone:
+                coordinator.drop_partition(partition)
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def on_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
+        """Claim every newly assigned partition (in the background: the rebalance must not wait)."""
+        mine = {tp.partition for tp in assigned if tp.topic in input_topics}
+        for partition in sorted(mine - owners.keys()):
+            start_recovery(partition)
+        app.cutline_assigned = True  # type: ignore[attr-defined]
+        if all(o.ready.is_set() for o in owners.values()):
+            recovered.set()
 
     @app.page("/ready")
     async def get_ready(web: Any, request: Any) -> Any:
-        return web.json({"recovered": recovered.is_set(), "jobs": len(coordinator.states)})
+        return web.json(
+            {
+                "recovered": recovered.is_set(),
+                "jobs": len(coordinator.states),
+                "worker": worker_id,
+                "partitions": {
+                    str(p): {"epoch": o.epoch, "ready": o.ready.is_set()} for p, o in owners.items()
+                },
+            }
+        )
 
     @app.page("/jobs")
     async def get_jobs(web: Any, request: Any) -> Any:
@@ -388,18 +581,6 @@ async def take_arrived(
         stream._processors.remove(add)
 
 
-def _read_journal(bootstrap: str, topic: str) -> list[tuple[JournalEvent, bytes | None]]:
-    def skip(message: LogMessage, problem: str) -> None:
-        # Only the coordinator writes here; anything else was written by mistake. Folding it
-        # is impossible, stopping would leave every job without a coordinator: skip it loudly.
-        log.error("journal %s[%d]@%d skipped: %s", topic, message.partition, message.offset, problem)
-
-    return [
-        (event, message.headers.get(CAUSE_HEADER))
-        for event, message in read_journal_topic(bootstrap, topic, skip)
-    ]
-
-
 def run(settings: Settings, loglevel: str = "warning") -> None:
     """Create missing topics and run the coordinator worker until interrupted.
 
@@ -411,6 +592,7 @@ def run(settings: Settings, loglevel: str = "warning") -> None:
     created = ensure_topics(settings)
     if created:
         log.warning("created topics: %s", ", ".join(created))
+    check_journal_retention(settings)
     app = create_app(settings)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # Faust always makes a terminal spinner, and for it sets the root logger to DEBUG: every debug

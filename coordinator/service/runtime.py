@@ -189,6 +189,18 @@ class Coordinator:
         for tp in [tp for tp in self.positions if tp[1] == partition]:
             del self.positions[tp]
 
+    def merge(self, other: Coordinator, partition: int) -> None:
+        """Take ``partition``'s jobs, statistics, epochs and input positions from ``other`` (a fold
+        of that partition made elsewhere), replacing what this one had of it."""
+        self.drop_partition(partition)
+        for job_id in other.jobs_of(partition):
+            self.states[job_id] = other.states[job_id]
+            if job_id in other.stats:
+                self.stats[job_id] = other.stats[job_id]
+        jobs = set(other.jobs_of(partition))
+        self.trigger_epochs.update({k: v for k, v in other.trigger_epochs.items() if k[0] in jobs})
+        self.positions.update({tp: o for tp, o in other.positions.items() if tp[1] == partition})
+
     def resume(self, now_ms: int, partition: int | None = None, epoch: int = 0) -> list[Outgoing]:
         """Barriers of every pending checkpoint (of ``partition``'s jobs) again, for tasks that
         missed them in a crash; they carry ``epoch``, the resender's."""

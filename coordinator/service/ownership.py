@@ -1,0 +1,260 @@
+"""Taking over a journal partition (DESIGN §4a): claim it, read it to the claim, fold it.
+
+A worker assigned partition ``p`` decides nothing of ``p`` until
+:func:`claim_partition` has returned: it folds what the journal holds (from
+the newest usable fold snapshot on, else from the start), appends
+``CoordinatorClaimed`` with an epoch higher than any the partition has seen,
+reads on up to its own claim (by offset: silence is never the end) and checks
+that the claim is valid under the fencing rule. Two workers claiming at once
+(overlapping rebalance generations) cannot both win: the later claim of the
+same epoch is void, and its worker claims again, higher.
+
+Blocking (confluent-kafka): the Faust app runs it in a thread, into a fresh
+:class:`~coordinator.service.runtime.Coordinator` that it merges into its own
+once the claim holds.
+
+Claim intents. Before the claim goes to the journal, its epoch is written to
+the snapshots topic (key ``<p>:claim``). A snapshot is only trusted when no
+intent newer than the snapshot's epoch exists; otherwise (a worker claimed and
+died before it wrote its first snapshot, while an older owner, now a zombie,
+kept writing snapshots) the fold starts from the beginning of the journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from coordinator.service.runtime import CAUSE_HEADER, Coordinator
+from events.codec import encode
+from events.fencing import Fence, epoch_header, epoch_of
+from events.kafka import producer_config
+from events.log import LogMessage, fenced_journal, read_to_end
+from events.records import CoordinatorClaimed
+from events.topics import Topics
+
+log = logging.getLogger("cutline.coordinator")
+
+CLAIM_SUFFIX = ":claim"
+"""Key suffix of claim intents in the snapshots topic (``<partition>:claim``)."""
+
+
+def new_worker_id() -> str:
+    """Host, process id and a random suffix: unique per worker process."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSnapshot:
+    """A fold snapshot as the snapshots topic holds it (decoded by the caller's ``decode``)."""
+
+    epoch: int
+    journal_offset: int
+    value: bytes
+
+
+@dataclass(slots=True)
+class ClaimedPartition:
+    """The outcome of :func:`claim_partition`: the partition's fold and the worker's epoch."""
+
+    partition: int
+    epoch: int
+    claim_offset: int
+    coordinator: Coordinator
+    folded: int
+    """Journal records read (valid or void) after the snapshot, up to the claim."""
+    snapshot_offset: int | None
+    """The journal offset the snapshot covered, None when the fold started at the beginning."""
+    seconds: float
+
+
+SnapshotLoader = Callable[[Coordinator, bytes], tuple[int, int]]
+"""Loads a snapshot's value into a fresh coordinator; returns (epoch, journal offset covered)."""
+
+
+def read_snapshots(
+    bootstrap: str, topic: str, partition: int, timeout: float | None
+) -> tuple[StoredSnapshot | None, int]:
+    """The newest snapshot of ``partition`` (highest epoch, then offset) and the highest claim
+    intent, from the snapshots topic (to its end)."""
+    best: StoredSnapshot | None = None
+    intent = 0
+    prefix = f"{partition}:".encode()
+    for message in read_to_end(bootstrap, topic, [partition], timeout=timeout):
+        key = message.key or b""
+        if not key.startswith(prefix) or message.value is None:
+            continue
+        if key.endswith(CLAIM_SUFFIX.encode()):
+            if message.value.isdigit():
+                intent = max(intent, int(message.value))
+            continue
+        epoch = epoch_of(message.headers)
+        offset_header = message.headers.get("cutline.journal-offset", b"")
+        if epoch < 0 or not offset_header.isdigit():
+            continue
+        stored = StoredSnapshot(epoch, int(offset_header), message.value)
+        if best is None or (stored.epoch, stored.journal_offset) >= (best.epoch, best.journal_offset):
+            best = stored
+    return best, intent
+
+
+def claim_partition(
+    bootstrap: str,
+    topics: Topics,
+    snapshots_topic: str,
+    partitions: int,
+    partition: int,
+    worker_id: str,
+    load_snapshot: SnapshotLoader | None = None,
+    timeout: float | None = 30.0,
+    now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+) -> ClaimedPartition:
+    """Fold ``partition`` of the journal, claim it, read on to the claim; see the module doc.
+
+    ``timeout`` bounds a stalled read (no fetch answer for that long), not the fold:
+    a long journal or a paused broker only make it take longer.
+    """
+    started = time.monotonic()
+    coordinator = Coordinator(topics, partitions=partitions)
+    fences = {partition: Fence()}
+    next_offset: int | None = None
+    snapshot_offset: int | None = None
+    stored, intent = read_snapshots(bootstrap, snapshots_topic, partition, timeout)
+    if stored is not None and load_snapshot is not None:
+        if intent > stored.epoch:
+            log.warning(
+                "journal partition %d: a claim of epoch %d has no snapshot (its worker died while "
+                "claiming?); the snapshot of epoch %d may hold a zombie's records: folding from the start",
+                partition,
+                intent,
+                stored.epoch,
+            )
+        else:
+            epoch, covered = load_snapshot(coordinator, stored.value)
+            fences[partition] = Fence(epoch)
+            next_offset = covered + 1
+            snapshot_offset = covered
+    highest = max(intent, fences[partition].epoch)
+    folded = 0
+
+    def fold(until: int | None) -> tuple[int, CoordinatorClaimed | None, LogMessage | None]:
+        """Read from ``next_offset`` to ``until`` (or the end); the highest epoch seen and the last
+        valid claim with its message."""
+        nonlocal next_offset, folded
+        seen = 0
+        last_claim: tuple[CoordinatorClaimed | None, LogMessage | None] = (None, None)
+
+        def skip(message: LogMessage, problem: str) -> None:
+            # Only coordinators write here; anything else was written by mistake. Folding it
+            # is impossible, stopping would leave every job without a coordinator: skip it loudly.
+            log.error("journal %s[%d]@%d skipped: %s", message.topic, partition, message.offset, problem)
+
+        messages = _counted(
+            read_to_end(
+                bootstrap, topics.checkpoints, [partition], timeout=timeout, start=next_offset, until=until
+            )
+        )
+        for record, message in fenced_journal(messages.each(), skip, fences):
+            if isinstance(record, CoordinatorClaimed):
+                seen = max(seen, record.epoch)
+                last_claim = (record, message)
+            else:
+                epoch = epoch_of(message.headers)
+                seen = max(seen, epoch)
+                coordinator.apply(record, message.headers.get(CAUSE_HEADER), epoch)
+        folded += messages.count
+        if messages.last is not None:
+            next_offset = messages.last + 1
+            seen = max(seen, messages.highest_epoch)
+        return seen, *last_claim
+
+    highest = max(highest, fold(None)[0])
+    producer = Producer(producer_config(bootstrap))
+    try:
+        while True:
+            epoch = highest + 1
+            _produce(
+                producer, snapshots_topic, partition, f"{partition}{CLAIM_SUFFIX}".encode(), b"%d" % epoch
+            )
+            claim = CoordinatorClaimed(partition, epoch, worker_id, now_ms())
+            claim_offset = _produce(
+                producer, topics.checkpoints, partition, None, encode(claim), [epoch_header(epoch)]
+            )
+            seen, valid_claim, message = fold(claim_offset)
+            if valid_claim == claim and message is not None and message.offset == claim_offset:
+                return ClaimedPartition(
+                    partition,
+                    epoch,
+                    claim_offset,
+                    coordinator,
+                    folded,
+                    snapshot_offset,
+                    time.monotonic() - started,
+                )
+            log.warning(
+                "journal partition %d: claim of epoch %d at offset %d is void (another worker claimed "
+                "at the same time); claiming again",
+                partition,
+                epoch,
+                claim_offset,
+            )
+            highest = max(highest, seen, epoch)
+    finally:
+        producer.flush(10)
+
+
+class _counted:
+    """Passes messages through, counting them and noting the last offset and highest epoch."""
+
+    def __init__(self, messages: Any) -> None:
+        self._messages = messages
+        self.count = 0
+        self.last: int | None = None
+        self.highest_epoch = 0
+
+    def each(self) -> Any:
+        for message in self._messages:
+            self.count += 1
+            self.last = message.offset
+            self.highest_epoch = max(self.highest_epoch, epoch_of(message.headers))
+            yield message
+
+
+def _produce(
+    producer: Producer,
+    topic: str,
+    partition: int,
+    key: bytes | None,
+    value: bytes,
+    headers: list[tuple[str, str | bytes | None]] | None = None,
+    timeout: float = 30.0,
+) -> int:
+    """Produce one message to ``topic[partition]`` and wait for the broker; its offset."""
+    outcome: list[tuple[KafkaError | None, Message]] = []
+    producer.produce(
+        topic,
+        value=value,
+        key=key,
+        partition=partition,
+        headers=headers or [],
+        on_delivery=lambda error, msg: outcome.append((error, msg)),
+    )
+    deadline = time.monotonic() + timeout
+    while not outcome:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no delivery report for {topic}[{partition}] within {timeout:g}s")
+        producer.poll(0.1)
+    error, msg = outcome[0]
+    if error is not None:
+        raise RuntimeError(f"could not write to {topic}[{partition}]: {error}")
+    offset = msg.offset()
+    assert offset is not None
+    return offset
