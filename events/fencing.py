@@ -34,7 +34,12 @@ def epoch_header(epoch: int) -> tuple[str, bytes]:
     return EPOCH_HEADER, str(epoch).encode("ascii")
 
 
-def epoch_of(headers: Mapping[str, bytes] | Iterable[tuple[str, bytes | None]] | None) -> int:
+HeaderValue = str | bytes | None
+
+
+def epoch_of(
+    headers: Mapping[str, bytes] | Mapping[str, HeaderValue] | Iterable[tuple[str, HeaderValue]] | None,
+) -> int:
     """The epoch a record's headers name: 0 without the header, -1 when it is malformed.
 
     A malformed epoch (not plain ASCII digits) is lower than every claim's, so such a
@@ -45,6 +50,8 @@ def epoch_of(headers: Mapping[str, bytes] | Iterable[tuple[str, bytes | None]] |
     items = headers.items() if isinstance(headers, Mapping) else headers
     for name, value in items:
         if name == EPOCH_HEADER:
+            if isinstance(value, str):
+                value = value.encode("utf-8")
             if value is None or not (0 < len(value) <= MAX_EPOCH_DIGITS) or not value.isdigit():
                 return -1
             try:

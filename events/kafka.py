@@ -147,6 +147,7 @@ def produce_record(
     topic: str,
     record: Record,
     on_delivery: DeliveryCallback | None = None,
+    headers: Sequence[tuple[str, bytes]] = (),
 ) -> None:
     """Encode ``record`` with the codec and produce it to ``topic``, keyed by its ``job_id``.
 
@@ -155,6 +156,8 @@ def produce_record(
     kwargs: dict[str, Any] = {"key": record_key(record), "value": encode(record)}
     if on_delivery is not None:
         kwargs["on_delivery"] = on_delivery
+    if headers:
+        kwargs["headers"] = list(headers)
     try:
         producer.produce(topic, **kwargs)
     except BufferError:

@@ -37,6 +37,7 @@ from urllib.parse import quote, unquote, urlsplit
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from events.codec import HEADER_SIZE, MAGIC, DecodeError, decode, default_codec
+from events.fencing import Fence, epoch_header, epoch_of
 from events.kafka import (
     assign_at_end,
     consume_available,
@@ -56,6 +57,7 @@ from events.records import (
     CheckpointDeclined,
     CheckpointKind,
     CheckpointRequested,
+    CoordinatorClaimed,
     ExecutionState,
     JobStatus,
     JobStatusChanged,
@@ -242,6 +244,10 @@ class Participant:
         self._commit_consumer = commit_consumer
         self._key = job_key(job_id)
         self._last_id = 0
+        self._last_epoch = 0
+        self._fence = Fence(learning=True)
+        """The coordinator epoch of the job's partition, learnt from claims, barriers and the journal
+        (DESIGN §4a): barriers and journal records of older epochs are a zombie's, and ignored."""
         self._last_committed = 0
         self._replies: OrderedDict[int, Reply] = OrderedDict()
         self._files: dict[int, Path] = {}
@@ -299,7 +305,8 @@ class Participant:
         if topic is None or partition is None or offset is None:
             return 0
         start = self._start.get((topic, partition))
-        if start is None or offset < start or msg.key() != self._key:
+        key = msg.key()
+        if start is None or offset < start or (key != self._key and key is not None):
             return 0
         value = msg.value()
         if value is None:
@@ -310,9 +317,27 @@ class Participant:
             self.stats.undecodable += 1
             log.warning("undecodable record at %s[%d]@%d: %s", topic, partition, offset, exc)
             return 0
+        if isinstance(record, CoordinatorClaimed):  # the journal partition changed hands
+            if topic == self.topics.checkpoints:
+                _, self._fence = self._fence.claim(record.epoch)
+            return 0
+        if key is None:
+            return 0
+        epoch = epoch_of(msg.headers())
+        valid, self._fence = self._fence.admit(epoch)
+        if not valid:
+            self.stats.ignored_barriers += topic == self.topics.barriers
+            log.info(
+                "task %s ignores %s of superseded coordinator epoch %d (epoch now %d)",
+                self.task_id,
+                type(record).__name__,
+                epoch,
+                self._fence.epoch,
+            )
+            return 0
         if topic == self.topics.barriers:
             if isinstance(record, CheckpointBarrier) and record.job_id == self.job_id:
-                self._on_barrier(record)
+                self._on_barrier(record, epoch)
                 return 1
         elif isinstance(record, CheckpointCompleted) and record.job_id == self.job_id:
             self._on_completed(record)
@@ -324,7 +349,7 @@ class Participant:
 
     # ---------------------------------------------------------- barriers
 
-    def _on_barrier(self, barrier: CheckpointBarrier) -> None:
+    def _on_barrier(self, barrier: CheckpointBarrier, epoch: int = 0) -> None:
         checkpoint_id = barrier.checkpoint_id
         if barrier.attempt != self.attempt:
             self.stats.ignored_barriers += 1
@@ -339,13 +364,14 @@ class Participant:
         previous = self._replies.get(checkpoint_id)
         if previous is not None:  # a re-sent barrier: answer the same, never snapshot twice
             self.stats.resent.append(checkpoint_id)
-            self._send(previous)
+            self._send(previous, epoch)
             return
-        if checkpoint_id <= self._last_id:
+        # A newer coordinator epoch may trigger ids a superseded one (a zombie) already used.
+        if checkpoint_id <= self._last_id and epoch <= self._last_epoch:
             self.stats.ignored_barriers += 1
             log.info("task %s ignores stale barrier %d (last %d)", self.task_id, checkpoint_id, self._last_id)
             return
-        self._last_id = checkpoint_id
+        self._last_id, self._last_epoch = checkpoint_id, epoch
         reply = self._checkpoint(barrier)
         self._replies[checkpoint_id] = reply
         while len(self._replies) > REMEMBERED_REPLIES:
@@ -354,7 +380,7 @@ class Participant:
             self.stats.acked.append(checkpoint_id)
         else:
             self.stats.declined.append(checkpoint_id)
-        self._send(reply)
+        self._send(reply, epoch)
 
     def _checkpoint(self, barrier: CheckpointBarrier) -> Reply:
         """Take the cut, write it and build the ack, or the decline saying why not."""
@@ -399,9 +425,13 @@ class Participant:
             },
         )
 
-    def _send(self, reply: Reply) -> None:
+    def _send(self, reply: Reply, epoch: int) -> None:
+        """Send ``reply`` to the barrier of coordinator ``epoch``, naming that epoch (the coordinator
+        refuses answers to a superseded coordinator's barriers)."""
         topic = self.topics.acks if isinstance(reply, CheckpointAcknowledged) else self.topics.declines
-        produce_record(self._producer, topic, reply, on_delivery=self._delivered)
+        produce_record(
+            self._producer, topic, reply, on_delivery=self._delivered, headers=[epoch_header(epoch)]
+        )
 
     def _delivered(self, error: KafkaError | None, msg: Message) -> None:
         if error is not None:
