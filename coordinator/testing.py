@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 
 from coordinator.commands import (
     AcknowledgeCheckpoint,
@@ -213,3 +213,38 @@ def given(*commands: Command, job_id: str = JOB) -> Given:
     """The state after ``commands``; ``given()`` is a job nothing is known about."""
     state, _ = run(commands, initial_state(job_id))
     return Given(state)
+
+
+# ------------------------------------------------------------ exact comparison
+
+
+def differences(expected: object, actual: object, path: str = "") -> list[str]:
+    """Where ``actual`` is not exactly ``expected``; ``[]`` when it is.
+
+    Stricter than ``==``: types count (a list is not a tuple, a str is not an enum member
+    of the same value, a dict is not another mapping) and so does the order of a mapping's
+    keys (the decider iterates its mappings). Dataclasses, mappings and sequences are
+    compared member by member, so each difference names its path.
+    """
+    where = path or "."
+    if type(expected) is not type(actual):
+        return [f"{where}: {type(expected).__name__} {expected!r} != {type(actual).__name__} {actual!r}"]
+    if is_dataclass(expected) and not isinstance(expected, type):
+        return [
+            d
+            for f in fields(expected)
+            for d in differences(getattr(expected, f.name), getattr(actual, f.name), f"{path}.{f.name}")
+        ]
+    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
+        if list(expected) != list(actual):
+            return [f"{where}: keys {list(expected)!r} != {list(actual)!r}"]
+        return [d for k in expected for d in differences(expected[k], actual[k], f"{path}[{k!r}]")]
+    if isinstance(expected, tuple | list) and isinstance(actual, tuple | list):
+        if len(expected) != len(actual):
+            return [f"{where}: {len(expected)} items != {len(actual)} items"]
+        return [
+            d
+            for i, (e, a) in enumerate(zip(expected, actual, strict=True))
+            for d in differences(e, a, f"{path}[{i}]")
+        ]
+    return [] if expected == actual else [f"{where}: {expected!r} != {actual!r}"]

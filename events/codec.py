@@ -36,6 +36,7 @@ NAMESPACE = "cutline"
 SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
 R = TypeVar("R", bound=Record)
+T = TypeVar("T")
 
 
 class DecodeError(ValueError):
@@ -133,9 +134,13 @@ def from_avro(cls: type[R], datum: Mapping[str, Any]) -> R:
     return cast(R, decoder(datum))
 
 
-def avro_decoder(cls: type[R]) -> Callable[[Mapping[str, Any]], R]:
-    """``from_avro`` bound to one class, for loops over many data of one type (journal replay)."""
-    return cast(Callable[[Mapping[str, Any]], R], _DECODERS.get(cls) or _compile_decoder(cls))
+def avro_decoder(cls: type[T]) -> Callable[[Mapping[str, Any]], T]:
+    """``from_avro`` bound to one class, for loops over many data of one type (journal replay).
+
+    Any frozen dataclass whose fields map onto an Avro record works, not only the records
+    of :data:`RECORD_TYPES` (the coordinator snapshot decodes its state classes with it).
+    """
+    return cast(Callable[[Mapping[str, Any]], T], _DECODERS.get(cls) or _compile_decoder(cls))
 
 
 def _from_avro_fields(cls: type[R], datum: Mapping[str, Any]) -> R:
@@ -258,7 +263,10 @@ class SchemaRegistry:
         history = schemas_dir / "history"
         if history.is_dir():
             for path in sorted(history.glob("*.avsc")):
-                self.register_writer_schema(json.loads(path.read_text()))
+                schema = json.loads(path.read_text())
+                # Other frames keep their old schemas here too (the coordinator snapshot's).
+                if str(schema.get("name", "")).removeprefix(f"{NAMESPACE}.") in self._classes:
+                    self.register_writer_schema(schema)
 
     def register_writer_schema(self, schema: Mapping[str, Any]) -> bytes:
         """Make frames written with an older (self-contained) schema decodable; its fingerprint."""
@@ -284,6 +292,53 @@ class SchemaRegistry:
         return self._current.keys()
 
 
+# ---------------------------------------------------------------------- framing
+
+
+def write_frame(writer: WriterSchema, datum: Mapping[str, Any]) -> bytes:
+    """``datum`` as a single-object frame: magic, ``writer``'s fingerprint, Avro body."""
+    out = io.BytesIO()
+    out.write(MAGIC)
+    out.write(writer.fingerprint)
+    schemaless_writer(out, writer.compiled, datum)
+    return out.getvalue()
+
+
+def read_frame(
+    frame: bytes,
+    writer_of: Callable[[bytes], WriterSchema | None],
+    reader_of: Callable[[str], WriterSchema],
+) -> tuple[WriterSchema, Any]:
+    """The writer schema and the datum of a single-object frame, resolved to the current schema.
+
+    ``writer_of`` looks a fingerprint up among the known writer schemas, ``reader_of`` gives
+    the current schema of a name. Raises a :class:`DecodeError` subclass saying what is wrong.
+    """
+    if len(frame) < HEADER_SIZE:
+        if not MAGIC.startswith(frame[:2]):
+            raise BadMagic(f"frame starts with {frame[:2].hex()}, not c301 (single-object Avro)")
+        raise TruncatedFrame(f"frame of {len(frame)} bytes is shorter than its 10-byte header")
+    if frame[:2] != MAGIC:
+        raise BadMagic(f"frame starts with {frame[:2].hex()}, not c301 (single-object Avro)")
+    fp = frame[2:HEADER_SIZE]
+    writer = writer_of(fp)
+    if writer is None:
+        raise UnknownFingerprint(
+            f"no known schema has fingerprint {fp.hex()}; register the writer's schema "
+            "(schemas/history/) or upgrade cutline"
+        )
+    reader = reader_of(writer.name)
+    body = io.BytesIO(frame)
+    body.seek(HEADER_SIZE)
+    try:
+        datum = schemaless_reader(body, writer.compiled, None if reader is writer else reader.compiled)
+    except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, ...
+        raise BodyMismatch(f"body does not match schema {writer.name} ({fp.hex()}): {exc!r}") from exc
+    if body.tell() != len(frame):
+        raise BodyMismatch(f"{len(frame) - body.tell()} bytes left after a {writer.name} body")
+    return writer, datum
+
+
 # ------------------------------------------------------------------------ codec
 
 
@@ -299,37 +354,13 @@ class Codec:
             schema = self.registry.current(name)
         except KeyError:
             raise UnknownRecordType(f"{name} is not a cutline record") from None
-        out = io.BytesIO()
-        out.write(MAGIC)
-        out.write(schema.fingerprint)
-        schemaless_writer(out, schema.compiled, to_avro(record))
-        return out.getvalue()
+        return write_frame(schema, to_avro(record))
 
     def decode(self, frame: bytes) -> Record:
         """The record in ``frame``; raises a :class:`DecodeError` subclass saying what is wrong."""
-        if len(frame) < HEADER_SIZE:
-            if not MAGIC.startswith(frame[:2]):
-                raise BadMagic(f"frame starts with {frame[:2].hex()}, not c301 (single-object Avro)")
-            raise TruncatedFrame(f"frame of {len(frame)} bytes is shorter than its 10-byte header")
-        if frame[:2] != MAGIC:
-            raise BadMagic(f"frame starts with {frame[:2].hex()}, not c301 (single-object Avro)")
-        fp = frame[2:HEADER_SIZE]
-        writer = self.registry.writer(fp)
-        if writer is None:
-            raise UnknownFingerprint(
-                f"no known schema has fingerprint {fp.hex()}; register the writer's schema "
-                "(schemas/history/) or upgrade cutline"
-            )
-        reader = self.registry.current(writer.name)
-        body = io.BytesIO(frame)
-        body.seek(HEADER_SIZE)
-        try:
-            datum = schemaless_reader(body, writer.compiled, None if reader is writer else reader.compiled)
-        except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, ...
-            raise BodyMismatch(f"body does not match schema {writer.name} ({fp.hex()}): {exc!r}") from exc
-        if body.tell() != len(frame):
-            raise BodyMismatch(f"{len(frame) - body.tell()} bytes left after a {writer.name} body")
-        cls = self.registry.record_class(writer.name)
+        registry = self.registry
+        writer, datum = read_frame(frame, registry.writer, registry.current)
+        cls = registry.record_class(writer.name)
         try:
             return from_avro(cls, cast(Mapping[str, Any], datum))
         except (TypeError, ValueError) as exc:
