@@ -27,8 +27,9 @@ from typing import Any, cast
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from coordinator.service.ownership import claim_partition, new_worker_id
+from coordinator.service.ownership import claim_partition, new_worker_id, snapshot_message
 from coordinator.service.runtime import Coordinator, Outcome, Outgoing
+from coordinator.snapshot import PartitionSnapshot
 from coordinator.state import state_json
 from coordinator.stats import checkpoints_json, config_json, entry_json
 from events.broker import create_topics, topic_config
@@ -49,6 +50,10 @@ class Owner:
     with ``revoked``, when it is taken away, to wake what waits for it)."""
 
     epoch: int = 0
+    journal_offset: int = -1
+    """The last journal offset this worker has written (or read to) in the partition."""
+    snapshot_offset: int = -1
+    """The journal offset the last snapshot it wrote covers."""
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     revoked: bool = False
     task: asyncio.Future[None] | None = None
@@ -64,6 +69,8 @@ class Settings:
     web_port: int = 6066
     partitions: int = DEFAULT_PARTITIONS
     tick_interval: float = 0.01
+    snapshot_interval: float = 10.0
+    """Seconds between fold snapshots of an owned partition whose journal moved (DESIGN §4a)."""
     fetch_wait_ms: int = 2
     session_timeout: float = 6.0
     data_dir: Path = field(default_factory=lambda: Path(".cutline") / "coordinator")
@@ -213,13 +220,16 @@ def create_app(settings: Settings) -> faust.App:
     def _home(message: Outgoing) -> int:
         return coordinator.partition_of(message.key.decode()) if message.key else -1
 
-    async def _written(sent: list[tuple[str, int, asyncio.Future[Any]]]) -> set[int]:
-        results = await asyncio.gather(*(future for _, _, future in sent), return_exceptions=True)
+    async def _written(sent: list[tuple[str, int, int, asyncio.Future[Any]]]) -> set[int]:
+        results = await asyncio.gather(*(future for *_, future in sent), return_exceptions=True)
         failed = set()
-        for (topic, partition, _), result in zip(sent, results, strict=True):
+        for (topic, partition, count, _), result in zip(sent, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("write to %s[%d] failed: %r; the partition recovers", topic, partition, result)
                 failed.add(partition)
+            elif topic == topics.checkpoints and partition in owners:
+                owner = owners[partition]
+                owner.journal_offset = max(owner.journal_offset, result.offset + count - 1)
         return failed
 
     partitions: dict[tuple[str, bytes], int] = {}
@@ -232,7 +242,7 @@ def create_app(settings: Settings) -> faust.App:
             partition = partitions[(topic, key)] = app.producer.key_partition(topic, key).partition
         return partition
 
-    async def _send_batches(messages: Sequence[Outgoing]) -> list[tuple[str, int, asyncio.Future[Any]]]:
+    async def _send_batches(messages: Sequence[Outgoing]) -> list[tuple[str, int, int, asyncio.Future[Any]]]:
         """Send ``messages`` in order, as one aiokafka record batch per topic and partition.
 
         They go through the app's own producer, so Faust's flush before each offset commit
@@ -244,27 +254,26 @@ def create_app(settings: Settings) -> faust.App:
         for message in messages:
             tp = (message.topic, await _partition(producer, message.topic, message.key))
             grouped.setdefault(tp, []).append(message)
-        futures: list[tuple[str, int, asyncio.Future[Any]]] = []
+        futures: list[tuple[str, int, int, asyncio.Future[Any]]] = []
 
-        async def send(batch: Any, topic: str, partition: int) -> None:
+        async def send(batch: Any, count: int, topic: str, partition: int) -> None:
             try:
-                futures.append(
-                    (topic, partition, await producer.send_batch(batch, topic, partition=partition))
-                )
+                future = await producer.send_batch(batch, topic, partition=partition)
             except Exception as exc:  # the producer refused it at once: a failed write like any other
-                failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                failed.set_exception(exc)
-                futures.append((topic, partition, failed))
+                future = asyncio.get_running_loop().create_future()
+                future.set_exception(exc)
+            futures.append((topic, partition, count, future))
 
         for (topic, partition), group in grouped.items():
-            batch = producer.create_batch()
+            batch, count = producer.create_batch(), 0
             for message in group:
                 record = {"key": message.key, "value": message.value, "headers": list(message.headers)}
                 if batch.append(timestamp=None, **record) is None:
-                    await send(batch, topic, partition)
-                    batch = producer.create_batch()  # full: the next one (a lone record always fits)
+                    await send(batch, count, topic, partition)
+                    batch, count = producer.create_batch(), 0  # full: the next (a lone record always fits)
                     batch.append(timestamp=None, **record)
-            await send(batch, topic, partition)
+                count += 1
+            await send(batch, count, topic, partition)
         return futures
 
     def assigned_partitions() -> set[int]:
@@ -403,11 +412,19 @@ def create_app(settings: Settings) -> faust.App:
                 return  # revoked while it folded: the claim is void or will be
             coordinator.merge(claimed.coordinator, partition)
             owner.epoch = claimed.epoch
+            owner.journal_offset = claimed.claim_offset
             failed = await publish([Outcome(messages=coordinator.resume(now_ms(), partition, owner.epoch))])
             if failed:
                 log.error("barriers of partition %d could not be resent; recovering it again", partition)
                 start_recovery(partition, again=True)
                 return
+            # The first snapshot of this epoch, before any decision: a later claimer that sees this
+            # epoch's intent finds its snapshot (ownership.py, "Claim intents").
+            snapshot = coordinator.snapshot(partition, owner.epoch, owner.journal_offset, now_ms())
+        if not await write_snapshot(snapshot):
+            start_recovery(partition, again=True)
+            return
+        owner.snapshot_offset = snapshot.journal_offset
         log.info(
             "claimed journal partition %d with epoch %d at offset %d: %d records folded%s in %.2fs",
             partition,
@@ -420,6 +437,35 @@ def create_app(settings: Settings) -> faust.App:
         owner.ready.set()
         if all(o.ready.is_set() for o in owners.values()):
             recovered.set()
+
+    async def write_snapshot(snapshot: PartitionSnapshot) -> bool:
+        """Write ``snapshot`` to the snapshots topic and wait for the broker; False if it failed."""
+        key, value, headers = await asyncio.get_running_loop().run_in_executor(
+            None, snapshot_message, snapshot
+        )
+        producer = cast(Any, app.producer)._ensure_producer()
+        try:
+            future = await producer.send(
+                settings.snapshots_topic, value=value, key=key, partition=snapshot.partition, headers=headers
+            )
+            await future
+        except Exception:
+            log.exception("snapshot of journal partition %d not written", snapshot.partition)
+            return False
+        return True
+
+    @app.timer(settings.snapshot_interval)
+    async def write_snapshots() -> None:
+        """Bounded recovery: a snapshot of each owned partition whose journal moved since its last."""
+        for partition, owner in list(owners.items()):
+            if not owner.ready.is_set() or owner.revoked or owner.journal_offset <= owner.snapshot_offset:
+                continue
+            async with publish_lock:  # no decision half-published: the state is the journal's fold
+                if owners.get(partition) is not owner or not owner.ready.is_set():
+                    continue
+                snapshot = coordinator.snapshot(partition, owner.epoch, owner.journal_offset, now_ms())
+            if await write_snapshot(snapshot):
+                owner.snapshot_offset = snapshot.journal_offset
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:

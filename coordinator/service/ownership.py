@@ -34,6 +34,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from coordinator.service.runtime import CAUSE_HEADER, Coordinator
+from coordinator.snapshot import PartitionSnapshot, SnapshotError, decode_snapshot, encode_snapshot
 from events.codec import encode
 from events.fencing import Fence, epoch_header, epoch_of
 from events.kafka import producer_config
@@ -79,6 +80,24 @@ class ClaimedPartition:
 SnapshotLoader = Callable[[Coordinator, bytes], tuple[int, int]]
 """Loads a snapshot's value into a fresh coordinator; returns (epoch, journal offset covered)."""
 
+SNAPSHOT_OFFSET_HEADER = "cutline.journal-offset"
+"""Header of a snapshot message: the last journal offset it covers (ASCII decimal)."""
+
+
+def load_snapshot(coordinator: Coordinator, value: bytes) -> tuple[int, int]:
+    """:data:`SnapshotLoader` of :mod:`coordinator.snapshot` frames."""
+    snapshot = decode_snapshot(value)
+    coordinator.load(snapshot)
+    return snapshot.epoch, snapshot.journal_offset
+
+
+def snapshot_message(snapshot: PartitionSnapshot) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """Key, value and headers of ``snapshot`` in the snapshots topic (one key per partition and epoch:
+    compaction keeps the newest snapshot of every epoch, and a zombie's never replaces a newer
+    owner's)."""
+    headers = [epoch_header(snapshot.epoch), (SNAPSHOT_OFFSET_HEADER, b"%d" % snapshot.journal_offset)]
+    return f"{snapshot.partition}:{snapshot.epoch}".encode(), encode_snapshot(snapshot), headers
+
 
 def read_snapshots(
     bootstrap: str, topic: str, partition: int, timeout: float | None
@@ -97,7 +116,7 @@ def read_snapshots(
                 intent = max(intent, int(message.value))
             continue
         epoch = epoch_of(message.headers)
-        offset_header = message.headers.get("cutline.journal-offset", b"")
+        offset_header = message.headers.get(SNAPSHOT_OFFSET_HEADER, b"")
         if epoch < 0 or not offset_header.isdigit():
             continue
         stored = StoredSnapshot(epoch, int(offset_header), message.value)
@@ -113,7 +132,7 @@ def claim_partition(
     partitions: int,
     partition: int,
     worker_id: str,
-    load_snapshot: SnapshotLoader | None = None,
+    load_snapshot: SnapshotLoader | None = load_snapshot,
     timeout: float | None = 30.0,
     now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
 ) -> ClaimedPartition:
@@ -138,10 +157,17 @@ def claim_partition(
                 stored.epoch,
             )
         else:
-            epoch, covered = load_snapshot(coordinator, stored.value)
-            fences[partition] = Fence(epoch)
-            next_offset = covered + 1
-            snapshot_offset = covered
+            try:
+                epoch, covered = load_snapshot(coordinator, stored.value)
+            except SnapshotError as exc:
+                log.warning(
+                    "journal partition %d: snapshot unreadable (%s); folding from the start", partition, exc
+                )
+                coordinator = Coordinator(topics, partitions=partitions)
+            else:
+                fences[partition] = Fence(epoch)
+                next_offset = covered + 1
+                snapshot_offset = covered
     highest = max(intent, fences[partition].epoch)
     folded = 0
 

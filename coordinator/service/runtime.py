@@ -35,6 +35,7 @@ from coordinator.commands import (
     Tick,
 )
 from coordinator.decider import InputRejected, decide_steps, due_at, evolve
+from coordinator.snapshot import PartitionSnapshot, trigger_key
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track
 from events.codec import Codec, DecodeError, default_codec
@@ -200,6 +201,33 @@ class Coordinator:
         jobs = set(other.jobs_of(partition))
         self.trigger_epochs.update({k: v for k, v in other.trigger_epochs.items() if k[0] in jobs})
         self.positions.update({tp: o for tp, o in other.positions.items() if tp[1] == partition})
+
+    def snapshot(self, partition: int, epoch: int, journal_offset: int, now_ms: int) -> PartitionSnapshot:
+        """What this coordinator holds of ``partition``, as a fold snapshot covering the journal up to
+        ``journal_offset`` (the caller's last write there)."""
+        jobs = set(self.jobs_of(partition))
+        return PartitionSnapshot(
+            partition=partition,
+            epoch=epoch,
+            journal_offset=journal_offset,
+            positions={f"{t}:{p}": o for (t, p), o in self.positions.items() if p == partition},
+            trigger_epochs={trigger_key(j, c): e for (j, c), e in self.trigger_epochs.items() if j in jobs},
+            states={j: self.states[j] for j in sorted(jobs)},
+            stats={j: self.stats[j] for j in sorted(jobs) if j in self.stats},
+            timestamp_ms=now_ms,
+        )
+
+    def load(self, snapshot: PartitionSnapshot) -> None:
+        """Take a snapshot's jobs, statistics, epochs and positions (replacing the partition's)."""
+        self.drop_partition(snapshot.partition)
+        self.states.update(snapshot.states)
+        self.stats.update(snapshot.stats)
+        for key, epoch in snapshot.trigger_epochs.items():
+            job_id, _, checkpoint_id = key.rpartition("\x00")
+            self.trigger_epochs[(job_id, int(checkpoint_id))] = epoch
+        for key, offset in snapshot.positions.items():
+            topic, _, partition = key.rpartition(":")
+            self.positions[(topic, int(partition))] = offset
 
     def resume(self, now_ms: int, partition: int | None = None, epoch: int = 0) -> list[Outgoing]:
         """Barriers of every pending checkpoint (of ``partition``'s jobs) again, for tasks that
