@@ -502,7 +502,7 @@ def topics_create(
     settings = Settings(bootstrap, topic_prefix, partitions=partitions)
     created = ensure_topics(settings)
     console = Console(highlight=False)
-    for name in [*settings.topics.all, settings.ticks_topic]:
+    for name in [*settings.topics.all, settings.ticks_topic, settings.snapshots_topic]:
         console.print(f"{'created' if name in created else 'exists '}  {name}", soft_wrap=True)
 
 
@@ -516,11 +516,21 @@ def coordinator(
         ".cutline/coordinator"
     ),
     loglevel: Annotated[str, typer.Option("--loglevel", help="debug, info, warning or error.")] = "warning",
+    snapshot_interval: Annotated[
+        float,
+        typer.Option(
+            "--snapshot-interval",
+            min=0.1,
+            help="Seconds between fold snapshots of each owned journal partition.",
+        ),
+    ] = 10.0,
 ) -> None:
-    """Run the checkpoint coordinator (a Faust worker) until interrupted."""
+    """Run the checkpoint coordinator (a Faust worker) until interrupted.
+
+    Start it N times with the same prefix for N workers: each owns the jobs of its partitions."""
     import logging
 
-    from coordinator.service.app import Settings, run
+    from coordinator.service.app import JournalRetentionError, Settings, run
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = _need_bootstrap(errors, bootstrap)
@@ -528,7 +538,18 @@ def coordinator(
     errors.print(
         f"coordinator: topics {topic_prefix}*, views on http://{web_host}:{web_port}/jobs", soft_wrap=True
     )
-    run(Settings(bootstrap, topic_prefix, web_host=web_host, web_port=web_port, data_dir=data_dir), loglevel)
+    settings = Settings(
+        bootstrap,
+        topic_prefix,
+        web_host=web_host,
+        web_port=web_port,
+        data_dir=data_dir,
+        snapshot_interval=snapshot_interval,
+    )
+    try:
+        run(settings, loglevel)
+    except JournalRetentionError as exc:
+        _fail(errors, str(exc))
 
 
 @app.command()
