@@ -16,6 +16,7 @@ whose ListOffsets answers are wrong (docs/embedded-broker.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -122,6 +123,45 @@ MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 """A partition's snapshot grows with its jobs' tasks (about 4 MB for 100 jobs of 100 tasks)."""
 
 SNAPSHOTS_CONFIG = {"cleanup.policy": "compact", "max.message.bytes": str(MAX_SNAPSHOT_BYTES)}
+
+
+def _patch_idempotence(enabled: bool) -> None:
+    """Faust asks aiokafka for an idempotent producer only inside transactions; the coordinator
+    wants one always (DESIGN §4a: a retried journal write must not land twice), where the broker
+    supports it."""
+    original = getattr(faust_aiokafka.Producer, "_cutline_original_extra", None)
+    if original is None:
+        original = faust_aiokafka.Producer._settings_extra
+        faust_aiokafka.Producer._cutline_original_extra = original  # type: ignore[attr-defined]
+
+    def extra(self: Any) -> Any:
+        settings = dict(original(self))
+        if enabled:
+            settings.update({"acks": "all", "enable_idempotence": True})
+        return settings
+
+    faust_aiokafka.Producer._settings_extra = extra  # type: ignore[method-assign]
+
+
+def broker_supports_idempotence(bootstrap: str, timeout: float = 10.0) -> tuple[bool, str]:
+    """Can an aiokafka producer (Faust's) be idempotent against ``bootstrap``? And why not.
+
+    The embedded broker (Tansu 0.6) answers aiokafka's InitProducerId v0 with an unknown error
+    (docs/embedded-broker.md); Apache Kafka accepts it."""
+    from aiokafka import AIOKafkaProducer
+
+    async def probe() -> tuple[bool, str]:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+        try:
+            await asyncio.wait_for(producer.start(), timeout)
+            return True, "the broker granted a producer id"
+        except Exception as exc:
+            return False, f"the broker refused an idempotent producer ({type(exc).__name__}: {exc})"
+        finally:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+
+    return asyncio.run(probe())
 
 
 def ensure_topics(settings: Settings) -> list[str]:
@@ -643,6 +683,14 @@ def run(settings: Settings, loglevel: str = "warning") -> None:
     if created:
         log.warning("created topics: %s", ", ".join(created))
     check_journal_retention(settings)
+    idempotent, why = broker_supports_idempotence(settings.bootstrap)
+    _patch_idempotence(idempotent)
+    (log.info if idempotent else log.warning)(
+        "idempotent producer: %s (%s)%s",
+        "on" if idempotent else "off",
+        why,
+        "" if idempotent else "; a journal write the producer retries may land twice",
+    )
     app = create_app(settings)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # Faust always makes a terminal spinner, and for it sets the root logger to DEBUG: every debug
