@@ -557,6 +557,14 @@ class Participant:
 # ---------------------------------------------------------------- job driver
 
 
+def _decoded_claim(codec: Any, value: bytes) -> CoordinatorClaimed | None:
+    try:
+        record = codec.decode(value)
+    except DecodeError:
+        return None
+    return record if isinstance(record, CoordinatorClaimed) else None
+
+
 class JobDriver:
     """Publishes a job's status and reads its completed checkpoints from the journal."""
 
@@ -655,23 +663,33 @@ class JobDriver:
     def journal(self, kinds: tuple[type[Record], ...], timeout: float | None = None) -> list[Record]:
         """This job's journal events of the given types, in journal order.
 
-        Reads the job's journal partition from the beginning to its end; only frames
+        Reads the job's journal partition from the beginning to its end, with the fencing rule
+        (records of a superseded coordinator epoch are left out, DESIGN §4a); only frames
         of those types are decoded.
         """
         codec = default_codec()
         key = job_key(self.job_id)
         names = {kind.__name__ for kind in kinds}
         found: list[Record] = []
+        fence = Fence()
         consumer = Consumer(consumer_config(self.bootstrap))
         try:
             topic = self.topics.checkpoints
             partition = job_partition(consumer, topic, self.job_id, self.timeout)
             for msg in read_to_end(consumer, topic, partition, self.timeout if timeout is None else timeout):
                 value = msg.value()
-                if msg.key() != key or value is None or value[:2] != MAGIC:
+                if value is None or value[:2] != MAGIC:
                     continue
                 writer = codec.registry.writer(value[2:HEADER_SIZE])
-                if writer is None or writer.name not in names:
+                if writer is not None and writer.name == "CoordinatorClaimed":
+                    claim = _decoded_claim(codec, value)
+                    if claim is not None:
+                        _, fence = fence.claim(claim.epoch)
+                    continue
+                if msg.key() != key or writer is None or writer.name not in names:
+                    continue
+                valid, fence = fence.admit(epoch_of(msg.headers()))
+                if not valid:  # written by a superseded coordinator (DESIGN §4a)
                     continue
                 try:
                     record = codec.decode(value)

@@ -13,8 +13,9 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
 from events.broker import create_topics
-from events.codec import decode
+from events.codec import decode, encode
 from events.example_app import WordCount
+from events.fencing import epoch_header, epoch_of
 from events.kafka import (
     consumer_config,
     job_key,
@@ -40,6 +41,7 @@ from events.records import (
     CheckpointDeclined,
     CheckpointKind,
     CheckpointTriggered,
+    CoordinatorClaimed,
     JobStatus,
     JobStatusChanged,
     Record,
@@ -527,3 +529,66 @@ def test_example_word_count_restores_from_its_checkpoint_and_ends_with_exact_cou
     assert (len(lines) - cut, 2) == (restored.records, restored.attempt)  # resumed exactly at the cut
     assert Counter(" ".join(lines).split()) == counts
     assert cut == committed_tp.offset
+
+
+# ---------------------------------------------------------------- fencing (DESIGN §4a)
+
+
+def test_the_driver_reads_the_journal_through_the_fencing_rule(bootstrap: str, topics: Topics) -> None:
+    """Given claims 1 and 2 and a zombie's completion of epoch 1 after claim 2, the driver's view of
+    the journal leaves the zombie's record out."""
+    producer = Producer(producer_config(bootstrap))
+    partition = partition_for(job_key(JOB), PARTITIONS)
+
+    def append(record: Record, epoch: int) -> None:
+        key = None if isinstance(record, CoordinatorClaimed) else job_key(JOB)
+        producer.produce(
+            topics.checkpoints,
+            key=key,
+            value=encode(record),
+            partition=partition,
+            headers=[epoch_header(epoch)],
+        )
+
+    append(CoordinatorClaimed(partition, 1, "w1", 0), 1)
+    append(completed(1, {"w:0": 1}), 1)
+    append(CoordinatorClaimed(partition, 2, "w2", 0), 2)
+    append(completed(2, {"w:0": 2}), 1)  # the zombie of epoch 1
+    append(completed(3, {"w:0": 3}), 2)
+    assert 0 == producer.flush(10)
+
+    completions = JobDriver(bootstrap, JOB, topics).completions()
+
+    assert [1, 3] == [c.checkpoint_id for c in completions]
+
+
+def test_a_participant_ignores_a_superseded_epochs_barriers_and_echoes_the_epoch_it_answers(
+    bootstrap: str, topics: Topics, tmp_path: Path
+) -> None:
+    """Once a participant has seen epoch 2, a barrier of epoch 1 is a zombie's and gets no answer; its
+    ack of an epoch-2 barrier names epoch 2 (the coordinator refuses answers to stale epochs)."""
+    coordinator = Coordinator(bootstrap, topics)
+    participant = Participant(bootstrap, JOB, "t0", 1, topics, lambda b: b"s", lambda: {"w:0": 1})
+    location = f"file://{tmp_path}/{JOB}"
+    produce = coordinator.producer.produce
+    for checkpoint_id, epoch in ((1, 2), (2, 1), (3, 2)):
+        barrier = CheckpointBarrier(
+            JOB, checkpoint_id, 1, CheckpointKind.CHECKPOINT, 1, f"{location}/chk-{checkpoint_id}"
+        )
+        produce(topics.barriers, key=job_key(JOB), value=encode(barrier), headers=[epoch_header(epoch)])
+    assert 0 == coordinator.producer.flush(10)
+    consumer = Consumer(consumer_config(bootstrap))
+    consumer.assign([TopicPartition(topics.acks, partition_for(job_key(JOB), PARTITIONS), OFFSET_BEGINNING)])
+
+    replies = coordinator.collect(participant, 2)
+    echoed = []
+    while len(echoed) < 2:
+        message = consumer.poll(5)
+        assert message is not None and message.error() is None
+        echoed.append(epoch_of(message.headers()))
+
+    assert [1, 3] == [r.checkpoint_id for r in replies]
+    assert [2, 2] == echoed
+    consumer.close()
+    coordinator.close()
+    participant.close()
