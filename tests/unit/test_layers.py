@@ -1,0 +1,44 @@
+"""The layers of DESIGN §2 and issue 11: a pure core that imports no I/O framework."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PURE = [
+    "coordinator.commands",
+    "coordinator.state",
+    "coordinator.decider",
+    "coordinator.invariants",
+    "coordinator.stats",
+    "coordinator.journal",
+    "coordinator.snapshot",
+    "events.fencing",
+    "events.records",
+    "events.codec",
+]
+FORBIDDEN = ("faust", "aiokafka", "confluent_kafka", "rich", "typer", "matplotlib", "pyspark", "mode")
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_a_pure_module_imports_no_io_framework(module: str) -> None:
+    """Importing the module (in a fresh interpreter) loads none of Faust, Kafka clients, rich, typer,
+    matplotlib or PySpark, not even through another module."""
+    probe = (
+        f"import json, sys, {module}; "
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({FORBIDDEN!r}))))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+
+    assert [] == json.loads(loaded.stdout)
+
+
+def test_the_service_is_not_pure() -> None:
+    """The probe can fail: the Faust app does load Faust."""
+    probe = "import json, sys, coordinator.service.app; print(json.dumps('faust' in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+
+    assert json.loads(loaded.stdout) is True
