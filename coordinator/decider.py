@@ -13,7 +13,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeAlias, assert_never
+from typing import TypeAlias, TypeVar, assert_never
 from urllib.parse import urlsplit
 
 from coordinator.commands import (
@@ -28,10 +28,12 @@ from coordinator.commands import (
 from coordinator.state import (
     COUNTED_REASONS,
     MAX_QUEUED_REQUESTS,
+    FrozenMap,
     JobState,
     PendingCheckpoint,
     Reason,
     Scheduler,
+    frozen_map,
     initial_state,
     replacer,
     task_set,
@@ -100,6 +102,9 @@ class InputRejected:
 Decision: TypeAlias = JournalEvent | InputRejected
 """What ``decide`` returns a list of."""
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
 TERMINATING_TASK_STATES = frozenset(
     {ExecutionState.FAILED, ExecutionState.CANCELED, ExecutionState.CANCELING}
 )
@@ -116,26 +121,22 @@ def evolve(state: JobState, event: Decision) -> JobState:
     match event:
         # The three most frequent events first: match tries its cases in order.
         case TaskAcknowledged():
+            # O(log n) in the tasks and the pending checkpoints: the maps are persistent.
             current = state.pending.get(event.checkpoint_id)
             if current is None:
                 return state
-            pending = dict(state.pending)
-            acks = {**current.acks, event.task_id: event}
-            pending[event.checkpoint_id] = _replace_pending(current, acks=acks)
-            return _replace_state(state, pending=pending)
+            acked = _replace_pending(current, acks=current.acks.set(event.task_id, event))
+            return _replace_state(state, pending=state.pending.set(event.checkpoint_id, acked))
         case CheckpointTriggered():
-            pending = dict(state.pending)
-            pending[event.checkpoint_id] = PendingCheckpoint(event)
             return _replace_state(
                 state,
-                pending=pending,
+                pending=state.pending.set(event.checkpoint_id, PendingCheckpoint(event)),
                 next_checkpoint_id=max(state.next_checkpoint_id, event.checkpoint_id + 1),
                 queue=_dequeued(state.queue, event.periodic, event.request_id),
                 scheduler=_moved(state.scheduler, event.next_trigger_ms),
             )
         case CheckpointCompleted():
-            pending = dict(state.pending)
-            pending.pop(event.checkpoint_id, None)
+            pending = _without(state.pending, event.checkpoint_id)
             if event.kind is CheckpointKind.SAVEPOINT:
                 return _replace_state(
                     state,
@@ -161,18 +162,17 @@ def evolve(state: JobState, event: Decision) -> JobState:
                 attempt=event.attempt,
                 tasks=event.tasks,
                 config=event.config,
-                tasks_not_running={},
+                tasks_not_running=frozen_map(),
                 scheduler=Scheduler(event.next_trigger_ms),
                 queue=(),
             )
         case SchedulerStopped():
             return _replace_state(state, status=event.status, attempt=event.attempt, scheduler=None, queue=())
         case TaskStatusRecorded():
-            not_running = dict(state.tasks_not_running)
             if event.status is ExecutionState.RUNNING:
-                not_running.pop(event.task_id, None)
+                not_running = _without(state.tasks_not_running, event.task_id)
             else:
-                not_running[event.task_id] = event.status
+                not_running = state.tasks_not_running.set(event.task_id, event.status)
             return _replace_state(state, tasks_not_running=not_running)
         case CheckpointRequestQueued():
             waiting = [q for q in state.queue if not (event.periodic and q.periodic)]
@@ -180,8 +180,7 @@ def evolve(state: JobState, event: Decision) -> JobState:
             scheduler = _moved(state.scheduler, event.next_trigger_ms)
             return _replace_state(state, queue=queue, scheduler=scheduler)
         case CheckpointAborted():
-            pending = dict(state.pending)
-            pending.pop(event.checkpoint_id, None)
+            pending = _without(state.pending, event.checkpoint_id)
             failures = state.failures + 1 if event.counts_as_failure else state.failures
             return _replace_state(state, pending=pending, failures=failures)
         case TriggerRejected():
@@ -202,6 +201,11 @@ def evolve(state: JobState, event: Decision) -> JobState:
             return state
         case _:
             assert_never(event)
+
+
+def _without(mapping: FrozenMap[_K, _V], key: _K) -> FrozenMap[_K, _V]:
+    """``mapping`` less ``key``, if it has it (``FrozenMap.delete`` raises on a missing key)."""
+    return mapping.delete(key) if key in mapping else mapping
 
 
 def _priority(request: CheckpointRequestQueued) -> tuple[int, int]:

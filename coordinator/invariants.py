@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from coordinator.decider import evolve
-from coordinator.state import COUNTED_REASONS, JobState, PendingCheckpoint, Reason, initial_state
+from coordinator.state import (
+    COUNTED_REASONS,
+    JobState,
+    PendingCheckpoint,
+    Reason,
+    initial_state,
+    task_set,
+)
 from events.records import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -109,7 +116,7 @@ def _ack_from_required_task(job: _Job, event: TaskAcknowledged) -> str | None:
     """Only a task the checkpoint was triggered for acknowledges it."""
     state = job.state
     pending = _pending(state, event.checkpoint_id)
-    if pending is None or event.task_id in pending.triggered.tasks:
+    if pending is None or event.task_id in task_set(pending.triggered.tasks):
         return None
     return f"task {event.task_id} acknowledged checkpoint {event.checkpoint_id} but is not one of its tasks"
 
@@ -162,7 +169,7 @@ def _complete_after_every_ack(job: _Job, event: CheckpointCompleted) -> str | No
     if missing:
         who = ", ".join(missing)
         return f"checkpoint {event.checkpoint_id} completed without acknowledgements from {who}"
-    stale = [t for t, a in pending.acks.items() if a.attempt != triggered.attempt]
+    stale = sorted(t for t, a in pending.acks.items() if a.attempt != triggered.attempt)
     if stale:
         return (
             f"checkpoint {event.checkpoint_id} completed with acknowledgements from {', '.join(stale)} "

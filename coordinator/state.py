@@ -7,11 +7,13 @@ is read from a clock, a broker or a file.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from types import MemberDescriptorType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar, cast
+
+from immutables import Map
 
 from events.records import (
     CheckpointCompleted,
@@ -61,13 +63,27 @@ COUNTED_REASONS = frozenset(
 MAX_QUEUED_REQUESTS = 1000
 """Flink caps its request queue at 1000 entries."""
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+FrozenMap: TypeAlias = Map
+"""The state's mappings: immutable, and ``set``/``delete`` return a new map that shares all but
+O(log n) of the old one (a hash array mapped trie), so recording one ack does not copy the acks
+of every other task. Equal only to another ``FrozenMap`` (never to a ``dict``); iteration order
+follows the keys' hashes, so code that shows or decides anything from an iteration sorts first."""
+
+
+def frozen_map(items: Mapping[_K, _V] | Iterable[tuple[_K, _V]] = ()) -> FrozenMap[_K, _V]:
+    """A :data:`FrozenMap` of ``items``: every mapping in a :class:`JobState` is built here."""
+    return Map(items)
+
 
 @dataclass(frozen=True, slots=True)
 class PendingCheckpoint:
     """A triggered checkpoint and the acknowledgements it has so far."""
 
     triggered: CheckpointTriggered
-    acks: Mapping[str, TaskAcknowledged] = field(default_factory=dict)
+    acks: FrozenMap[str, TaskAcknowledged] = field(default_factory=frozen_map)
 
     @property
     def checkpoint_id(self) -> int:
@@ -104,10 +120,10 @@ class JobState:
     attempt: int = 0
     tasks: tuple[str, ...] = ()
     config: CheckpointConfig | None = None
-    tasks_not_running: Mapping[str, ExecutionState] = field(default_factory=dict)
+    tasks_not_running: FrozenMap[str, ExecutionState] = field(default_factory=frozen_map)
     scheduler: Scheduler | None = None
     next_checkpoint_id: int = 1
-    pending: Mapping[int, PendingCheckpoint] = field(default_factory=dict)
+    pending: FrozenMap[int, PendingCheckpoint] = field(default_factory=frozen_map)
     queue: tuple[CheckpointRequestQueued, ...] = ()
     completed: tuple[CheckpointCompleted, ...] = ()
     latest_savepoint: CheckpointCompleted | None = None
@@ -198,4 +214,16 @@ def initial_state(job_id: str) -> JobState:
 
 def state_json(state: JobState) -> dict[str, Any]:
     """The state as plain JSON data (for the web view and for comparing states across processes)."""
-    return cast(dict[str, Any], json.loads(json.dumps(asdict(state), sort_keys=True)))
+    return cast(dict[str, Any], json.loads(json.dumps(_plain(state), sort_keys=True)))
+
+
+def _plain(value: Any) -> Any:
+    """``dataclasses.asdict`` that also turns a :data:`FrozenMap` into a dict (``asdict`` copies
+    any mapping but a dict as it is, which JSON cannot encode)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -153,7 +153,7 @@ class TestScheduler:
 
         when.then_types(CheckpointAborted, SchedulerStopped, SchedulerStarted)
         assert when.state.attempt == 2
-        assert when.state.pending == {}
+        assert dict(when.state.pending) == {}
 
 
 class TestTriggerPreChecks:
@@ -172,7 +172,7 @@ class TestTriggerPreChecks:
                 next_trigger_ms=2000,
             )
         )
-        assert when.state.pending == {}
+        assert dict(when.state.pending) == {}
 
     def test_trigger_tasks_finished(self) -> None:
         """testCheckpointAbortsIfTriggerTasksAreFinished: FINISHED tasks cannot checkpoint
@@ -391,7 +391,7 @@ class TestDeclinesAndFailures:
                 JOB, 1, 1002, failures=1, tolerable=0, reason="CHECKPOINT_DECLINED"
             ),
         )
-        assert (declined.state.pending, declined.state.completed) == ({}, ())
+        assert (dict(declined.state.pending), declined.state.completed) == ({}, ())
         Given(declined.state).when(decline(1, "t0", at=1003)).then_nothing()
         Given(declined.state).when(decline(1, "t1", at=1003)).then_nothing()
 
