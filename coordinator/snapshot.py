@@ -29,7 +29,7 @@ from typing import Any, TypeVar, cast
 
 from fastavro.schema import load_schema, parse_schema
 
-from coordinator.state import JobState, PendingCheckpoint, Scheduler
+from coordinator.state import FrozenMap, JobState, PendingCheckpoint, Scheduler, frozen_map
 from coordinator.stats import CheckpointEntry, CheckpointStats
 from events.codec import (
     HEADER_SIZE,
@@ -236,9 +236,9 @@ _restored = avro_decoder(CheckpointRestored)
 _entry = avro_decoder(CheckpointEntry)
 
 
-def _mapping(items: Iterable[tuple[K, V]]) -> Mapping[K, V]:
-    """Every mapping of a decoded state is built here (the one place to change its type)."""
-    return dict(items)
+def _mapping(items: Iterable[tuple[K, V]]) -> FrozenMap[K, V]:
+    """Every mapping of a decoded state is built here, as the fold builds it (persistent maps)."""
+    return frozen_map(items)
 
 
 def decode_snapshot(frame: bytes) -> PartitionSnapshot:

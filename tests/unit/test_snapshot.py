@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import avro.schema
@@ -22,7 +23,7 @@ from coordinator.snapshot import (
     snapshot_schema,
     trigger_key,
 )
-from coordinator.state import JobState, PendingCheckpoint, Reason, Scheduler, initial_state
+from coordinator.state import JobState, PendingCheckpoint, Reason, Scheduler, frozen_map, initial_state
 from coordinator.stats import CheckpointEntry, CheckpointStats, track
 from coordinator.testing import ack, config, decline, differences, request, running, tick
 from events.codec import HEADER_SIZE, MAGIC, SCHEMAS_DIR, DecodeError, default_codec, schema_fingerprint
@@ -117,17 +118,22 @@ def busy_state() -> JobState:
         attempt=2,
         tasks=TASKS,
         config=CONFIG,
-        tasks_not_running={"words-2": ExecutionState.DEPLOYING, "words-0": ExecutionState.FAILED},
+        tasks_not_running=frozen_map({"words-2": ExecutionState.DEPLOYING, "words-0": ExecutionState.FAILED}),
         scheduler=Scheduler(T0 + 1_000),
         next_checkpoint_id=9,
         # out of id order on purpose: the order of a mapping is part of the state
-        pending={
-            8: PendingCheckpoint(triggered(8, CheckpointKind.SAVEPOINT), {"words-1": acked(8, "words-1")}),
-            7: PendingCheckpoint(
-                triggered(7), {"words-2": acked(7, "words-2"), "words-0": acked(7, "words-0", False)}
-            ),
-            6: PendingCheckpoint(triggered(6)),
-        },
+        pending=frozen_map(
+            {
+                8: PendingCheckpoint(
+                    triggered(8, CheckpointKind.SAVEPOINT), frozen_map({"words-1": acked(8, "words-1")})
+                ),
+                7: PendingCheckpoint(
+                    triggered(7),
+                    frozen_map({"words-2": acked(7, "words-2"), "words-0": acked(7, "words-0", False)}),
+                ),
+                6: PendingCheckpoint(triggered(6)),
+            }
+        ),
         queue=(
             queued(CheckpointKind.SAVEPOINT, False, "req-9"),
             queued(CheckpointKind.CHECKPOINT, False, "req-10"),
@@ -261,8 +267,8 @@ class TestRoundTrip:
             status=JobStatus.FAILING,
             scheduler=None,
             queue=(),
-            pending={},
-            tasks_not_running={t: s for t, s in zip(TASKS, list(ExecutionState)[:3], strict=True)},
+            pending=frozen_map(),
+            tasks_not_running=frozen_map(zip(TASKS, list(ExecutionState)[:3], strict=True)),
         )
 
         assert [] == differences(state, round_trip(snapshot_of({JOB: state})).states[JOB])
@@ -344,7 +350,7 @@ class TestFrame:
 
     def test_a_pending_checkpoint_under_another_key_is_refused(self) -> None:
         """A state folding cannot give (checkpoint 6 kept as 5) raises rather than decode differently."""
-        state = dataclasses.replace(busy_state(), pending={5: PendingCheckpoint(triggered(6))})
+        state = dataclasses.replace(busy_state(), pending=frozen_map({5: PendingCheckpoint(triggered(6))}))
 
         with pytest.raises(ValueError, match="pending checkpoint 6 is kept under key 5"):
             encode_snapshot(snapshot_of({JOB: state}))
@@ -352,7 +358,10 @@ class TestFrame:
     def test_an_ack_under_another_task_is_refused(self) -> None:
         """An ack kept under a key other than its task raises rather than decode differently."""
         state = dataclasses.replace(
-            busy_state(), pending={6: PendingCheckpoint(triggered(6), {"words-0": acked(6, "words-1")})}
+            busy_state(),
+            pending=frozen_map(
+                {6: PendingCheckpoint(triggered(6), frozen_map({"words-0": acked(6, "words-1")}))}
+            ),
         )
 
         with pytest.raises(ValueError, match="ack of 'words-1' is kept under key 'words-0'"):
@@ -467,9 +476,11 @@ class TestSchema:
                 continue
             f = fields[avro_field["name"]]
             python_default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            if isinstance(python_default, Mapping) and isinstance(avro_field["default"], dict):
+                python_default = dict(python_default)
             if isinstance(python_default, tuple):
                 python_default = list(python_default)
-            if isinstance(python_default, dict) and isinstance(avro_field["default"], list):
+            if isinstance(python_default, Mapping) and isinstance(avro_field["default"], list):
                 python_default = list(python_default.values())
             assert avro_field["default"] == python_default, f"{name}.{f.name}"
 
