@@ -565,7 +565,9 @@ class TestSavepoints:
         """testTriggerAndConfirmSimpleSavepoint: a savepoint goes to its target, completes, is not
         retained among checkpoints and is remembered as the latest savepoint."""
         commands = [running(cfg=config(interval_ms=0), at=0)]
-        commands += [request(SAVEPOINT, target="file:///savepoints", at=10)]
+        commands += [
+            request(SAVEPOINT, target="file:///savepoints", at=10, savepoint_roots=("file:///savepoints",))
+        ]
         location = "file:///savepoints/savepoint-1"
         sp = StateHandle(f"{location}/t0", 3, "x")
         commands += [ack(1, "t0", at=20, state=sp), ack(1, "t1", at=30)]
