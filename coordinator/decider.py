@@ -92,6 +92,9 @@ class Rejection(StrEnum):
     STATE_OUTSIDE_LOCATION = "STATE_OUTSIDE_LOCATION"
     INVALID_STATE_HANDLE = "INVALID_STATE_HANDLE"
     INVALID_METRICS = "INVALID_METRICS"
+    SAVEPOINT_TARGET_NOT_ALLOWED = "SAVEPOINT_TARGET_NOT_ALLOWED"
+    """Only the shell's symbolic-link check uses it; the decider's own refusal is a journaled
+    ``TriggerRejected`` with the same name."""
     INVALID_CONFIG = "INVALID_CONFIG"
     INVALID_STATUS = "INVALID_STATUS"
 

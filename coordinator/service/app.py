@@ -57,6 +57,9 @@ class Settings:
     fetch_wait_ms: int = 2
     session_timeout: float = 6.0
     data_dir: Path = field(default_factory=lambda: Path(".cutline") / "coordinator")
+    savepoint_roots: tuple[str, ...] = ()
+    """Storage URIs savepoint targets must lie in (``--savepoint-root``); none: the parent of each
+    job's checkpoint location (docs/security.md)."""
 
     @property
     def topics(self) -> Topics:
@@ -121,7 +124,7 @@ def create_app(settings: Settings) -> faust.App:
         producer_linger=0.0,
         stream_wait_empty=False,
     )
-    coordinator = Coordinator(topics)
+    coordinator = Coordinator(topics, savepoint_roots=settings.savepoint_roots)
     recovered = asyncio.Event()
     publish_lock = asyncio.Lock()
 
@@ -225,7 +228,11 @@ def create_app(settings: Settings) -> faust.App:
     async def handle_ticks(stream: faust.StreamT[Any]) -> None:
         async for event in stream.events():
             await recovered.wait()
-            job_id = event.message.key.decode()
+            try:
+                job_id = event.message.key.decode()
+            except (AttributeError, UnicodeDecodeError):  # None, or not UTF-8: not one of our ticks
+                log.warning("tick with key %r skipped: ticks are keyed by job id", event.message.key)
+                continue
             async with publish_lock:
                 await publish([coordinator.tick(job_id, now_ms())])
 

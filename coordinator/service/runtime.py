@@ -10,11 +10,26 @@ crash in between, the input comes again and is recognised by its position).
 
 The Faust app (:mod:`coordinator.service.app`) is a thin loop around this class; the
 tests and the benchmarks drive it directly too.
+
+Bad input is never fatal (DESIGN §4): every input is decided inside its own guard.
+Whatever goes wrong for one message (it cannot be decoded, the decider refuses
+it, or decoding, deciding or encoding raises) ends in one dead letter with the
+reason; the per-job state stays what it was before that message, and the rest
+of the batch is decided as usual. Ticks are guarded the same way.
+
+Two checks need the file system, so they live here rather than in the pure
+decider, and run after ``decide`` and before anything is stored: a ``file:``
+state handle must still be inside its checkpoint location once symbolic links are
+resolved (``realpath``), and so must a ``file:`` savepoint's location be inside
+its savepoint root. A refusal is a dead letter (``STATE_OUTSIDE_LOCATION``,
+``SAVEPOINT_TARGET_NOT_ALLOWED``) and nothing is journaled, so replaying the
+journal still reproduces the state.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +43,15 @@ from coordinator.commands import (
     RequestCheckpoint,
     Tick,
 )
-from coordinator.decider import InputRejected, decide_steps, due_at, evolve
+from coordinator.decider import (
+    Decision,
+    InputRejected,
+    Rejection,
+    decide_steps,
+    due_at,
+    evolve,
+    savepoint_roots,
+)
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track
 from events.codec import Codec, DecodeError, default_codec
@@ -36,15 +59,18 @@ from events.records import (
     CheckpointAcknowledged,
     CheckpointBarrier,
     CheckpointDeclined,
+    CheckpointKind,
     CheckpointRequested,
     CheckpointTriggered,
     DeadLetter,
     JobStatusChanged,
     JournalEvent,
     Record,
+    TaskAcknowledged,
     TaskStatusChanged,
 )
 from events.topics import Topics
+from events.validation import InvalidUri, StorageUri, parse_uri
 
 log = logging.getLogger("cutline.coordinator")
 
@@ -58,6 +84,13 @@ ACCEPTED: Mapping[str, tuple[type[Record], ...]] = {
     "declines": (CheckpointDeclined,),
 }
 """Which records each input topic may carry."""
+
+INTERNAL_ERROR = "INTERNAL_ERROR"
+"""Dead-letter reason of an input whose handling raised: a bug, or input no check foresaw."""
+
+MAX_DEAD_LETTER_VALUE = 512 * 1024
+"""A dead letter keeps at most this many bytes of the input's value (and says so), so that it
+still fits in a Kafka message next to the key and the reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +138,20 @@ class Coordinator:
     draws the first-trigger jitter, which the journal then records.
     """
 
-    def __init__(self, topics: Topics, codec: Codec | None = None, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        topics: Topics,
+        codec: Codec | None = None,
+        rng: random.Random | None = None,
+        *,
+        savepoint_roots: tuple[str, ...] = (),
+    ) -> None:
+        for root in savepoint_roots:
+            parse_uri(root)  # InvalidUri (a ValueError) at start-up, not at the first request
         self.topics = topics
         self.codec = codec or default_codec()
         self.rng = rng or random.Random()
+        self.savepoint_roots = savepoint_roots
         self.states: dict[str, JobState] = {}
         self.stats: dict[str, CheckpointStats] = {}
         self.positions: dict[tuple[str, int], int] = {}
@@ -146,23 +189,24 @@ class Coordinator:
     def handle(
         self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, now_ms: int
     ) -> Outcome:
-        """Decode, check and decide one input message."""
+        """Decode, check and decide one input message. Never raises: anything unexpected becomes a
+        dead letter (``INTERNAL_ERROR``) and leaves every state as it was."""
+        try:
+            return self._handle(topic, partition, offset, key, value, now_ms)
+        except Exception as exc:
+            log.exception("input %s[%d]@%d could not be handled", topic, partition, offset)
+            message = _describe(exc)
+            try:
+                return self._dead(topic, partition, offset, key, value, now_ms, INTERNAL_ERROR, message)
+            except Exception:  # pragma: no cover - a dead letter of plain bytes and ASCII always encodes
+                log.exception("no dead letter for %s[%d]@%d either", topic, partition, offset)
+                return self._dead(topic, partition, offset, None, None, now_ms, INTERNAL_ERROR, "see the log")
 
+    def _handle(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, now_ms: int
+    ) -> Outcome:
         def dead(reason: str, message: str, job_id: str | None = None) -> Outcome:
-            log.warning("dead letter from %s[%d]@%d: %s: %s", topic, partition, offset, reason, message)
-            letter = DeadLetter(
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                reason=reason,
-                message=message,
-                timestamp_ms=now_ms,
-                key=key,
-                value=value,
-                job_id=job_id,
-            )
-            out = Outgoing(self.topics.dead_letters, key or b"", self.codec.encode(letter))
-            return Outcome(job_id=job_id, messages=[out])
+            return self._dead(topic, partition, offset, key, value, now_ms, reason, message, job_id)
 
         if value is None:
             return dead("EMPTY_MESSAGE", "the message has no value (a tombstone?)")
@@ -187,7 +231,14 @@ class Coordinator:
             ),
         )
         job_id = record.job_id
-        if key is not None and key != job_id.encode():
+        if key is None:
+            return dead(
+                "MISSING_KEY",
+                f"the message has no key; key every message by its job id ({job_id!r}), so that it "
+                "reaches the partition, and the coordinator worker, that owns the job",
+                job_id,
+            )
+        if key != job_id.encode():
             return dead(
                 "KEY_MISMATCH",
                 f"message key {key!r} is not the record's job id {job_id!r}; key every message by job_id",
@@ -199,6 +250,36 @@ class Coordinator:
             return dead(outcome.rejected.reason.value, outcome.rejected.message, job_id)
         return outcome
 
+    def _dead(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        now_ms: int,
+        reason: str,
+        message: str,
+        job_id: str | None = None,
+    ) -> Outcome:
+        log.warning("dead letter from %s[%d]@%d: %s: %s", topic, partition, offset, reason, message)
+        if value is not None and len(value) > MAX_DEAD_LETTER_VALUE:
+            message += f" (the value is cut to its first {MAX_DEAD_LETTER_VALUE} of {len(value)} bytes)"
+            value = value[:MAX_DEAD_LETTER_VALUE]
+        letter = DeadLetter(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            reason=reason,
+            message=message.encode("utf-8", "backslashreplace").decode("utf-8"),
+            timestamp_ms=now_ms,
+            key=key if key is None or len(key) <= MAX_DEAD_LETTER_VALUE else key[:MAX_DEAD_LETTER_VALUE],
+            value=value,
+            job_id=job_id.encode("utf-8", "backslashreplace").decode("utf-8") if job_id else job_id,
+        )
+        out = Outgoing(self.topics.dead_letters, letter.key or b"", self.codec.encode(letter))
+        return Outcome(job_id=job_id, messages=[out])
+
     def _command(self, record: Record, now_ms: int) -> Command:
         match record:
             case JobStatusChanged():
@@ -206,7 +287,7 @@ class Coordinator:
             case TaskStatusChanged():
                 return ChangeTaskStatus(record, now_ms)
             case CheckpointRequested():
-                return RequestCheckpoint(record, now_ms)
+                return RequestCheckpoint(record, now_ms, self.savepoint_roots)
             case CheckpointAcknowledged():
                 return AcknowledgeCheckpoint(record, now_ms)
             case CheckpointDeclined():
@@ -214,8 +295,15 @@ class Coordinator:
         raise TypeError(f"no command for {type(record).__name__}")  # pragma: no cover
 
     def tick(self, job_id: str, now_ms: int) -> Outcome:
-        """Let time pass for one job."""
-        return self.decide(Tick(job_id, now_ms), cause=None)
+        """Let time pass for one job. Never raises: a failure becomes a dead letter (``INTERNAL_ERROR``,
+        on the ticks topic) and leaves the job's state as it was; the next tick tries again."""
+        try:
+            return self.decide(Tick(job_id, now_ms), cause=None)
+        except Exception as exc:
+            log.exception("tick of job %r at %d could not be handled", job_id, now_ms)
+            ticks = f"{self.topics.prefix}coordinator-ticks"
+            key = job_id.encode("utf-8", "backslashreplace")
+            return self._dead(ticks, -1, -1, key, None, now_ms, INTERNAL_ERROR, _describe(exc), job_id)
 
     def due(self, now_ms: int) -> list[str]:
         """Jobs for which a tick at ``now_ms`` can change something."""
@@ -229,20 +317,26 @@ class Coordinator:
         """Decide ``command``, fold the result in, and build the messages to publish.
 
         A refused input yields an outcome with only ``rejected`` set (the caller
-        turns it into a dead letter, with the original bytes).
+        turns it into a dead letter, with the original bytes). All or nothing: the
+        state and the statistics change only once every message is built, so an
+        exception leaves them as they were.
         """
         job_id = command.job_id
         state = self.states.get(job_id) or initial_state(job_id)
         steps = decide_steps(state, command)
         if steps and isinstance(steps[0][0], InputRejected):
             return Outcome(job_id=job_id, rejected=steps[0][0])
+        problem = self._outside_after_links(state, [event for event, _ in steps])
+        if problem is not None:
+            return Outcome(job_id=job_id, rejected=problem)
         outcome = Outcome(job_id=job_id)
         headers = ((CAUSE_HEADER, cause.encode()),) if cause else ()
         barriers: list[Outgoing] = []
-        for event, after in steps:
+        stats, after = self.stats.get(job_id), state
+        for event, next_state in steps:
             assert not isinstance(event, InputRejected)
-            self.stats[job_id] = track(self.stats.get(job_id), state, event)
-            self.states[job_id] = state = after  # what _apply(event) would leave, without a second evolve
+            stats = track(stats, after, event)
+            after = next_state  # what _apply(event) would leave, without a second evolve
             outcome.journal.append(event)
             outcome.messages.append(
                 Outgoing(self.topics.checkpoints, job_id.encode(), self.codec.encode(event), headers)
@@ -250,7 +344,42 @@ class Coordinator:
             if isinstance(event, CheckpointTriggered):
                 barriers.append(self._barrier(event, event.timestamp_ms))
         outcome.messages.extend(barriers)
+        if steps:
+            assert stats is not None
+            self.states[job_id], self.stats[job_id] = after, stats
         return outcome
+
+    def _outside_after_links(self, before: JobState, decisions: list[Decision]) -> InputRejected | None:
+        """The decider checked URIs as strings; here ``file:`` paths are resolved through symbolic
+        links: an accepted state handle must stay inside its checkpoint location, a triggered
+        savepoint inside its savepoint root."""
+        for event in decisions:
+            if isinstance(event, TaskAcknowledged) and event.state is not None:
+                pending = before.pending.get(event.checkpoint_id)
+                if pending is None:
+                    continue
+                location = pending.triggered.location
+                resolved = _resolved_outside(event.state.uri, (location,))
+                if resolved is not None:
+                    return InputRejected(
+                        event.job_id,
+                        Rejection.STATE_OUTSIDE_LOCATION,
+                        f"state {event.state.uri!r} resolves to {resolved!r} through a symbolic link, "
+                        f"outside checkpoint location {location!r}",
+                    )
+            elif isinstance(event, CheckpointTriggered) and event.kind is CheckpointKind.SAVEPOINT:
+                location = before.config.location if before.config else ""
+                roots = [str(r) for r in savepoint_roots(location, self.savepoint_roots)]
+                roots.append(location)  # where savepoints without a target go
+                resolved = _resolved_outside(event.location, roots, strict=False)
+                if resolved is not None:
+                    return InputRejected(
+                        event.job_id,
+                        Rejection.SAVEPOINT_TARGET_NOT_ALLOWED,
+                        f"savepoint location {event.location!r} resolves to {resolved!r} through a "
+                        f"symbolic link, outside the savepoint roots {roots}",
+                    )
+        return None
 
     def _apply(self, event: JournalEvent) -> None:
         job_id = event.job_id
@@ -268,3 +397,37 @@ class Coordinator:
             location=triggered.location,
         )
         return Outgoing(self.topics.barriers, triggered.job_id.encode(), self.codec.encode(barrier))
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as a dead letter's message: its class and (the start of) its message."""
+    text = str(exc)
+    if len(text) > 2000:
+        text = text[:2000] + "..."
+    return f"{type(exc).__module__}.{type(exc).__qualname__}: {text}"
+
+
+def _resolved_outside(uri: str, roots: Iterable[str], *, strict: bool = True) -> str | None:
+    """For a ``file:`` URI: its real path when that is not inside the real path of any of ``roots``
+    (None when it is inside one, or when ``uri`` is not a ``file:`` URI). Reads the file system:
+    symbolic links anywhere on the way are followed, on both sides."""
+    try:
+        target = parse_uri(uri)
+    except InvalidUri:
+        return None  # the decider has judged it
+    if target.scheme != "file":
+        return None
+    real = os.path.realpath(target.path)
+    for root in roots:
+        try:
+            parsed: StorageUri = parse_uri(root)
+        except InvalidUri:
+            continue
+        if parsed.scheme != "file":
+            continue
+        real_root = os.path.realpath(parsed.path)
+        if real == real_root and not strict:
+            return None
+        if real.startswith(real_root.rstrip("/") + "/"):
+            return None
+    return real
