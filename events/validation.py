@@ -34,6 +34,7 @@ link* cannot be seen from the string: the coordinator's shell resolves it
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
@@ -78,6 +79,7 @@ OBJECT_STORE_SCHEMES = frozenset(
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 _AUTHORITY = re.compile(r"[A-Za-z0-9._~@:-]+")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_FORBIDDEN = re.compile(r"[\\?#\x00-\x1f\x7f]")
 _SAFE = "-._~!$&'()*+,;=:@"
 """Characters a canonical path segment keeps as they are (RFC 3986 ``pchar``)."""
 
@@ -129,8 +131,13 @@ class StorageUri:
         return StorageUri(self.scheme, self.authority, self.segments[:-1])
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_uri(uri: str) -> StorageUri:
-    """Parse a storage URI by the rules of this module; raises :class:`InvalidUri`."""
+    """Parse a storage URI by the rules of this module; raises :class:`InvalidUri`.
+
+    Remembers its last few thousand answers (it is pure): an ack's handle is parsed by the decider
+    and again by the shell's link check, a checkpoint's location for every ack.
+    """
     if not uri:
         raise InvalidUri("empty URI")
     if len(uri) > MAX_URI_LENGTH:
@@ -170,18 +177,15 @@ def _segments(path: str, uri: str) -> tuple[str, ...]:
     raw = path[1:].split("/")
     if raw[-1] == "":
         raw.pop()  # one trailing slash
-    segments = []
-    for segment in raw:
-        segments.append(_segment(segment, uri))
-    return tuple(segments)
+    return tuple([_segment(segment, uri) for segment in raw])
 
 
 def _segment(raw: str, uri: str) -> str:
     if not raw:
         raise InvalidUri(f"{_short(uri)} has an empty path segment ('//')")
-    for char in raw:
-        if char in "\\?#" or ord(char) < 0x20 or ord(char) == 0x7F:
-            raise InvalidUri(f"{_short(uri)} contains {char!r}")
+    bad = _FORBIDDEN.search(raw)
+    if bad:
+        raise InvalidUri(f"{_short(uri)} contains {bad.group()!r}")
     if "%" in raw:
         escapes = _ESCAPE.findall(raw)
         if raw.count("%") != len(escapes):

@@ -28,9 +28,12 @@ journal still reproduces the state.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
+import stat
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -353,25 +356,23 @@ class Coordinator:
         """The decider checked URIs as strings; here ``file:`` paths are resolved through symbolic
         links: an accepted state handle must stay inside its checkpoint location, a triggered
         savepoint inside its savepoint root."""
+        roots = _trusted_roots(before.config.location if before.config else "", self.savepoint_roots)
         for event in decisions:
             if isinstance(event, TaskAcknowledged) and event.state is not None:
                 pending = before.pending.get(event.checkpoint_id)
                 if pending is None:
                     continue
-                location = pending.triggered.location
-                resolved = _resolved_outside(event.state.uri, (location,))
+                where = pending.triggered.location
+                resolved = _linked_out(event.state.uri, where, roots)
                 if resolved is not None:
                     return InputRejected(
                         event.job_id,
                         Rejection.STATE_OUTSIDE_LOCATION,
                         f"state {event.state.uri!r} resolves to {resolved!r} through a symbolic link, "
-                        f"outside checkpoint location {location!r}",
+                        f"outside checkpoint location {where!r}",
                     )
             elif isinstance(event, CheckpointTriggered) and event.kind is CheckpointKind.SAVEPOINT:
-                location = before.config.location if before.config else ""
-                roots = [str(r) for r in savepoint_roots(location, self.savepoint_roots)]
-                roots.append(location)  # where savepoints without a target go
-                resolved = _resolved_outside(event.location, roots, strict=False)
+                resolved = _resolved_outside(event.location, roots)
                 if resolved is not None:
                     return InputRejected(
                         event.job_id,
@@ -407,27 +408,94 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__module__}.{type(exc).__qualname__}: {text}"
 
 
-def _resolved_outside(uri: str, roots: Iterable[str], *, strict: bool = True) -> str | None:
-    """For a ``file:`` URI: its real path when that is not inside the real path of any of ``roots``
-    (None when it is inside one, or when ``uri`` is not a ``file:`` URI). Reads the file system:
-    symbolic links anywhere on the way are followed, on both sides."""
+@functools.lru_cache(maxsize=1024)
+def _trusted_roots(location: str, configured: tuple[str, ...]) -> tuple[str, ...]:
+    """The directories a job's checkpoints and savepoints may be written below: its savepoint roots
+    and its checkpoint location (where checkpoints, and savepoints without a target, go)."""
+    return (*(str(r) for r in savepoint_roots(location, configured)), location)
+
+
+@functools.lru_cache(maxsize=1024)
+def _file_location(uri: str) -> StorageUri | None:
+    """``_file_uri`` remembered: locations and roots are the same for many acks."""
+    return _file_uri(uri)
+
+
+def _file_uri(uri: str) -> StorageUri | None:
     try:
-        target = parse_uri(uri)
+        parsed = parse_uri(uri)
     except InvalidUri:
         return None  # the decider has judged it
-    if target.scheme != "file":
+    return parsed if parsed.scheme == "file" else None
+
+
+ROOT_TTL = 1.0
+"""Seconds a root's real path is remembered: one ``realpath`` per ack (the handle's) instead of two.
+Roots are the operator's directories; a link changed above them is seen within this time."""
+
+_REAL_ROOTS: dict[str, tuple[float, str]] = {}
+
+
+def _real_root(path: str) -> str:
+    now = time.monotonic()
+    hit = _REAL_ROOTS.get(path)
+    if hit is not None and now - hit[0] < ROOT_TTL:
+        return hit[1]
+    real = os.path.realpath(path)
+    if len(_REAL_ROOTS) >= 1024:
+        _REAL_ROOTS.clear()
+    _REAL_ROOTS[path] = (now, real)
+    return real
+
+
+def _below(path: str, root: str, *, strict: bool = True) -> bool:
+    return path.startswith(root.rstrip("/") + "/") or (not strict and path == root)
+
+
+def _resolved_outside(uri: str, roots: Iterable[str]) -> str | None:
+    """For a ``file:`` URI: its real path when that is not in (or equal to) the real path of any of
+    ``roots``; None when it is, or when ``uri`` is not a ``file:`` URI. Reads the file system."""
+    target = _file_uri(uri)
+    if target is None:
         return None
     real = os.path.realpath(target.path)
-    for root in roots:
-        try:
-            parsed: StorageUri = parse_uri(root)
-        except InvalidUri:
-            continue
-        if parsed.scheme != "file":
-            continue
-        real_root = os.path.realpath(parsed.path)
-        if real == real_root and not strict:
-            return None
-        if real.startswith(real_root.rstrip("/") + "/"):
+    for root in filter(None, map(_file_location, roots)):
+        if _below(real, _real_root(root.path), strict=False):
             return None
     return real
+
+
+def _linked_out(uri: str, location: str, roots: Iterable[str]) -> str | None:
+    """For a ``file:`` state handle of a checkpoint at ``location``: its real path when that is not
+    below the checkpoint's real directory; None when it is (or when either is not a ``file:`` URI).
+
+    The checkpoint's real directory is the real path of the root it was triggered under (the
+    job's checkpoint location or a savepoint root: chosen by the operator) followed by the rest of
+    ``location`` as written: links between the root and the checkpoint's directory (a ``chk-7``
+    that is a link to ``/etc``) count as leaving it, links inside it to files inside it do not.
+    Only the path below the root is walked (``lstat`` per name, until a name does not exist):
+    what is not there cannot lead anywhere, and what the coordinator may not see, it cannot check.
+    """
+    where = _file_location(location)
+    handle = _file_uri(uri) if where is not None else None
+    if handle is None or where is None:
+        return None
+    anchors = [r for r in filter(None, map(_file_location, roots)) if where.within(r, strict=False)]
+    anchor = max(anchors, key=lambda r: len(r.segments), default=where)
+    base = _real_root(anchor.path)
+    directory = os.path.join(base, *where.segments[len(anchor.segments) :])
+    below = handle.segments[len(anchor.segments) :]
+    if handle.segments[: len(anchor.segments)] != anchor.segments:  # pragma: no cover - the decider
+        below = handle.segments  # made sure the handle is below the location; resolve it all anyway
+        base = "/"
+    path = base
+    for name in below:
+        path = os.path.join(path, name)
+        try:
+            if not stat.S_ISLNK(os.lstat(path).st_mode):
+                continue
+        except OSError:
+            return None
+        real = os.path.realpath(os.path.join(base, *below))
+        return None if _below(real, directory) else real
+    return None

@@ -322,6 +322,32 @@ class TestSymbolicLinks:
 
         assert "STATE_OUTSIDE_LOCATION" == letter_of(outcome).reason
 
+    def test_a_checkpoint_directory_that_is_a_link_is_refused(self, tree: Path) -> None:
+        """Given a checkpoint directory that is itself a link to a directory outside, a handle in it
+        is refused, although it is below the directory's own real path."""
+        coordinator = self.started(tree)
+        checkpoint = tree / "checkpoints" / JOB / "chk-1"
+        checkpoint.rmdir()
+        checkpoint.symlink_to(tree / "outside")
+
+        outcome = coordinator.handle(
+            TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(f"{checkpoint.as_uri()}/secret"), 1
+        )
+
+        assert "STATE_OUTSIDE_LOCATION" == letter_of(outcome).reason
+
+    def test_links_above_the_checkpoint_location_are_fine(self, tmp_path: Path) -> None:
+        """Given a checkpoint location reached through a link set up by the operator (above the
+        location), handles inside it are accepted."""
+        (tmp_path / "disk" / "checkpoints").mkdir(parents=True)
+        (tmp_path / "data").symlink_to(tmp_path / "disk")
+        coordinator = self.started(tmp_path / "data")
+        uri = (tmp_path / "data" / "checkpoints" / JOB / "chk-1").as_uri() + "/a"
+
+        outcome = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(uri), 10_001)
+
+        assert [TaskAcknowledged] == [type(e) for e in outcome.journal]
+
     def test_links_that_stay_inside_are_fine(self, tree: Path) -> None:
         """Given a link from one file of the checkpoint directory to another inside it, the ack counts."""
         coordinator = self.started(tree)
