@@ -19,9 +19,9 @@ of the batch is decided as usual. Ticks are guarded the same way.
 
 Two checks need the file system, so they live here rather than in the pure
 decider, and run after ``decide`` and before anything is stored: a ``file:``
-state handle must still be inside its checkpoint location once symbolic links are
-resolved (``realpath``), and so must a ``file:`` savepoint's location be inside
-its savepoint root. A refusal is a dead letter (``STATE_OUTSIDE_LOCATION``,
+state handle must still be inside its checkpoint location once symbolic links
+below the operator's root are resolved (:func:`_linked_out`), and a ``file:``
+savepoint's location inside its savepoint root (``realpath``). A refusal is a dead letter (``STATE_OUTSIDE_LOCATION``,
 ``SAVEPOINT_TARGET_NOT_ALLOWED``) and nothing is journaled, so replaying the
 journal still reproduces the state.
 """

@@ -45,6 +45,7 @@ from events.records import (
     JobStatusChanged,
     JournalEvent,
     Record,
+    SchedulerStarted,
     StateHandle,
     TriggerRejected,
 )
@@ -355,6 +356,10 @@ def test_hostile_input_on_every_edge(
     victim = JobDriver(bootstrap, VICTIM, topics)
     victim.running(
         ("v0",), CheckpointConfig(interval_ms=0, location=tree.location(), timeout_ms=120_000), attempt=1
+    )
+    # job-status and requests are separate agents: the request must not overtake the RUNNING.
+    wait_for(
+        bootstrap, topics, lambda j: any(isinstance(e, SchedulerStarted) and e.job_id == VICTIM for e in j)
     )
     victim.request(CheckpointRequested(VICTIM, CheckpointKind.CHECKPOINT, 0, "victim-1"))
     wait_for(
