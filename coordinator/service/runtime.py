@@ -21,9 +21,9 @@ Two checks need the file system, so they live here rather than in the pure
 decider, and run after ``decide`` and before anything is stored: a ``file:``
 state handle must still be inside its checkpoint location once symbolic links
 below the operator's root are resolved (:func:`_linked_out`), and a ``file:``
-savepoint's location inside its savepoint root (``realpath``). A refusal is a dead letter (``STATE_OUTSIDE_LOCATION``,
-``SAVEPOINT_TARGET_NOT_ALLOWED``) and nothing is journaled, so replaying the
-journal still reproduces the state.
+savepoint's location inside its savepoint root (``realpath``). A refusal is a
+dead letter (``STATE_OUTSIDE_LOCATION``, ``SAVEPOINT_TARGET_NOT_ALLOWED``) and
+nothing is journaled, so replaying the journal still reproduces the state.
 """
 
 from __future__ import annotations
