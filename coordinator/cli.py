@@ -524,6 +524,15 @@ def coordinator(
             help="Seconds between fold snapshots of each owned journal partition.",
         ),
     ] = 10.0,
+    savepoint_root: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--savepoint-root",
+            metavar="DIR",
+            help="A directory (path or URI) savepoint targets may lie in; repeatable. Without any, "
+            "savepoints may go only below the parent of each job's checkpoint location.",
+        ),
+    ] = None,
 ) -> None:
     """Run the checkpoint coordinator (a Faust worker) until interrupted.
 
@@ -531,9 +540,17 @@ def coordinator(
     import logging
 
     from coordinator.service.app import JournalRetentionError, Settings, run
+    from events.validation import InvalidUri, canonical_uri
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = _need_bootstrap(errors, bootstrap)
+    roots = []
+    for root in savepoint_root or []:
+        uri = root if ":" in root.split("/", 1)[0] else Path(root).absolute().as_uri()
+        try:
+            roots.append(canonical_uri(uri))
+        except InvalidUri as exc:
+            _fail(errors, f"--savepoint-root {root!r}: {exc}")
     logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     errors.print(
         f"coordinator: topics {topic_prefix}*, views on http://{web_host}:{web_port}/jobs", soft_wrap=True
@@ -545,6 +562,7 @@ def coordinator(
         web_port=web_port,
         data_dir=data_dir,
         snapshot_interval=snapshot_interval,
+        savepoint_roots=tuple(roots),
     )
     try:
         run(settings, loglevel)

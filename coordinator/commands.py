@@ -50,10 +50,17 @@ class ChangeTaskStatus:
 
 @dataclass(frozen=True, slots=True)
 class RequestCheckpoint:
-    """Trigger a manual checkpoint or a savepoint."""
+    """Trigger a manual checkpoint or a savepoint.
+
+    ``savepoint_roots`` are the storage URIs savepoint targets must lie in (the coordinator's
+    ``--savepoint-root`` options); empty means the parent of the job's checkpoint location. They
+    travel in the command so that ``decide`` stays pure; the decision (a trigger or a
+    ``TriggerRejected``) is journaled, so replay never needs them.
+    """
 
     request: CheckpointRequested
     now_ms: int
+    savepoint_roots: tuple[str, ...] = ()
 
     @property
     def job_id(self) -> str:

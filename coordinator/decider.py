@@ -9,12 +9,10 @@ The rules are Flink's ``CheckpointCoordinator``'s (DESIGN §4).
 from __future__ import annotations
 
 import functools
-import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeAlias, TypeVar, assert_never
-from urllib.parse import urlsplit
 
 from coordinator.commands import (
     AcknowledgeCheckpoint,
@@ -57,6 +55,16 @@ from events.records import (
     TaskStatusRecorded,
     TriggerRejected,
 )
+from events.validation import (
+    MAX_CHECKPOINT_ID,
+    MAX_DURATION_MS,
+    MAX_MAP_ENTRIES,
+    MAX_TASKS,
+    InvalidUri,
+    StorageUri,
+    parse_offsets_key,
+    parse_uri,
+)
 
 __all__ = [
     "Decision",
@@ -69,6 +77,7 @@ __all__ = [
     "fold",
     "fold_jobs",
     "initial_state",
+    "savepoint_roots",
 ]
 
 
@@ -83,6 +92,11 @@ class Rejection(StrEnum):
     UNKNOWN_CHECKPOINT = "UNKNOWN_CHECKPOINT"
     INVALID_OFFSETS = "INVALID_OFFSETS"
     STATE_OUTSIDE_LOCATION = "STATE_OUTSIDE_LOCATION"
+    INVALID_STATE_HANDLE = "INVALID_STATE_HANDLE"
+    INVALID_METRICS = "INVALID_METRICS"
+    SAVEPOINT_TARGET_NOT_ALLOWED = "SAVEPOINT_TARGET_NOT_ALLOWED"
+    """Only the shell's symbolic-link check uses it; the decider's own refusal is a journaled
+    ``TriggerRejected`` with the same name."""
     INVALID_CONFIG = "INVALID_CONFIG"
     INVALID_STATUS = "INVALID_STATUS"
 
@@ -344,9 +358,38 @@ def _config_problem(config: CheckpointConfig | None) -> str | None:
         return f"tolerable_failures must not be negative, got {config.tolerable_failures}"
     if config.retained < 1:
         return f"retained must be at least 1, got {config.retained}"
+    for name in ("interval_ms", "timeout_ms", "min_pause_ms"):
+        value = getattr(config, name)
+        if value > MAX_DURATION_MS:
+            return f"{name} must be at most {MAX_DURATION_MS}, got {value}"
     if not config.location:
         return "location (the checkpoint storage URI) must not be empty"
+    root = _storage_uri(config.location)
+    if isinstance(root, str):
+        return f"location is not a storage URI cutline accepts: {root}"
+    if root.scheme == "file" and not root.segments:
+        return "location must not be the root of the file system"
     return None
+
+
+def _job_dir_problem(job_id: str, location: str) -> str | None:
+    """Does ``job_id`` name exactly one directory below ``location`` (checkpoints go to
+    ``<location>/<job_id>/chk-<id>``)? A job id such as ``..`` or ``a/b`` would put them elsewhere."""
+    root = _storage_uri(location)
+    job_dir = _storage_uri(f"{location.rstrip('/')}/{job_id}")
+    if isinstance(root, str) or isinstance(job_dir, str) or job_dir.segments != (*root.segments, job_id):
+        return f"job id {job_id!r} cannot name a directory of checkpoint location {location!r}"
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _storage_uri(uri: str) -> StorageUri | str:
+    """``parse_uri``, or the reason it refused ``uri``. A memo: a location is parsed for every ack
+    of its checkpoint; ``parse_uri`` is pure, so remembering it changes no decision."""
+    try:
+        return parse_uri(uri)
+    except InvalidUri as exc:
+        return str(exc)
 
 
 def _change_job_status(d: _Decision, command: ChangeJobStatus) -> list[Decision]:
@@ -362,11 +405,15 @@ def _change_job_status(d: _Decision, command: ChangeJobStatus) -> list[Decision]
         problem = _config_problem(changed.config)
         if problem is None and not changed.tasks:
             problem = "a RUNNING job status must list the tasks that acknowledge checkpoints"
+        if problem is None and len(changed.tasks) > MAX_TASKS:
+            problem = f"a job may have at most {MAX_TASKS} tasks, got {len(changed.tasks)}"
+        if problem is None and changed.config is not None:
+            problem = _job_dir_problem(changed.job_id, changed.config.location)
         if problem is None and len(set(changed.tasks)) != len(changed.tasks):
             problem = f"task ids must be unique: {list(changed.tasks)}"
         restored = changed.restored_checkpoint_id
-        if problem is None and restored is not None and restored < 1:
-            problem = f"restored_checkpoint_id must be positive: {restored}"
+        if problem is None and restored is not None and not 1 <= restored <= MAX_CHECKPOINT_ID:
+            problem = f"restored_checkpoint_id must be in [1, {MAX_CHECKPOINT_ID}]: {restored}"
         if problem is not None:
             return d.reject(Rejection.INVALID_CONFIG, problem)
         if state.status is JobStatus.RUNNING and changed.attempt == state.attempt:
@@ -504,6 +551,10 @@ def _check_task(d: _Decision, attempt: int, task_id: str) -> list[Decision]:
 def _check_checkpoint_id(d: _Decision, checkpoint_id: int) -> list[Decision]:
     if checkpoint_id < 1:
         return d.reject(Rejection.INVALID_ID, f"checkpoint ids start at 1, got {checkpoint_id}")
+    if checkpoint_id > MAX_CHECKPOINT_ID:
+        return d.reject(
+            Rejection.INVALID_ID, f"checkpoint ids end at {MAX_CHECKPOINT_ID}, got {checkpoint_id}"
+        )
     if checkpoint_id >= d.state.next_checkpoint_id:
         return d.reject(
             Rejection.UNKNOWN_CHECKPOINT,
@@ -520,6 +571,11 @@ def _request_checkpoint(d: _Decision, command: RequestCheckpoint) -> list[Decisi
     if not state.all_tasks_running:
         d.emit(_rejected_request(command, Reason.NOT_ALL_REQUIRED_TASKS_RUNNING, _not_running(state)))
         return d.events
+    if savepoint and request.target is not None:
+        problem = _target_problem(state, request.target, command.savepoint_roots)
+        if problem is not None:
+            d.emit(_rejected_request(command, Reason.SAVEPOINT_TARGET_NOT_ALLOWED, problem))
+            return d.events
     if not savepoint and state.pending_checkpoints >= _max_concurrent(state):
         if len(state.queue) >= MAX_QUEUED_REQUESTS:
             d.emit(_rejected_request(command, Reason.TOO_MANY_CHECKPOINT_REQUESTS, "queue is full"))
@@ -537,6 +593,46 @@ def _request_checkpoint(d: _Decision, command: RequestCheckpoint) -> list[Decisi
         return d.events
     _trigger(d, now, request.kind, periodic=False, request_id=request.request_id, target=request.target)
     return d.events
+
+
+def savepoint_roots(location: str, configured: tuple[str, ...]) -> tuple[StorageUri, ...]:
+    """Where savepoints of a job with checkpoint ``location`` may go.
+
+    The roots the coordinator was given (``cutline coordinator --savepoint-root``); without any,
+    the parent of the checkpoint location, so ``.../checkpoints`` and ``.../savepoints`` side by
+    side work out of the box (Flink's usual ``state.checkpoints.dir`` and ``state.savepoints.dir``),
+    but a savepoint cannot be pointed at any other directory the tasks can write to. A ``file:``
+    location right below ``/`` has no such parent: then only the location itself.
+    """
+    if configured:
+        return tuple(r for r in map(_storage_uri, configured) if not isinstance(r, str))
+    root = _storage_uri(location)
+    if isinstance(root, str):
+        return ()
+    parent = root.parent
+    if parent is None or (parent.scheme == "file" and not parent.segments):
+        return (root,)
+    return (parent,)
+
+
+def _target_problem(state: JobState, target: str, configured: tuple[str, ...]) -> str | None:
+    parsed = _storage_uri(target)
+    if isinstance(parsed, str):
+        return f"savepoint target is not a storage URI cutline accepts: {parsed}"
+    roots = savepoint_roots(state.config.location if state.config else "", configured)
+    if any(parsed.within(root, strict=False) for root in roots):
+        return None
+    names = ", ".join(str(r) for r in roots) or "none"
+    if configured:
+        return (
+            f"savepoint target {str(parsed)!r} is outside the savepoint roots ({names}); "
+            "start the coordinator with another --savepoint-root to allow it"
+        )
+    return (
+        f"savepoint target {str(parsed)!r} is outside {names}, where savepoints go when the "
+        "coordinator has no --savepoint-root (the parent of the checkpoint location); "
+        "start the coordinator with --savepoint-root to allow other directories"
+    )
 
 
 def _rejected_request(command: RequestCheckpoint, reason: Reason, message: str) -> TriggerRejected:
@@ -594,8 +690,9 @@ def _trigger(
 def _location(state: JobState, checkpoint_id: int, kind: CheckpointKind, target: str | None) -> str:
     assert state.config is not None
     if kind is CheckpointKind.SAVEPOINT:
-        if target:
-            return f"{target.rstrip('/')}/savepoint-{checkpoint_id}"
+        parsed = _storage_uri(target) if target else None
+        if isinstance(parsed, StorageUri):  # checked by _target_problem when it was requested
+            return f"{str(parsed).rstrip('/')}/savepoint-{checkpoint_id}"
         return f"{state.config.location.rstrip('/')}/{state.job_id}/savepoint-{checkpoint_id}"
     return f"{state.config.location.rstrip('/')}/{state.job_id}/chk-{checkpoint_id}"
 
@@ -758,6 +855,10 @@ def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]
     problem = _offsets_problem(ack.offsets)
     if problem:
         return d.reject(Rejection.INVALID_OFFSETS, problem)
+    if len(ack.metrics) > MAX_MAP_ENTRIES:
+        return d.reject(
+            Rejection.INVALID_METRICS, f"{len(ack.metrics)} metrics; at most {MAX_MAP_ENTRIES} are accepted"
+        )
     pending = d.state.pending.get(ack.checkpoint_id)
     if pending is None:
         return []  # late: the checkpoint completed or aborted already (Flink logs and discards)
@@ -766,11 +867,13 @@ def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]
             Rejection.UNKNOWN_TASK,
             f"task {ack.task_id!r} is not part of checkpoint {ack.checkpoint_id}",
         )
-    if ack.state is not None and not _within(ack.state.uri, pending.triggered.location):
-        return d.reject(
-            Rejection.STATE_OUTSIDE_LOCATION,
-            f"state {ack.state.uri!r} is outside checkpoint location {pending.triggered.location!r}",
-        )
+    if ack.state is not None:
+        if ack.state.size_bytes < 0:
+            size = ack.state.size_bytes
+            return d.reject(Rejection.INVALID_STATE_HANDLE, f"state size_bytes must not be negative: {size}")
+        problem = _outside_problem(ack.state.uri, pending.triggered.location)
+        if problem:
+            return d.reject(Rejection.STATE_OUTSIDE_LOCATION, problem)
     if ack.task_id in pending.acks:
         return []  # duplicate: a retried task or a re-run batch acknowledged twice
     d.emit(
@@ -792,32 +895,40 @@ def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]
 
 
 def _offsets_problem(offsets: Mapping[str, int]) -> str | None:
+    if len(offsets) > MAX_MAP_ENTRIES:
+        return f"{len(offsets)} offsets; at most {MAX_MAP_ENTRIES} are accepted"
     for key, offset in offsets.items():
-        topic, sep, partition = key.rpartition(":")
-        if not sep or not topic or not partition.isdigit():
-            return f"offset key {key!r} is not 'topic:partition'"
+        try:
+            _, partition = parse_offsets_key(key)
+        except ValueError as exc:
+            return str(exc)
+        if partition > MAX_PARTITION or key.rpartition(":")[2] != str(partition):
+            return f"partition of offsets key {key!r} is not a Kafka partition number"
         if offset < 0:
             return f"offset {offset} for {key} is negative"
     return None
 
 
-def _within(uri: str, location: str) -> bool:
-    """Is ``uri`` inside ``location`` (same scheme and authority, a path below it, no ``..``)?"""
-    inner = urlsplit(uri)
-    scheme, netloc, root = _location_root(location)
-    if (inner.scheme, inner.netloc) != (scheme, netloc):
-        return False
-    if ".." in inner.path.split("/"):
-        return False
-    return posixpath.normpath(inner.path).startswith(root)
+MAX_PARTITION = 2**31 - 1
+"""Kafka's partition numbers are 32-bit."""
 
 
-@functools.lru_cache(maxsize=256)
-def _location_root(location: str) -> tuple[str, str, str]:
-    """Scheme, authority and normalised path prefix (with its ``/``) of a checkpoint location:
-    the same for every ack of a checkpoint, so worked out once."""
-    outer = urlsplit(location)
-    return outer.scheme, outer.netloc, posixpath.normpath(outer.path).rstrip("/") + "/"
+def _outside_problem(uri: str, location: str) -> str | None:
+    """Why a state handle's ``uri`` is not strictly inside checkpoint ``location`` (None when it is).
+
+    Both are parsed by :func:`events.validation.parse_uri`: a URI that does not parse cannot be
+    shown to be inside, so it is refused the same way. Symbolic links are the shell's to resolve.
+    """
+    root = _storage_uri(location)
+    if isinstance(root, str):
+        return f"checkpoint location {location!r} is not a storage URI cutline accepts: {root}"
+    try:
+        inner = parse_uri(uri)
+    except InvalidUri as exc:
+        return f"state URI is not a storage URI cutline accepts: {exc}"
+    if not inner.within(root):
+        return f"state {uri!r} is outside checkpoint location {location!r}"
+    return None
 
 
 def _complete(d: _Decision, now: int, pending: PendingCheckpoint) -> None:

@@ -96,10 +96,12 @@ def request(
     request_id: str = "r1",
     target: str | None = None,
     at: int = 0,
+    savepoint_roots: tuple[str, ...] = (),
 ) -> RequestCheckpoint:
     return RequestCheckpoint(
         CheckpointRequested(job_id, kind, timestamp_ms=at, request_id=request_id, target=target),
         now_ms=at,
+        savepoint_roots=savepoint_roots,
     )
 
 

@@ -75,6 +75,9 @@ class Settings:
     fetch_wait_ms: int = 2
     session_timeout: float = 6.0
     data_dir: Path = field(default_factory=lambda: Path(".cutline") / "coordinator")
+    savepoint_roots: tuple[str, ...] = ()
+    """Storage URIs savepoint targets must lie in (``--savepoint-root``); none: the parent of each
+    job's checkpoint location (docs/security.md)."""
 
     @property
     def topics(self) -> Topics:
@@ -230,7 +233,9 @@ def create_app(settings: Settings) -> faust.App:
         producer_max_request_size=MAX_SNAPSHOT_BYTES,
         stream_wait_empty=False,
     )
-    coordinator = Coordinator(topics, partitions=settings.partitions)
+    coordinator = Coordinator(
+        topics, partitions=settings.partitions, savepoint_roots=settings.savepoint_roots
+    )
     recovered = asyncio.Event()
     publish_lock = asyncio.Lock()
     owners: dict[int, Owner] = {}

@@ -16,12 +16,30 @@ journal record and barrier it gets back carries that epoch in the
 ``cutline.epoch`` header. The runtime remembers the epoch of each pending
 checkpoint's trigger, so an ack or decline that answers a barrier of an older,
 superseded epoch (a zombie's) is refused with STALE_EPOCH instead of counting.
+
+Bad input is never fatal (DESIGN §4): every input is decided inside its own guard.
+Whatever goes wrong for one message (it cannot be decoded, the decider refuses
+it, or decoding, deciding or encoding raises) ends in one dead letter with the
+reason; the per-job state stays what it was before that message, and the rest
+of the batch is decided as usual. Ticks are guarded the same way.
+
+Two checks need the file system, so they live here rather than in the pure
+decider, and run after ``decide`` and before anything is stored: a ``file:``
+state handle must still be inside its checkpoint location once symbolic links
+below the operator's root are resolved (:func:`_linked_out`), and a ``file:``
+savepoint's location inside its savepoint root (``realpath``). A refusal is a
+dead letter (``STATE_OUTSIDE_LOCATION``, ``SAVEPOINT_TARGET_NOT_ALLOWED``) and
+nothing is journaled, so replaying the journal still reproduces the state.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import random
+import stat
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -34,7 +52,15 @@ from coordinator.commands import (
     RequestCheckpoint,
     Tick,
 )
-from coordinator.decider import InputRejected, decide_steps, due_at, evolve
+from coordinator.decider import (
+    Decision,
+    InputRejected,
+    Rejection,
+    decide_steps,
+    due_at,
+    evolve,
+    savepoint_roots,
+)
 from coordinator.snapshot import PartitionSnapshot, trigger_key
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track
@@ -47,15 +73,18 @@ from events.records import (
     CheckpointBarrier,
     CheckpointCompleted,
     CheckpointDeclined,
+    CheckpointKind,
     CheckpointRequested,
     CheckpointTriggered,
     DeadLetter,
     JobStatusChanged,
     JournalEvent,
     Record,
+    TaskAcknowledged,
     TaskStatusChanged,
 )
 from events.topics import Topics
+from events.validation import InvalidUri, StorageUri, parse_uri
 
 log = logging.getLogger("cutline.coordinator")
 
@@ -72,6 +101,13 @@ ACCEPTED: Mapping[str, tuple[type[Record], ...]] = {
     "declines": (CheckpointDeclined,),
 }
 """Which records each input topic may carry."""
+
+INTERNAL_ERROR = "INTERNAL_ERROR"
+"""Dead-letter reason of an input whose handling raised: a bug, or input no check foresaw."""
+
+MAX_DEAD_LETTER_VALUE = 512 * 1024
+"""A dead letter keeps at most this many bytes of the input's value (and says so), so that it
+still fits in a Kafka message next to the key and the reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +161,17 @@ class Coordinator:
         codec: Codec | None = None,
         rng: random.Random | None = None,
         partitions: int | None = None,
+        *,
+        savepoint_roots: tuple[str, ...] = (),
     ) -> None:
+        for root in savepoint_roots:
+            parse_uri(root)  # InvalidUri (a ValueError) at start-up, not at the first request
         self.topics = topics
         self.codec = codec or default_codec()
         self.rng = rng or random.Random()
         self.partitions = partitions
         """Partition count of the protocol topics (for :meth:`partition_of`); None: not known."""
+        self.savepoint_roots = savepoint_roots
         self.states: dict[str, JobState] = {}
         self.stats: dict[str, CheckpointStats] = {}
         self.positions: dict[tuple[str, int], int] = {}
@@ -254,23 +295,33 @@ class Coordinator:
     ) -> Outcome:
         """Decode, check and decide one input message, as the owner of its partition in ``epoch``.
 
-        An ack or decline with a ``cutline.epoch`` header answers a barrier of that epoch."""
+        An ack or decline with a ``cutline.epoch`` header answers a barrier of that epoch. Never
+        raises: anything unexpected becomes a dead letter (``INTERNAL_ERROR``) and leaves every state
+        as it was."""
+        try:
+            return self._handle(topic, partition, offset, key, value, now_ms, headers, epoch)
+        except Exception as exc:
+            log.exception("input %s[%d]@%d could not be handled", topic, partition, offset)
+            message = _describe(exc)
+            try:
+                return self._dead(topic, partition, offset, key, value, now_ms, INTERNAL_ERROR, message)
+            except Exception:  # pragma: no cover - a dead letter of plain bytes and ASCII always encodes
+                log.exception("no dead letter for %s[%d]@%d either", topic, partition, offset)
+                return self._dead(topic, partition, offset, None, None, now_ms, INTERNAL_ERROR, "see the log")
 
+    def _handle(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        now_ms: int,
+        headers: Iterable[tuple[str, bytes | None]] | None,
+        epoch: int,
+    ) -> Outcome:
         def dead(reason: str, message: str, job_id: str | None = None) -> Outcome:
-            log.warning("dead letter from %s[%d]@%d: %s: %s", topic, partition, offset, reason, message)
-            letter = DeadLetter(
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                reason=reason,
-                message=message,
-                timestamp_ms=now_ms,
-                key=key,
-                value=value,
-                job_id=job_id,
-            )
-            out = Outgoing(self.topics.dead_letters, key or b"", self.codec.encode(letter))
-            return Outcome(job_id=job_id, messages=[out])
+            return self._dead(topic, partition, offset, key, value, now_ms, reason, message, job_id)
 
         if value is None:
             return dead("EMPTY_MESSAGE", "the message has no value (a tombstone?)")
@@ -295,7 +346,14 @@ class Coordinator:
             ),
         )
         job_id = record.job_id
-        if key is not None and key != job_id.encode():
+        if key is None:
+            return dead(
+                "MISSING_KEY",
+                f"the message has no key; key every message by its job id ({job_id!r}), so that it "
+                "reaches the partition, and the coordinator worker, that owns the job",
+                job_id,
+            )
+        if key != job_id.encode():
             return dead(
                 "KEY_MISMATCH",
                 f"message key {key!r} is not the record's job id {job_id!r}; key every message by job_id",
@@ -338,6 +396,36 @@ class Coordinator:
             )
         return None
 
+    def _dead(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        now_ms: int,
+        reason: str,
+        message: str,
+        job_id: str | None = None,
+    ) -> Outcome:
+        log.warning("dead letter from %s[%d]@%d: %s: %s", topic, partition, offset, reason, message)
+        if value is not None and len(value) > MAX_DEAD_LETTER_VALUE:
+            message += f" (the value is cut to its first {MAX_DEAD_LETTER_VALUE} of {len(value)} bytes)"
+            value = value[:MAX_DEAD_LETTER_VALUE]
+        letter = DeadLetter(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            reason=reason,
+            message=message.encode("utf-8", "backslashreplace").decode("utf-8"),
+            timestamp_ms=now_ms,
+            key=key if key is None or len(key) <= MAX_DEAD_LETTER_VALUE else key[:MAX_DEAD_LETTER_VALUE],
+            value=value,
+            job_id=job_id.encode("utf-8", "backslashreplace").decode("utf-8") if job_id else job_id,
+        )
+        out = Outgoing(self.topics.dead_letters, letter.key or b"", self.codec.encode(letter))
+        return Outcome(job_id=job_id, messages=[out])
+
     def _command(self, record: Record, now_ms: int) -> Command:
         match record:
             case JobStatusChanged():
@@ -345,7 +433,7 @@ class Coordinator:
             case TaskStatusChanged():
                 return ChangeTaskStatus(record, now_ms)
             case CheckpointRequested():
-                return RequestCheckpoint(record, now_ms)
+                return RequestCheckpoint(record, now_ms, self.savepoint_roots)
             case CheckpointAcknowledged():
                 return AcknowledgeCheckpoint(record, now_ms)
             case CheckpointDeclined():
@@ -353,8 +441,15 @@ class Coordinator:
         raise TypeError(f"no command for {type(record).__name__}")  # pragma: no cover
 
     def tick(self, job_id: str, now_ms: int, epoch: int = 0) -> Outcome:
-        """Let time pass for one job."""
-        return self.decide(Tick(job_id, now_ms), cause=None, epoch=epoch)
+        """Let time pass for one job. Never raises: a failure becomes a dead letter (``INTERNAL_ERROR``,
+        on the ticks topic) and leaves the job's state as it was; the next tick tries again."""
+        try:
+            return self.decide(Tick(job_id, now_ms), cause=None, epoch=epoch)
+        except Exception as exc:
+            log.exception("tick of job %r at %d could not be handled", job_id, now_ms)
+            ticks = f"{self.topics.prefix}coordinator-ticks"
+            key = job_id.encode("utf-8", "backslashreplace")
+            return self._dead(ticks, -1, -1, key, None, now_ms, INTERNAL_ERROR, _describe(exc), job_id)
 
     def due(self, now_ms: int) -> list[str]:
         """Jobs for which a tick at ``now_ms`` can change something."""
@@ -368,33 +463,73 @@ class Coordinator:
         """Decide ``command``, fold the result in, and build the messages to publish.
 
         A refused input yields an outcome with only ``rejected`` set (the caller
-        turns it into a dead letter, with the original bytes).
+        turns it into a dead letter, with the original bytes). All or nothing: the
+        state and the statistics change only once every message is built, so an
+        exception leaves them as they were.
         """
         job_id = command.job_id
         state = self.states.get(job_id) or initial_state(job_id)
         steps = decide_steps(state, command)
         if steps and isinstance(steps[0][0], InputRejected):
             return Outcome(job_id=job_id, rejected=steps[0][0])
+        problem = self._outside_after_links(state, [event for event, _ in steps])
+        if problem is not None:
+            return Outcome(job_id=job_id, rejected=problem)
         outcome = Outcome(job_id=job_id)
         headers = (epoch_header(epoch), *(((CAUSE_HEADER, cause.encode()),) if cause else ()))
         barriers: list[Outgoing] = []
-        for event, after in steps:
+        stats, after = self.stats.get(job_id), state
+        for event, next_state in steps:
             assert not isinstance(event, InputRejected)
-            self.stats[job_id] = track(self.stats.get(job_id), state, event)
-            self.states[job_id] = state = after  # what _apply(event) would leave, without a second evolve
-            self._track_epoch(event, epoch)
+            stats = track(stats, after, event)
+            after = next_state  # what _apply(event) would leave, without a second evolve
             outcome.journal.append(event)
             outcome.messages.append(
                 Outgoing(self.topics.checkpoints, job_id.encode(), self.codec.encode(event), headers)
             )
             if isinstance(event, CheckpointTriggered):
                 barriers.append(self._barrier(event, event.timestamp_ms, epoch))
+        outcome.messages.extend(barriers)
+        if steps:
+            assert stats is not None
+            self.states[job_id], self.stats[job_id] = after, stats
+            for event in outcome.journal:
+                self._track_epoch(event, epoch)
         if cause is not None:
             position = parse_cause(cause)
             if position is not None:
                 self.positions[position[:2]] = max(self.positions.get(position[:2], -1), position[2])
-        outcome.messages.extend(barriers)
         return outcome
+
+    def _outside_after_links(self, before: JobState, decisions: list[Decision]) -> InputRejected | None:
+        """The decider checked URIs as strings; here ``file:`` paths are resolved through symbolic
+        links: an accepted state handle must stay inside its checkpoint location, a triggered
+        savepoint inside its savepoint root."""
+        roots = _trusted_roots(before.config.location if before.config else "", self.savepoint_roots)
+        for event in decisions:
+            if isinstance(event, TaskAcknowledged) and event.state is not None:
+                pending = before.pending.get(event.checkpoint_id)
+                if pending is None:
+                    continue
+                where = pending.triggered.location
+                resolved = _linked_out(event.state.uri, where, roots)
+                if resolved is not None:
+                    return InputRejected(
+                        event.job_id,
+                        Rejection.STATE_OUTSIDE_LOCATION,
+                        f"state {event.state.uri!r} resolves to {resolved!r} through a symbolic link, "
+                        f"outside checkpoint location {where!r}",
+                    )
+            elif isinstance(event, CheckpointTriggered) and event.kind is CheckpointKind.SAVEPOINT:
+                resolved = _resolved_outside(event.location, roots)
+                if resolved is not None:
+                    return InputRejected(
+                        event.job_id,
+                        Rejection.SAVEPOINT_TARGET_NOT_ALLOWED,
+                        f"savepoint location {event.location!r} resolves to {resolved!r} through a "
+                        f"symbolic link, outside the savepoint roots {roots}",
+                    )
+        return None
 
     def _apply(self, event: JournalEvent) -> None:
         job_id = event.job_id
@@ -417,3 +552,104 @@ class Coordinator:
             self.codec.encode(barrier),
             (epoch_header(epoch),),
         )
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as a dead letter's message: its class and (the start of) its message."""
+    text = str(exc)
+    if len(text) > 2000:
+        text = text[:2000] + "..."
+    return f"{type(exc).__module__}.{type(exc).__qualname__}: {text}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _trusted_roots(location: str, configured: tuple[str, ...]) -> tuple[str, ...]:
+    """The directories a job's checkpoints and savepoints may be written below: its savepoint roots
+    and its checkpoint location (where checkpoints, and savepoints without a target, go)."""
+    return (*(str(r) for r in savepoint_roots(location, configured)), location)
+
+
+@functools.lru_cache(maxsize=1024)
+def _file_location(uri: str) -> StorageUri | None:
+    """``_file_uri`` remembered: locations and roots are the same for many acks."""
+    return _file_uri(uri)
+
+
+def _file_uri(uri: str) -> StorageUri | None:
+    try:
+        parsed = parse_uri(uri)
+    except InvalidUri:
+        return None  # the decider has judged it
+    return parsed if parsed.scheme == "file" else None
+
+
+ROOT_TTL = 1.0
+"""Seconds a root's real path is remembered: one ``realpath`` per ack (the handle's) instead of two.
+Roots are the operator's directories; a link changed above them is seen within this time."""
+
+_REAL_ROOTS: dict[str, tuple[float, str]] = {}
+
+
+def _real_root(path: str) -> str:
+    now = time.monotonic()
+    hit = _REAL_ROOTS.get(path)
+    if hit is not None and now - hit[0] < ROOT_TTL:
+        return hit[1]
+    real = os.path.realpath(path)
+    if len(_REAL_ROOTS) >= 1024:
+        _REAL_ROOTS.clear()
+    _REAL_ROOTS[path] = (now, real)
+    return real
+
+
+def _below(path: str, root: str, *, strict: bool = True) -> bool:
+    return path.startswith(root.rstrip("/") + "/") or (not strict and path == root)
+
+
+def _resolved_outside(uri: str, roots: Iterable[str]) -> str | None:
+    """For a ``file:`` URI: its real path when that is not in (or equal to) the real path of any of
+    ``roots``; None when it is, or when ``uri`` is not a ``file:`` URI. Reads the file system."""
+    target = _file_uri(uri)
+    if target is None:
+        return None
+    real = os.path.realpath(target.path)
+    for root in filter(None, map(_file_location, roots)):
+        if _below(real, _real_root(root.path), strict=False):
+            return None
+    return real
+
+
+def _linked_out(uri: str, location: str, roots: Iterable[str]) -> str | None:
+    """For a ``file:`` state handle of a checkpoint at ``location``: its real path when that is not
+    below the checkpoint's real directory; None when it is (or when either is not a ``file:`` URI).
+
+    The checkpoint's real directory is the real path of the root it was triggered under (the
+    job's checkpoint location or a savepoint root: chosen by the operator) followed by the rest of
+    ``location`` as written: links between the root and the checkpoint's directory (a ``chk-7``
+    that is a link to ``/etc``) count as leaving it, links inside it to files inside it do not.
+    Only the path below the root is walked (``lstat`` per name, until a name does not exist):
+    what is not there cannot lead anywhere, and what the coordinator may not see, it cannot check.
+    """
+    where = _file_location(location)
+    handle = _file_uri(uri) if where is not None else None
+    if handle is None or where is None:
+        return None
+    anchors = [r for r in filter(None, map(_file_location, roots)) if where.within(r, strict=False)]
+    anchor = max(anchors, key=lambda r: len(r.segments), default=where)
+    base = _real_root(anchor.path)
+    directory = os.path.join(base, *where.segments[len(anchor.segments) :])
+    below = handle.segments[len(anchor.segments) :]
+    if handle.segments[: len(anchor.segments)] != anchor.segments:  # pragma: no cover - the decider
+        below = handle.segments  # made sure the handle is below the location; resolve it all anyway
+        base = "/"
+    path = base
+    for name in below:
+        path = os.path.join(path, name)
+        try:
+            if not stat.S_ISLNK(os.lstat(path).st_mode):
+                continue
+        except OSError:
+            return None
+        real = os.path.realpath(os.path.join(base, *below))
+        return None if _below(real, directory) else real
+    return None

@@ -360,7 +360,44 @@ class TestAcknowledgements:
             Rejection.STATE_OUTSIDE_LOCATION
         )
 
-    @pytest.mark.parametrize("offsets", [{"words:0": -1}, {"words": 3}, {":1": 3}, {"words:x": 1}])
+    @pytest.mark.parametrize(
+        "uri",
+        [
+            "file://[x",
+            f"{LOCATION}/{JOB}/chk-1/%2e%2e/chk-0/t0",
+            f"{LOCATION}/{JOB}/chk-1/%252e%252e/t0",
+            f"{LOCATION}/{JOB}/chk-1/a%2fb",
+            f"{LOCATION.replace('file:', 'FILE:')}/{JOB}/chk-1/t0",
+            f"{LOCATION.replace('file://', 'file:')}/{JOB}/chk-1/t0",
+            f"{LOCATION.replace('file://', 'file://host')}/{JOB}/chk-1/t0",
+        ],
+    )
+    def test_state_uris_that_are_not_canonical_are_refused(self, uri: str) -> None:
+        """A state URI that does not parse by events.validation's rules cannot be inside the location."""
+        refused = given(running(at=0), tick(1000)).when(ack(1, "t0", state=StateHandle(uri, 1, "x")))
+
+        assert "is not a storage URI" in refused.then_rejected(Rejection.STATE_OUTSIDE_LOCATION).message
+
+    def test_a_negative_state_size_is_refused(self) -> None:
+        """A state handle's size must not be negative (it is summed into the checkpoint's size)."""
+        given(running(at=0), tick(1000)).when(ack(1, "t0", state=handle(1, "t0", size=-1))).then_rejected(
+            Rejection.INVALID_STATE_HANDLE
+        )
+
+    @pytest.mark.parametrize(
+        "offsets",
+        [
+            {"words:0": -1},
+            {"words": 3},
+            {":1": 3},
+            {"words:x": 1},
+            {"t:²": 1},
+            {"t:-1": 1},
+            {"t:007": 1},
+            {f"t:{2**31}": 1},
+            {f"t{i}:0": 1 for i in range(100_001)},
+        ],
+    )
     def test_malformed_offsets_are_refused(self, offsets: dict[str, int]) -> None:
         """Offsets must map 'topic:partition' to a non-negative next offset."""
         given(running(at=0), tick(1000)).when(ack(1, "t0", offsets=offsets)).then_rejected(
@@ -565,7 +602,9 @@ class TestSavepoints:
         """testTriggerAndConfirmSimpleSavepoint: a savepoint goes to its target, completes, is not
         retained among checkpoints and is remembered as the latest savepoint."""
         commands = [running(cfg=config(interval_ms=0), at=0)]
-        commands += [request(SAVEPOINT, target="file:///savepoints", at=10)]
+        commands += [
+            request(SAVEPOINT, target="file:///savepoints", at=10, savepoint_roots=("file:///savepoints",))
+        ]
         location = "file:///savepoints/savepoint-1"
         sp = StateHandle(f"{location}/t0", 3, "x")
         commands += [ack(1, "t0", at=20, state=sp), ack(1, "t1", at=30)]
@@ -670,13 +709,46 @@ class TestBadInput:
             (config(min_pause_ms=-1), ("t0",)),
             (config(tolerable_failures=-1), ("t0",)),
             (config(location=""), ("t0",)),
+            (config(location="/tmp/plain/path"), ("t0",)),
+            (config(location="file:/tmp/x"), ("t0",)),
+            (config(location="file:///tmp/%2e%2e/etc"), ("t0",)),
+            (config(location="file:///"), ("t0",)),
+            (config(interval_ms=2**62), ("t0",)),
+            (config(timeout_ms=2**62), ("t0",)),
+            (config(min_pause_ms=2**62), ("t0",)),
             (config(), ()),
             (config(), ("t0", "t0")),
+            (config(), tuple(f"t{i}" for i in range(100_001))),
         ],
     )
     def test_invalid_running_status(self, cfg: object, tasks: tuple[str, ...]) -> None:
         """A RUNNING status with an unusable config or task list is refused."""
         given().when(running(cfg=cfg, tasks=tasks)).then_rejected(Rejection.INVALID_CONFIG)
+
+    @pytest.mark.parametrize("job_id", ["..", ".", "a/b", "../../etc", "a%2fb", "a%41", "a?b", "a\\b", ""])
+    def test_a_job_id_that_cannot_name_its_directory(self, job_id: str) -> None:
+        """Checkpoints go to <location>/<job_id>/chk-N: a job id that is not one plain name is refused."""
+        given(job_id=job_id).when(running(job_id=job_id)).then_rejected(Rejection.INVALID_CONFIG)
+
+    @pytest.mark.parametrize("restored", [0, -1, 2**62 + 1, 2**63 - 1])
+    def test_a_restored_id_out_of_range(self, restored: int) -> None:
+        """A restored checkpoint id must be positive and leave room for the ids after it."""
+        given().when(running(restored_from=restored)).then_rejected(Rejection.INVALID_CONFIG)
+
+    @pytest.mark.parametrize(("checkpoint_id", "reason"), [(-5, "start at 1"), (2**63 - 1, "end at")])
+    def test_negative_and_huge_checkpoint_ids(self, checkpoint_id: int, reason: str) -> None:
+        """Acks and declines of a negative or absurdly large checkpoint id are INVALID_ID."""
+        started = given(running(at=0), tick(1000))
+
+        for command in (ack(checkpoint_id, "t0"), decline(checkpoint_id, "t0")):
+            assert reason in started.when(command).then_rejected(Rejection.INVALID_ID).message
+
+    def test_too_many_metrics(self) -> None:
+        """An ack may carry at most 100,000 metrics."""
+        command = ack(1, "t0")
+        hostile = replace(command, ack=replace(command.ack, metrics={f"m{i}": i for i in range(100_001)}))
+
+        given(running(at=0), tick(1000)).when(hostile).then_rejected(Rejection.INVALID_METRICS)
 
     def test_running_without_config(self) -> None:
         """A RUNNING status must carry its config."""
@@ -720,3 +792,78 @@ class TestTaskSet:
             task_set((f"other-{i}",))
 
         given(running(at=0), tick(1000)).when(ack(1, "nobody")).then_rejected(Rejection.UNKNOWN_TASK)
+
+
+class TestSavepointTargets:
+    """Savepoints go only where the coordinator allows (--savepoint-root; docs/security.md)."""
+
+    started = staticmethod(lambda: given(running(cfg=config(interval_ms=0, location=ROOTED), at=0)))
+
+    def test_a_target_beside_the_checkpoints_is_allowed_by_default(self) -> None:
+        """Without roots, a target below the checkpoint location's parent triggers the savepoint."""
+        when = self.started().when(request(SAVEPOINT, target="file:///data/savepoints/", at=5))
+
+        when.then_types(CheckpointTriggered)
+        assert "file:///data/savepoints/savepoint-1" == when.events[0].location  # type: ignore[union-attr]
+
+    @pytest.mark.parametrize(
+        "target", ["file:///etc", "file:///datax/sp", "s3://data/savepoints", "file:///tmp/x"]
+    )
+    def test_anything_else_is_refused_by_default(self, target: str) -> None:
+        """Without roots, a target outside the checkpoint location's parent is a journaled TriggerRejected."""
+        (rejected,) = self.started().when(request(SAVEPOINT, target=target, at=5)).events
+
+        assert isinstance(rejected, TriggerRejected)
+        assert (Reason.SAVEPOINT_TARGET_NOT_ALLOWED, "r1") == (rejected.reason, rejected.request_id)
+        assert "--savepoint-root" in rejected.message and "file:///data" in rejected.message
+
+    @pytest.mark.parametrize(
+        "target",
+        [
+            "file:///data/savepoints/../../etc",
+            "file:///data/%2e%2e/etc",
+            "FILE:///data/sp",
+            "file:/data/sp",
+            "x",
+        ],
+    )
+    def test_targets_that_are_not_canonical_are_refused(self, target: str) -> None:
+        """A target that does not parse is refused whatever the roots."""
+        (rejected,) = self.started().when(request(SAVEPOINT, target=target, at=5)).events
+
+        assert isinstance(rejected, TriggerRejected)
+        assert "not a storage URI" in rejected.message
+
+    def test_configured_roots_replace_the_default(self) -> None:
+        """With roots, targets inside any root are allowed and the checkpoint location's parent is not."""
+        roots = ("file:///backups", "s3://bucket/savepoints")
+        started = self.started()
+
+        started.when(request(SAVEPOINT, target="s3://bucket/savepoints/a", savepoint_roots=roots)).then_types(
+            CheckpointTriggered
+        )
+        started.when(request(SAVEPOINT, target="file:///backups", savepoint_roots=roots)).then_types(
+            CheckpointTriggered
+        )
+        (rejected,) = started.when(
+            request(SAVEPOINT, target="file:///data/savepoints", savepoint_roots=roots)
+        ).events
+        assert isinstance(rejected, TriggerRejected)
+        assert "file:///backups, s3://bucket/savepoints" in rejected.message
+
+    def test_a_savepoint_without_target_goes_below_the_checkpoint_location(self) -> None:
+        """No target: the savepoint goes to <location>/<job>/savepoint-N, whatever the roots."""
+        when = self.started().when(request(SAVEPOINT, savepoint_roots=("file:///backups",)))
+
+        when.then_types(CheckpointTriggered)
+        assert f"{ROOTED}/{JOB}/savepoint-1" == when.events[0].location  # type: ignore[union-attr]
+
+    def test_a_location_right_below_the_root_allows_only_itself(self) -> None:
+        """A file: location one level below / allows savepoints only inside itself by default."""
+        started = given(running(cfg=config(interval_ms=0, location="file:///ckpt"), at=0))
+
+        started.when(request(SAVEPOINT, target="file:///ckpt/sp")).then_types(CheckpointTriggered)
+        started.when(request(SAVEPOINT, target="file:///etc")).then_types(TriggerRejected)
+
+
+ROOTED = "file:///data/checkpoints"

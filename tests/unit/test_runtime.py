@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
+from coordinator.commands import AcknowledgeCheckpoint
 from coordinator.decider import fold_jobs
-from coordinator.service.runtime import CAUSE_HEADER, Coordinator, parse_cause
+from coordinator.service import runtime
+from coordinator.service.runtime import CAUSE_HEADER, Coordinator, Outcome, parse_cause
 from events.codec import decode, encode
 from events.records import (
     CheckpointAcknowledged,
     CheckpointBarrier,
+    CheckpointCompleted,
     CheckpointConfig,
+    CheckpointKind,
+    CheckpointRequested,
     CheckpointTriggered,
     DeadLetter,
     JobStatus,
     JobStatusChanged,
     JournalEvent,
     StateHandle,
+    TaskAcknowledged,
 )
 from events.topics import Topics
 
@@ -244,3 +251,224 @@ class TestEpochs:
             tp: offset for tp, offset in coordinator.positions.items() if tp[0] == TOPICS.acks
         }
         assert not [tp for tp in coordinator.positions if tp[1] == partition]
+
+
+def letter_of(outcome: Outcome) -> DeadLetter:
+    """The one dead letter an outcome holds (and nothing else)."""
+    assert [TOPICS.dead_letters] == [m.topic for m in outcome.messages]
+    letter = decode(outcome.messages[0].value)
+    assert isinstance(letter, DeadLetter)
+    return letter
+
+
+def ack_bytes(uri: str | None, checkpoint_id: int = 1, task: str = "a") -> bytes:
+    state = StateHandle(uri, 1, "0" * 64) if uri is not None else None
+    return encode(CheckpointAcknowledged(JOB, checkpoint_id, 1, task, 0, state))
+
+
+class TestIsolation:
+    def test_an_exception_becomes_a_dead_letter_and_the_batch_goes_on(
+        self, coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Given a decider that raises on one ack, when a batch of three acks is handled, then that
+        ack is an INTERNAL_ERROR dead letter naming the exception, and the other two complete."""
+        running(coordinator)
+        coordinator.tick(JOB, 10_000)
+        decide = runtime.decide_steps
+
+        def explode(state: object, command: object) -> object:
+            if isinstance(command, AcknowledgeCheckpoint) and command.ack.task_id == "b":
+                raise ZeroDivisionError("boom")
+            return decide(state, command)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(runtime, "decide_steps", explode)
+        before = coordinator.states[JOB]
+
+        failed = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(None, task="b"), 10_001)
+        assert before is coordinator.states[JOB]
+        monkeypatch.setattr(runtime, "decide_steps", decide)
+        first = coordinator.handle(TOPICS.acks, 0, 2, JOB.encode(), ack_bytes(None, task="a"), 10_002)
+        second = coordinator.handle(TOPICS.acks, 0, 3, JOB.encode(), ack_bytes(None, task="b"), 10_003)
+
+        letter = letter_of(failed)
+        assert ("INTERNAL_ERROR", "builtins.ZeroDivisionError: boom") == (letter.reason, letter.message)
+        assert [TaskAcknowledged] == [type(e) for e in first.journal]
+        assert [TaskAcknowledged, CheckpointCompleted] == [type(e) for e in second.journal]
+
+    def test_an_encoding_failure_leaves_state_and_statistics_as_they_were(
+        self, coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Given an encoder that fails on the second event of a decision, when the deciding ack comes,
+        then neither the state nor the statistics hold any part of that decision."""
+        running(coordinator)
+        coordinator.tick(JOB, 10_000)
+        coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(None, task="a"), 10_001)
+        state, stats = coordinator.states[JOB], coordinator.stats[JOB]
+        encode_event = coordinator.codec.encode
+
+        def fail_on_completed(record: object) -> bytes:
+            if isinstance(record, CheckpointCompleted):
+                raise OverflowError("long too big")
+            return encode_event(record)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(coordinator.codec, "encode", fail_on_completed)
+
+        outcome = coordinator.handle(TOPICS.acks, 0, 2, JOB.encode(), ack_bytes(None, task="b"), 10_002)
+
+        assert "OverflowError: long too big" in letter_of(outcome).message
+        assert (state, stats) == (coordinator.states[JOB], coordinator.stats[JOB])
+
+    def test_a_failing_tick_is_a_dead_letter(
+        self, coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Given a decider that raises on ticks, when the job ticks, then a dead letter names the job
+        and the state is unchanged; the next tick works again."""
+        running(coordinator)
+        before = coordinator.states[JOB]
+        decide = runtime.decide_steps
+        monkeypatch.setattr(runtime, "decide_steps", lambda state, command: 1 / 0)
+
+        outcome = coordinator.tick(JOB, 10_000)
+        monkeypatch.setattr(runtime, "decide_steps", decide)
+
+        letter = letter_of(outcome)
+        assert ("INTERNAL_ERROR", JOB, f"{TOPICS.prefix}coordinator-ticks") == (
+            letter.reason,
+            letter.job_id,
+            letter.topic,
+        )
+        assert before is coordinator.states[JOB]
+        assert coordinator.tick(JOB, 10_000).has_barriers
+
+    def test_a_broken_state_uri_is_refused_not_raised(self, coordinator: Coordinator) -> None:
+        """Given a pending checkpoint, when an ack's state URI is file://[x, then it is a dead letter
+        (STATE_OUTSIDE_LOCATION) and a valid ack right after it is accepted."""
+        running(coordinator)
+        coordinator.tick(JOB, 10_000)
+
+        refused = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes("file://[x"), 10_001)
+        accepted = coordinator.handle(
+            TOPICS.acks, 0, 2, JOB.encode(), ack_bytes("file:///ckpt/job/chk-1/a"), 1
+        )
+
+        assert "STATE_OUTSIDE_LOCATION" == letter_of(refused).reason
+        assert [TaskAcknowledged] == [type(e) for e in accepted.journal]
+
+    def test_a_message_without_key_is_refused(self, coordinator: Coordinator) -> None:
+        """Given a valid record without a key, when handled, then it is a MISSING_KEY dead letter."""
+        running(coordinator)
+        coordinator.tick(JOB, 10_000)
+
+        outcome = coordinator.handle(TOPICS.acks, 0, 1, None, ack_bytes(None), 10_001)
+
+        assert ("MISSING_KEY", JOB) == (letter_of(outcome).reason, letter_of(outcome).job_id)
+
+    def test_a_huge_value_is_cut_in_its_dead_letter(self, coordinator: Coordinator) -> None:
+        """Given a 1 MiB value of garbage, when handled, then its dead letter keeps the first 512 KiB."""
+        value = b"\x00" * (1024 * 1024)
+
+        letter = letter_of(coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), value, 0))
+
+        assert letter.value == value[: runtime.MAX_DEAD_LETTER_VALUE]
+        assert "cut to its first 524288 of 1048576 bytes" in letter.message
+
+    def test_invalid_savepoint_roots_are_refused_at_start(self) -> None:
+        """Given a savepoint root that is not a canonical storage URI, the coordinator does not start."""
+        with pytest.raises(ValueError, match="file:///absolute/path"):
+            Coordinator(TOPICS, savepoint_roots=("file:/backups",))
+
+
+class TestSymbolicLinks:
+    @pytest.fixture(name="tree")
+    def _tree(self, tmp_path: Path) -> Path:
+        (tmp_path / "checkpoints" / JOB / "chk-1").mkdir(parents=True)
+        (tmp_path / "outside").mkdir()
+        (tmp_path / "outside" / "secret").write_text("secret")
+        return tmp_path
+
+    def started(self, tree: Path, **kwargs: tuple[str, ...]) -> Coordinator:
+        coordinator = Coordinator(TOPICS, rng=random.Random(1), **kwargs)
+        cfg = CheckpointConfig(interval_ms=100, location=(tree / "checkpoints").as_uri())
+        record = JobStatusChanged(JOB, JobStatus.RUNNING, 0, 1, ("a", "b"), cfg)
+        coordinator.handle(TOPICS.job_status, 0, 0, JOB.encode(), encode(record), 0)
+        coordinator.tick(JOB, 10_000)
+        return coordinator
+
+    def test_a_state_handle_linked_outside_the_location_is_refused(self, tree: Path) -> None:
+        """Given a symbolic link in the checkpoint directory to a file outside, when a task acks it,
+        then it is STATE_OUTSIDE_LOCATION and the checkpoint has no ack."""
+        coordinator = self.started(tree)
+        link = tree / "checkpoints" / JOB / "chk-1" / "a"
+        link.symlink_to(tree / "outside" / "secret")
+
+        outcome = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(link.as_uri()), 10_001)
+
+        letter = letter_of(outcome)
+        assert "STATE_OUTSIDE_LOCATION" == letter.reason
+        assert str(tree / "outside" / "secret") in letter.message
+        assert {} == dict(coordinator.states[JOB].pending[1].acks)
+
+    def test_a_linked_directory_on_the_way_is_refused_too(self, tree: Path) -> None:
+        """Given a directory link inside the checkpoint directory that leads outside, a handle below it
+        is refused."""
+        coordinator = self.started(tree)
+        (tree / "checkpoints" / JOB / "chk-1" / "sub").symlink_to(tree / "outside")
+        uri = (tree / "checkpoints" / JOB / "chk-1" / "sub").as_uri() + "/secret"
+
+        outcome = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(uri), 10_001)
+
+        assert "STATE_OUTSIDE_LOCATION" == letter_of(outcome).reason
+
+    def test_a_checkpoint_directory_that_is_a_link_is_refused(self, tree: Path) -> None:
+        """Given a checkpoint directory that is itself a link to a directory outside, a handle in it
+        is refused, although it is below the directory's own real path."""
+        coordinator = self.started(tree)
+        checkpoint = tree / "checkpoints" / JOB / "chk-1"
+        checkpoint.rmdir()
+        checkpoint.symlink_to(tree / "outside")
+
+        outcome = coordinator.handle(
+            TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(f"{checkpoint.as_uri()}/secret"), 1
+        )
+
+        assert "STATE_OUTSIDE_LOCATION" == letter_of(outcome).reason
+
+    def test_links_above_the_checkpoint_location_are_fine(self, tmp_path: Path) -> None:
+        """Given a checkpoint location reached through a link set up by the operator (above the
+        location), handles inside it are accepted."""
+        (tmp_path / "disk" / "checkpoints").mkdir(parents=True)
+        (tmp_path / "data").symlink_to(tmp_path / "disk")
+        coordinator = self.started(tmp_path / "data")
+        uri = (tmp_path / "data" / "checkpoints" / JOB / "chk-1").as_uri() + "/a"
+
+        outcome = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(uri), 10_001)
+
+        assert [TaskAcknowledged] == [type(e) for e in outcome.journal]
+
+    def test_links_that_stay_inside_are_fine(self, tree: Path) -> None:
+        """Given a link from one file of the checkpoint directory to another inside it, the ack counts."""
+        coordinator = self.started(tree)
+        target = tree / "checkpoints" / JOB / "chk-1" / "real"
+        target.write_text("x")
+        (tree / "checkpoints" / JOB / "chk-1" / "a").symlink_to(target)
+        uri = (tree / "checkpoints" / JOB / "chk-1" / "a").as_uri()
+
+        outcome = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(uri), 10_001)
+
+        assert [TaskAcknowledged] == [type(e) for e in outcome.journal]
+
+    def test_a_savepoint_target_linked_outside_its_root_is_refused(self, tree: Path) -> None:
+        """Given a savepoint root holding a link to a directory outside it, when a savepoint targets the
+        link, then it is a SAVEPOINT_TARGET_NOT_ALLOWED dead letter and nothing is triggered."""
+        (tree / "savepoints").mkdir()
+        (tree / "savepoints" / "evil").symlink_to(tree / "outside")
+        coordinator = self.started(tree, savepoint_roots=((tree / "savepoints").as_uri(),))
+        pending = dict(coordinator.states[JOB].pending)
+        request = CheckpointRequested(
+            JOB, CheckpointKind.SAVEPOINT, 0, "r1", target=(tree / "savepoints" / "evil").as_uri()
+        )
+
+        outcome = coordinator.handle(TOPICS.requests, 0, 1, JOB.encode(), encode(request), 10_001)
+
+        assert "SAVEPOINT_TARGET_NOT_ALLOWED" == letter_of(outcome).reason
+        assert pending == dict(coordinator.states[JOB].pending)

@@ -1,0 +1,238 @@
+"""Checks of untrusted strings at the coordinator's boundary: storage URIs (and their limits).
+
+Pure functions: no file system, no network. Anything a task, a job driver or an
+operator sends is parsed here once, the same way for every reader, so that a URI
+cannot mean one thing to the location check and another to whoever opens it later.
+
+**Storage URIs.** :func:`parse_uri` accepts exactly one spelling per object and
+refuses everything else with :class:`InvalidUri` (a ``ValueError``):
+
+- ``file:`` only as ``file:///absolute/path``: no host (``file://host/x`` and
+  ``file://localhost/x`` are refused), no short forms (``file:/x``, ``file:x``).
+  Plain paths are refused too: write ``Path(p).absolute().as_uri()``.
+- fsspec schemes (:data:`OBJECT_STORE_SCHEMES`: ``s3``, ``gs``, ``abfs``,
+  ``hdfs``, ``memory`` and their common aliases) as ``scheme://authority/key``:
+  the bucket, container or name node is required, compared exactly, never
+  percent-encoded. Any other scheme is refused.
+- The scheme in lower case: ``FILE:`` or ``S3:`` is refused rather than
+  normalised, so the journal never holds two spellings of one handle.
+- Path segments are percent-decoded once, and must then be ordinary names:
+  an encoded ``.``, ``/``, ``\\``, ``%`` or control character (``%2e``, ``%2F``,
+  ``%5c``, ``%25``, ``%00``...) is refused, because someone decoding the URI
+  once more would read a different path; so are raw backslashes and control
+  characters, ``?`` and ``#``, invalid UTF-8, malformed escapes, ``.`` and
+  ``..`` segments, and empty segments (``a//b``; one trailing ``/`` is allowed).
+  A consequence: file names of state handles cannot contain ``%``.
+- At most :data:`MAX_URI_LENGTH` characters.
+
+Whether a ``file:`` handle reaches outside its location *through a symbolic
+link* cannot be seen from the string: the coordinator's shell resolves it
+(``realpath``) before it accepts the handle (``coordinator.service.runtime``).
+
+:func:`parse_offsets_key` parses the ``topic:partition`` keys of an ack's offsets.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+__all__ = [
+    "MAX_CHECKPOINT_ID",
+    "MAX_DURATION_MS",
+    "MAX_MAP_ENTRIES",
+    "MAX_TASKS",
+    "MAX_URI_LENGTH",
+    "OBJECT_STORE_SCHEMES",
+    "InvalidUri",
+    "StorageUri",
+    "canonical_uri",
+    "is_within",
+    "parse_offsets_key",
+    "parse_uri",
+]
+
+MAX_URI_LENGTH = 4096
+"""Longest storage URI accepted (Linux's ``PATH_MAX``)."""
+
+MAX_MAP_ENTRIES = 100_000
+"""Most entries in an ack's ``offsets`` or ``metrics`` map."""
+
+MAX_TASKS = 100_000
+"""Most tasks a RUNNING job may list."""
+
+MAX_CHECKPOINT_ID = 2**62
+"""Largest checkpoint id accepted: far beyond any real job, and far enough below Avro's ``long``
+that ids counted on from it never overflow."""
+
+MAX_DURATION_MS = 2**40
+"""Longest interval, timeout or pause accepted (about 34 years): deadlines computed from it
+never overflow Avro's ``long``."""
+
+OBJECT_STORE_SCHEMES = frozenset(
+    {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "hdfs", "webhdfs", "memory"}
+)
+"""fsspec schemes accepted besides ``file``; their authority (bucket, container, name node) is required."""
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+_AUTHORITY = re.compile(r"[A-Za-z0-9._~@:-]+")
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_FORBIDDEN = re.compile(r"[\\?#\x00-\x1f\x7f]")
+_SAFE = "-._~!$&'()*+,;=:@"
+"""Characters a canonical path segment keeps as they are (RFC 3986 ``pchar``)."""
+
+_ENCODED_NAMES = {0x2E: "'.'", 0x2F: "'/'", 0x5C: "'\\'", 0x25: "'%'"}
+
+
+class InvalidUri(ValueError):
+    """A storage URI the coordinator refuses; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class StorageUri:
+    """A parsed storage URI: its scheme, authority and decoded path segments.
+
+    ``segments`` are plain names (never empty, ``.``, ``..``, nor containing ``/``);
+    ``str()`` gives the canonical spelling.
+    """
+
+    scheme: str
+    authority: str
+    segments: tuple[str, ...]
+
+    @property
+    def path(self) -> str:
+        """The decoded absolute path (``/`` for the root)."""
+        return "/" + "/".join(self.segments)
+
+    def __str__(self) -> str:
+        encoded = "/".join(quote(s, safe=_SAFE) for s in self.segments)
+        if not self.segments:
+            return f"{self.scheme}://{self.authority}" + ("/" if self.scheme == "file" else "")
+        return f"{self.scheme}://{self.authority}/{encoded}"
+
+    def within(self, root: StorageUri, *, strict: bool = True) -> bool:
+        """Is this URI below ``root`` (same scheme and authority)? ``strict=False``: or equal to it."""
+        n = len(root.segments)
+        return (
+            self.scheme == root.scheme
+            and self.authority == root.authority
+            and self.segments[:n] == root.segments
+            and (len(self.segments) > n or not strict)
+        )
+
+    @property
+    def parent(self) -> StorageUri | None:
+        """The URI one segment up; None at the root."""
+        if not self.segments:
+            return None
+        return StorageUri(self.scheme, self.authority, self.segments[:-1])
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_uri(uri: str) -> StorageUri:
+    """Parse a storage URI by the rules of this module; raises :class:`InvalidUri`.
+
+    Remembers its last few thousand answers (it is pure): an ack's handle is parsed by the decider
+    and again by the shell's link check, a checkpoint's location for every ack.
+    """
+    if not uri:
+        raise InvalidUri("empty URI")
+    if len(uri) > MAX_URI_LENGTH:
+        raise InvalidUri(f"URI of {len(uri)} characters is longer than {MAX_URI_LENGTH}")
+    head, colon, rest = uri.partition(":")
+    if not colon or not _SCHEME.fullmatch(head):
+        raise InvalidUri(f"{_short(uri)} is not a URI with a scheme; write file:///absolute/path")
+    scheme = head
+    if scheme != scheme.lower():
+        raise InvalidUri(f"scheme {scheme!r} must be written in lower case ({scheme.lower()!r})")
+    if scheme == "file":
+        if not rest.startswith("///"):
+            raise InvalidUri(
+                f"{_short(uri)}: a file URI must be file:///absolute/path (no host, not file:/path)"
+            )
+        authority, path = "", rest[2:]
+    elif scheme in OBJECT_STORE_SCHEMES:
+        if not rest.startswith("//"):
+            raise InvalidUri(f"{_short(uri)}: a {scheme} URI must be {scheme}://bucket/key")
+        authority, slash, tail = rest[2:].partition("/")
+        if not _AUTHORITY.fullmatch(authority):
+            raise InvalidUri(
+                f"{_short(uri)}: a {scheme} URI needs a bucket (or container, or host), "
+                "written with letters, digits and ._~@:- only"
+            )
+        path = slash + tail
+    else:
+        raise InvalidUri(
+            f"unsupported scheme {scheme!r}: use file or one of {', '.join(sorted(OBJECT_STORE_SCHEMES))}"
+        )
+    return StorageUri(scheme, authority, _segments(path, uri))
+
+
+def _segments(path: str, uri: str) -> tuple[str, ...]:
+    if not path:
+        return ()
+    raw = path[1:].split("/")
+    if raw[-1] == "":
+        raw.pop()  # one trailing slash
+    return tuple([_segment(segment, uri) for segment in raw])
+
+
+def _segment(raw: str, uri: str) -> str:
+    if not raw:
+        raise InvalidUri(f"{_short(uri)} has an empty path segment ('//')")
+    bad = _FORBIDDEN.search(raw)
+    if bad:
+        raise InvalidUri(f"{_short(uri)} contains {bad.group()!r}")
+    if "%" in raw:
+        escapes = _ESCAPE.findall(raw)
+        if raw.count("%") != len(escapes):
+            raise InvalidUri(f"{_short(uri)} has a malformed percent escape")
+        for escape in escapes:
+            byte = int(escape, 16)
+            if byte in _ENCODED_NAMES or byte < 0x20 or byte == 0x7F:
+                name = _ENCODED_NAMES.get(byte, f"control character {byte:#04x}")
+                raise InvalidUri(f"{_short(uri)} encodes {name} as %{escape}")
+        try:
+            raw = unquote(raw, errors="strict")
+        except UnicodeDecodeError:
+            raise InvalidUri(f"{_short(uri)} percent-encodes bytes that are not UTF-8") from None
+    if raw in (".", ".."):
+        raise InvalidUri(f"{_short(uri)} has a {raw!r} segment")
+    return raw
+
+
+def _short(uri: str) -> str:
+    return repr(uri if len(uri) <= 200 else uri[:200] + "...")
+
+
+def canonical_uri(uri: str) -> str:
+    """The one spelling of ``uri`` (escapes decoded where they need not be, no trailing ``/``)."""
+    return str(parse_uri(uri))
+
+
+def is_within(uri: str, location: str) -> bool:
+    """Is ``uri`` strictly below ``location``? False when either is not a valid storage URI."""
+    try:
+        return parse_uri(uri).within(parse_uri(location))
+    except InvalidUri:
+        return False
+
+
+# ---------------------------------------------------------------- offsets keys
+
+
+def parse_offsets_key(key: str) -> tuple[str, int]:
+    """``topic:partition`` into its parts; raises ValueError.
+
+    The topic is everything before the last colon and must not be empty; the
+    partition is a non-negative ASCII decimal integer (``t:²`` and ``t:-1`` are refused).
+    """
+    topic, sep, partition = key.rpartition(":")
+    if not sep or not topic:
+        raise ValueError(f"offsets key {key!r} is not 'topic:partition'")
+    if not (partition.isascii() and partition.isdigit()):
+        raise ValueError(f"partition {partition!r} of offsets key {key!r} is not a decimal number")
+    return topic, int(partition)
