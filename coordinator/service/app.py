@@ -343,6 +343,7 @@ def create_app(settings: Settings) -> faust.App:
     async def decide_batch(messages: Sequence[Any], decide: Callable[[Any, Owner], Outcome | None]) -> None:
         """Decide ``messages`` in order as the owner of their partitions, publish, and retry what a
         failed write lost once its partition has recovered (inputs the journal holds are skipped)."""
+        failures = 0
         while True:
             await wait_for_owners({m.partition for m in messages})
             async with publish_lock:
@@ -361,6 +362,9 @@ def create_app(settings: Settings) -> faust.App:
                     return
                 for partition in failed:
                     start_recovery(partition, again=True)
+            failures += 1
+            # A write that keeps failing (a broker refusing the record) must not spin: back off.
+            await asyncio.sleep(min(30.0, 0.25 * 2**failures))
 
     def decide_input(message: Any, owner: Owner) -> Outcome | None:
         if coordinator.already_decided(message.topic, message.partition, message.offset):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics, free_port, wait_for_broker
+from events.broker import create_topics, free_port, topic_config, wait_for_broker
 from events.codec import decode
 from events.log import read_to_end
 from events.participant import JobDriver, Participant
@@ -105,15 +105,18 @@ class TestBroker:
 
 class TestTopics:
     def test_create_is_idempotent(self, bootstrap: str) -> None:
-        """`topics create` creates every topic, and a second run finds them all."""
+        """`topics create` creates every topic (the journal kept for ever, the snapshots compacted),
+        and a second run finds them all."""
         prefix = f"topics{os.getpid()}."
 
         first = cutline("topics", "create", "--bootstrap", bootstrap, "--topic-prefix", prefix)
         second = cutline("topics", "create", "--bootstrap", bootstrap, "--topic-prefix", prefix)
 
         assert 0 == first.returncode, first.stderr
-        assert 8 == first.stdout.count("created")
-        assert 8 == second.stdout.count("exists")
+        assert 9 == first.stdout.count("created")
+        assert 9 == second.stdout.count("exists")
+        assert "-1" == topic_config(bootstrap, f"{prefix}checkpoints")["retention.ms"]
+        assert "compact" == topic_config(bootstrap, f"{prefix}coordinator-snapshots")["cleanup.policy"]
 
     def test_without_a_cluster(self) -> None:
         """Without --bootstrap or CUTLINE_BOOTSTRAP it says how to give one."""
@@ -204,13 +207,14 @@ class TestTrigger:
 
 class TestTail:
     def test_prints_decoded_events(self, bootstrap: str, prefix: str, service: CoordinatorProcess) -> None:
-        """`cutline tail checkpoints --from-beginning` prints decoded journal events."""
+        """`cutline tail checkpoints --from-beginning` prints decoded journal events, the workers'
+        claims of the journal's partitions among them."""
         result = cutline(
             "tail",
             "checkpoints",
             "--from-beginning",
             "--count",
-            "3",
+            "12",
             "--bootstrap",
             bootstrap,
             "--topic-prefix",
@@ -219,7 +223,8 @@ class TestTail:
 
         assert 0 == result.returncode, result.stderr
         assert "SchedulerStarted" in result.stdout
-        assert 3 == len(result.stdout.strip().splitlines())
+        assert "CoordinatorClaimed" in result.stdout
+        assert 12 == len(result.stdout.strip().splitlines())
 
     def test_an_unknown_topic(self, bootstrap: str, prefix: str) -> None:
         """An unknown topic lists cutline's topics."""
