@@ -58,6 +58,7 @@ from events.codec import DecodeError, decode, encode
 from events.kafka import assign_at_end, consume_available, consumer_config, job_key
 from events.participant import (
     JobDriver,
+    SnapshotCorrupted,
     UnsupportedLocation,
     completion_problem,
     load_snapshot,
@@ -156,6 +157,9 @@ def read_metadata(location: str | Path) -> CheckpointCompleted:
         raise NothingToRestore(f"{path} is not a cutline checkpoint's metadata: {exc}") from exc
     if not isinstance(record, CheckpointCompleted):
         raise NothingToRestore(f"{path} holds a {type(record).__name__}, not a CheckpointCompleted")
+    problem = completion_problem(record, frozenset())
+    if problem is not None:
+        raise NothingToRestore(f"{path} is not a usable checkpoint: {problem}")
     return record
 
 
@@ -261,12 +265,13 @@ class CheckpointedJob:
             (r.attempt for r in history if isinstance(r, SchedulerStarted | CheckpointCompleted)), default=0
         )
         self.work_dir = Path(settings.work_dir) / f"attempt-{self.attempt}"
-        self.restored: CheckpointCompleted | None = self._find_restore(settings.restore)
         with OffsetProbe(settings.bootstrap, {}, timeout) as probe:
             self.partitions: list[tuple[str, int]] = probe.partitions(settings.topics)
         if not self.partitions:
             raise ValueError(f"topics {list(settings.topics)} have no partitions: create them first")
         self.tasks = [task_id(t, p) for t, p in self.partitions]
+        self._restored_state: dict[tuple[str, int], tuple[int, bytes]] = {}
+        self.restored: CheckpointCompleted | None = self._find_restore(settings.restore)
         self.store = PartitionStateStore(self.work_dir / "state")
         self.starting_offsets = self._seed_state()
         self.ledger = JobLedger(
@@ -310,21 +315,69 @@ class CheckpointedJob:
         return valid
 
     def _find_restore(self, restore: Restore) -> CheckpointCompleted | None:
+        """The checkpoint to restore, its snapshots loaded and checked into ``_restored_state``."""
         if restore is None:
             return None
         if restore == "latest":
-            checkpoints = [c for c in self._history if c.kind is CheckpointKind.CHECKPOINT]
-            return max(checkpoints, key=lambda c: c.checkpoint_id, default=None)
+            return self._latest_restorable()
         if isinstance(restore, int):
             for completed in self._history:
                 if completed.checkpoint_id == restore:
-                    return completed
-            known = [c.checkpoint_id for c in self._history]
+                    break
+            else:
+                known = [c.checkpoint_id for c in self._history]
+                raise NothingToRestore(
+                    f"job {self.settings.job_id} has no completed checkpoint {restore} in the journal "
+                    f"(completed: {known or 'none'})"
+                )
+        else:
+            completed = read_metadata(restore)
+        self._restored_state = self._load_state(completed)
+        return completed
+
+    def _latest_restorable(self) -> CheckpointCompleted | None:
+        """The newest completed checkpoint whose snapshots load and match their handles.
+
+        A newer one that does not (deleted, corrupt, or a forged completion) is skipped with a
+        warning, as Flink skips a checkpoint it cannot read; if none loads, NothingToRestore.
+        """
+        checkpoints = sorted(
+            (c for c in self._history if c.kind is CheckpointKind.CHECKPOINT),
+            key=lambda c: c.checkpoint_id,
+            reverse=True,
+        )
+        problems: list[str] = []
+        for completed in checkpoints:
+            try:
+                self._restored_state = self._load_state(completed)
+            except (OSError, SnapshotCorrupted, UnsupportedLocation) as exc:
+                log.warning(
+                    "job %s: checkpoint %d cannot be restored (%s: %s); trying an older one",
+                    self.settings.job_id,
+                    completed.checkpoint_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                problems.append(f"checkpoint {completed.checkpoint_id}: {type(exc).__name__}: {exc}")
+                continue
+            return completed
+        if problems:
             raise NothingToRestore(
-                f"job {self.settings.job_id} has no completed checkpoint {restore} in the journal "
-                f"(completed: {known or 'none'})"
+                f"no completed checkpoint of job {self.settings.job_id} can be restored: "
+                + "; ".join(problems)
+                + ". Restore a savepoint, or start empty (restore=None)"
             )
-        return read_metadata(restore)
+        return None
+
+    def _load_state(self, completed: CheckpointCompleted) -> dict[tuple[str, int], tuple[int, bytes]]:
+        """Each partition's ``(offset, snapshot)`` in ``completed``, checked against its handle."""
+        state: dict[tuple[str, int], tuple[int, bytes]] = {}
+        for topic, partition in self.partitions:
+            offset = completed.offsets.get(f"{topic}:{partition}")
+            handle = completed.handles.get(task_id(topic, partition))
+            if offset is not None and handle is not None:
+                state[(topic, partition)] = offset, load_snapshot(handle)
+        return state
 
     def _seed_state(self) -> str:
         """Write the restored snapshots as first state versions; the source's startingOffsets."""
@@ -333,9 +386,8 @@ class CheckpointedJob:
             return str(self.settings.source_options.get("startingOffsets", "earliest"))
         offsets: dict[tuple[str, int], int] = {}
         for topic, partition in self.partitions:
-            offset = restored.offsets.get(f"{topic}:{partition}")
-            handle = restored.handles.get(task_id(topic, partition))
-            if offset is None or handle is None:
+            loaded = self._restored_state.get((topic, partition))
+            if loaded is None:
                 log.warning(
                     "checkpoint %d has no state of %s[%d]: it starts empty, from the earliest offset",
                     restored.checkpoint_id,
@@ -344,8 +396,10 @@ class CheckpointedJob:
                 )
                 offsets[(topic, partition)] = -2
                 continue
-            self.store.save(topic, partition, offset, load_snapshot(handle))
+            offset, data = loaded
+            self.store.save(topic, partition, offset, data)
             offsets[(topic, partition)] = offset
+        self._restored_state = {}
         return json.dumps(to_offsets(offsets))
 
     # ---------------------------------------------------------------- query
