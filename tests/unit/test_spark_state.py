@@ -160,6 +160,7 @@ OUTPUT = pa.schema(
     [
         ("word", pa.string()),
         ("count", pa.int64()),
+        ("added", pa.int64()),
         ("topic", pa.string()),
         ("partition", pa.int32()),
         ("offset", pa.int64()),
