@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -73,9 +73,11 @@ __all__ = [
     "ParticipantStats",
     "SnapshotCorrupted",
     "UnsupportedLocation",
+    "completion_problem",
     "load_snapshot",
     "local_path",
     "snapshot_uri",
+    "valid_completions",
     "write_atomic",
 ]
 
@@ -193,6 +195,29 @@ def completion_problem(completed: CheckpointCompleted, known: set[int] | frozens
     except ValueError as exc:
         return f"malformed offsets: {exc}"
     return None
+
+
+def valid_completions(records: Iterable[Record]) -> list[CheckpointCompleted]:
+    """The completions among a job's journal ``records``, in order, without those a reader must
+    ignore (:func:`completion_problem`: a second completion of an id, malformed offsets), each
+    logged once."""
+    valid: list[CheckpointCompleted] = []
+    seen: set[int] = set()
+    for record in records:
+        if not isinstance(record, CheckpointCompleted):
+            continue
+        problem = completion_problem(record, seen)
+        if problem is not None:
+            log.warning(
+                "job %s: ignoring a completion of checkpoint %d in the journal: %s",
+                record.job_id,
+                record.checkpoint_id,
+                problem,
+            )
+            continue
+        seen.add(record.checkpoint_id)
+        valid.append(record)
+    return valid
 
 
 # --------------------------------------------------------------- participant
@@ -746,23 +771,7 @@ class JobDriver:
         A second completion of an id and a completion with malformed offsets are
         left out, with a log line: a restore must not pick them.
         """
-        found: list[CheckpointCompleted] = []
-        seen: set[int] = set()
-        for record in self.journal((CheckpointCompleted,), timeout):
-            if not isinstance(record, CheckpointCompleted):
-                continue
-            problem = completion_problem(record, seen)
-            if problem is not None:
-                log.warning(
-                    "job %s: ignoring a completion of checkpoint %d: %s",
-                    self.job_id,
-                    record.checkpoint_id,
-                    problem,
-                )
-                continue
-            seen.add(record.checkpoint_id)
-            found.append(record)
-        return found
+        return valid_completions(self.journal((CheckpointCompleted,), timeout))
 
     def latest_completed(
         self, timeout: float | None = None, kind: CheckpointKind | None = CheckpointKind.CHECKPOINT

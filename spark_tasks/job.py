@@ -63,6 +63,7 @@ from events.participant import (
     completion_problem,
     load_snapshot,
     local_path,
+    valid_completions,
     write_atomic,
 )
 from events.records import (
@@ -260,7 +261,7 @@ class CheckpointedJob:
         self.query_name = f"cutline-{settings.job_id}-{self.run_id}"
         self.driver = JobDriver(settings.bootstrap, settings.job_id, self.topics, timeout=timeout)
         history = self.driver.journal((SchedulerStarted, CheckpointCompleted))
-        self._history = self._valid_completions(history)
+        self._history = valid_completions(history)
         self.attempt = 1 + max(
             (r.attempt for r in history if isinstance(r, SchedulerStarted | CheckpointCompleted)), default=0
         )
@@ -293,26 +294,6 @@ class CheckpointedJob:
         self._completion = threading.Condition(self._lock)
 
     # ------------------------------------------------------------- restore
-
-    def _valid_completions(self, history: list[Record]) -> list[CheckpointCompleted]:
-        """The journal's completions, without second completions of an id and malformed ones (logged)."""
-        valid: list[CheckpointCompleted] = []
-        seen: set[int] = set()
-        for record in history:
-            if not isinstance(record, CheckpointCompleted):
-                continue
-            problem = completion_problem(record, seen)
-            if problem is not None:
-                log.warning(
-                    "job %s: ignoring a completion of checkpoint %d in the journal: %s",
-                    self.settings.job_id,
-                    record.checkpoint_id,
-                    problem,
-                )
-                continue
-            seen.add(record.checkpoint_id)
-            valid.append(record)
-        return valid
 
     def _find_restore(self, restore: Restore) -> CheckpointCompleted | None:
         """The checkpoint to restore, its snapshots loaded and checked into ``_restored_state``."""
