@@ -51,11 +51,12 @@ from bench.cpu import TreeMeter, summed  # noqa: E402
 from coordinator.service.supervisor import CoordinatorProcess  # noqa: E402
 from events.broker import broker_at, create_topics  # noqa: E402
 from events.kafka import producer_config  # noqa: E402
+from events.participant import write_atomic  # noqa: E402
 from events.records import CheckpointCompleted, CheckpointConfig  # noqa: E402
 from spark_tasks.job import CheckpointedJob, JobSettings  # noqa: E402
 from spark_tasks.kafka_source import BARRIER_KEY, FORMAT  # noqa: E402
 from spark_tasks.tasks import TaskSettings, partition_step  # noqa: E402
-from spark_tasks.wordcount import WORD_COUNT, read_counts, write_batch  # noqa: E402
+from spark_tasks.wordcount import WORD_COUNT, read_counts  # noqa: E402
 
 PARTITIONS = 4
 WORDS = ("barrier", "checkpoint", "kafka", "spark", "flink", "offset", "partition", "snapshot", "journal")
@@ -153,6 +154,22 @@ def produce(bootstrap: str, topic: str, records: int) -> None:
             except BufferError:
                 producer.poll(0.05)
     assert producer.flush(120) == 0
+
+
+def write_batch(out: Path, attempt: int) -> Any:
+    """The runs' ``foreachBatch`` sink: the batch's rows as ``out/<attempt>-<batch>.jsonl``.
+
+    Both runs use it, so the comparison measures checkpoints, not sinks. It is keyed by
+    batch id and so is only right for a run without restores: a restored job uses
+    ``spark_tasks.sink.CutFileSink``.
+    """
+
+    def sink(batch_df: Any, batch_id: int) -> None:
+        rows = [row.asDict() for row in batch_df.collect()]
+        text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+        write_atomic(out / f"{attempt:04d}-{batch_id:08d}.jsonl", text.encode())
+
+    return sink
 
 
 def _consumed(progress: dict[str, Any]) -> int:

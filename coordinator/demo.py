@@ -7,8 +7,10 @@ child process with a checkpoint every ``--interval``. It shows a live table of
 checkpoints (the coordinator's ``/jobs/wordcount/checkpoints`` view), SIGKILLs
 the Spark driver after a few completed checkpoints, starts it again (it restores
 from the latest completed checkpoint), stops producing, waits until Spark has
-counted every word, and checks exactly-once: the counts in the job's output
-(:func:`spark_tasks.wordcount.read_counts`) equal the words produced.
+counted every word, and checks exactly-once: the words counted in the raw rows
+the job wrote through its :class:`~spark_tasks.sink.CutFileSink`
+(:func:`spark_tasks.wordcount.read_counts` sums each row's ``added``, with no
+de-duplication) equal the words produced.
 
 The driver runs in its own process group, so the crash is a real one (the
 Python driver, its JVM and its Python workers die at once) and the terminal's
@@ -369,7 +371,8 @@ def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
     else:
         screen.say(
             f"restored from checkpoint {screen.restored['checkpoint_id']} "
-            f"(attempt {screen.restored['attempt']}, offsets {_offsets(screen.restored['offsets'])})",
+            f"(attempt {screen.restored['attempt']}, offsets {_offsets(screen.restored['offsets'])}); "
+            f"{screen.restored.get('rolled_back', 0)} output files written after it rolled back",
             "cyan",
         )
     screen.wait(

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -62,10 +62,12 @@ from events.records import (
     JobStatus,
     JobStatusChanged,
     Record,
+    SchedulerStarted,
     StateHandle,
     TaskStatusChanged,
 )
 from events.topics import Topics
+from events.validation import parse_offsets, parse_offsets_key
 
 __all__ = [
     "JobDriver",
@@ -73,9 +75,11 @@ __all__ = [
     "ParticipantStats",
     "SnapshotCorrupted",
     "UnsupportedLocation",
+    "completion_problem",
     "load_snapshot",
     "local_path",
     "snapshot_uri",
+    "valid_completions",
     "write_atomic",
 ]
 
@@ -183,6 +187,41 @@ def load_snapshot(handle: StateHandle) -> bytes:
     return data
 
 
+def completion_problem(completed: CheckpointCompleted, known: set[int] | frozenset[int]) -> str | None:
+    """Why a journal reader must ignore ``completed``, or None: its id is ``known`` as completed
+    already, or its offsets are malformed (:func:`events.validation.parse_offsets`)."""
+    if completed.checkpoint_id in known:
+        return "it completed already (a duplicate record)"
+    try:
+        parse_offsets(completed.offsets)
+    except ValueError as exc:
+        return f"malformed offsets: {exc}"
+    return None
+
+
+def valid_completions(records: Iterable[Record]) -> list[CheckpointCompleted]:
+    """The completions among a job's journal ``records``, in order, without those a reader must
+    ignore (:func:`completion_problem`: a second completion of an id, malformed offsets), each
+    logged once."""
+    valid: list[CheckpointCompleted] = []
+    seen: set[int] = set()
+    for record in records:
+        if not isinstance(record, CheckpointCompleted):
+            continue
+        problem = completion_problem(record, seen)
+        if problem is not None:
+            log.warning(
+                "job %s: ignoring a completion of checkpoint %d in the journal: %s",
+                record.job_id,
+                record.checkpoint_id,
+                problem,
+            )
+            continue
+        seen.add(record.checkpoint_id)
+        valid.append(record)
+    return valid
+
+
 # --------------------------------------------------------------- participant
 
 
@@ -201,6 +240,10 @@ class ParticipantStats:
     """Barriers of this job for another attempt, or older than the last one handled."""
     commit_failures: int = 0
     undecodable: int = 0
+    ignored_records: int = 0
+    """Journal records of this job ignored: malformed, or contradicting what the participant knows."""
+    discarded: list[int] = field(default_factory=list)
+    """Completed checkpoints whose snapshot this participant deleted: beyond ``retained``."""
 
 
 class Participant:
@@ -211,8 +254,15 @@ class Participant:
     and ``offsets`` are called from :meth:`poll`, in the app's thread (or in the
     thread of :meth:`run_in_thread`, where they must be thread-safe).
     ``offsets`` maps ``topic:partition`` to the next offset to read. Exceptions of
-    ``snapshot`` and ``offsets`` during a checkpoint become a decline; an exception
-    of ``on_complete`` propagates out of :meth:`poll` (after the commit).
+    ``snapshot`` and ``offsets`` during a checkpoint become a decline (so does an
+    offsets key that :func:`~events.validation.parse_offsets_key` refuses); an
+    exception of ``on_complete`` propagates out of :meth:`poll` (after the commit).
+
+    ``retained`` is how many completed checkpoints' snapshots the participant
+    keeps (the job's ``CheckpointConfig.retained``); None takes it from the job's
+    ``SchedulerStarted`` of this attempt in the journal (1 until it is seen).
+    Snapshots of older completed checkpoints and of aborted ones are deleted;
+    savepoints are never deleted once complete.
     """
 
     def __init__(
@@ -230,7 +280,10 @@ class Participant:
         start_timeout: float = 10.0,
         producer_extra: Mapping[str, Any] | None = None,
         consumer_extra: Mapping[str, Any] | None = None,
+        retained: int | None = None,
     ) -> None:
+        if retained is not None and retained < 1:
+            raise ValueError(f"retained must be at least 1, got {retained}")
         self.job_id = job_id
         self.task_id = task_id
         self.attempt = attempt
@@ -251,7 +304,15 @@ class Participant:
         self._last_committed = 0
         self._replies: OrderedDict[int, Reply] = OrderedDict()
         self._files: dict[int, Path] = {}
+        """The snapshot this participant wrote for each checkpoint it acknowledged, until discarded."""
         self._completed: set[int] = set()
+        """Ids the journal says completed (any attempt): a second completion or an abort contradicts."""
+        self._aborted: set[int] = set()
+        self._retained_checkpoints: list[int] = []
+        """Completed checkpoints (not savepoints) of this attempt whose snapshot is kept, ascending."""
+        self._retained_option = retained
+        self.retained = retained or 1
+        """Completed checkpoints whose snapshots are kept (see the class docstring)."""
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -345,6 +406,12 @@ class Participant:
         elif isinstance(record, CheckpointAborted) and record.job_id == self.job_id:
             self._on_aborted(record)
             return 1
+        elif (
+            isinstance(record, SchedulerStarted)
+            and (record.job_id, record.attempt) == (self.job_id, self.attempt)
+            and self._retained_option is None
+        ):
+            self.retained = max(1, record.config.retained)
         return 0
 
     # ---------------------------------------------------------- barriers
@@ -388,6 +455,7 @@ class Participant:
         try:
             data = self._snapshot(barrier)
             offsets = {str(key): int(value) for key, value in self._offsets().items()}
+            parse_offsets(offsets)  # a key the coordinator and the readers would refuse: decline now
             if not isinstance(data, bytes | bytearray | memoryview):
                 raise TypeError(f"snapshot() returned {type(data).__name__}, not bytes")
             data = bytes(data)
@@ -439,14 +507,41 @@ class Participant:
 
     # ----------------------------------------------------------- journal
 
+    def _ignore(self, record: CheckpointCompleted | CheckpointAborted, why: str) -> None:
+        self.stats.ignored_records += 1
+        log.warning(
+            "task %s/%s ignores %s of checkpoint %d: %s",
+            self.job_id,
+            self.task_id,
+            type(record).__name__,
+            record.checkpoint_id,
+            why,
+        )
+
     def _on_completed(self, completed: CheckpointCompleted) -> None:
         checkpoint_id = completed.checkpoint_id
-        if checkpoint_id in self._completed:
+        problem = completion_problem(completed, self._completed)
+        if problem is None and checkpoint_id in self._aborted:
+            problem = "the journal aborted it before"
+        if problem is not None:
+            self._ignore(completed, problem)
             return
         self._completed.add(checkpoint_id)
+        if completed.attempt != self.attempt:
+            log.info(
+                "task %s/%s: checkpoint %d completed for attempt %d (this is attempt %d): not committed",
+                self.job_id,
+                self.task_id,
+                checkpoint_id,
+                completed.attempt,
+                self.attempt,
+            )
+            return
         self.stats.completed.append(checkpoint_id)
         if checkpoint_id > self._last_committed:
             self._commit(completed)
+        if completed.kind is not CheckpointKind.SAVEPOINT:
+            self._retain(checkpoint_id)
         if self._on_complete is not None:
             self._on_complete(completed)
 
@@ -460,11 +555,8 @@ class Participant:
             own.update(reply.offsets)
         offsets = []
         for key in sorted(own & set(completed.offsets)):
-            topic, _, partition = key.rpartition(":")
-            if not topic or not partition.isdigit():
-                log.warning("checkpoint %d has a malformed offset key %r", completed.checkpoint_id, key)
-                continue
-            offsets.append(TopicPartition(topic, int(partition), completed.offsets[key]))
+            topic, partition = parse_offsets_key(key)  # the completion's keys were checked
+            offsets.append(TopicPartition(topic, partition, completed.offsets[key]))
         if not offsets:
             return
         try:
@@ -488,19 +580,36 @@ class Participant:
         self._last_committed = completed.checkpoint_id
         self.stats.committed.append(completed.checkpoint_id)
 
-    def _on_aborted(self, aborted: CheckpointAborted) -> None:
-        checkpoint_id = aborted.checkpoint_id
-        if checkpoint_id in self._completed:
-            return
-        self._replies.pop(checkpoint_id, None)  # a barrier re-sent for it now counts as stale
+    def _retain(self, checkpoint_id: int) -> None:
+        """Keep the snapshots of the newest ``retained`` completed checkpoints; delete older ones."""
+        kept = self._retained_checkpoints
+        kept.append(checkpoint_id)
+        kept.sort()
+        while len(kept) > max(1, self.retained):  # the latest completed one is never deleted
+            old = kept.pop(0)
+            if self._discard(old):
+                self.stats.discarded.append(old)
+
+    def _discard(self, checkpoint_id: int) -> bool:
+        """Delete this participant's own snapshot of ``checkpoint_id``, if it wrote one; did it?"""
         path = self._files.pop(checkpoint_id, None)
         if path is None:
-            return
-        self.stats.aborted.append(checkpoint_id)
+            return False
         try:
             path.unlink(missing_ok=True)
         except OSError as exc:
             log.warning("task %s could not discard %s: %s", self.task_id, path, exc)
+        return True
+
+    def _on_aborted(self, aborted: CheckpointAborted) -> None:
+        checkpoint_id = aborted.checkpoint_id
+        if checkpoint_id in self._completed:
+            self._ignore(aborted, "it completed already; its snapshot stays")
+            return
+        self._aborted.add(checkpoint_id)
+        self._replies.pop(checkpoint_id, None)  # a barrier re-sent for it now counts as stale
+        if self._discard(checkpoint_id):
+            self.stats.aborted.append(checkpoint_id)
 
     # --------------------------------------------------------- lifecycle
 
@@ -705,10 +814,12 @@ class JobDriver:
         return found
 
     def completions(self, timeout: float | None = None) -> list[CheckpointCompleted]:
-        """Every CheckpointCompleted of this job in the journal, in journal order."""
-        return [
-            r for r in self.journal((CheckpointCompleted,), timeout) if isinstance(r, CheckpointCompleted)
-        ]
+        """Every CheckpointCompleted of this job in the journal, in journal order.
+
+        A second completion of an id and a completion with malformed offsets are
+        left out, with a log line: a restore must not pick them.
+        """
+        return valid_completions(self.journal((CheckpointCompleted,), timeout))
 
     def latest_completed(
         self, timeout: float | None = None, kind: CheckpointKind | None = CheckpointKind.CHECKPOINT

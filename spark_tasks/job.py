@@ -31,7 +31,11 @@ What it does:
   restore from), and completed checkpoints beyond ``config.retained`` are deleted
   (never savepoints); an aborted checkpoint's snapshots are deleted;
   ``CheckpointFailureThresholdExceeded`` stops the query, and :meth:`await_termination`
-  raises :class:`CheckpointFailuresExceeded`.
+  raises :class:`CheckpointFailuresExceeded`. What each record makes the job do is
+  decided by a :class:`~spark_tasks.ledger.JobLedger`, which acts on a completion
+  once, never deletes the latest completed checkpoint nor anything outside the job's
+  checkpoint location, and ignores (with one log line, kept in
+  :attr:`CheckpointedJob.ignored`) records that contradict what it knows.
 """
 
 from __future__ import annotations
@@ -52,7 +56,16 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from events.codec import DecodeError, decode, encode
 from events.kafka import assign_at_end, consume_available, consumer_config, job_key
-from events.participant import JobDriver, UnsupportedLocation, load_snapshot, local_path, write_atomic
+from events.participant import (
+    JobDriver,
+    SnapshotCorrupted,
+    UnsupportedLocation,
+    completion_problem,
+    load_snapshot,
+    local_path,
+    valid_completions,
+    write_atomic,
+)
 from events.records import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -62,6 +75,7 @@ from events.records import (
     CheckpointRequested,
     CheckpointTriggered,
     JobStatus,
+    Record,
     SchedulerStarted,
     TriggerRejected,
 )
@@ -73,8 +87,9 @@ from spark_tasks.kafka_source import (
     OffsetProbe,
     to_offsets,
 )
+from spark_tasks.ledger import Abort, Complete, Discard, Fail, Ignore, JobLedger
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
-from spark_tasks.tasks import TaskSettings, partition_step
+from spark_tasks.tasks import TaskSettings, partition_step, snapshot_files
 
 __all__ = [
     "METADATA_FILE",
@@ -143,6 +158,9 @@ def read_metadata(location: str | Path) -> CheckpointCompleted:
         raise NothingToRestore(f"{path} is not a cutline checkpoint's metadata: {exc}") from exc
     if not isinstance(record, CheckpointCompleted):
         raise NothingToRestore(f"{path} holds a {type(record).__name__}, not a CheckpointCompleted")
+    problem = completion_problem(record, frozenset())
+    if problem is not None:
+        raise NothingToRestore(f"{path} is not a usable checkpoint: {problem}")
     return record
 
 
@@ -238,29 +256,35 @@ class CheckpointedJob:
         self.settings = settings
         self.timeout = timeout
         self.topics = Topics(settings.topic_prefix)
-        self.query_name = f"cutline-{settings.job_id}-{uuid.uuid4().hex[:8]}"
+        self.run_id = uuid.uuid4().hex[:8]
+        """Names this run's snapshot files (with the attempt and the cut): see spark_tasks.tasks."""
+        self.query_name = f"cutline-{settings.job_id}-{self.run_id}"
         self.driver = JobDriver(settings.bootstrap, settings.job_id, self.topics, timeout=timeout)
         history = self.driver.journal((SchedulerStarted, CheckpointCompleted))
-        self._history = [r for r in history if isinstance(r, CheckpointCompleted)]
+        self._history = valid_completions(history)
         self.attempt = 1 + max(
             (r.attempt for r in history if isinstance(r, SchedulerStarted | CheckpointCompleted)), default=0
         )
         self.work_dir = Path(settings.work_dir) / f"attempt-{self.attempt}"
-        self.restored: CheckpointCompleted | None = self._find_restore(settings.restore)
         with OffsetProbe(settings.bootstrap, {}, timeout) as probe:
             self.partitions: list[tuple[str, int]] = probe.partitions(settings.topics)
         if not self.partitions:
             raise ValueError(f"topics {list(settings.topics)} have no partitions: create them first")
         self.tasks = [task_id(t, p) for t, p in self.partitions]
+        self._restored_state: dict[tuple[str, int], tuple[int, bytes]] = {}
+        self.restored: CheckpointCompleted | None = self._find_restore(settings.restore)
         self.store = PartitionStateStore(self.work_dir / "state")
         self.starting_offsets = self._seed_state()
+        self.ledger = JobLedger(
+            settings.job_id, self.attempt, settings.config, self.tasks, self.partitions, self._history
+        )
         self.completed: list[CheckpointCompleted] = []
         self.aborted: list[CheckpointAborted] = []
         self.rejected: dict[str, TriggerRejected] = {}
         """Trigger requests the coordinator refused, by request id."""
+        self.ignored: list[tuple[Record, str]] = []
+        """Journal records of this job that the job ignored, and why (each logged once)."""
         self._scheduled = threading.Event()
-        self._locations: dict[int, str] = {}
-        """Where each checkpoint of this attempt writes, from its CheckpointTriggered."""
         self.failure: CheckpointFailuresExceeded | None = None
         self.query: Any = None
         self._listener: _Listener | None = None
@@ -272,21 +296,69 @@ class CheckpointedJob:
     # ------------------------------------------------------------- restore
 
     def _find_restore(self, restore: Restore) -> CheckpointCompleted | None:
+        """The checkpoint to restore, its snapshots loaded and checked into ``_restored_state``."""
         if restore is None:
             return None
         if restore == "latest":
-            checkpoints = [c for c in self._history if c.kind is CheckpointKind.CHECKPOINT]
-            return max(checkpoints, key=lambda c: c.checkpoint_id, default=None)
+            return self._latest_restorable()
         if isinstance(restore, int):
             for completed in self._history:
                 if completed.checkpoint_id == restore:
-                    return completed
-            known = [c.checkpoint_id for c in self._history]
+                    break
+            else:
+                known = [c.checkpoint_id for c in self._history]
+                raise NothingToRestore(
+                    f"job {self.settings.job_id} has no completed checkpoint {restore} in the journal "
+                    f"(completed: {known or 'none'})"
+                )
+        else:
+            completed = read_metadata(restore)
+        self._restored_state = self._load_state(completed)
+        return completed
+
+    def _latest_restorable(self) -> CheckpointCompleted | None:
+        """The newest completed checkpoint whose snapshots load and match their handles.
+
+        A newer one that does not (deleted, corrupt, or a forged completion) is skipped with a
+        warning, as Flink skips a checkpoint it cannot read; if none loads, NothingToRestore.
+        """
+        checkpoints = sorted(
+            (c for c in self._history if c.kind is CheckpointKind.CHECKPOINT),
+            key=lambda c: c.checkpoint_id,
+            reverse=True,
+        )
+        problems: list[str] = []
+        for completed in checkpoints:
+            try:
+                self._restored_state = self._load_state(completed)
+            except (OSError, SnapshotCorrupted, UnsupportedLocation) as exc:
+                log.warning(
+                    "job %s: checkpoint %d cannot be restored (%s: %s); trying an older one",
+                    self.settings.job_id,
+                    completed.checkpoint_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                problems.append(f"checkpoint {completed.checkpoint_id}: {type(exc).__name__}: {exc}")
+                continue
+            return completed
+        if problems:
             raise NothingToRestore(
-                f"job {self.settings.job_id} has no completed checkpoint {restore} in the journal "
-                f"(completed: {known or 'none'})"
+                f"no completed checkpoint of job {self.settings.job_id} can be restored: "
+                + "; ".join(problems)
+                + ". Restore a savepoint, or start empty (restore=None)"
             )
-        return read_metadata(restore)
+        return None
+
+    def _load_state(self, completed: CheckpointCompleted) -> dict[tuple[str, int], tuple[int, bytes]]:
+        """Each partition's ``(offset, snapshot)`` in ``completed``, checked against its handle."""
+        state: dict[tuple[str, int], tuple[int, bytes]] = {}
+        for topic, partition in self.partitions:
+            offset = completed.offsets.get(f"{topic}:{partition}")
+            handle = completed.handles.get(task_id(topic, partition))
+            if offset is not None and handle is not None:
+                state[(topic, partition)] = offset, load_snapshot(handle)
+        return state
 
     def _seed_state(self) -> str:
         """Write the restored snapshots as first state versions; the source's startingOffsets."""
@@ -295,9 +367,8 @@ class CheckpointedJob:
             return str(self.settings.source_options.get("startingOffsets", "earliest"))
         offsets: dict[tuple[str, int], int] = {}
         for topic, partition in self.partitions:
-            offset = restored.offsets.get(f"{topic}:{partition}")
-            handle = restored.handles.get(task_id(topic, partition))
-            if offset is None or handle is None:
+            loaded = self._restored_state.get((topic, partition))
+            if loaded is None:
                 log.warning(
                     "checkpoint %d has no state of %s[%d]: it starts empty, from the earliest offset",
                     restored.checkpoint_id,
@@ -306,8 +377,10 @@ class CheckpointedJob:
                 )
                 offsets[(topic, partition)] = -2
                 continue
-            self.store.save(topic, partition, offset, load_snapshot(handle))
+            offset, data = loaded
+            self.store.save(topic, partition, offset, data)
             offsets[(topic, partition)] = offset
+        self._restored_state = {}
         return json.dumps(to_offsets(offsets))
 
     # ---------------------------------------------------------------- query
@@ -334,11 +407,20 @@ class CheckpointedJob:
         schema = StructType.fromDDL(step.output_schema)
         if not isinstance(schema, StructType):
             raise TypeError(f"output_schema must describe columns, got {step.output_schema!r}")
+        # Every partition gets a first state version before the query starts: the restored one, or
+        # the initial state at offset 0. A task that then finds none declines (spark_tasks.tasks).
+        initial: bytes | None = None
+        for topic, partition in self.partitions:
+            if not self.store.versions(topic, partition):
+                initial = step.serialize(step.initial()) if initial is None else initial
+                self.store.save(topic, partition, 0, initial)
         settings = TaskSettings(
             job_id=self.settings.job_id,
             bootstrap=self.settings.bootstrap,
             state_dir=str(self.work_dir / "state"),
             topic_prefix=self.settings.topic_prefix,
+            run_id=self.run_id,
+            seeded=frozenset(self.tasks),
         )
         return reader.load().mapInArrow(partition_step(step, settings, to_arrow_schema(schema)), schema)
 
@@ -389,29 +471,89 @@ class CheckpointedJob:
 
     # ------------------------------------------------------------- journal
 
-    def _on_completed(self, completed: CheckpointCompleted) -> None:
-        if completed.attempt != self.attempt:
-            return
-        self._commit_offsets(completed)
-        if completed.location:
-            try:
-                write_atomic(local_path(completed.location) / METADATA_FILE, encode(completed))
-            except (OSError, UnsupportedLocation) as exc:
-                log.warning(
-                    "could not write %s of checkpoint %d: %s", METADATA_FILE, completed.checkpoint_id, exc
-                )
+    def _on_journal_record(self, record: Record) -> None:
+        """Act on one decoded journal record of this job, as the ledger decides."""
+        decision: Complete | Abort | Fail | Ignore | None = None
+        if isinstance(record, CheckpointTriggered):
+            decision = self.ledger.triggered(record)
+        elif isinstance(record, SchedulerStarted):
+            if record.attempt == self.attempt:
+                self._scheduled.set()
+        elif isinstance(record, TriggerRejected):
+            if record.request_id is not None:
+                with self._completion:
+                    self.rejected[record.request_id] = record
+                    self._completion.notify_all()
+        elif isinstance(record, CheckpointCompleted):
+            decision = self.ledger.completed(record)
+        elif isinstance(record, CheckpointAborted):
+            decision = self.ledger.aborted(record)
+        elif isinstance(record, CheckpointFailureThresholdExceeded):
+            decision = self.ledger.threshold(record)
+        if isinstance(decision, Ignore):
+            self._ignore(record, decision.reason)
+        elif isinstance(decision, Complete):
+            self._on_completed(decision)
+        elif isinstance(decision, Abort):
+            self._on_aborted(decision)
+        elif isinstance(decision, Fail):
+            self._on_threshold(decision.exceeded)
+
+    def _ignore(self, record: Record, reason: str) -> None:
+        checkpoint_id = getattr(record, "checkpoint_id", None)
+        log.warning(
+            "job %s attempt %d ignores %s%s: %s",
+            self.settings.job_id,
+            self.attempt,
+            type(record).__name__,
+            "" if checkpoint_id is None else f" of checkpoint {checkpoint_id}",
+            reason,
+        )
+        with self._lock:
+            self.ignored.append((record, reason))
+
+    def _on_completed(self, decision: Complete) -> None:
+        completed = decision.completed
+        self._commit_offsets(completed, decision.commit)
+        if decision.metadata is not None:
+            self._write_metadata(decision.metadata, completed)
         with self._completion:
             self.completed.append(completed)
             self._completion.notify_all()
-        self._discard_old_checkpoints()
+        for discard in decision.discard:
+            self._discard(discard)
 
-    def _commit_offsets(self, completed: CheckpointCompleted) -> None:
+    def _write_metadata(self, directory: Path, completed: CheckpointCompleted) -> None:
+        """``_metadata`` next to the snapshots it describes: every handle's file is there, of its size."""
+        for task, handle in completed.handles.items():
+            try:
+                size = local_path(handle.uri).stat().st_size
+            except (OSError, UnsupportedLocation) as exc:
+                size, problem = -1, f"{type(exc).__name__}: {exc}"
+            else:
+                problem = f"{size} bytes, not {handle.size_bytes}"
+            if size != handle.size_bytes:
+                log.warning(
+                    "no %s for checkpoint %d in %s: the state of %s is not there (%s)",
+                    METADATA_FILE,
+                    completed.checkpoint_id,
+                    directory,
+                    task,
+                    problem,
+                )
+                return
+        try:
+            write_atomic(directory / METADATA_FILE, encode(completed))
+        except OSError as exc:
+            log.warning(
+                "could not write %s of checkpoint %d: %s", METADATA_FILE, completed.checkpoint_id, exc
+            )
+
+    def _commit_offsets(
+        self, completed: CheckpointCompleted, commit: tuple[tuple[str, int, int], ...]
+    ) -> None:
         assert self._follower is not None
-        offsets = []
-        for key, offset in sorted(completed.offsets.items()):
-            topic, _, partition = key.rpartition(":")
-            if topic and partition.isdigit():
-                offsets.append(TopicPartition(topic, int(partition), offset))
+        offsets = [TopicPartition(topic, partition, offset) for topic, partition, offset in commit]
         if not offsets:
             return
         try:
@@ -423,28 +565,22 @@ class CheckpointedJob:
         if failed:
             log.warning("commit of checkpoint %d failed for %s", completed.checkpoint_id, failed)
 
-    def _discard_old_checkpoints(self) -> None:
-        """Keep the newest ``config.retained`` completed checkpoints of this attempt (never savepoints)."""
+    def _on_aborted(self, decision: Abort) -> None:
         with self._lock:
-            checkpoints = [c for c in self.completed if c.kind is CheckpointKind.CHECKPOINT]
-            old = checkpoints[: -self.settings.config.retained]
-        for completed in old:
-            self._delete(completed.location)
+            self.aborted.append(decision.aborted)
+        if decision.discard is not None:
+            self._discard(decision.discard)
 
-    def _on_aborted(self, aborted: CheckpointAborted) -> None:
-        with self._lock:
-            self.aborted.append(aborted)
-            location = self._locations.get(aborted.checkpoint_id)
-        if location is not None:
-            self._delete(location)
-
-    def _delete(self, location: str) -> None:
-        with contextlib.suppress(OSError, UnsupportedLocation):
-            path = local_path(location)
-            for task in self.tasks:
-                (path / task).unlink(missing_ok=True)
-            (path / METADATA_FILE).unlink(missing_ok=True)
-            path.rmdir()
+    def _discard(self, discard: Discard) -> None:
+        """Delete this run's snapshots of a checkpoint and its ``_metadata``, then its directory if empty."""
+        directory = discard.directory
+        for path in snapshot_files(directory, self.tasks, self.attempt, self.run_id):
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            (directory / METADATA_FILE).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            directory.rmdir()  # only if nothing else is in it
 
     def _on_threshold(self, exceeded: CheckpointFailureThresholdExceeded) -> None:
         self.failure = CheckpointFailuresExceeded(
@@ -621,29 +757,7 @@ class _JournalFollower:
             return
         if getattr(record, "job_id", None) != self.job.settings.job_id:
             return
-        if isinstance(record, CheckpointTriggered):
-            if record.attempt == self.job.attempt:
-                with self.job._lock:
-                    self.job._locations[record.checkpoint_id] = record.location
-        elif isinstance(record, SchedulerStarted):
-            if record.attempt == self.job.attempt:
-                self.job._scheduled.set()
-        elif isinstance(record, TriggerRejected):
-            if record.request_id is not None:
-                with self.job._completion:
-                    self.job.rejected[record.request_id] = record
-                    self.job._completion.notify_all()
-        elif isinstance(record, CheckpointCompleted):
-            self.job._on_completed(record)
-        elif isinstance(record, CheckpointAborted):
-            self.job._on_aborted(record)
-        elif (
-            isinstance(record, CheckpointFailureThresholdExceeded)
-            # Only failures of this attempt's checkpoints: the checkpoints of a crashed
-            # attempt expire while its successor starts, and are not its successor's fault.
-            and record.checkpoint_id in self.job._locations
-        ):
-            self.job._on_threshold(record)
+        self.job._on_journal_record(record)
 
     def close(self) -> None:
         self._stop.set()

@@ -35,6 +35,7 @@ from events.participant import write_atomic
 __all__ = [
     "KafkaRecord",
     "PartitionStateStore",
+    "StateLost",
     "StatefulStep",
     "task_id",
 ]
@@ -44,7 +45,7 @@ S = TypeVar("S")
 VERSIONS_KEPT = 8
 """Versions kept per partition: a re-run only ever needs the newest two."""
 
-_VERSION = re.compile(r"^(\d{20})\.state$")
+_VERSION = re.compile(r"^(\d{20})\.(state|lost)$")
 
 
 class KafkaRecord(NamedTuple):
@@ -92,6 +93,10 @@ class StatefulStep(Generic[S]):
     deserialize: Callable[[bytes], S] = _json_loads
 
 
+class StateLost(LookupError):
+    """A partition's state was found missing by an earlier task: nothing after it may be trusted."""
+
+
 class PartitionStateStore:
     """Versions of each partition's serialized state, as files under ``root``.
 
@@ -100,6 +105,11 @@ class PartitionStateStore:
     version or none; the newest :data:`VERSIONS_KEPT` per partition are kept. For a
     Spark cluster ``root`` must be on storage every executor sees, as Spark's
     checkpoint location must.
+
+    ``<offset:020d>.lost`` is a tombstone: a task found no state where it needed
+    one, skipped the partition's records up to ``offset``, and recorded why. A
+    load at or above it raises :class:`StateLost` until a restore writes a new
+    attempt's store, so a task never folds records onto a version that misses some.
     """
 
     def __init__(self, root: Path | str) -> None:
@@ -108,27 +118,47 @@ class PartitionStateStore:
     def _dir(self, topic: str, partition: int) -> Path:
         return self.root / f"{quote(topic, safe='')}-{partition}"
 
-    def versions(self, topic: str, partition: int) -> list[int]:
-        """The offsets of the stored versions of one partition, ascending."""
+    def _entries(self, topic: str, partition: int) -> list[tuple[int, str]]:
+        """``(offset, suffix)`` of every version and tombstone, ascending (a tombstone after a version)."""
         try:
             names = os.listdir(self._dir(topic, partition))
         except FileNotFoundError:
             return []
-        return sorted(int(m.group(1)) for m in map(_VERSION.match, names) if m)
+        found = (_VERSION.match(name) for name in names)
+        entries = [(int(m.group(1)), m.group(2)) for m in found if m]
+        return sorted(entries, key=lambda entry: (entry[0], entry[1] == "lost"))
+
+    def versions(self, topic: str, partition: int) -> list[int]:
+        """The offsets of the stored versions of one partition, ascending."""
+        return [offset for offset, suffix in self._entries(topic, partition) if suffix == "state"]
 
     def load(self, topic: str, partition: int, offset: int) -> tuple[int, bytes] | None:
-        """The newest version at or below ``offset``: ``(its offset, its bytes)``, or None."""
-        candidates = [v for v in self.versions(topic, partition) if v <= offset]
+        """The newest version at or below ``offset``: ``(its offset, its bytes)``, or None.
+
+        Raises :class:`StateLost` if a tombstone is newer than that version.
+        """
+        candidates = [e for e in self._entries(topic, partition) if e[0] <= offset]
         if not candidates:
             return None
-        version = candidates[-1]
-        return version, (self._dir(topic, partition) / f"{version:020d}.state").read_bytes()
+        version, suffix = candidates[-1]
+        path = self._dir(topic, partition) / f"{version:020d}.{suffix}"
+        data = path.read_bytes()
+        if suffix == "lost":
+            raise StateLost(data.decode("utf-8", "replace"))
+        return version, data
 
     def save(self, topic: str, partition: int, offset: int, data: bytes) -> None:
         """Store the state after every record below ``offset``; drop old versions."""
+        self._write(topic, partition, offset, "state", data)
+
+    def lost(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        """Record that the partition's state is missing for the records below ``offset`` (a tombstone)."""
+        self._write(topic, partition, offset, "lost", reason.encode())
+
+    def _write(self, topic: str, partition: int, offset: int, suffix: str, data: bytes) -> None:
         if offset < 0:
             raise ValueError(f"a state version needs a non-negative offset, got {offset}")
         directory = self._dir(topic, partition)
-        write_atomic(directory / f"{offset:020d}.state", data)
-        for old in self.versions(topic, partition)[:-VERSIONS_KEPT]:
-            (directory / f"{old:020d}.state").unlink(missing_ok=True)
+        write_atomic(directory / f"{offset:020d}.{suffix}", data)
+        for old, kind in self._entries(topic, partition)[:-VERSIONS_KEPT]:
+            (directory / f"{old:020d}.{kind}").unlink(missing_ok=True)

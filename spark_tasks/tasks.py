@@ -9,17 +9,33 @@ partition of a micro-batch (the source makes one task per partition, and
    version at or below the first row's offset (a re-run of the batch starts from
    the same version, since versions are keyed by offset);
 2. on a barrier row (the first row of a barrier batch, at the batch's start
-   offset): copies that version to ``<location>/<topic>-<partition>`` atomically
-   and sends ``CheckpointAcknowledged`` with the handle and the offset, from this
-   task; if the snapshot cannot be written it sends ``CheckpointDeclined`` and the
-   batch goes on;
+   offset): copies that version atomically to
+   ``<location>/<topic>-<partition>.a<attempt>-<run>.cut-<offset>`` (see
+   :func:`snapshot_name`) and sends ``CheckpointAcknowledged`` with the handle and
+   the offset, from this task; if the snapshot cannot be written it sends
+   ``CheckpointDeclined`` and the batch goes on;
 3. folds the records through the step's ``update`` and yields its output rows;
 4. saves the version at the end of the partition's records.
 
-Acks are idempotent under task retries and batch re-runs: a snapshot file that
-exists already is a whole one of the same cut (same checkpoint id, same task, same
-start offset), so it is hashed and acknowledged again, not rewritten, and the
-coordinator ignores an ack it already has (DESIGN §4).
+**Snapshots are bound to their cut.** A snapshot's file name holds the checkpoint's
+attempt, the job run (:attr:`TaskSettings.run_id`) and the cut (the offset it is
+the state at); the location holds the checkpoint id. So a task re-uses a file only
+when it is a whole snapshot (atomic rename) of exactly the same cut of the same run:
+a retried task or a re-run batch hashes it and acknowledges it again, and the
+coordinator ignores an ack it already has (DESIGN §4). Files of another run or
+attempt that happen to share a checkpoint id (a journal that was reset, a reused
+location) are never paired with this cut's offsets.
+
+**Missing state is an error.** The job writes a first version of every partition
+it knows before its query starts (the restored snapshot, or the initial state at
+offset 0; :attr:`TaskSettings.seeded`). A task that finds no version at or below
+its first row (an executor that cannot see ``work_dir``, a deleted store) does not
+start from empty state: it declines the partition's barrier
+(``TASK_CHECKPOINT_FAILURE``, with the reason), skips the partition's records and
+leaves a tombstone (:meth:`PartitionStateStore.lost`), so every later checkpoint is
+declined too and the job fails by the coordinator's failure rules
+(``tolerable_failures``). The restore then replays from the last completed
+checkpoint, which is older than the loss.
 """
 
 from __future__ import annotations
@@ -27,10 +43,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, Message, Producer
@@ -40,9 +60,9 @@ from events.participant import REASON_IO, REASON_TASK_FAILURE, local_path, snaps
 from events.records import CheckpointAcknowledged, CheckpointDeclined, StateHandle
 from events.topics import Topics
 from spark_tasks.kafka_source import BARRIER_COLUMN
-from spark_tasks.state import KafkaRecord, PartitionStateStore, StatefulStep, task_id
+from spark_tasks.state import KafkaRecord, PartitionStateStore, StatefulStep, StateLost, task_id
 
-__all__ = ["TaskSettings", "partition_step", "send_reply"]
+__all__ = ["TaskSettings", "partition_step", "send_reply", "snapshot_files", "snapshot_name"]
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +75,22 @@ acks after the first do not pay for a connection (about 10 ms on loopback)."""
 
 @dataclass(frozen=True)
 class TaskSettings:
-    """What every task of a job needs; pickled into the executors with the step."""
+    """What every task of a job needs; pickled into the executors with the step.
+
+    ``run_id`` names the job run (one :class:`~spark_tasks.job.CheckpointedJob`) in
+    snapshot file names. ``seeded`` holds the task ids whose state the job wrote
+    before the query started: for them a missing state version is an error (a
+    decline), never empty state. Other partitions (added to a topic later, or a
+    query without a job) start from ``step.initial()``.
+    """
 
     job_id: str
     bootstrap: str
     state_dir: str
     topic_prefix: str = Topics().prefix
     producer_extra: Mapping[str, Any] = field(default_factory=dict)
+    run_id: str = ""
+    seeded: frozenset[str] = frozenset()
 
     @property
     def topics(self) -> Topics:
@@ -106,6 +135,55 @@ def send_reply(settings: TaskSettings, reply: CheckpointAcknowledged | Checkpoin
         )
 
 
+_SNAPSHOT_SAFE = ":@=+,"
+"""Characters :func:`events.participant.snapshot_uri` keeps in a file name."""
+
+
+def snapshot_name(task: str, attempt: int, run_id: str, cut: int) -> str:
+    """The name of ``task``'s snapshot at offset ``cut`` in a checkpoint's location.
+
+    ``<task>.a<attempt>-<run_id>.cut-<cut>`` (``.a<attempt>.cut-<cut>`` without a run id):
+    the location names the checkpoint id, the name the attempt, the run and the cut.
+    """
+    run = f"-{run_id}" if run_id else ""
+    return f"{task}.a{attempt}{run}.cut-{cut}"
+
+
+def snapshot_files(directory: Path, tasks: Iterable[str], attempt: int, run_id: str) -> list[Path]:
+    """The snapshot files in ``directory`` that tasks of this run and attempt wrote (any cut)."""
+    prefixes = tuple(
+        quote(snapshot_name(task, attempt, run_id, 0)[:-1], safe=_SNAPSHOT_SAFE) for task in tasks
+    )
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(
+        directory / name
+        for name in names
+        for prefix in prefixes
+        if name.startswith(prefix) and _is_decimal(name[len(prefix) :])
+    )
+
+
+def _is_decimal(text: str) -> bool:
+    return bool(text) and set(text) <= set("0123456789")
+
+
+def _declined(
+    settings: TaskSettings, barrier: Mapping[str, Any], task: str, reason: str, message: str
+) -> CheckpointDeclined:
+    return CheckpointDeclined(
+        job_id=settings.job_id,
+        checkpoint_id=int(barrier["id"]),
+        attempt=int(barrier["attempt"]),
+        task_id=task,
+        timestamp_ms=_now_ms(),
+        reason=reason,
+        message=message,
+    )
+
+
 def snapshot_reply(
     settings: TaskSettings, barrier: Mapping[str, Any], topic: str, partition: int, cut: int, data: bytes
 ) -> CheckpointAcknowledged | CheckpointDeclined:
@@ -114,23 +192,16 @@ def snapshot_reply(
     checkpoint_id, attempt = int(barrier["id"]), int(barrier["attempt"])
     started = time.perf_counter()
     try:
-        uri = snapshot_uri(str(barrier["location"]), task)
+        uri = snapshot_uri(str(barrier["location"]), snapshot_name(task, attempt, settings.run_id, cut))
         path = local_path(uri)
-        if path.is_file():  # a retried task or a re-run batch: the same cut, written already
+        if path.is_file():  # a retried task or a re-run batch: this run's snapshot of this very cut
             data = path.read_bytes()
         else:
             write_atomic(path, data)
     except Exception as exc:
         log.warning("task %s declines checkpoint %d: %r", task, checkpoint_id, exc)
-        return CheckpointDeclined(
-            job_id=settings.job_id,
-            checkpoint_id=checkpoint_id,
-            attempt=attempt,
-            task_id=task,
-            timestamp_ms=_now_ms(),
-            reason=REASON_IO if isinstance(exc, OSError) else REASON_TASK_FAILURE,
-            message=f"{type(exc).__name__}: {exc}",
-        )
+        reason = REASON_IO if isinstance(exc, OSError) else REASON_TASK_FAILURE
+        return _declined(settings, barrier, task, reason, f"{type(exc).__name__}: {exc}")
     return CheckpointAcknowledged(
         job_id=settings.job_id,
         checkpoint_id=checkpoint_id,
@@ -147,18 +218,37 @@ class _Partition:
     """One partition's state while a task folds its rows."""
 
     def __init__(
-        self, step: StatefulStep[Any], store: PartitionStateStore, topic: str, partition: int, first: int
+        self,
+        step: StatefulStep[Any],
+        store: PartitionStateStore,
+        settings: TaskSettings,
+        topic: str,
+        partition: int,
+        first: int,
     ) -> None:
         self.topic, self.partition = topic, partition
-        loaded = store.load(topic, partition, first)
-        if loaded is None:
-            self.data: bytes | None = None
-            self.state = step.initial()
-        else:
+        self.data: bytes | None = None
+        self.state: Any = None
+        self.missing: str | None = None
+        """Why this partition has no state (its records are skipped), or None."""
+        self.next_offset: int | None = None
+        """One past the last record folded (or skipped) by this task; None before the first."""
+        try:
+            loaded = store.load(topic, partition, first)
+        except StateLost as lost:
+            self.missing = str(lost)
+            return
+        if loaded is not None:
             self.data = loaded[1]
             self.state = step.deserialize(loaded[1])
-        self.next_offset: int | None = None
-        """One past the last record folded by this task; None before the first."""
+        elif task_id(topic, partition) in settings.seeded:
+            self.missing = (
+                f"no state of {topic}[{partition}] at or below offset {first} in {store.root} on "
+                f"{socket.gethostname()}: the job wrote it before the query started, so this executor "
+                "cannot see it. JobSettings.work_dir must be on storage every executor sees"
+            )
+        else:
+            self.state = step.initial()
 
     def snapshot_bytes(self, step: StatefulStep[Any]) -> bytes:
         return self.data if self.data is not None else step.serialize(self.state)
@@ -184,7 +274,9 @@ def partition_step(
                 key = (topic, partition)
                 current = partitions.get(key)
                 if current is None:
-                    current = partitions[key] = _Partition(step, store, topic, partition, offset)
+                    current = partitions[key] = _Partition(step, store, settings, topic, partition, offset)
+                    if current.missing is not None:
+                        log.error("task %s skips its records: %s", task_id(topic, partition), current.missing)
                 barrier = barriers[i]
                 if barrier is not None:
                     if current.next_offset is not None or key in records:
@@ -192,10 +284,19 @@ def partition_step(
                             f"barrier row of {topic}[{partition}] after its records: the source must "
                             "emit a batch's barrier first (spark_tasks.kafka_source)"
                         )
-                    reply = snapshot_reply(
-                        settings, json.loads(barrier), topic, partition, offset, current.snapshot_bytes(step)
-                    )
+                    entry = json.loads(barrier)
+                    if current.missing is not None:
+                        reply: CheckpointAcknowledged | CheckpointDeclined = _declined(
+                            settings, entry, task_id(topic, partition), REASON_TASK_FAILURE, current.missing
+                        )
+                    else:
+                        reply = snapshot_reply(
+                            settings, entry, topic, partition, offset, current.snapshot_bytes(step)
+                        )
                     send_reply(settings, reply)
+                    continue
+                if current.missing is not None:
+                    current.next_offset = offset + 1
                     continue
                 records.setdefault(key, []).append(
                     KafkaRecord(
@@ -219,7 +320,11 @@ def partition_step(
                 if out:
                     yield pa.RecordBatch.from_pylist(out, schema=output)
         for current in partitions.values():
-            if current.next_offset is not None:
+            if current.next_offset is None:
+                continue
+            if current.missing is not None:
+                store.lost(current.topic, current.partition, current.next_offset, current.missing)
+            else:
                 store.save(
                     current.topic, current.partition, current.next_offset, step.serialize(current.state)
                 )

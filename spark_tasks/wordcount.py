@@ -4,11 +4,12 @@
         --work-dir /tmp/wc --location file:///tmp/wc/checkpoints --out /tmp/wc/out [--interval-ms 1000]
 
 Each input partition keeps a ``{word: count}`` state (:data:`WORD_COUNT`). Every
-micro-batch writes the counts it changed to ``--out`` as one JSON-lines file per
-batch (``<attempt>-<batch>.jsonl``, replaced whole on a re-run), each row with the
-offset it is valid after. :func:`read_counts` folds those files into the final
-counts: the row with the highest offset per partition and word wins, so rows
-written again after a crash and restore change nothing.
+micro-batch writes a row per word it saw: the word's new count, how many it
+``added``, and the offset the count is valid after. The rows go to ``--out``
+through :class:`~spark_tasks.sink.CutFileSink`, whose files hold each record's
+output exactly once across crashes and restores (it rolls back what a crashed
+attempt wrote after the restored checkpoint). :func:`read_counts` sums ``added``
+over those raw rows: no de-duplication, so a row written twice or lost shows.
 
 On start the job restores from the latest completed checkpoint of its job id
 (``--restore`` for a checkpoint id or a savepoint directory, ``--no-restore`` to
@@ -37,20 +38,26 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from events.participant import write_atomic
 from events.records import CheckpointConfig
 from events.topics import DEFAULT_PREFIX
 from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
+from spark_tasks.sink import CutFileSink, read_rows
 from spark_tasks.state import KafkaRecord, StatefulStep
 
 log = logging.getLogger(__name__)
 
-OUTPUT_SCHEMA = "word string, count long, topic string, partition int, offset long"
+OUTPUT_SCHEMA = "word string, count long, added long, topic string, partition int, offset long"
 
 
 def count_words(state: dict[str, int], records: Sequence[KafkaRecord]) -> tuple[dict[str, int], list[Any]]:
-    """Count the lower-cased, whitespace-separated words of ``records``; rows for the words that changed."""
+    """Count the lower-cased, whitespace-separated words of ``records``.
+
+    One row per word that changed: ``(word, count, added, topic, partition, offset)``,
+    ``count`` being the partition's count after ``offset`` and ``added`` how many of
+    the word ``records`` held.
+    """
     changed: dict[str, int] = {}
+    added: Counter[str] = Counter()
     for record in records:
         if record.value is None:
             continue
@@ -58,10 +65,13 @@ def count_words(state: dict[str, int], records: Sequence[KafkaRecord]) -> tuple[
             word = word.lower()
             state[word] = state.get(word, 0) + 1
             changed[word] = record.offset
+            added[word] += 1
     if not records:
         return state, []
     topic, partition = records[0].topic, records[0].partition
-    return state, [(word, state[word], topic, partition, offset) for word, offset in sorted(changed.items())]
+    return state, [
+        (word, state[word], added[word], topic, partition, offset) for word, offset in sorted(changed.items())
+    ]
 
 
 WORD_COUNT: StatefulStep[dict[str, int]] = StatefulStep(
@@ -69,32 +79,15 @@ WORD_COUNT: StatefulStep[dict[str, int]] = StatefulStep(
 )
 
 
-def write_batch(out: Path, attempt: int) -> Any:
-    """A ``foreachBatch`` sink: the batch's rows as ``out/<attempt>-<batch>.jsonl``, written atomically."""
-
-    def sink(batch_df: Any, batch_id: int) -> None:
-        rows = [row.asDict() for row in batch_df.collect()]
-        text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
-        write_atomic(out / f"{attempt:04d}-{batch_id:08d}.jsonl", text.encode())
-
-    return sink
-
-
 def read_counts(*outs: Path) -> Counter[str]:
-    """The final counts in sink directories: per partition and word the row with the highest offset, summed.
+    """The words counted in sink directories: ``added`` summed over every raw row of their output files.
 
     Several directories: the outputs of a job and of the job restored from its savepoint.
     """
-    latest: dict[tuple[str, int, str], tuple[int, int]] = {}
-    for path in sorted(p for out in outs for p in out.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            key = (row["topic"], row["partition"], row["word"])
-            if key not in latest or row["offset"] >= latest[key][0]:
-                latest[key] = (row["offset"], row["count"])
     counts: Counter[str] = Counter()
-    for (_, _, word), (_, count) in latest.items():
-        counts[word] += count
+    for out in outs:
+        for row in read_rows(out):
+            counts[row["word"]] += row["added"]
     return counts
 
 
@@ -115,6 +108,8 @@ def run(
     """Run the word count until ``stop`` is set, ``idle_stop`` s pass without input, or it fails."""
     stop = stop or threading.Event()
     job = CheckpointedJob(spark, settings)
+    out.mkdir(parents=True, exist_ok=True)
+    sink = CutFileSink(job, out)
     if job.restored is not None:
         on_event(
             "restored",
@@ -122,10 +117,10 @@ def run(
             kind=str(job.restored.kind),
             offsets=dict(job.restored.offsets),
             attempt=job.attempt,
+            rolled_back=len(sink.rolled_back),
         )
-    out.mkdir(parents=True, exist_ok=True)
     counts = job.stream(WORD_COUNT)
-    job.start(counts.writeStream.foreachBatch(write_batch(out, job.attempt)).trigger(processingTime=trigger))
+    job.start(counts.writeStream.foreachBatch(sink).trigger(processingTime=trigger))
     reported = 0
     records = 0
     last_batch: int | None = None

@@ -45,6 +45,7 @@ from events.records import (
     JobStatus,
     JobStatusChanged,
     Record,
+    SchedulerStarted,
     StateHandle,
     TaskAcknowledged,
 )
@@ -361,8 +362,107 @@ def test_abort_discards_the_snapshot_but_never_that_of_a_completed_checkpoint(
     assert not (tmp_path / "chk-1" / TASK).exists()
     assert (tmp_path / "chk-2" / TASK).exists()
     assert ([1], [2]) == (participant.stats.aborted, participant.stats.completed)
+    assert 1 == participant.stats.ignored_records  # the abort of completed checkpoint 2
     assert 2 == len(coordinator.collect(None, 2))
     assert 2 == len(app.barriers)
+
+
+def test_retention_keeps_the_newest_completed_snapshots_and_savepoints_and_deletes_the_rest(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given retained=2 from the job's SchedulerStarted, when checkpoints 1-6 are acked and 3 aborts
+    and 5 is a savepoint, then the participant keeps its snapshots of 4, 5 and 6 only, and forged
+    records (a second completion of 6, aborts of 6 and 4) delete nothing."""
+    app = App()
+    config = CheckpointConfig(interval_ms=1000, location=tmp_path.as_uri(), retained=2)
+    with app.participant(bootstrap, topics) as participant:
+        coordinator.journal(SchedulerStarted(JOB, 1, 1, (TASK,), config))
+        for checkpoint_id in range(1, 7):
+            kind = CheckpointKind.SAVEPOINT if checkpoint_id == 5 else CheckpointKind.CHECKPOINT
+            location = (tmp_path / f"chk-{checkpoint_id}").as_uri()
+            coordinator.send(topics.barriers, CheckpointBarrier(JOB, checkpoint_id, 1, kind, 1, location))
+        coordinator.collect(participant, 6)
+        assert all((tmp_path / f"chk-{i}" / TASK).exists() for i in range(1, 7))
+        coordinator.journal(
+            completed(1, {}),
+            completed(2, {}),
+            CheckpointAborted(JOB, 3, 3, "CHECKPOINT_DECLINED", "declined by another task"),
+            completed(4, {}),
+            completed(5, {}, kind=CheckpointKind.SAVEPOINT),
+            completed(6, {}),
+        )
+        pump(participant, lambda: len(app.completed) == 5)
+        assert 2 == participant.retained
+        coordinator.journal(
+            completed(6, {}),  # a duplicate: the latest completed must survive it
+            CheckpointAborted(JOB, 6, 7, "CHECKPOINT_EXPIRED", "forged"),
+            CheckpointAborted(JOB, 4, 7, "CHECKPOINT_EXPIRED", "forged"),
+        )
+        pump(participant, lambda: participant.stats.ignored_records == 3)
+
+    kept = sorted(p.parent.name for p in tmp_path.glob(f"chk-*/{TASK}"))
+    assert ["chk-4", "chk-5", "chk-6"] == kept
+    assert ([1, 2], [3]) == (participant.stats.discarded, participant.stats.aborted)
+    assert [1, 2, 4, 5, 6] == [c.checkpoint_id for c in app.completed]  # on_complete once per id
+
+
+def test_a_participant_given_retained_ignores_the_config_in_the_journal(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given retained=1 passed to the participant, when the journal's config says 5,
+    then only the latest completed snapshot is kept."""
+    app = App()
+    config = CheckpointConfig(interval_ms=1000, location=tmp_path.as_uri(), retained=5)
+    with app.participant(bootstrap, topics, retained=1) as participant:
+        coordinator.journal(SchedulerStarted(JOB, 1, 1, (TASK,), config))
+        coordinator.barrier(1, (tmp_path / "chk-1").as_uri())
+        coordinator.barrier(2, (tmp_path / "chk-2").as_uri())
+        coordinator.collect(participant, 2)
+        coordinator.journal(completed(1, {}), completed(2, {}))
+        pump(participant, lambda: len(app.completed) == 2)
+
+    assert (1, [1]) == (participant.retained, participant.stats.discarded)
+    assert [tmp_path / "chk-2" / TASK] == list(tmp_path.glob(f"chk-*/{TASK}"))
+    with pytest.raises(ValueError, match="retained must be at least 1"):
+        app.participant(bootstrap, topics, retained=0)
+
+
+def test_malformed_and_foreign_completions_are_ignored_without_raising_out_of_poll(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given acked checkpoints, when the journal completes one with the offsets key 'words:²' and
+    another for attempt 2, then poll() does not raise, neither is committed, and a well-formed
+    completion after them is; an app whose own offsets key is malformed declines."""
+    words = f"{topics.prefix}words"
+    group = f"{topics.prefix}group"
+    app = App(offsets={f"{words}:0": 5})
+    commit_consumer = Consumer(consumer_config(bootstrap, group))
+    try:
+        with app.participant(bootstrap, topics, commit_consumer=commit_consumer) as participant:
+            for checkpoint_id in (1, 2, 3):
+                coordinator.barrier(checkpoint_id, (tmp_path / f"chk-{checkpoint_id}").as_uri())
+            coordinator.collect(participant, 3)
+            coordinator.journal(
+                completed(1, {f"{words}:²": 5}),  # str.isdigit() accepts '²', int() does not
+                completed(2, {f"{words}:0": 5}, attempt=2),
+                completed(3, {f"{words}:0": 5}),
+            )
+            pump(participant, lambda: bool(app.completed))
+            app.cut = {f"{words}:-1": 6}
+            coordinator.barrier(4, (tmp_path / "chk-4").as_uri())
+            *_, declined = coordinator.collect(participant, 4)
+    finally:
+        commit_consumer.close()
+
+    assert [3] == [c.checkpoint_id for c in app.completed]
+    assert ([3], [3], 1) == (
+        participant.stats.completed,
+        participant.stats.committed,
+        participant.stats.ignored_records,
+    )
+    assert isinstance(declined, CheckpointDeclined)
+    assert ("TASK_CHECKPOINT_FAILURE", 4) == (declined.reason, declined.checkpoint_id)
+    assert "ValueError" in declined.message and "-1" in declined.message
 
 
 def test_load_snapshot_returns_the_bytes_and_detects_corruption(tmp_path: Path) -> None:

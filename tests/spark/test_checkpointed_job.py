@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -17,19 +18,29 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import create_topics
-from events.kafka import consumer_config, producer_config
-from events.participant import JobDriver
+from events.kafka import consumer_config, produce_record, producer_config
+from events.participant import JobDriver, local_path
 from events.records import (
+    CheckpointAborted,
+    CheckpointCompleted,
     CheckpointConfig,
+    CheckpointFailureThresholdExceeded,
+    CheckpointKind,
+    CheckpointRequested,
+    CheckpointTriggered,
     JobStatus,
+    Record,
     SchedulerStarted,
     SchedulerStopped,
+    StateHandle,
     TaskAcknowledged,
 )
 from events.topics import Topics
-from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings
+from spark_tasks.job import METADATA_FILE, CheckpointedJob, CheckpointFailuresExceeded, JobSettings
+from spark_tasks.sink import ROLLED_BACK_DIR, CutFileSink, read_rows
 from spark_tasks.state import StatefulStep
-from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, SparkDriver, read_counts, write_batch
+from spark_tasks.tasks import snapshot_name
+from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, SparkDriver, read_counts
 
 PARTITIONS = 4
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
@@ -104,10 +115,24 @@ def _settings(bootstrap: str, prefix: str, tmp_path: Path, job_id: str, **config
     )
 
 
-def _start(spark: Any, job: CheckpointedJob, out: Path) -> Any:
-    counts = job.stream(WORD_COUNT)
-    sink = write_batch(out, job.attempt)
+def _start(spark: Any, job: CheckpointedJob, out: Path, step: StatefulStep[Any] = WORD_COUNT) -> Any:
+    counts = job.stream(step)
+    sink = CutFileSink(job, out)
     return job.start(counts.writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds"))
+
+
+def _assert_exactly_once(produced: Counter[str], *outs: Path) -> None:
+    """The sinks' raw rows hold every word once: what they added sums to what was produced, no row is
+    there twice, and each partition's count of a word grows by exactly what each of its rows added."""
+    rows = [row for out in outs for row in read_rows(out)]
+    assert produced == read_counts(*outs)
+    keys = [(r["topic"], r["partition"], r["word"], r["offset"]) for r in rows]
+    assert len(keys) == len(set(keys)), "a row is in the output twice"
+    counts: dict[tuple[str, int, str], int] = {}
+    for row in sorted(rows, key=lambda r: (r["topic"], r["partition"], r["word"], r["offset"])):
+        key = (row["topic"], row["partition"], row["word"])
+        assert counts.get(key, 0) + row["added"] == row["count"], row
+        counts[key] = row["count"]
 
 
 def _journal(bootstrap: str, prefix: str, job_id: str, *kinds: type) -> list[Any]:
@@ -143,6 +168,8 @@ def test_word_count_checkpoints_every_second_with_one_ack_per_partition(
         job.wait_for_completed(4, timeout=30)
         job.stop()
         assert job.query.exception() is None
+    _assert_exactly_once(words.produced, out)
+    assert [] == job.ignored
     # after close: the journal thread has ended, so every checkpoint whose offsets it committed is
     # here (it commits before it records); one may have completed after wait_for_completed returned
     completed = list(job.completed)
@@ -275,24 +302,165 @@ def test_a_changed_job_restarts_from_a_savepoint(
     out = tmp_path / "out-new"
     with CheckpointedJob(spark, settings) as job:
         assert job.restored == savepoint
-        counts = job.stream(changed)
-        job.start(
-            counts.writeStream.foreachBatch(write_batch(out, job.attempt)).trigger(
-                processingTime="200 milliseconds"
-            )
-        )
+        _start(spark, job, out, changed)
         _wait(
             lambda: read_counts(tmp_path / "out-old", out) == words.produced, "the new words counted on top"
         )
         job.stop()
 
-    # the new job's rows continue the savepoint's counts: never below what was saved
-    assert all(read_counts(out)[w] >= saved[w] for w in read_counts(out))
+    # the new job's rows continue the savepoint's counts, each word once across both outputs
+    assert saved == read_counts(tmp_path / "out-old")
+    _assert_exactly_once(words.produced, tmp_path / "out-old", out)
     assert {
         r["length"] == len(r["word"])
         for f in out.glob("*.jsonl")
         for r in map(json.loads, f.read_text().splitlines())
     } == {True}
+
+
+def _forge(bootstrap: str, prefix: str, *records: Record) -> None:
+    """Append ``records`` to the journal as the coordinator would: keyed by the job id."""
+    producer = Producer(producer_config(bootstrap))
+    for record in records:
+        produce_record(producer, Topics(prefix).checkpoints, record)
+    assert 0 == producer.flush(10)
+
+
+def _checkpoint_now(job: CheckpointedJob, count: int) -> CheckpointCompleted:
+    """Ask for a checkpoint of ``job`` and wait until it is the ``count``-th completed one."""
+    job.driver.request(
+        CheckpointRequested(
+            job_id=job.settings.job_id,
+            kind=CheckpointKind.CHECKPOINT,
+            timestamp_ms=int(time.time() * 1000),
+            request_id=uuid.uuid4().hex,
+        )
+    )
+    return job.wait_for_completed(count, timeout=30)[-1]
+
+
+def test_forged_journal_records_never_cost_the_latest_checkpoint_and_it_restores(
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
+) -> None:
+    """With retained=1, a second completion and an abort of the latest checkpoint, stale threshold
+    events, a checkpoint outside the checkpoint location and offsets keyed 'topic:²' are ignored (the
+    query runs on, nothing outside the location is written or deleted); a restore from the latest
+    completed checkpoint then counts every word once."""
+    topic, words, job_id = given.topic, given.words, given.job_id
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, interval_ms=0, retained=1)
+    words.produce(60)
+
+    with CheckpointedJob(spark, settings) as job:
+        _start(spark, job, out)
+        job.wait_for_running(120)  # the first micro-batch starts the Python workers: slow on a busy machine
+        _wait(lambda: read_counts(out) == words.produced, "the first words counted")
+        first = _checkpoint_now(job, 1)
+        words.produce(60)
+        _wait(lambda: read_counts(out) == words.produced, "more words counted")
+        latest = _checkpoint_now(job, 2)
+        _wait(lambda: not local_path(first.location).exists(), "checkpoint 1 deleted: retained=1")
+        directory = local_path(latest.location)
+        kept = sorted(p.name for p in directory.iterdir())
+        assert METADATA_FILE in kept and len(kept) == 1 + PARTITIONS
+        # a file outside the checkpoint location, named like this run's snapshots
+        bait = outside / snapshot_name(job.tasks[0], job.attempt, job.run_id, 5)
+        outside.mkdir()
+        bait.write_bytes(b"not cutline's")
+        now = int(time.time() * 1000)
+        handles = {task: StateHandle((outside / task).as_uri(), 1, "00" * 32) for task in job.tasks}
+        inside = (tmp_path / "checkpoints" / job_id / "chk-97").as_uri()
+
+        _forge(
+            bootstrap,
+            topic_prefix,
+            latest,  # a second completion of the latest checkpoint
+            CheckpointAborted(job_id, latest.checkpoint_id, now, "CHECKPOINT_EXPIRED", "forged", None, True),
+            CheckpointFailureThresholdExceeded(job_id, latest.checkpoint_id, now, 9, 0, "CHECKPOINT_EXPIRED"),
+            CheckpointFailureThresholdExceeded(job_id, 98, now, 9, 0, "CHECKPOINT_EXPIRED"),
+            CheckpointTriggered(
+                job_id,
+                99,
+                job.attempt,
+                CheckpointKind.CHECKPOINT,
+                now,
+                outside.as_uri(),
+                tuple(job.tasks),
+                now,
+            ),
+            CheckpointCompleted(
+                job_id,
+                99,
+                CheckpointKind.CHECKPOINT,
+                now,
+                1,
+                handles,
+                4,
+                dict(latest.offsets),
+                attempt=job.attempt,
+                location=outside.as_uri(),
+            ),
+            CheckpointAborted(job_id, 99, now, "CHECKPOINT_DECLINED", "forged"),
+            CheckpointTriggered(
+                job_id, 97, job.attempt, CheckpointKind.CHECKPOINT, now, inside, tuple(job.tasks), now
+            ),
+            CheckpointCompleted(
+                job_id,
+                97,
+                CheckpointKind.CHECKPOINT,
+                now,
+                1,
+                {},
+                0,
+                {f"{topic}:²": 1},
+                attempt=job.attempt,
+                location=inside,
+            ),
+        )
+        _wait(lambda: len(job.ignored) >= 7, "the forged records ignored", 30)
+        time.sleep(0.5)  # anything after them would show up now
+        words.produce(60)
+        _wait(lambda: read_counts(out) == words.produced, "the query counts on")
+        assert job.query.isActive and job.failure is None
+        job.stop()
+
+    reasons = [(type(r).__name__, getattr(r, "checkpoint_id", None), why) for r, why in job.ignored]
+    assert [
+        ("CheckpointCompleted", latest.checkpoint_id, "it completed already (a duplicate record)"),
+        ("CheckpointAborted", latest.checkpoint_id, "it completed already; a completed checkpoint is never "
+         "discarded by an abort"),
+        ("CheckpointFailureThresholdExceeded", latest.checkpoint_id, "that checkpoint completed"),
+        ("CheckpointFailureThresholdExceeded", 98, "not a checkpoint of this attempt"),
+        ("CheckpointTriggered", 99, f"location {outside.as_uri()} is outside the checkpoint location "
+         f"{settings.config.location}"),
+        ("CheckpointCompleted", 99, "this attempt never saw it triggered"),
+        ("CheckpointCompleted", 97, f"malformed offsets: offsets key '{topic}:²': partition '²' is not a "
+         "non-negative decimal number (ASCII digits 0-9 only)"),
+    ] == reasons  # fmt: skip
+    assert [first, latest] == job.completed
+    assert kept == sorted(p.name for p in directory.iterdir())  # the latest checkpoint is whole
+    assert [bait] == list(outside.iterdir())  # nothing written or deleted outside the location
+    consumer = Consumer(consumer_config(bootstrap, job_id))
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+    finally:
+        consumer.close()
+    assert dict(latest.offsets) == {f"{tp.topic}:{tp.partition}": tp.offset for tp in committed}
+
+    # the restore: checkpoint 99's completion is in the journal, but its snapshots are not there
+    with CheckpointedJob(spark, settings) as restored:
+        assert (latest, 2) == (restored.restored, restored.attempt)
+        _start(spark, restored, out)
+        _wait(lambda: read_counts(out) >= words.produced, "every word counted after the restore")
+        restored.stop()
+    # the first attempt's output after checkpoint 2 was rolled back, then written again
+    assert list((out / ROLLED_BACK_DIR / "attempt-2").glob("*.jsonl"))
+    _assert_exactly_once(words.produced, out)
 
 
 def _wait_for(driver: SparkDriver, event: str, count: int = 1, timeout: float = 90.0) -> list[dict[str, Any]]:
@@ -314,6 +482,12 @@ def _timeline(bootstrap: str, prefix: str, job_id: str) -> str:
     return "\n".join(describe(e) for e in _journal(bootstrap, prefix, job_id, *JOURNAL_RECORDS))
 
 
+STARTUP_S = 180.0
+"""A driver process's start to its first checkpoint: a JVM, then a first micro-batch that starts the
+Python workers; 30-60 s on an idle 2-core machine, three times that when other jobs share it."""
+
+
+@pytest.mark.timeout(600)
 def test_a_killed_driver_restarts_from_the_latest_checkpoint_with_exact_counts(
     bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path, given: Input
 ) -> None:
@@ -330,7 +504,7 @@ def test_a_killed_driver_restarts_from_the_latest_checkpoint_with_exact_counts(
     driver = SparkDriver(args, tmp_path)
     try:
         driver.start()
-        _wait_for(driver, "running")
+        _wait_for(driver, "running", timeout=STARTUP_S)
         feeder.start()
         completed = _wait_for(driver, "completed", 3)
         driver.kill()  # SIGKILL: the driver dies mid-stream, mid-batch
@@ -342,13 +516,13 @@ def test_a_killed_driver_restarts_from_the_latest_checkpoint_with_exact_counts(
         driver.start()
         [restored] = _wait_for(driver, "restored")
         try:
-            _wait_for(driver, "completed", 1)
+            _wait_for(driver, "completed", 1, timeout=STARTUP_S)
         except AssertionError:
             print(_timeline(bootstrap, topic_prefix, job_id))
             raise
         stop.set()
         feeder.join()
-        _wait(lambda: read_counts(out) == words.produced, "exact counts after the restore", 90)
+        _wait(lambda: read_counts(out) >= words.produced, "every word counted after the restore", 90)
         assert 0 == driver.stop(60)  # SIGTERM: CANCELED
     finally:
         stop.set()
@@ -360,4 +534,8 @@ def test_a_killed_driver_restarts_from_the_latest_checkpoint_with_exact_counts(
     assert (restored["checkpoint_id"], restored["attempt"]) == (latest.checkpoint_id, 2)
     assert restored["offsets"] == dict(latest.offsets)
     assert driver.seen("stopped")
-    assert read_counts(out) == words.produced  # no loss, no double count
+    # the sink's raw output, as the helper wrote it: no loss, no double count; what the killed driver
+    # wrote after the restored checkpoint was rolled back (and written again by the restored job)
+    _assert_exactly_once(words.produced, out)
+    rolled_back = list((out / ROLLED_BACK_DIR / "attempt-2").glob("*.jsonl"))
+    assert restored["rolled_back"] == len(rolled_back)

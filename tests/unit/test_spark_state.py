@@ -12,18 +12,30 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from events.participant import write_atomic
 from events.records import CheckpointAcknowledged, CheckpointDeclined
 from spark_tasks import tasks
 from spark_tasks.kafka_source import kafka_schema
-from spark_tasks.state import VERSIONS_KEPT, PartitionStateStore
-from spark_tasks.tasks import TaskSettings, partition_step, snapshot_reply
+from spark_tasks.state import VERSIONS_KEPT, PartitionStateStore, StateLost
+from spark_tasks.tasks import TaskSettings, partition_step, snapshot_files, snapshot_reply
 from spark_tasks.wordcount import WORD_COUNT
 
 BARRIER = {"attempt": 2, "id": 7, "kind": "CHECKPOINT", "location": "", "timestamp_ms": 1_700_000_000_000}
 
 
-def _settings(tmp_path: Path) -> TaskSettings:
-    return TaskSettings(job_id="wc", bootstrap="unused:9092", state_dir=str(tmp_path / "state"))
+RUN = "r1"
+"""The run id of the tests' tasks."""
+
+
+def _settings(tmp_path: Path, **changes: Any) -> TaskSettings:
+    return TaskSettings(
+        job_id="wc", bootstrap="unused:9092", state_dir=str(tmp_path / "state"), run_id=RUN, **changes
+    )
+
+
+def _snapshot(tmp_path: Path, task: str, cut: int, attempt: int = 2, run: str = RUN) -> Path:
+    """Where the tests' checkpoint 7 keeps ``task``'s snapshot at ``cut``."""
+    return tmp_path / "chk-7" / f"{task}.a{attempt}-{run}.cut-{cut}"
 
 
 # ------------------------------------------------------------------ state store
@@ -62,8 +74,8 @@ def test_a_snapshot_is_written_under_the_location_and_acknowledged(tmp_path: Pat
     assert isinstance(reply, CheckpointAcknowledged)
     assert (reply.job_id, reply.checkpoint_id, reply.attempt, reply.task_id) == ("wc", 7, 2, "words-1")
     assert reply.offsets == {"words:1": 42}
-    assert reply.state is not None and reply.state.uri == (tmp_path / "chk-7" / "words-1").as_uri()
-    assert (tmp_path / "chk-7" / "words-1").read_bytes() == b'{"a":1}'
+    assert reply.state is not None and reply.state.uri == _snapshot(tmp_path, "words-1", 42).as_uri()
+    assert _snapshot(tmp_path, "words-1", 42).read_bytes() == b'{"a":1}'
     assert reply.state.sha256 == hashlib.sha256(b'{"a":1}').hexdigest() and reply.state.size_bytes == 7
 
 
@@ -75,7 +87,30 @@ def test_a_retried_task_acknowledges_the_snapshot_already_written(tmp_path: Path
 
     assert isinstance(first, CheckpointAcknowledged) and isinstance(again, CheckpointAcknowledged)
     assert again.state == first.state
-    assert (tmp_path / "chk-7" / "words-1").read_bytes() == b'{"a":1}'
+    assert _snapshot(tmp_path, "words-1", 42).read_bytes() == b'{"a":1}'
+
+
+def test_a_snapshot_of_another_cut_run_or_attempt_is_never_reused(tmp_path: Path) -> None:
+    """Files that share the checkpoint id but not the cut, the run or the attempt are left alone."""
+    barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
+    others = [
+        _snapshot(tmp_path, "words-1", 41),  # this run, another cut
+        _snapshot(tmp_path, "words-1", 42, run="r0"),  # an earlier run that used checkpoint id 7
+        _snapshot(tmp_path, "words-1", 42, attempt=1),
+        tmp_path / "chk-7" / "words-1",  # the name before snapshots were bound to their cut
+    ]
+    for path in others:
+        write_atomic(path, b'{"old":1}')
+
+    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"new":1}')
+
+    assert isinstance(reply, CheckpointAcknowledged) and reply.state is not None
+    assert reply.state.sha256 == hashlib.sha256(b'{"new":1}').hexdigest()
+    assert _snapshot(tmp_path, "words-1", 42).read_bytes() == b'{"new":1}'
+    assert {path.read_bytes() for path in others} == {b'{"old":1}'}
+    assert [_snapshot(tmp_path, "words-1", 41), _snapshot(tmp_path, "words-1", 42)] == snapshot_files(
+        tmp_path / "chk-7", ["words-0", "words-1"], 2, RUN
+    )
 
 
 def test_a_snapshot_that_cannot_be_written_is_declined(tmp_path: Path) -> None:
@@ -125,6 +160,7 @@ OUTPUT = pa.schema(
     [
         ("word", pa.string()),
         ("count", pa.int64()),
+        ("added", pa.int64()),
         ("topic", pa.string()),
         ("partition", pa.int32()),
         ("offset", pa.int64()),
@@ -133,11 +169,11 @@ OUTPUT = pa.schema(
 
 
 def _run(
-    tmp_path: Path, batches: list[pa.RecordBatch], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, batches: list[pa.RecordBatch], monkeypatch: pytest.MonkeyPatch, **settings: Any
 ) -> tuple[list[dict[str, Any]], list[Any]]:
     sent: list[Any] = []
     monkeypatch.setattr(tasks, "send_reply", lambda settings, reply: sent.append(reply))
-    step = partition_step(WORD_COUNT, _settings(tmp_path), OUTPUT)
+    step = partition_step(WORD_COUNT, _settings(tmp_path, **settings), OUTPUT)
     rows = [row for batch in step(batches) for row in batch.to_pylist()]
     return rows, sent
 
@@ -166,7 +202,7 @@ def test_a_barrier_snapshots_the_state_at_the_start_of_its_batch_before_the_reco
 
     [ack] = sent
     assert isinstance(ack, CheckpointAcknowledged) and ack.offsets == {"words:0": 10}
-    assert (tmp_path / "chk-7" / "words-0").read_bytes() == b'{"spark":2}'
+    assert _snapshot(tmp_path, "words-0", 10).read_bytes() == b'{"spark":2}'
     assert [(r["word"], r["count"]) for r in rows] == [("spark", 3)]
     [again] = resent
     assert rerun_rows == rows
@@ -187,7 +223,44 @@ def test_a_partition_without_state_snapshots_its_initial_state(
     rows, [ack] = _run(tmp_path, [_rows([(0, None, barrier)])], monkeypatch)
 
     assert rows == [] and isinstance(ack, CheckpointAcknowledged) and ack.offsets == {"words:0": 0}
-    assert (tmp_path / "chk-7" / "words-0").read_bytes() == b"{}"
+    assert _snapshot(tmp_path, "words-0", 0).read_bytes() == b"{}"
+
+
+def test_a_seeded_partition_without_state_declines_and_never_starts_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition whose state the job wrote, but which the task cannot find, declines its barrier,
+    skips its records and leaves a tombstone, so a later batch declines too."""
+    barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
+    seeded = {"seeded": frozenset({"words-0"})}
+    store = PartitionStateStore(tmp_path / "state")
+
+    rows, [declined] = _run(
+        tmp_path,
+        [_rows([(10, None, barrier), (10, "spark", None), (11, "kafka", None)])],
+        monkeypatch,
+        **seeded,
+    )
+    store.save("words", 0, 10, b'{"spark":2}')  # the store shows up again, without what was skipped
+    later = {**BARRIER, "id": 8, "location": (tmp_path / "chk-8").as_uri()}
+    again, [declined_again] = _run(
+        tmp_path, [_rows([(12, None, later), (12, "spark", None)])], monkeypatch, **seeded
+    )
+
+    assert rows == [] and again == []
+    assert isinstance(declined, CheckpointDeclined) and isinstance(declined_again, CheckpointDeclined)
+    assert (declined.checkpoint_id, declined.task_id, declined.reason) == (
+        7,
+        "words-0",
+        "TASK_CHECKPOINT_FAILURE",
+    )
+    assert "no state of words[0] at or below offset 10" in declined.message
+    assert "work_dir must be on storage every executor sees" in declined.message
+    assert (declined_again.checkpoint_id, declined_again.message) == (8, declined.message)
+    assert not (tmp_path / "chk-7").exists() and not (tmp_path / "chk-8").exists()
+    with pytest.raises(StateLost, match="no state of words"):
+        store.load("words", 0, 13)
+    assert store.load("words", 0, 11) == (10, b'{"spark":2}')  # below the tombstone
 
 
 def test_a_barrier_after_records_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

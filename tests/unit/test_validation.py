@@ -161,7 +161,7 @@ class TestIsWithin:
 class TestParseOffsetsKey:
     @pytest.mark.parametrize(
         ("key", "parsed"),
-        [("words:0", ("words", 0)), ("a:b:c:12", ("a:b:c", 12)), ("t:007", ("t", 7))],
+        [("words:0", ("words", 0)), ("a:b:c:12", ("a:b:c", 12))],
     )
     def test_topic_before_the_last_colon(self, key: str, parsed: tuple[str, int]) -> None:
         """Given topic:partition, when parsed, then the topic is everything before the last colon."""

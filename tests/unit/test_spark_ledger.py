@@ -1,0 +1,339 @@
+"""What the driver of a checkpointed Spark job makes of its journal, hostile records included
+(spark_tasks.ledger): no Spark, no broker, no files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from events.records import (
+    CheckpointAborted,
+    CheckpointCompleted,
+    CheckpointConfig,
+    CheckpointFailureThresholdExceeded,
+    CheckpointKind,
+    CheckpointTriggered,
+    StateHandle,
+)
+from spark_tasks.ledger import Abort, Complete, Discard, Fail, Ignore, JobLedger, inside
+
+JOB = "wc"
+ROOT = Path("/data/checkpoints")
+TASKS = ("words-0", "words-1")
+PARTITIONS = (("words", 0), ("words", 1))
+SAVEPOINTS = Path("/data/savepoints")
+
+
+def _ledger(retained: int = 1, attempt: int = 2, history: tuple[CheckpointCompleted, ...] = ()) -> JobLedger:
+    config = CheckpointConfig(interval_ms=1000, location=ROOT.as_uri(), retained=retained)
+    return JobLedger(JOB, attempt, config, TASKS, PARTITIONS, history)
+
+
+def _directory(checkpoint_id: int, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> Path:
+    if kind is CheckpointKind.SAVEPOINT:
+        return SAVEPOINTS / f"savepoint-{checkpoint_id}"
+    return ROOT / JOB / f"chk-{checkpoint_id}"
+
+
+def _triggered(
+    checkpoint_id: int,
+    kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+    attempt: int = 2,
+    location: str | None = None,
+) -> CheckpointTriggered:
+    where = location or _directory(checkpoint_id, kind).as_uri()
+    return CheckpointTriggered(JOB, checkpoint_id, attempt, kind, 1, where, TASKS, 9)
+
+
+def _completed(
+    checkpoint_id: int,
+    kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+    attempt: int = 2,
+    offsets: dict[str, int] | None = None,
+    location: str | None = None,
+    handles: dict[str, StateHandle] | None = None,
+) -> CheckpointCompleted:
+    directory = _directory(checkpoint_id, kind)
+    if handles is None:
+        handles = {
+            task: StateHandle((directory / f"{task}.a{attempt}-r1.cut-5").as_uri(), 2, "00" * 32)
+            for task in TASKS
+        }
+    return CheckpointCompleted(
+        job_id=JOB,
+        checkpoint_id=checkpoint_id,
+        kind=kind,
+        timestamp_ms=2,
+        duration_ms=1,
+        handles=handles,
+        size_bytes=4,
+        offsets={"words:0": 5, "words:1": 7} if offsets is None else offsets,
+        attempt=attempt,
+        location=location or directory.as_uri(),
+    )
+
+
+def _aborted(checkpoint_id: int, counted: bool = True) -> CheckpointAborted:
+    return CheckpointAborted(
+        JOB, checkpoint_id, 3, "CHECKPOINT_DECLINED", "declined", counts_as_failure=counted
+    )
+
+
+def _exceeded(checkpoint_id: int) -> CheckpointFailureThresholdExceeded:
+    return CheckpointFailureThresholdExceeded(JOB, checkpoint_id, 4, 2, 1, "CHECKPOINT_DECLINED")
+
+
+def _complete(ledger: JobLedger, *ids: int) -> list[Complete]:
+    decisions = []
+    for checkpoint_id in ids:
+        assert None is ledger.triggered(_triggered(checkpoint_id))
+        decision = ledger.completed(_completed(checkpoint_id))
+        assert isinstance(decision, Complete)
+        decisions.append(decision)
+    return decisions
+
+
+class TestCompletions:
+    def test_an_accepted_completion_commits_its_offsets_and_writes_metadata_in_its_directory(self) -> None:
+        """A completion of a checkpoint this attempt triggered is acted on."""
+        [decision] = _complete(_ledger(), 1)
+
+        assert (("words", 0, 5), ("words", 1, 7)) == decision.commit
+        assert _directory(1) == decision.metadata
+        assert () == decision.discard
+
+    def test_retention_keeps_the_newest_and_discards_the_older_ones_once(self) -> None:
+        """With retained=1 each completion discards the one before it, and nothing else."""
+        decisions = _complete(_ledger(retained=1), 1, 2, 3)
+
+        assert [(), (Discard(1, _directory(1)),), (Discard(2, _directory(2)),)] == [
+            d.discard for d in decisions
+        ]
+
+    def test_retention_keeps_as_many_as_retained(self) -> None:
+        """With retained=2 the third completion discards the first."""
+        decisions = _complete(_ledger(retained=2), 1, 2, 3)
+
+        assert [(), (), (Discard(1, _directory(1)),)] == [d.discard for d in decisions]
+
+    def test_a_second_completion_of_an_id_is_ignored_and_discards_nothing(self) -> None:
+        """A duplicate completion of the latest checkpoint cannot push it out of retention."""
+        ledger = _ledger(retained=1)
+        _complete(ledger, 1, 2)
+
+        assert Ignore("it completed already (a duplicate record)") == ledger.completed(_completed(2))
+        assert isinstance(ledger.completed(_completed(1)), Ignore)
+
+    def test_a_completion_known_from_the_history_is_ignored(self) -> None:
+        """An id completed by an earlier attempt is never completed (or triggered) again."""
+        ledger = _ledger(history=(_completed(4, attempt=1),))
+
+        assert isinstance(ledger.triggered(_triggered(4)), Ignore)
+        assert isinstance(ledger.completed(_completed(4)), Ignore)
+
+    def test_a_completion_never_triggered_by_this_attempt_is_ignored(self) -> None:
+        """A completion of this attempt needs the trigger this attempt saw."""
+        assert Ignore("this attempt never saw it triggered") == _ledger().completed(_completed(99))
+
+    def test_a_completion_of_another_attempt_is_noted_but_not_acted_on(self) -> None:
+        """Another attempt's completion does nothing, but a second one of the same id is news."""
+        ledger = _ledger()
+
+        assert None is ledger.completed(_completed(3, attempt=1))
+        assert isinstance(ledger.completed(_completed(3, attempt=1)), Ignore)
+        assert isinstance(ledger.aborted(_aborted(3)), Ignore)
+
+    def test_a_completion_elsewhere_than_its_trigger_is_ignored(self) -> None:
+        """The location (and kind) of a completion must be its trigger's."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1))
+
+        decision = ledger.completed(_completed(1, location="file:///etc"))
+
+        assert isinstance(decision, Ignore) and "not as CHECKPOINT at file:///etc" in decision.reason
+        assert isinstance(ledger.completed(_completed(1, kind=CheckpointKind.SAVEPOINT)), Ignore)
+
+    @pytest.mark.parametrize(
+        ("offsets", "problem"),
+        [
+            ({"words:²": 5}, "malformed offsets"),
+            ({"words:-1": 5}, "malformed offsets"),
+            ({"words:0": -5}, "malformed offsets"),
+            ({"other:0": 5}, "not the job's: other:0"),
+        ],
+    )
+    def test_a_completion_with_bad_offsets_is_ignored(self, offsets: dict[str, int], problem: str) -> None:
+        """Offsets keys are parsed strictly, and must be the job's partitions; nothing is committed."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1))
+
+        decision = ledger.completed(_completed(1, offsets=offsets))
+
+        assert isinstance(decision, Ignore) and problem in decision.reason
+
+    @pytest.mark.parametrize(
+        "uri",
+        [
+            "file:///etc/passwd",
+            (ROOT / JOB / "chk-1" / ".." / "chk-2" / "words-0").as_uri(),
+            (ROOT / JOB / "chk-1" / "sub" / "words-0").as_uri(),
+            "s3://bucket/chk-1/words-0",
+        ],
+    )
+    def test_a_completion_whose_state_is_elsewhere_is_ignored(self, uri: str) -> None:
+        """Every handle must name a file directly in the checkpoint's directory."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1))
+
+        decision = ledger.completed(_completed(1, handles={"words-0": StateHandle(uri, 1, "00" * 32)}))
+
+        assert isinstance(decision, Ignore) and "is not in" in decision.reason
+
+    def test_a_completion_with_the_state_of_a_foreign_task_is_ignored(self) -> None:
+        """Handles name the job's tasks only."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1))
+        handle = StateHandle((_directory(1) / "x").as_uri(), 1, "00" * 32)
+
+        decision = ledger.completed(_completed(1, handles={"other-0": handle}))
+
+        assert isinstance(decision, Ignore) and "other-0" in decision.reason
+
+
+class TestLocations:
+    def test_a_trigger_outside_the_checkpoint_location_is_ignored_and_nothing_of_it_is_touched(self) -> None:
+        """A checkpoint elsewhere than under config.location is neither completed nor discarded."""
+        ledger = _ledger()
+
+        ignored = ledger.triggered(_triggered(1, location="file:///etc/cutline"))
+        completed = ledger.completed(_completed(1, location="file:///etc/cutline"))
+        aborted = ledger.aborted(_aborted(1))
+
+        assert isinstance(ignored, Ignore) and "outside the checkpoint location" in ignored.reason
+        assert isinstance(completed, Ignore)
+        assert Abort(_aborted(1), None) == aborted
+
+    def test_a_trigger_that_escapes_with_dot_dot_is_outside(self) -> None:
+        """``..`` in a location is refused, wherever it would lead."""
+        location = (ROOT / JOB / ".." / ".." / "elsewhere").as_uri()
+
+        assert isinstance(_ledger().triggered(_triggered(1, location=location)), Ignore)
+
+    def test_a_second_trigger_of_an_id_elsewhere_is_ignored(self) -> None:
+        """The first trigger of an id says where it writes; a contradicting one is ignored."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1))
+
+        assert None is ledger.triggered(_triggered(1))
+        assert isinstance(ledger.triggered(_triggered(1, location=(ROOT / "x").as_uri())), Ignore)
+
+    def test_savepoints_write_metadata_in_their_target_and_are_never_discarded(self) -> None:
+        """A savepoint's _metadata goes to the directory its trigger named; retention skips it."""
+        ledger = _ledger(retained=1)
+        ledger.triggered(_triggered(2, CheckpointKind.SAVEPOINT))
+        _complete(ledger, 1)
+
+        savepoint = ledger.completed(_completed(2, CheckpointKind.SAVEPOINT))
+        later = _complete(ledger, 3, 4)
+
+        assert (
+            isinstance(savepoint, Complete) and _directory(2, CheckpointKind.SAVEPOINT) == savepoint.metadata
+        )
+        assert [(Discard(1, _directory(1)),), (Discard(3, _directory(3)),)] == [d.discard for d in later]
+
+    @pytest.mark.parametrize(
+        ("path", "expected"),
+        [
+            (ROOT / "wc" / "chk-1", True),
+            (ROOT, False),
+            (Path("/data/checkpoints-2/wc"), False),
+            (ROOT / ".." / "x", False),
+            (Path("relative/chk-1"), False),
+        ],
+    )
+    def test_inside(self, path: Path, expected: bool) -> None:
+        """A path is inside the root when it is strictly below it, as written."""
+        assert expected == inside(path, ROOT)
+
+
+class TestAborts:
+    def test_an_abort_of_this_attempts_checkpoint_discards_its_snapshots(self) -> None:
+        """An aborted checkpoint of this attempt is discarded."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1))
+
+        assert Abort(_aborted(1), Discard(1, _directory(1))) == ledger.aborted(_aborted(1))
+
+    def test_an_abort_of_a_completed_checkpoint_is_ignored(self) -> None:
+        """A forged abort of the latest completed checkpoint cannot discard it."""
+        ledger = _ledger()
+        _complete(ledger, 1)
+
+        decision = ledger.aborted(_aborted(1))
+
+        assert isinstance(decision, Ignore) and "completed already" in decision.reason
+
+    def test_an_abort_of_another_attempts_checkpoint_discards_nothing(self) -> None:
+        """The previous attempt's pending checkpoints abort when this one starts; none is ours."""
+        assert Abort(_aborted(7), None) == _ledger().aborted(_aborted(7))
+
+    def test_a_savepoints_abort_discards_nothing(self) -> None:
+        """Savepoints are never deleted by the job."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1, CheckpointKind.SAVEPOINT))
+
+        assert Abort(_aborted(1), None) == ledger.aborted(_aborted(1))
+
+    def test_a_second_abort_and_a_completion_after_an_abort_are_ignored(self) -> None:
+        """An aborted id stays aborted."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1))
+        ledger.aborted(_aborted(1))
+
+        assert isinstance(ledger.aborted(_aborted(1)), Ignore)
+        assert isinstance(ledger.completed(_completed(1)), Ignore)
+
+
+class TestThreshold:
+    def test_a_counted_failure_of_this_attempt_fails_the_job_once(self) -> None:
+        """The threshold after a counted abort of this attempt's checkpoint stops the query, once."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1))
+        ledger.aborted(_aborted(1))
+
+        assert Fail(_exceeded(1)) == ledger.threshold(_exceeded(1))
+        assert Ignore("the job failed already") == ledger.threshold(_exceeded(1))
+
+    def test_a_threshold_of_another_attempt_is_ignored(self) -> None:
+        """A crashed attempt's checkpoints that expire while this one starts are not its fault."""
+        ledger = _ledger()
+        ledger.aborted(_aborted(1))
+
+        assert Ignore("not a checkpoint of this attempt") == ledger.threshold(_exceeded(1))
+
+    def test_a_threshold_of_a_completed_checkpoint_is_ignored(self) -> None:
+        """A completed checkpoint did not fail."""
+        ledger = _ledger()
+        _complete(ledger, 1)
+
+        assert Ignore("that checkpoint completed") == ledger.threshold(_exceeded(1))
+
+    def test_a_threshold_without_a_counted_failure_is_ignored(self) -> None:
+        """The coordinator sends the threshold right after the counted abort; without it, it is forged."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1))
+        ledger.triggered(_triggered(2))
+        ledger.aborted(_aborted(2, counted=False))
+
+        assert isinstance(ledger.threshold(_exceeded(1)), Ignore)
+        assert isinstance(ledger.threshold(_exceeded(2)), Ignore)
+
+    def test_a_stale_threshold_after_a_later_completion_is_ignored(self) -> None:
+        """A completion resets the failure count: a threshold about an older checkpoint is stale."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1))
+        ledger.aborted(_aborted(1))
+        _complete(ledger, 2)
+
+        assert Ignore("stale: checkpoint 2 completed after it") == ledger.threshold(_exceeded(1))
