@@ -55,6 +55,7 @@ from typing import Any, Literal, Self
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from events.codec import DecodeError, decode, encode
+from events.fencing import Fence, epoch_of
 from events.kafka import assign_at_end, consume_available, consumer_config, job_key
 from events.participant import (
     JobDriver,
@@ -74,6 +75,7 @@ from events.records import (
     CheckpointKind,
     CheckpointRequested,
     CheckpointTriggered,
+    CoordinatorClaimed,
     JobStatus,
     Record,
     SchedulerStarted,
@@ -727,6 +729,8 @@ class _JournalFollower:
             self._consumer, settings.job_id, (job.topics.checkpoints,), job.timeout
         )
         self._key = job_key(settings.job_id)
+        self._fence = Fence(learning=True)
+        """The fencing rule (DESIGN §4a) for a reader that starts at the journal's end."""
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"cutline-journal-{settings.job_id}", daemon=True
@@ -745,7 +749,8 @@ class _JournalFollower:
                     log.exception("journal follower of job %s", self.job.settings.job_id)
 
     def _handle(self, msg: Any) -> None:
-        if msg.error() is not None or msg.key() != self._key:
+        key = msg.key()
+        if msg.error() is not None or (key != self._key and key is not None):
             return
         start = self._start.get((msg.topic(), msg.partition()))
         value = msg.value()
@@ -755,7 +760,21 @@ class _JournalFollower:
             record = decode(value)
         except DecodeError:
             return
-        if getattr(record, "job_id", None) != self.job.settings.job_id:
+        if isinstance(record, CoordinatorClaimed):  # the journal partition changed hands
+            _, self._fence = self._fence.claim(record.epoch)
+            return
+        if key is None or getattr(record, "job_id", None) != self.job.settings.job_id:
+            return
+        epoch = epoch_of(msg.headers())
+        valid, self._fence = self._fence.admit(epoch)
+        if not valid:
+            log.info(
+                "job %s ignores %s of superseded coordinator epoch %d (now %d)",
+                self.job.settings.job_id,
+                type(record).__name__,
+                epoch,
+                self._fence.epoch,
+            )
             return
         self.job._on_journal_record(record)
 

@@ -110,6 +110,7 @@ from pyspark.sql.types import (
 )
 
 from events.codec import DecodeError, decode
+from events.fencing import Fence, epoch_of
 from events.kafka import consume_available, consumer_config, job_key, job_partition
 from events.records import CheckpointBarrier
 
@@ -286,14 +287,22 @@ def barrier_json(barrier: Mapping[str, Any]) -> str:
     return json.dumps(dict(barrier), sort_keys=True, separators=(",", ":"))
 
 
-def _barrier_entry(barrier: CheckpointBarrier) -> dict[str, Any]:
+def _barrier_entry(barrier: CheckpointBarrier, epoch: int = 0) -> dict[str, Any]:
+    """A barrier as the batch's end offset holds it; ``epoch`` is the coordinator epoch that sent it
+    (the tasks name it on their acks, DESIGN §4a)."""
     return {
         "attempt": barrier.attempt,
+        "epoch": epoch,
         "id": barrier.checkpoint_id,
         "kind": str(getattr(barrier.kind, "value", barrier.kind)),
         "location": barrier.location,
         "timestamp_ms": barrier.timestamp_ms,
     }
+
+
+def _entry_key(entry: Mapping[str, Any]) -> tuple[int, int, int]:
+    """A barrier's identity in the feed: a newer coordinator epoch may send an id again."""
+    return int(entry["id"]), int(entry["attempt"]), int(entry.get("epoch", 0))
 
 
 def rate_limit(
@@ -654,7 +663,9 @@ class BarrierFeed:
         self.min_attempt = min_attempt
         self._key = job_key(job_id)
         self._pending: list[dict[str, Any]] = []
-        self._seen: set[tuple[int, int]] = set()
+        self._seen: set[tuple[int, int, int]] = set()
+        self._fence = Fence(learning=True)
+        """The coordinator epoch learnt from the barriers: a superseded epoch's barriers are a zombie's."""
         config = {
             **consumer_config(bootstrap, f"cutline-barriers-{uuid.uuid4().hex}"),
             **(config or {}),
@@ -717,6 +728,17 @@ class BarrierFeed:
                 log.warning("undecodable barrier at %s[%d]@%d: %s", self.topic, self.partition, offset, exc)
                 continue
             if isinstance(record, CheckpointBarrier) and record.job_id == self.job_id:
+                epoch = epoch_of(message.headers())
+                valid, self._fence = self._fence.admit(epoch)
+                if not valid:
+                    log.info(
+                        "%s ignores barrier %d of superseded coordinator epoch %d (now %d)",
+                        FORMAT,
+                        record.checkpoint_id,
+                        epoch,
+                        self._fence.epoch,
+                    )
+                    continue
                 if record.attempt < self.min_attempt:
                     # A checkpoint of a crashed attempt, triggered before the coordinator
                     # heard of this one: its ack would only be refused (STALE_ATTEMPT).
@@ -724,11 +746,11 @@ class BarrierFeed:
                         "%s ignores barrier %d of attempt %d", FORMAT, record.checkpoint_id, record.attempt
                     )
                     continue
-                self.offer(_barrier_entry(record))
+                self.offer(_barrier_entry(record, epoch))
 
     def offer(self, entry: Mapping[str, Any]) -> None:
         """Queue ``entry`` unless a barrier with its id and attempt was queued before."""
-        key = (int(entry["id"]), int(entry["attempt"]))
+        key = _entry_key(entry)
         if key in self._seen:
             log.info("%s ignores re-sent barrier %s of job %s", FORMAT, key, self.job_id)
             return
@@ -737,9 +759,9 @@ class BarrierFeed:
 
     def mark_folded(self, entry: Mapping[str, Any]) -> None:
         """``entry`` is already in a checkpointed offset: never fold it again."""
-        key = (int(entry["id"]), int(entry["attempt"]))
+        key = _entry_key(entry)
         self._seen.add(key)
-        self._pending = [b for b in self._pending if (int(b["id"]), int(b["attempt"])) != key]
+        self._pending = [b for b in self._pending if _entry_key(b) != key]
 
     def peek(self) -> dict[str, Any] | None:
         """The oldest pending barrier, without taking it."""

@@ -55,6 +55,7 @@ from urllib.parse import quote
 import pyarrow as pa
 from confluent_kafka import KafkaError, Message, Producer
 
+from events.fencing import epoch_header
 from events.kafka import produce_record, producer_config
 from events.participant import REASON_IO, REASON_TASK_FAILURE, local_path, snapshot_uri, write_atomic
 from events.records import CheckpointAcknowledged, CheckpointDeclined, StateHandle
@@ -109,8 +110,16 @@ def _producer(settings: TaskSettings) -> Producer:
     return producer
 
 
-def send_reply(settings: TaskSettings, reply: CheckpointAcknowledged | CheckpointDeclined) -> None:
-    """Send an ack or a decline and wait until the broker has it (or log why not)."""
+def _barrier_epoch(entry: Mapping[str, Any]) -> int | None:
+    epoch = entry.get("epoch")
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else None
+
+
+def send_reply(
+    settings: TaskSettings, reply: CheckpointAcknowledged | CheckpointDeclined, epoch: int | None = None
+) -> None:
+    """Send an ack or a decline and wait until the broker has it (or log why not). ``epoch`` is the
+    coordinator epoch of the barrier it answers (the ``cutline.epoch`` header; None: not known)."""
     topics = settings.topics
     topic = topics.acks if isinstance(reply, CheckpointAcknowledged) else topics.declines
     errors: list[KafkaError] = []
@@ -120,7 +129,8 @@ def send_reply(settings: TaskSettings, reply: CheckpointAcknowledged | Checkpoin
             errors.append(error)
 
     producer = _producer(settings)
-    produce_record(producer, topic, reply, on_delivery=delivered)
+    headers = [epoch_header(epoch)] if epoch is not None else []
+    produce_record(producer, topic, reply, on_delivery=delivered, headers=headers)
     left = producer.flush(ACK_TIMEOUT_S)
     if errors or left:
         # The checkpoint then expires on the coordinator; failing the task would only
@@ -293,7 +303,7 @@ def partition_step(
                         reply = snapshot_reply(
                             settings, entry, topic, partition, offset, current.snapshot_bytes(step)
                         )
-                    send_reply(settings, reply)
+                    send_reply(settings, reply, _barrier_epoch(entry))
                     continue
                 if current.missing is not None:
                     current.next_offset = offset + 1

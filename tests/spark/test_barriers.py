@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from events.broker import create_topics
+from events.fencing import epoch_header
 from events.kafka import job_key, partition_for, produce_record, producer_config
 from events.records import CheckpointBarrier, CheckpointKind
 from spark_tasks.kafka_source import (
@@ -279,3 +280,31 @@ def test_the_feed_ignores_barriers_of_older_attempts(bootstrap: str, topic_prefi
         feed.close()
 
     assert [None if b is None else (b["id"], b["attempt"]) for b in taken] == [(8, 2), None]
+
+
+def test_the_barrier_feed_drops_a_superseded_epochs_barriers(bootstrap: str, topic_prefix: str) -> None:
+    """The driver's barrier feed applies the fencing rule (DESIGN §4a): after a barrier of epoch 2, a
+    zombie's barrier of epoch 1 is dropped; the entries it queues name their epoch for the tasks'
+    acks, and a newer epoch may send an id again."""
+    barriers_topic = topic_prefix + "barriers"
+    create_topics(bootstrap, [barriers_topic], partitions=BARRIER_PARTITIONS)
+    job = "job-" + topic_prefix.rstrip(".")
+    feed = BarrierFeed(bootstrap, barriers_topic, job)
+    producer = Producer(producer_config(bootstrap))
+    try:
+        for checkpoint_id, epoch in ((7, 2), (8, 1), (7, 3)):
+            barrier = _barrier(job, checkpoint_id, "file:///c")
+            produce_record(producer, barriers_topic, barrier, headers=[epoch_header(epoch)])
+        assert 0 == producer.flush(30)
+
+        deadline = time.monotonic() + 30
+        while feed.peek() is None and time.monotonic() < deadline:
+            feed.poll()
+            time.sleep(0.05)
+        time.sleep(0.2)
+        feed.poll()
+        taken = [feed.take(), feed.take(), feed.take()]
+    finally:
+        feed.close()
+
+    assert [(7, 2), (7, 3), None] == [None if b is None else (b["id"], b["epoch"]) for b in taken]
