@@ -217,6 +217,7 @@ def test_barriers_are_folded_into_one_batch_and_emitted_per_partition(
         barrier_rows = [r for r in rows if r[3] is not None]
         expected = {
             "attempt": 0,
+            "epoch": 0,  # the coordinator epoch that sent it (no header: 0)
             "id": checkpoint_id,
             "kind": "CHECKPOINT",
             "location": f"{location}/{checkpoint_id}",
