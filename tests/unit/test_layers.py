@@ -42,3 +42,15 @@ def test_the_service_is_not_pure() -> None:
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
 
     assert json.loads(loaded.stdout) is True
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest's default (prepend) import mode imports a test file by its basename: two files
+    named alike in different test folders stop the whole collection (as in CI once)."""
+    from collections import Counter
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1]
+    names = Counter(p.name for p in tests.rglob("test_*.py") if ".venv" not in p.parts)
+
+    assert [] == sorted(name for name, count in names.items() if count > 1)
