@@ -388,7 +388,12 @@ class Coordinator:
                 f"{answered}, but the checkpoint was triggered in epoch {triggered}: that barrier came "
                 "from a superseded coordinator (its trigger is void); answer the current barrier"
             )
-        if triggered is None and answered < epoch:
+        state = self.states.get(record.job_id)
+        never_triggered = state is None or record.checkpoint_id >= state.next_checkpoint_id
+        if triggered is None and answered < epoch and never_triggered:
+            # An id the valid journal has not reached: only a void trigger can have sent that
+            # barrier. A late or repeated answer to a valid checkpoint that is over (completed,
+            # aborted, answered again after a resent barrier) is the decider's to reject.
             return (
                 f"the {what} of checkpoint {record.checkpoint_id} answers a barrier of coordinator epoch "
                 f"{answered}; the journal's epoch is {epoch} and has no such pending checkpoint "

@@ -18,7 +18,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import create_topics
-from events.kafka import consumer_config, produce_record, producer_config
+from events.codec import decode
+from events.fencing import Fence, epoch_header
+from events.kafka import (
+    consumer_config,
+    job_partition,
+    produce_record,
+    producer_config,
+    read_to_end,
+)
 from events.participant import JobDriver, local_path
 from events.records import (
     CheckpointAborted,
@@ -28,6 +36,7 @@ from events.records import (
     CheckpointKind,
     CheckpointRequested,
     CheckpointTriggered,
+    CoordinatorClaimed,
     JobStatus,
     Record,
     SchedulerStarted,
@@ -318,11 +327,27 @@ def test_a_changed_job_restarts_from_a_savepoint(
     } == {True}
 
 
-def _forge(bootstrap: str, prefix: str, *records: Record) -> None:
-    """Append ``records`` to the journal as the coordinator would: keyed by the job id."""
+def _journal_epoch(bootstrap: str, prefix: str, job_id: str) -> int:
+    """The current coordinator epoch of ``job_id``'s journal partition (its latest valid claim)."""
+    topic = Topics(prefix).checkpoints
+    consumer = Consumer(consumer_config(bootstrap))
+    try:
+        fence = Fence()
+        for msg in read_to_end(consumer, topic, job_partition(consumer, topic, job_id), 30):
+            if msg.value() and isinstance(claim := decode(msg.value()), CoordinatorClaimed):
+                _, fence = fence.claim(claim.epoch)
+        return fence.epoch
+    finally:
+        consumer.close()
+
+
+def _forge(bootstrap: str, prefix: str, *records: Record, epoch: int | None = None) -> None:
+    """Append ``records`` to the journal as the coordinator would: keyed by the job id, under
+    ``epoch`` (None: no epoch header, so void once the partition has been claimed)."""
     producer = Producer(producer_config(bootstrap))
+    headers = () if epoch is None else (epoch_header(epoch),)
     for record in records:
-        produce_record(producer, Topics(prefix).checkpoints, record)
+        produce_record(producer, Topics(prefix).checkpoints, record, headers=headers)
     assert 0 == producer.flush(10)
 
 
@@ -376,6 +401,10 @@ def test_forged_journal_records_never_cost_the_latest_checkpoint_and_it_restores
         handles = {task: StateHandle((outside / task).as_uri(), 1, "00" * 32) for task in job.tasks}
         inside = (tmp_path / "checkpoints" / job_id / "chk-97").as_uri()
 
+        # a superseded writer's abort of the latest checkpoint (no epoch header): void, not even read
+        void = CheckpointAborted(job_id, latest.checkpoint_id, now, "CHECKPOINT_EXPIRED", "void", None, True)
+        _forge(bootstrap, topic_prefix, void)
+        # a buggy writer of the current epoch: every record passes the fence, the ledger checks it
         _forge(
             bootstrap,
             topic_prefix,
@@ -421,6 +450,7 @@ def test_forged_journal_records_never_cost_the_latest_checkpoint_and_it_restores
                 attempt=job.attempt,
                 location=inside,
             ),
+            epoch=_journal_epoch(bootstrap, topic_prefix, job_id),
         )
         _wait(lambda: len(job.ignored) >= 7, "the forged records ignored", 30)
         time.sleep(0.5)  # anything after them would show up now

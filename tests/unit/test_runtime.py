@@ -218,6 +218,27 @@ class TestEpochs:
         (letter,) = [decode(m.value) for m in outcome.messages]
         assert isinstance(letter, DeadLetter) and "STALE_EPOCH" == letter.reason
 
+    def test_a_late_answer_to_a_finished_valid_checkpoint_is_discarded_not_stale(
+        self, coordinator: Coordinator
+    ) -> None:
+        """A checkpoint of epoch 1 completed; a second ack (answering a barrier the epoch-1 owner
+        sent, after a new owner resent it) is late, not stale: the decider discards it, as Flink
+        discards a late message of a checkpoint that is over."""
+        triggered = self._triggered(coordinator, epoch=1)
+        for offset, task in enumerate(("a", "b")):
+            coordinator.handle(
+                TOPICS.acks, 0, offset, JOB.encode(), self._ack(triggered.checkpoint_id, task), 10_001,
+                headers=[("cutline.epoch", b"2")], epoch=2,
+            )  # fmt: skip
+
+        outcome = coordinator.handle(
+            TOPICS.acks, 0, 9, JOB.encode(), self._ack(triggered.checkpoint_id), 10_002,
+            headers=[("cutline.epoch", b"1")], epoch=2,
+        )  # fmt: skip
+
+        assert [] == outcome.messages
+        assert [triggered.checkpoint_id] == [c.checkpoint_id for c in coordinator.states[JOB].completed]
+
     def test_an_ack_of_the_triggers_epoch_or_a_resent_barrier_counts(self, coordinator: Coordinator) -> None:
         """Acks of the trigger's epoch, or of a later owner's resent barrier, are acks."""
         triggered = self._triggered(coordinator, epoch=1)

@@ -172,7 +172,7 @@ def _run(
     tmp_path: Path, batches: list[pa.RecordBatch], monkeypatch: pytest.MonkeyPatch, **settings: Any
 ) -> tuple[list[dict[str, Any]], list[Any]]:
     sent: list[Any] = []
-    monkeypatch.setattr(tasks, "send_reply", lambda settings, reply: sent.append(reply))
+    monkeypatch.setattr(tasks, "send_reply", lambda settings, reply, epoch=0: sent.append(reply))
     step = partition_step(WORD_COUNT, _settings(tmp_path, **settings), OUTPUT)
     rows = [row for batch in step(batches) for row in batch.to_pylist()]
     return rows, sent
