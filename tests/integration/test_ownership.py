@@ -219,12 +219,12 @@ class TestZombie:
         # Whether the zombie decides anything before it learns of the revocation is a race between
         # its overdue tick timer and its heartbeat: freeze and wake a job's owner until it has
         # appended something after a newer claim (at most 4 times; each freeze tests the rule).
-        for freezes in range(1, 5):
+        freezes = 0
+        void: list[LogMessage] = []
+        while not void and freezes < 4:
+            freezes += 1
             self._freeze_and_wake(owner_of(workers, JOBS[0]), workers, jobs)
-            raw = list(read_to_end(bootstrap, topics.checkpoints))
-            void = _void_records(raw)
-            if void:
-                break
+            void = _void_records(list(read_to_end(bootstrap, topics.checkpoints)))
         letters = [decode(m.value) for m in read_to_end(bootstrap, topics.dead_letters) if m.value]
         stale = [d for d in letters if isinstance(d, DeadLetter) and d.reason == "STALE_EPOCH"]
         assert_effective_journal_is_sound(jobs, bootstrap, topics)
@@ -237,8 +237,13 @@ class TestZombie:
             (r.job_id, r.checkpoint_id) for r in map(_decoded, void) if isinstance(r, CheckpointTriggered)
         }
         answered = {(d.job_id, _ack_id(d)) for d in stale}
-        assert answered <= void_triggers, "an ack of a valid checkpoint was refused as stale: " + "; ".join(
-            f"{d.job_id} {_ack_id(d)}: {d.message}" for d in stale if (d.job_id, _ack_id(d)) not in void_triggers
+        refused = [
+            f"{d.job_id} {_ack_id(d)}: {d.message}"
+            for d in stale
+            if (d.job_id, _ack_id(d)) not in void_triggers
+        ]
+        assert answered <= void_triggers, "acks of valid checkpoints were refused as stale: " + "; ".join(
+            refused
         )
         for letter in stale:
             assert "superseded" in letter.message
