@@ -69,7 +69,8 @@ from coordinator.decider import due_at
 from coordinator.service.runtime import Coordinator
 from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import EmbeddedBroker, create_topics, wait_for_broker
-from events.codec import decode, default_codec, encode
+from events.codec import decode, encode
+from events.feed import JobFeed
 from events.kafka import (
     consume_available,
     consumer_config,
@@ -165,11 +166,8 @@ class Tail:
     """
 
     def __init__(self, bootstrap: str, topic: str, job_id: str) -> None:
-        self._key = job_key(job_id)
-        self._consumer = Consumer(consumer_config(bootstrap))
-        self._consumer.assign([TopicPartition(topic, journal_partition(job_id), OFFSET_BEGINNING)])
-        self._registry = default_codec().registry
-        self._names: dict[bytes, str] = {}
+        # names come from the frames' fingerprints (decode=False); a journal's claims fence it
+        self._feed = JobFeed(bootstrap, job_id, (topic,), claims_topic=topic, from_end=False, decode=False)
         self.messages: list[tuple[bytes, int]] = []
         self.counts: Counter[str] = Counter()
         self.last_seen: dict[str, float] = {}
@@ -178,29 +176,17 @@ class Tail:
         self._thread = threading.Thread(target=self._run, name=f"tail-{topic}", daemon=True)
         self._thread.start()
 
-    def _name(self, value: bytes) -> str:
-        fp = value[2:10]
-        name = self._names.get(fp)
-        if name is None:
-            writer = self._registry.writer(fp)
-            name = self._names[fp] = writer.name if writer else "?"
-        return name
-
     def _run(self) -> None:
         while not self._stop.is_set():
-            batch = self._consumer.consume(num_messages=5000, timeout=0.05)
+            batch = self._feed.poll(0.05, 5000)
             if not batch:
                 continue
             received = time.time()
             with self._cond:
-                for msg in batch:
-                    value = msg.value()
-                    if msg.error() is not None or value is None or msg.key() != self._key:
-                        continue
-                    name = self._name(value)
-                    self.messages.append((value, msg.timestamp()[1]))
-                    self.counts[name] += 1
-                    self.last_seen[name] = received
+                for record in batch:
+                    self.messages.append((record.value, record.timestamp_ms))
+                    self.counts[record.name] += 1
+                    self.last_seen[record.name] = received
                 self._cond.notify_all()
 
     def wait(
@@ -229,7 +215,7 @@ class Tail:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5)
-        self._consumer.close()
+        self._feed.close()
 
 
 # ------------------------------------------------------------ environment

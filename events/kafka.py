@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import (
@@ -34,6 +34,7 @@ __all__ = [
     "PARTITIONER",
     "consume_available",
     "consumer_config",
+    "find_ends",
     "job_key",
     "job_partition",
     "murmur2",
@@ -197,41 +198,49 @@ def consume_available(consumer: Consumer, num_messages: int = 500, timeout: floa
     )
 
 
-def assign_at_end(
-    consumer: Consumer, job_id: str, topics: Sequence[str], timeout: float = 10.0
-) -> tuple[dict[tuple[str, int], int], list[Message]]:
-    """Assign ``job_id``'s partition of each topic and find where each ends now.
+def find_ends(
+    consumer: Consumer, partitions: Iterable[tuple[str, int]], timeout: float = 30.0
+) -> dict[tuple[str, int], int]:
+    """Where each ``(topic, partition)`` ends now, taken from a fetch response (partition EOF).
 
-    Returns ``({(topic, partition): end}, backlog)``: messages below ``end`` were
-    there before the call and are to be ignored; ``backlog`` holds the messages the
-    search already consumed (some may be at or past ``end``: handle those). The end
-    is the high watermark of the first fetch: ListOffsets "latest", which is short by
-    up to one batch on the embedded broker, is only where reading starts.
+    ListOffsets "latest" (short by up to one batch on the embedded broker, DESIGN §6) is
+    only where the fetch starts; the end is where the consumer hits partition EOF, which
+    a fetch answered for this assignment says (a cached high watermark could be an earlier
+    assignment's). ``consumer`` must have ``enable.partition.eof`` on and be otherwise
+    unused; it is left unassigned. A TimeoutError names the partitions no fetch answered for.
     """
+    wanted = sorted(set(partitions))
+    if not wanted:
+        return {}
     deadline = time.monotonic() + timeout
     assignment = []
-    for topic in topics:
-        partition = job_partition(consumer, topic, job_id, timeout)
-        _, latest = consumer.get_watermark_offsets(
+    for topic, partition in wanted:
+        low, latest = consumer.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
         )
-        assignment.append(TopicPartition(topic, partition, max(latest, 0)))
+        assignment.append(TopicPartition(topic, partition, max(int(low), int(latest), 0)))
     consumer.assign(assignment)
-    backlog: list[Message] = []
-    start: dict[tuple[str, int], int] = {}
-    waiting = {(tp.topic, tp.partition) for tp in assignment}
-    while waiting:
-        msg = consumer.poll(0.005)
-        if msg is not None:
-            backlog.append(msg)
-        for topic, partition in list(waiting):
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            if high >= 0:
-                start[(topic, partition)] = high
-                waiting.discard((topic, partition))
-        if waiting and time.monotonic() > deadline:
-            raise TimeoutError(f"no fetch answered for {sorted(waiting)} within {timeout:g}s")
-    return start, backlog
+    ends: dict[tuple[str, int], int] = {}
+    try:
+        while len(ends) < len(wanted):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                missing = [f"{t}[{p}]" for t, p in wanted if (t, p) not in ends]
+                raise TimeoutError(f"no fetch answered for {', '.join(missing)} within {timeout:g}s")
+            for msg in consume_available(consumer, 1000, min(0.1, remaining)):
+                error = msg.error()
+                if error is None:
+                    continue  # below the end: there before the call
+                where = (msg.topic() or "", msg.partition() or 0)
+                if error.code() == KafkaError._PARTITION_EOF:
+                    ends[where] = int(msg.offset() or 0)
+                elif error.fatal():
+                    raise KafkaException(error)
+                else:
+                    log.warning("finding the end of %s[%d]: %s", where[0], where[1], error)
+    finally:
+        consumer.unassign()
+    return {tp: ends[tp] for tp in wanted}
 
 
 def read_to_end(

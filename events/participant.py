@@ -36,17 +36,11 @@ from urllib.parse import quote, unquote, urlsplit
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from events.codec import HEADER_SIZE, MAGIC, DecodeError, decode, default_codec
-from events.fencing import Fence, epoch_header, epoch_of
+from events.feed import FeedRecord, JobFeed, read_job_partition
+from events.fencing import epoch_header
 from events.kafka import (
-    assign_at_end,
-    consume_available,
-    consumer_config,
-    job_key,
-    job_partition,
     produce_record,
     producer_config,
-    read_to_end,
 )
 from events.records import (
     CheckpointAborted,
@@ -57,7 +51,6 @@ from events.records import (
     CheckpointDeclined,
     CheckpointKind,
     CheckpointRequested,
-    CoordinatorClaimed,
     ExecutionState,
     JobStatus,
     JobStatusChanged,
@@ -238,6 +231,8 @@ class ParticipantStats:
     """Checkpoints whose ack or decline was sent again for a duplicate barrier."""
     ignored_barriers: int = 0
     """Barriers of this job for another attempt, or older than the last one handled."""
+    void_barriers: int = 0
+    """Barriers of this job written under a superseded coordinator epoch (DESIGN §4a)."""
     commit_failures: int = 0
     undecodable: int = 0
     ignored_records: int = 0
@@ -295,12 +290,8 @@ class Participant:
         self._offsets = offsets
         self._on_complete = on_complete
         self._commit_consumer = commit_consumer
-        self._key = job_key(job_id)
         self._last_id = 0
         self._last_epoch = 0
-        self._fence = Fence(learning=True)
-        """The coordinator epoch of the job's partition, learnt from claims, barriers and the journal
-        (DESIGN §4a): barriers and journal records of older epochs are a zombie's, and ignored."""
         self._last_committed = 0
         self._replies: OrderedDict[int, Reply] = OrderedDict()
         self._files: dict[int, Path] = {}
@@ -318,23 +309,17 @@ class Participant:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._producer = Producer(producer_config(bootstrap, producer_extra))
-        self._consumer = Consumer(consumer_config(bootstrap, extra=consumer_extra))
-        try:
-            self._backlog: list[Message] = []
-            self._start: dict[tuple[str, int], int] = {}
-            self._begin(start_timeout)
-        except BaseException:
-            self._consumer.close()
-            raise
-
-    # ------------------------------------------------------------- start
-
-    def _begin(self, timeout: float) -> None:
-        """Assign the job's barrier and journal partitions from their real ends."""
-        self._start, self._backlog = assign_at_end(
-            self._consumer, self.job_id, (self.topics.barriers, self.topics.checkpoints), timeout
+        # Barriers and journal from their real ends; the journal's claims and every record's
+        # epoch fence out a superseded coordinator's barriers and journal records (DESIGN §4a).
+        self._feed = JobFeed(
+            bootstrap,
+            job_id,
+            (topics.barriers, topics.checkpoints),
+            claims_topic=topics.checkpoints,
+            config=consumer_extra,
+            timeout=start_timeout,
         )
-        log.debug("participant %s/%s starts after %s", self.job_id, self.task_id, self._start)
+        log.debug("participant %s/%s starts after %s", self.job_id, self.task_id, self._feed.starts)
 
     # -------------------------------------------------------------- loop
 
@@ -346,69 +331,27 @@ class Participant:
         with self._lock:
             if self._closed:
                 raise RuntimeError("participant is closed")
-            handled = 0
-            backlog, self._backlog = self._backlog, []
-            for msg in backlog:
-                handled += self._handle(msg)
-            for msg in consume_available(self._consumer, 500, 0 if backlog else timeout):
-                handled += self._handle(msg)
+            handled = sum(self._handle(record) for record in self._feed.poll(timeout))
+            self.stats.undecodable = self._feed.records.undecodable
+            self.stats.void_barriers = self._feed.records.void[self.topics.barriers]
             self._producer.poll(0)
             return handled
 
-    def _handle(self, msg: Message) -> int:
-        error = msg.error()
-        if error is not None:
-            if error.fatal():
-                raise KafkaException(error)
-            log.warning("participant %s/%s consumer: %s", self.job_id, self.task_id, error)
-            return 0
-        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-        if topic is None or partition is None or offset is None:
-            return 0
-        start = self._start.get((topic, partition))
-        key = msg.key()
-        if start is None or offset < start or (key != self._key and key is not None):
-            return 0
-        value = msg.value()
-        if value is None:
-            return 0
-        try:
-            record = decode(value)
-        except DecodeError as exc:
-            self.stats.undecodable += 1
-            log.warning("undecodable record at %s[%d]@%d: %s", topic, partition, offset, exc)
-            return 0
-        if isinstance(record, CoordinatorClaimed):  # the journal partition changed hands
-            if topic == self.topics.checkpoints:
-                _, self._fence = self._fence.claim(record.epoch)
-            return 0
-        if key is None:
-            return 0
-        epoch = epoch_of(msg.headers())
-        valid, self._fence = self._fence.admit(epoch)
-        if not valid:
-            self.stats.ignored_barriers += topic == self.topics.barriers
-            log.info(
-                "task %s ignores %s of superseded coordinator epoch %d (epoch now %d)",
-                self.task_id,
-                type(record).__name__,
-                epoch,
-                self._fence.epoch,
-            )
-            return 0
-        if topic == self.topics.barriers:
-            if isinstance(record, CheckpointBarrier) and record.job_id == self.job_id:
-                self._on_barrier(record, epoch)
+    def _handle(self, feed: FeedRecord) -> int:
+        record = feed.record
+        if feed.topic == self.topics.barriers:
+            if isinstance(record, CheckpointBarrier):
+                self._on_barrier(record, feed.epoch)
                 return 1
-        elif isinstance(record, CheckpointCompleted) and record.job_id == self.job_id:
+        elif isinstance(record, CheckpointCompleted):
             self._on_completed(record)
             return 1
-        elif isinstance(record, CheckpointAborted) and record.job_id == self.job_id:
+        elif isinstance(record, CheckpointAborted):
             self._on_aborted(record)
             return 1
         elif (
             isinstance(record, SchedulerStarted)
-            and (record.job_id, record.attempt) == (self.job_id, self.attempt)
+            and record.attempt == self.attempt
             and self._retained_option is None
         ):
             self.retained = max(1, record.config.retained)
@@ -649,7 +592,7 @@ class Participant:
                 log.warning(
                     "participant %s/%s closed with %d unsent messages", self.job_id, self.task_id, remaining
                 )
-            self._consumer.close()
+            self._feed.close()
 
     def __enter__(self) -> Self:
         return self
@@ -664,14 +607,6 @@ class Participant:
 
 
 # ---------------------------------------------------------------- job driver
-
-
-def _decoded_claim(codec: Any, value: bytes) -> CoordinatorClaimed | None:
-    try:
-        record = codec.decode(value)
-    except DecodeError:
-        return None
-    return record if isinstance(record, CoordinatorClaimed) else None
 
 
 class JobDriver:
@@ -776,42 +711,15 @@ class JobDriver:
         (records of a superseded coordinator epoch are left out, DESIGN §4a); only frames
         of those types are decoded.
         """
-        codec = default_codec()
-        key = job_key(self.job_id)
-        names = {kind.__name__ for kind in kinds}
-        found: list[Record] = []
-        fence = Fence()
-        consumer = Consumer(consumer_config(self.bootstrap))
-        try:
-            topic = self.topics.checkpoints
-            partition = job_partition(consumer, topic, self.job_id, self.timeout)
-            for msg in read_to_end(consumer, topic, partition, self.timeout if timeout is None else timeout):
-                value = msg.value()
-                if value is None or value[:2] != MAGIC:
-                    continue
-                writer = codec.registry.writer(value[2:HEADER_SIZE])
-                if writer is not None and writer.name == "CoordinatorClaimed":
-                    claim = _decoded_claim(codec, value)
-                    if claim is not None:
-                        _, fence = fence.claim(claim.epoch)
-                    continue
-                if msg.key() != key or writer is None or writer.name not in names:
-                    continue
-                valid, fence = fence.admit(epoch_of(msg.headers()))
-                if not valid:  # written by a superseded coordinator (DESIGN §4a)
-                    continue
-                try:
-                    record = codec.decode(value)
-                except DecodeError as exc:
-                    log.warning(
-                        "undecodable %s at %s[%d]@%d: %s", writer.name, topic, partition, msg.offset(), exc
-                    )
-                    continue
-                if isinstance(record, kinds) and getattr(record, "job_id", None) == self.job_id:
-                    found.append(record)
-        finally:
-            consumer.close()
-        return found
+        found = read_job_partition(
+            self.bootstrap,
+            self.job_id,
+            self.topics.checkpoints,
+            claims_topic=self.topics.checkpoints,
+            kinds={kind.__name__ for kind in kinds},
+            timeout=self.timeout if timeout is None else timeout,
+        )
+        return [r.record for r in found if isinstance(r.record, kinds)]
 
     def completions(self, timeout: float | None = None) -> list[CheckpointCompleted]:
         """Every CheckpointCompleted of this job in the journal, in journal order.

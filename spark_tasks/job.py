@@ -50,13 +50,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, cast
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from events.codec import DecodeError, decode, encode
-from events.fencing import Fence, epoch_of
-from events.kafka import assign_at_end, consume_available, consumer_config, job_key
+from events.feed import JobFeed
+from events.kafka import consumer_config
 from events.participant import (
     JobDriver,
     SnapshotCorrupted,
@@ -75,7 +75,6 @@ from events.records import (
     CheckpointKind,
     CheckpointRequested,
     CheckpointTriggered,
-    CoordinatorClaimed,
     JobStatus,
     Record,
     SchedulerStarted,
@@ -721,16 +720,16 @@ class _JournalFollower:
         self.job = job
         settings = job.settings
         self.committer = Consumer(consumer_config(settings.bootstrap, settings.consumer_group))
-        # Completions need no millisecond latency: fetch rarely (see BACKGROUND_FETCH_WAIT_MAX_MS).
-        self._consumer = Consumer(
-            consumer_config(settings.bootstrap, extra={"fetch.wait.max.ms": BACKGROUND_FETCH_WAIT_MAX_MS})
+        # From the journal's real end, fenced by its claims (DESIGN §4a). Completions need no
+        # millisecond latency: fetch rarely (see BACKGROUND_FETCH_WAIT_MAX_MS).
+        self._feed = JobFeed(
+            settings.bootstrap,
+            settings.job_id,
+            (job.topics.checkpoints,),
+            claims_topic=job.topics.checkpoints,
+            config={"fetch.wait.max.ms": BACKGROUND_FETCH_WAIT_MAX_MS},
+            timeout=job.timeout,
         )
-        self._start, self._backlog = assign_at_end(
-            self._consumer, settings.job_id, (job.topics.checkpoints,), job.timeout
-        )
-        self._key = job_key(settings.job_id)
-        self._fence = Fence(learning=True)
-        """The fencing rule (DESIGN §4a) for a reader that starts at the journal's end."""
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"cutline-journal-{settings.job_id}", daemon=True
@@ -738,48 +737,23 @@ class _JournalFollower:
         self._thread.start()
 
     def _run(self) -> None:
-        backlog, self._backlog = self._backlog, []
         while not self._stop.is_set():
-            messages = backlog or consume_available(self._consumer, 500, 0.05)
-            backlog = []
-            for msg in messages:
+            try:
+                entries = self._feed.poll(0.05)
+            except Exception:  # a fatal consumer error: say so, and keep trying
+                log.exception("journal follower of job %s", self.job.settings.job_id)
+                time.sleep(0.5)
+                continue
+            for entry in entries:
                 try:
-                    self._handle(msg)
-                except Exception:
-                    log.exception("journal follower of job %s", self.job.settings.job_id)
-
-    def _handle(self, msg: Any) -> None:
-        key = msg.key()
-        if msg.error() is not None or (key != self._key and key is not None):
-            return
-        start = self._start.get((msg.topic(), msg.partition()))
-        value = msg.value()
-        if start is None or msg.offset() < start or value is None:
-            return
-        try:
-            record = decode(value)
-        except DecodeError:
-            return
-        if isinstance(record, CoordinatorClaimed):  # the journal partition changed hands
-            _, self._fence = self._fence.claim(record.epoch)
-            return
-        if key is None or getattr(record, "job_id", None) != self.job.settings.job_id:
-            return
-        epoch = epoch_of(msg.headers())
-        valid, self._fence = self._fence.admit(epoch)
-        if not valid:
-            log.info(
-                "job %s ignores %s of superseded coordinator epoch %d (now %d)",
-                self.job.settings.job_id,
-                type(record).__name__,
-                epoch,
-                self._fence.epoch,
-            )
-            return
-        self.job._on_journal_record(record)
+                    self.job._on_journal_record(cast(Record, entry.record))
+                except Exception:  # one bad record must not stop the follower: the rest still count
+                    log.exception(
+                        "journal follower of job %s at offset %d", self.job.settings.job_id, entry.offset
+                    )
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5)
-        self._consumer.close()
+        self._feed.close()
         self.committer.close()

@@ -109,9 +109,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from events.codec import DecodeError, decode
-from events.fencing import Fence, epoch_of
-from events.kafka import consume_available, consumer_config, job_key, job_partition
+from events.feed import JobFeed
+from events.kafka import find_ends
 from events.records import CheckpointBarrier
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python sources
@@ -584,37 +583,7 @@ class OffsetProbe:
         wanted = sorted(set(tps), key=_sort_key)
         if not wanted:
             return {}
-        consumer = self.consumer
-        listed: dict[TopicPartitionKey, int] = {}
-        for topic, partition in wanted:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=self._timeout, cached=False
-            )
-            # On Tansu ``high`` is the last batch's base offset + 1: at or below the real end.
-            listed[(topic, partition)] = max(int(low), int(high), 0)
-        consumer.assign([TopicPartition(t, p, listed[(t, p)]) for t, p in wanted])
-        ends: dict[TopicPartitionKey, int] = {}
-        deadline = time.monotonic() + self._timeout
-        try:
-            while len(ends) < len(wanted):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    missing = [f"{t}[{p}]" for t, p in wanted if (t, p) not in ends]
-                    raise TimeoutError(f"no fetch answered for {missing} within {self._timeout:g}s")
-                for message in _available(consumer, 1000, min(0.1, remaining)):
-                    error = message.error()
-                    if error is None:
-                        continue  # the tail of the last batch: not needed
-                    key = (cast(str, message.topic()), cast(int, message.partition()))
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        ends[key] = cast(int, message.offset())
-                    elif error.fatal():
-                        raise KafkaException(error)
-                    else:
-                        log.warning("probing the end of %s[%d]: %s", key[0], key[1], error)
-        finally:
-            consumer.unassign()
-        return {tp: ends[tp] for tp in wanted}
+        return find_ends(self.consumer, wanted, self._timeout)
 
 
 def end_offsets(
@@ -639,8 +608,8 @@ def end_offsets(
 class BarrierFeed:
     """The checkpoint barriers of one job, read on the driver from its partition of the barriers topic.
 
-    Starts at the partition's current end, taken from a fetch (partition EOF), not from
-    ListOffsets "latest", which is short on the embedded broker: everything below that
+    A :class:`events.feed.JobFeed` from the partition's current end (the high watermark of a
+    fetch, not ListOffsets "latest", short on the embedded broker): everything below that
     end is ignored, so after a restart barriers already folded into checkpointed offsets
     are not seen again (and barriers sent while the query was down are missed).
     Barriers of other jobs, undecodable records and re-sent barriers are dropped.
@@ -661,92 +630,37 @@ class BarrierFeed:
         self.topic = topic
         self.job_id = job_id
         self.min_attempt = min_attempt
-        self._key = job_key(job_id)
         self._pending: list[dict[str, Any]] = []
         self._seen: set[tuple[int, int, int]] = set()
-        self._fence = Fence(learning=True)
-        """The coordinator epoch learnt from the barriers: a superseded epoch's barriers are a zombie's."""
-        config = {
-            **consumer_config(bootstrap, f"cutline-barriers-{uuid.uuid4().hex}"),
-            **(config or {}),
-            "bootstrap.servers": bootstrap,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-        # The end is found by a consumer with a short fetch wait (one fetch: a few ms, not half
-        # of the long wait on the embedded broker); the feed's own consumer is polled once per
-        # trigger, and a fetch every 5-10 ms would cost the driver and the broker CPU all the
-        # time (see BACKGROUND_FETCH_WAIT_MAX_MS).
-        finder = Consumer({**config, "fetch.wait.max.ms": DEFAULT_FETCH_WAIT_MAX_MS})
-        try:
-            self.partition = job_partition(finder, topic, job_id, timeout)
-            self.start = self._find_end(finder, timeout)
-        finally:
-            finder.close()
-        self._consumer = Consumer({**config, "fetch.wait.max.ms": fetch_wait_ms})
-        self._consumer.assign([TopicPartition(topic, self.partition, self.start)])
+        # From the partition's real end; the fence learns the coordinator epoch from the barriers
+        # (DESIGN §4a): a superseded epoch's barriers are a zombie's, and void. The feed's consumer
+        # is polled once per trigger, and a fetch every 5-10 ms would cost the driver and the
+        # broker CPU all the time (see BACKGROUND_FETCH_WAIT_MAX_MS).
+        extra = {k: v for k, v in (config or {}).items() if k != "bootstrap.servers"}
+        self._feed = JobFeed(
+            bootstrap,
+            job_id,
+            (topic,),
+            config={**extra, "fetch.wait.max.ms": fetch_wait_ms},
+            kinds=(CheckpointBarrier.__name__,),
+            timeout=timeout,
+        )
+        self.partition = self._feed.partitions[topic]
+        self.start = self._feed.starts[(topic, self.partition)]
         log.info("%s: barriers of job %s from %s[%d]@%d", FORMAT, job_id, topic, self.partition, self.start)
-
-    def _find_end(self, consumer: Consumer, timeout: float) -> int:
-        tp = TopicPartition(self.topic, self.partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
-        consumer.assign([TopicPartition(self.topic, self.partition, max(int(low), int(high), 0))])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for message in _available(consumer, 1000, 0.1):
-                error = message.error()
-                if error is None:
-                    continue  # before the end: already there when the feed started
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return cast(int, message.offset())
-                if error.fatal():
-                    raise KafkaException(error)
-                log.warning("finding the end of %s[%d]: %s", self.topic, self.partition, error)
-        raise TimeoutError(f"no fetch answered for {self.topic}[{self.partition}] within {timeout:g}s")
 
     def poll(self) -> None:
         """Queue the barriers of this job that have arrived (never blocks)."""
-        for message in consume_available(self._consumer, 500, 0):
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if error.fatal():
-                    raise KafkaException(error)
-                log.warning("reading barriers of %s: %s", self.job_id, error)
+        for entry in self._feed.poll(0):
+            record = entry.record
+            if not isinstance(record, CheckpointBarrier):
                 continue
-            offset = message.offset()
-            if offset is None or offset < self.start or message.key() != self._key:
+            if record.attempt < self.min_attempt:
+                # A checkpoint of a crashed attempt, triggered before the coordinator
+                # heard of this one: its ack would only be refused (STALE_ATTEMPT).
+                log.info("%s ignores barrier %d of attempt %d", FORMAT, record.checkpoint_id, record.attempt)
                 continue
-            value = message.value()
-            if value is None:
-                continue
-            try:
-                record = decode(value)
-            except DecodeError as exc:
-                log.warning("undecodable barrier at %s[%d]@%d: %s", self.topic, self.partition, offset, exc)
-                continue
-            if isinstance(record, CheckpointBarrier) and record.job_id == self.job_id:
-                epoch = epoch_of(message.headers())
-                valid, self._fence = self._fence.admit(epoch)
-                if not valid:
-                    log.info(
-                        "%s ignores barrier %d of superseded coordinator epoch %d (now %d)",
-                        FORMAT,
-                        record.checkpoint_id,
-                        epoch,
-                        self._fence.epoch,
-                    )
-                    continue
-                if record.attempt < self.min_attempt:
-                    # A checkpoint of a crashed attempt, triggered before the coordinator
-                    # heard of this one: its ack would only be refused (STALE_ATTEMPT).
-                    log.info(
-                        "%s ignores barrier %d of attempt %d", FORMAT, record.checkpoint_id, record.attempt
-                    )
-                    continue
-                self.offer(_barrier_entry(record, epoch))
+            self.offer(_barrier_entry(record, entry.epoch))
 
     def offer(self, entry: Mapping[str, Any]) -> None:
         """Queue ``entry`` unless a barrier with its id and attempt was queued before."""
@@ -772,7 +686,7 @@ class BarrierFeed:
         return self._pending.pop(0) if self._pending else None
 
     def close(self) -> None:
-        self._consumer.close()
+        self._feed.close()
 
 
 # --------------------------------------------------------------------------- reading

@@ -1,0 +1,264 @@
+"""One Kafka edge for every reader of a job's partitions: find the real end, filter, decode, fence.
+
+A participant, the Spark driver's journal follower and barrier feed, ``JobDriver``'s
+journal reads and the bench's tail all read "the records of one job from its
+partition of a topic". They share three rules, which live here once:
+
+- **The end is where a fetch response says it is** (:func:`events.kafka.find_ends`), never
+  ListOffsets "latest" (short by up to one batch on the embedded broker, DESIGN §6)
+  and never a quiet spell.
+- **The job's records are the ones keyed by its id**, decoded by the codec; a frame
+  that does not decode is counted and logged, never raised.
+- **The fencing rule** (DESIGN §4a, :mod:`events.fencing`): a ``CoordinatorClaimed``
+  on the journal raises the epoch; a record below the current epoch is void.
+
+:class:`JobRecords` is the filter (it only looks at messages); :class:`JobFeed` is a
+consumer that follows the partitions through it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from events.codec import HEADER_SIZE, MAGIC, Codec, DecodeError, default_codec
+from events.fencing import Fence, epoch_of
+from events.kafka import consume_available, consumer_config, find_ends, job_key, job_partition, read_to_end
+from events.records import CoordinatorClaimed, Record
+
+__all__ = ["FeedRecord", "JobFeed", "JobRecords", "read_job_partition"]
+
+log = logging.getLogger(__name__)
+
+CLAIM = CoordinatorClaimed.__name__
+END_PROBE_FETCH_WAIT_MS = 10
+"""Fetch wait of the consumer that finds the ends: the first fetch answers within a few ms."""
+
+
+@dataclass(frozen=True, slots=True)
+class FeedRecord:
+    """One valid record of the job: where it is, the epoch it was written under, and what it is."""
+
+    topic: str
+    partition: int
+    offset: int
+    epoch: int
+    name: str
+    """The record's schema name, from the frame's fingerprint."""
+    value: bytes
+    timestamp_ms: int
+    """The Kafka timestamp of the message (CreateTime)."""
+    record: Record | None
+    """The decoded record; None only from a feed made with ``decode=False``."""
+
+
+class JobRecords:
+    """Which messages of a job's partitions count, and as what (no I/O: it is handed messages).
+
+    ``claims_topic`` is the journal: its claims move the fence. ``learning`` is for a
+    reader that starts in the middle of a partition (see :class:`events.fencing.Fence`).
+    ``kinds`` (schema names) keeps only those records; others are skipped undecoded.
+    ``starts`` maps ``(topic, partition)`` to the first offset that counts. Counts what it
+    drops: ``undecodable``, and ``void`` records by topic.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        *,
+        claims_topic: str | None = None,
+        learning: bool = False,
+        kinds: Collection[str] | None = None,
+        decode: bool = True,
+        starts: Mapping[tuple[str, int], int] | None = None,
+        codec: Codec | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.claims_topic = claims_topic
+        self.kinds = None if kinds is None else frozenset(kinds)
+        self.decode = decode
+        self.starts = dict(starts or {})
+        self.fence = Fence(learning=learning)
+        self.undecodable = 0
+        self.void: Counter[str] = Counter()
+        self._key = job_key(job_id)
+        self._codec = codec or default_codec()
+        self._names: dict[bytes, str | None] = {}
+
+    def admit(self, msg: Message) -> FeedRecord | None:
+        """The record ``msg`` holds if it is a valid record of this job, else None.
+
+        Raises only a fatal Kafka error; other errors and partition EOF are logged or skipped.
+        """
+        error = msg.error()
+        if error is not None:
+            if error.fatal():
+                raise KafkaException(error)
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("reading the partitions of job %s: %s", self.job_id, error)
+            return None
+        topic, partition, offset, key, value = (
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+            msg.key(),
+            msg.value(),
+        )
+        if topic is None or partition is None or offset is None or value is None:
+            return None
+        if offset < self.starts.get((topic, partition), 0) or (key is not None and key != self._key):
+            return None
+        name = self._name(value)
+        if name is None:
+            self._undecodable(topic, partition, offset, "unknown or malformed frame header")
+            return None
+        if name == CLAIM:
+            if topic == self.claims_topic:
+                claim = self._decoded(value, topic, partition, offset)
+                if isinstance(claim, CoordinatorClaimed):
+                    _, self.fence = self.fence.claim(claim.epoch)
+            return None
+        if key is None:
+            return None
+        epoch = epoch_of(msg.headers())
+        valid, self.fence = self.fence.admit(epoch)
+        if not valid:
+            self.void[topic] += 1
+            log.info(
+                "job %s: %s at %s[%d]@%d is void: written under coordinator epoch %d, now %d",
+                self.job_id, name, topic, partition, offset, epoch, self.fence.epoch,
+            )  # fmt: skip
+            return None
+        if self.kinds is not None and name not in self.kinds:
+            return None
+        record = None
+        if self.decode:
+            record = self._decoded(value, topic, partition, offset)
+            if record is None or getattr(record, "job_id", None) != self.job_id:
+                return None
+        return FeedRecord(topic, partition, offset, epoch, name, value, msg.timestamp()[1], record)
+
+    def _name(self, value: bytes) -> str | None:
+        if len(value) < HEADER_SIZE or value[:2] != MAGIC:
+            return None
+        fingerprint = value[2:HEADER_SIZE]
+        if fingerprint not in self._names:
+            writer = self._codec.registry.writer(fingerprint)
+            self._names[fingerprint] = None if writer is None else writer.name
+        return self._names[fingerprint]
+
+    def _decoded(self, value: bytes, topic: str, partition: int, offset: int) -> Record | None:
+        try:
+            return self._codec.decode(value)
+        except DecodeError as exc:
+            self._undecodable(topic, partition, offset, str(exc))
+            return None
+
+    def _undecodable(self, topic: str, partition: int, offset: int, why: str) -> None:
+        self.undecodable += 1
+        log.warning("job %s: undecodable record at %s[%d]@%d: %s", self.job_id, topic, partition, offset, why)
+
+
+class JobFeed:
+    """Follows one job's partition of each of ``topics`` and hands out its valid records.
+
+    Starts at each partition's real end now (``from_end``, for readers that only care about
+    what happens next) or at its beginning; records come in offset order per partition,
+    through :class:`JobRecords` (the claims of ``claims_topic`` move the fence). ``config``
+    is added to the consumer's (security settings, a long ``fetch.wait.max.ms`` for a
+    background reader: the ends are found by a short-lived consumer with a short wait).
+    Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        job_id: str,
+        topics: Sequence[str],
+        *,
+        claims_topic: str | None = None,
+        from_end: bool = True,
+        config: Mapping[str, Any] | None = None,
+        kinds: Collection[str] | None = None,
+        decode: bool = True,
+        timeout: float = 30.0,
+    ) -> None:
+        self.job_id = job_id
+        short_wait = {**(config or {}), "fetch.wait.max.ms": END_PROBE_FETCH_WAIT_MS}
+        short_wait["enable.partition.eof"] = True  # find_ends reads the end from partition EOF
+        probe = Consumer(consumer_config(bootstrap, extra=short_wait))
+        try:
+            self.partitions = {topic: job_partition(probe, topic, job_id, timeout) for topic in topics}
+            wanted = [(topic, partition) for topic, partition in self.partitions.items()]
+            self.starts = find_ends(probe, wanted, timeout) if from_end else dict.fromkeys(wanted, 0)
+        finally:
+            probe.close()
+        self.records = JobRecords(
+            job_id,
+            claims_topic=claims_topic,
+            learning=from_end,
+            kinds=kinds,
+            decode=decode,
+            starts=self.starts,
+        )
+        self._consumer = Consumer(consumer_config(bootstrap, extra=config))
+        self._consumer.assign(
+            [
+                TopicPartition(topic, partition, start if from_end else OFFSET_BEGINNING)
+                for (topic, partition), start in self.starts.items()
+            ]
+        )
+        log.debug("job %s follows %s", job_id, self.starts)
+
+    @property
+    def fence(self) -> Fence:
+        """The fence as of the last record handed out."""
+        return self.records.fence
+
+    def poll(self, timeout: float = 0.0, max_messages: int = 500) -> list[FeedRecord]:
+        """The valid records that have arrived, waiting up to ``timeout`` s for the first message."""
+        admitted = (
+            self.records.admit(msg) for msg in consume_available(self._consumer, max_messages, timeout)
+        )
+        return [record for record in admitted if record is not None]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> JobFeed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_job_partition(
+    bootstrap: str,
+    job_id: str,
+    topic: str,
+    *,
+    claims_topic: str | None = None,
+    kinds: Collection[str] | None = None,
+    timeout: float | None = 60.0,
+    config: Mapping[str, Any] | None = None,
+) -> Iterator[FeedRecord]:
+    """The valid records of ``job_id`` in its partition of ``topic``, from the beginning to the end.
+
+    The end is the high watermark of the first fetch (:func:`events.kafka.read_to_end`);
+    a journal read names itself as ``claims_topic`` so that its claims fence it.
+    """
+    consumer = Consumer(consumer_config(bootstrap, extra=config))
+    try:
+        records = JobRecords(job_id, claims_topic=claims_topic, kinds=kinds)
+        partition = job_partition(consumer, topic, job_id, 10.0 if timeout is None else timeout)
+        for msg in read_to_end(consumer, topic, partition, timeout):
+            record = records.admit(msg)
+            if record is not None:
+                yield record
+    finally:
+        consumer.close()
