@@ -32,8 +32,10 @@ from events.records import Record
 __all__ = [
     "FETCH_WAIT_MAX_MS",
     "PARTITIONER",
+    "commit_offsets",
     "consume_available",
     "consumer_config",
+    "deliver",
     "find_ends",
     "job_key",
     "job_partition",
@@ -165,6 +167,47 @@ def produce_record(
         producer.poll(1.0)  # local queue full: make room once, then try again
         producer.produce(topic, **kwargs)
     producer.poll(0)
+
+
+def deliver(
+    producer: Producer,
+    topic: str,
+    record: Record,
+    timeout: float,
+    headers: Sequence[tuple[str, bytes]] = (),
+) -> None:
+    """Produce ``record`` and wait until the broker has it.
+
+    Raises KafkaException with the broker's error, or TimeoutError if it was not
+    delivered within ``timeout`` s.
+    """
+    errors: list[KafkaError] = []
+    delivered: list[Message] = []
+
+    def on_delivery(error: KafkaError | None, msg: Message) -> None:
+        if error is not None:
+            errors.append(error)
+        else:
+            delivered.append(msg)
+
+    produce_record(producer, topic, record, on_delivery=on_delivery, headers=headers)
+    producer.flush(timeout)
+    if errors:
+        raise KafkaException(errors[0])
+    if not delivered:
+        raise TimeoutError(f"{type(record).__name__} not delivered to {topic} within {timeout:g}s")
+
+
+def commit_offsets(consumer: Consumer, offsets: Sequence[TopicPartition]) -> str | None:
+    """Commit ``offsets`` to ``consumer``'s group and wait; None, or what went wrong."""
+    if not offsets:
+        return None
+    try:
+        result = consumer.commit(offsets=list(offsets), asynchronous=False)
+    except KafkaException as exc:
+        return str(exc)
+    failed = [f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in result or () if tp.error is not None]
+    return "; ".join(failed) if failed else None
 
 
 def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> int:

@@ -34,11 +34,13 @@ from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote, unquote, urlsplit
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from events.feed import FeedRecord, JobFeed, read_job_partition
 from events.fencing import epoch_header
 from events.kafka import (
+    commit_offsets,
+    deliver,
     produce_record,
     producer_config,
 )
@@ -91,6 +93,56 @@ REMEMBERED_REPLIES = 64
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+# --------------------------------------------------------------- answers
+
+
+def declined(
+    job_id: str, checkpoint_id: int, attempt: int, task_id: str, reason: str, message: str
+) -> CheckpointDeclined:
+    """The decline of ``task_id`` for a checkpoint, with a Flink failure ``reason`` and what to fix."""
+    return CheckpointDeclined(
+        job_id=job_id,
+        checkpoint_id=checkpoint_id,
+        attempt=attempt,
+        task_id=task_id,
+        timestamp_ms=_now_ms(),
+        reason=reason,
+        message=message,
+    )
+
+
+def declined_for(
+    job_id: str, checkpoint_id: int, attempt: int, task_id: str, exc: BaseException
+) -> CheckpointDeclined:
+    """The decline a task sends when taking or writing its snapshot raised ``exc`` (logged)."""
+    log.warning("task %s declines checkpoint %d: %r", task_id, checkpoint_id, exc)
+    reason = REASON_IO if isinstance(exc, OSError) else REASON_TASK_FAILURE
+    return declined(job_id, checkpoint_id, attempt, task_id, reason, f"{type(exc).__name__}: {exc}")
+
+
+def acknowledged(
+    job_id: str,
+    checkpoint_id: int,
+    attempt: int,
+    task_id: str,
+    uri: str,
+    data: bytes,
+    offsets: Mapping[str, int],
+    metrics: Mapping[str, int],
+) -> CheckpointAcknowledged:
+    """The ack of ``task_id``: the snapshot ``data`` written at ``uri`` (size, sha256) and its cut."""
+    return CheckpointAcknowledged(
+        job_id=job_id,
+        checkpoint_id=checkpoint_id,
+        attempt=attempt,
+        task_id=task_id,
+        timestamp_ms=_now_ms(),
+        state=StateHandle(uri=uri, size_bytes=len(data), sha256=hashlib.sha256(data).hexdigest()),
+        offsets=dict(offsets),
+        metrics=dict(metrics),
+    )
 
 
 # ------------------------------------------------------------------- storage
@@ -408,32 +460,15 @@ class Participant:
             write_atomic(path, data)
             written = time.perf_counter()
         except Exception as exc:
-            reason = REASON_IO if isinstance(exc, OSError) else REASON_TASK_FAILURE
-            log.warning("task %s declines checkpoint %d: %r", self.task_id, barrier.checkpoint_id, exc)
-            return CheckpointDeclined(
-                job_id=self.job_id,
-                checkpoint_id=barrier.checkpoint_id,
-                attempt=self.attempt,
-                task_id=self.task_id,
-                timestamp_ms=_now_ms(),
-                reason=reason,
-                message=f"{type(exc).__name__}: {exc}",
-            )
+            return declined_for(self.job_id, barrier.checkpoint_id, self.attempt, self.task_id, exc)
         self._files[barrier.checkpoint_id] = path
-        handle = StateHandle(uri=uri, size_bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
-        return CheckpointAcknowledged(
-            job_id=self.job_id,
-            checkpoint_id=barrier.checkpoint_id,
-            attempt=self.attempt,
-            task_id=self.task_id,
-            timestamp_ms=_now_ms(),
-            state=handle,
-            offsets=offsets,
-            metrics={
-                "snapshot_ms": round((snapshotted - started) * 1000),
-                "write_ms": round((written - snapshotted) * 1000),
-                "bytes": len(data),
-            },
+        metrics = {
+            "snapshot_ms": round((snapshotted - started) * 1000),
+            "write_ms": round((written - snapshotted) * 1000),
+            "bytes": len(data),
+        }
+        return acknowledged(
+            self.job_id, barrier.checkpoint_id, self.attempt, self.task_id, uri, data, offsets, metrics
         )
 
     def _send(self, reply: Reply, epoch: int) -> None:
@@ -502,22 +537,11 @@ class Participant:
             offsets.append(TopicPartition(topic, partition, completed.offsets[key]))
         if not offsets:
             return
-        try:
-            result = self._commit_consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
+        problem = commit_offsets(self._commit_consumer, offsets)
+        if problem is not None:
             self.stats.commit_failures += 1
             log.warning(
-                "task %s could not commit checkpoint %d: %s", self.task_id, completed.checkpoint_id, exc
-            )
-            return
-        failed = [tp for tp in result or () if tp.error is not None]
-        if failed:
-            self.stats.commit_failures += 1
-            log.warning(
-                "task %s: commit of checkpoint %d failed for %s",
-                self.task_id,
-                completed.checkpoint_id,
-                failed,
+                "task %s could not commit checkpoint %d: %s", self.task_id, completed.checkpoint_id, problem
             )
             return
         self._last_committed = completed.checkpoint_id
@@ -688,21 +712,7 @@ class JobDriver:
 
     def _publish(self, topic: str, record: Record) -> None:
         """Produce ``record`` and wait until the broker has it."""
-        errors: list[KafkaError] = []
-        delivered: list[Message] = []
-
-        def on_delivery(error: KafkaError | None, msg: Message) -> None:
-            if error is not None:
-                errors.append(error)
-            else:
-                delivered.append(msg)
-
-        produce_record(self._producer, topic, record, on_delivery=on_delivery)
-        self._producer.flush(self.timeout)
-        if errors:
-            raise KafkaException(errors[0])
-        if not delivered:
-            raise TimeoutError(f"{type(record).__name__} not delivered to {topic} within {self.timeout:g}s")
+        deliver(self._producer, topic, record, self.timeout)
 
     def journal(self, kinds: tuple[type[Record], ...], timeout: float | None = None) -> list[Record]:
         """This job's journal events of the given types, in journal order.

@@ -56,7 +56,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from events.codec import DecodeError, decode, encode
 from events.feed import JobFeed
-from events.kafka import consumer_config
+from events.kafka import commit_offsets, consumer_config
 from events.participant import (
     JobDriver,
     SnapshotCorrupted,
@@ -557,14 +557,9 @@ class CheckpointedJob:
         offsets = [TopicPartition(topic, partition, offset) for topic, partition, offset in commit]
         if not offsets:
             return
-        try:
-            result = self._follower.committer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            log.warning("could not commit checkpoint %d's offsets: %s", completed.checkpoint_id, exc)
-            return
-        failed = [tp for tp in result or () if tp.error is not None]
-        if failed:
-            log.warning("commit of checkpoint %d failed for %s", completed.checkpoint_id, failed)
+        problem = commit_offsets(self._follower.committer, offsets)
+        if problem is not None:
+            log.warning("could not commit checkpoint %d's offsets: %s", completed.checkpoint_id, problem)
 
     def _on_aborted(self, decision: Abort) -> None:
         with self._lock:

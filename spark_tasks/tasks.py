@@ -40,7 +40,6 @@ checkpoint, which is older than the loss.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -53,12 +52,20 @@ from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaException, Producer
 
 from events.fencing import epoch_header
-from events.kafka import produce_record, producer_config
-from events.participant import REASON_IO, REASON_TASK_FAILURE, local_path, snapshot_uri, write_atomic
-from events.records import CheckpointAcknowledged, CheckpointDeclined, StateHandle
+from events.kafka import deliver, producer_config
+from events.participant import (
+    REASON_TASK_FAILURE,
+    acknowledged,
+    declined,
+    declined_for,
+    local_path,
+    snapshot_uri,
+    write_atomic,
+)
+from events.records import CheckpointAcknowledged, CheckpointDeclined
 from events.topics import Topics
 from spark_tasks.kafka_source import BARRIER_COLUMN
 from spark_tasks.state import KafkaRecord, PartitionStateStore, StatefulStep, StateLost, task_id
@@ -122,27 +129,16 @@ def send_reply(
     coordinator epoch of the barrier it answers (the ``cutline.epoch`` header; None: not known)."""
     topics = settings.topics
     topic = topics.acks if isinstance(reply, CheckpointAcknowledged) else topics.declines
-    errors: list[KafkaError] = []
-
-    def delivered(error: KafkaError | None, msg: Message) -> None:
-        if error is not None:
-            errors.append(error)
-
-    producer = _producer(settings)
     headers = [epoch_header(epoch)] if epoch is not None else []
-    produce_record(producer, topic, reply, on_delivery=delivered, headers=headers)
-    left = producer.flush(ACK_TIMEOUT_S)
-    if errors or left:
+    try:
+        deliver(_producer(settings), topic, reply, ACK_TIMEOUT_S, headers)
+    except (KafkaException, TimeoutError) as exc:
         # The checkpoint then expires on the coordinator; failing the task would only
         # make Spark fail the query, and a retry could not do better than the broker.
         log.error(
             "task %s could not send %s of checkpoint %d to %s: %s",
-            reply.task_id,
-            type(reply).__name__,
-            reply.checkpoint_id,
-            topic,
-            errors[0] if errors else f"not delivered within {ACK_TIMEOUT_S:g}s",
-        )
+            reply.task_id, type(reply).__name__, reply.checkpoint_id, topic, exc,
+        )  # fmt: skip
 
 
 _SNAPSHOT_SAFE = ":@=+,"
@@ -183,15 +179,7 @@ def _is_decimal(text: str) -> bool:
 def _declined(
     settings: TaskSettings, barrier: Mapping[str, Any], task: str, reason: str, message: str
 ) -> CheckpointDeclined:
-    return CheckpointDeclined(
-        job_id=settings.job_id,
-        checkpoint_id=int(barrier["id"]),
-        attempt=int(barrier["attempt"]),
-        task_id=task,
-        timestamp_ms=_now_ms(),
-        reason=reason,
-        message=message,
-    )
+    return declined(settings.job_id, int(barrier["id"]), int(barrier["attempt"]), task, reason, message)
 
 
 def snapshot_reply(
@@ -209,18 +197,10 @@ def snapshot_reply(
         else:
             write_atomic(path, data)
     except Exception as exc:
-        log.warning("task %s declines checkpoint %d: %r", task, checkpoint_id, exc)
-        reason = REASON_IO if isinstance(exc, OSError) else REASON_TASK_FAILURE
-        return _declined(settings, barrier, task, reason, f"{type(exc).__name__}: {exc}")
-    return CheckpointAcknowledged(
-        job_id=settings.job_id,
-        checkpoint_id=checkpoint_id,
-        attempt=attempt,
-        task_id=task,
-        timestamp_ms=_now_ms(),
-        state=StateHandle(uri=uri, size_bytes=len(data), sha256=hashlib.sha256(data).hexdigest()),
-        offsets={f"{topic}:{partition}": cut},
-        metrics={"write_ms": round((time.perf_counter() - started) * 1000), "bytes": len(data)},
+        return declined_for(settings.job_id, checkpoint_id, attempt, task, exc)
+    metrics = {"write_ms": round((time.perf_counter() - started) * 1000), "bytes": len(data)}
+    return acknowledged(
+        settings.job_id, checkpoint_id, attempt, task, uri, data, {f"{topic}:{partition}": cut}, metrics
     )
 
 

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, Producer
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from events.broker import create_topics
 from events.codec import encode
 from events.feed import JobFeed, read_job_partition
 from events.fencing import epoch_header
-from events.kafka import consumer_config, find_ends, job_partition, produce_record, producer_config
+from events.kafka import (
+    commit_offsets,
+    consumer_config,
+    deliver,
+    find_ends,
+    job_partition,
+    produce_record,
+    producer_config,
+)
 from events.records import CheckpointBarrier, CheckpointKind, CoordinatorClaimed
 from events.topics import Topics
 
@@ -88,3 +97,30 @@ def test_a_whole_journal_read_applies_the_claims_of_the_journal(bootstrap: str, 
     assert [(1, 1), (2, 1), (4, 2)] == [
         (r.record.checkpoint_id, r.epoch) for r in read if isinstance(r.record, CheckpointBarrier)
     ]
+
+
+def test_deliver_waits_for_the_broker_and_says_when_it_never_had_the_record(
+    bootstrap: str, topic_prefix: str
+) -> None:
+    topic = Topics(topic_prefix).acks
+    create_topics(bootstrap, [topic])
+    deliver(Producer(producer_config(bootstrap)), topic, barrier(1), timeout=10)
+    assert [1] == [
+        r.record.checkpoint_id for r in read_job_partition(bootstrap, JOB, topic, timeout=10) if r.record
+    ]
+
+    nowhere = Producer(producer_config("127.0.0.1:9", {"message.timeout.ms": 300}))
+    with pytest.raises((TimeoutError, KafkaException)):
+        deliver(nowhere, topic, barrier(2), timeout=1)
+
+
+def test_commit_offsets_commits_to_the_group_and_waits_for_it(bootstrap: str, topic_prefix: str) -> None:
+    topic = Topics(topic_prefix).acks
+    create_topics(bootstrap, [topic], partitions=2)
+    consumer = Consumer(consumer_config(bootstrap, f"{topic_prefix}group"))
+    try:
+        assert commit_offsets(consumer, [TopicPartition(topic, 1, 0)]) is None
+        assert 0 == consumer.committed([TopicPartition(topic, 1)], timeout=10)[0].offset
+        assert commit_offsets(consumer, []) is None
+    finally:
+        consumer.close()
