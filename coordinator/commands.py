@@ -14,6 +14,7 @@ from events.records import (
     CheckpointAcknowledged,
     CheckpointDeclined,
     CheckpointRequested,
+    JobHeartbeat,
     JobStatusChanged,
     TaskStatusChanged,
 )
@@ -92,14 +93,34 @@ class DeclineCheckpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordHeartbeat:
+    """Note that the job's driver is alive: the heartbeat deadline moves on."""
+
+    heartbeat: JobHeartbeat
+    now_ms: int
+
+    @property
+    def job_id(self) -> str:
+        return self.heartbeat.job_id
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
-    """Let time pass to ``now_ms``: expire overdue checkpoints, fire the periodic trigger."""
+    """Let time pass to ``now_ms``: a missed heartbeat fails the job, overdue checkpoints expire,
+    the periodic trigger fires. ``jitter`` in ``[0, 1]`` picks a restart delay's jitter."""
 
     job_id: str
     now_ms: int
+    jitter: float = 0.0
 
 
 Command: TypeAlias = (
-    ChangeJobStatus | ChangeTaskStatus | RequestCheckpoint | AcknowledgeCheckpoint | DeclineCheckpoint | Tick
+    ChangeJobStatus
+    | ChangeTaskStatus
+    | RequestCheckpoint
+    | AcknowledgeCheckpoint
+    | DeclineCheckpoint
+    | RecordHeartbeat
+    | Tick
 )
 """Everything ``decide`` accepts."""

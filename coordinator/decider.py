@@ -20,9 +20,11 @@ from coordinator.commands import (
     ChangeTaskStatus,
     Command,
     DeclineCheckpoint,
+    RecordHeartbeat,
     RequestCheckpoint,
     Tick,
 )
+from coordinator.restart import GiveUp, RestartHistory, history_after, on_failure, strategy_problem
 from coordinator.state import (
     COUNTED_REASONS,
     MAX_QUEUED_REQUESTS,
@@ -46,6 +48,9 @@ from events.records import (
     CheckpointRestored,
     CheckpointTriggered,
     ExecutionState,
+    JobFailedPermanently,
+    JobHeartbeatRecorded,
+    JobRestartScheduled,
     JobStatus,
     JournalEvent,
     SchedulerStarted,
@@ -179,9 +184,18 @@ def evolve(state: JobState, event: Decision) -> JobState:
                 tasks_not_running=frozen_map(),
                 scheduler=Scheduler(event.next_trigger_ms),
                 queue=(),
+                heartbeat_deadline_ms=None,
+                restart=None,
             )
         case SchedulerStopped():
-            return _replace_state(state, status=event.status, attempt=event.attempt, scheduler=None, queue=())
+            return _replace_state(
+                state,
+                status=event.status,
+                attempt=event.attempt,
+                scheduler=None,
+                queue=(),
+                heartbeat_deadline_ms=None,
+            )
         case TaskStatusRecorded():
             if event.status is ExecutionState.RUNNING:
                 not_running = _without(state.tasks_not_running, event.task_id)
@@ -210,6 +224,23 @@ def evolve(state: JobState, event: Decision) -> JobState:
                 state,
                 restored=event,
                 next_checkpoint_id=max(state.next_checkpoint_id, event.checkpoint_id + 1),
+            )
+        case JobHeartbeatRecorded():
+            return _replace_state(state, heartbeat_deadline_ms=event.deadline_ms)
+        case JobRestartScheduled():
+            kept = (state.config.restart_strategy.max_failures_per_interval if state.config else 1) + 1
+            return _replace_state(
+                state,
+                status=JobStatus.RESTARTING,
+                restarts=event.restarts,
+                backoff_ms=event.backoff_ms,
+                last_failure_ms=event.timestamp_ms,
+                failure_times=(*state.failure_times, event.timestamp_ms)[-max(1, kept) :],
+                restart=event,
+            )
+        case JobFailedPermanently():
+            return _replace_state(
+                state, status=JobStatus.FAILED, last_failure_ms=event.timestamp_ms, restart=None
             )
         case InputRejected():
             return state
@@ -267,6 +298,8 @@ def fold_jobs(
 def due_at(state: JobState) -> int | None:
     """The earliest time a :class:`Tick` can change anything: the shell's timer uses it."""
     times = [p.triggered.deadline_ms for p in state.pending.values()]
+    if state.status is JobStatus.RUNNING and state.heartbeat_deadline_ms is not None:
+        times.append(state.heartbeat_deadline_ms)
     if state.scheduler is not None and state.scheduler.next_trigger_ms is not None:
         times.append(state.scheduler.next_trigger_ms)
     return min(times, default=None)
@@ -339,6 +372,8 @@ def _decide(d: _Decision, command: Command) -> list[Decision]:
             return _acknowledge(d, command)
         case DeclineCheckpoint():
             return _decline(d, command)
+        case RecordHeartbeat():
+            return _record_heartbeat(d, command)
         case Tick():
             return _tick(d, command)
         case _:
@@ -362,6 +397,14 @@ def _config_problem(config: CheckpointConfig | None) -> str | None:
         value = getattr(config, name)
         if value > MAX_DURATION_MS:
             return f"{name} must be at most {MAX_DURATION_MS}, got {value}"
+    if not 0 < config.heartbeat_interval_ms <= config.heartbeat_timeout_ms <= MAX_DURATION_MS:
+        return (
+            f"heartbeats need 0 < heartbeat_interval_ms <= heartbeat_timeout_ms <= {MAX_DURATION_MS}, got "
+            f"{config.heartbeat_interval_ms} and {config.heartbeat_timeout_ms}"
+        )
+    problem = strategy_problem(config.restart_strategy)
+    if problem is not None:
+        return problem
     if not config.location:
         return "location (the checkpoint storage URI) must not be empty"
     root = _storage_uri(config.location)
@@ -444,6 +487,12 @@ def _change_job_status(d: _Decision, command: ChangeJobStatus) -> list[Decision]
         return d.events
     if changed.status is state.status and changed.attempt == state.attempt:
         return []
+    if changed.status is JobStatus.FAILING:
+        if changed.attempt == state.attempt and state.status in FAILED_OR_RESTARTING:
+            return []  # that attempt's failure was decided already (a heartbeat expired, say)
+        _fail(d, now, changed.error or f"attempt {changed.attempt} reported FAILING", command.jitter,
+              Reason.CHECKPOINT_COORDINATOR_SUSPEND, attempt=changed.attempt)  # fmt: skip
+        return d.events
     _stop(d, now, changed.status, changed.error, attempt=changed.attempt)
     return d.events
 
@@ -457,8 +506,15 @@ def _first_trigger(config: CheckpointConfig, now: int, jitter: float) -> int | N
     return now + min(high, low + int(jitter * (high - low + 1)))
 
 
-def _stop(d: _Decision, now: int, status: JobStatus, error: str | None, attempt: int | None = None) -> None:
-    """Stop the scheduler: abort pending checkpoints and queued requests (SUSPEND)."""
+def _stop(
+    d: _Decision,
+    now: int,
+    status: JobStatus,
+    error: str | None,
+    attempt: int | None = None,
+    reason: Reason = Reason.CHECKPOINT_COORDINATOR_SUSPEND,
+) -> None:
+    """Stop the scheduler: abort pending checkpoints (``reason``) and queued requests (SUSPEND)."""
     state = d.state
     message = f"job is {status}" + (f": {error}" if error else "")
     for checkpoint_id in sorted(state.pending):
@@ -467,7 +523,7 @@ def _stop(d: _Decision, now: int, status: JobStatus, error: str | None, attempt:
                 job_id=state.job_id,
                 checkpoint_id=checkpoint_id,
                 timestamp_ms=now,
-                reason=Reason.CHECKPOINT_COORDINATOR_SUSPEND,
+                reason=reason,
                 message=message,
             )
         )
@@ -492,6 +548,68 @@ def _stop(d: _Decision, now: int, status: JobStatus, error: str | None, attempt:
             error=error,
         )
     )
+
+
+FAILED_OR_RESTARTING = frozenset({JobStatus.FAILING, JobStatus.RESTARTING, JobStatus.FAILED})
+
+
+def _fail(
+    d: _Decision, now: int, failure: str, jitter: float, reason: Reason, attempt: int | None = None
+) -> None:
+    """The job failed: stop it (FAILING), then the restart strategy restarts it or gives up."""
+    _stop(d, now, JobStatus.FAILING, failure, attempt=attempt, reason=reason)
+    state = d.state
+    strategy = state.config.restart_strategy if state.config is not None else None
+    history = RestartHistory(state.restarts, state.backoff_ms, state.last_failure_ms, state.failure_times)
+    decision = (
+        GiveUp("the job never ran with a configuration (no restart strategy)")
+        if strategy is None
+        else on_failure(strategy, history, now, jitter)
+    )
+    if isinstance(decision, GiveUp) or strategy is None:
+        why = decision.reason if isinstance(decision, GiveUp) else ""
+        d.emit(JobFailedPermanently(state.job_id, state.attempt, now, why, failure))
+        return
+    after = history_after(strategy, history, now, decision)
+    restore = state.latest_completed
+    restore_id = (
+        restore.checkpoint_id if restore else (state.restored.checkpoint_id if state.restored else None)
+    )
+    location = restore.location if restore else (state.restored.location if state.restored else None)
+    d.emit(
+        JobRestartScheduled(
+            job_id=state.job_id,
+            attempt=state.attempt + 1,
+            timestamp_ms=now,
+            delay_ms=decision.delay_ms,
+            failure=failure,
+            restarts=after.restarts,
+            backoff_ms=after.backoff_ms,
+            restore_checkpoint_id=restore_id,
+            restore_location=location or None,
+        )
+    )
+
+
+def _record_heartbeat(d: _Decision, command: RecordHeartbeat) -> list[Decision]:
+    heartbeat, state = command.heartbeat, d.state
+    if not state.known:
+        return d.reject(Rejection.UNKNOWN_JOB, f"a heartbeat of job {heartbeat.job_id!r}, which never ran")
+    if heartbeat.attempt < state.attempt:
+        return d.reject(
+            Rejection.STALE_ATTEMPT,
+            f"a heartbeat of attempt {heartbeat.attempt}; the job is at {state.attempt}",
+        )
+    if heartbeat.attempt > state.attempt:
+        return d.reject(
+            Rejection.UNKNOWN_ATTEMPT,
+            f"a heartbeat of attempt {heartbeat.attempt}, which never reported RUNNING (at {state.attempt})",
+        )
+    if state.status is not JobStatus.RUNNING or state.config is None:
+        return []  # late: the attempt failed or stopped already
+    deadline = command.now_ms + state.config.heartbeat_timeout_ms
+    d.emit(JobHeartbeatRecorded(state.job_id, state.attempt, command.now_ms, deadline))
+    return d.events
 
 
 def _change_task_status(d: _Decision, command: ChangeTaskStatus) -> list[Decision]:
@@ -745,7 +863,13 @@ def _rejected_periodic(
 
 
 def _tick(d: _Decision, command: Tick) -> list[Decision]:
-    now = command.now_ms
+    now, state = command.now_ms, d.state
+    deadline = state.heartbeat_deadline_ms
+    if state.status is JobStatus.RUNNING and deadline is not None and now >= deadline:
+        timeout = state.config.heartbeat_timeout_ms if state.config else 0
+        failure = f"no heartbeat of attempt {state.attempt} for {timeout} ms (heartbeat_timeout_ms)"
+        _fail(d, now, failure, command.jitter, Reason.TASK_FAILURE)
+        return d.events
     expired = sorted(cid for cid, p in d.state.pending.items() if p.triggered.deadline_ms <= now)
     for checkpoint_id in expired:
         _abort(

@@ -5,8 +5,10 @@ the shell's timer ticks when :func:`~coordinator.decider.due_at` says so, tasks
 acknowledge every barrier after a random latency, and now and then a task
 declines, a task never answers (the checkpoint expires), a task fails (the job
 restarts with a new attempt and restores its latest checkpoint), the failure
-threshold is exceeded (the job fails over), or an operator asks for a manual
-checkpoint or a savepoint.
+threshold is exceeded (the job fails over), a driver dies without a word (its
+heartbeats stop, the coordinator fails the job and the restart strategy
+restarts it, as ``cutline run`` would, or gives up until an operator submits the
+job again), or an operator asks for a manual checkpoint or a savepoint.
 
 Everything random comes from the :class:`random.Random` passed in, and time is
 simulated, so one seed always gives the same journal. The generators never
@@ -28,6 +30,7 @@ from coordinator.commands import (
     ChangeTaskStatus,
     Command,
     DeclineCheckpoint,
+    RecordHeartbeat,
     RequestCheckpoint,
     Tick,
 )
@@ -42,9 +45,14 @@ from events.records import (
     CheckpointRequested,
     CheckpointTriggered,
     ExecutionState,
+    JobFailedPermanently,
+    JobHeartbeat,
+    JobRestartScheduled,
     JobStatus,
     JobStatusChanged,
     JournalEvent,
+    RestartStrategy,
+    RestartStrategyKind,
     StateHandle,
     TaskStatusChanged,
 )
@@ -68,6 +76,10 @@ class Rates:
     """A task never acknowledges: the checkpoint expires (CHECKPOINT_EXPIRED)."""
     task_failure: float = 0.002
     """A task fails while the checkpoint is in flight: TASK_FAILURE, then the job restarts."""
+    driver_crash: float = 0.002
+    """The job's driver dies silently: no more heartbeats or acks of that attempt."""
+    resubmit_after_ms: int = 5_000
+    """An operator submits a job the restart strategy gave up on again after this long."""
     savepoint_every_ms: float = 120_000
     manual_every_ms: float = 45_000
 
@@ -83,7 +95,7 @@ class Step:
 class _Job:
     """What the simulated job driver and its tasks know about one job."""
 
-    __slots__ = ("attempt", "config", "job_id", "restarting", "state", "tasks", "tick_at", "topic")
+    __slots__ = ("alive", "attempt", "config", "job_id", "restarting", "state", "tasks", "tick_at", "topic")
 
     def __init__(self, job_id: str, tasks: tuple[str, ...], config: CheckpointConfig) -> None:
         self.job_id = job_id
@@ -94,6 +106,8 @@ class _Job:
         self.state: JobState = initial_state(job_id)
         self.tick_at: int | None = None
         self.restarting = False
+        self.alive = True
+        """The driver of ``attempt`` runs: it sends heartbeats and its tasks answer barriers."""
 
 
 class _Simulation:
@@ -124,6 +138,17 @@ class _Simulation:
             max_concurrent=rng.choice((1, 1, 2)),
             tolerable_failures=rng.choice((0, 1, 3)),
             retained=rng.choice((1, 2, 3)),
+            heartbeat_interval_ms=1_000,
+            heartbeat_timeout_ms=rng.choice((3_000, 5_000)),
+            restart_strategy=rng.choice(
+                (
+                    RestartStrategy(),
+                    RestartStrategy(),
+                    RestartStrategy(RestartStrategyKind.FIXED_DELAY, attempts=3, delay_ms=500),
+                    RestartStrategy(RestartStrategyKind.FAILURE_RATE, max_failures_per_interval=2),
+                    RestartStrategy(RestartStrategyKind.NONE),
+                )
+            ),
         )
         tasks = tuple(f"t{n}" for n in range(rng.randint(2, 8)))
         return _Job(job_id, tasks, config)
@@ -148,15 +173,26 @@ class _Simulation:
         self._at(at, ChangeJobStatus(changed, now_ms=at, jitter=self.rng.random()))
 
     def _restart(self, job: _Job, status: JobStatus, error: str) -> None:
-        """The job driver fails over: a non-RUNNING status now, a new attempt RUNNING soon."""
+        """The job driver fails over: a non-RUNNING status now, a new attempt RUNNING soon (it
+        restarts itself after RESTARTING; after FAILING the restart strategy decides)."""
         if job.restarting:
             return
         job.restarting = True
         at = self.now + self.rng.randint(1, 20)
         changed = JobStatusChanged(job.job_id, status, at, job.attempt, error=error)
         self._at(at, ChangeJobStatus(changed, now_ms=at))
-        job.attempt += 1
-        self._running(job, at + self.rng.randint(100, 2_000))
+        if status is not JobStatus.FAILING:
+            job.attempt += 1
+            self._running(job, at + self.rng.randint(100, 2_000))
+
+    def _heartbeat(self, job: _Job, attempt: int, at: int) -> None:
+        """The driver of ``attempt`` says it is alive at ``at`` (the next one follows if it still is)."""
+        self._at(at, RecordHeartbeat(JobHeartbeat(job.job_id, attempt, at), now_ms=at))
+
+    def _start_attempt(self, job: _Job, attempt: int, at: int) -> None:
+        """A supervisor (``cutline run``, or an operator) starts ``attempt`` of the job at ``at``."""
+        job.attempt, job.restarting = attempt, True
+        self._running(job, at)
 
     def _request(self, job: _Job, kind: CheckpointKind, after: int) -> None:
         """An operator asks for a savepoint or a manual checkpoint, some time after ``after``."""
@@ -180,6 +216,8 @@ class _Simulation:
         now = triggered.timestamp_ms
         odd_task = rng.choice(triggered.tasks)
         roll = rng.random()
+        if job.alive and rng.random() < rates.driver_crash:
+            job.alive = False  # silently: the coordinator learns it from the missing heartbeats
         for task_id in triggered.tasks:
             at = now + 2 + int(rng.expovariate(1 / 15))
             if task_id == odd_task and roll < rates.decline:
@@ -196,6 +234,8 @@ class _Simulation:
                 continue
             if task_id == odd_task and roll < rates.decline + rates.stuck:
                 continue  # the task hangs: the checkpoint will expire
+            if not job.alive:
+                continue  # the driver died: nothing of its attempt answers
             if task_id == odd_task and roll < rates.decline + rates.stuck + rates.task_failure:
                 failed = TaskStatusChanged(
                     job.job_id,
@@ -231,6 +271,10 @@ class _Simulation:
                 self._barrier(job, event)
             elif isinstance(event, CheckpointFailureThresholdExceeded):
                 self._restart(job, JobStatus.FAILING, f"checkpoint failure threshold: {event.reason}")
+            elif isinstance(event, JobRestartScheduled):
+                self._start_attempt(job, event.attempt, event.restart_at_ms)
+            elif isinstance(event, JobFailedPermanently):
+                self._start_attempt(job, event.attempt + 1, event.timestamp_ms + self.rates.resubmit_after_ms)
 
     def _after(self, job: _Job, command: Command) -> None:
         """Follow-ups of a handled command: restarts, the next operator request, the timer."""
@@ -238,7 +282,10 @@ class _Simulation:
             case ChangeTaskStatus() if command.changed.status is ExecutionState.FAILED:
                 self._restart(job, JobStatus.RESTARTING, f"task {command.changed.task_id} failed")
             case ChangeJobStatus() if command.changed.status is JobStatus.RUNNING:
-                job.restarting = False
+                job.restarting, job.alive = False, True
+                self._heartbeat(job, command.changed.attempt, command.now_ms + 1)
+            case RecordHeartbeat() if job.alive and command.heartbeat.attempt == job.attempt:
+                self._heartbeat(job, job.attempt, command.now_ms + job.config.heartbeat_interval_ms)
             case RequestCheckpoint():
                 self._request(job, command.request.kind, command.now_ms)
             case _:
@@ -246,7 +293,8 @@ class _Simulation:
         due = due_at(job.state)
         if due is not None and due != job.tick_at:
             job.tick_at = due
-            self._at(max(due, self.now), Tick(job.job_id, max(due, self.now)))
+            at = max(due, self.now)
+            self._at(at, Tick(job.job_id, at, jitter=self.rng.random()))
 
     # ----------------------------------------------------------------------- run
 

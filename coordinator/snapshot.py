@@ -52,6 +52,7 @@ from events.records import (
     CheckpointRestored,
     CheckpointTriggered,
     ExecutionState,
+    JobRestartScheduled,
     JobStatus,
     TaskAcknowledged,
 )
@@ -192,6 +193,12 @@ def _state_datum(state: JobState) -> dict[str, Any]:
         "last_completed_id": state.last_completed_id,
         "failures": state.failures,
         "restored": _optional(state.restored),
+        "heartbeat_deadline_ms": state.heartbeat_deadline_ms,
+        "restarts": state.restarts,
+        "backoff_ms": state.backoff_ms,
+        "last_failure_ms": state.last_failure_ms,
+        "failure_times": state.failure_times,
+        "restart": _optional(state.restart),
     }
 
 
@@ -233,6 +240,7 @@ _acknowledged = avro_decoder(TaskAcknowledged)
 _queued = avro_decoder(CheckpointRequestQueued)
 _completed = avro_decoder(CheckpointCompleted)
 _restored = avro_decoder(CheckpointRestored)
+_restart = avro_decoder(JobRestartScheduled)
 _entry = avro_decoder(CheckpointEntry)
 
 
@@ -302,6 +310,12 @@ def _state(d: dict[str, Any], shared: dict[tuple[str, ...], tuple[str, ...]]) ->
         last_completed_id=d["last_completed_id"],
         failures=d["failures"],
         restored=None if restored is None else _restored(restored),
+        heartbeat_deadline_ms=d["heartbeat_deadline_ms"],
+        restarts=d["restarts"],
+        backoff_ms=d["backoff_ms"],
+        last_failure_ms=d["last_failure_ms"],
+        failure_times=tuple(d["failure_times"]),
+        restart=None if d["restart"] is None else _restart(d["restart"]),
     )
 
 

@@ -23,6 +23,7 @@ from events.records import (
     CheckpointRestored,
     CheckpointTriggered,
     ExecutionState,
+    JobRestartScheduled,
     JobStatus,
     TaskAcknowledged,
 )
@@ -133,6 +134,17 @@ class JobState:
     last_completed_id: int = 0
     failures: int = 0
     restored: CheckpointRestored | None = None
+    heartbeat_deadline_ms: int | None = None
+    """Without a heartbeat of the attempt by then the job is FAILING; None before its first one."""
+    restarts: int = 0
+    """The restart strategy's count (fixed-delay: restarts so far; exponential-delay: since its reset)."""
+    backoff_ms: int = 0
+    """exponential-delay: the current backoff before jitter; 0 before the first failure."""
+    last_failure_ms: int | None = None
+    failure_times: tuple[int, ...] = ()
+    """failure-rate: the times of the latest failures (at most ``max_failures_per_interval + 1``)."""
+    restart: JobRestartScheduled | None = None
+    """The restart the strategy scheduled, until an attempt runs again."""
 
     @property
     def known(self) -> bool:

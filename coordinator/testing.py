@@ -15,6 +15,7 @@ from coordinator.commands import (
     ChangeTaskStatus,
     Command,
     DeclineCheckpoint,
+    RecordHeartbeat,
     RequestCheckpoint,
     Tick,
 )
@@ -28,6 +29,7 @@ from events.records import (
     CheckpointRequested,
     ExecutionState,
     JobStatus,
+    JobHeartbeat,
     JobStatusChanged,
     StateHandle,
     TaskStatusChanged,
@@ -144,8 +146,13 @@ def decline(
     )
 
 
-def tick(at: int, *, job_id: str = JOB) -> Tick:
-    return Tick(job_id, at)
+def tick(at: int, *, job_id: str = JOB, jitter: float = 0.0) -> Tick:
+    return Tick(job_id, at, jitter)
+
+
+def heartbeat(*, job_id: str = JOB, attempt: int = 1, at: int = 0) -> RecordHeartbeat:
+    """The job's driver of ``attempt`` is alive at ``at``."""
+    return RecordHeartbeat(JobHeartbeat(job_id, attempt, at), now_ms=at)
 
 
 # ------------------------------------------------------------ given/when/then

@@ -52,6 +52,51 @@ class CheckpointKind(StrEnum):
     SAVEPOINT = "SAVEPOINT"
 
 
+class RestartStrategyKind(StrEnum):
+    """Flink's ``restart-strategy.type`` (the symbol is Flink's name in capitals, ``-`` as ``_``)."""
+
+    NONE = "NONE"
+    FIXED_DELAY = "FIXED_DELAY"
+    EXPONENTIAL_DELAY = "EXPONENTIAL_DELAY"
+    FAILURE_RATE = "FAILURE_RATE"
+
+    @property
+    def flink_name(self) -> str:
+        """``none``, ``fixed-delay``, ``exponential-delay`` or ``failure-rate``."""
+        return self.value.lower().replace("_", "-")
+
+
+UNLIMITED_ATTEMPTS = 2**31 - 1
+"""Flink's ``Integer.MAX_VALUE``: attempts that never run out."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestartStrategy:
+    """How a failed job is restarted, after Flink's ``restart-strategy.*`` options.
+
+    ``kind`` picks the strategy; each reads its own fields: ``fixed-delay`` restarts
+    ``attempts`` times after ``delay_ms``; ``exponential-delay`` waits ``initial_backoff_ms``,
+    then ``backoff_multiplier`` times longer after each failure up to ``max_backoff_ms`` (±
+    ``jitter_factor``), back to the initial backoff after ``reset_backoff_threshold_ms``
+    without a failure, and gives up after ``attempts_before_reset_backoff`` restarts in a row;
+    ``failure-rate`` restarts after ``delay_ms`` unless more than
+    ``max_failures_per_interval`` failures fall in ``failure_rate_interval_ms``; ``none``
+    never restarts. The defaults are Flink's.
+    """
+
+    kind: RestartStrategyKind = RestartStrategyKind.EXPONENTIAL_DELAY
+    attempts: int = 1
+    delay_ms: int = 1_000
+    initial_backoff_ms: int = 1_000
+    max_backoff_ms: int = 60_000
+    backoff_multiplier: float = 1.5
+    reset_backoff_threshold_ms: int = 3_600_000
+    jitter_factor: float = 0.1
+    attempts_before_reset_backoff: int = UNLIMITED_ATTEMPTS
+    max_failures_per_interval: int = 1
+    failure_rate_interval_ms: int = 60_000
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointConfig:
     """A job's checkpointing configuration, after Flink's ``execution.checkpointing.*``.
@@ -67,6 +112,11 @@ class CheckpointConfig:
     max_concurrent: int = 1
     tolerable_failures: int = 0
     retained: int = 1
+    heartbeat_interval_ms: int = 10_000
+    """How often the job's driver sends a ``JobHeartbeat`` (Flink's heartbeat.interval)."""
+    heartbeat_timeout_ms: int = 50_000
+    """No heartbeat for this long after the first one: the job is FAILING (heartbeat.timeout)."""
+    restart_strategy: RestartStrategy = RestartStrategy()
 
     @property
     def base_interval_ms(self) -> int:
@@ -168,8 +218,22 @@ class CheckpointDeclined:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class JobHeartbeat:
+    """The driver of attempt ``attempt`` is alive (sent every ``heartbeat_interval_ms`` on job-status)."""
+
+    job_id: str
+    attempt: int
+    timestamp_ms: int
+
+
 InputRecord: TypeAlias = (
-    JobStatusChanged | TaskStatusChanged | CheckpointRequested | CheckpointAcknowledged | CheckpointDeclined
+    JobStatusChanged
+    | TaskStatusChanged
+    | CheckpointRequested
+    | CheckpointAcknowledged
+    | CheckpointDeclined
+    | JobHeartbeat
 )
 """What the coordinator reads from its input topics."""
 
@@ -321,6 +385,51 @@ class CheckpointRestored:
     location: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class JobHeartbeatRecorded:
+    """A heartbeat of the current attempt: without another by ``deadline_ms`` the job is FAILING."""
+
+    job_id: str
+    attempt: int
+    timestamp_ms: int
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobRestartScheduled:
+    """The restart strategy restarts the failed job: attempt ``attempt`` starts after ``delay_ms``.
+
+    It restores ``restore_checkpoint_id`` at ``restore_location`` (None: no completed checkpoint,
+    it starts empty). ``restarts`` and ``backoff_ms`` are the strategy's count and current backoff
+    after this failure; ``failure`` says what failed.
+    """
+
+    job_id: str
+    attempt: int
+    timestamp_ms: int
+    delay_ms: int
+    failure: str
+    restarts: int
+    backoff_ms: int = 0
+    restore_checkpoint_id: int | None = None
+    restore_location: str | None = None
+
+    @property
+    def restart_at_ms(self) -> int:
+        return self.timestamp_ms + self.delay_ms
+
+
+@dataclass(frozen=True, slots=True)
+class JobFailedPermanently:
+    """The restart strategy gives up: the job is FAILED and nothing restarts it."""
+
+    job_id: str
+    attempt: int
+    timestamp_ms: int
+    reason: str
+    failure: str
+
+
 JournalEvent: TypeAlias = (
     SchedulerStarted
     | SchedulerStopped
@@ -333,6 +442,9 @@ JournalEvent: TypeAlias = (
     | TriggerRejected
     | CheckpointFailureThresholdExceeded
     | CheckpointRestored
+    | JobHeartbeatRecorded
+    | JobRestartScheduled
+    | JobFailedPermanently
 )
 """Everything the coordinator appends to its journal; folding these gives its state."""
 
@@ -348,6 +460,9 @@ JOURNAL_RECORDS: tuple[type[JournalEvent], ...] = (
     TriggerRejected,
     CheckpointFailureThresholdExceeded,
     CheckpointRestored,
+    JobHeartbeatRecorded,
+    JobRestartScheduled,
+    JobFailedPermanently,
 )
 
 
@@ -390,6 +505,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     CheckpointRequested,
     CheckpointAcknowledged,
     CheckpointDeclined,
+    JobHeartbeat,
     CheckpointBarrier,
     *JOURNAL_RECORDS,
     DeadLetter,

@@ -49,6 +49,7 @@ from coordinator.commands import (
     ChangeTaskStatus,
     Command,
     DeclineCheckpoint,
+    RecordHeartbeat,
     RequestCheckpoint,
     Tick,
 )
@@ -77,6 +78,7 @@ from events.records import (
     CheckpointRequested,
     CheckpointTriggered,
     DeadLetter,
+    JobHeartbeat,
     JobStatusChanged,
     JournalEvent,
     Record,
@@ -95,7 +97,7 @@ CAUSE_HEADER = "cutline-cause"
 """Journal message header naming the input that caused the event: ``topic:partition:offset``."""
 
 ACCEPTED: Mapping[str, tuple[type[Record], ...]] = {
-    "job_status": (JobStatusChanged, TaskStatusChanged),
+    "job_status": (JobStatusChanged, TaskStatusChanged, JobHeartbeat),
     "requests": (CheckpointRequested,),
     "acks": (CheckpointAcknowledged,),
     "declines": (CheckpointDeclined,),
@@ -343,6 +345,7 @@ class Coordinator:
                 CheckpointRequested,
                 CheckpointAcknowledged,
                 CheckpointDeclined,
+                JobHeartbeat,
             ),
         )
         job_id = record.job_id
@@ -443,13 +446,15 @@ class Coordinator:
                 return AcknowledgeCheckpoint(record, now_ms)
             case CheckpointDeclined():
                 return DeclineCheckpoint(record, now_ms)
+            case JobHeartbeat():
+                return RecordHeartbeat(record, now_ms)
         raise TypeError(f"no command for {type(record).__name__}")  # pragma: no cover
 
     def tick(self, job_id: str, now_ms: int, epoch: int = 0) -> Outcome:
         """Let time pass for one job. Never raises: a failure becomes a dead letter (``INTERNAL_ERROR``,
         on the ticks topic) and leaves the job's state as it was; the next tick tries again."""
         try:
-            return self.decide(Tick(job_id, now_ms), cause=None, epoch=epoch)
+            return self.decide(Tick(job_id, now_ms, jitter=self.rng.random()), cause=None, epoch=epoch)
         except Exception as exc:
             log.exception("tick of job %r at %d could not be handled", job_id, now_ms)
             ticks = f"{self.topics.prefix}coordinator-ticks"

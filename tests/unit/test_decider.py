@@ -116,10 +116,10 @@ class TestScheduler:
 
     def test_stop_aborts_pending_checkpoints(self) -> None:
         """Any status other than RUNNING stops the scheduler and aborts pending checkpoints
-        (CHECKPOINT_COORDINATOR_SUSPEND)."""
-        given(running(at=0), tick(1000)).when(job_status(JobStatus.FAILING, at=1200, error="boom")).then(
-            CheckpointAborted(JOB, 1, 1200, Reason.CHECKPOINT_COORDINATOR_SUSPEND, "job is FAILING: boom"),
-            SchedulerStopped(JOB, 1, 1200, JobStatus.FAILING, "boom"),
+        (CHECKPOINT_COORDINATOR_SUSPEND); FAILING then asks the restart strategy (test_restart)."""
+        given(running(at=0), tick(1000)).when(job_status(JobStatus.SUSPENDED, at=1200, error="boom")).then(
+            CheckpointAborted(JOB, 1, 1200, Reason.CHECKPOINT_COORDINATOR_SUSPEND, "job is SUSPENDED: boom"),
+            SchedulerStopped(JOB, 1, 1200, JobStatus.SUSPENDED, "boom"),
         )
 
     def test_stop_drops_queued_requests(self) -> None:

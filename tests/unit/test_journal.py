@@ -38,6 +38,9 @@ from events.records import (
     CheckpointRestored,
     CheckpointTriggered,
     ExecutionState,
+    JobFailedPermanently,
+    JobHeartbeatRecorded,
+    JobRestartScheduled,
     JobStatus,
     JournalEvent,
     SchedulerStarted,
@@ -101,6 +104,11 @@ def one_of_each() -> list[JournalEvent]:
         ),  # fmt: skip
         CheckpointFailureThresholdExceeded("job-1", 8, START_MS + 9, 4, 3, "CHECKPOINT_EXPIRED"),
         CheckpointRestored("job-1", 7, 3, START_MS + 10, f"{LOCATION}/job-1/chk-7"),
+        JobHeartbeatRecorded("job-1", 3, START_MS + 11, START_MS + 50_011),
+        JobRestartScheduled(
+            "job-1", 4, START_MS + 12, 1_000, "no heartbeat", 1, 1_000, 7, f"{LOCATION}/job-1/chk-7"
+        ),
+        JobFailedPermanently("job-1", 4, START_MS + 13, "restart-strategy none", "boom"),
     ]
 
 

@@ -57,9 +57,15 @@ from events.records import (
     CoordinatorClaimed,
     DeadLetter,
     ExecutionState,
+    JobFailedPermanently,
+    JobHeartbeat,
+    JobHeartbeatRecorded,
+    JobRestartScheduled,
     JobStatus,
     JobStatusChanged,
     Record,
+    RestartStrategy,
+    RestartStrategyKind,
     SchedulerStarted,
     SchedulerStopped,
     StateHandle,
@@ -88,6 +94,21 @@ CONFIG = CheckpointConfig(
     max_concurrent=2,
     tolerable_failures=3,
     retained=5,
+    heartbeat_interval_ms=5_000,
+    heartbeat_timeout_ms=30_000,
+    restart_strategy=RestartStrategy(
+        kind=RestartStrategyKind.FAILURE_RATE,
+        attempts=3,
+        delay_ms=2_500,
+        initial_backoff_ms=500,
+        max_backoff_ms=120_000,
+        backoff_multiplier=2.0,
+        reset_backoff_threshold_ms=600_000,
+        jitter_factor=0.25,
+        attempts_before_reset_backoff=10,
+        max_failures_per_interval=4,
+        failure_rate_interval_ms=300_000,
+    ),
 )
 HANDLE_0 = StateHandle(
     f"{ROOT}/{JOB}/chk-42/words-0.snapshot",
@@ -272,6 +293,28 @@ FULL: dict[type[Record], Record] = {
     CoordinatorClaimed: CoordinatorClaimed(
         partition=3, epoch=7, worker_id="coordinator-host-4242-9f1c", timestamp_ms=T0 + 3_000
     ),
+    JobHeartbeat: JobHeartbeat(job_id=JOB, attempt=2, timestamp_ms=T0 + 4_000),
+    JobHeartbeatRecorded: JobHeartbeatRecorded(
+        job_id=JOB, attempt=2, timestamp_ms=T0 + 4_001, deadline_ms=T0 + 34_001
+    ),
+    JobRestartScheduled: JobRestartScheduled(
+        job_id=JOB,
+        attempt=3,
+        timestamp_ms=T0 + 60_000,
+        delay_ms=1_350,
+        failure="no heartbeat of attempt 2 for 30000 ms (heartbeat_timeout_ms)",
+        restarts=2,
+        backoff_ms=1_500,
+        restore_checkpoint_id=42,
+        restore_location=f"{ROOT}/{JOB}/chk-42",
+    ),
+    JobFailedPermanently: JobFailedPermanently(
+        job_id=JOB,
+        attempt=5,
+        timestamp_ms=T0 + 90_000,
+        reason="fixed-delay: all 3 restart attempts are used (restart-strategy.fixed-delay.attempts)",
+        failure="attempt 5 reported FAILING",
+    ),
 }
 
 MINIMAL: dict[type[Record], Record] = {
@@ -323,6 +366,9 @@ MINIMAL: dict[type[Record], Record] = {
     ),
     TriggerRejected: TriggerRejected(job_id=JOB, reason="PERIODIC_SCHEDULER_SHUTDOWN"),
     CheckpointRestored: CheckpointRestored(job_id=JOB, checkpoint_id=1, attempt=1, timestamp_ms=T0),
+    JobRestartScheduled: JobRestartScheduled(
+        job_id=JOB, attempt=2, timestamp_ms=T0, delay_ms=1_000, failure="boom", restarts=1
+    ),
     DeadLetter: DeadLetter(
         topic="cutline.acks", partition=0, offset=0, reason="BAD_MAGIC", message="", timestamp_ms=T0
     ),
