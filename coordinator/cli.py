@@ -41,7 +41,7 @@ from coordinator.state import JobState, initial_state
 from coordinator.timeline import Acks, ack_progress, format_bytes, format_time, job_summary, timeline_line
 from events.codec import default_codec
 from events.log import LogMessage, read_journal_topic
-from events.records import JournalEvent, TaskAcknowledged
+from events.records import JournalEvent, RestartStrategyKind, TaskAcknowledged
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 __all__ = ["Cut", "app", "main", "parse_until"]
@@ -568,6 +568,74 @@ def coordinator(
         run(settings, loglevel)
     except JournalRetentionError as exc:
         _fail(errors, str(exc))
+
+
+STRATEGY_NAMES = {kind.flink_name: kind for kind in RestartStrategyKind}
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    command: Annotated[list[str], typer.Argument(help="The job's driver: a command and its arguments.")],
+    job: Annotated[str, typer.Option("--job", "-j", help="The job id (what the driver reports).")],
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
+    restart_strategy: Annotated[
+        str | None,
+        typer.Option(
+            "--restart-strategy",
+            help="none, fixed-delay, exponential-delay or failure-rate (restart-strategy.type); "
+            "default: the driver's CheckpointConfig.restart_strategy (exponential-delay).",
+        ),
+    ] = None,
+    attempts: Annotated[int, typer.Option(help="fixed-delay: restarts before giving up.")] = 1,
+    delay_ms: Annotated[int, typer.Option(help="fixed-delay, failure-rate: wait before a restart.")] = 1_000,
+    initial_backoff_ms: Annotated[int, typer.Option(help="exponential-delay: the first wait.")] = 1_000,
+    max_backoff_ms: Annotated[int, typer.Option(help="exponential-delay: the longest wait.")] = 60_000,
+    backoff_multiplier: Annotated[float, typer.Option(help="exponential-delay: growth per failure.")] = 1.5,
+    reset_backoff_threshold_ms: Annotated[
+        int, typer.Option(help="exponential-delay: quiet time that resets the backoff.")
+    ] = 3_600_000,
+    jitter_factor: Annotated[
+        float, typer.Option(help="exponential-delay: +- this fraction of a wait.")
+    ] = 0.1,
+    attempts_before_reset_backoff: Annotated[
+        int, typer.Option(help="exponential-delay: restarts in a row before giving up.")
+    ] = 2**31 - 1,
+    max_failures_per_interval: Annotated[int, typer.Option(help="failure-rate: failures tolerated.")] = 1,
+    failure_rate_interval_ms: Annotated[int, typer.Option(help="failure-rate: the window.")] = 60_000,
+) -> None:
+    """Run a job's driver and restart it as its restart strategy decides (Flink's restart strategies).
+
+    The coordinator decides (a missed heartbeat or an exit with an error fails the attempt);
+    this command carries it out: it waits the delay and starts the next attempt with
+    CUTLINE_ATTEMPT and CUTLINE_RESTORE set, or exits 1 when the strategy gives up.
+    Ctrl-C cancels the job. Example: cutline run --job wc --restart-strategy fixed-delay
+    --attempts 3 -- python -m spark_tasks.wordcount ...
+    """
+    from coordinator.restart import strategy_problem
+    from coordinator.service.run import RunSettings, supervise
+    from events.records import RestartStrategy
+
+    errors = Console(stderr=True, highlight=False)
+    bootstrap = _need_bootstrap(errors, bootstrap)
+    strategy = None
+    if restart_strategy is not None:
+        kind = STRATEGY_NAMES.get(restart_strategy)
+        if kind is None:
+            _fail(
+                errors,
+                f"unknown restart strategy {restart_strategy!r}: use one of {', '.join(STRATEGY_NAMES)}",
+            )
+        strategy = RestartStrategy(
+            kind, attempts, delay_ms, initial_backoff_ms, max_backoff_ms, backoff_multiplier,
+            reset_backoff_threshold_ms, jitter_factor, attempts_before_reset_backoff,
+            max_failures_per_interval, failure_rate_interval_ms,
+        )  # fmt: skip
+        problem = strategy_problem(strategy)
+        if problem is not None:
+            _fail(errors, f"--restart-strategy {restart_strategy}: {problem}")
+    settings = RunSettings(bootstrap, topic_prefix, job, tuple(command), strategy)
+    raise typer.Exit(supervise(settings, Console(highlight=False)))
 
 
 @app.command()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -204,7 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partition", type=int, required=True)
     parser.add_argument("--prefix", default=DEFAULT_PREFIX, help="cutline topic prefix")
     parser.add_argument("--group", help="consumer group to commit offsets to (default: the job id)")
-    parser.add_argument("--attempt", type=int, default=1, help="job attempt (raised past a restored one)")
+    parser.add_argument(
+        "--attempt",
+        type=int,
+        default=int(os.environ.get("CUTLINE_ATTEMPT", "1")),
+        help="job attempt, raised past a restored one (default: CUTLINE_ATTEMPT, set by cutline run, or 1)",
+    )
     parser.add_argument("--driver", action="store_true", help="also publish the job's status (one-task job)")
     parser.add_argument("--location", default="file:///tmp/cutline/checkpoints", help="checkpoint root")
     parser.add_argument("--interval-ms", type=int, default=1000)

@@ -20,7 +20,9 @@ sees barriers and journal events written after it started.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -54,9 +56,12 @@ from events.records import (
     CheckpointKind,
     CheckpointRequested,
     ExecutionState,
+    JobHeartbeat,
     JobStatus,
     JobStatusChanged,
     Record,
+    RestartStrategy,
+    RestartStrategyKind,
     SchedulerStarted,
     StateHandle,
     TaskStatusChanged,
@@ -93,6 +98,22 @@ REMEMBERED_REPLIES = 64
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+# ------------------------------------------------------------ environment
+
+RESTART_STRATEGY_ENV = "CUTLINE_RESTART_STRATEGY"
+"""``cutline run`` hands the job's driver its restart strategy here: the JSON of a RestartStrategy."""
+
+
+def with_restart_strategy_from_environment(config: CheckpointConfig) -> CheckpointConfig:
+    """``config`` with the restart strategy ``cutline run`` set in the environment, if any."""
+    text = os.environ.get(RESTART_STRATEGY_ENV)
+    if not text:
+        return config
+    fields = json.loads(text)
+    fields["kind"] = RestartStrategyKind(fields.get("kind", RestartStrategyKind.EXPONENTIAL_DELAY))
+    return dataclasses.replace(config, restart_strategy=RestartStrategy(**fields))
 
 
 # --------------------------------------------------------------- answers
@@ -652,6 +673,8 @@ class JobDriver:
         self.attempt = 0
         """The attempt of the last RUNNING this driver published."""
         self._producer = Producer(producer_config(bootstrap, producer_extra))
+        self._heartbeats: threading.Event | None = None
+        """Set to stop the heartbeat thread of the running attempt."""
 
     def running(
         self,
@@ -660,8 +683,18 @@ class JobDriver:
         attempt: int,
         restored_checkpoint_id: int | None = None,
         restored_location: str | None = None,
+        *,
+        heartbeats: bool = True,
     ) -> JobStatusChanged:
-        """Publish RUNNING with the tasks that must acknowledge every checkpoint; returns the event."""
+        """Publish RUNNING with the tasks that must acknowledge every checkpoint; returns the event.
+
+        Then sends a ``JobHeartbeat`` every ``config.heartbeat_interval_ms`` from a daemon thread
+        until another status or :meth:`close` (``heartbeats=False``: never; the coordinator then
+        does not watch this attempt). Under ``cutline run`` the restart strategy it was given
+        (``CUTLINE_RESTART_STRATEGY``) replaces ``config.restart_strategy``.
+        """
+        self._stop_heartbeats()
+        config = with_restart_strategy_from_environment(config)
         self.attempt = attempt
         event = JobStatusChanged(
             job_id=self.job_id,
@@ -674,12 +707,44 @@ class JobDriver:
             restored_location=restored_location,
         )
         self._publish(self.topics.job_status, event)
+        if heartbeats:
+            self._start_heartbeats(attempt, config.heartbeat_interval_ms)
         return event
+
+    def heartbeat(self, attempt: int | None = None) -> JobHeartbeat:
+        """Send one ``JobHeartbeat`` of ``attempt`` (default: the running one) without waiting."""
+        beat = JobHeartbeat(self.job_id, self.attempt if attempt is None else attempt, _now_ms())
+        produce_record(self._producer, self.topics.job_status, beat, on_delivery=self._heartbeat_delivered)
+        return beat
+
+    def _heartbeat_delivered(self, error: KafkaError | None, msg: Message) -> None:
+        if error is not None:
+            log.warning("job %s: a heartbeat was not delivered: %s", self.job_id, error)
+
+    def _start_heartbeats(self, attempt: int, interval_ms: int) -> None:
+        stop = self._heartbeats = threading.Event()
+
+        def beat() -> None:
+            while not stop.is_set():
+                try:
+                    self.heartbeat(attempt)
+                except Exception:  # a full queue or a closed producer: the next beat tries again
+                    log.exception("job %s: heartbeat", self.job_id)
+                stop.wait(interval_ms / 1000)
+
+        threading.Thread(target=beat, name=f"cutline-heartbeat-{self.job_id}", daemon=True).start()
+
+    def _stop_heartbeats(self) -> None:
+        if self._heartbeats is not None:
+            self._heartbeats.set()
+            self._heartbeats = None
 
     def status(
         self, status: JobStatus, error: str | None = None, attempt: int | None = None
     ) -> JobStatusChanged:
-        """Publish another status (FAILED, CANCELED, FINISHED, ...) of the current attempt."""
+        """Publish another status (FAILED, CANCELED, FINISHED, ...) of the current attempt; its
+        heartbeats stop."""
+        self._stop_heartbeats()
         event = JobStatusChanged(
             job_id=self.job_id,
             status=status,
@@ -756,7 +821,8 @@ class JobDriver:
         return None
 
     def close(self, timeout: float = 5.0) -> None:
-        """Deliver what is still queued."""
+        """Stop the heartbeats and deliver what is still queued."""
+        self._stop_heartbeats()
         self._producer.flush(timeout)
 
     def __enter__(self) -> Self:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -263,8 +264,13 @@ class CheckpointedJob:
         self.driver = JobDriver(settings.bootstrap, settings.job_id, self.topics, timeout=timeout)
         history = self.driver.journal((SchedulerStarted, CheckpointCompleted))
         self._history = valid_completions(history)
-        self.attempt = 1 + max(
-            (r.attempt for r in history if isinstance(r, SchedulerStarted | CheckpointCompleted)), default=0
+        self.attempt = max(
+            1
+            + max(
+                (r.attempt for r in history if isinstance(r, SchedulerStarted | CheckpointCompleted)),
+                default=0,
+            ),
+            int(os.environ.get("CUTLINE_ATTEMPT", "0")),  # the attempt cutline run starts
         )
         self.work_dir = Path(settings.work_dir) / f"attempt-{self.attempt}"
         with OffsetProbe(settings.bootstrap, {}, timeout) as probe:

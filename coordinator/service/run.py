@@ -1,0 +1,230 @@
+"""``cutline run``: supervise a job's driver process and carry out what the journal decides (DESIGN §4b).
+
+The supervisor starts attempt N of the job's driver (``CMD ...``) with the attempt
+and the checkpoint to restore in its environment, and follows the job's journal
+(from its end, fenced, :class:`events.feed.JobFeed`). The coordinator decides
+restarts, never the supervisor: when the driver exits with an error the
+supervisor reports the attempt FAILING; when the driver stops sending heartbeats
+the coordinator notices by itself. Either way the restart strategy journals
+``JobRestartScheduled`` (the supervisor waits the delay, stops what is left of
+the old attempt and starts the next one) or ``JobFailedPermanently`` (the
+supervisor exits non-zero with the reason). Ctrl-C or SIGTERM stops the driver
+and reports the job CANCELED.
+
+The driver finds what it needs in its environment:
+
+=============================  =================================================
+``CUTLINE_JOB``                the job id
+``CUTLINE_ATTEMPT``            the attempt to report RUNNING with
+``CUTLINE_RESTORE``            the checkpoint id to restore ("" for none)
+``CUTLINE_RESTORE_LOCATION``   where that checkpoint is ("" for none)
+``CUTLINE_BOOTSTRAP``          the Kafka cluster
+``CUTLINE_TOPIC_PREFIX``       cutline's topic prefix
+``CUTLINE_RESTART_STRATEGY``   the ``--restart-strategy`` options as JSON (unset
+                               without them); ``JobDriver.running`` applies it
+=============================  =================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import FrameType
+
+from rich.console import Console
+
+from events.feed import JobFeed, read_job_partition
+from events.participant import RESTART_STRATEGY_ENV, JobDriver
+from events.records import (
+    CheckpointCompleted,
+    JobFailedPermanently,
+    JobRestartScheduled,
+    JobStatus,
+    RestartStrategy,
+    SchedulerStarted,
+)
+from events.topics import Topics
+
+__all__ = ["EXIT_CANCELED", "EXIT_FAILED", "RunSettings", "next_attempt", "supervise"]
+
+EXIT_FAILED = 1
+"""``cutline run``'s exit code when the restart strategy gave up."""
+EXIT_CANCELED = 130
+"""``cutline run``'s exit code after Ctrl-C or SIGTERM (the job is CANCELED)."""
+DECISION_HINT_S = 30.0
+"""After reporting a failure, say after this long that no decision came (is a coordinator running?)."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    bootstrap: str
+    topic_prefix: str
+    job_id: str
+    command: Sequence[str]
+    strategy: RestartStrategy | None = None
+    """None: the driver's own CheckpointConfig.restart_strategy."""
+    stop_timeout_s: float = 10.0
+    """How long a driver gets to stop after SIGTERM before SIGKILL."""
+
+
+def next_attempt(bootstrap: str, prefix: str, job_id: str, timeout: float = 30.0) -> int:
+    """The attempt after every one the job's journal knows of (1 for a new job)."""
+    topic = Topics(prefix).checkpoints
+    kinds = {SchedulerStarted.__name__, JobRestartScheduled.__name__, CheckpointCompleted.__name__}
+    records = read_job_partition(bootstrap, job_id, topic, claims_topic=topic, kinds=kinds, timeout=timeout)
+    latest = 0
+    for entry in records:
+        record = entry.record
+        if isinstance(record, JobRestartScheduled):
+            latest = max(latest, record.attempt - 1)
+        elif isinstance(record, SchedulerStarted | CheckpointCompleted):
+            latest = max(latest, record.attempt)
+    return latest + 1
+
+
+class _Attempt:
+    """One started driver process of the job."""
+
+    def __init__(self, settings: RunSettings, attempt: int, restore: JobRestartScheduled | None) -> None:
+        self.attempt = attempt
+        env = {
+            **os.environ,
+            "CUTLINE_JOB": settings.job_id,
+            "CUTLINE_ATTEMPT": str(attempt),
+            "CUTLINE_RESTORE": "" if restore is None or restore.restore_checkpoint_id is None
+            else str(restore.restore_checkpoint_id),
+            "CUTLINE_RESTORE_LOCATION": (restore.restore_location or "") if restore is not None else "",
+            "CUTLINE_BOOTSTRAP": settings.bootstrap,
+            "CUTLINE_TOPIC_PREFIX": settings.topic_prefix,
+        }  # fmt: skip
+        if settings.strategy is not None:
+            fields = dataclasses.asdict(settings.strategy)
+            env[RESTART_STRATEGY_ENV] = json.dumps({**fields, "kind": settings.strategy.kind.value})
+        self.process = subprocess.Popen(list(settings.command), env=env)
+        self.reported = False
+        """Its failure was reported to the coordinator (or the coordinator found it first)."""
+
+    def stop(self, timeout: float) -> int:
+        """SIGTERM, then SIGKILL after ``timeout`` s; its exit code."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                return self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
+
+
+def supervise(
+    settings: RunSettings, console: Console, *, stop_requested: Callable[[], bool] | None = None
+) -> int:
+    """Run the job under its restart strategy until it finishes, fails for good or is canceled;
+    the exit code for ``cutline run``."""
+    canceled: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        canceled.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    topics = Topics(settings.topic_prefix)
+    feed = JobFeed(
+        settings.bootstrap, settings.job_id, (topics.checkpoints,), claims_topic=topics.checkpoints
+    )
+    try:
+        with JobDriver(settings.bootstrap, settings.job_id, topics) as driver:
+            return _loop(settings, console, feed, driver, canceled, stop_requested or (lambda: False))
+    finally:
+        feed.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _loop(
+    settings: RunSettings,
+    console: Console,
+    feed: JobFeed,
+    driver: JobDriver,
+    canceled: list[int],
+    stop_requested: Callable[[], bool],
+) -> int:
+    job = settings.job_id
+    current = _start(settings, console, next_attempt(settings.bootstrap, settings.topic_prefix, job), None)
+    scheduled: JobRestartScheduled | None = None
+    reported_at = 0.0
+    while True:
+        for entry in feed.poll(0.1):
+            record = entry.record
+            if isinstance(record, JobRestartScheduled) and record.attempt > current.attempt:
+                scheduled, current.reported = record, True
+                restore = (
+                    "nothing"
+                    if record.restore_checkpoint_id is None
+                    else f"checkpoint {record.restore_checkpoint_id}"
+                )
+                console.print(
+                    f"[yellow]attempt {current.attempt} failed[/] ({record.failure}): the restart strategy "
+                    f"starts attempt {record.attempt} in {record.delay_ms / 1000:.1f} s, restoring {restore}"
+                )
+            elif isinstance(record, JobFailedPermanently) and record.attempt >= current.attempt:
+                current.stop(settings.stop_timeout_s)
+                console.print(
+                    f"[red]job {job} failed for good[/] after attempt {record.attempt} ({record.failure}): "
+                    f"{record.reason}. Fix the cause, then start it again with `cutline run`; it "
+                    "restores the latest completed checkpoint."
+                )
+                return EXIT_FAILED
+            elif isinstance(record, SchedulerStarted) and record.attempt == current.attempt:
+                console.print(f"attempt {record.attempt} is [green]RUNNING[/] with {len(record.tasks)} tasks")
+        if canceled or stop_requested():
+            stopped = current.stop(settings.stop_timeout_s)
+            driver.status(JobStatus.CANCELED, "canceled by cutline run", attempt=current.attempt)
+            console.print(f"job {job} canceled: attempt {current.attempt} stopped (exit code {stopped})")
+            return EXIT_CANCELED
+        if scheduled is not None:
+            if current.process.poll() is None:
+                console.print(
+                    f"stopping what is left of attempt {current.attempt} (pid {current.process.pid})"
+                )
+                current.stop(settings.stop_timeout_s)
+            wait_s = scheduled.restart_at_ms / 1000 - time.time()
+            if wait_s > 0:
+                time.sleep(min(wait_s, 0.1))
+                continue
+            current, scheduled = _start(settings, console, scheduled.attempt, scheduled), None
+            continue
+        code = current.process.poll()
+        if code is None or current.reported:
+            if current.reported and code is not None and time.monotonic() - reported_at > DECISION_HINT_S:
+                console.print(
+                    f"[yellow]no restart decision for attempt {current.attempt} after "
+                    f"{DECISION_HINT_S:.0f} s[/]: is a `cutline coordinator` running for prefix "
+                    f"{settings.topic_prefix!r}?"
+                )
+                reported_at = time.monotonic()
+            continue
+        if code == 0:
+            console.print(f"attempt {current.attempt} of job {job} [green]finished[/] (exit code 0)")
+            return 0
+        current.reported, reported_at = True, time.monotonic()
+        error = f"the driver of attempt {current.attempt} exited with code {code}"
+        console.print(f"[yellow]{error}[/]: reported FAILING; the restart strategy decides")
+        driver.status(JobStatus.FAILING, error, attempt=current.attempt)
+
+
+def _start(
+    settings: RunSettings, console: Console, attempt: int, restore: JobRestartScheduled | None
+) -> _Attempt:
+    started = _Attempt(settings, attempt, restore)
+    what = (
+        ""
+        if restore is None or restore.restore_checkpoint_id is None
+        else f", restoring checkpoint {restore.restore_checkpoint_id}"
+    )
+    console.print(f"attempt {attempt} of job {settings.job_id} started (pid {started.process.pid}{what})")
+    return started

@@ -1,0 +1,159 @@
+"""``cutline run`` against a real broker and a real coordinator process: restarts as the journal decides.
+
+The driver under supervision is a small script (written per test) that reports the
+job RUNNING with the participant library's ``JobDriver`` and then fails, hangs or
+finishes, as its attempt number says.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.service.supervisor import CoordinatorProcess
+from events.broker import create_topics
+from events.feed import read_job_partition
+from events.records import (
+    JobFailedPermanently,
+    JobRestartScheduled,
+    JobStatus,
+    JournalEvent,
+    SchedulerStarted,
+    SchedulerStopped,
+)
+from events.topics import Topics
+
+JOB = "supervised"
+
+DRIVER = textwrap.dedent(
+    """
+    import os, sys, time
+    from events.participant import JobDriver
+    from events.records import CheckpointConfig, JobStatus
+    from events.topics import Topics
+
+    mode, location, log = sys.argv[1:4]
+    attempt = int(os.environ["CUTLINE_ATTEMPT"])
+    strategy = os.environ.get("CUTLINE_RESTART_STRATEGY", "")
+    with open(log, "a") as out:
+        out.write(f"{attempt} {os.environ['CUTLINE_RESTORE']!r} {strategy}\\n")
+    config = CheckpointConfig(0, location, heartbeat_interval_ms=200, heartbeat_timeout_ms=1_500)
+    topics = Topics(os.environ["CUTLINE_TOPIC_PREFIX"])
+    driver = JobDriver(os.environ["CUTLINE_BOOTSTRAP"], os.environ["CUTLINE_JOB"], topics)
+    if mode == "fail":
+        driver.running(["t0"], config, attempt)
+        time.sleep(0.3)
+        sys.exit(3)
+    if mode == "hang-once" and attempt == 1:
+        driver.running(["t0"], config, attempt, heartbeats=False)
+        for _ in range(3):
+            driver.heartbeat()
+            time.sleep(0.2)
+        time.sleep(600)  # alive, silent: only the missing heartbeats tell
+    driver.running(["t0"], config, attempt)
+    if mode == "forever":
+        time.sleep(600)
+    time.sleep(0.5)
+    driver.status(JobStatus.FINISHED)
+    driver.close()
+    """
+)
+
+
+@pytest.fixture(name="topics")
+def _topics(bootstrap: str, topic_prefix: str) -> Iterator[Topics]:
+    topics = Topics(topic_prefix)
+    create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+    coordinator = CoordinatorProcess(bootstrap, topic_prefix)
+    coordinator.start()
+    yield topics
+    coordinator.stop()
+
+
+def supervise(
+    bootstrap: str, topics: Topics, tmp_path: Path, mode: str, *options: str
+) -> subprocess.Popen[str]:
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    location = (tmp_path / "checkpoints").as_uri()
+    command = [
+        sys.executable, "-m", "coordinator.cli", "run", "--job", JOB, "--bootstrap", bootstrap,
+        "--topic-prefix", topics.prefix, *options, "--",
+        sys.executable, str(script), mode, location, str(tmp_path / "attempts.log"),
+    ]  # fmt: skip
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def journal(bootstrap: str, topics: Topics) -> list[JournalEvent]:
+    topic = topics.checkpoints
+    return [r.record for r in read_job_partition(bootstrap, JOB, topic, claims_topic=topic) if r.record]  # type: ignore[misc]
+
+
+def attempts(tmp_path: Path) -> list[str]:
+    return (tmp_path / "attempts.log").read_text().splitlines()
+
+
+def test_a_driver_that_always_fails_is_restarted_as_often_as_the_strategy_says_then_given_up(
+    bootstrap: str, topics: Topics, tmp_path: Path
+) -> None:
+    run = supervise(
+        bootstrap, topics, tmp_path, "fail", "--restart-strategy", "fixed-delay", "--attempts", "3",
+        "--delay-ms", "300",
+    )  # fmt: skip
+    output, _ = run.communicate(timeout=120)
+
+    assert 1 == run.returncode, output
+    assert "failed for good" in output and "fixed-delay: all 3 restart attempts are used" in output
+    assert ["1", "2", "3", "4"] == [line.split()[0] for line in attempts(tmp_path)]
+    assert all('"kind": "FIXED_DELAY"' in line for line in attempts(tmp_path))
+    events = journal(bootstrap, topics)
+    restarts = [e for e in events if isinstance(e, JobRestartScheduled)]
+    assert [2, 3, 4] == [r.attempt for r in restarts]
+    assert all(r.delay_ms == 300 and "exited with code 3" in r.failure for r in restarts)
+    (failed,) = [e for e in events if isinstance(e, JobFailedPermanently)]
+    assert 4 == failed.attempt
+
+
+def test_a_driver_whose_heartbeats_stop_is_failed_by_the_coordinator_and_restarted(
+    bootstrap: str, topics: Topics, tmp_path: Path
+) -> None:
+    """Attempt 1 stays alive but silent: the coordinator fails it after the heartbeat timeout,
+    the supervisor stops it and starts attempt 2, which finishes."""
+    run = supervise(
+        bootstrap, topics, tmp_path, "hang-once", "--restart-strategy", "fixed-delay", "--delay-ms", "100"
+    )
+    output, _ = run.communicate(timeout=120)
+
+    assert 0 == run.returncode, output
+    assert ["1", "2"] == [line.split()[0] for line in attempts(tmp_path)]
+    events = journal(bootstrap, topics)
+    stopped = [e for e in events if isinstance(e, SchedulerStopped)]
+    assert JobStatus.FAILING is stopped[0].status and "no heartbeat of attempt 1" in str(stopped[0].error)
+    (restart,) = [e for e in events if isinstance(e, JobRestartScheduled)]
+    assert 2 == restart.attempt and "no heartbeat" in restart.failure
+    assert [1, 2] == [e.attempt for e in events if isinstance(e, SchedulerStarted)]
+    assert JobStatus.FINISHED is stopped[-1].status
+
+
+def test_sigterm_cancels_the_job(bootstrap: str, topics: Topics, tmp_path: Path) -> None:
+    run = supervise(bootstrap, topics, tmp_path, "forever")
+    deadline = time.monotonic() + 60
+    while not any(isinstance(e, SchedulerStarted) for e in journal(bootstrap, topics)):
+        assert time.monotonic() < deadline, "the driver never ran"
+        time.sleep(0.3)
+
+    run.send_signal(signal.SIGTERM)
+    output, _ = run.communicate(timeout=60)
+
+    assert 130 == run.returncode, output
+    stopped = [e for e in journal(bootstrap, topics) if isinstance(e, SchedulerStopped)]
+    assert [JobStatus.CANCELED] == [e.status for e in stopped]
