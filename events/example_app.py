@@ -184,7 +184,7 @@ class WordCount:
             else:
                 status = JobStatus.CANCELED
         except BaseException as exc:
-            status = JobStatus.FAILED
+            status = JobStatus.FAILING  # the restart strategy decides what comes next
             if config is not None:
                 driver.status(status, error=repr(exc))
             raise

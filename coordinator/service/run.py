@@ -48,6 +48,7 @@ from events.records import (
     JobStatus,
     RestartStrategy,
     SchedulerStarted,
+    SchedulerStopped,
 )
 from events.topics import Topics
 
@@ -57,6 +58,10 @@ EXIT_FAILED = 1
 """``cutline run``'s exit code when the restart strategy gave up."""
 EXIT_CANCELED = 130
 """``cutline run``'s exit code after Ctrl-C or SIGTERM (the job is CANCELED)."""
+FINAL_STATUSES = {JobStatus.FINISHED: 0, JobStatus.FAILED: EXIT_FAILED, JobStatus.CANCELED: EXIT_CANCELED}
+"""Statuses with which a driver ends its job itself, and the exit code each gives ``cutline run``."""
+FINAL_STATUS_WAIT_S = 5.0
+"""After a clean exit, how long to wait for the driver's own final status in the journal."""
 DECISION_HINT_S = 30.0
 """After reporting a failure, say after this long that no decision came (is a coordinator running?)."""
 
@@ -109,6 +114,8 @@ class _Attempt:
         self.process = subprocess.Popen(list(settings.command), env=env)
         self.reported = False
         """Its failure was reported to the coordinator (or the coordinator found it first)."""
+        self.exited_at: float | None = None
+        """When it was first seen exited with code 0 (its final status may still be on the way)."""
 
     def stop(self, timeout: float) -> int:
         """SIGTERM, then SIGKILL after ``timeout`` s; its exit code."""
@@ -156,6 +163,7 @@ def _loop(
     job = settings.job_id
     current = _start(settings, console, next_attempt(settings.bootstrap, settings.topic_prefix, job), None)
     scheduled: JobRestartScheduled | None = None
+    final: SchedulerStopped | None = None
     reported_at = 0.0
     while True:
         for entry in feed.poll(0.1):
@@ -181,6 +189,20 @@ def _loop(
                 return EXIT_FAILED
             elif isinstance(record, SchedulerStarted) and record.attempt == current.attempt:
                 console.print(f"attempt {record.attempt} is [green]RUNNING[/] with {len(record.tasks)} tasks")
+            elif (
+                isinstance(record, SchedulerStopped)
+                and record.attempt == current.attempt
+                and record.status in FINAL_STATUSES
+            ):
+                final = record  # the driver ended the job itself: no strategy runs
+        if final is not None and current.process.poll() is not None:
+            code = current.process.returncode
+            console.print(
+                f"attempt {current.attempt} of job {job} ended {final.status}"
+                + (f" ({final.error})" if final.error else "")
+                + f", exit code {code}"
+            )
+            return 0 if final.status is JobStatus.FINISHED else FINAL_STATUSES[final.status]
         if canceled or stop_requested():
             stopped = current.stop(settings.stop_timeout_s)
             driver.status(JobStatus.CANCELED, "canceled by cutline run", attempt=current.attempt)
@@ -196,7 +218,7 @@ def _loop(
             if wait_s > 0:
                 time.sleep(min(wait_s, 0.1))
                 continue
-            current, scheduled = _start(settings, console, scheduled.attempt, scheduled), None
+            current, scheduled, final = _start(settings, console, scheduled.attempt, scheduled), None, None
             continue
         code = current.process.poll()
         if code is None or current.reported:
@@ -209,6 +231,9 @@ def _loop(
                 reported_at = time.monotonic()
             continue
         if code == 0:
+            current.exited_at = current.exited_at or time.monotonic()
+            if final is None and time.monotonic() - current.exited_at < FINAL_STATUS_WAIT_S:
+                continue  # its FINISHED may still be on the way to the journal
             console.print(f"attempt {current.attempt} of job {job} [green]finished[/] (exit code 0)")
             return 0
         current.reported, reported_at = True, time.monotonic()

@@ -7,21 +7,29 @@ finishes, as its attempt number says.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import create_topics
 from events.feed import read_job_partition
+from events.kafka import producer_config
 from events.records import (
+    CheckpointCompleted,
+    CheckpointRestored,
     JobFailedPermanently,
     JobRestartScheduled,
     JobStatus,
@@ -157,3 +165,61 @@ def test_sigterm_cancels_the_job(bootstrap: str, topics: Topics, tmp_path: Path)
     assert 130 == run.returncode, output
     stopped = [e for e in journal(bootstrap, topics) if isinstance(e, SchedulerStopped)]
     assert [JobStatus.CANCELED] == [e.status for e in stopped]
+
+
+def test_a_sigkilled_driver_is_restarted_from_its_latest_checkpoint_and_counts_stay_exact(
+    bootstrap: str, topics: Topics, tmp_path: Path
+) -> None:
+    """The example word count (one task, a checkpoint every 200 ms) under cutline run: SIGKILL its
+    driver after two completed checkpoints while words keep coming; the strategy restarts it, the
+    new attempt restores the latest completed checkpoint, and its final counts equal the words
+    produced, each once."""
+    words_topic = f"{topics.prefix}words"
+    create_topics(bootstrap, [words_topic], partitions=1)
+    out = tmp_path / "counts.json"
+    command = [
+        sys.executable, "-m", "coordinator.cli", "run", "--job", JOB, "--bootstrap", bootstrap,
+        "--topic-prefix", topics.prefix, "--restart-strategy", "fixed-delay", "--delay-ms", "500", "--",
+        sys.executable, "-m", "events.example_app", "--bootstrap", bootstrap, "--job", JOB, "--task", "t0",
+        "--topic", words_topic, "--partition", "0", "--prefix", topics.prefix, "--driver",
+        "--location", (tmp_path / "checkpoints").as_uri(), "--interval-ms", "200", "--idle-exit", "6",
+        "--output", str(out),
+    ]  # fmt: skip
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(run.stdout or ()), daemon=True)
+    reader.start()
+    produced: Counter[str] = Counter()
+    producer = Producer(producer_config(bootstrap))
+
+    def produce(n: int) -> None:
+        for i in range(n):
+            line = f"w{i % 7} w{i % 3} shared"
+            produced.update(line.split())
+            producer.produce(words_topic, line.encode())
+        producer.flush(10)
+
+    deadline = time.monotonic() + 90
+    while sum(isinstance(e, CheckpointCompleted) for e in journal(bootstrap, topics)) < 2:
+        assert time.monotonic() < deadline, "no two checkpoints completed:\n" + "".join(lines)
+        produce(50)
+        time.sleep(0.2)
+    (pid,) = [int(m.group(1)) for line in lines if (m := re.search(r"attempt 1 of job .* \(pid (\d+)", line))]
+    os.kill(pid, signal.SIGKILL)
+    produce(300)  # while nobody counts
+    run.wait(120)
+    reader.join(5)
+    output = "".join(lines)
+
+    assert 0 == run.returncode, output
+    events = journal(bootstrap, topics)
+    (restart,) = [e for e in events if isinstance(e, JobRestartScheduled)]
+    latest_before = [
+        e.checkpoint_id for e in events if isinstance(e, CheckpointCompleted) and e.attempt == 1
+    ][-1]
+    assert 2 == restart.attempt and latest_before == restart.restore_checkpoint_id
+    assert "exited with code -9" in restart.failure
+    (restored,) = [e for e in events if isinstance(e, CheckpointRestored)]
+    assert (2, latest_before) == (restored.attempt, restored.checkpoint_id)
+    assert dict(produced) == json.loads(out.read_text())
