@@ -24,7 +24,12 @@ What it does:
 - **Job status** from a ``StreamingQueryListener``: RUNNING (one task per input
   partition, and the checkpoint config) once the query has run its first trigger,
   so the source is already listening for barriers; FINISHED, CANCELED (after
-  :meth:`stop`) or FAILED when the query ends.
+  :meth:`stop`) or FAILING when the query ends (the job's restart strategy decides).
+- **Restarts in the driver.** :meth:`run` starts the query a function builds and,
+  when it fails, waits for the coordinator's decision: on ``JobRestartScheduled`` it
+  starts the next attempt in the same SparkSession (no new JVM), restored from the
+  checkpoint the decision names; on ``JobFailedPermanently`` it raises
+  :class:`JobFailedForGood`.
 - **Following the journal** (a thread): a completed checkpoint's offsets are
   committed to the consumer group (``group``, default the job id), its metadata is
   written to ``<location>/_metadata`` (so a savepoint directory is enough to
@@ -44,10 +49,11 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -76,6 +82,8 @@ from events.records import (
     CheckpointKind,
     CheckpointRequested,
     CheckpointTriggered,
+    JobFailedPermanently,
+    JobRestartScheduled,
     JobStatus,
     Record,
     SchedulerStarted,
@@ -116,6 +124,33 @@ class CheckpointFailuresExceeded(RuntimeError):
 
 class NothingToRestore(LookupError):
     """The checkpoint or savepoint a job was told to restore from does not exist."""
+
+
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[\w$]+\.)*\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
+
+
+def failure_summary(exception: str, limit: int = 2000) -> str:
+    """The line of a Spark query's failure that says what went wrong.
+
+    Spark wraps a Python task's error in py4j and Java exceptions whose first line says
+    only that a Python proxy raised; the last ``SomeError: message`` line that is not
+    py4j's own is the user's error. Falls back to the first line.
+    """
+    lines = exception.strip().splitlines() or [""]
+    found = [
+        line.strip()
+        for line in lines
+        if _EXCEPTION_LINE.match(line) and not line.strip().startswith(("py4j.", "at "))
+    ]
+    return (found[-1] if found else lines[0])[:limit]
+
+
+class JobFailedForGood(RuntimeError):
+    """The job's restart strategy gave up (``JobFailedPermanently``)."""
+
+
+RESTART_DECISION_TIMEOUT_S = 120.0
+"""How long :meth:`CheckpointedJob.run` waits for the coordinator to decide on a failed attempt."""
 
 
 @dataclass(frozen=True)
@@ -233,6 +268,8 @@ class _Listener:
         self.run_id: str | None = None
         self.running = threading.Event()
         self.ended = threading.Event()
+        self.exception: str | None = None
+        """Why the query failed (Spark's message), if it did."""
 
     def started(self, run_id: str, name: str | None) -> None:
         if name == self.job.query_name and self.run_id is None:
@@ -246,6 +283,7 @@ class _Listener:
     def terminated(self, run_id: str, exception: str | None) -> None:
         if run_id != self.run_id or self.ended.is_set():
             return
+        self.exception = exception
         self.job._publish_end(exception)
         self.ended.set()
 
@@ -299,6 +337,8 @@ class CheckpointedJob:
         self._stopping = False
         self._lock = threading.Lock()
         self._completion = threading.Condition(self._lock)
+        self._decision: JobRestartScheduled | JobFailedPermanently | None = None
+        """The restart strategy's decision on this attempt's failure, once the journal has it."""
 
     # ------------------------------------------------------------- restore
 
@@ -435,7 +475,8 @@ class CheckpointedJob:
         """Start ``writer`` (a DataStreamWriter of :meth:`stream`'s output) as this job's query."""
         if self.query is not None:
             raise RuntimeError("the job's query is already started")
-        self._follower = _JournalFollower(self)
+        if self._follower is None:
+            self._follower = _JournalFollower(self)
         self._listener = _Listener(self)
         self.spark.streams.addListener(self._listener.spark_listener)
         try:
@@ -463,10 +504,11 @@ class CheckpointedJob:
         )
 
     def _publish_end(self, exception: str | None) -> None:
+        # A failure is FAILING: the job's restart strategy decides (cutline run carries it out).
         if self.failure is not None:
-            status, error = JobStatus.FAILED, str(self.failure)
+            status, error = JobStatus.FAILING, str(self.failure)
         elif exception:
-            status, error = JobStatus.FAILED, exception.splitlines()[0][:2000]
+            status, error = JobStatus.FAILING, failure_summary(exception)
         elif self._stopping:
             status, error = JobStatus.CANCELED, None
         else:
@@ -497,6 +539,10 @@ class CheckpointedJob:
             decision = self.ledger.aborted(record)
         elif isinstance(record, CheckpointFailureThresholdExceeded):
             decision = self.ledger.threshold(record)
+        elif isinstance(record, JobRestartScheduled | JobFailedPermanently) and self._decides_this(record):
+            with self._completion:
+                self._decision = record
+                self._completion.notify_all()
         if isinstance(decision, Ignore):
             self._ignore(record, decision.reason)
         elif isinstance(decision, Complete):
@@ -505,6 +551,13 @@ class CheckpointedJob:
             self._on_aborted(decision)
         elif isinstance(decision, Fail):
             self._on_threshold(decision.exceeded)
+
+    def _decides_this(self, record: JobRestartScheduled | JobFailedPermanently) -> bool:
+        """Is ``record`` the strategy's decision on this attempt's failure? (A restart names the
+        attempt it starts; the one that started this attempt is about the one before.)"""
+        if isinstance(record, JobRestartScheduled):
+            return record.attempt > self.attempt
+        return record.attempt >= self.attempt
 
     def _ignore(self, record: Record, reason: str) -> None:
         checkpoint_id = getattr(record, "checkpoint_id", None)
@@ -597,6 +650,85 @@ class CheckpointedJob:
             threading.Thread(target=self.query.stop, name="cutline-stop-query", daemon=True).start()
 
     # ------------------------------------------------------------ lifecycle
+
+    def run(self, make_writer: Callable[[CheckpointedJob], Any]) -> None:
+        """Run the query ``make_writer(self)`` builds (a DataStreamWriter of :meth:`stream`'s output)
+        and restart it in this SparkSession as the job's restart strategy decides (DESIGN §4b).
+
+        When the query fails the job reports FAILING and waits for the coordinator: on
+        ``JobRestartScheduled`` it waits the delay and starts the next attempt, restored from the
+        checkpoint the decision names (``make_writer`` is called again: build the stream and the
+        sink, e.g. a :class:`~spark_tasks.sink.CutFileSink`, from the job each time); on
+        ``JobFailedPermanently`` it raises :class:`JobFailedForGood`. Returns when the query ends
+        without failing (:meth:`stop`, or the query finished).
+        """
+        while True:
+            self.start(make_writer(self))
+            try:
+                self.await_termination()
+            except Exception as exc:  # the query failed: the strategy decides
+                if self._stopping:
+                    raise
+                log.warning("job %s attempt %d failed: %s", self.settings.job_id, self.attempt, exc)
+            else:
+                if self._listener is None or self._listener.exception is None or self._stopping:
+                    return
+            decision = self._await_decision()
+            if isinstance(decision, JobFailedPermanently):
+                raise JobFailedForGood(
+                    f"job {self.settings.job_id} failed for good after attempt {decision.attempt} "
+                    f"({decision.failure}): {decision.reason}"
+                )
+            wait_s = decision.restart_at_ms / 1000 - time.time()
+            log.warning(
+                "job %s: the restart strategy starts attempt %d in %.1f s, restoring %s",
+                self.settings.job_id,
+                decision.attempt,
+                max(wait_s, 0),
+                decision.restore_checkpoint_id,
+            )
+            time.sleep(max(wait_s, 0))
+            self._next_attempt(decision)
+
+    def _await_decision(self) -> JobRestartScheduled | JobFailedPermanently:
+        deadline = time.monotonic() + RESTART_DECISION_TIMEOUT_S
+        with self._completion:
+            while self._decision is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"job {self.settings.job_id} attempt {self.attempt} failed and no restart decision "
+                        f"came within {RESTART_DECISION_TIMEOUT_S:g}s; is `cutline coordinator` running "
+                        f"with topic prefix {self.settings.topic_prefix!r}?"
+                    )
+                self._completion.wait(min(left, 0.2))
+            return self._decision
+
+    def _next_attempt(self, restart: JobRestartScheduled) -> None:
+        """Become ``restart.attempt``: a fresh work directory, the named checkpoint restored."""
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                self.spark.streams.removeListener(self._listener.spark_listener)
+        history = self.driver.journal((SchedulerStarted, CheckpointCompleted))
+        with self._completion:
+            self._history = valid_completions(history)
+            self.attempt = restart.attempt
+            self.work_dir = Path(self.settings.work_dir) / f"attempt-{self.attempt}"
+            target = restart.restore_checkpoint_id
+            self.restored = self._find_restore(self.settings.restore if target is None else target)
+            self.store = PartitionStateStore(self.work_dir / "state")
+            self.starting_offsets = self._seed_state()
+            self.ledger = JobLedger(
+                self.settings.job_id,
+                self.attempt,
+                self.settings.config,
+                self.tasks,
+                self.partitions,
+                self._history,
+            )
+            self.completed, self.aborted, self.rejected = [], [], {}
+            self._scheduled = threading.Event()
+            self.failure, self.query, self._listener, self._decision = None, None, None, None
 
     def wait_for_running(self, timeout: float = 60.0) -> None:
         """Block until the coordinator runs this attempt (its SchedulerStarted is in the journal)."""

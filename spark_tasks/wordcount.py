@@ -15,7 +15,7 @@ On start the job restores from the latest completed checkpoint of its job id
 (``--restore`` for a checkpoint id or a savepoint directory, ``--no-restore`` to
 start empty). It stops on SIGTERM/SIGINT (CANCELED), after ``--idle-stop`` seconds
 without input (FINISHED), or when the coordinator reports too many checkpoint
-failures (FAILED, exit 3). It prints one JSON line per event worth knowing
+failures (FAILING: the restart strategy decides; exit 3). It prints one JSON line per event worth knowing
 (``restored``, ``running``, ``progress`` after each micro-batch with the input rows so far
 (barrier rows included), ``completed``, ``failed``, ``stopped``) to stdout.
 """

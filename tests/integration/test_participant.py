@@ -15,6 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, Topic
 from events.broker import create_topics
 from events.codec import decode, encode
 from events.example_app import WordCount
+from events.feed import read_job_partition
 from events.fencing import epoch_header, epoch_of
 from events.kafka import (
     consumer_config,
@@ -42,6 +43,7 @@ from events.records import (
     CheckpointKind,
     CheckpointTriggered,
     CoordinatorClaimed,
+    JobHeartbeat,
     JobStatus,
     JobStatusChanged,
     Record,
@@ -502,10 +504,10 @@ def test_running_publishes_a_decodable_status_keyed_by_job_on_the_journal_partit
     bootstrap: str, topics: Topics
 ) -> None:
     """Given a driver, when it publishes RUNNING and FAILED, then both decode and sit keyed by
-    the job on its murmur2 partition."""
+    the job on its murmur2 partition (heartbeats off: they travel there too, see below)."""
     config = CheckpointConfig(interval_ms=1000, location="file:///tmp/ckpt")
     with JobDriver(bootstrap, JOB, topics) as driver:
-        sent = driver.running(["t0", "t1"], config, attempt=3, restored_checkpoint_id=7)
+        sent = driver.running(["t0", "t1"], config, attempt=3, restored_checkpoint_id=7, heartbeats=False)
         failed = driver.status(JobStatus.FAILED, error="boom")
 
     reader = Consumer(consumer_config(bootstrap))
@@ -692,3 +694,20 @@ def test_a_participant_ignores_a_superseded_epochs_barriers_and_echoes_the_epoch
     consumer.close()
     coordinator.close()
     participant.close()
+
+
+def test_a_running_driver_sends_heartbeats_until_its_next_status(bootstrap: str, topics: Topics) -> None:
+    """RUNNING starts a heartbeat every heartbeat_interval_ms on job-status; another status stops them."""
+    config = CheckpointConfig(interval_ms=1000, location="file:///tmp/ckpt", heartbeat_interval_ms=100)
+    with JobDriver(bootstrap, JOB, topics) as driver:
+        driver.running(["t0"], config, attempt=2)
+        time.sleep(0.55)
+        driver.status(JobStatus.CANCELED)
+        time.sleep(0.3)  # a heartbeat after CANCELED would show up now
+
+    records = [r.record for r in read_job_partition(bootstrap, JOB, topics.job_status, timeout=10)]
+    kinds = [type(r).__name__ for r in records]
+    beats = [r for r in records if isinstance(r, JobHeartbeat)]
+    assert kinds[0] == "JobStatusChanged" and kinds[-1] == "JobStatusChanged"
+    assert 4 <= len(beats) <= 7 and {2} == {b.attempt for b in beats}
+    assert kinds == ["JobStatusChanged", *["JobHeartbeat"] * len(beats), "JobStatusChanged"]

@@ -35,10 +35,14 @@ from events.records import (
     CheckpointFailureThresholdExceeded,
     CheckpointKind,
     CheckpointRequested,
+    CheckpointRestored,
     CheckpointTriggered,
     CoordinatorClaimed,
+    JobRestartScheduled,
     JobStatus,
     Record,
+    RestartStrategy,
+    RestartStrategyKind,
     SchedulerStarted,
     SchedulerStopped,
     StateHandle,
@@ -49,7 +53,7 @@ from spark_tasks.job import METADATA_FILE, CheckpointedJob, CheckpointFailuresEx
 from spark_tasks.sink import ROLLED_BACK_DIR, CutFileSink, read_rows
 from spark_tasks.state import StatefulStep
 from spark_tasks.tasks import snapshot_name
-from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, SparkDriver, read_counts
+from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, SparkDriver, count_words, read_counts
 
 PARTITIONS = 4
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
@@ -270,8 +274,10 @@ def test_too_many_checkpoint_failures_stop_the_query_with_a_clear_error(
 
     assert f"cutline status {job_id}" in str(raised.value)
     stopped = _journal(bootstrap, topic_prefix, job_id, SchedulerStopped)
-    assert [s.status for s in stopped][-1] is JobStatus.FAILED
+    assert [s.status for s in stopped][-1] is JobStatus.FAILING
     assert "checkpoint failures" in (stopped[-1].error or "")
+    (restart,) = _journal(bootstrap, topic_prefix, job_id, JobRestartScheduled)  # the default strategy
+    assert 2 == restart.attempt and "checkpoint failures in a row" in restart.failure
 
 
 def test_a_changed_job_restarts_from_a_savepoint(
@@ -569,3 +575,57 @@ def test_a_killed_driver_restarts_from_the_latest_checkpoint_with_exact_counts(
     _assert_exactly_once(words.produced, out)
     rolled_back = list((out / ROLLED_BACK_DIR / "attempt-2").glob("*.jsonl"))
     assert restored["rolled_back"] == len(rolled_back)
+
+
+def test_a_query_that_fails_is_restarted_in_the_same_driver_and_counts_stay_exact(
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
+) -> None:
+    """A task raises once (the word "boom", the first time any task sees it): Spark fails the query,
+    the job reports FAILING, the fixed-delay strategy schedules attempt 2, and ``run`` starts it in
+    this SparkSession from the latest completed checkpoint. The sink's raw output then holds every
+    word exactly once."""
+    words, job_id = given.words, given.job_id
+    flag, out = tmp_path / "boomed", tmp_path / "out"
+
+    def count_or_boom(state: dict[str, int], records: Any) -> tuple[dict[str, int], list[Any]]:
+        if not flag.exists() and any(b"boom" in (r.value or b"") for r in records):
+            flag.touch()
+            raise RuntimeError("boom: a task failure injected by the test")
+        return count_words(state, records)
+
+    step = StatefulStep(update=count_or_boom, output_schema=WORD_COUNT.output_schema, initial=dict)
+    strategy = RestartStrategy(RestartStrategyKind.FIXED_DELAY, attempts=2, delay_ms=500)
+    settings = _settings(
+        bootstrap, topic_prefix, tmp_path, job_id, interval_ms=500, restart_strategy=strategy
+    )
+
+    def writer(job: CheckpointedJob) -> Any:
+        sink = CutFileSink(job, out)
+        return job.stream(step).writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds")
+
+    with CheckpointedJob(spark, settings) as job:
+        runner = threading.Thread(target=job.run, args=(writer,), daemon=True)
+        runner.start()
+        words.produce(40)
+        job.wait_for_running(120)
+        job.wait_for_completed(1, timeout=60)
+        words._producer.produce(given.topic, value=b"boom", partition=0)
+        words.produced.update(["boom"])
+        words.produce(40)
+        _wait(lambda: job.attempt == 2 and job.running, "attempt 2 running in the same driver", 120)
+        words.produce(40)
+        _wait(lambda: read_counts(out) == words.produced, "every word counted once", 90)
+        job.stop()
+        runner.join(60)
+        assert not runner.is_alive()
+
+    (restart,) = _journal(bootstrap, topic_prefix, job_id, JobRestartScheduled)
+    assert 2 == restart.attempt and "boom" in restart.failure
+    (restored,) = _journal(bootstrap, topic_prefix, job_id, CheckpointRestored)
+    assert (2, restart.restore_checkpoint_id) == (restored.attempt, restored.checkpoint_id)
+    _assert_exactly_once(words.produced, out)
