@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import islice
 from pathlib import Path
 from random import Random
@@ -228,13 +229,15 @@ class Kill:
     all_s: float
     """Kill → every job of the killed worker completed one under a newer claim."""
     load_at_kill: str
+    killed_at: str
+    """Wall-clock time of the kill (to find it in the workers' logs)."""
 
 
 class Cluster:
     """Coordinator workers, jobs of participant threads and a tail of every job's journal."""
 
     def __init__(self, bootstrap: str, args: argparse.Namespace, scratch: Path) -> None:
-        self.bootstrap, self.scratch = bootstrap, scratch
+        self.bootstrap, self.scratch, self.loglevel = bootstrap, scratch, args.worker_loglevel
         self.topics = make_topics(bootstrap, "failover")
         self.jobs = [f"job-{i}" for i in range(args.jobs)]
         self.workers: list[CoordinatorProcess] = []
@@ -259,7 +262,8 @@ class Cluster:
         for _ in range(count):
             self._spawned += 1
             log = self.scratch / f"worker-{self._spawned}" / "coordinator.log"
-            new.append(CoordinatorProcess(self.bootstrap, self.topics.prefix, log_path=log))
+            extra = ("--loglevel", self.loglevel)
+            new.append(CoordinatorProcess(self.bootstrap, self.topics.prefix, log_path=log, extra_args=extra))
         threads = [threading.Thread(target=w.start, kwargs={"timeout": 180}) for w in new]
         for t in threads:
             t.start()
@@ -325,6 +329,7 @@ def kill_one(cluster: Cluster, job: str, timeout: float) -> Kill:
     assert victim.pid is not None
     pid = victim.pid
     killed_ms = time.time_ns() / 1e6
+    killed_at = datetime.fromtimestamp(killed_ms / 1000).strftime("%H:%M:%S.%f")[:-3]
     victim.kill()
     cluster.workers.remove(victim)
     claimed: dict[int, tuple[int, float]] = {}  # partition -> (new epoch, ms after the kill)
@@ -356,6 +361,7 @@ def kill_one(cluster: Cluster, job: str, timeout: float) -> Kill:
         job_s=again[job] / 1000,
         all_s=max(again.values()) / 1000,
         load_at_kill=at_kill,
+        killed_at=killed_at,
     )
 
 
@@ -403,7 +409,8 @@ def bench_failover(args: argparse.Namespace, console: Console) -> list[Kill]:
     with tempfile.TemporaryDirectory(prefix="cutline-failover-") as tmp, broker() as (bootstrap, what, _):
         console.print(f"broker: {what} at {bootstrap}; starting {args.workers} workers, load {load()}")
         started = time.monotonic()
-        cluster = Cluster(bootstrap, args, Path(tmp))
+        scratch = Path(args.logs) if args.logs else Path(tmp)
+        cluster = Cluster(bootstrap, args, scratch)
         try:
             console.print(
                 f"  {args.workers} workers ready in {time.monotonic() - started:.0f} s; "
@@ -415,9 +422,9 @@ def bench_failover(args: argparse.Namespace, console: Console) -> list[Kill]:
                 kill = kill_one(cluster, job, timeout=120)
                 kills.append(kill)
                 console.print(
-                    f"  round {i + 1}: killed pid {kill.victim_pid} (owner of {job}, holding "
-                    f"{len(kill.victim_jobs)} jobs): claim after {kill.claim_s:.2f} s, {job} completed "
-                    f"again after {kill.job_s:.2f} s, all its jobs after {kill.all_s:.2f} s"
+                    f"  round {i + 1}: at {kill.killed_at} killed pid {kill.victim_pid} (owner of {job}, "
+                    f"holding {len(kill.victim_jobs)} jobs): claim after {kill.claim_s:.2f} s, {job} "
+                    f"completed again after {kill.job_s:.2f} s, all its jobs after {kill.all_s:.2f} s"
                 )
                 if i + 1 < args.kills:
                     cluster.start_workers(1)  # the replacement; the group rebalances onto it
@@ -452,6 +459,8 @@ def main() -> None:
     parser.add_argument(
         "--settle", type=float, default=3.0, help="seconds after a replacement joins before the next round"
     )
+    parser.add_argument("--worker-loglevel", default="warning", help="--loglevel of the workers")
+    parser.add_argument("--logs", metavar="DIR", help="keep the workers' logs in DIR (default: a temp dir)")
     args = parser.parse_args()
     sizes = args.sizes or ([1_000, 100_000] if args.quick else [1_000, 100_000, 1_000_000])
     args.kills = args.kills or (2 if args.quick else 5)
