@@ -185,15 +185,16 @@ def length_table(results: list[LengthResult]) -> Table:
         "with snapshot: median",
         "max",
         "records read",
-        "ratio to 1,000",
+        "ratio to the first",
+        "every claim",
         "from the start: median",
         "max",
         "records read",
         "events/s",
         "same jobs",
     )
-    for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i in (1,) else "right")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("load 1/5/15 at start", "every claim") else "right")
     base = statistics.median(results[0].with_snapshot) if results else float("nan")
     for r in results:
         snap = statistics.median(r.with_snapshot)
@@ -205,6 +206,7 @@ def length_table(results: list[LengthResult]) -> Table:
             f"{max(r.with_snapshot):.3f}",
             f"{r.read_with_snapshot}",
             f"{snap / base:.2f}×",
+            " ".join(f"{v:.3f}" for v in r.with_snapshot),
             f"{full:.2f}" if full is not None else "not run",
             f"{max(r.full_fold):.2f}" if r.full_fold else "",
             f"{r.read_full:,}" if r.full_fold else "",
