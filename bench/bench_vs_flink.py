@@ -137,27 +137,31 @@ class FlinkResult:
     """checkpointDuration of as many checkpoints as cutline's row measures, after the same warm-up, by
     checkpoint id (from the same log)."""
     warmup: int
+    logged: int
+    """Checkpoints Flink logged as completed during the run (the anchor's n should be the same)."""
     cpu: dict[str, float]
     load_at_start: tuple[float, float, float]
     wall_s: float
 
 
-def _log_sizes(logdir: Path) -> dict[Path, int]:
-    return {f: f.stat().st_size for f in logdir.glob("*") if f.is_file()}
+def _completed_checkpoints(logdir: Path, since: datetime) -> dict[int, int]:
+    """checkpoint id → checkpointDuration (ms) of what Flink logged at or after ``since``.
 
-
-def _completed_checkpoints(logdir: Path, before: dict[Path, int]) -> dict[int, int]:
-    """checkpoint id → checkpointDuration (ms) of what Flink logged since ``before`` (as the anchor)."""
+    By the time each line carries, not by where the file was before the run (as the anchor does):
+    each MiniCluster rewrites ``flink-*-python-vm.log`` from its start, so a run whose log grows
+    past the length of the previous run's would lose its first lines to a seek."""
     found: dict[int, int] = {}
-    for f in logdir.glob("*"):
-        if not f.is_file():
-            continue
-        start = before.get(f, 0)
+    for f in logdir.glob("*.log"):
         with f.open(errors="replace") as handle:
-            handle.seek(start if f.stat().st_size >= start else 0)
             for line in handle:
                 m = COMPLETED_LINE.search(line)
-                if m:
+                if m is None:
+                    continue
+                try:
+                    logged = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                except ValueError:
+                    continue
+                if logged >= since:
                     found[int(m.group(1))] = int(m.group(2))
     return found
 
@@ -173,7 +177,7 @@ def run_flink(
     scratch: Path,
 ) -> FlinkResult:
     logdir = flink_log_dir(python)
-    before = _log_sizes(logdir)
+    since = datetime.now().replace(microsecond=0)  # Flink logs local time, to the ms
     at_start = load()
     command = [
         str(python), str(anchor), "--parallelism", str(parallelism), "--seconds", str(seconds),
@@ -205,12 +209,13 @@ def run_flink(
         raise RuntimeError(f"the Flink anchor failed ({process.returncode}):\n{stdout[-3000:]}")
     names = ("parallelism", "n", "p50", "p90", "p99", "max")
     summary = dict(zip(names, map(int, line.groups()), strict=True))
-    by_id = _completed_checkpoints(logdir, before)
+    by_id = _completed_checkpoints(logdir, since)
     return FlinkResult(
         parallelism=parallelism,
         anchor={k: v for k, v in summary.items() if k != "parallelism"},
         durations=[by_id[i] for i in sorted(by_id)[warmup : warmup + checkpoints]],
         warmup=warmup,
+        logged=len(by_id),
         cpu=cpu,
         load_at_start=at_start,
         wall_s=cpu["wall"],
@@ -310,7 +315,7 @@ def side_by_side(pairs: list[tuple[CutlineRow, FlinkResult]]) -> Table:
         table.add_row(
             "  (anchor's own line)",
             f"par. {flink.parallelism}, all",
-            f"{a['n']}",
+            f"{a['n']}" if a["n"] == flink.logged else f"[bold red]{a['n']} of {flink.logged}[/]",
             f"{a['p50']}", f"{a['p90']}", f"{a['p99']}", f"{a['max']}", "", "", "", "",
             f"{a['p50']} / {a['p99']}",
             verdict(r.durations, (a["p50"], a["p99"])),
@@ -337,7 +342,8 @@ def as_json(pairs: list[tuple[CutlineRow, FlinkResult]], meta: dict[str, Any]) -
                 "flink": {
                     "n": len(flink.durations), "p50": f50, "p90": f90, "p99": f99, "max": fmax,
                     "mean": mean(flink.durations), "warmup_dropped": flink.warmup,
-                    "durations": flink.durations, "anchor_line": flink.anchor, "cpu_s": flink.cpu,
+                    "durations": flink.durations, "anchor_line": flink.anchor, "logged": flink.logged,
+                    "cpu_s": flink.cpu,
                     "load_at_start": flink.load_at_start,
                 },
                 "target_met": p50 <= f50 and p99 <= f99,
@@ -424,7 +430,8 @@ def main() -> None:
         "cutline: CheckpointCompleted.duration_ms; Flink: checkpointDuration from its log. Percentiles of "
         "the cutline and 'after warm-up' rows by nearest rank; the anchor's line uses its own "
         "(sorted\\[int(q·n)]) over "
-        "every checkpoint, the first (start-up) ones included. CPU in % of one core over the row: 'own' "
+        "every checkpoint, the first (start-up) ones included ('n of m': it read only the last n of the m "
+        "checkpoints Flink logged). CPU in % of one core over the row: 'own' "
         "is cutline's coordinator, broker and this process (the participants), or the anchor and its JVM; "
         "'others' is the rest of the machine; load: the 1, 5 and 15 min load averages."
     )
