@@ -381,8 +381,9 @@ def main() -> None:
     args = parser.parse_args()
     checkpoints = args.checkpoints or (20 if args.quick else 100)
     warmup = args.warmup if args.warmup is not None else (3 if args.quick else 5)
-    # The anchor runs for a fixed time, the MiniCluster's start included (up to ~15 s at parallelism 8
-    # on a busy machine): long enough for warm-up + checkpoints, of which the same number is kept.
+    # The anchor runs for a fixed time, the MiniCluster's start included: long enough for warm-up +
+    # checkpoints with room to spare (a busy machine, checkpoints slower than the interval); as
+    # many as cutline's row measures are kept.
     seconds = args.flink_seconds or int((warmup + checkpoints) * args.interval_ms / 1000 * 1.5) + 15
 
     console = Console(highlight=False)
