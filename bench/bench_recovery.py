@@ -233,6 +233,8 @@ class Kill:
     load_at_kill: str
     killed_at: str
     """Wall-clock time of the kill (to find it in the workers' logs)."""
+    trail: list[str]
+    """The killed job's journal records under the new claim, up to its first completion (s after the kill)."""
 
 
 class Cluster:
@@ -336,6 +338,7 @@ def kill_one(cluster: Cluster, job: str, timeout: float) -> Kill:
     cluster.workers.remove(victim)
     claimed: dict[int, tuple[int, float]] = {}  # partition -> (new epoch, ms after the kill)
     again: dict[str, float] = {}  # job -> ms after the kill
+    trail: dict[int, str] = {}  # offset -> the killed job's records under the new claim, up to it completing
     ends = time.monotonic() + timeout
     while len(again) < len(held):
         if time.monotonic() > ends:
@@ -347,7 +350,17 @@ def kill_one(cluster: Cluster, job: str, timeout: float) -> Kill:
                 if isinstance(record, CoordinatorClaimed):
                     if p not in claimed and f"-{pid}-" not in record.worker_id:
                         claimed[p] = (record.epoch, record.timestamp_ms - killed_ms)
-                elif (
+                    continue
+                if (
+                    p in claimed
+                    and getattr(record, "job_id", None) == job
+                    and job not in again
+                    and epoch_of(m.headers) >= claimed[p][0]
+                ):
+                    at = (getattr(record, "timestamp_ms", m.timestamp_ms) - killed_ms) / 1000
+                    number = getattr(record, "checkpoint_id", "")
+                    trail[m.offset] = f"{type(record).__name__} {number} +{at:.2f}".replace("  ", " ")
+                if (
                     isinstance(record, CheckpointCompleted)
                     and record.job_id in held
                     and record.job_id not in again
@@ -364,6 +377,7 @@ def kill_one(cluster: Cluster, job: str, timeout: float) -> Kill:
         all_s=max(again.values()) / 1000,
         load_at_kill=at_kill,
         killed_at=killed_at,
+        trail=[trail[offset] for offset in sorted(trail)],
     )
 
 
@@ -428,6 +442,7 @@ def bench_failover(args: argparse.Namespace, console: Console) -> list[Kill]:
                     f"holding {len(kill.victim_jobs)} jobs): claim after {kill.claim_s:.2f} s, {job} "
                     f"completed again after {kill.job_s:.2f} s, all its jobs after {kill.all_s:.2f} s"
                 )
+                console.print(f"    {job} under the new claim: " + ", ".join(kill.trail))
                 if i + 1 < args.kills:
                     cluster.start_workers(1)  # the replacement; the group rebalances onto it
                     time.sleep(args.settle)
