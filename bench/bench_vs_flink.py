@@ -1,0 +1,461 @@
+"""Checkpoint latency, cutline next to Flink's MiniCluster, side by side in one run (DESIGN §7).
+
+    uv run python bench/bench_vs_flink.py [--quick] [--participants 2 8] [--checkpoints 100]
+                                          [--flink-python PATH] [--json OUT]
+
+For each size N (2 and 8), one after the other so that both systems see the same machine:
+
+- **cutline, N participants**: the embedded broker and one ``cutline coordinator`` (Faust)
+  process are started for the row, N real participants run as threads of this process, a
+  checkpoint is triggered every ``--interval-ms``; after ``--warmup`` checkpoints,
+  ``--checkpoints`` are measured. Latency is ``CheckpointCompleted.duration_ms`` (trigger →
+  completed, the coordinator's clock). This is ``bench_coordinator.bench_latency``, the latency
+  part of ``bench/bench_coordinator.py``. The broker and the coordinator are stopped after the row.
+- **Flink, parallelism N**: ``../shared/anchors/flink_checkpoint_latency.py`` (Flink 2.3
+  MiniCluster: datagen → keyed SUM → blackhole, a checkpoint every ``--interval-ms``), run in a
+  scratch venv (never a project dependency). Its own summary line covers every checkpoint of the
+  run, the first (slow, start-up) ones included; the same ``checkpointDuration`` values are read
+  from Flink's log again: after the first ``--warmup``, the next ``--checkpoints`` (as many as
+  cutline's row), with the same percentile as cutline's. That like-for-like row is what the target
+  is judged on. The anchor runs long enough for them (``--flink-seconds``; the MiniCluster's start
+  counts in it).
+
+Order: cutline 2, Flink 2, cutline 8, Flink 8 (``--rounds`` repeats it). The target (DESIGN §7):
+cutline's p50 and p99 at or below Flink's at the same size in the same run.
+
+``--flink-python`` names a Python with ``apache-flink==2.3.0``; without it the venv
+``/tmp/cutline-flink-venv`` is made (``uv venv --python 3.11``) or reused. Java 11 or 17 must be on
+the PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.bench_coordinator import (
+    LatencyResult,
+    bench_latency,
+    broker,
+    make_topics,
+    mean,
+    percentile,
+)
+from bench.cpu import descendants, machine_busy, process_cpu
+from coordinator.service.supervisor import CoordinatorProcess
+
+COMMAND = "uv run python bench/bench_vs_flink.py"
+ROOT = Path(__file__).resolve().parents[1]
+ANCHOR = ROOT.parent / "shared" / "anchors" / "flink_checkpoint_latency.py"
+FLINK_VENV = Path("/tmp/cutline-flink-venv")
+FLINK_VERSION = "2.3.0"
+ANCHOR_LINE = re.compile(r"flink par=(\d+) n=(\d+) p50=(\d+) p90=(\d+) p99=(\d+) max=(\d+) ms")
+COMPLETED_LINE = re.compile(r"Completed checkpoint (\d+) .*checkpointDuration=(\d+) ms")
+
+
+def load() -> tuple[float, float, float]:
+    one, five, fifteen = os.getloadavg()
+    return round(one, 2), round(five, 2), round(fifteen, 2)
+
+
+# ------------------------------------------------------------------ Flink
+
+
+class FlinkUnavailable(RuntimeError):
+    """Flink cannot run here (no Java, no venv, the install failed): the message says what to do."""
+
+
+def flink_python(given: str | None, console: Console) -> Path:
+    """A Python with apache-flink==FLINK_VERSION: ``given``, or the scratch venv (made if needed)."""
+    if shutil.which("java") is None:
+        raise FlinkUnavailable("no `java` on the PATH: Flink's MiniCluster needs Java 11 or 17")
+    if given:
+        python = Path(given)
+        if not _has_flink(python):
+            raise FlinkUnavailable(f"{python} cannot import pyflink {FLINK_VERSION}")
+        return python
+    python = FLINK_VENV / "bin" / "python"
+    if _has_flink(python):
+        return python
+    uv = shutil.which("uv") or str(Path.home() / ".local" / "bin" / "uv")
+    steps = [
+        [uv, "venv", "--python", "3.11", str(FLINK_VENV)],
+        [uv, "pip", "install", "--python", str(python), f"apache-flink=={FLINK_VERSION}"],
+    ]
+    console.print(f"making the Flink venv {FLINK_VENV} (about 320 MB, once)")
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise FlinkUnavailable(
+                f"`{' '.join(step)}` failed ({done.returncode}):\n{done.stderr[-2000:]}\n"
+                f"Install apache-flink=={FLINK_VERSION} into a Python 3.11 venv by hand and pass "
+                "its python with --flink-python."
+            )
+    if not _has_flink(python):
+        raise FlinkUnavailable(f"{python} still cannot import pyflink {FLINK_VERSION} after the install")
+    return python
+
+
+def _has_flink(python: Path) -> bool:
+    if not python.exists():
+        return False
+    probe = "import pyflink.version as v; print(v.__version__)"
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=False)
+    return done.returncode == 0 and done.stdout.strip() == FLINK_VERSION
+
+
+def flink_log_dir(python: Path) -> Path:
+    """Where the MiniCluster logs (the anchor reads its checkpoints from there too)."""
+    probe = "import os, pyflink; print(os.path.join(os.path.dirname(pyflink.__file__), 'log'))"
+    return Path(
+        subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    )
+
+
+@dataclass
+class FlinkResult:
+    parallelism: int
+    anchor: dict[str, int]
+    """The anchor's own summary line: n, p50, p90, p99, max (ms) over every checkpoint of its run."""
+    durations: list[int]
+    """checkpointDuration of as many checkpoints as cutline's row measures, after the same warm-up, by
+    checkpoint id (from the same log)."""
+    warmup: int
+    logged: int
+    """Checkpoints Flink logged as completed during the run (the anchor's n should be the same)."""
+    cpu: dict[str, float]
+    load_at_start: tuple[float, float, float]
+    wall_s: float
+
+
+def _completed_checkpoints(logdir: Path, since: datetime) -> dict[int, int]:
+    """checkpoint id → checkpointDuration (ms) of what Flink logged at or after ``since``.
+
+    By the time each line carries, not by where the file was before the run (as the anchor does):
+    each MiniCluster rewrites ``flink-*-python-vm.log`` from its start, so a run whose log grows
+    past the length of the previous run's would lose its first lines to a seek."""
+    found: dict[int, int] = {}
+    for f in logdir.glob("*.log"):
+        with f.open(errors="replace") as handle:
+            for line in handle:
+                m = COMPLETED_LINE.search(line)
+                if m is None:
+                    continue
+                try:
+                    logged = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                except ValueError:
+                    continue
+                if logged >= since:
+                    found[int(m.group(1))] = int(m.group(2))
+    return found
+
+
+def run_flink(
+    python: Path,
+    anchor: Path,
+    parallelism: int,
+    seconds: int,
+    interval_ms: int,
+    warmup: int,
+    checkpoints: int,
+    scratch: Path,
+) -> FlinkResult:
+    logdir = flink_log_dir(python)
+    since = datetime.now().replace(microsecond=0)  # Flink logs local time, to the ms
+    at_start = load()
+    command = [
+        str(python), str(anchor), "--parallelism", str(parallelism), "--seconds", str(seconds),
+        "--interval-ms", str(interval_ms),
+    ]  # fmt: skip
+    busy, wall = machine_busy(), time.monotonic()
+    # The anchor and the JVM it starts: their CPU, sampled while they run (the JVM is not always
+    # reaped by the anchor, so the children's times of this process would miss it).
+    used: dict[int, float] = {}
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=scratch
+    ) as process:
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.append(process.communicate()[0]), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + seconds + 600
+        while reader.is_alive() and time.monotonic() < deadline:
+            for pid in descendants(os.getpid()):
+                used[pid] = max(used.get(pid, 0.0), process_cpu(pid))
+            reader.join(0.5)
+        if reader.is_alive():
+            process.kill()
+            reader.join(10)
+    cpu = {"flink": sum(used.values()), "machine": machine_busy() - busy, "wall": time.monotonic() - wall}
+    cpu["other processes"] = max(0.0, cpu["machine"] - cpu["flink"])
+    stdout = out[0] if out else ""
+    line = ANCHOR_LINE.search(stdout)
+    if process.returncode != 0 or line is None:
+        raise RuntimeError(f"the Flink anchor failed ({process.returncode}):\n{stdout[-3000:]}")
+    names = ("parallelism", "n", "p50", "p90", "p99", "max")
+    summary = dict(zip(names, map(int, line.groups()), strict=True))
+    by_id = _completed_checkpoints(logdir, since)
+    return FlinkResult(
+        parallelism=parallelism,
+        anchor={k: v for k, v in summary.items() if k != "parallelism"},
+        durations=[by_id[i] for i in sorted(by_id)[warmup : warmup + checkpoints]],
+        warmup=warmup,
+        logged=len(by_id),
+        cpu=cpu,
+        load_at_start=at_start,
+        wall_s=cpu["wall"],
+    )
+
+
+# ---------------------------------------------------------------- cutline
+
+
+@dataclass
+class CutlineRow:
+    result: LatencyResult
+    load_at_start: tuple[float, float, float]
+    setup_s: float
+
+
+def run_cutline(
+    n: int, checkpoints: int, warmup: int, interval_ms: int, scratch: Path, console: Console
+) -> CutlineRow:
+    """One latency row on a broker and a coordinator of its own (both stopped afterwards)."""
+    at_start = load()
+    started = time.monotonic()
+    with broker() as (bootstrap, _, broker_pid):
+        topics = make_topics(bootstrap, f"vs-flink-{n}")
+        coordinator = CoordinatorProcess(
+            bootstrap,
+            topics.prefix,
+            log_path=scratch / f"coordinator-{n}-{time.time_ns()}" / "coordinator.log",
+        )
+        coordinator.start(timeout=120)
+        setup = time.monotonic() - started
+        try:
+            result = bench_latency(
+                bootstrap, topics, coordinator, n, "thread", checkpoints, warmup, interval_ms, scratch,
+                console, broker_pid,
+            )  # fmt: skip
+        finally:
+            coordinator.stop()
+    return CutlineRow(result, at_start, setup)
+
+
+# ------------------------------------------------------------------ report
+
+
+def _figures(durations: list[int]) -> tuple[float, float, float, float]:
+    return (
+        percentile(durations, 50),
+        percentile(durations, 90),
+        percentile(durations, 99),
+        float(max(durations)) if durations else float("nan"),
+    )
+
+
+def verdict(ours: list[int], theirs: tuple[float, float]) -> str:
+    p50, p99 = percentile(ours, 50), percentile(ours, 99)
+    missed = [
+        name for name, mine, limit in (("p50", p50, theirs[0]), ("p99", p99, theirs[1])) if mine > limit
+    ]
+    return "met" if not missed else f"[bold red]{' and '.join(missed)} missed[/]"
+
+
+def side_by_side(pairs: list[tuple[CutlineRow, FlinkResult]]) -> Table:
+    table = Table(title="Checkpoint latency, trigger → completed, side by side (ms)", title_justify="left")
+    left = ("system", "size", "load at start")
+    for col in ("system", "size", "n", "p50", "p90", "p99", "max", "mean", *left[2:],
+                "CPU %: own", "others", "≤ Flink p50 / p99", ""):  # fmt: skip
+        table.add_column(col, justify="left" if col in left else "right")
+    for ours, flink in pairs:
+        r = ours.result
+        like = _figures(flink.durations)
+        p50, p90, p99, top = _figures(r.durations)
+        own = sum(r.cpu[k] for k in ("coordinator", "broker", "participants"))
+        table.add_row(
+            "cutline (Faust, Tansu)",
+            f"{r.participants} participants",
+            f"{len(r.durations)}",
+            f"{p50:.0f}", f"{p90:.0f}", f"{p99:.0f}", f"{top:.0f}", f"{mean(r.durations):.1f}",
+            "/".join(f"{v:.2f}" for v in ours.load_at_start),
+            f"{own / r.wall_s:.0%}",
+            f"{r.cpu['other processes'] / r.wall_s:.0%}",
+            f"{like[0]:.0f} / {like[2]:.0f}",
+            verdict(r.durations, (like[0], like[2])),
+        )  # fmt: skip
+        table.add_row(
+            "Flink 2.3 MiniCluster",
+            f"par. {flink.parallelism}, after {flink.warmup} warm-up",
+            f"{len(flink.durations)}",
+            *(f"{v:.0f}" for v in like),
+            f"{mean(flink.durations):.1f}",
+            "/".join(f"{v:.2f}" for v in flink.load_at_start),
+            f"{flink.cpu['flink'] / flink.wall_s:.0%}",
+            f"{flink.cpu['other processes'] / flink.wall_s:.0%}",
+            "",
+            "",
+        )
+        a = flink.anchor
+        table.add_row(
+            "  (anchor's own line)",
+            f"par. {flink.parallelism}, all",
+            f"{a['n']}" if a["n"] == flink.logged else f"[bold red]{a['n']} of {flink.logged}[/]",
+            f"{a['p50']}", f"{a['p90']}", f"{a['p99']}", f"{a['max']}", "", "", "", "",
+            f"{a['p50']} / {a['p99']}",
+            verdict(r.durations, (a["p50"], a["p99"])),
+        )  # fmt: skip
+        table.add_section()
+    return table
+
+
+def as_json(pairs: list[tuple[CutlineRow, FlinkResult]], meta: dict[str, Any]) -> dict[str, Any]:
+    rows = []
+    for ours, flink in pairs:
+        r = ours.result
+        p50, p90, p99, top = _figures(r.durations)
+        f50, f90, f99, fmax = _figures(flink.durations)
+        rows.append(
+            {
+                "size": r.participants,
+                "cutline": {
+                    "n": len(r.durations), "p50": p50, "p90": p90, "p99": p99, "max": top,
+                    "mean": mean(r.durations), "aborted": r.aborted, "declined": r.declined,
+                    "durations": r.durations, "cpu_s": r.cpu, "load_at_start": ours.load_at_start,
+                    "setup_s": ours.setup_s,
+                },
+                "flink": {
+                    "n": len(flink.durations), "p50": f50, "p90": f90, "p99": f99, "max": fmax,
+                    "mean": mean(flink.durations), "warmup_dropped": flink.warmup,
+                    "durations": flink.durations, "anchor_line": flink.anchor, "logged": flink.logged,
+                    "cpu_s": flink.cpu,
+                    "load_at_start": flink.load_at_start,
+                },
+                "target_met": p50 <= f50 and p99 <= f99,
+                "target_met_against_anchor_line": p50 <= flink.anchor["p50"] and p99 <= flink.anchor["p99"],
+            }
+        )  # fmt: skip
+    return {**meta, "rows": rows}
+
+
+# ------------------------------------------------------------------ main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (about 3 min)")
+    parser.add_argument("--participants", type=int, nargs="+", default=[2, 8], help="sizes (2 8)")
+    parser.add_argument(
+        "--checkpoints", type=int, help="measured cutline checkpoints per row (100; quick 20)"
+    )
+    parser.add_argument("--warmup", type=int, help="first checkpoints left out on both sides (5; quick 3)")
+    parser.add_argument("--interval-ms", type=int, default=200, help="checkpoint interval of both systems")
+    parser.add_argument(
+        "--flink-seconds",
+        type=int,
+        help="how long the anchor runs each Flink job (default: long enough for warm-up + checkpoints)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the interleaved sequence")
+    parser.add_argument(
+        "--flink-python", help="a Python with apache-flink==2.3.0 (default: the scratch venv)"
+    )
+    parser.add_argument("--anchor", default=str(ANCHOR), help="the Flink anchor script")
+    parser.add_argument("--json", metavar="OUT", help="also write the figures (and every duration) as JSON")
+    args = parser.parse_args()
+    checkpoints = args.checkpoints or (20 if args.quick else 100)
+    warmup = args.warmup if args.warmup is not None else (3 if args.quick else 5)
+    # The anchor runs for a fixed time, the MiniCluster's start included: long enough for warm-up +
+    # checkpoints with room to spare (a busy machine, checkpoints slower than the interval); as
+    # many as cutline's row measures are kept.
+    seconds = args.flink_seconds or int((warmup + checkpoints) * args.interval_ms / 1000 * 1.5) + 15
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=220)
+    anchor = Path(args.anchor)
+    if not anchor.exists():
+        console.print(f"[bold red]no Flink anchor at {anchor}[/] (pass --anchor PATH)")
+        sys.exit(2)
+    try:
+        python = flink_python(args.flink_python, console)
+    except FlinkUnavailable as exc:
+        console.print(f"[bold red]Flink cannot run:[/] {exc}")
+        sys.exit(2)
+    at_start = load()
+    console.print(
+        f"[bold]{COMMAND}[/]{' --quick' if args.quick else ''}: {os.cpu_count()} cores, "
+        f"{platform.machine()}, "
+        f"Python {platform.python_version()}, load average {at_start} at start; Flink {FLINK_VERSION} from "
+        f"{python}; {checkpoints} checkpoints after {warmup} (cutline), the anchor runs {seconds} s per row"
+    )
+    started = time.monotonic()
+    pairs: list[tuple[CutlineRow, FlinkResult]] = []
+    with tempfile.TemporaryDirectory(prefix="cutline-vs-flink-") as tmp:
+        scratch = Path(tmp)
+        for round_ in range(1, args.rounds + 1):
+            for n in args.participants:
+                console.print(f"[bold]round {round_}[/]: cutline, {n} participants (threads), load {load()}")
+                ours = run_cutline(n, checkpoints, warmup, args.interval_ms, scratch, console)
+                r = ours.result
+                console.print(
+                    f"  {len(r.durations)} measured, {r.aborted} aborted, {r.declined} declined; "
+                    f"p50 {percentile(r.durations, 50):.0f} / p99 {percentile(r.durations, 99):.0f} ms"
+                )
+                console.print(f"[bold]round {round_}[/]: Flink, parallelism {n}, {seconds} s, load {load()}")
+                flink = run_flink(python, anchor, n, seconds, args.interval_ms, warmup, checkpoints, scratch)
+                a = flink.anchor
+                console.print(
+                    f"  anchor: flink par={n} n={a['n']} p50={a['p50']} p90={a['p90']} p99={a['p99']} "
+                    f"max={a['max']} ms; {len(flink.durations)} after the warm-up"
+                )
+                pairs.append((ours, flink))
+    console.print(side_by_side(pairs))
+    console.print(
+        "cutline: CheckpointCompleted.duration_ms; Flink: checkpointDuration from its log. Percentiles of "
+        "the cutline and 'after warm-up' rows by nearest rank; the anchor's line uses its own "
+        "(sorted\\[int(q·n)]) over "
+        "every checkpoint, the first (start-up) ones included ('n of m': it read only the last n of the m "
+        "checkpoints Flink logged). CPU in % of one core over the row: 'own' "
+        "is cutline's coordinator, broker and this process (the participants), or the anchor and its JVM; "
+        "'others' is the rest of the machine; load: the 1, 5 and 15 min load averages."
+    )
+    end = load()
+    console.print(f"total {time.monotonic() - started:.0f} s, load average {end} at the end")
+    if args.json:
+        meta = {
+            "command": COMMAND + (" --quick" if args.quick else ""),
+            "date": datetime.now().isoformat(timespec="seconds"),
+            "machine": {
+                "cores": os.cpu_count(),
+                "arch": platform.machine(),
+                "python": platform.python_version(),
+            },
+            "load_at_start": at_start,
+            "load_at_end": end,
+            "interval_ms": args.interval_ms,
+            "warmup": warmup,
+            "flink_seconds": seconds,
+        }
+        Path(args.json).write_text(json.dumps(as_json(pairs, meta), indent=1, default=list))
+        console.print(f"figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
