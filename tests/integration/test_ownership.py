@@ -200,7 +200,11 @@ class TestFailover:
         jobs.wait_for(completed_again, timeout=60)
         failover = time.monotonic() - killed_at
 
-        assert failover <= SESSION_TIMEOUT + 5, f"checkpoints resumed {failover:.1f}s after the kill"
+        # The embedded broker holds every JoinGroup for about half the session timeout, rejoins of a
+        # running group included (docs/embedded-broker.md); Apache Kafka answers a rejoin at once.
+        rejoin_hold = 0.0 if os.environ.get("CUTLINE_BOOTSTRAP") else SESSION_TIMEOUT / 2
+        bound = SESSION_TIMEOUT + rejoin_hold + 5
+        assert failover <= bound, f"checkpoints resumed {failover:.1f}s after the kill (bound {bound:.0f}s)"
         after = assert_effective_journal_is_sound(jobs, bootstrap, topics)
         completed_after = jobs.completed(after)
         for job in JOBS:
