@@ -27,6 +27,7 @@ The driver finds what it needs in its environment:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -111,21 +112,34 @@ class _Attempt:
         if settings.strategy is not None:
             fields = dataclasses.asdict(settings.strategy)
             env[RESTART_STRATEGY_ENV] = json.dumps({**fields, "kind": settings.strategy.kind.value})
-        self.process = subprocess.Popen(list(settings.command), env=env)
+        # Its own process group: stopping an attempt stops what it started too (a Spark driver's JVM
+        # and Python workers), and the terminal's Ctrl-C reaches only the supervisor, which stops it.
+        self.process = subprocess.Popen(list(settings.command), env=env, start_new_session=True)
         self.reported = False
         """Its failure was reported to the coordinator (or the coordinator found it first)."""
+        self.stopped = False
+        """:meth:`stop` ran: nothing of this attempt's process group is left."""
         self.exited_at: float | None = None
         """When it was first seen exited with code 0 (its final status may still be on the way)."""
 
     def stop(self, timeout: float) -> int:
-        """SIGTERM, then SIGKILL after ``timeout`` s; its exit code."""
+        """SIGTERM to its process group, then SIGKILL after ``timeout`` s; its exit code."""
+        self.stopped = True
         if self.process.poll() is None:
-            self.process.terminate()
+            self._signal(signal.SIGTERM)
             try:
-                return self.process.wait(timeout)
+                code = self.process.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-        return self.process.wait()
+                self._signal(signal.SIGKILL)
+                code = self.process.wait()
+        else:
+            code = self.process.returncode
+        self._signal(signal.SIGKILL)  # whatever of the group outlived its leader (a JVM, a worker)
+        return code
+
+    def _signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signum)
 
 
 def supervise(
@@ -209,10 +223,11 @@ def _loop(
             console.print(f"job {job} canceled: attempt {current.attempt} stopped (exit code {stopped})")
             return EXIT_CANCELED
         if scheduled is not None:
-            if current.process.poll() is None:
-                console.print(
-                    f"stopping what is left of attempt {current.attempt} (pid {current.process.pid})"
-                )
+            if not current.stopped:
+                if current.process.poll() is None:
+                    console.print(
+                        f"stopping what is left of attempt {current.attempt} (pid {current.process.pid})"
+                    )
                 current.stop(settings.stop_timeout_s)
             wait_s = scheduled.restart_at_ms / 1000 - time.time()
             if wait_s > 0:
