@@ -603,6 +603,9 @@ def run(
     ] = 2**31 - 1,
     max_failures_per_interval: Annotated[int, typer.Option(help="failure-rate: failures tolerated.")] = 1,
     failure_rate_interval_ms: Annotated[int, typer.Option(help="failure-rate: the window.")] = 60_000,
+    stop_timeout_s: Annotated[
+        float, typer.Option(help="Seconds a driver gets to stop after SIGTERM before SIGKILL.")
+    ] = 10.0,
 ) -> None:
     """Run a job's driver and restart it as its restart strategy decides (Flink's restart strategies).
 
@@ -634,7 +637,7 @@ def run(
         problem = strategy_problem(strategy)
         if problem is not None:
             _fail(errors, f"--restart-strategy {restart_strategy}: {problem}")
-    settings = RunSettings(bootstrap, topic_prefix, job, tuple(command), strategy)
+    settings = RunSettings(bootstrap, topic_prefix, job, tuple(command), strategy, stop_timeout_s)
     raise typer.Exit(supervise(settings, Console(highlight=False)))
 
 

@@ -4,9 +4,11 @@ Starts the embedded broker (unless given one) and the coordinator, produces a
 stream of words into a ``--partitions`` topic, and runs the Spark word count of
 :mod:`spark_tasks.wordcount` (one checkpointing task per input partition) in a
 child process with a checkpoint every ``--interval``. It shows a live table of
-checkpoints (the coordinator's ``/jobs/wordcount/checkpoints`` view), SIGKILLs
-the Spark driver after a few completed checkpoints, starts it again (it restores
-from the latest completed checkpoint), stops producing, waits until Spark has
+checkpoints (the coordinator's ``/jobs/wordcount/checkpoints`` view) and the
+job's status as the journal records it, SIGKILLs the Spark driver after a few
+completed checkpoints, and lets ``cutline run`` (which supervises the driver)
+carry out what the restart strategy decides: the next attempt restores from the
+latest completed checkpoint. Then it stops producing, waits until Spark has
 counted every word, and checks exactly-once: the words counted in the raw rows
 the job wrote through its :class:`~spark_tasks.sink.CutFileSink`
 (:func:`spark_tasks.wordcount.read_counts` sums each row's ``added``, with no
@@ -37,9 +39,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from coordinator.service.run import EXIT_CANCELED
 from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import broker_at, create_topics
+from events.feed import JobFeed
 from events.kafka import producer_config
+from events.records import JobFailedPermanently, JobRestartScheduled, SchedulerStarted, SchedulerStopped
 from events.topics import Topics
 from spark_tasks.wordcount import SparkDriver, read_counts
 
@@ -221,6 +226,45 @@ class _Screen:
         self.counted = 0
         self.restored: dict[str, Any] | None = None
         self._counted_at = 0.0
+        self.statuses: list[str] = []
+        """The job's status changes, as the journal records them (``RUNNING (attempt 1)``, ...)."""
+        self.restart: JobRestartScheduled | None = None
+        self._journal: JobFeed | None = None
+
+    def follow(self, bootstrap: str, topics: Topics) -> None:
+        """Follow the job's journal from now on: its status changes and restart decisions."""
+        self._journal = JobFeed(bootstrap, JOB, (topics.checkpoints,), claims_topic=topics.checkpoints)
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+
+    def _read_journal(self) -> None:
+        if self._journal is None:
+            return
+        for entry in self._journal.poll(0):
+            record = entry.record
+            if isinstance(record, SchedulerStarted):
+                self.statuses.append(f"RUNNING (attempt {record.attempt})")
+            elif isinstance(record, SchedulerStopped):
+                self.statuses.append(f"{record.status} (attempt {record.attempt})")
+            elif isinstance(record, JobRestartScheduled):
+                self.restart = record
+                self.statuses.append(
+                    f"RESTARTING (attempt {record.attempt} in {record.delay_ms / 1000:.1f} s)"
+                )
+                restore = (
+                    "nothing"
+                    if record.restore_checkpoint_id is None
+                    else f"checkpoint {record.restore_checkpoint_id}"
+                )
+                self.say(
+                    f"the restart strategy decided: attempt {record.attempt} in "
+                    f"{record.delay_ms / 1000:.1f} s, restoring {restore} ({record.failure})",
+                    "yellow",
+                )
+            elif isinstance(record, JobFailedPermanently):
+                self.statuses.append(f"FAILED for good: {record.reason}")
 
     def say(self, message: str, style: str = "") -> None:
         self.live.console.print(Text(f"{time.strftime('%H:%M:%S')}  {message}", style), soft_wrap=True)
@@ -234,6 +278,7 @@ class _Screen:
     def refresh(self) -> None:
         with contextlib.suppress(OSError, ValueError):
             self.stats = self.coordinator.get(f"/jobs/{JOB}/checkpoints")
+        self._read_journal()
         if time.monotonic() - self._counted_at >= 1.0:
             self.count()
         counts = self.stats.get("counts", {})
@@ -249,7 +294,8 @@ class _Screen:
             (f"failed {counts.get('failed', 0)}", "red"),
             f"  in progress {counts.get('in_progress', 0)}  restored {counts.get('restored', 0)}",
         )
-        lines: list[Any] = [_checkpoint_table(self.stats), stream, checkpoints]
+        job = Text.assemble(("job  ", "bold"), " → ".join(self.statuses[-5:]) or "not running yet")
+        lines: list[Any] = [_checkpoint_table(self.stats), job, stream, checkpoints]
         if self.restored is not None:
             restored = self.restored
             lines.append(
@@ -317,6 +363,12 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
                 *("--timeout-ms", "60000", "--tolerable-failures", "10"),
             ],
             workdir,
+            # `cutline run` supervises the driver: the coordinator decides the restart after the crash
+            supervisor=[
+                *("--job", JOB, "--bootstrap", bootstrap, "--topic-prefix", options.prefix),
+                *("--restart-strategy", "fixed-delay", "--attempts", "3", "--delay-ms", "1000"),
+                *("--stop-timeout-s", str(options.grace)),
+            ],
         )
         stack.callback(spark.stop, options.grace)
         words = WordStream(bootstrap, topic, options.rate)
@@ -324,7 +376,10 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
         try:
             try:
                 with Live(console=console, refresh_per_second=4) as live:
-                    result = _play(options, _Screen(live, coordinator, words, spark, out), started)
+                    screen = _Screen(live, coordinator, words, spark, out)
+                    screen.follow(bootstrap, topics)
+                    stack.callback(screen.close)
+                    result = _play(options, screen, started)
             finally:
                 if not console.is_terminal:
                     console.print()  # a live display ends without a newline when not on a terminal
@@ -340,7 +395,10 @@ def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
     spark.start()
     words.start()
     producing_until = time.monotonic() + options.duration
-    screen.say(f"Spark driver 1 started (pid {spark.pid}); input: {options.rate} lines of words per second")
+    screen.say(
+        f"`cutline run` started the Spark driver (attempt 1) with a fixed-delay restart strategy; "
+        f"input: {options.rate} lines of words per second"
+    )
     screen.wait(
         lambda: bool(spark.seen("running")),
         "starting Spark: the JVM, then the first micro-batch (about 20 s)",
@@ -353,18 +411,24 @@ def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
         options.spark_timeout,
     )
     last = spark.seen("completed")[-1]["checkpoint_id"]
-    pid = spark.pid
+    killed = spark.driver_pid
     spark.kill()
     screen.say(
-        f"SIGKILL of the job's Spark driver (pid {pid} and its JVM) after checkpoint {last}", "bold red"
+        f"SIGKILL of the job's Spark driver (pid {killed} and its JVM) after checkpoint {last}", "bold red"
     )
-    spark.start()
-    screen.say(f"Spark driver 2 started (pid {spark.pid}): it restores from the latest completed checkpoint")
     screen.wait(
-        lambda: bool(spark.seen("restored") or spark.seen("running")),
-        "restarting Spark: the JVM, the restore, then the first micro-batch (about 20 s)",
+        lambda: screen.restart is not None,
+        "the crash: `cutline run` reports the attempt FAILING, the restart strategy decides",
         options.spark_timeout,
     )
+    screen.wait(
+        lambda: (
+            spark.driver_pid not in (None, killed) and bool(spark.seen("restored") or spark.seen("running"))
+        ),
+        "restarting Spark: `cutline run` starts attempt 2, the JVM, the restore, the first micro-batch",
+        options.spark_timeout,
+    )
+    screen.say(f"Spark driver of attempt 2 started by `cutline run` (pid {spark.driver_pid})")
     screen.restored = spark.last("restored")
     if screen.restored is None:
         screen.say("the restarted driver found no checkpoint to restore from", "bold red")
@@ -398,9 +462,11 @@ def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
     screen.refresh()
     code = spark.stop(options.grace)
     stopped = spark.last("stopped")
-    if code != 0 or stopped is None:
-        raise DemoError(f"the Spark driver ended with {code}; its log {spark.log_path}:\n{spark.tail()}")
-    screen.say(f"Spark driver stopped (CANCELED), exit {code}")
+    if code != EXIT_CANCELED or stopped is None:  # `cutline run` exits 130 once the job is CANCELED
+        raise DemoError(
+            f"`cutline run` ended with {code}; the driver's log {spark.log_path}:\n{spark.tail()}"
+        )
+    screen.say(f"Spark driver stopped and the job CANCELED (`cutline run` exit {code})")
     screen.phase = "done"
     screen.refresh()
     stats = screen.stats

@@ -92,7 +92,7 @@ def read_counts(*outs: Path) -> Counter[str]:
 
 
 def _emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    print(json.dumps({"event": event, "pid": os.getpid(), **fields}), flush=True)
 
 
 def run(
@@ -179,11 +179,15 @@ class SparkDriver:
     current process. Each start is a new attempt with its own log.
     """
 
-    def __init__(self, args: list[str], log_dir: Path) -> None:
+    def __init__(self, args: list[str], log_dir: Path, *, supervisor: Sequence[str] | None = None) -> None:
         self.args = args
         self.log_dir = log_dir
+        self.supervisor = None if supervisor is None else list(supervisor)
+        """``cutline run`` options: the driver runs under it, which restarts it as the journal says."""
         self.starts = 0
         self.events: list[dict[str, Any]] = []
+        self.supervisor_lines: list[str] = []
+        """What ``cutline run`` printed (each attempt's start, failure and restart decision)."""
         self.process: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
 
@@ -194,9 +198,12 @@ class SparkDriver:
     def start(self) -> None:
         self.starts += 1
         self.events = []
+        command = [sys.executable, "-m", "spark_tasks.wordcount", *self.args]
+        if self.supervisor is not None:
+            command = [sys.executable, "-m", "coordinator.cli", "run", *self.supervisor, "--", *command]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "spark_tasks.wordcount", *self.args],
+                command,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -205,19 +212,26 @@ class SparkDriver:
         assert self.process.stdout is not None
         self._reader = threading.Thread(
             target=self._read,
-            args=(self.process.stdout, self.events, self.log_dir / f"spark-{self.starts}.events.jsonl"),
+            args=(
+                self.process.stdout,
+                self.events,
+                self.log_dir / f"spark-{self.starts}.events.jsonl",
+                self.supervisor_lines,
+            ),
             name="cutline-demo-spark",
             daemon=True,
         )
         self._reader.start()
 
     @staticmethod
-    def _read(stdout: IO[bytes], events: list[dict[str, Any]], copy: Path) -> None:
+    def _read(stdout: IO[bytes], events: list[dict[str, Any]], copy: Path, other: list[str]) -> None:
         with copy.open("ab") as kept:
             for line in stdout:
                 try:
                     event = json.loads(line)
                 except ValueError:
+                    if line.strip():
+                        other.append(line.decode("utf-8", "replace").rstrip())
                     continue
                 if isinstance(event, dict):
                     event["at"] = round(time.time(), 3)
@@ -226,7 +240,17 @@ class SparkDriver:
                     events.append(event)
 
     def seen(self, event: str) -> list[dict[str, Any]]:
-        return [e for e in list(self.events) if e.get("event") == event]
+        """The ``event`` lines of the current driver process (under ``cutline run``: its latest attempt)."""
+        pid = self.driver_pid
+        return [e for e in list(self.events) if e.get("event") == event and e.get("pid", pid) == pid]
+
+    @property
+    def driver_pid(self) -> int | None:
+        """The pid of the driver process: the child, or under ``cutline run`` the latest attempt's."""
+        if self.supervisor is None:
+            return self.pid
+        pids = [e["pid"] for e in list(self.events) if "pid" in e]
+        return pids[-1] if pids else None
 
     def last(self, event: str) -> dict[str, Any] | None:
         found = self.seen(event)
@@ -241,13 +265,29 @@ class SparkDriver:
         return self.process.poll() if self.process is not None else None
 
     def kill(self) -> None:
-        """SIGKILL to the driver's process group: the Python driver, its JVM and its workers."""
+        """SIGKILL to the driver's process group: the Python driver, its JVM and its workers (under
+        ``cutline run``, those of the current attempt: the supervisor then reports it failed)."""
         if self.process is None:
+            return
+        if self.supervisor is not None:
+            if self.driver_pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.driver_pid, signal.SIGKILL)
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(10)
+
+    def _kill_everything(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(10)
+        if self.supervisor is not None and self.driver_pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.driver_pid, signal.SIGKILL)
 
     def stop(self, grace: float = 20.0) -> int | None:
         """SIGTERM (the job stops its query: CANCELED), SIGKILL after ``grace`` s; idempotent.
@@ -259,14 +299,14 @@ class SparkDriver:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(grace)
+                self.process.wait(grace if self.supervisor is None else grace + 5)
             except subprocess.TimeoutExpired:
-                self.kill()
+                self._kill_everything()
             except KeyboardInterrupt:  # a second Ctrl-C: no more patience
-                self.kill()
+                self._kill_everything()
                 raise
         code = self.process.returncode
-        self.kill()  # whatever the driver left behind in its group
+        self._kill_everything()  # whatever the driver left behind in its group
         if self._reader is not None:
             self._reader.join(5)
         return code

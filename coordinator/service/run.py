@@ -123,10 +123,14 @@ class _Attempt:
         """When it was first seen exited with code 0 (its final status may still be on the way)."""
 
     def stop(self, timeout: float) -> int:
-        """SIGTERM to its process group, then SIGKILL after ``timeout`` s; its exit code."""
+        """SIGTERM to the driver, then SIGKILL to its process group after ``timeout`` s; its exit code.
+
+        Only the driver gets the SIGTERM: it stops what it started in order (a Spark driver its
+        query, then its JVM); a JVM that got the signal as well would die under the driver's feet.
+        """
         self.stopped = True
         if self.process.poll() is None:
-            self._signal(signal.SIGTERM)
+            self.process.terminate()
             try:
                 code = self.process.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -13,8 +13,9 @@ import pytest
 @pytest.mark.spark
 @pytest.mark.timeout(420)
 def test_demo_survives_a_crash_exactly_once(tmp_path: object) -> None:
-    """`cutline demo --duration 20` SIGKILLs its Spark driver, restores it from a checkpoint and exits 0
-    with the exactly-once line of its summary.
+    """`cutline demo --duration 20` SIGKILLs its Spark driver; the coordinator fails the attempt, the
+    restart strategy schedules the next, `cutline run` starts it, it restores from a checkpoint, and
+    the demo exits 0 with the exactly-once line of its summary.
 
     About a minute on an idle 2-core machine; two Spark starts make it three or more when the machine
     is busy, hence the long timeout.
@@ -43,4 +44,6 @@ def test_demo_survives_a_crash_exactly_once(tmp_path: object) -> None:
     assert 0 == demo.returncode, stdout[-3000:] + stderr[-3000:]
     assert "exactly-once: OK" in stdout
     assert "SIGKILL of the job" in stdout
+    assert "the restart strategy decided: attempt 2" in stdout  # carried out by `cutline run`
+    assert "FAILING (attempt 1) → RESTARTING (attempt 2" in stdout
     assert "restored from checkpoint" in stdout
