@@ -252,6 +252,23 @@ def _completed_table(state: JobState) -> Table:
     return table
 
 
+def _restart_facts(state: JobState) -> str:
+    """The restart strategy, what it counted so far and the restart it scheduled, if any."""
+    assert state.config is not None
+    strategy = state.config.restart_strategy
+    text = f"{strategy.kind.flink_name}, {state.restarts} counted"
+    if state.last_failure_ms is not None:
+        text += f", last failure at {format_time(state.last_failure_ms)}"
+    if state.restart is not None:
+        restart = state.restart
+        restore = "nothing" if restart.restore_checkpoint_id is None else f"#{restart.restore_checkpoint_id}"
+        text += (
+            f"; attempt {restart.attempt} scheduled at {format_time(restart.restart_at_ms)}, "
+            f"restoring {restore} ({restart.failure})"
+        )
+    return text
+
+
 def job_summary(state: JobState) -> Panel:
     """A panel with everything folding the journal says about one job."""
     facts = Table.grid(padding=(0, 2))
@@ -275,6 +292,13 @@ def job_summary(state: JobState) -> Panel:
             f"tolerable failures {config.tolerable_failures}, retained {config.retained}",
         )
         facts.add_row("location", config.location)
+        facts.add_row("restarts", _restart_facts(state))
+        if state.heartbeat_deadline_ms is not None:
+            facts.add_row(
+                "heartbeat",
+                f"every {config.heartbeat_interval_ms} ms, "
+                f"next due by {format_time(state.heartbeat_deadline_ms)}",
+            )
     else:
         facts.add_row("config", "-")
     if state.scheduler is None:

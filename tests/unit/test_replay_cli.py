@@ -19,8 +19,15 @@ from coordinator.decider import fold_jobs
 from coordinator.journal import read_journal_events, write_journal
 from coordinator.simulate import Rates, simulate
 from coordinator.state import JobState
+from coordinator.testing import config, heartbeat, run, running, tick
 from coordinator.timeline import format_time, job_summary
-from events.records import CheckpointCompleted, JournalEvent, TaskAcknowledged
+from events.records import (
+    CheckpointCompleted,
+    JournalEvent,
+    RestartStrategy,
+    RestartStrategyKind,
+    TaskAcknowledged,
+)
 
 WIDTH = 120
 EVENTS = 3000
@@ -271,3 +278,16 @@ def test_console_script_replays_and_verifies(journal: Path) -> None:
 
     assert 0 == completed.returncode, completed.stderr
     assert f"verified: {EVENTS:,} events, no violation" in completed.stdout
+
+
+def test_the_job_panel_shows_the_restart_strategy_and_a_scheduled_restart() -> None:
+    """After a missed heartbeat the panel names the strategy, its count and the restart it scheduled."""
+    cfg = config(restart_strategy=RestartStrategy(RestartStrategyKind.FIXED_DELAY, attempts=2, delay_ms=500))
+    state, _ = run([running(cfg=cfg, at=0), heartbeat(at=10), tick(50_010)])
+
+    out = io.StringIO()
+    Console(file=out, width=400, highlight=False).print(job_summary(state))  # wide: nothing wraps
+    panel = out.getvalue()
+
+    assert "fixed-delay, 1 counted" in panel
+    assert "attempt 2 scheduled at" in panel and "restoring nothing" in panel
