@@ -24,7 +24,14 @@ from coordinator.commands import (
     RequestCheckpoint,
     Tick,
 )
-from coordinator.restart import GiveUp, RestartHistory, history_after, on_failure, strategy_problem
+from coordinator.restart import (
+    GiveUp,
+    Restart,
+    RestartHistory,
+    failure_window,
+    on_failure,
+    strategy_problem,
+)
 from coordinator.state import (
     COUNTED_REASONS,
     MAX_QUEUED_REQUESTS,
@@ -53,6 +60,7 @@ from events.records import (
     JobRestartScheduled,
     JobStatus,
     JournalEvent,
+    RestartStrategy,
     SchedulerStarted,
     SchedulerStopped,
     StateHandle,
@@ -228,14 +236,14 @@ def evolve(state: JobState, event: Decision) -> JobState:
         case JobHeartbeatRecorded():
             return _replace_state(state, heartbeat_deadline_ms=event.deadline_ms)
         case JobRestartScheduled():
-            kept = (state.config.restart_strategy.max_failures_per_interval if state.config else 1) + 1
+            strategy = state.config.restart_strategy if state.config else RestartStrategy()
             return _replace_state(
                 state,
                 status=JobStatus.RESTARTING,
                 restarts=event.restarts,
                 backoff_ms=event.backoff_ms,
                 last_failure_ms=event.timestamp_ms,
-                failure_times=(*state.failure_times, event.timestamp_ms)[-max(1, kept) :],
+                failure_times=failure_window(strategy, state.failure_times, event.timestamp_ms),
                 restart=event,
             )
         case JobFailedPermanently():
@@ -559,23 +567,16 @@ def _fail(
     """The job failed: stop it (FAILING), then the restart strategy restarts it or gives up."""
     _stop(d, now, JobStatus.FAILING, failure, attempt=attempt, reason=reason)
     state = d.state
-    strategy = state.config.restart_strategy if state.config is not None else None
     history = RestartHistory(state.restarts, state.backoff_ms, state.last_failure_ms, state.failure_times)
-    decision = (
-        GiveUp("the job never ran with a configuration (no restart strategy)")
-        if strategy is None
-        else on_failure(strategy, history, now, jitter)
-    )
-    if isinstance(decision, GiveUp) or strategy is None:
-        why = decision.reason if isinstance(decision, GiveUp) else ""
-        d.emit(JobFailedPermanently(state.job_id, state.attempt, now, why, failure))
+    if state.config is None:
+        decision: Restart | GiveUp = GiveUp("the job never ran with a configuration (no restart strategy)")
+    else:
+        decision = on_failure(state.config.restart_strategy, history, now, jitter)
+    if isinstance(decision, GiveUp):
+        d.emit(JobFailedPermanently(state.job_id, state.attempt, now, decision.reason, failure))
         return
-    after = history_after(strategy, history, now, decision)
-    restore = state.latest_completed
-    restore_id = (
-        restore.checkpoint_id if restore else (state.restored.checkpoint_id if state.restored else None)
-    )
-    location = restore.location if restore else (state.restored.location if state.restored else None)
+    # Flink restores the latest completed checkpoint, or what the attempt itself started from.
+    restore = state.latest_completed or state.restored
     d.emit(
         JobRestartScheduled(
             job_id=state.job_id,
@@ -583,10 +584,10 @@ def _fail(
             timestamp_ms=now,
             delay_ms=decision.delay_ms,
             failure=failure,
-            restarts=after.restarts,
-            backoff_ms=after.backoff_ms,
-            restore_checkpoint_id=restore_id,
-            restore_location=location or None,
+            restarts=decision.restarts,
+            backoff_ms=decision.backoff_ms,
+            restore_checkpoint_id=None if restore is None else restore.checkpoint_id,
+            restore_location=None if restore is None else restore.location or None,
         )
     )
 

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 
 from events.records import RestartStrategy, RestartStrategyKind
 
-__all__ = ["GiveUp", "Restart", "RestartHistory", "history_after", "on_failure", "strategy_problem"]
+__all__ = [
+    "GiveUp",
+    "Restart",
+    "RestartHistory",
+    "failure_window",
+    "history_after",
+    "on_failure",
+    "strategy_problem",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +72,7 @@ def on_failure(
             return Restart(strategy.delay_ms, restarts)
         case RestartStrategyKind.FAILURE_RATE:
             most, interval = strategy.max_failures_per_interval, strategy.failure_rate_interval_ms
-            window = (*history.failure_times, now_ms)[-(most + 1) :]
+            window = failure_window(strategy, history.failure_times, now_ms)
             if len(window) > most and now_ms - window[0] <= interval:
                 return GiveUp(
                     f"failure-rate: {len(window)} failures within {interval} ms, at most {most} tolerated "
@@ -98,11 +106,18 @@ def _exponential(
     return Restart(max(0, min(jittered, strategy.max_backoff_ms)), restarts, backoff)
 
 
+def failure_window(strategy: RestartStrategy, failure_times: tuple[int, ...], now_ms: int) -> tuple[int, ...]:
+    """The failures failure-rate looks at after one at ``now_ms``: the latest
+    ``max_failures_per_interval + 1`` (Flink's bounded queue of failure timestamps)."""
+    return (*failure_times, now_ms)[-(max(strategy.max_failures_per_interval, 0) + 1) :]
+
+
 def history_after(
     strategy: RestartStrategy, history: RestartHistory, now_ms: int, restart: Restart
 ) -> RestartHistory:
-    """The history once the job failed at ``now_ms`` and ``restart`` was decided."""
-    window = (*history.failure_times, now_ms)[-(max(strategy.max_failures_per_interval, 0) + 1) :]
+    """The history once the job failed at ``now_ms`` and ``restart`` was decided (what folding the
+    journaled ``JobRestartScheduled`` gives)."""
+    window = failure_window(strategy, history.failure_times, now_ms)
     return RestartHistory(restart.restarts, restart.backoff_ms, now_ms, window)
 
 

@@ -194,7 +194,7 @@ class JobFeed:
         probe = Consumer(consumer_config(bootstrap, extra=short_wait))
         try:
             self.partitions = {topic: job_partition(probe, topic, job_id, timeout) for topic in topics}
-            wanted = [(topic, partition) for topic, partition in self.partitions.items()]
+            wanted = list(self.partitions.items())
             self.starts = find_ends(probe, wanted, timeout) if from_end else dict.fromkeys(wanted, 0)
         finally:
             probe.close()

@@ -38,6 +38,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from events.codec import avro_decoder
 from events.feed import FeedRecord, JobFeed, read_job_partition
 from events.fencing import epoch_header
 from events.kafka import (
@@ -61,7 +62,6 @@ from events.records import (
     JobStatusChanged,
     Record,
     RestartStrategy,
-    RestartStrategyKind,
     SchedulerStarted,
     StateHandle,
     TaskStatusChanged,
@@ -111,9 +111,7 @@ def with_restart_strategy_from_environment(config: CheckpointConfig) -> Checkpoi
     text = os.environ.get(RESTART_STRATEGY_ENV)
     if not text:
         return config
-    fields = json.loads(text)
-    fields["kind"] = RestartStrategyKind(fields.get("kind", RestartStrategyKind.EXPONENTIAL_DELAY))
-    return dataclasses.replace(config, restart_strategy=RestartStrategy(**fields))
+    return dataclasses.replace(config, restart_strategy=avro_decoder(RestartStrategy)(json.loads(text)))
 
 
 # --------------------------------------------------------------- answers

@@ -301,8 +301,7 @@ class CheckpointedJob:
         self.query_name = f"cutline-{settings.job_id}-{self.run_id}"
         self.driver = JobDriver(settings.bootstrap, settings.job_id, self.topics, timeout=timeout)
         history = self.driver.journal((SchedulerStarted, CheckpointCompleted))
-        self._history = valid_completions(history)
-        self.attempt = max(
+        attempt = max(
             1
             + max(
                 (r.attempt for r in history if isinstance(r, SchedulerStarted | CheckpointCompleted)),
@@ -310,35 +309,48 @@ class CheckpointedJob:
             ),
             int(os.environ.get("CUTLINE_ATTEMPT", "0")),  # the attempt cutline run starts
         )
-        self.work_dir = Path(settings.work_dir) / f"attempt-{self.attempt}"
         with OffsetProbe(settings.bootstrap, {}, timeout) as probe:
             self.partitions: list[tuple[str, int]] = probe.partitions(settings.topics)
         if not self.partitions:
             raise ValueError(f"topics {list(settings.topics)} have no partitions: create them first")
         self.tasks = [task_id(t, p) for t, p in self.partitions]
         self._restored_state: dict[tuple[str, int], tuple[int, bytes]] = {}
-        self.restored: CheckpointCompleted | None = self._find_restore(settings.restore)
-        self.store = PartitionStateStore(self.work_dir / "state")
-        self.starting_offsets = self._seed_state()
-        self.ledger = JobLedger(
-            settings.job_id, self.attempt, settings.config, self.tasks, self.partitions, self._history
-        )
-        self.completed: list[CheckpointCompleted] = []
-        self.aborted: list[CheckpointAborted] = []
-        self.rejected: dict[str, TriggerRejected] = {}
-        """Trigger requests the coordinator refused, by request id."""
         self.ignored: list[tuple[Record, str]] = []
         """Journal records of this job that the job ignored, and why (each logged once)."""
-        self._scheduled = threading.Event()
-        self.failure: CheckpointFailuresExceeded | None = None
-        self.query: Any = None
         self._listener: _Listener | None = None
         self._follower: _JournalFollower | None = None
         self._stopping = False
         self._lock = threading.Lock()
         self._completion = threading.Condition(self._lock)
-        self._decision: JobRestartScheduled | JobFailedPermanently | None = None
-        """The restart strategy's decision on this attempt's failure, once the journal has it."""
+        self._begin_attempt(attempt, settings.restore, history)
+
+    def _begin_attempt(self, attempt: int, restore: Restore, history: list[Record]) -> None:
+        """Become ``attempt``: its own work directory, ``restore`` loaded and seeded as the first state
+        versions, a ledger over the journal's ``history``, and nothing completed or decided yet."""
+        with self._completion:
+            self._history = valid_completions(history)
+            self.attempt = attempt
+            self.work_dir = Path(self.settings.work_dir) / f"attempt-{attempt}"
+            self.restored: CheckpointCompleted | None = self._find_restore(restore)
+            self.store = PartitionStateStore(self.work_dir / "state")
+            self.starting_offsets = self._seed_state()
+            self.ledger = JobLedger(
+                self.settings.job_id,
+                attempt,
+                self.settings.config,
+                self.tasks,
+                self.partitions,
+                self._history,
+            )
+            self.completed: list[CheckpointCompleted] = []
+            self.aborted: list[CheckpointAborted] = []
+            self.rejected: dict[str, TriggerRejected] = {}
+            """Trigger requests the coordinator refused, by request id."""
+            self._scheduled = threading.Event()
+            self.failure: CheckpointFailuresExceeded | None = None
+            self.query: Any = None
+            self._decision: JobRestartScheduled | JobFailedPermanently | None = None
+            """The restart strategy's decision on this attempt's failure, once the journal has it."""
 
     # ------------------------------------------------------------- restore
 
@@ -709,26 +721,10 @@ class CheckpointedJob:
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 self.spark.streams.removeListener(self._listener.spark_listener)
+        self._listener = None
+        target = restart.restore_checkpoint_id
         history = self.driver.journal((SchedulerStarted, CheckpointCompleted))
-        with self._completion:
-            self._history = valid_completions(history)
-            self.attempt = restart.attempt
-            self.work_dir = Path(self.settings.work_dir) / f"attempt-{self.attempt}"
-            target = restart.restore_checkpoint_id
-            self.restored = self._find_restore(self.settings.restore if target is None else target)
-            self.store = PartitionStateStore(self.work_dir / "state")
-            self.starting_offsets = self._seed_state()
-            self.ledger = JobLedger(
-                self.settings.job_id,
-                self.attempt,
-                self.settings.config,
-                self.tasks,
-                self.partitions,
-                self._history,
-            )
-            self.completed, self.aborted, self.rejected = [], [], {}
-            self._scheduled = threading.Event()
-            self.failure, self.query, self._listener, self._decision = None, None, None, None
+        self._begin_attempt(restart.attempt, self.settings.restore if target is None else target, history)
 
     def wait_for_running(self, timeout: float = 60.0) -> None:
         """Block until the coordinator runs this attempt (its SchedulerStarted is in the journal)."""

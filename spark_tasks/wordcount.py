@@ -269,25 +269,23 @@ class SparkDriver:
         ``cutline run``, those of the current attempt: the supervisor then reports it failed)."""
         if self.process is None:
             return
-        if self.supervisor is not None:
-            if self.driver_pid is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self.driver_pid, signal.SIGKILL)
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(10)
-
-    def _kill_everything(self) -> None:
-        if self.process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(10)
-        if self.supervisor is not None and self.driver_pid is not None:
+        if self.supervisor is None:
+            self._kill_everything()
+        elif self.driver_pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.driver_pid, signal.SIGKILL)
+
+    def _kill_everything(self) -> None:
+        """SIGKILL to the child's process group and (under ``cutline run``) the attempt's."""
+        if self.process is None:
+            return
+        groups = [self.process.pid] if self.supervisor is None else [self.process.pid, self.driver_pid]
+        for group in groups:
+            if group is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(10)
 
     def stop(self, grace: float = 20.0) -> int | None:
         """SIGTERM (the job stops its query: CANCELED), SIGKILL after ``grace`` s; idempotent.

@@ -28,7 +28,6 @@ The driver finds what it needs in its environment:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -40,6 +39,7 @@ from types import FrameType
 
 from rich.console import Console
 
+from events.codec import to_avro
 from events.feed import JobFeed, read_job_partition
 from events.participant import RESTART_STRATEGY_ENV, JobDriver
 from events.records import (
@@ -110,8 +110,7 @@ class _Attempt:
             "CUTLINE_TOPIC_PREFIX": settings.topic_prefix,
         }  # fmt: skip
         if settings.strategy is not None:
-            fields = dataclasses.asdict(settings.strategy)
-            env[RESTART_STRATEGY_ENV] = json.dumps({**fields, "kind": settings.strategy.kind.value})
+            env[RESTART_STRATEGY_ENV] = json.dumps(to_avro(settings.strategy))
         # Its own process group: stopping an attempt stops what it started too (a Spark driver's JVM
         # and Python workers), and the terminal's Ctrl-C reaches only the supervisor, which stops it.
         self.process = subprocess.Popen(list(settings.command), env=env, start_new_session=True)
