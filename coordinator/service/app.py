@@ -1,9 +1,11 @@
 """The coordinator service: a Faust app around :class:`coordinator.service.runtime.Coordinator`.
 
-One agent per input topic (concurrency 1), a timer that turns the clock into
-ticks, and web views with Flink's checkpoint statistics. Every agent body is
-the same few steps: decode → decide → evolve the per-job state → append to the
-journal (the runtime does the first three in memory; this module publishes).
+Each fetched batch of the input topics and the ticks topic goes straight to
+the coordinator (:mod:`coordinator.service.direct`, no per-message agent path),
+a timer turns the clock into ticks, and web views show Flink's checkpoint
+statistics. A batch is the same few steps: decode → decide → evolve the
+per-job state → append to the journal (the runtime does the first three in
+memory; this module publishes), and only then are its offsets committable.
 
 The per-job state table is the journal itself: start-up recovery folds the
 journal topic into the states, skips inputs the journal already reflects when
@@ -20,14 +22,17 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from coordinator.service.direct import DirectConsumer, use_direct_consumer
+from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
 from coordinator.service.ownership import claim_partition, new_worker_id, snapshot_message
 from coordinator.service.runtime import Coordinator, Outcome, Outgoing
 from coordinator.snapshot import PartitionSnapshot
@@ -37,12 +42,6 @@ from events.broker import create_topics, topic_config
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 log = logging.getLogger("cutline.coordinator")
-
-BATCH_SIZE = 500
-BATCH_WAIT = 0.001
-"""A batch of input is decided at most this long after its first message arrived ..."""
-BATCH_QUIET = 0.0002
-"""... or as soon as no message came for this long: a lone ack waits 0.2 ms, not 1 ms."""
 
 
 @dataclass(slots=True, eq=False)
@@ -58,6 +57,8 @@ class Owner:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     revoked: bool = False
     task: asyncio.Future[None] | None = None
+    recovery_seconds: float | None = None
+    """How long claiming and folding the partition took (for metrics)."""
 
 
 @dataclass(frozen=True)
@@ -380,23 +381,6 @@ def create_app(settings: Settings) -> faust.App:
             epoch=owner.epoch,
         )
 
-    async def process(events: Sequence[faust.EventT[Any]]) -> None:
-        await decide_batch([event.message for event in events], decide_input)
-
-    def input_agent(topic_name: str, name: str) -> None:
-        async def agent(stream: faust.StreamT[Any]) -> None:
-            # What has arrived is decided at once, in order; a lone message waits at most 1 ms.
-            async for events in take_arrived(stream, BATCH_SIZE, BATCH_WAIT, BATCH_QUIET):
-                await process(events)
-
-        agent.__name__ = name
-        app.agent(raw_topic(topic_name), name=name, concurrency=1)(agent)
-
-    input_agent(topics.job_status, "handle_job_status")
-    input_agent(topics.requests, "handle_requests")
-    input_agent(topics.acks, "handle_acks")
-    input_agent(topics.declines, "handle_declines")
-
     def decide_tick(message: Any, owner: Owner) -> Outcome | None:
         try:
             job_id = message.key.decode()
@@ -409,10 +393,14 @@ def create_app(settings: Settings) -> faust.App:
             return None  # a job of a partition this worker no longer (or not yet) holds
         return coordinator.tick(job_id, now_ms(), epoch=owner.epoch)
 
-    @app.agent(ticks_topic, name="handle_ticks", concurrency=1)
-    async def handle_ticks(stream: faust.StreamT[Any]) -> None:
-        async for event in stream.events():
-            await decide_batch([event.message], decide_tick)
+    def decide(message: Any, owner: Owner) -> Outcome | None:
+        return (decide_tick if message.topic == settings.ticks_topic else decide_input)(message, owner)
+
+    async def decide_fetched(messages: Sequence[Any]) -> None:
+        """Each fetched batch of inputs and ticks, decided at once (coordinator/service/direct.py)."""
+        await decide_batch(messages, decide)
+
+    use_direct_consumer(app, [raw_topic(name) for name in sorted(input_topics)], decide_fetched)
 
     ticked: dict[str, int] = {}
 
@@ -466,6 +454,7 @@ def create_app(settings: Settings) -> faust.App:
             coordinator.merge(claimed.coordinator, partition)
             owner.epoch = claimed.epoch
             owner.journal_offset = claimed.claim_offset
+            owner.recovery_seconds = claimed.seconds
             failed = await publish([Outcome(messages=coordinator.resume(now_ms(), partition, owner.epoch))])
             if failed:
                 log.error("barriers of partition %d could not be resent; recovering it again", partition)
@@ -597,87 +586,32 @@ def create_app(settings: Settings) -> faust.App:
             )
         return web.json(entry_json(entry))
 
+    def partition_views() -> list[PartitionView]:
+        return [
+            PartitionView(p, o.epoch, o.ready.is_set(), o.journal_offset, o.recovery_seconds)
+            for p, o in list(owners.items())
+        ]
+
+    def input_lag() -> list[InputLag]:
+        consumer = app.consumer
+        read = consumer.read_offsets() if isinstance(consumer, DirectConsumer) else {}
+        lags = []
+        for tp in consumer.assignment():
+            position, highwater = read.get(tp), consumer.highwater(tp)
+            if tp.topic in input_topics and position is not None and highwater is not None:
+                lags.append(InputLag(tp.topic, tp.partition, max(0, highwater - position - 1)))
+        return lags
+
+    metrics = registry_for(CoordinatorCollector(coordinator, partition_views, input_lag))
+
+    @app.page("/metrics")
+    async def get_metrics(web: Any, request: Any) -> Any:
+        """Prometheus text format (coordinator/service/metrics.py)."""
+        return web.bytes(generate_latest(metrics), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     app.cutline_coordinator = coordinator  # type: ignore[attr-defined]
     app.cutline_recovered = recovered  # type: ignore[attr-defined]
     return app
-
-
-async def take_arrived(
-    stream: Any, max_events: int, within: float, quiet: float
-) -> AsyncIterator[list[faust.EventT[Any]]]:
-    """The events of ``stream`` in batches, and its events acked once the caller is done with a
-    batch, so Faust commits no input offset before its decision is journaled (Faust flushes the
-    producer before it commits). A batch ends ``within`` seconds after its first event, when no
-    event came for ``quiet`` seconds, or at ``max_events``, whichever comes first.
-
-    ``Stream.take_events`` (a batch every ``within``) wakes every ``within`` to look, even when
-    nothing arrives: with 1 ms and four input agents that is 4,000 wake-ups a second for an idle
-    coordinator; and a lone message waits for the whole window. Here a timer runs only while a
-    batch is open, so an idle stream costs nothing, and a lone message waits ``quiet``. Built the
-    way ``take_events`` is: a processor fills the batch while the stream is drained in the
-    background, with automatic acks off.
-    """
-    loop = asyncio.get_running_loop()
-    buffer: list[faust.EventT[Any]] = []
-    ready = asyncio.Event()
-    room = asyncio.Event()
-    room.set()
-    timer: asyncio.TimerHandle | None = None
-    first = last = 0.0
-
-    def expire() -> None:
-        # Runs every ``quiet`` at most while a batch is open (cheaper than a new timer per event).
-        nonlocal timer
-        now = loop.time()
-        end = min(first + within, last + quiet)
-        if now >= end:
-            timer = None
-            ready.set()
-        else:
-            timer = loop.call_at(end, expire)
-
-    async def add(value: Any) -> Any:
-        nonlocal timer, first, last
-        event = stream.current_event
-        if event is None:
-            raise RuntimeError("take_arrived: no current event")
-        buffer.append(event)
-        last = loop.time()
-        if len(buffer) == 1:
-            first = last
-            if timer is None:
-                timer = loop.call_at(first + min(quiet, within), expire)
-        if len(buffer) >= max_events:
-            ready.set()
-            room.clear()
-            await stream.wait(room)  # hold the stream until the batch is taken
-        return value
-
-    enable_acks = stream.enable_acks
-    stream.enable_acks = False
-    stream.add_processor(add)
-    stream._enable_passive(aiter(stream.channel))
-    try:
-        while not stream.should_stop:
-            if await stream.wait_for_stopped(ready):
-                break
-            ready.clear()
-            if timer is not None:
-                timer.cancel()
-                timer = None
-            batch = buffer[:]
-            buffer.clear()
-            room.set()
-            if not batch:
-                continue
-            yield batch
-            # Acked only once the caller is back for more: if deciding raised, the input stays
-            # uncommitted and comes again after a restart (the journal's causes skip what it has).
-            for event in batch:
-                await stream.ack(event)
-    finally:
-        stream.enable_acks = enable_acks
-        stream._processors.remove(add)
 
 
 def run(settings: Settings, loglevel: str = "warning") -> None:

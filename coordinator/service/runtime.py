@@ -40,6 +40,7 @@ import os
 import random
 import stat
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -180,6 +181,10 @@ class Coordinator:
         self.trigger_epochs: dict[tuple[str, int], int] = {}
         """(job, checkpoint id) of each pending checkpoint -> the epoch its trigger was journaled in."""
         self._kinds = {getattr(topics, name): kinds for name, kinds in ACCEPTED.items()}
+        self.inputs_decided: Counter[str] = Counter()
+        """Input messages handled (decided or dead-lettered), by topic: for metrics."""
+        self.dead_letters: Counter[str] = Counter()
+        """Dead letters made, by reason: for metrics."""
 
     # ------------------------------------------------------------- recovery
 
@@ -300,6 +305,7 @@ class Coordinator:
         An ack or decline with a ``cutline.epoch`` header answers a barrier of that epoch. Never
         raises: anything unexpected becomes a dead letter (``INTERNAL_ERROR``) and leaves every state
         as it was."""
+        self.inputs_decided[topic] += 1
         try:
             return self._handle(topic, partition, offset, key, value, now_ms, headers, epoch)
         except Exception as exc:
@@ -417,6 +423,7 @@ class Coordinator:
         job_id: str | None = None,
     ) -> Outcome:
         log.warning("dead letter from %s[%d]@%d: %s: %s", topic, partition, offset, reason, message)
+        self.dead_letters[reason] += 1
         if value is not None and len(value) > MAX_DEAD_LETTER_VALUE:
             message += f" (the value is cut to its first {MAX_DEAD_LETTER_VALUE} of {len(value)} bytes)"
             value = value[:MAX_DEAD_LETTER_VALUE]

@@ -9,11 +9,13 @@ say.
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.decider import fold_jobs
 from coordinator.invariants import first_violation
@@ -131,6 +133,18 @@ class Job:
                 raise AssertionError(f"journal never matched; last events: {kinds}")
             time.sleep(0.2)
 
+    def wait_for_dead_letters(self, n: int, timeout: float = 30.0) -> list[DeadLetter]:
+        deadline = time.monotonic() + timeout
+        while True:
+            letters = [
+                letter
+                for m in read_to_end(self.bootstrap, self.topics.dead_letters)
+                if m.value and isinstance(letter := decode(m.value), DeadLetter)
+            ]
+            if len(letters) >= n or time.monotonic() > deadline:
+                return letters
+            time.sleep(0.2)
+
     def committed(self) -> dict[str, int]:
         reader = Consumer(consumer_config(self.bootstrap, GROUP))
         try:
@@ -164,6 +178,18 @@ def config(tmp_path: object, **overrides: int) -> CheckpointConfig:
     values = {"interval_ms": 300, "timeout_ms": 10_000, "tolerable_failures": 100}
     values.update(overrides)
     return CheckpointConfig(location=f"file://{tmp_path}/checkpoints", **values)  # type: ignore[arg-type]
+
+
+def scrape(coordinator: CoordinatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``GET /metrics``, parsed by prometheus_client: (sample name, sorted labels) -> value."""
+    with urllib.request.urlopen(coordinator.url + "/metrics", timeout=5) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=")
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def completions(journal: list[JournalEvent]) -> list[CheckpointCompleted]:
@@ -349,6 +375,93 @@ class TestRecovery:
         assert hold["checkpoint"] in ended
         assert set(completed_before) <= {c.checkpoint_id for c in completions(journal)}
         assert first_violation(journal) is None
+
+    def test_decided_input_is_committed_to_the_coordinator_s_group(
+        self,
+        bootstrap: str,
+        topics: Topics,
+        coordinator: CoordinatorProcess,
+        make_job: Callable[..., Job],
+        tmp_path: object,
+    ) -> None:
+        """Inputs reach the coordinator a fetched batch at a time (coordinator/service/direct.py),
+        outside Faust's streams; Faust still commits their offsets once decided: after the job
+        finished, the group's committed offset of every job-status and acks partition is its end."""
+        job = make_job(2)
+        job.start(config(tmp_path))
+        job.wait_for(lambda j: len(completions(j)) >= 2)
+        job.driver.status(JobStatus.FINISHED)
+        job.wait_for(lambda j: any(isinstance(e, SchedulerStopped) for e in j))
+        ends: dict[tuple[str, int], int] = {}
+        for topic in (topics.job_status, topics.acks):
+            for message in read_to_end(bootstrap, topic):
+                ends[(topic, message.partition)] = message.offset + 1
+        assert {topics.job_status, topics.acks} == {topic for topic, _ in ends}
+
+        reader = Consumer(consumer_config(bootstrap, f"{topics.prefix}coordinator"))
+        try:
+            deadline = time.monotonic() + 20  # Faust commits every 2.8 s
+            while True:
+                tps = reader.committed([TopicPartition(t, p) for t, p in ends], timeout=10)
+                committed = {(tp.topic, tp.partition): tp.offset for tp in tps}
+                if committed == ends or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+        finally:
+            reader.close()
+        assert ends == committed
+
+    def test_metrics_match_the_journal(
+        self,
+        bootstrap: str,
+        topics: Topics,
+        coordinator: CoordinatorProcess,
+        make_job: Callable[..., Job],
+        tmp_path: object,
+    ) -> None:
+        """``/metrics`` in Prometheus' text format, scraped while the job checkpoints and after it
+        finished: Flink's checkpoint metrics and the worker's counters say what the journal says."""
+        job = make_job(2)
+        job.start(config(tmp_path))
+        job.wait_for(lambda j: len(completions(j)) >= 2)
+        running = scrape(coordinator)
+        assert running[("cutline_job_numberOfCompletedCheckpoints", (("job_id", JOB),))] >= 2
+        assert 1 == running[("cutline_job_isRunning", (("job_id", JOB),))]
+        garbage = Producer(producer_config(bootstrap))
+        garbage.produce(topics.acks, key=JOB.encode(), value=b"not an ack")
+        garbage.flush(10)
+        job.driver.status(JobStatus.FINISHED)
+        journal = job.wait_for(lambda j: any(isinstance(e, SchedulerStopped) for e in j))
+        letters = job.wait_for_dead_letters(1)
+        deadline = time.monotonic() + 15  # a late ack may still be on its way to the coordinator
+        while True:
+            acks = list(read_to_end(bootstrap, topics.acks))
+            metrics = scrape(coordinator)
+            decided = metrics[("cutline_coordinator_inputs_decided_total", (("topic", topics.acks),))]
+            if decided == len(acks) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+
+        label = (("job_id", JOB),)
+        done = completions(journal)
+        assert len(done) == metrics[("cutline_job_numberOfCompletedCheckpoints", label)]
+        assert len(trigger_ids(journal)) == metrics[("cutline_job_totalNumberOfCheckpoints", label)]
+        aborted = [e for e in journal if isinstance(e, CheckpointAborted)]
+        assert len(aborted) == metrics[("cutline_job_numberOfFailedCheckpoints", label)]
+        assert 0 == metrics[("cutline_job_numberOfInProgressCheckpoints", label)]
+        assert done[-1].checkpoint_id == metrics[("cutline_job_lastCompletedCheckpointId", label)]
+        assert done[-1].duration_ms == metrics[("cutline_job_lastCheckpointDuration", label)]
+        assert 0 == metrics[("cutline_job_isRunning", label)]
+        assert len(acks) == decided
+        [letter] = letters
+        assert 1 == metrics[("cutline_coordinator_dead_letters_total", (("reason", letter.reason),))]
+        partition = str(next(m.partition for m in acks))
+        assert 1 == metrics[("cutline_coordinator_partition_ready", (("partition", partition),))]
+        assert metrics[("cutline_coordinator_partition_epoch", (("partition", partition),))] >= 1
+        assert (
+            0
+            == metrics[("cutline_coordinator_input_lag", (("partition", partition), ("topic", topics.acks)))]
+        )
 
     def test_replaying_the_journal_reproduces_the_table(
         self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object

@@ -1,0 +1,116 @@
+"""Fetched batches straight to the coordinator: Faust's consumer without its per-message stream path.
+
+Faust hands every fetched message to the conductor, which puts it on a stream's
+queue for an agent: several asyncio tasks, a decode and an ack chain per
+message, 130-155 µs of CPU per ack on this machine against 12-17 µs for the
+same batches handed straight to a handler (``docs/benchmarks.md``,
+``shared/reference/coordinator-scaleout-notes.md``). The coordinator decides a
+batch as one unit anyway (one decision pass, one journal batch per partition),
+so :class:`DirectConsumer` gives it each fetched batch of its topics at once.
+
+Everything else stays Faust's: group membership and rebalance callbacks, the
+consumer thread, offset commits (a message's offset is acked only after the
+handler returned, that is after its journal writes are acknowledged), the
+producer, timers and web views. Messages of other topics take Faust's usual
+path. It overrides ``Consumer._drain_messages``, a private method: the
+faust-streaming version is bounded in ``pyproject.toml`` and
+``tests/unit/test_direct_consumer.py`` checks the parts it relies on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import faust
+from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+BatchHandler = Callable[[Sequence[Any]], Awaitable[None]]
+"""Decides a batch of fetched messages (Faust ``Message``: topic, partition, offset, key, value,
+headers), in order per partition; returns once their effects are durable."""
+
+
+class DirectConsumer(faust_aiokafka.Consumer):
+    """Faust's aiokafka consumer; fetched messages of ``direct_topics`` go to ``batch_handler``."""
+
+    direct_topics: frozenset[str] = frozenset()
+    batch_handler: BatchHandler | None = None
+
+    async def _drain_messages(self, fetcher: Any) -> None:
+        """Faust's fetch loop (``Consumer._drain_messages``) with the direct batches taken out."""
+        callback = self.callback
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        read_offset = self._read_offset
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                self.diag.set_flag(CONSUMER_FETCHING)
+                direct: list[Any] = []
+                ait = self.getmany(timeout=1.0)
+                await self.sleep(0)
+                if not self.should_stop:
+                    async for tp, message in ait:
+                        r_offset = read_offset[tp]
+                        offset = message.offset
+                        if r_offset is not None and offset < r_offset:
+                            continue  # fetched again after a seek: it was handled
+                        if r_offset and offset - r_offset > 1 and self.app.topics.acks_enabled_for(tp.topic):
+                            await self._add_gap(tp, r_offset + 1, offset)  # compacted or aborted offsets
+                        if tp.topic in self.direct_topics:
+                            direct.append(message)
+                        else:
+                            await self.wait_first(callback(message), self.suspend_flow.wait())
+                        read_offset[tp] = offset
+                    if direct:
+                        await self._handle_direct(direct)
+                self.diag.unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                self.log.info("Broker stopped consumer, shutting down...")
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                self.log.info("Consumer shutting down for user cancel.")
+                return
+            raise
+        except Exception as exc:
+            self.log.exception("Drain messages raised: %r", exc)
+            raise
+        finally:
+            self.diag.unset_flag(CONSUMER_FETCHING)
+
+    def read_offsets(self) -> dict[Any, int | None]:
+        """The offset last read (handed on) per topic partition."""
+        return dict(self._read_offset)
+
+    async def _handle_direct(self, messages: list[Any]) -> None:
+        """The handler decides the batch; then its offsets count as processed (committable)."""
+        if self.batch_handler is None:
+            raise RuntimeError("DirectConsumer has no batch_handler for its direct topics")
+        await self.batch_handler(messages)
+        for message in messages:
+            self.ack(message)
+        commit_every = self._commit_every
+        if commit_every is not None and self._n_acked >= commit_every:
+            self._n_acked = 0
+            await self.commit()
+
+
+def use_direct_consumer(app: faust.App, topics: Sequence[faust.TopicT], handler: BatchHandler) -> None:
+    """Make ``app``'s consumer a :class:`DirectConsumer` handing the messages of ``topics`` to
+    ``handler``, and subscribe them (no agent reads them). Call before the app starts."""
+    consumer_class = type(
+        "CoordinatorConsumer",
+        (DirectConsumer,),
+        {
+            "direct_topics": frozenset(name for topic in topics for name in topic.topics),
+            "batch_handler": staticmethod(handler),
+        },
+    )
+    # The transport builds the app's consumer from its ``Consumer`` class attribute (a ClassVar).
+    app.transport.Consumer = consumer_class  # type: ignore[misc]
+    for topic in topics:
+        app.topics.add(topic)

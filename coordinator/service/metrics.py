@@ -1,0 +1,178 @@
+"""Prometheus metrics of a coordinator worker, at ``GET /metrics`` (DESIGN §9).
+
+Per job, Flink's checkpoint metrics under Flink's names (``lastCheckpointDuration``,
+``numberOfCompletedCheckpoints`` ...), prefixed ``cutline_job_`` and labelled ``job_id``;
+Flink reports them as gauges, and so does this. Each worker reports the jobs it owns (the
+jobs of its claimed journal partitions): scrape every worker, and each job comes from exactly
+one of them at a time. Next to them the worker's own: inputs decided per topic, dead letters
+by reason, its journal partitions (epoch, offset, how long their recovery took) and how far
+its fetch position is behind each input partition's end.
+
+Job metrics are read from the coordinator's state at scrape time (a custom collector), so
+deciding an input costs nothing more; the worker's counters are kept by the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from coordinator.service.runtime import Coordinator
+
+JOB_PREFIX = "cutline_job_"
+WORKER_PREFIX = "cutline_coordinator_"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """What the worker knows of one journal partition it owns."""
+
+    partition: int
+    epoch: int
+    ready: bool
+    journal_offset: int
+    recovery_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class InputLag:
+    topic: str
+    partition: int
+    records: int
+
+
+class CoordinatorCollector(Collector):
+    """Reads ``coordinator`` (and the shell's views of partitions and input lag) at each scrape."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        partitions: Callable[[], Iterable[PartitionView]] = lambda: (),
+        input_lag: Callable[[], Iterable[InputLag]] = lambda: (),
+    ) -> None:
+        self.coordinator = coordinator
+        self.partitions = partitions
+        self.input_lag = input_lag
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._jobs()
+        yield from self._worker()
+
+    def _jobs(self) -> Iterator[Metric]:
+        def gauge(name: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(JOB_PREFIX + name, doc, labels=["job_id"])
+
+        families = {
+            "total": gauge(
+                "totalNumberOfCheckpoints", "Checkpoints triggered (Flink's totalNumberOfCheckpoints)."
+            ),
+            "completed": gauge("numberOfCompletedCheckpoints", "Checkpoints completed."),
+            "failed": gauge("numberOfFailedCheckpoints", "Checkpoints failed (aborted, expired, declined)."),
+            "in_progress": gauge("numberOfInProgressCheckpoints", "Checkpoints triggered and not yet ended."),
+            "duration": gauge(
+                "lastCheckpointDuration", "Trigger to completion of the last completed checkpoint, ms."
+            ),
+            "size": gauge("lastCheckpointSize", "State size of the last completed checkpoint, bytes."),
+            "completed_id": gauge("lastCompletedCheckpointId", "Id of the last completed checkpoint."),
+            "restore": gauge(
+                "lastCheckpointRestoreTimestamp",
+                "When the job last restored a checkpoint, ms since the epoch.",
+            ),
+            "restarts": gauge("numRestarts", "Restarts of the job by its restart strategy so far."),
+            "attempt": gauge("attempt", "The job's current attempt number."),
+            "running": gauge("isRunning", "1 while the job's status is RUNNING."),
+        }
+        for job_id, state in sorted(self.coordinator.states.items()):
+            stats = self.coordinator.stats.get(job_id)
+            values: dict[str, float] = {
+                "attempt": state.attempt,
+                "restarts": state.restarts,
+                "running": 1.0 if state.status is not None and state.status.value == "RUNNING" else 0.0,
+            }
+            if stats is not None:
+                values.update(
+                    total=stats.total,
+                    completed=stats.completed,
+                    failed=stats.failed,
+                    in_progress=stats.in_progress,
+                )
+                latest = stats.latest_completed
+                if latest is not None:
+                    values.update(
+                        duration=latest.end_to_end_duration or 0,
+                        size=latest.state_size,
+                        completed_id=latest.id,
+                    )
+                if stats.latest_restored is not None:
+                    values["restore"] = stats.latest_restored.timestamp_ms
+            else:
+                values.update(total=0, completed=0, failed=0, in_progress=0)
+            for key, value in values.items():
+                families[key].add_metric([job_id], float(value))
+        yield from families.values()
+
+    def _worker(self) -> Iterator[Metric]:
+        decided = CounterMetricFamily(
+            WORKER_PREFIX + "inputs_decided", "Input messages decided, by topic.", labels=["topic"]
+        )
+        for topic, count in sorted(self.coordinator.inputs_decided.items()):
+            decided.add_metric([topic], count)
+        yield decided
+        letters = CounterMetricFamily(
+            WORKER_PREFIX + "dead_letters", "Dead letters written, by reason.", labels=["reason"]
+        )
+        for reason, count in sorted(self.coordinator.dead_letters.items()):
+            letters.add_metric([reason], count)
+        yield letters
+        yield _gauge(WORKER_PREFIX + "jobs", "Jobs this worker owns.", {(): len(self.coordinator.states)})
+
+        views = sorted(self.partitions(), key=lambda v: v.partition)
+        labels = ["partition"]
+        epoch = GaugeMetricFamily(
+            WORKER_PREFIX + "partition_epoch", "This worker's claim epoch.", labels=labels
+        )
+        ready = GaugeMetricFamily(
+            WORKER_PREFIX + "partition_ready", "1 once the partition is claimed and folded.", labels=labels
+        )
+        offset = GaugeMetricFamily(
+            WORKER_PREFIX + "journal_offset", "Last journal offset written or read to.", labels=labels
+        )
+        recovery = GaugeMetricFamily(
+            WORKER_PREFIX + "recovery_seconds",
+            "How long claiming and folding the partition took.",
+            labels=labels,
+        )
+        for view in views:
+            key = [str(view.partition)]
+            epoch.add_metric(key, view.epoch)
+            ready.add_metric(key, 1.0 if view.ready else 0.0)
+            offset.add_metric(key, view.journal_offset)
+            if view.recovery_seconds is not None:
+                recovery.add_metric(key, view.recovery_seconds)
+        yield from (epoch, ready, offset, recovery)
+
+        lag = GaugeMetricFamily(
+            WORKER_PREFIX + "input_lag",
+            "Records in an input partition past this worker's fetch position.",
+            labels=["topic", "partition"],
+        )
+        for entry in sorted(self.input_lag(), key=lambda e: (e.topic, e.partition)):
+            lag.add_metric([entry.topic, str(entry.partition)], entry.records)
+        yield lag
+
+
+def _gauge(name: str, doc: str, values: Mapping[tuple[str, ...], float]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=[])
+    for labels, value in values.items():
+        family.add_metric(list(labels), value)
+    return family
+
+
+def registry_for(collector: CoordinatorCollector) -> CollectorRegistry:
+    """A registry of its own (not the process-wide default): one per app, nothing global."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
