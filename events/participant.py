@@ -38,7 +38,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from events.codec import avro_decoder
+from events.codec import DecodeError, avro_decoder, decode
 from events.feed import FeedRecord, JobFeed, read_job_partition
 from events.fencing import epoch_header
 from events.kafka import (
@@ -261,6 +261,37 @@ def completion_problem(completed: CheckpointCompleted, known: set[int] | frozens
     except ValueError as exc:
         return f"malformed offsets: {exc}"
     return None
+
+
+METADATA_FILE = "_metadata"
+"""Written into a completed checkpoint's or savepoint's location (by a Spark job's driver): its
+``CheckpointCompleted``, so that the directory alone is enough to restore from or to inspect."""
+
+
+class MetadataProblem(LookupError):
+    """A directory holds no usable checkpoint ``_metadata``."""
+
+
+def read_checkpoint_metadata(location: str | Path) -> CheckpointCompleted:
+    """The ``CheckpointCompleted`` in a checkpoint or savepoint directory (path or ``file:`` URI);
+    :class:`MetadataProblem` says why there is none."""
+    directory = local_path(str(location))
+    path = directory / METADATA_FILE
+    try:
+        record = decode(path.read_bytes())
+    except FileNotFoundError:
+        raise MetadataProblem(
+            f"{directory} has no {METADATA_FILE}: give the directory of a completed checkpoint or "
+            "savepoint (…/chk-N or …/savepoint-N), written while its job was running"
+        ) from None
+    except DecodeError as exc:
+        raise MetadataProblem(f"{path} is not a cutline checkpoint's metadata: {exc}") from exc
+    if not isinstance(record, CheckpointCompleted):
+        raise MetadataProblem(f"{path} holds a {type(record).__name__}, not a CheckpointCompleted")
+    problem = completion_problem(record, frozenset())
+    if problem is not None:
+        raise MetadataProblem(f"{path} is not a usable checkpoint: {problem}")
+    return record
 
 
 def valid_completions(records: Iterable[Record]) -> list[CheckpointCompleted]:

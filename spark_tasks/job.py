@@ -61,16 +61,18 @@ from typing import Any, Literal, Self, cast
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from events.codec import DecodeError, decode, encode
+from events.codec import encode
 from events.feed import JobFeed
 from events.kafka import commit_offsets, consumer_config
 from events.participant import (
+    METADATA_FILE,
     JobDriver,
+    MetadataProblem,
     SnapshotCorrupted,
     UnsupportedLocation,
-    completion_problem,
     load_snapshot,
     local_path,
+    read_checkpoint_metadata,
     valid_completions,
     write_atomic,
 )
@@ -112,9 +114,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-METADATA_FILE = "_metadata"
-"""Written into a completed checkpoint's or savepoint's location: its ``CheckpointCompleted``."""
-
 Restore = Literal["latest"] | int | str | Path | None
 
 
@@ -122,7 +121,7 @@ class CheckpointFailuresExceeded(RuntimeError):
     """The coordinator reported more consecutive checkpoint failures than the job tolerates."""
 
 
-class NothingToRestore(LookupError):
+class NothingToRestore(MetadataProblem):
     """The checkpoint or savepoint a job was told to restore from does not exist."""
 
 
@@ -182,23 +181,10 @@ class JobSettings:
 
 def read_metadata(location: str | Path) -> CheckpointCompleted:
     """The ``CheckpointCompleted`` in a checkpoint or savepoint directory (path or ``file:`` URI)."""
-    directory = local_path(str(location))
-    path = directory / METADATA_FILE
     try:
-        record = decode(path.read_bytes())
-    except FileNotFoundError:
-        raise NothingToRestore(
-            f"{directory} has no {METADATA_FILE}: give the directory of a completed checkpoint or "
-            "savepoint (…/chk-N or …/savepoint-N), written while its job was running"
-        ) from None
-    except DecodeError as exc:
-        raise NothingToRestore(f"{path} is not a cutline checkpoint's metadata: {exc}") from exc
-    if not isinstance(record, CheckpointCompleted):
-        raise NothingToRestore(f"{path} holds a {type(record).__name__}, not a CheckpointCompleted")
-    problem = completion_problem(record, frozenset())
-    if problem is not None:
-        raise NothingToRestore(f"{path} is not a usable checkpoint: {problem}")
-    return record
+        return read_checkpoint_metadata(location)
+    except MetadataProblem as exc:
+        raise NothingToRestore(str(exc)) from exc
 
 
 class _Listener:
