@@ -120,6 +120,16 @@ def _patch_fetch_wait(wait_ms: int) -> None:
     faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer = create  # type: ignore[method-assign]
 
 
+DASHBOARD = {
+    path.name: path.read_bytes() for path in (Path(__file__).parent / "dashboard").iterdir() if path.is_file()
+}
+"""The web dashboard's static files (coordinator/service/dashboard/), served at ``/``."""
+ASSET_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+
 JOURNAL_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 """The journal is the state: it is kept for ever (DESIGN §4a)."""
 
@@ -548,13 +558,66 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/jobs")
     async def get_jobs(web: Any, request: Any) -> Any:
         return web.json(
+            {"jobs": [job_overview(job_id, state) for job_id, state in sorted(coordinator.states.items())]}
+        )
+
+    def job_overview(job_id: str, state: Any) -> dict[str, Any]:
+        stats = coordinator.stats.get(job_id)
+        latest = stats.latest_completed if stats else None
+        return {
+            "id": job_id,
+            "status": state.status,
+            "attempt": state.attempt,
+            "restarts": state.restarts,
+            "counts": {
+                "total": stats.total if stats else 0,
+                "completed": stats.completed if stats else 0,
+                "in_progress": stats.in_progress if stats else 0,
+                "failed": stats.failed if stats else 0,
+            },
+            "last_completed": None
+            if latest is None
+            else {"id": latest.id, "timestamp": latest.trigger_timestamp + (latest.end_to_end_duration or 0)},
+        }
+
+    @app.page("/workers")
+    async def get_workers(web: Any, request: Any) -> Any:
+        """This worker and every member of the group with the journal partitions it owns (Faust's
+        assignor knows each member's web URL): the dashboard links to the others."""
+        self_url = str(app.conf.canonical_url)
+        held: dict[str, set[int]] = {self_url: set()}
+        with contextlib.suppress(Exception):  # no assignment yet: only this worker
+            for url, by_topic in app.router.external_topics_metadata().items():
+                held.setdefault(str(url), set()).update(by_topic.get(topics.job_status, ()))
+        return web.json(
             {
-                "jobs": [
-                    {"id": job_id, "status": state.status, "attempt": state.attempt}
-                    for job_id, state in sorted(coordinator.states.items())
-                ]
+                "self": self_url,
+                "workers": [{"url": u, "partitions": sorted(p)} for u, p in sorted(held.items())],
             }
         )
+
+    @app.page("/jobs/{job_id}/checkpoints/trend")
+    async def get_trend(web: Any, request: Any, job_id: str) -> Any:
+        """Durations and sizes of the last completed checkpoints (at most 100), oldest first."""
+        stats = coordinator.stats.get(job_id)
+        if job_id not in coordinator.states:
+            return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
+        return web.json(
+            {
+                "end_to_end_duration": list(stats.durations[-100:]) if stats else [],
+                "state_size": list(stats.sizes[-100:]) if stats else [],
+            }
+        )
+
+    @app.page("/")
+    async def get_root(web: Any, request: Any) -> Any:
+        return web.bytes(DASHBOARD["index.html"], headers={"Content-Type": "text/html; charset=utf-8"})
+
+    @app.page("/dashboard/{name}")
+    async def get_asset(web: Any, request: Any, name: str) -> Any:
+        if name not in DASHBOARD:
+            return web.json({"errors": [f"no dashboard file {name!r}"]}, status=404)
+        return web.bytes(DASHBOARD[name], headers={"Content-Type": ASSET_TYPES[Path(name).suffix]})
 
     @app.page("/jobs/{job_id}/checkpoints")
     async def get_checkpoints(web: Any, request: Any, job_id: str) -> Any:
