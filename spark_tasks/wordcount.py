@@ -316,7 +316,8 @@ class SparkDriver:
             return "(no log)"
 
 
-def main(argv: Iterable[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m spark_tasks.wordcount``."""
     parser = argparse.ArgumentParser(
         prog="python -m spark_tasks.wordcount", description=__doc__.split("\n")[0]
     )
@@ -337,6 +338,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument(
         "--idle-stop", type=float, help="stop (FINISHED) after this many seconds without input"
     )
+    return parser
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
