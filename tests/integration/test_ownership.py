@@ -14,12 +14,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.invariants import first_violation
 from coordinator.service.supervisor import CoordinatorProcess
@@ -214,6 +216,39 @@ class TestFailover:
         completed_after = jobs.completed(after)
         for job in JOBS:
             assert set(before[job]) <= set(completed_after[job]), f"{job} lost a completed checkpoint"
+
+
+class TestOperations:
+    def test_each_job_is_reported_by_the_one_worker_that_owns_it(
+        self, workers: list[CoordinatorProcess], jobs: Jobs
+    ) -> None:
+        """Metrics and the dashboard's views with three workers: every job comes from exactly one
+        worker's /metrics and /jobs, its count between the journal's before and after the scrape,
+        and every worker's /workers lists all three with the journal partitions each owns."""
+        jobs.start()
+        jobs.wait_for(lambda c: all(len(ids) >= 2 for ids in c.values()), timeout=90)
+
+        before = jobs.completed()
+        reported: dict[str, list[tuple[str, float]]] = {job: [] for job in JOBS}
+        for worker in workers:
+            with urllib.request.urlopen(worker.url + "/metrics", timeout=5) as response:
+                families = text_string_to_metric_families(response.read().decode())
+                for family in families:
+                    for sample in family.samples:
+                        if sample.name == "cutline_job_numberOfCompletedCheckpoints":
+                            reported[sample.labels["job_id"]].append((worker.url, sample.value))
+            owned = {j["id"] for j in worker.get("/jobs")["jobs"]}
+            assert owned == {job for job, seen in reported.items() if any(u == worker.url for u, _ in seen)}
+        after = jobs.completed()
+
+        for job in JOBS:
+            [(_, count)] = reported[job]
+            assert len(before[job]) <= count <= len(after[job]), job
+        listed = [worker.get("/workers") for worker in workers]
+        urls = {worker.url for worker in workers}
+        for view in listed:
+            assert urls == {w["url"] for w in view["workers"]}
+            assert sorted(p for w in view["workers"] for p in w["partitions"]) == list(range(8))
 
 
 class StoppableWorker(CoordinatorProcess):

@@ -1,0 +1,201 @@
+"""``cutline doctor``: what a machine and a cluster need for cutline, each with what to fix.
+
+Checks, in order: Python, Java (Spark jobs need 17 or later), the broker, the protocol topics
+(present, one partition count: a job's records must land in the same partition of each), the
+journal's retention (infinite, DESIGN §4a) and the coordinator's readiness. A check that cannot
+run because an earlier one failed says so instead of failing again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from events.topics import Topics
+
+
+class Verdict(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One thing checked: what was found, and what to do when it is not right."""
+
+    name: str
+    verdict: Verdict
+    found: str
+    fix: str = ""
+
+
+MIN_PYTHON = (3, 11)
+MIN_JAVA = 17
+
+
+def check_python(version: tuple[int, int, int] = sys.version_info[:3]) -> Check:
+    found = ".".join(map(str, version))
+    if version[:2] >= MIN_PYTHON:
+        return Check("Python", Verdict.OK, f"{found} ({sys.executable})")
+    return Check("Python", Verdict.FAIL, found, "install Python 3.11 or later (uv python install 3.11)")
+
+
+_JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
+
+
+def java_major(text: str) -> int | None:
+    """The major version in ``java -version`` output (``1.8.0`` is 8, ``17.0.9`` is 17)."""
+    match = _JAVA_VERSION.search(text)
+    if match is None:
+        return None
+    first = int(match.group(1))
+    return int(match.group(2) or 0) if first == 1 else first
+
+
+def check_java(environ: dict[str, str] | None = None) -> Check:
+    """Java for Spark jobs: ``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH."""
+    environ = dict(os.environ if environ is None else environ)
+    java_home = environ.get("JAVA_HOME")
+    fix = (
+        f"install Java {MIN_JAVA} (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) and put it on "
+        "PATH or set JAVA_HOME; only Spark jobs need it (the coordinator and Kafka participants do not)"
+    )
+    if java_home:
+        java = str(Path(java_home) / "bin" / "java")
+        if not os.access(java, os.X_OK):
+            return Check("Java", Verdict.FAIL, f"JAVA_HOME={java_home} has no bin/java", fix)
+    else:
+        found = shutil.which("java", path=environ.get("PATH", ""))
+        if found is None:
+            return Check("Java", Verdict.FAIL, "no java on PATH and JAVA_HOME is not set", fix)
+        java = found
+    try:
+        result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, env=environ)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("Java", Verdict.FAIL, f"{java} -version failed: {exc}", fix)
+    major = java_major(result.stderr + result.stdout)
+    where = f"{java}" + (f" (JAVA_HOME={java_home})" if java_home else "")
+    if major is None:
+        return Check("Java", Verdict.FAIL, f"{where} does not say its version", fix)
+    if major < MIN_JAVA:
+        return Check("Java", Verdict.FAIL, f"Java {major} at {where}", fix)
+    return Check("Java", Verdict.OK, f"Java {major} at {where}")
+
+
+def check_broker(bootstrap: str | None) -> Check:
+    from events.broker import wait_for_broker
+
+    if not bootstrap:
+        return Check(
+            "broker", Verdict.FAIL, "no bootstrap servers given",
+            "pass --bootstrap HOST:PORT or set CUTLINE_BOOTSTRAP (`cutline broker` starts an embedded one)",
+        )  # fmt: skip
+    try:
+        cluster_id = wait_for_broker(bootstrap, timeout=10)
+    except TimeoutError as exc:
+        return Check(
+            "broker", Verdict.FAIL, str(exc),
+            "start the broker or fix the address (and its listeners: advertised.listeners must be "
+            "reachable from here)",
+        )  # fmt: skip
+    return Check("broker", Verdict.OK, f"{bootstrap} (cluster {cluster_id or 'without an id'})")
+
+
+def check_topics(
+    bootstrap: str, prefix: str, partitions_of: Callable[[str, list[str]], dict[str, int]]
+) -> Check:
+    topics = Topics(prefix)
+    names = [*topics.all, f"{prefix}coordinator-ticks", f"{prefix}coordinator-snapshots"]
+    counts = partitions_of(bootstrap, names)
+    missing = [name for name in names if name not in counts]
+    create = f"cutline topics create --bootstrap {bootstrap} --topic-prefix {prefix}"
+    if missing:
+        return Check("topics", Verdict.FAIL, f"missing: {', '.join(missing)}", f"create them: {create}")
+    by_count: dict[int, list[str]] = {}
+    for name in names:
+        by_count.setdefault(counts[name], []).append(name)
+    if len(by_count) > 1:
+        found = "; ".join(f"{n} partitions: {', '.join(ts)}" for n, ts in sorted(by_count.items()))
+        return Check(
+            "topics", Verdict.FAIL, found,
+            "every cutline topic needs the same partition count (a job's records go to the same "
+            "partition of each); recreate the odd ones, or all with a new --topic-prefix",
+        )  # fmt: skip
+    return Check("topics", Verdict.OK, f"{len(names)} topics with {counts[names[0]]} partitions each")
+
+
+def partitions_of(bootstrap: str, names: list[str]) -> dict[str, int]:
+    """Partition count of each of ``names`` that exists."""
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    return {
+        name: len(metadata.topics[name].partitions)
+        for name in names
+        if name in metadata.topics and metadata.topics[name].error is None
+    }
+
+
+def check_retention(bootstrap: str, prefix: str) -> Check:
+    from coordinator.service.app import JournalRetentionError, Settings, check_journal_retention
+
+    try:
+        check_journal_retention(Settings(bootstrap, prefix))
+    except JournalRetentionError as exc:
+        found, _, fix = str(exc).partition(". Keep it for ever:")
+        return Check("journal retention", Verdict.FAIL, found, "keep it for ever:" + fix)
+    return Check("journal retention", Verdict.OK, f"{Topics(prefix).checkpoints} keeps its records for ever")
+
+
+def check_coordinator(url: str) -> Check:
+    base = url.rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{base}/ready", timeout=5) as response:
+            ready = json.load(response)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return Check(
+            "coordinator", Verdict.WARN, f"no coordinator answers at {base} ({exc})",
+            "start one (`cutline coordinator`), or pass --url with its web port",
+        )  # fmt: skip
+    if not ready.get("recovered"):
+        waiting = [p for p, v in ready.get("partitions", {}).items() if not v.get("ready")]
+        return Check(
+            "coordinator", Verdict.WARN, f"{base} is still claiming journal partitions {', '.join(waiting)}",
+            "wait; if it stays so, its log says why the claim or the fold does not finish",
+        )  # fmt: skip
+    return Check(
+        "coordinator", Verdict.OK, f"{base}: worker {ready.get('worker')}, {ready.get('jobs', 0)} jobs, ready"
+    )
+
+
+def diagnose(bootstrap: str | None, prefix: str, url: str) -> list[Check]:
+    """Every check, in order; those that need the broker are skipped when it does not answer."""
+    checks = [check_python(), check_java()]
+    broker = check_broker(bootstrap)
+    checks.append(broker)
+    if broker.verdict is Verdict.OK and bootstrap:
+        topics = check_topics(bootstrap, prefix, partitions_of)
+        checks.append(topics)
+        if topics.verdict is Verdict.OK or Topics(prefix).checkpoints not in topics.found:
+            checks.append(check_retention(bootstrap, prefix))
+        else:
+            checks.append(Check("journal retention", Verdict.SKIPPED, "the journal topic is missing"))
+    else:
+        checks += [
+            Check("topics", Verdict.SKIPPED, "no broker"),
+            Check("journal retention", Verdict.SKIPPED, "no broker"),
+        ]
+    checks.append(check_coordinator(url))
+    return checks
