@@ -1146,7 +1146,13 @@ def demo(
 
 def main() -> None:
     """The ``cutline`` console script."""
-    app()
+    from events.extras import MissingExtra
+
+    try:
+        app()
+    except MissingExtra as exc:
+        Console(stderr=True, highlight=False).print(Text(str(exc), "red"), soft_wrap=True)
+        raise SystemExit(USAGE_ERROR) from None
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from events.extras import require
 from events.records import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -91,6 +92,7 @@ def write_plot(outcomes: list[Outcome], path: Path, title: str = "checkpoints") 
     """Draw durations over trigger time, one marker per outcome, one panel per job."""
     if path.suffix.lower() not in FORMATS:
         raise ValueError(f"--plot writes {', '.join(FORMATS)} files, not {path.suffix or 'no suffix'}")
+    require("plot", "--plot")
     import matplotlib
 
     matplotlib.use("Agg")
