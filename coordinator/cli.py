@@ -1030,13 +1030,20 @@ def tail(
     idle: Annotated[
         float | None, typer.Option("--idle", help="Stop after this many seconds without messages.")
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="One JSON object per message (topic, offset, key, headers, decoded record)."
+        ),
+    ] = False,
 ) -> None:
-    """Print the decoded events of a topic as they arrive."""
+    """Print the decoded events of a topic as they arrive (as JSON lines with --json, for any tool)."""
+    import json
     import time
 
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
-    from coordinator.timeline import describe_record
+    from coordinator.timeline import describe_record, record_json
     from events.kafka import consumer_config
     from events.log import partitions_of
 
@@ -1067,6 +1074,14 @@ def tail(
                 continue
             last = time.monotonic()
             seen += 1
+            if as_json:
+                headers = message.headers() or []
+                pairs = list(headers.items()) if isinstance(headers, dict) else list(headers)
+                record = record_json(
+                    codec, name, message.partition(), message.offset(), message.key(), message.value(), pairs
+                )
+                print(json.dumps(record), flush=True)
+                continue
             console.print(
                 describe_record(codec, message.partition(), message.offset(), message.value()), soft_wrap=True
             )

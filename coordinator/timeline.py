@@ -7,8 +7,9 @@ share it. Times are UTC, ISO 8601 with milliseconds.
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
@@ -349,6 +350,57 @@ def job_summary(state: JobState) -> Panel:
 
 
 # ------------------------------------------------------------ any record, stats
+
+
+def record_json(
+    codec: Codec,
+    topic: str,
+    partition: int | None,
+    offset: int | None,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, str | bytes | None]] = (),
+) -> dict[str, object]:
+    """Any message on a cutline topic as plain JSON (``cutline tail --json``): where it is, its key
+    and headers, and the decoded record (its Avro datum, bytes as base64) or why it does not decode."""
+    body: dict[str, object] = {
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "key": _text_or_base64(key),
+        "headers": {name: _text_or_base64(v) for name, v in headers},
+    }
+    if value is None:
+        return {**body, "type": None, "record": None}
+    try:
+        record = codec.decode(value)
+    except DecodeError as exc:
+        return {**body, "type": None, "error": f"{exc.reason}: {exc}", "value_base64": _base64(value)}
+    return {**body, "type": type(record).__name__, "record": _jsonable(to_avro(record))}
+
+
+def _base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _text_or_base64(data: str | bytes | None) -> str | None:
+    """UTF-8 text as it is; other bytes as ``base64:...``."""
+    if data is None or isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + _base64(data)
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, bytes):
+        return _base64(value)
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 def describe_record(codec: Codec, partition: int | None, offset: int | None, value: bytes | None) -> Text:

@@ -6,6 +6,7 @@ session's broker and one coordinator shared by the tests of this module.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -225,6 +226,23 @@ class TestTail:
         assert "SchedulerStarted" in result.stdout
         assert "CoordinatorClaimed" in result.stdout
         assert 12 == len(result.stdout.strip().splitlines())
+
+    def test_json_lines_for_any_tool(self, bootstrap: str, prefix: str, service: CoordinatorProcess) -> None:
+        """`cutline tail checkpoints --json`: one JSON object per message with its place, key,
+        headers (the epoch among them) and the decoded record."""
+        result = cutline(
+            "tail", "checkpoints", "--from-beginning", "--count", "6", "--json",
+            "--bootstrap", bootstrap, "--topic-prefix", prefix,
+        )  # fmt: skip
+
+        assert 0 == result.returncode, result.stderr
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        assert 6 == len(lines)
+        assert all(line["topic"] == f"{prefix}checkpoints" for line in lines)
+        claim = next(line for line in lines if line["type"] == "CoordinatorClaimed")
+        assert claim["record"]["epoch"] >= 1 and "cutline.epoch" in claim["headers"]
+        started = next(line for line in lines if line["type"] == "SchedulerStarted")
+        assert (JOB, JOB) == (started["key"], started["record"]["job_id"])
 
     def test_an_unknown_topic(self, bootstrap: str, prefix: str) -> None:
         """An unknown topic lists cutline's topics."""
