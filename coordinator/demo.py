@@ -350,8 +350,16 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
         stack.callback(coordinator.stop)
         with console.status("starting the coordinator (joins its consumer group)..."):
             coordinator.start()
+        console.print(f"coordinator: {coordinator.url}/ (dashboard)   logs: {workdir}", soft_wrap=True)
         console.print(
-            f"coordinator: {coordinator.url}/jobs/{JOB}/checkpoints   logs: {workdir}", soft_wrap=True
+            Text(
+                "from another terminal, while the demo runs:\n"
+                f"  export CUTLINE_BOOTSTRAP={bootstrap}\n"
+                f"  uv run cutline status {JOB} --url {coordinator.url}\n"
+                f"  uv run cutline tail checkpoints --topic-prefix {options.prefix}",
+                "dim",
+            ),
+            soft_wrap=True,
         )
         spark = SparkDriver(
             [
