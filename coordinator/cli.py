@@ -78,8 +78,36 @@ TopicPrefix: TypeAlias = Annotated[
 
 
 @app.callback()
-def cutline() -> None:
+def cutline(
+    kafka_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--kafka-config",
+            exists=True,
+            dir_okay=False,
+            help="Kafka client properties (kcat/Java style name=value: security.protocol, sasl.*, ssl.*) "
+            "for every Kafka client cutline starts; also $CUTLINE_KAFKA_CONFIG.",
+        ),
+    ] = None,
+    kafka_properties: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-X",
+            "--kafka-property",
+            metavar="NAME=VALUE",
+            help="One Kafka client property (repeatable), over the file and $CUTLINE_KAFKA_<NAME> variables.",
+        ),
+    ] = None,
+) -> None:
     """Flink-style checkpoint coordination for Spark Structured Streaming and Kafka."""
+    from events.client_config import CONFIG_FILE_VARIABLE, ClientConfigError, override
+
+    if kafka_config is not None:
+        os.environ[CONFIG_FILE_VARIABLE] = str(kafka_config.resolve())
+    try:
+        override(kafka_properties or [])
+    except ClientConfigError as exc:
+        _fail(Console(stderr=True, highlight=False), str(exc))
 
 
 # --------------------------------------------------------------------- --until

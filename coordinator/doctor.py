@@ -12,11 +12,12 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -94,6 +95,22 @@ def check_java(environ: dict[str, str] | None = None) -> Check:
     return Check("Java", Verdict.OK, f"Java {major} at {where}")
 
 
+def check_client_settings(environ: Mapping[str, str] | None = None) -> Check:
+    """The shared Kafka client properties (events/client_config.py), secrets redacted."""
+    from events.client_config import ClientConfigError, aiokafka_security, client_properties, redacted
+
+    try:
+        properties = client_properties(environ)
+        protocol = aiokafka_security(properties)["security_protocol"]
+    except (ClientConfigError, OSError, ssl.SSLError) as exc:
+        return Check(
+            "Kafka client settings", Verdict.FAIL, str(exc),
+            "fix the file named by --kafka-config / CUTLINE_KAFKA_CONFIG, or the CUTLINE_KAFKA_* variables",
+        )  # fmt: skip
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(redacted(properties).items())) or "none"
+    return Check("Kafka client settings", Verdict.OK, f"{protocol}; properties: {shown}")
+
+
 def check_broker(bootstrap: str | None) -> Check:
     from events.broker import wait_for_broker
 
@@ -140,7 +157,9 @@ def partitions_of(bootstrap: str, names: list[str]) -> dict[str, int]:
     """Partition count of each of ``names`` that exists."""
     from confluent_kafka.admin import AdminClient
 
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    from events.client_config import client_properties
+
+    metadata = AdminClient({"bootstrap.servers": bootstrap, **client_properties()}).list_topics(timeout=10)
     return {
         name: len(metadata.topics[name].partitions)
         for name in names
@@ -182,7 +201,7 @@ def check_coordinator(url: str) -> Check:
 
 def diagnose(bootstrap: str | None, prefix: str, url: str) -> list[Check]:
     """Every check, in order; those that need the broker are skipped when it does not answer."""
-    checks = [check_python(), check_java()]
+    checks = [check_python(), check_java(), check_client_settings()]
     broker = check_broker(bootstrap)
     checks.append(broker)
     if broker.verdict is Verdict.OK and bootstrap:

@@ -25,6 +25,8 @@ from typing import IO, Any, Self
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # not re-exported
 
+from events.client_config import client_properties
+
 __all__ = [
     "BrokerError",
     "EmbeddedBroker",
@@ -58,6 +60,7 @@ def _admin(bootstrap: str, errors: list[str] | None = None) -> AdminClient:
         "logger": log,
         "reconnect.backoff.max.ms": 500,
         "socket.connection.setup.timeout.ms": 2000,
+        **client_properties(),
     }
     if errors is not None:
         conf["error_cb"] = lambda err: errors.append(str(err))

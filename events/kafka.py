@@ -26,6 +26,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from events.client_config import client_properties
 from events.codec import encode
 from events.records import Record
 
@@ -122,6 +123,7 @@ def producer_config(bootstrap: str, extra: Mapping[str, Any] | None = None) -> d
         # Acks and declines are idempotent by checkpoint id; JobDriver waits for each event.
         "enable.idempotence": False,
         "logger": log,
+        **client_properties(),
         **(extra or {}),
     }
 
@@ -141,6 +143,7 @@ def consumer_config(
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
         "logger": log,
+        **client_properties(),
         **(extra or {}),
     }
 

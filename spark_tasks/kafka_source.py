@@ -109,6 +109,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from events.client_config import client_properties
 from events.feed import JobFeed
 from events.kafka import find_ends
 from events.records import CheckpointBarrier
@@ -456,6 +457,7 @@ class KafkaSourceOptions:
             "group.id": f"cutline-kafka-source-{uuid.uuid4().hex}",
             "fetch.wait.max.ms": DEFAULT_FETCH_WAIT_MAX_MS,
             "logger": log,
+            **client_properties(),  # CUTLINE_KAFKA_*: inherited by local Spark's Python workers
             **self.kafka,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

@@ -39,6 +39,7 @@ from coordinator.snapshot import PartitionSnapshot
 from coordinator.state import state_json
 from coordinator.stats import checkpoints_json, config_json, entry_json
 from events.broker import create_topics, topic_config
+from events.client_config import aiokafka_security, client_properties, faust_credentials
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 log = logging.getLogger("cutline.coordinator")
@@ -165,7 +166,9 @@ def broker_supports_idempotence(bootstrap: str, timeout: float = 10.0) -> tuple[
     from aiokafka import AIOKafkaProducer
 
     async def probe() -> tuple[bool, str]:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, enable_idempotence=True, **aiokafka_security(client_properties())
+        )
         try:
             await asyncio.wait_for(producer.start(), timeout)
             return True, "the broker granted a producer id"
@@ -243,6 +246,7 @@ def create_app(settings: Settings) -> faust.App:
         producer_linger=0.0,
         producer_max_request_size=MAX_SNAPSHOT_BYTES,
         stream_wait_empty=False,
+        broker_credentials=faust_credentials(client_properties()),
     )
     coordinator = Coordinator(
         topics, partitions=settings.partitions, savepoint_roots=settings.savepoint_roots

@@ -1,0 +1,170 @@
+"""Kafka client settings shared by every client in cutline: secured clusters (SASL, SSL).
+
+One set of librdkafka properties (the names kcat and the Java client use: ``security.protocol``,
+``sasl.mechanism``, ``sasl.username``, ``ssl.ca.location`` ...), from, later ones winning:
+
+1. a properties file named by ``CUTLINE_KAFKA_CONFIG`` (``--kafka-config FILE``);
+2. environment variables ``CUTLINE_KAFKA_<NAME>``, the name upper-cased with ``_`` for ``.``
+   (``CUTLINE_KAFKA_SASL_PASSWORD`` is ``sasl.password``);
+3. ``-X name=value`` on the command line, which the CLI turns into such variables.
+
+Being environment variables, they reach every process cutline starts (coordinator workers, a
+Spark driver under ``cutline run``, local Spark's Python workers). confluent-kafka clients get
+the properties as they are; Faust and aiokafka get them translated into their own terms
+(:func:`aiokafka_security`, :func:`faust_credentials`). Secrets are never logged or printed:
+:func:`redacted` is what any message may show.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE_VARIABLE = "CUTLINE_KAFKA_CONFIG"
+VARIABLE_PREFIX = "CUTLINE_KAFKA_"
+
+SECRET_WORDS = ("password", "secret", "jaas", "key.pem", "token")
+"""A property whose name contains one of these is a secret."""
+
+
+class ClientConfigError(ValueError):
+    """The Kafka client settings cannot be read or cannot be given to a client; says which."""
+
+
+def is_secret(name: str) -> bool:
+    return any(word in name.lower() for word in SECRET_WORDS)
+
+
+def redacted(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """``properties`` with every secret's value replaced: what a log line or an error may show."""
+    return {name: "[redacted]" if is_secret(name) else value for name, value in properties.items()}
+
+
+def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
+    """``name=value`` lines (``name: value`` too), ``#`` and ``!`` comments, blank lines.
+
+    Written here rather than taken from a library: kcat's ``-F`` files and the Java client's
+    ``client.properties`` in practice use only this subset, with no escapes or continuations."""
+    properties: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        separator = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if separator < 0:
+            raise ClientConfigError(f"{source}, line {number}: expected name=value")
+        properties[line[:separator].strip()] = line[separator + 1 :].strip()
+    return properties
+
+
+def variable_name(property_name: str) -> str:
+    """``sasl.password`` -> ``CUTLINE_KAFKA_SASL_PASSWORD``."""
+    return VARIABLE_PREFIX + property_name.upper().replace(".", "_")
+
+
+def client_properties(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The shared librdkafka properties (file, then environment; see the module docstring)."""
+    environ = os.environ if environ is None else environ
+    properties: dict[str, str] = {}
+    path = environ.get(CONFIG_FILE_VARIABLE)
+    if path:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ClientConfigError(
+                f"the Kafka client config {path} ({CONFIG_FILE_VARIABLE}) is unreadable: {exc}"
+            ) from None
+        properties.update(parse_properties(text, path))
+    for name, value in sorted(environ.items()):
+        if name.startswith(VARIABLE_PREFIX) and name != CONFIG_FILE_VARIABLE:
+            properties[name.removeprefix(VARIABLE_PREFIX).lower().replace("_", ".")] = value
+    properties.pop("bootstrap.servers", None)  # --bootstrap / CUTLINE_BOOTSTRAP say where
+    return _without_jaas(properties)
+
+
+_JAAS_OPTION = re.compile(r'\b(username|password)\s*=\s*"([^"]*)"')
+
+
+def _without_jaas(properties: dict[str, str]) -> dict[str, str]:
+    """The Java client's ``sasl.jaas.config`` (PlainLoginModule, ScramLoginModule) as librdkafka's
+    ``sasl.username`` and ``sasl.password``: librdkafka refuses the JAAS property itself."""
+    jaas = properties.pop("sasl.jaas.config", None)
+    if jaas is not None:
+        for name, value in _JAAS_OPTION.findall(jaas):
+            properties.setdefault(f"sasl.{name}", value)
+    return properties
+
+
+def override(settings: list[str], environ: MutableMapping[str, str] | None = None) -> None:
+    """Apply ``-X name=value`` settings to ``environ`` (this process's environment by default)."""
+    environ = os.environ if environ is None else environ
+    for setting in settings:
+        name, equals, value = setting.partition("=")
+        if not equals or not name.strip():
+            raise ClientConfigError(f"-X {setting.split('=')[0]!r}...: expected -X name=value")
+        environ[variable_name(name.strip())] = value
+
+
+# ----------------------------------------------------------------- aiokafka and Faust
+
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def ssl_context(properties: Mapping[str, str]) -> ssl.SSLContext:
+    """An SSL context from librdkafka's ``ssl.*`` properties (PEM files)."""
+    context = ssl.create_default_context(cafile=properties.get("ssl.ca.location"))
+    certificate = properties.get("ssl.certificate.location")
+    if certificate:
+        context.load_cert_chain(
+            certificate, properties.get("ssl.key.location"), properties.get("ssl.key.password")
+        )
+    if properties.get("enable.ssl.certificate.verification", "true").lower() == "false":
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif properties.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
+        context.check_hostname = False
+    return context
+
+
+def aiokafka_security(properties: Mapping[str, str]) -> dict[str, Any]:
+    """Keyword arguments of an aiokafka client for the shared properties' security settings."""
+    protocol = properties.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise ClientConfigError(f"security.protocol={protocol} is not one Kafka knows")
+    arguments: dict[str, Any] = {"security_protocol": protocol}
+    if protocol.startswith("SASL"):
+        mechanism = properties.get("sasl.mechanism", properties.get("sasl.mechanisms", "PLAIN")).upper()
+        if mechanism not in MECHANISMS:
+            raise ClientConfigError(
+                f"sasl.mechanism={mechanism}: the coordinator (aiokafka) supports {', '.join(MECHANISMS)}"
+            )
+        arguments.update(
+            sasl_mechanism=mechanism,
+            sasl_plain_username=properties.get("sasl.username"),
+            sasl_plain_password=properties.get("sasl.password"),
+        )
+    if protocol.endswith("SSL"):
+        arguments["ssl_context"] = ssl_context(properties)
+    return arguments
+
+
+def faust_credentials(properties: Mapping[str, str]) -> Any:
+    """Faust's ``broker_credentials`` for the shared properties (None for PLAINTEXT)."""
+    import faust
+
+    security = aiokafka_security(properties)
+    protocol = security["security_protocol"]
+    if protocol == "PLAINTEXT":
+        return None
+    if protocol == "SSL":
+        return faust.SSLCredentials(security["ssl_context"])
+    return faust.SASLCredentials(
+        username=security["sasl_plain_username"],
+        password=security["sasl_plain_password"],
+        mechanism=security["sasl_mechanism"],
+        ssl_context=security.get("ssl_context"),
+    )

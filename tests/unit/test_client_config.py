@@ -1,0 +1,128 @@
+"""Kafka client settings for secured clusters (events/client_config.py): from a properties file,
+CUTLINE_KAFKA_* variables and -X; given to each kind of client in its own terms; secrets hidden."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import faust
+import pytest
+
+from events.client_config import (
+    ClientConfigError,
+    aiokafka_security,
+    client_properties,
+    faust_credentials,
+    override,
+    parse_properties,
+    redacted,
+)
+from events.kafka import consumer_config, producer_config
+from spark_tasks.kafka_source import KafkaSourceOptions
+
+SASL = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice"}
+
+
+def test_a_properties_file_in_kcat_and_java_style() -> None:
+    text = (
+        "# comment\n! also one\n\nsecurity.protocol=SASL_SSL\nsasl.mechanism : PLAIN\nsasl.jaas.config=a=b\n"
+    )
+
+    assert {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.jaas.config": "a=b"} == (
+        parse_properties(text)
+    )
+    with pytest.raises(ClientConfigError, match="client.properties, line 2: expected name=value"):
+        parse_properties("a=b\nnonsense\n", "client.properties")
+
+
+def test_variables_override_the_file_and_x_overrides_both(tmp_path: Path) -> None:
+    """Given a file, a variable and a -X for the same property, -X wins; bootstrap.servers is left
+    to --bootstrap."""
+    config = tmp_path / "client.properties"
+    config.write_text("sasl.username=from-file\nsasl.mechanism=PLAIN\nbootstrap.servers=elsewhere:9092\n")
+    environ = {"CUTLINE_KAFKA_CONFIG": str(config), "CUTLINE_KAFKA_SASL_USERNAME": "from-env", "HOME": "/x"}
+
+    before = client_properties(environ)
+    override(["sasl.username=from-x", "ssl.ca.location=/ca.pem"], environ)
+    after = client_properties(environ)
+
+    assert {"sasl.username": "from-env", "sasl.mechanism": "PLAIN"} == before
+    assert {"sasl.username": "from-x", "sasl.mechanism": "PLAIN", "ssl.ca.location": "/ca.pem"} == after
+
+
+def test_a_java_jaas_config_becomes_librdkafka_s_username_and_password() -> None:
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="bob" password="pw";'
+
+    assert {"sasl.username": "bob", "sasl.password": "pw"} == client_properties(
+        {"CUTLINE_KAFKA_SASL_JAAS_CONFIG": jaas}
+    )
+
+
+def test_an_unreadable_file_and_a_malformed_x_say_what_is_wrong(tmp_path: Path) -> None:
+    with pytest.raises(ClientConfigError, match="CUTLINE_KAFKA_CONFIG.*unreadable"):
+        client_properties({"CUTLINE_KAFKA_CONFIG": str(tmp_path / "missing")})
+    with pytest.raises(ClientConfigError, match="expected -X name=value"):
+        override(["sasl.password"], {})
+
+
+def test_confluent_kafka_clients_get_the_properties_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in SASL.items():
+        monkeypatch.setenv("CUTLINE_KAFKA_" + name.upper().replace(".", "_"), value)
+
+    producer = producer_config("broker:9092", {"linger.ms": 5})
+    consumer = consumer_config("broker:9092", "group")
+    source = KafkaSourceOptions(
+        "broker:9092", ("t",), kafka={"sasl.username": "spark-user"}
+    ).consumer_config()
+
+    assert SASL.items() <= producer.items() and SASL.items() <= consumer.items()
+    assert ("broker:9092", 5) == (producer["bootstrap.servers"], producer["linger.ms"])
+    assert "spark-user" == source["sasl.username"]  # the source's own kafka.* options win
+    assert "SCRAM-SHA-512" == source["sasl.mechanism"]
+
+
+def test_aiokafka_and_faust_get_them_in_their_own_terms() -> None:
+    properties = {**SASL, "sasl.password": "s3cr3t"}
+
+    security = aiokafka_security(properties)
+    credentials = faust_credentials(properties)
+
+    assert {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": "s3cr3t",
+    } == security
+    assert isinstance(credentials, faust.SASLCredentials)
+    assert ("alice", "s3cr3t", "SCRAM-SHA-512") == (
+        credentials.username,
+        credentials.password,
+        credentials.mechanism.value,
+    )
+    assert faust_credentials({}) is None
+
+
+def test_ssl_settings_become_an_ssl_context() -> None:
+    security = aiokafka_security({"security.protocol": "SSL", "enable.ssl.certificate.verification": "false"})
+
+    assert "SSL" == security["security_protocol"]
+    assert isinstance(security["ssl_context"], ssl.SSLContext)
+    assert ssl.CERT_NONE == security["ssl_context"].verify_mode
+    assert isinstance(faust_credentials({"security.protocol": "SSL"}), faust.SSLCredentials)
+
+
+def test_a_mechanism_the_coordinator_cannot_speak_is_refused_by_name() -> None:
+    with pytest.raises(ClientConfigError, match="sasl.mechanism=GSSAPI.*PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"):
+        aiokafka_security({"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"})
+
+
+def test_secrets_are_redacted() -> None:
+    shown = redacted(
+        {"sasl.password": "p", "ssl.key.password": "k", "sasl.jaas.config": "j", "sasl.username": "alice"}
+    )
+
+    assert {"sasl.password", "ssl.key.password", "sasl.jaas.config"} == {
+        k for k, v in shown.items() if v == "[redacted]"
+    }
+    assert "alice" == shown["sasl.username"]
