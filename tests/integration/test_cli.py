@@ -137,7 +137,8 @@ class TestTopics:
 class TestCoordinator:
     def test_serves_its_views(self, service: CoordinatorProcess) -> None:
         """`cutline coordinator` (started by the fixture) recovers and serves /jobs."""
-        assert {"id": JOB, "status": "RUNNING", "attempt": 1} in service.get("/jobs")["jobs"]
+        jobs = {job["id"]: job for job in service.get("/jobs")["jobs"]}
+        assert ("RUNNING", 1) == (jobs[JOB]["status"], jobs[JOB]["attempt"])
 
     def test_without_a_cluster(self) -> None:
         """Without a cluster it refuses to start and says how to give one."""
