@@ -98,16 +98,48 @@ def cutline(
             help="One Kafka client property (repeatable), over the file and $CUTLINE_KAFKA_<NAME> variables.",
         ),
     ] = None,
+    schema_registry: Annotated[
+        str | None,
+        typer.Option(
+            "--schema-registry",
+            envvar="CUTLINE_SCHEMA_REGISTRY_URL",
+            help="Confluent Schema Registry URL: read Confluent-framed records too (the registry extra).",
+        ),
+    ] = None,
+    wire_format: Annotated[
+        str,
+        typer.Option(
+            "--wire-format",
+            envvar="CUTLINE_WIRE_FORMAT",
+            help="How records are written: single-object (Avro's, the default) or confluent "
+            "(magic 0 + schema id, subjects <topic>-cutline.<Record>; needs --schema-registry).",
+        ),
+    ] = "single-object",
 ) -> None:
     """Flink-style checkpoint coordination for Spark Structured Streaming and Kafka."""
     from events.client_config import CONFIG_FILE_VARIABLE, ClientConfigError, override
+    from events.schema_registry import (
+        FORMAT_VARIABLE,
+        URL_VARIABLE,
+        WireFormatError,
+        framing_from_environment,
+    )
 
+    errors = Console(stderr=True, highlight=False)
     if kafka_config is not None:
         os.environ[CONFIG_FILE_VARIABLE] = str(kafka_config.resolve())
     try:
         override(kafka_properties or [])
     except ClientConfigError as exc:
-        _fail(Console(stderr=True, highlight=False), str(exc))
+        _fail(errors, str(exc))
+    # Environment variables, so that every process cutline starts reads and writes the same way.
+    if schema_registry:
+        os.environ[URL_VARIABLE] = schema_registry
+    os.environ[FORMAT_VARIABLE] = wire_format
+    try:
+        framing_from_environment()
+    except WireFormatError as exc:
+        _fail(errors, str(exc))
 
 
 # --------------------------------------------------------------------- --until
@@ -887,7 +919,7 @@ def coordinator(
             _fail(errors, f"--savepoint-root {root!r}: {exc}")
     logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     errors.print(
-        f"coordinator: topics {topic_prefix}*, views on http://{web_host}:{web_port}/jobs", soft_wrap=True
+        f"coordinator: topics {topic_prefix}*, dashboard on http://{web_host}:{web_port}/", soft_wrap=True
     )
     settings = Settings(
         bootstrap,

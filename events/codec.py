@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, load_schema, parse_schema, to_parsing_canonical_form
@@ -59,6 +59,13 @@ class UnknownFingerprint(DecodeError):
 
 class BodyMismatch(DecodeError):
     reason = "BODY_MISMATCH"
+
+
+class UnknownSchemaId(DecodeError):
+    """A Confluent-framed value whose schema id the registry does not know, or whose schema is
+    not one of cutline's."""
+
+    reason = "UNKNOWN_SCHEMA_ID"
 
 
 class UnknownRecordType(TypeError):
@@ -319,7 +326,10 @@ def read_frame(
             raise BadMagic(f"frame starts with {frame[:2].hex()}, not c301 (single-object Avro)")
         raise TruncatedFrame(f"frame of {len(frame)} bytes is shorter than its 10-byte header")
     if frame[:2] != MAGIC:
-        raise BadMagic(f"frame starts with {frame[:2].hex()}, not c301 (single-object Avro)")
+        hint = (
+            " or a Confluent Schema Registry frame (pass --schema-registry)" if frame[:1] == b"\x00" else ""
+        )
+        raise BadMagic(f"frame starts with {frame[:2].hex()}, not c301 (single-object Avro){hint}")
     fp = frame[2:HEADER_SIZE]
     writer = writer_of(fp)
     if writer is None:
@@ -342,29 +352,115 @@ def read_frame(
 # ------------------------------------------------------------------------ codec
 
 
+class ConfluentFraming(Protocol):
+    """The Confluent Schema Registry wire format (``events/schema_registry.py``): magic byte 0, a
+    4-byte big-endian schema id, the Avro body. Ids come from a registry, so this is I/O."""
+
+    writes: bool
+    """Whether records are written in this format (they are always read in it)."""
+
+    def schema_id(self, topic: str, writer: WriterSchema) -> int:
+        """The registry's id of ``writer`` under the topic's subject for the record."""
+        ...
+
+    def schema(self, schema_id: int) -> Mapping[str, Any]:
+        """The Avro schema the registry has under ``schema_id``; LookupError if it has none."""
+        ...
+
+
+CONFLUENT_MAGIC = b"\x00"
+CONFLUENT_HEADER_SIZE = 5
+
+
 class Codec:
-    """Encodes records to single-object frames and decodes any known frame back."""
+    """Encodes records to single-object frames (or, with ``confluent`` writing, Confluent frames)
+    and decodes any known frame back, in either format."""
 
-    def __init__(self, registry: SchemaRegistry | None = None) -> None:
+    def __init__(
+        self, registry: SchemaRegistry | None = None, confluent: ConfluentFraming | None = None
+    ) -> None:
         self.registry = registry or SchemaRegistry()
+        self.confluent = confluent
+        self._confluent_writers: dict[int, WriterSchema] = {}
 
-    def encode(self, record: Record) -> bytes:
+    def encode(self, record: Record, topic: str | None = None) -> bytes:
+        """``record``'s frame; in the Confluent format when that is configured and ``topic`` (whose
+        subjects its schema is registered under) is given."""
         name = type(record).__name__
         try:
             schema = self.registry.current(name)
         except KeyError:
             raise UnknownRecordType(f"{name} is not a cutline record") from None
+        if topic is not None and self.confluent is not None and self.confluent.writes:
+            out = io.BytesIO()
+            out.write(CONFLUENT_MAGIC)
+            out.write(self.confluent.schema_id(topic, schema).to_bytes(4, "big"))
+            schemaless_writer(out, schema.compiled, to_avro(record))
+            return out.getvalue()
         return write_frame(schema, to_avro(record))
 
     def decode(self, frame: bytes) -> Record:
         """The record in ``frame``; raises a :class:`DecodeError` subclass saying what is wrong."""
         registry = self.registry
-        writer, datum = read_frame(frame, registry.writer, registry.current)
+        if frame[:1] == CONFLUENT_MAGIC and self.confluent is not None:
+            writer, datum = self._read_confluent(frame)
+        else:
+            writer, datum = read_frame(frame, registry.writer, registry.current)
         cls = registry.record_class(writer.name)
         try:
             return from_avro(cls, cast(Mapping[str, Any], datum))
         except (TypeError, ValueError) as exc:
             raise BodyMismatch(f"body does not make a valid {writer.name}: {exc}") from exc
+
+    def record_name(self, frame: bytes) -> str | None:
+        """The record type a frame holds, from its header alone (None: unknown or malformed)."""
+        if frame[:2] == MAGIC and len(frame) >= HEADER_SIZE:
+            writer = self.registry.writer(frame[2:HEADER_SIZE])
+            return None if writer is None else writer.name
+        if (
+            frame[:1] == CONFLUENT_MAGIC
+            and self.confluent is not None
+            and len(frame) >= CONFLUENT_HEADER_SIZE
+        ):
+            try:
+                return self._confluent_writer(int.from_bytes(frame[1:CONFLUENT_HEADER_SIZE], "big")).name
+            except DecodeError:
+                return None
+        return None
+
+    def _confluent_writer(self, schema_id: int) -> WriterSchema:
+        writer = self._confluent_writers.get(schema_id)
+        if writer is None:
+            assert self.confluent is not None
+            try:
+                schema = self.confluent.schema(schema_id)
+            except LookupError as exc:
+                raise UnknownSchemaId(f"the schema registry has no schema {schema_id}: {exc}") from None
+            parsed = cast(dict[str, Any], parse_schema(dict(schema), _write_hint=False))
+            writer = self.registry.writer(schema_fingerprint(parsed))
+            if writer is None:
+                raise UnknownSchemaId(
+                    f"schema {schema_id} ({parsed.get('name')}) is not a schema of cutline's records "
+                    "(schemas/, schemas/history/)"
+                )
+            self._confluent_writers[schema_id] = writer
+        return writer
+
+    def _read_confluent(self, frame: bytes) -> tuple[WriterSchema, Any]:
+        if len(frame) < CONFLUENT_HEADER_SIZE:
+            raise TruncatedFrame(f"Confluent frame of {len(frame)} bytes is shorter than its 5-byte header")
+        schema_id = int.from_bytes(frame[1:CONFLUENT_HEADER_SIZE], "big")
+        writer = self._confluent_writer(schema_id)
+        reader = self.registry.current(writer.name)
+        body = io.BytesIO(frame)
+        body.seek(CONFLUENT_HEADER_SIZE)
+        try:
+            datum = schemaless_reader(body, writer.compiled, None if reader is writer else reader.compiled)
+        except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, ...
+            raise BodyMismatch(f"body does not match schema {writer.name} (id {schema_id}): {exc!r}") from exc
+        if body.tell() != len(frame):
+            raise BodyMismatch(f"{len(frame) - body.tell()} bytes left after a {writer.name} body")
+        return writer, datum
 
     def decode_as(self, cls: type[R], frame: bytes) -> R:
         """Decode and check the record type."""
@@ -376,12 +472,16 @@ class Codec:
 
 @cache
 def default_codec() -> Codec:
-    """A process-wide codec over the installed schemas."""
-    return Codec()
+    """A process-wide codec over the installed schemas; it reads and writes the Confluent wire
+    format too when ``CUTLINE_SCHEMA_REGISTRY_URL`` / ``CUTLINE_WIRE_FORMAT`` say so
+    (:func:`events.schema_registry.framing_from_environment`)."""
+    from events.schema_registry import framing_from_environment
+
+    return Codec(confluent=framing_from_environment())
 
 
-def encode(record: Record) -> bytes:
-    return default_codec().encode(record)
+def encode(record: Record, topic: str | None = None) -> bytes:
+    return default_codec().encode(record, topic)
 
 
 def decode(frame: bytes) -> Record:

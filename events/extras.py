@@ -2,7 +2,9 @@
 
 The core install is the protocol, the coordinator, the participant library and the CLI. Spark
 jobs need the ``spark`` extra (PySpark, PyArrow, pandas: about 0.5 GB), ``cutline replay
---plot`` the ``plot`` extra (matplotlib). A command that needs a missing extra says which.
+--plot`` the ``plot`` extra (matplotlib), the Confluent Schema Registry wire format the
+``registry`` extra (confluent-kafka's schema registry client). A command that needs a
+missing extra says which.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ class MissingExtra(ImportError):
     """A feature needs an optional dependency that is not installed."""
 
 
-EXTRAS = {"spark": ("pyspark", "pyarrow", "pandas"), "plot": ("matplotlib",)}
+EXTRAS = {
+    "spark": ("pyspark", "pyarrow", "pandas"),
+    "plot": ("matplotlib",),
+    "registry": ("certifi", "attrs", "cachetools", "authlib"),
+}
 
 
 def require(extra: str, purpose: str) -> None:

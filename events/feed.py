@@ -26,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from events.codec import HEADER_SIZE, MAGIC, Codec, DecodeError, default_codec
+from events.codec import CONFLUENT_HEADER_SIZE, HEADER_SIZE, MAGIC, Codec, DecodeError, default_codec
 from events.fencing import Fence, epoch_of
 from events.kafka import consume_available, consumer_config, find_ends, job_key, job_partition, read_to_end
 from events.records import CoordinatorClaimed, Record
@@ -144,13 +144,13 @@ class JobRecords:
         return FeedRecord(topic, partition, offset, epoch, name, value, msg.timestamp()[1], record)
 
     def _name(self, value: bytes) -> str | None:
-        if len(value) < HEADER_SIZE or value[:2] != MAGIC:
-            return None
-        fingerprint = value[2:HEADER_SIZE]
-        if fingerprint not in self._names:
-            writer = self._codec.registry.writer(fingerprint)
-            self._names[fingerprint] = None if writer is None else writer.name
-        return self._names[fingerprint]
+        header = value[:HEADER_SIZE] if value[:2] == MAGIC else value[:CONFLUENT_HEADER_SIZE]
+        if header in self._names:
+            return self._names[header]
+        name = self._codec.record_name(value)
+        if name is not None or value[:2] == MAGIC:  # a registry that did not answer may answer later
+            self._names[header] = name
+        return name
 
     def _decoded(self, value: bytes, topic: str, partition: int, offset: int) -> Record | None:
         try:

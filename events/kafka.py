@@ -159,7 +159,7 @@ def produce_record(
 
     Serves delivery callbacks of earlier messages (``poll(0)``) but does not wait.
     """
-    kwargs: dict[str, Any] = {"key": record_key(record), "value": encode(record)}
+    kwargs: dict[str, Any] = {"key": record_key(record), "value": encode(record, topic)}
     if on_delivery is not None:
         kwargs["on_delivery"] = on_delivery
     if headers:

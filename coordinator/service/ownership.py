@@ -212,7 +212,12 @@ def claim_partition(
             )
             claim = CoordinatorClaimed(partition, epoch, worker_id, now_ms())
             claim_offset = _produce(
-                producer, topics.checkpoints, partition, None, encode(claim), [epoch_header(epoch)]
+                producer,
+                topics.checkpoints,
+                partition,
+                None,
+                encode(claim, topics.checkpoints),
+                [epoch_header(epoch)],
             )
             seen, valid_claim, message = fold(claim_offset)
             if valid_claim == claim and message is not None and message.offset == claim_offset:

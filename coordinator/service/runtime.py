@@ -438,7 +438,9 @@ class Coordinator:
             value=value,
             job_id=job_id.encode("utf-8", "backslashreplace").decode("utf-8") if job_id else job_id,
         )
-        out = Outgoing(self.topics.dead_letters, letter.key or b"", self.codec.encode(letter))
+        out = Outgoing(
+            self.topics.dead_letters, letter.key or b"", self.codec.encode(letter, self.topics.dead_letters)
+        )
         return Outcome(job_id=job_id, messages=[out])
 
     def _command(self, record: Record, now_ms: int) -> Command:
@@ -502,7 +504,12 @@ class Coordinator:
             after = next_state  # what _apply(event) would leave, without a second evolve
             outcome.journal.append(event)
             outcome.messages.append(
-                Outgoing(self.topics.checkpoints, job_id.encode(), self.codec.encode(event), headers)
+                Outgoing(
+                    self.topics.checkpoints,
+                    job_id.encode(),
+                    self.codec.encode(event, self.topics.checkpoints),
+                    headers,
+                )
             )
             if isinstance(event, CheckpointTriggered):
                 barriers.append(self._barrier(event, event.timestamp_ms, epoch))
@@ -566,7 +573,7 @@ class Coordinator:
         return Outgoing(
             self.topics.barriers,
             triggered.job_id.encode(),
-            self.codec.encode(barrier),
+            self.codec.encode(barrier, self.topics.barriers),
             (epoch_header(epoch),),
         )
 

@@ -1,0 +1,87 @@
+"""The Confluent Schema Registry wire format for cutline's topics (optional, the ``registry`` extra).
+
+Single-object encoding (DESIGN §3) stays the default. With ``--schema-registry URL`` (or
+``CUTLINE_SCHEMA_REGISTRY_URL``) every reader also decodes Confluent frames (magic byte 0, a
+4-byte schema id, the Avro body); with ``--wire-format confluent`` (``CUTLINE_WIRE_FORMAT``) the
+writers write them, so kcat, Kafka UI, AKHQ, Redpanda Console and Kafdrop show the records.
+A topic carries several record types, so subjects follow Confluent's TopicRecordNameStrategy:
+``<topic>-cutline.<Record>``, registered on first use. The registry is asked once per schema
+(confluent-kafka's client caches ids and schemas).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from events.codec import NAMESPACE, ConfluentFraming, WriterSchema
+from events.extras import require
+
+URL_VARIABLE = "CUTLINE_SCHEMA_REGISTRY_URL"
+FORMAT_VARIABLE = "CUTLINE_WIRE_FORMAT"
+WIRE_FORMATS = ("single-object", "confluent")
+
+
+class WireFormatError(ValueError):
+    """The wire format settings do not fit together; says how to fix them."""
+
+
+def subject(topic: str, writer: WriterSchema) -> str:
+    """Confluent's TopicRecordNameStrategy: ``<topic>-<fully qualified record name>``."""
+    return f"{topic}-{NAMESPACE}.{writer.name}"
+
+
+class RegistryFraming:
+    """Confluent framing through ``confluent_kafka.schema_registry.SchemaRegistryClient``."""
+
+    def __init__(self, url: str, writes: bool) -> None:
+        require("registry", "the Confluent Schema Registry wire format")
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        self.url = url
+        self.writes = writes
+        self._client = SchemaRegistryClient({"url": url})
+        self._ids: dict[tuple[str, bytes], int] = {}
+
+    def schema_id(self, topic: str, writer: WriterSchema) -> int:
+        from confluent_kafka.schema_registry import Schema
+
+        key = (topic, writer.fingerprint)
+        schema_id = self._ids.get(key)
+        if schema_id is None:
+            text = json.dumps(writer.parsed, separators=(",", ":"))
+            schema_id = self._ids[key] = self._client.register_schema(
+                subject(topic, writer), Schema(text, "AVRO")
+            )
+        return schema_id
+
+    def schema(self, schema_id: int) -> Mapping[str, Any]:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            schema = self._client.get_schema(schema_id)
+        except SchemaRegistryError as exc:
+            raise LookupError(str(exc)) from None
+        if (schema.schema_type or "AVRO") != "AVRO" or schema.schema_str is None:
+            raise LookupError(f"schema {schema_id} is a {schema.schema_type} schema, not Avro")
+        parsed: Mapping[str, Any] = json.loads(schema.schema_str)
+        return parsed
+
+
+def framing_from_environment(environ: Mapping[str, str] | None = None) -> ConfluentFraming | None:
+    """The Confluent framing the environment asks for, or None (single-object only)."""
+    environ = os.environ if environ is None else environ
+    url = environ.get(URL_VARIABLE, "").strip()
+    wire_format = environ.get(FORMAT_VARIABLE, "single-object").strip() or "single-object"
+    if wire_format not in WIRE_FORMATS:
+        raise WireFormatError(f"{FORMAT_VARIABLE}={wire_format}: use one of {', '.join(WIRE_FORMATS)}")
+    if wire_format == "confluent" and not url:
+        raise WireFormatError(
+            "the confluent wire format needs a schema registry: pass --schema-registry URL "
+            f"(or set {URL_VARIABLE})"
+        )
+    if not url:
+        return None
+    return RegistryFraming(url, writes=wire_format == "confluent")
