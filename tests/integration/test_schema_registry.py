@@ -1,7 +1,7 @@
 """The Confluent Schema Registry wire format, against a registry **stub** that speaks the part of
 the REST API confluent-kafka's client uses (register a schema under a subject, fetch a schema by
-id). No registry server can be installed here: Confluent's needs Java and Maven artifacts, and
-Karapace pins dependencies that conflict with this project's; docs/wire-format.md says so.
+id). No registry server can be installed here: Confluent's needs Maven artifacts (no Maven here)
+and Karapace is not on PyPI; docs/wire-format.md says so.
 
 The coordinator runs as a real process writing Confluent frames; the job's status arrives in
 single-object encoding, so it reads both."""
