@@ -327,10 +327,10 @@ class TestIsolation:
         state, stats = coordinator.states[JOB], coordinator.stats[JOB]
         encode_event = coordinator.codec.encode
 
-        def fail_on_completed(record: object) -> bytes:
+        def fail_on_completed(record: object, topic: str | None = None) -> bytes:
             if isinstance(record, CheckpointCompleted):
                 raise OverflowError("long too big")
-            return encode_event(record)  # type: ignore[arg-type]
+            return encode_event(record, topic)  # type: ignore[arg-type]
 
         monkeypatch.setattr(coordinator.codec, "encode", fail_on_completed)
 
