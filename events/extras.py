@@ -3,7 +3,8 @@
 The core install is the protocol, the coordinator, the participant library and the CLI. Spark
 jobs need the ``spark`` extra (PySpark, PyArrow, pandas: about 0.5 GB), ``cutline replay
 --plot`` the ``plot`` extra (matplotlib), the Confluent Schema Registry wire format the
-``registry`` extra (confluent-kafka's schema registry client). A command that needs a
+``registry`` extra (confluent-kafka's schema registry client), snapshots on S3 the ``s3``
+extra (s3fs). A command that needs a
 missing extra says which.
 """
 
@@ -20,6 +21,7 @@ EXTRAS = {
     "spark": ("pyspark", "pyarrow", "pandas"),
     "plot": ("matplotlib",),
     "registry": ("certifi", "attrs", "cachetools", "authlib"),
+    "s3": ("fsspec", "s3fs"),
 }
 
 

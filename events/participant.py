@@ -38,7 +38,9 @@ from urllib.parse import quote, unquote, urlsplit
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from events import storage
 from events.codec import DecodeError, avro_decoder, decode
+from events.extras import MissingExtra
 from events.feed import FeedRecord, JobFeed, read_job_partition
 from events.fencing import epoch_header
 from events.kafka import (
@@ -241,7 +243,7 @@ def load_snapshot(handle: StateHandle) -> bytes:
     Raises :class:`SnapshotCorrupted` on a mismatch, :class:`UnsupportedLocation`
     for a URI it cannot read, and OSError if the file cannot be read.
     """
-    data = local_path(handle.uri).read_bytes()
+    data = storage.read_bytes(handle.uri)
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != handle.size_bytes or digest != handle.sha256.lower():
         raise SnapshotCorrupted(
@@ -396,7 +398,8 @@ class Participant:
         self._last_epoch = 0
         self._last_committed = 0
         self._replies: OrderedDict[int, Reply] = OrderedDict()
-        self._files: dict[int, Path] = {}
+        self._files: dict[int, str] = {}
+        """Checkpoint id -> the URI of this participant's snapshot of it."""
         """The snapshot this participant wrote for each checkpoint it acknowledged, until discarded."""
         self._completed: set[int] = set()
         """Ids the journal says completed (any attempt): a second completion or an abort contradicts."""
@@ -506,12 +509,11 @@ class Participant:
             data = bytes(data)
             snapshotted = time.perf_counter()
             uri = snapshot_uri(barrier.location, self.task_id)
-            path = local_path(uri)
-            write_atomic(path, data)
+            storage.write_bytes(uri, data)
             written = time.perf_counter()
         except Exception as exc:
             return declined_for(self.job_id, barrier.checkpoint_id, self.attempt, self.task_id, exc)
-        self._files[barrier.checkpoint_id] = path
+        self._files[barrier.checkpoint_id] = uri
         metrics = {
             "snapshot_ms": round((snapshotted - started) * 1000),
             "write_ms": round((written - snapshotted) * 1000),
@@ -609,13 +611,13 @@ class Participant:
 
     def _discard(self, checkpoint_id: int) -> bool:
         """Delete this participant's own snapshot of ``checkpoint_id``, if it wrote one; did it?"""
-        path = self._files.pop(checkpoint_id, None)
-        if path is None:
+        uri = self._files.pop(checkpoint_id, None)
+        if uri is None:
             return False
         try:
-            path.unlink(missing_ok=True)
-        except OSError as exc:
-            log.warning("task %s could not discard %s: %s", self.task_id, path, exc)
+            storage.delete(uri)
+        except (OSError, MissingExtra) as exc:
+            log.warning("task %s could not discard %s: %s", self.task_id, uri, exc)
         return True
 
     def _on_aborted(self, aborted: CheckpointAborted) -> None:

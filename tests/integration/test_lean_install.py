@@ -41,7 +41,7 @@ def test_the_core_install_has_neither_pyspark_nor_matplotlib(python: Path) -> No
         python,
         "-c",
         "import importlib.util as u; "
-        "print([m for m in ('pyspark', 'matplotlib', 'pandas') if u.find_spec(m)])",
+        "print([m for m in ('pyspark', 'matplotlib', 'pandas', 's3fs') if u.find_spec(m)])",
     )
 
     assert ("[]", 0) == (probe.stdout.strip(), probe.returncode), probe.stderr
@@ -77,3 +77,7 @@ def test_a_command_that_needs_an_extra_names_it(python: Path, tmp_path: Path) ->
     assert "needs the 'plot' extra" in plot.stderr and "pip install 'cutline[plot]'" in plot.stderr
     assert 2 == demo.returncode
     assert "needs the 'spark' extra" in demo.stderr and "pip install 'cutline[spark]'" in demo.stderr
+    s3 = run(
+        python, "-c", "from events import storage; storage.write_bytes('s3://bucket/chk-1/task-0', b'x')"
+    )
+    assert "needs the 's3' extra" in s3.stderr and "pip install 'cutline[s3]'" in s3.stderr

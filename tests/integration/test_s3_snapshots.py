@@ -1,0 +1,89 @@
+"""Participant snapshots on S3 (events/storage.py, the ``s3`` extra): s3fs against moto's S3 server,
+started by the test, as s3fs's own tests do. A real coordinator decides; two participants write
+their snapshots to ``s3://``, old ones are discarded, and a restore reads the latest back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import s3fs
+from moto.server import ThreadedMotoServer
+
+from coordinator.service.supervisor import CoordinatorProcess
+from events.broker import create_topics, free_port
+from events.log import read_journal_topic
+from events.participant import JobDriver, Participant, load_snapshot
+from events.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig
+from events.topics import Topics
+
+BUCKET = "cutline-checkpoints"
+JOB = "s3-job"
+TASKS = ("task-0", "task-1")
+
+
+@pytest.fixture(name="s3")
+def _s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[s3fs.S3FileSystem]:
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+    }.items():
+        monkeypatch.setenv(name, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    filesystem = s3fs.S3FileSystem()
+    filesystem.mkdir(BUCKET)
+    try:
+        yield filesystem
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        server.stop()
+
+
+def test_snapshots_on_s3_complete_are_retained_and_restore(
+    s3: s3fs.S3FileSystem, bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    topics = Topics(topic_prefix)
+    create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+    participants = []
+    for task in TASKS:
+
+        def snapshot(barrier: CheckpointBarrier, task: str = task) -> bytes:
+            return f"{task} at checkpoint {barrier.checkpoint_id}".encode()
+
+        participant = Participant(bootstrap, JOB, task, 1, topics, snapshot, lambda: {"in:0": 1})
+        participant.run_in_thread()
+        participants.append(participant)
+    driver = JobDriver(bootstrap, JOB, topics)
+    config = CheckpointConfig(interval_ms=300, location=f"s3://{BUCKET}/checkpoints", retained=1)
+    try:
+        with CoordinatorProcess(bootstrap, topic_prefix):
+            driver.running(TASKS, config, attempt=1)
+            deadline = time.monotonic() + 60
+            while True:
+                journal = [e for e, _ in read_journal_topic(bootstrap, topics.checkpoints, lambda m, p: None)]
+                completed = [e for e in journal if isinstance(e, CheckpointCompleted)]
+                if len(completed) >= 4 and all(len(p.stats.discarded) >= 2 for p in participants):
+                    break
+                assert time.monotonic() < deadline, f"{len(completed)} completed on s3"
+                time.sleep(0.3)
+    finally:
+        for participant in participants:
+            participant.close()
+        driver.close()
+
+    latest = max(completed, key=lambda c: c.checkpoint_id)
+    assert {f"s3://{BUCKET}/checkpoints/{JOB}/chk-{latest.checkpoint_id}/{t}" for t in TASKS} == {
+        h.uri for h in latest.handles.values()
+    }
+    for task, handle in latest.handles.items():
+        assert f"{task} at checkpoint {latest.checkpoint_id}".encode() == load_snapshot(handle)
+    discarded = {i for p in participants for i in p.stats.discarded}
+    stored = s3.find(f"{BUCKET}/checkpoints/{JOB}")
+    assert not any(f"/chk-{i}/" in key for i in discarded for key in stored), stored
