@@ -232,13 +232,14 @@ class TestTail:
         """`cutline tail checkpoints --json`: one JSON object per message with its place, key,
         headers (the epoch among them) and the decoded record."""
         result = cutline(
-            "tail", "checkpoints", "--from-beginning", "--count", "6", "--json",
+            "tail", "checkpoints", "--from-beginning", "--count", "40", "--idle", "10", "--json",
             "--bootstrap", bootstrap, "--topic-prefix", prefix,
         )  # fmt: skip
 
         assert 0 == result.returncode, result.stderr
         lines = [json.loads(line) for line in result.stdout.splitlines()]
-        assert 6 == len(lines)
+        # 40 messages: the claims of the 8 partitions, the job's partition from its claim on
+        assert 40 == len(lines)
         assert all(line["topic"] == f"{prefix}checkpoints" for line in lines)
         claim = next(line for line in lines if line["type"] == "CoordinatorClaimed")
         assert claim["record"]["epoch"] >= 1 and "cutline.epoch" in claim["headers"]
