@@ -630,10 +630,15 @@ def _journal_states(
     return events, fold_jobs(events)
 
 
+def _as_uri(path_or_uri: str) -> str:
+    """A URI as it is; a local path as its absolute ``file:`` URI."""
+    return path_or_uri if "://" in path_or_uri else Path(path_or_uri).absolute().as_uri()
+
+
 def _directory_uri(console: Console, directory: str) -> StorageUri:
     from events.validation import InvalidUri, parse_uri
 
-    uri = directory if "://" in directory else Path(directory).absolute().as_uri()
+    uri = _as_uri(directory)
     try:
         parsed = parse_uri(uri)
     except InvalidUri as exc:
@@ -653,7 +658,7 @@ def savepoints_list(
     """The completed savepoints of JOB, from the journal: where, when, how big, still on disk, needed."""
     from rich.table import Table
 
-    from coordinator.savepoints import needed_locations, savepoints
+    from coordinator.savepoints import canonical_location, needed_locations, savepoints
     from coordinator.timeline import format_bytes
     from events.participant import METADATA_FILE, UnsupportedLocation, local_path
 
@@ -675,7 +680,7 @@ def savepoints_list(
             on_disk: bool | None = (local_path(savepoint.location) / METADATA_FILE).exists()
         except UnsupportedLocation:
             on_disk = None
-        rows.append((savepoint, on_disk, needed.get(_canonical_location(savepoint.location))))
+        rows.append((savepoint, on_disk, needed.get(canonical_location(savepoint.location))))
     if as_json:
         import dataclasses
         import json
@@ -703,15 +708,6 @@ def savepoints_list(
             needed_by or "-",
         )
     console.print(table)
-
-
-def _canonical_location(location: str) -> str:
-    from events.validation import InvalidUri, canonical_uri
-
-    try:
-        return canonical_uri(location)
-    except InvalidUri:
-        return location
 
 
 @savepoints_app.command("show")
@@ -798,7 +794,7 @@ def savepoints_dispose(
     roots = []
     for root in savepoint_roots:
         try:
-            roots.append(parse_uri(root if "://" in root else Path(root).absolute().as_uri()))
+            roots.append(parse_uri(_as_uri(root)))
         except InvalidUri as exc:
             _fail(errors, f"--savepoint-root {root!r}: {exc}")
     path = Path(where.path)
@@ -1056,9 +1052,7 @@ def trigger(
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = _need_bootstrap(errors, bootstrap)
-    target = savepoint
-    if target is not None and "://" not in target:
-        target = Path(target).absolute().as_uri()
+    target = None if savepoint is None else _as_uri(savepoint)
     request = CheckpointRequested(
         job_id=job,
         kind=CheckpointKind.SAVEPOINT if savepoint is not None else CheckpointKind.CHECKPOINT,

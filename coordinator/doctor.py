@@ -17,7 +17,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -130,12 +130,12 @@ def check_broker(bootstrap: str | None) -> Check:
     return Check("broker", Verdict.OK, f"{bootstrap} (cluster {cluster_id or 'without an id'})")
 
 
-def check_topics(
-    bootstrap: str, prefix: str, partitions_of: Callable[[str, list[str]], dict[str, int]]
-) -> Check:
+def check_topics(bootstrap: str, prefix: str) -> Check:
+    from events.broker import partition_counts
+
     topics = Topics(prefix)
     names = [*topics.all, f"{prefix}coordinator-ticks", f"{prefix}coordinator-snapshots"]
-    counts = partitions_of(bootstrap, names)
+    counts = partition_counts(bootstrap, names)
     missing = [name for name in names if name not in counts]
     create = f"cutline topics create --bootstrap {bootstrap} --topic-prefix {prefix}"
     if missing:
@@ -151,20 +151,6 @@ def check_topics(
             "partition of each); recreate the odd ones, or all with a new --topic-prefix",
         )  # fmt: skip
     return Check("topics", Verdict.OK, f"{len(names)} topics with {counts[names[0]]} partitions each")
-
-
-def partitions_of(bootstrap: str, names: list[str]) -> dict[str, int]:
-    """Partition count of each of ``names`` that exists."""
-    from confluent_kafka.admin import AdminClient
-
-    from events.client_config import client_properties
-
-    metadata = AdminClient({"bootstrap.servers": bootstrap, **client_properties()}).list_topics(timeout=10)
-    return {
-        name: len(metadata.topics[name].partitions)
-        for name in names
-        if name in metadata.topics and metadata.topics[name].error is None
-    }
 
 
 def check_retention(bootstrap: str, prefix: str) -> Check:
@@ -205,7 +191,7 @@ def diagnose(bootstrap: str | None, prefix: str, url: str) -> list[Check]:
     broker = check_broker(bootstrap)
     checks.append(broker)
     if broker.verdict is Verdict.OK and bootstrap:
-        topics = check_topics(bootstrap, prefix, partitions_of)
+        topics = check_topics(bootstrap, prefix)
         checks.append(topics)
         if topics.verdict is Verdict.OK or Topics(prefix).checkpoints not in topics.found:
             checks.append(check_retention(bootstrap, prefix))

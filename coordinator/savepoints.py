@@ -66,7 +66,7 @@ def needed_locations(states: Mapping[str, JobState]) -> dict[str, str]:
 
     def need(location: str | None, why: str) -> None:
         if location:
-            needed.setdefault(_canonical(location), why)
+            needed.setdefault(canonical_location(location), why)
 
     for job_id, state in sorted(states.items()):
         for completed in state.completed:
@@ -87,10 +87,12 @@ def needed_locations(states: Mapping[str, JobState]) -> dict[str, str]:
 
 def why_needed(location: str, states: Mapping[str, JobState]) -> str | None:
     """Why a restore may still need ``location`` (None: nothing in the journal needs it)."""
-    return needed_locations(states).get(_canonical(location))
+    return needed_locations(states).get(canonical_location(location))
 
 
-def _canonical(location: str) -> str:
+def canonical_location(location: str) -> str:
+    """``location``'s one spelling (:func:`events.validation.canonical_uri`), or itself if it is not a
+    storage URI cutline accepts."""
     try:
         return canonical_uri(location)
     except InvalidUri:

@@ -102,6 +102,16 @@ def topic_config(bootstrap: str, topic: str, timeout: float = 30) -> dict[str, s
     return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
 
+def partition_counts(bootstrap: str, names: Iterable[str], timeout: float = 10) -> dict[str, int]:
+    """The partition count of each of ``names`` that exists."""
+    metadata = _admin(bootstrap).list_topics(timeout=timeout)
+    return {
+        name: len(metadata.topics[name].partitions)
+        for name in names
+        if name in metadata.topics and metadata.topics[name].error is None
+    }
+
+
 def create_topics(
     bootstrap: str,
     topics: Iterable[str],

@@ -337,16 +337,21 @@ def read_frame(
             f"no known schema has fingerprint {fp.hex()}; register the writer's schema "
             "(schemas/history/) or upgrade cutline"
         )
-    reader = reader_of(writer.name)
+    return writer, read_body(frame, HEADER_SIZE, writer, reader_of(writer.name), fp.hex())
+
+
+def read_body(frame: bytes, start: int, writer: WriterSchema, reader: WriterSchema, schema: str) -> Any:
+    """The datum of the Avro body from ``start`` to the end of ``frame``, written with ``writer``
+    and resolved to ``reader``; ``schema`` names the writer's schema in errors."""
     body = io.BytesIO(frame)
-    body.seek(HEADER_SIZE)
+    body.seek(start)
     try:
         datum = schemaless_reader(body, writer.compiled, None if reader is writer else reader.compiled)
     except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, ...
-        raise BodyMismatch(f"body does not match schema {writer.name} ({fp.hex()}): {exc!r}") from exc
+        raise BodyMismatch(f"body does not match schema {writer.name} ({schema}): {exc!r}") from exc
     if body.tell() != len(frame):
         raise BodyMismatch(f"{len(frame) - body.tell()} bytes left after a {writer.name} body")
-    return writer, datum
+    return datum
 
 
 # ------------------------------------------------------------------------ codec
@@ -452,15 +457,7 @@ class Codec:
         schema_id = int.from_bytes(frame[1:CONFLUENT_HEADER_SIZE], "big")
         writer = self._confluent_writer(schema_id)
         reader = self.registry.current(writer.name)
-        body = io.BytesIO(frame)
-        body.seek(CONFLUENT_HEADER_SIZE)
-        try:
-            datum = schemaless_reader(body, writer.compiled, None if reader is writer else reader.compiled)
-        except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, ...
-            raise BodyMismatch(f"body does not match schema {writer.name} (id {schema_id}): {exc!r}") from exc
-        if body.tell() != len(frame):
-            raise BodyMismatch(f"{len(frame) - body.tell()} bytes left after a {writer.name} body")
-        return writer, datum
+        return writer, read_body(frame, CONFLUENT_HEADER_SIZE, writer, reader, f"id {schema_id}")
 
     def decode_as(self, cls: type[R], frame: bytes) -> R:
         """Decode and check the record type."""

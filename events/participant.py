@@ -19,7 +19,6 @@ sees barriers and journal events written after it started.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -27,14 +26,13 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, urlsplit
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
@@ -68,6 +66,7 @@ from events.records import (
     StateHandle,
     TaskStatusChanged,
 )
+from events.storage import UnsupportedLocation, local_path, write_atomic
 from events.topics import Topics
 from events.validation import parse_offsets, parse_offsets_key
 
@@ -169,32 +168,8 @@ def acknowledged(
 # ------------------------------------------------------------------- storage
 
 
-class UnsupportedLocation(ValueError):
-    """A checkpoint location or state handle URI this library cannot write or read."""
-
-
 class SnapshotCorrupted(ValueError):
     """A snapshot's bytes do not match the size or sha256 of its state handle."""
-
-
-def local_path(uri: str) -> Path:
-    """The local file system path of a ``file:`` URI (or of a plain path).
-
-    Raises :class:`UnsupportedLocation` for other schemes and remote hosts.
-    """
-    parts = urlsplit(uri)
-    if parts.scheme == "":
-        if not uri:
-            raise UnsupportedLocation("empty checkpoint location")
-        return Path(uri)
-    if parts.scheme != "file":
-        raise UnsupportedLocation(
-            f"unsupported checkpoint location scheme {parts.scheme!r} in {uri!r}: "
-            "the participant library writes only file:// URIs (or plain local paths)"
-        )
-    if parts.netloc not in ("", "localhost"):
-        raise UnsupportedLocation(f"file URI {uri!r} names host {parts.netloc!r}; only local files work")
-    return Path(unquote(parts.path))
 
 
 def snapshot_uri(location: str, task_id: str) -> str:
@@ -209,32 +184,6 @@ def snapshot_uri(location: str, task_id: str) -> str:
     scheme = urlsplit(location).scheme
     tail = quote(name, safe=":@=+,") if scheme else name
     return f"{location.rstrip('/')}/{tail}"
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or all of the new one, durably.
-
-    Creates missing directories; writes a temporary file in the same directory,
-    fsyncs it, renames it over ``path`` and fsyncs the directory.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        with open(tmp, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
-    with contextlib.suppress(OSError):  # not every file system can fsync a directory
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def load_snapshot(handle: StateHandle) -> bytes:

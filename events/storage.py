@@ -11,10 +11,63 @@ and configures it the usual way (for S3: the ``AWS_*`` variables or ``~/.aws``, 
 from __future__ import annotations
 
 import contextlib
+import os
+import uuid
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from events.extras import MissingExtra, require
+
+
+class UnsupportedLocation(ValueError):
+    """A checkpoint location or state handle URI this library cannot write or read."""
+
+
+def local_path(uri: str) -> Path:
+    """The local file system path of a ``file:`` URI (or of a plain path).
+
+    Raises :class:`UnsupportedLocation` for other schemes and remote hosts.
+    """
+    parts = urlsplit(uri)
+    if parts.scheme == "":
+        if not uri:
+            raise UnsupportedLocation("empty checkpoint location")
+        return Path(uri)
+    if parts.scheme != "file":
+        raise UnsupportedLocation(
+            f"unsupported checkpoint location scheme {parts.scheme!r} in {uri!r}: "
+            "the participant library writes only file:// URIs (or plain local paths)"
+        )
+    if parts.netloc not in ("", "localhost"):
+        raise UnsupportedLocation(f"file URI {uri!r} names host {parts.netloc!r}; only local files work")
+    return Path(unquote(parts.path))
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or all of the new one, durably.
+
+    Creates missing directories; writes a temporary file in the same directory,
+    fsyncs it, renames it over ``path`` and fsyncs the directory.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+    with contextlib.suppress(OSError):  # not every file system can fsync a directory
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def is_local(uri: str) -> bool:
@@ -39,8 +92,6 @@ def _filesystem(uri: str) -> tuple[Any, str]:
 
 def write_bytes(uri: str, data: bytes) -> None:
     """Write ``data`` at ``uri``, all or nothing, durably."""
-    from events.participant import local_path, write_atomic
-
     if is_local(uri):
         write_atomic(local_path(uri), data)
         return
@@ -49,8 +100,6 @@ def write_bytes(uri: str, data: bytes) -> None:
 
 
 def read_bytes(uri: str) -> bytes:
-    from events.participant import local_path
-
     if is_local(uri):
         return local_path(uri).read_bytes()
     filesystem, path = _filesystem(uri)
@@ -60,8 +109,6 @@ def read_bytes(uri: str) -> bytes:
 
 def delete(uri: str) -> None:
     """Delete the object at ``uri``; nothing if it is not there."""
-    from events.participant import local_path
-
     if is_local(uri):
         local_path(uri).unlink(missing_ok=True)
         return
@@ -71,8 +118,6 @@ def delete(uri: str) -> None:
 
 
 def exists(uri: str) -> bool:
-    from events.participant import local_path
-
     if is_local(uri):
         return local_path(uri).exists()
     filesystem, path = _filesystem(uri)

@@ -14,7 +14,7 @@ deciding an input costs nothing more; the worker's counters are kept by the runt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -127,7 +127,9 @@ class CoordinatorCollector(Collector):
         for reason, count in sorted(self.coordinator.dead_letters.items()):
             letters.add_metric([reason], count)
         yield letters
-        yield _gauge(WORKER_PREFIX + "jobs", "Jobs this worker owns.", {(): len(self.coordinator.states)})
+        yield GaugeMetricFamily(
+            WORKER_PREFIX + "jobs", "Jobs this worker owns.", value=len(self.coordinator.states)
+        )
 
         views = sorted(self.partitions(), key=lambda v: v.partition)
         labels = ["partition"]
@@ -162,13 +164,6 @@ class CoordinatorCollector(Collector):
         for entry in sorted(self.input_lag(), key=lambda e: (e.topic, e.partition)):
             lag.add_metric([entry.topic, str(entry.partition)], entry.records)
         yield lag
-
-
-def _gauge(name: str, doc: str, values: Mapping[tuple[str, ...], float]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=[])
-    for labels, value in values.items():
-        family.add_metric(list(labels), value)
-    return family
 
 
 def registry_for(collector: CoordinatorCollector) -> CollectorRegistry:
