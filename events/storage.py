@@ -122,3 +122,18 @@ def exists(uri: str) -> bool:
         return local_path(uri).exists()
     filesystem, path = _filesystem(uri)
     return bool(filesystem.exists(path))
+
+
+def list_names(uri: str) -> list[str]:
+    """The names of the files directly in directory ``uri`` (none if it does not exist)."""
+    if is_local(uri):
+        try:
+            return [entry.name for entry in os.scandir(local_path(uri)) if entry.is_file()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+    filesystem, path = _filesystem(uri)
+    try:
+        entries = filesystem.ls(path, detail=True)
+    except FileNotFoundError:
+        return []
+    return [str(e["name"]).rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "file"]

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, cast
+from urllib.parse import quote
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -98,6 +99,21 @@ from spark_tasks.kafka_source import (
     KafkaSource,
     OffsetProbe,
     to_offsets,
+)
+from spark_tasks.keyed import (
+    MAX_PARALLELISM,
+    SHUFFLE_SCHEMA,
+    TARGET_COLUMN,
+    KeyedSettings,
+    KeyedState,
+    KeyedStateStore,
+    KeyedStep,
+    Manifest,
+    key_group_range,
+    keyed_task_id,
+    process_step,
+    read_keyed_state,
+    route_step,
 )
 from spark_tasks.ledger import Abort, Complete, Discard, Fail, Ignore, JobLedger
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
@@ -173,6 +189,14 @@ class JobSettings:
     group: str | None = None
     restore: Restore = "latest"
     source_options: Mapping[str, Any] = field(default_factory=dict)
+    keyed_partitions: int | None = None
+    """Shuffle partitions of a keyed job (:meth:`CheckpointedJob.stream_keyed`): its tasks are
+    ``keyed-0`` … ``keyed-<n-1>``. None: state per input partition (:meth:`CheckpointedJob.stream`)."""
+    max_parallelism: int = MAX_PARALLELISM
+    """Key groups of a keyed job: the most shuffle partitions it can be rescaled to (Flink's)."""
+    state_location: str | None = None
+    """Where a keyed job's state store lives: any fsspec URL (``s3://…``) or path that every
+    executor sees. Default: ``work_dir``."""
 
     @property
     def consumer_group(self) -> str:
@@ -299,8 +323,22 @@ class CheckpointedJob:
             self.partitions: list[tuple[str, int]] = probe.partitions(settings.topics)
         if not self.partitions:
             raise ValueError(f"topics {list(settings.topics)} have no partitions: create them first")
-        self.tasks = [task_id(t, p) for t, p in self.partitions]
+        keyed = settings.keyed_partitions
+        if keyed is not None and not 0 < keyed <= settings.max_parallelism:
+            raise ValueError(
+                f"keyed_partitions={keyed}: a keyed job has 1 to max_parallelism "
+                f"({settings.max_parallelism}) shuffle partitions"
+            )
+        self.tasks = (
+            [task_id(t, p) for t, p in self.partitions]
+            if keyed is None
+            else [keyed_task_id(i) for i in range(keyed)]
+        )
         self._restored_state: dict[tuple[str, int], tuple[int, bytes]] = {}
+        self._restored_keyed: list[KeyedState] = []
+        self._pieces_of: dict[int, set[Path]] = {}
+        """Pieces of a keyed job's completed checkpoints, by id: retention keeps what they need."""
+        self._aborted_dirs: list[tuple[int, Path]] = []
         self.ignored: list[tuple[Record, str]] = []
         """Journal records of this job that the job ignored, and why (each logged once)."""
         self._listener: _Listener | None = None
@@ -319,6 +357,9 @@ class CheckpointedJob:
             self.work_dir = Path(self.settings.work_dir) / f"attempt-{attempt}"
             self.restored: CheckpointCompleted | None = self._find_restore(restore)
             self.store = PartitionStateStore(self.work_dir / "state")
+            base = self.settings.state_location or str(self.work_dir.parent)
+            self.keyed_root = f"{base.rstrip('/')}/attempt-{attempt}/keyed-{self.run_id}"
+            """This run's keyed state store (one directory per shuffle partition)."""
             self.starting_offsets = self._seed_state()
             self.ledger = JobLedger(
                 self.settings.job_id,
@@ -396,7 +437,13 @@ class CheckpointedJob:
         return None
 
     def _load_state(self, completed: CheckpointCompleted) -> dict[tuple[str, int], tuple[int, bytes]]:
-        """Each partition's ``(offset, snapshot)`` in ``completed``, checked against its handle."""
+        """Each partition's ``(offset, snapshot)`` in ``completed``, checked against its handle.
+
+        A keyed job instead reads the key groups of each of its shuffle partitions from the
+        checkpoint's keyed snapshots, whatever their number was (rescaling), into
+        ``_restored_keyed``; it returns the offsets only."""
+        if self.settings.keyed_partitions is not None:
+            return self._load_keyed(completed)
         state: dict[tuple[str, int], tuple[int, bytes]] = {}
         for topic, partition in self.partitions:
             offset = completed.offsets.get(f"{topic}:{partition}")
@@ -405,9 +452,36 @@ class CheckpointedJob:
                 state[(topic, partition)] = offset, load_snapshot(handle)
         return state
 
+    def _load_keyed(self, completed: CheckpointCompleted) -> dict[tuple[str, int], tuple[int, bytes]]:
+        parallelism = self.settings.keyed_partitions
+        assert parallelism is not None
+        if not any(task.startswith("keyed-") for task in completed.handles):
+            raise SnapshotCorrupted(
+                f"checkpoint {completed.checkpoint_id} at {completed.location} holds no keyed state "
+                f"(its tasks: {', '.join(sorted(completed.handles)) or 'none'}): a keyed job restores only "
+                "from a keyed job's checkpoint or savepoint"
+            )
+        max_parallelism = self.settings.max_parallelism
+        self._restored_keyed = [
+            read_keyed_state(
+                completed.handles, key_group_range(i, parallelism, max_parallelism), max_parallelism
+            )[0]
+            for i in range(parallelism)
+        ]
+        return {
+            (topic, partition): (offset, b"")
+            for topic, partition in self.partitions
+            if (offset := completed.offsets.get(f"{topic}:{partition}")) is not None
+        }
+
     def _seed_state(self) -> str:
         """Write the restored snapshots as first state versions; the source's startingOffsets."""
         restored = self.restored
+        if self.settings.keyed_partitions is not None:
+            for i in range(self.settings.keyed_partitions):
+                seeded = self._restored_keyed[i] if self._restored_keyed else {}
+                KeyedStateStore(self.keyed_root, i).seed(seeded)
+            self._restored_keyed = []
         if restored is None:
             return str(self.settings.source_options.get("startingOffsets", "earliest"))
         offsets: dict[tuple[str, int], int] = {}
@@ -423,18 +497,16 @@ class CheckpointedJob:
                 offsets[(topic, partition)] = -2
                 continue
             offset, data = loaded
-            self.store.save(topic, partition, offset, data)
+            if self.settings.keyed_partitions is None:
+                self.store.save(topic, partition, offset, data)
             offsets[(topic, partition)] = offset
         self._restored_state = {}
         return json.dumps(to_offsets(offsets))
 
     # ---------------------------------------------------------------- query
 
-    def stream(self, step: StatefulStep[Any], source_options: Mapping[str, Any] | None = None) -> Any:
-        """The DataFrame of ``step``'s output over the job's input topics, with checkpoints."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-        from pyspark.sql.types import StructType
-
+    def _source(self, source_options: Mapping[str, Any] | None) -> Any:
+        """The ``cutline-kafka`` stream of the job's topics, from the restored offsets, with barriers."""
         self.spark.dataSource.register(KafkaSource)
         options = {
             "kafka.bootstrap.servers": self.settings.bootstrap,
@@ -449,9 +521,25 @@ class CheckpointedJob:
         reader = self.spark.readStream.format(FORMAT)
         for key, value in options.items():
             reader = reader.option(key, value)
-        schema = StructType.fromDDL(step.output_schema)
+        return reader.load()
+
+    @staticmethod
+    def _schema(ddl: str) -> Any:
+        from pyspark.sql.types import StructType
+
+        schema = StructType.fromDDL(ddl)
         if not isinstance(schema, StructType):
-            raise TypeError(f"output_schema must describe columns, got {step.output_schema!r}")
+            raise TypeError(f"output_schema must describe columns, got {ddl!r}")
+        return schema
+
+    def stream(self, step: StatefulStep[Any], source_options: Mapping[str, Any] | None = None) -> Any:
+        """The DataFrame of ``step``'s output over the job's input topics, with checkpoints."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if self.settings.keyed_partitions is not None:
+            raise TypeError("this job is keyed (JobSettings.keyed_partitions): use stream_keyed(KeyedStep)")
+        source = self._source(source_options)
+        schema = self._schema(step.output_schema)
         # Every partition gets a first state version before the query starts: the restored one, or
         # the initial state at offset 0. A task that then finds none declines (spark_tasks.tasks).
         initial: bytes | None = None
@@ -467,7 +555,40 @@ class CheckpointedJob:
             run_id=self.run_id,
             seeded=frozenset(self.tasks),
         )
-        return reader.load().mapInArrow(partition_step(step, settings, to_arrow_schema(schema)), schema)
+        return source.mapInArrow(partition_step(step, settings, to_arrow_schema(schema)), schema)
+
+    def stream_keyed(self, step: KeyedStep[Any], source_options: Mapping[str, Any] | None = None) -> Any:
+        """The DataFrame of a keyed ``step``'s output: the input's ``(key, value)`` pairs shuffled by
+        key group into ``JobSettings.keyed_partitions`` partitions, each keeping the state of its key
+        groups, snapshotting them at every barrier and acking once per partition
+        (:mod:`spark_tasks.keyed`)."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        parallelism = self.settings.keyed_partitions
+        if parallelism is None:
+            raise TypeError("stream_keyed needs JobSettings.keyed_partitions (the shuffle partitions)")
+        if step.max_parallelism != self.settings.max_parallelism:
+            raise ValueError(
+                f"the step's max_parallelism {step.max_parallelism} differs from the job's "
+                f"{self.settings.max_parallelism} (JobSettings.max_parallelism): they must match"
+            )
+        schema = self._schema(step.output_schema)
+        settings = KeyedSettings(
+            job_id=self.settings.job_id,
+            bootstrap=self.settings.bootstrap,
+            state_root=self.keyed_root,
+            parallelism=parallelism,
+            inputs=frozenset(self.partitions),
+            topic_prefix=self.settings.topic_prefix,
+            run_id=self.run_id,
+            attempt=self.attempt,
+        )
+        return (
+            self._source(source_options)
+            .mapInArrow(route_step(step, parallelism), SHUFFLE_SCHEMA)
+            .repartitionById(parallelism, TARGET_COLUMN)
+            .mapInArrow(process_step(step, settings, to_arrow_schema(schema)), schema)
+        )
 
     def start(self, writer: Any) -> Any:
         """Start ``writer`` (a DataStreamWriter of :meth:`stream`'s output) as this job's query."""
@@ -572,6 +693,9 @@ class CheckpointedJob:
 
     def _on_completed(self, decision: Complete) -> None:
         completed = decision.completed
+        keyed = self.settings.keyed_partitions is not None
+        if keyed and completed.kind is CheckpointKind.CHECKPOINT:
+            self._pieces_of[completed.checkpoint_id] = self._pieces_needed_by(completed)
         self._commit_offsets(completed, decision.commit)
         if decision.metadata is not None:
             self._write_metadata(decision.metadata, completed)
@@ -580,6 +704,50 @@ class CheckpointedJob:
             self._completion.notify_all()
         for discard in decision.discard:
             self._discard(discard)
+        if keyed and completed.kind is CheckpointKind.CHECKPOINT:
+            self._sweep_aborted(completed.checkpoint_id)
+
+    def _pieces_needed_by(self, completed: CheckpointCompleted) -> set[Path]:
+        """The local piece files a keyed checkpoint's manifests list (a chain reaches into older
+        checkpoints' directories: those pieces stay while this checkpoint is retained)."""
+        needed: set[Path] = set()
+        for task, handle in completed.handles.items():
+            if not task.startswith("keyed-"):
+                continue
+            try:
+                manifest = Manifest.from_bytes(load_snapshot(handle), handle.uri)
+                needed.update(local_path(piece.uri) for piece in manifest.pieces)
+            except (OSError, SnapshotCorrupted, UnsupportedLocation) as exc:
+                log.warning("checkpoint %d: cannot read %s (%s)", completed.checkpoint_id, handle.uri, exc)
+        return needed
+
+    def _delete_unneeded_pieces(self, directory: Path) -> None:
+        """Delete this run's keyed pieces in ``directory`` that no retained checkpoint needs."""
+        needed = set().union(*self._pieces_of.values())
+        prefixes = tuple(
+            quote(f"{keyed_task_id(i)}.a{self.attempt}-{self.run_id}.cut-", safe=":@=+,")
+            for i in range(self.settings.keyed_partitions or 0)
+        )
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(prefixes) and name.endswith((".full", ".delta")):
+                path = directory / name
+                if path not in needed:
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+
+    def _sweep_aborted(self, completed_id: int) -> None:
+        """Pieces of aborted checkpoints older than a completed one: no snapshot chain can need them
+        any more, unless a retained checkpoint's does."""
+        for aborted_id, directory in list(self._aborted_dirs):
+            if aborted_id < completed_id:
+                self._aborted_dirs.remove((aborted_id, directory))
+                self._delete_unneeded_pieces(directory)
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
 
     def _write_metadata(self, directory: Path, completed: CheckpointCompleted) -> None:
         """``_metadata`` next to the snapshots it describes: every handle's file is there, of its size."""
@@ -622,16 +790,26 @@ class CheckpointedJob:
         with self._lock:
             self.aborted.append(decision.aborted)
         if decision.discard is not None:
-            self._discard(decision.discard)
+            self._discard(decision.discard, aborted=True)
 
-    def _discard(self, discard: Discard) -> None:
-        """Delete this run's snapshots of a checkpoint and its ``_metadata``, then its directory if empty."""
+    def _discard(self, discard: Discard, *, aborted: bool = False) -> None:
+        """Delete this run's snapshots of a checkpoint and its ``_metadata``, then its directory if empty.
+
+        A keyed job's pieces go only when no retained checkpoint's chain needs them; an aborted
+        checkpoint's pieces wait until a later checkpoint completes (a chain pending now may list them).
+        """
         directory = discard.directory
         for path in snapshot_files(directory, self.tasks, self.attempt, self.run_id):
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             (directory / METADATA_FILE).unlink(missing_ok=True)
+        if self.settings.keyed_partitions is not None:
+            self._pieces_of.pop(discard.checkpoint_id, None)
+            if aborted:
+                self._aborted_dirs.append((discard.checkpoint_id, directory))
+            else:
+                self._delete_unneeded_pieces(directory)
         with contextlib.suppress(OSError):
             directory.rmdir()  # only if nothing else is in it
 

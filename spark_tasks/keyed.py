@@ -1,0 +1,759 @@
+"""Keyed state across a shuffle (DESIGN §5): key groups, incremental snapshots, rescaling.
+
+A :class:`KeyedStep` is Flink's ``keyBy(...).process(...)`` for a checkpointed Spark job, and
+Spark's ``groupBy(...).applyInPandasWithState(...)`` in spirit::
+
+    step = KeyedStep(
+        key_by=lambda record: [(w, 1) for w in record.value.decode().split()],  # (key, value) pairs
+        update=lambda key, count, ones: ((count or 0) + len(ones), [(key, (count or 0) + len(ones))]),
+        output_schema="word string, count long",
+    )
+    counts = job.stream_keyed(step)          # JobSettings(keyed_partitions=8, ...)
+
+``key_by`` turns each input record into ``(key, value)`` pairs; ``update(key, state, values)``
+gets one key's state (None for a new key) and the values the micro-batch brought for it, in input
+order, and returns the new state (None deletes the key) and output rows.
+
+**Key groups.** A key belongs to key group ``murmur3_32(utf-8 key) mod max_parallelism`` (Flink's
+max parallelism, default 128), and shuffle partition ``i`` of ``P`` owns the contiguous range
+:func:`key_group_range` (Flink's ``KeyGroupRangeAssignment``). State is stored and snapshotted
+per key group, so a snapshot taken with ``P`` partitions restores into ``P'``: each new partition
+reads the key groups it owns from whichever old snapshots hold them.
+
+**The plan.** ``source → mapInArrow(route) → repartitionById(P, cutline_target) →
+mapInArrow(process)``. The map side is stateless: it applies ``key_by`` and sends each pair to its
+key group's partition, and copies every barrier row (one per input partition, first in its
+batch: :mod:`spark_tasks.kafka_source`) to all ``P`` partitions. A shuffle task therefore sees the
+barrier from every input channel (seed 002's BarrierBuffer); its state before the batch is the
+state at the cut (see docs/spark.md, "Keyed state").
+
+**The state store** (:class:`KeyedStateStore`) keeps, per shuffle partition, a delta of the keys
+each micro-batch changed and every :data:`FULL_EVERY` versions a full copy, as Spark's
+HDFS-backed state store does, on any fsspec URL. Versions are keyed by the micro-batch id: version
+``b`` is the state after every batch below ``b``.
+
+**Snapshots are incremental.** On a checkpoint barrier a task writes one *piece* with the keys
+that changed since its previous snapshot (a delta), or all its keys (a full piece: the first
+snapshot of a run, after :data:`MAX_CHAIN` deltas, and always for savepoints, which must stand
+alone), and a *manifest* (JSON) that lists the pieces that rebuild its state: the previous
+snapshot's pieces plus the new one. The manifest is the task's state handle. Pieces are Arrow IPC
+streams of ``(key_group, key, state)`` rows; a null state deletes the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import pickle
+import re
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import mmh3
+import pyarrow as pa
+
+from events import storage
+from events.participant import SnapshotCorrupted, acknowledged, declined, declined_for
+from events.records import CheckpointAcknowledged, CheckpointDeclined, StateHandle
+from events.topics import Topics
+from spark_tasks.kafka_source import BARRIER_COLUMN
+from spark_tasks.state import KafkaRecord, StateLost, _json_dumps, _json_loads
+
+__all__ = [
+    "FULL_EVERY",
+    "MAX_CHAIN",
+    "MAX_PARALLELISM",
+    "KeyedSettings",
+    "KeyedStateStore",
+    "KeyedStep",
+    "Manifest",
+    "Piece",
+    "key_group",
+    "key_group_range",
+    "keyed_task_id",
+    "operator_index",
+    "process_step",
+    "read_keyed_state",
+    "route_step",
+]
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+
+MAX_PARALLELISM = 128
+"""Key groups per job, as Flink's default max parallelism: the most shuffle partitions a job can
+be rescaled to. Fixed for the life of a job's state (a snapshot records it)."""
+
+FULL_EVERY = 16
+"""The state store writes a full copy of a partition every this many versions (deltas between)."""
+
+MAX_CHAIN = 8
+"""Pieces a snapshot's manifest may list before the next snapshot is a full piece again."""
+
+MANIFEST_FORMAT = "cutline.keyed/1"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+"""The local property Spark's MicroBatchExecution sets on every task of a micro-batch."""
+
+TARGET_COLUMN = "cutline_target"
+SHUFFLE_SCHEMA = (
+    f"{TARGET_COLUMN} int, key_group int, key string, value binary, "
+    f"topic string, partition int, offset long, seq int, {BARRIER_COLUMN} string"
+)
+"""The rows between the map side and the shuffle side: a pair, or a barrier row (key null)."""
+
+PIECE_SCHEMA = pa.schema([("key_group", pa.int32()), ("key", pa.string()), ("state", pa.binary())])
+
+KeyedState = dict[int, dict[str, bytes]]
+"""One partition's state: key group → key → the serialized state of the key."""
+Changes = dict[int, dict[str, bytes | None]]
+"""What changed: key group → key → the new serialized state, or None (deleted)."""
+
+
+# ------------------------------------------------------------------ key groups
+
+
+def key_group(key: str, max_parallelism: int = MAX_PARALLELISM) -> int:
+    """The key group of ``key``: murmur3 (32 bit, seed 0) of its UTF-8 bytes, mod ``max_parallelism``."""
+    return int(mmh3.hash(key.encode("utf-8"), 0, signed=False)) % max_parallelism
+
+
+def key_group_range(index: int, parallelism: int, max_parallelism: int = MAX_PARALLELISM) -> range:
+    """The key groups shuffle partition ``index`` of ``parallelism`` owns (Flink's
+    ``KeyGroupRangeAssignment.computeKeyGroupRangeForOperatorIndex``)."""
+    if not 0 < parallelism <= max_parallelism:
+        raise ValueError(f"parallelism {parallelism} must be between 1 and max parallelism {max_parallelism}")
+    start = (index * max_parallelism + parallelism - 1) // parallelism
+    end = ((index + 1) * max_parallelism - 1) // parallelism
+    return range(start, end + 1)
+
+
+def operator_index(group: int, parallelism: int, max_parallelism: int = MAX_PARALLELISM) -> int:
+    """The shuffle partition of ``parallelism`` that owns key group ``group``."""
+    return group * parallelism // max_parallelism
+
+
+def keyed_task_id(index: int) -> str:
+    """The checkpoint task of shuffle partition ``index``: ``keyed-<index>``."""
+    return f"keyed-{index}"
+
+
+_KEYED_TASK = re.compile(r"^keyed-(\d+)$")
+
+
+# ------------------------------------------------------------------------ step
+
+
+@dataclass(frozen=True)
+class KeyedStep(Generic[S]):
+    """Keyed processing: ``key_by(record) -> (key, value) pairs`` on the map side, then per key
+    ``update(key, state | None, values) -> (state | None, rows)`` on the shuffle side.
+
+    ``update`` must be deterministic (a re-run of a batch and a restore replay the same values);
+    returning None as the state deletes the key. ``serialize``/``deserialize`` turn one key's state
+    into bytes and back (default JSON). Values travel through the shuffle pickled. Rows are tuples
+    or dicts of ``output_schema``, a Spark DDL string.
+    """
+
+    key_by: Callable[[KafkaRecord], Iterable[tuple[str, Any]]]
+    update: Callable[[str, S | None, Sequence[Any]], tuple[S | None, Iterable[Any]]]
+    output_schema: str
+    serialize: Callable[[S], bytes] = _json_dumps
+    deserialize: Callable[[bytes], S] = _json_loads
+    max_parallelism: int = MAX_PARALLELISM
+
+
+# ---------------------------------------------------------- pieces and manifests
+
+
+def encode_piece(changes: Mapping[int, Mapping[str, bytes | None]]) -> bytes:
+    """``changes`` as an Arrow IPC stream of ``(key_group, key, state)`` rows, in key order."""
+    groups: list[int] = []
+    keys: list[str] = []
+    states: list[bytes | None] = []
+    for group in sorted(changes):
+        for key in sorted(changes[group]):
+            groups.append(group)
+            keys.append(key)
+            states.append(changes[group][key])
+    table = pa.table(
+        [pa.array(groups, pa.int32()), pa.array(keys, pa.string()), pa.array(states, pa.binary())],
+        schema=PIECE_SCHEMA,
+    )
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, PIECE_SCHEMA) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def decode_piece(data: bytes, wanted: range | None = None) -> Changes:
+    """The changes in a piece (only the key groups in ``wanted``, when given)."""
+    table = pa.ipc.open_stream(data).read_all()
+    changes: Changes = {}
+    columns = table.to_pydict()
+    for group, key, state in zip(columns["key_group"], columns["key"], columns["state"], strict=True):
+        if wanted is None or group in wanted:
+            changes.setdefault(group, {})[key] = state
+    return changes
+
+
+def apply_changes(state: KeyedState, changes: Mapping[int, Mapping[str, bytes | None]]) -> None:
+    """Fold ``changes`` into ``state`` in place (None deletes a key)."""
+    for group, entries in changes.items():
+        keys = state.setdefault(group, {})
+        for key, value in entries.items():
+            if value is None:
+                keys.pop(key, None)
+            else:
+                keys[key] = value
+        if not keys:
+            del state[group]
+
+
+def count_keys(changes: Mapping[int, Mapping[str, Any]]) -> int:
+    return sum(len(entries) for entries in changes.values())
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One file of a snapshot: ``full`` (every key of its key groups) or ``delta`` (changed keys)."""
+
+    uri: str
+    size: int
+    sha256: str
+    kind: str
+    keys: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "uri": self.uri,
+            "size": self.size,
+            "sha256": self.sha256,
+            "kind": self.kind,
+            "keys": self.keys,
+        }
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A shuffle partition's snapshot: the pieces that rebuild its key groups, oldest first (the
+    first is a full piece). Its JSON is the task's state handle."""
+
+    task: str
+    max_parallelism: int
+    key_groups: range
+    batch: int
+    """The micro-batch of the barrier: the state is the one after every batch before it."""
+    pieces: tuple[Piece, ...]
+
+    def to_bytes(self) -> bytes:
+        document = {
+            "format": MANIFEST_FORMAT,
+            "task": self.task,
+            "max_parallelism": self.max_parallelism,
+            "key_groups": [self.key_groups.start, self.key_groups.stop],
+            "batch": self.batch,
+            "pieces": [piece.as_json() for piece in self.pieces],
+        }
+        return json.dumps(document, sort_keys=True, indent=1).encode()
+
+    @staticmethod
+    def from_bytes(data: bytes, where: str) -> Manifest:
+        """Parse a manifest; :class:`SnapshotCorrupted` says what is wrong with it."""
+        try:
+            document = json.loads(data)
+            if document.get("format") != MANIFEST_FORMAT:
+                raise ValueError(f"format {document.get('format')!r}, not {MANIFEST_FORMAT}")
+            start, stop = document["key_groups"]
+            pieces = tuple(
+                Piece(str(p["uri"]), int(p["size"]), str(p["sha256"]), str(p["kind"]), int(p["keys"]))
+                for p in document["pieces"]
+            )
+            manifest = Manifest(
+                str(document["task"]),
+                int(document["max_parallelism"]),
+                range(int(start), int(stop)),
+                int(document["batch"]),
+                pieces,
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SnapshotCorrupted(f"{where} is not a keyed snapshot manifest: {exc}") from exc
+        if not pieces or pieces[0].kind != "full" or any(p.kind not in ("full", "delta") for p in pieces):
+            raise SnapshotCorrupted(f"{where}: a manifest's pieces must start with a full piece")
+        return manifest
+
+
+def _read_piece(piece: Piece, root: str) -> bytes:
+    """A piece's bytes, checked against its size and sha256; it must lie below ``root``."""
+    if not piece.uri.startswith(root.rstrip("/") + "/") or "/../" in piece.uri or piece.uri.endswith("/.."):
+        raise SnapshotCorrupted(f"piece {piece.uri} is outside {root}: a manifest may only name pieces there")
+    data = storage.read_bytes(piece.uri)
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != piece.size or digest != piece.sha256:
+        raise SnapshotCorrupted(
+            f"piece {piece.uri} is corrupt: expected {piece.size} bytes with sha256 {piece.sha256}, "
+            f"found {len(data)} bytes with sha256 {digest}"
+        )
+    return data
+
+
+def pieces_root(manifest_uri: str) -> str:
+    """Where a manifest's pieces may lie: the directory above the manifest's checkpoint directory
+    (the job's checkpoint location, whose ``chk-N`` directories hold the pieces of a chain)."""
+    checkpoint_dir = manifest_uri.rsplit("/", 1)[0]
+    return checkpoint_dir.rsplit("/", 1)[0]
+
+
+def read_manifest(handle: StateHandle) -> Manifest:
+    from events.participant import load_snapshot
+
+    return Manifest.from_bytes(load_snapshot(handle), handle.uri)
+
+
+def read_keyed_state(
+    handles: Mapping[str, StateHandle], wanted: range, max_parallelism: int
+) -> tuple[KeyedState, int]:
+    """The state of the key groups in ``wanted`` from the keyed snapshots in ``handles`` (any number
+    of old partitions: this is how a job rescales), and how many pieces were read.
+
+    Raises :class:`SnapshotCorrupted` for a manifest or piece that does not match its hash, or a
+    snapshot taken with another max parallelism (key groups would not line up)."""
+    state: KeyedState = {}
+    read = 0
+    for task, handle in sorted(handles.items()):
+        if not _KEYED_TASK.match(task):
+            continue
+        manifest = read_manifest(handle)
+        if manifest.max_parallelism != max_parallelism:
+            raise SnapshotCorrupted(
+                f"{handle.uri} was taken with max parallelism {manifest.max_parallelism}, the job has "
+                f"{max_parallelism}: key groups cannot be mapped (keep the job's max_parallelism)"
+            )
+        if not set(manifest.key_groups) & set(wanted):
+            continue
+        root = pieces_root(handle.uri)
+        for piece in manifest.pieces:
+            apply_changes(state, decode_piece(_read_piece(piece, root), wanted))
+            read += 1
+    return state, read
+
+
+# ------------------------------------------------------------------ state store
+
+_STORE_FILE = re.compile(r"^(\d{20})\.(full|delta|lost|snap)$")
+
+_cache: dict[str, tuple[int, KeyedState]] = {}
+"""Per Python worker: the newest state of each store directory this worker saved. Spark reuses its
+Python workers, so the next batch of a partition usually finds its state here without reading
+files (it still lists the directory, so a version another worker wrote is never missed)."""
+
+
+class KeyedStateStore:
+    """One shuffle partition's state between micro-batches, on any fsspec URL (or a local path).
+
+    ``<root>/p<index>/<version:020d>.delta`` holds the keys batch ``version - 1`` changed;
+    ``.full`` every key (every :data:`FULL_EVERY` versions, next to that version's delta);
+    ``.lost`` a tombstone (state missing: later loads raise :class:`StateLost`); ``.snap`` the
+    manifest of the partition's last checkpoint snapshot taken at that version.
+    """
+
+    def __init__(self, root: str, index: int) -> None:
+        self.dir = f"{root.rstrip('/')}/p{index}"
+
+    def _entries(self) -> list[tuple[int, str]]:
+        found = (_STORE_FILE.match(name) for name in storage.list_names(self.dir))
+        return sorted((int(m.group(1)), m.group(2)) for m in found if m)
+
+    def _uri(self, version: int, kind: str) -> str:
+        return f"{self.dir}/{version:020d}.{kind}"
+
+    def versions(self) -> list[int]:
+        return sorted({v for v, kind in self._entries() if kind in ("full", "delta")})
+
+    def load(self, batch: int) -> KeyedState | None:
+        """The state before micro-batch ``batch`` (newest version at or below it), or None if there is
+        none. Raises :class:`StateLost` when a tombstone is at or below ``batch``."""
+        entries = [(v, kind) for v, kind in self._entries() if v <= batch]
+        lost = [v for v, kind in entries if kind == "lost"]
+        if lost:
+            raise StateLost(storage.read_bytes(self._uri(lost[-1], "lost")).decode("utf-8", "replace"))
+        data_versions = [v for v, kind in entries if kind in ("full", "delta")]
+        if not data_versions:
+            return None
+        newest = data_versions[-1]
+        cached = _cache.get(self.dir)
+        if cached is not None and cached[0] == newest:
+            return _copy(cached[1])
+        fulls = [v for v, kind in entries if kind == "full"]
+        if not fulls:
+            return None
+        base = fulls[-1]
+        state: KeyedState = {}
+        apply_changes(state, decode_piece(storage.read_bytes(self._uri(base, "full"))))
+        for version, kind in entries:
+            if base < version and kind == "delta":
+                apply_changes(state, decode_piece(storage.read_bytes(self._uri(version, "delta"))))
+        return state
+
+    def changed_since(self, after: int, upto: int) -> set[tuple[int, str]] | None:
+        """The ``(key group, key)`` pairs changed by versions in ``(after, upto]``, or None if a delta
+        of that range is gone (the caller then writes a full snapshot)."""
+        deltas = {v for v, kind in self._entries() if kind == "delta" and after < v <= upto}
+        writes = {v for v, kind in self._entries() if kind in ("full", "delta") and after < v <= upto}
+        if writes - deltas:
+            return None
+        changed: set[tuple[int, str]] = set()
+        for version in sorted(deltas):
+            for group, entries in decode_piece(storage.read_bytes(self._uri(version, "delta"))).items():
+                changed.update((group, key) for key in entries)
+        return changed
+
+    def save(self, version: int, state: KeyedState, changes: Changes) -> None:
+        """Store ``version`` (``state`` after ``changes``): a delta, and every :data:`FULL_EVERY`
+        versions a full copy too; then prune what no load or snapshot can need."""
+        if changes or version % FULL_EVERY == 0:
+            storage.write_bytes(self._uri(version, "delta"), encode_piece(changes))
+        if version % FULL_EVERY == 0:
+            storage.write_bytes(self._uri(version, "full"), encode_piece(state))
+        _cache[self.dir] = (version, _copy(state))
+        self._prune()
+
+    def seed(self, state: KeyedState) -> None:
+        """The first version (0): a restored or empty state, written before the query starts."""
+        storage.write_bytes(self._uri(0, "full"), encode_piece(state))
+        storage.write_bytes(self._uri(0, "delta"), encode_piece({}))
+
+    def lost(self, version: int, reason: str) -> None:
+        storage.write_bytes(self._uri(version, "lost"), reason.encode())
+
+    def last_snapshot(self, batch: int) -> tuple[int, Manifest] | None:
+        """The newest snapshot this partition took at or below ``batch`` and its manifest."""
+        snaps = [v for v, kind in self._entries() if kind == "snap" and v <= batch]
+        if not snaps:
+            return None
+        uri = self._uri(snaps[-1], "snap")
+        return snaps[-1], Manifest.from_bytes(storage.read_bytes(uri), uri)
+
+    def snapshot_taken(self, batch: int, manifest: Manifest) -> None:
+        storage.write_bytes(self._uri(batch, "snap"), manifest.to_bytes())
+
+    def _prune(self) -> None:
+        """Keep the two newest full copies and everything after the older one, and the deltas after
+        the last snapshot (they make the next snapshot's delta)."""
+        entries = self._entries()
+        fulls = [v for v, kind in entries if kind == "full"]
+        if len(fulls) < 3:
+            return
+        keep_from = fulls[-2]
+        snaps = [v for v, kind in entries if kind == "snap"]
+        delta_from = min(keep_from, snaps[-1]) if snaps else keep_from
+        for version, kind in entries:
+            old = (
+                (kind == "full" and version < keep_from)
+                or (kind == "delta" and version <= delta_from and version < keep_from)
+                or (kind == "snap" and snaps and version < snaps[-1])
+            )
+            if old:
+                storage.delete(self._uri(version, kind))
+
+
+def _copy(state: KeyedState) -> KeyedState:
+    return {group: dict(keys) for group, keys in state.items()}
+
+
+# --------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class KeyedSettings:
+    """What every task of a keyed job needs; pickled into the executors with the step."""
+
+    job_id: str
+    bootstrap: str
+    state_root: str
+    """URL (or local path) of the job attempt's state store."""
+    parallelism: int
+    inputs: frozenset[tuple[str, int]]
+    """The job's input partitions: a barrier must arrive from every one of them."""
+    topic_prefix: str = Topics().prefix
+    producer_extra: Mapping[str, Any] = field(default_factory=dict)
+    run_id: str = ""
+    attempt: int = 0
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.topic_prefix)
+
+
+# ------------------------------------------------------------------- map side
+
+
+def route_step(
+    step: KeyedStep[Any], parallelism: int
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function before the shuffle: pairs to their key group's partition, barrier
+    rows to every partition."""
+    schema = pa.schema(
+        [
+            (TARGET_COLUMN, pa.int32()),
+            ("key_group", pa.int32()),
+            ("key", pa.string()),
+            ("value", pa.binary()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("seq", pa.int32()),
+            (BARRIER_COLUMN, pa.string()),
+        ]
+    )
+    max_parallelism = step.max_parallelism
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            out: dict[str, list[Any]] = {name: [] for name in schema.names}
+            columns = batch.to_pydict()
+            barriers = columns.get(BARRIER_COLUMN) or [None] * batch.num_rows
+            for i in range(batch.num_rows):
+                topic, partition, offset = columns["topic"][i], columns["partition"][i], columns["offset"][i]
+                if barriers[i] is not None:
+                    for target in range(parallelism):
+                        _append(out, target, -1, None, None, topic, partition, offset, 0, barriers[i])
+                    continue
+                record = KafkaRecord(
+                    columns["key"][i], columns["value"][i], topic, partition, offset, columns["timestamp"][i]
+                )
+                for seq, (key, value) in enumerate(step.key_by(record)):
+                    group = key_group(key, max_parallelism)
+                    target = operator_index(group, parallelism, max_parallelism)
+                    _append(out, target, group, key, pickle.dumps(value), topic, partition, offset, seq, None)
+            if out[TARGET_COLUMN]:
+                yield pa.RecordBatch.from_pydict(out, schema=schema)
+
+    return run
+
+
+def _append(out: dict[str, list[Any]], *values: Any) -> None:
+    for column, value in zip(out.values(), values, strict=True):
+        column.append(value)
+
+
+# ---------------------------------------------------------------- shuffle side
+
+
+def _batch_id() -> tuple[int, int]:
+    """(micro-batch id, shuffle partition) of the running task."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+    if context is None or batch is None:
+        raise RuntimeError("keyed state runs only inside a streaming query's micro-batch")
+    return int(batch), context.partitionId()
+
+
+def process_step(
+    step: KeyedStep[Any], settings: KeyedSettings, output: pa.Schema
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function after the shuffle: one task per shuffle partition and batch.
+
+    Loads the partition's state before the batch; on the barrier (from every input partition)
+    snapshots it into the checkpoint's location and acks; folds the batch's values key by key
+    (in input order) through ``update``; saves the changes as the next version.
+    """
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batch_id, index = _batch_id()
+        groups = key_group_range(index, settings.parallelism, step.max_parallelism)
+        store = KeyedStateStore(settings.state_root, index)
+        barriers: dict[tuple[str, int], tuple[str, int]] = {}
+        pairs: list[tuple[str, int, int, int, int, str, bytes]] = []
+        for batch in batches:
+            columns = batch.to_pydict()
+            for i in range(batch.num_rows):
+                topic, partition, offset = columns["topic"][i], columns["partition"][i], columns["offset"][i]
+                barrier = columns[BARRIER_COLUMN][i]
+                if barrier is not None:
+                    barriers[(topic, partition)] = (barrier, offset)
+                    continue
+                pairs.append(
+                    (topic, partition, offset, columns["seq"][i], columns["key_group"][i], columns["key"][i],
+                     columns["value"][i])
+                )  # fmt: skip
+        task = keyed_task_id(index)
+        try:
+            state = store.load(batch_id)
+            missing = None if state is not None else (
+                f"no keyed state of partition {index} at or below batch {batch_id} in {store.dir} on "
+                f"{socket.gethostname()}: the job wrote it before the query started, so this executor "
+                "cannot see it. The state location must be on storage every executor sees"
+            )  # fmt: skip
+        except StateLost as lost:
+            state, missing = None, str(lost)
+        if barriers:
+            reply = _on_barriers(step, settings, store, index, groups, batch_id, barriers, state, missing)
+            _send(settings, reply, barriers)
+        if state is None:
+            if missing is not None:
+                log.error("task %s skips batch %d: %s", task, batch_id, missing)
+                store.lost(batch_id + 1, missing)
+            return
+        # Deterministic order: a re-run, and a run after a restore, fold the same values alike.
+        pairs.sort(key=lambda p: (p[0], p[1], p[2], p[3]))
+        by_key: dict[tuple[int, str], list[Any]] = {}
+        for _, _, _, _, group, key, value in pairs:
+            by_key.setdefault((group, key), []).append(pickle.loads(value))
+        changes: Changes = {}
+        rows: list[Any] = []
+        for (group, key), values in sorted(by_key.items()):
+            if group not in groups:
+                raise RuntimeError(
+                    f"key {key!r} (key group {group}) reached partition {index}, which owns {groups}"
+                )
+            old = state.get(group, {}).get(key)
+            new, out = step.update(key, None if old is None else step.deserialize(old), values)
+            encoded = None if new is None else step.serialize(new)
+            if encoded != old:
+                changes.setdefault(group, {})[key] = encoded
+            rows.extend(out)
+        apply_changes(state, changes)
+        store.save(batch_id + 1, state, changes)
+        if rows:
+            yield pa.RecordBatch.from_pylist(
+                [
+                    row if isinstance(row, Mapping) else dict(zip(output.names, row, strict=True))
+                    for row in rows
+                ],
+                schema=output,
+            )
+
+    return run
+
+
+def _on_barriers(
+    step: KeyedStep[Any],
+    settings: KeyedSettings,
+    store: KeyedStateStore,
+    index: int,
+    groups: range,
+    batch_id: int,
+    barriers: Mapping[tuple[str, int], tuple[str, int]],
+    state: KeyedState | None,
+    missing: str | None,
+) -> CheckpointAcknowledged | CheckpointDeclined:
+    """Snapshot the state at the cut once a barrier has come from every input partition."""
+    entries = {json.dumps(json.loads(raw), sort_keys=True) for raw, _ in barriers.values()}
+    entry = json.loads(next(iter(barriers.values()))[0])
+    checkpoint_id, attempt = int(entry["id"]), int(entry["attempt"])
+    task = keyed_task_id(index)
+    if len(entries) != 1:
+        return declined(
+            settings.job_id, checkpoint_id, attempt, task, "TASK_CHECKPOINT_FAILURE",
+            f"partition {index} got barriers of different checkpoints in batch {batch_id}",
+        )  # fmt: skip
+    absent = sorted(settings.inputs - set(barriers))
+    if absent:
+        names = ", ".join(f"{t}[{p}]" for t, p in absent)
+        return declined(
+            settings.job_id, checkpoint_id, attempt, task, "TASK_CHECKPOINT_FAILURE",
+            f"partition {index} got the barrier of checkpoint {checkpoint_id} from {len(barriers)} of "
+            f"{len(settings.inputs)} input partitions (none from {names}): not aligned",
+        )  # fmt: skip
+    if state is None:
+        return declined(
+            settings.job_id, checkpoint_id, attempt, task, "TASK_CHECKPOINT_FAILURE", str(missing)
+        )
+    # Only partition 0 records the cut's source offsets: once per checkpoint, as Flink's sources do.
+    offsets = {f"{t}:{p}": cut for (t, p), (_, cut) in sorted(barriers.items())} if index == 0 else {}
+    started = time.perf_counter()
+    try:
+        manifest_uri, data, piece = write_snapshot(
+            store, state, groups, step.max_parallelism, task, settings, entry, batch_id
+        )
+    except Exception as exc:
+        return declined_for(settings.job_id, checkpoint_id, attempt, task, exc)
+    metrics = {
+        "write_ms": round((time.perf_counter() - started) * 1000),
+        "bytes": piece.size if piece is not None else 0,
+        "keys": piece.keys if piece is not None else 0,
+    }
+    return acknowledged(settings.job_id, checkpoint_id, attempt, task, manifest_uri, data, offsets, metrics)
+
+
+def snapshot_name(task: str, attempt: int, run_id: str, batch: int) -> str:
+    """A keyed snapshot's manifest name (its pieces add ``.full`` or ``.delta``): bound to the
+    attempt, the run and the cut (the barrier's micro-batch), as in :mod:`spark_tasks.tasks`."""
+    run = f"-{run_id}" if run_id else ""
+    return f"{task}.a{attempt}{run}.cut-{batch}"
+
+
+def write_snapshot(
+    store: KeyedStateStore,
+    state: KeyedState,
+    groups: range,
+    max_parallelism: int,
+    task: str,
+    settings: KeyedSettings,
+    barrier: Mapping[str, Any],
+    batch_id: int,
+) -> tuple[str, bytes, Piece | None]:
+    """Write the snapshot of ``state`` (the state before ``batch_id``) for ``barrier``: the new piece,
+    then the manifest. Returns the manifest's URI and bytes and the piece written (None when this
+    run had written this very snapshot before: a re-run of the batch acks it again)."""
+    location = str(barrier["location"]).rstrip("/")
+    name = quote(snapshot_name(task, int(barrier["attempt"]), settings.run_id, batch_id), safe=":@=+,")
+    manifest_uri = f"{location}/{name}"
+    if storage.exists(manifest_uri):
+        return manifest_uri, storage.read_bytes(manifest_uri), None
+    savepoint = barrier.get("kind") == "SAVEPOINT"
+    previous = None if savepoint else store.last_snapshot(batch_id - 1)
+    changed = None
+    if previous is not None and len(previous[1].pieces) < MAX_CHAIN:
+        changed = store.changed_since(previous[0], batch_id)
+    changes: Changes
+    chain: tuple[Piece, ...]
+    if changed is None or previous is None:
+        kind, changes, chain = "full", {g: dict(keys) for g, keys in state.items()}, ()
+    else:
+        delta: Changes = {}
+        for group, key in changed:
+            delta.setdefault(group, {})[key] = state.get(group, {}).get(key)
+        kind, changes, chain = "delta", delta, previous[1].pieces
+    data = encode_piece(changes)
+    piece_uri = f"{manifest_uri}.{kind}"
+    storage.write_bytes(piece_uri, data)
+    piece = Piece(piece_uri, len(data), hashlib.sha256(data).hexdigest(), kind, count_keys(changes))
+    manifest = Manifest(task, max_parallelism, groups, batch_id, (*chain, piece))
+    document = manifest.to_bytes()
+    storage.write_bytes(manifest_uri, document)
+    if not savepoint:
+        store.snapshot_taken(batch_id, manifest)
+    return manifest_uri, document, piece
+
+
+def _send(
+    settings: KeyedSettings,
+    reply: CheckpointAcknowledged | CheckpointDeclined,
+    barriers: Mapping[tuple[str, int], tuple[str, int]],
+) -> None:
+    from spark_tasks.tasks import TaskSettings, _barrier_epoch, send_reply
+
+    entry = json.loads(next(iter(barriers.values()))[0])
+    task_settings = TaskSettings(
+        job_id=settings.job_id,
+        bootstrap=settings.bootstrap,
+        state_dir="",
+        topic_prefix=settings.topic_prefix,
+        producer_extra=settings.producer_extra,
+    )
+    send_reply(task_settings, reply, _barrier_epoch(entry))
+
+
+def referenced_pieces(manifest_data: Iterable[bytes]) -> set[str]:
+    """The piece URIs that the given manifests need."""
+    return {piece.uri for data in manifest_data for piece in Manifest.from_bytes(data, "manifest").pieces}
