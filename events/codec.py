@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar, cast
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, load_schema, parse_schema, to_parsing_canonical_form
 
+from events.avro_binary import Decoder, Encoder, Unsupported, Unusual, compile_decoder, compile_encoder
 from events.records import RECORD_TYPES, Record
 
 MAGIC = b"\xc3\x01"
@@ -299,6 +300,42 @@ class SchemaRegistry:
         return self._current.keys()
 
 
+# ------------------------------------------------------- compiled Avro bodies
+
+_ENCODERS: dict[tuple[bytes, type], Encoder | None] = {}
+_BODY_DECODERS: dict[bytes, Decoder | None] = {}
+
+
+def body_encoder(writer: WriterSchema, cls: type) -> Encoder | None:
+    """The compiled body encoder of ``cls`` under ``writer`` (:mod:`events.avro_binary`), compiled
+    on first use; None when the schema has what it does not compile (fastavro writes it then)."""
+    key = (writer.fingerprint, cls)
+    try:
+        return _ENCODERS[key]
+    except KeyError:
+        pass
+    try:
+        encoder: Encoder | None = compile_encoder(writer.parsed, cls)
+    except Unsupported:
+        encoder = None
+    _ENCODERS[key] = encoder
+    return encoder
+
+
+def body_decoder(writer: WriterSchema) -> Decoder | None:
+    """The compiled decoder of bodies written and read with ``writer``; None as for encoders."""
+    try:
+        return _BODY_DECODERS[writer.fingerprint]
+    except KeyError:
+        pass
+    try:
+        decoder: Decoder | None = compile_decoder(writer.parsed)
+    except Unsupported:
+        decoder = None
+    _BODY_DECODERS[writer.fingerprint] = decoder
+    return decoder
+
+
 # ---------------------------------------------------------------------- framing
 
 
@@ -342,7 +379,21 @@ def read_frame(
 
 def read_body(frame: bytes, start: int, writer: WriterSchema, reader: WriterSchema, schema: str) -> Any:
     """The datum of the Avro body from ``start`` to the end of ``frame``, written with ``writer``
-    and resolved to ``reader``; ``schema`` names the writer's schema in errors."""
+    and resolved to ``reader``; ``schema`` names the writer's schema in errors.
+
+    A body written with the reader's own schema is read by its compiled decoder; one written with
+    another schema, or one the compiled decoder finds unusual (malformed, or not as fastavro would
+    write it), by fastavro, which then decides what it is."""
+    if reader is writer:
+        decoder = body_decoder(writer)
+        if decoder is not None:
+            try:
+                compiled, end = decoder(frame, start)
+            except Unusual:
+                pass
+            else:
+                if end == len(frame):
+                    return compiled
     body = io.BytesIO(frame)
     body.seek(start)
     try:
@@ -373,6 +424,11 @@ class ConfluentFraming(Protocol):
         ...
 
 
+_FastReader = tuple[Decoder, Callable[[Mapping[str, Any]], Record], str]
+"""A current schema's compiled body decoder, its record class's decoder, and the record's name."""
+
+_UNSEEN: Any = object()
+
 CONFLUENT_MAGIC = b"\x00"
 CONFLUENT_HEADER_SIZE = 5
 
@@ -387,6 +443,7 @@ class Codec:
         self.registry = registry or SchemaRegistry()
         self.confluent = confluent
         self._confluent_writers: dict[int, WriterSchema] = {}
+        self._current: dict[bytes, _FastReader | None] = {}
 
     def encode(self, record: Record, topic: str | None = None) -> bytes:
         """``record``'s frame; in the Confluent format when that is configured and ``topic`` (whose
@@ -397,15 +454,38 @@ class Codec:
         except KeyError:
             raise UnknownRecordType(f"{name} is not a cutline record") from None
         if topic is not None and self.confluent is not None and self.confluent.writes:
-            out = io.BytesIO()
-            out.write(CONFLUENT_MAGIC)
-            out.write(self.confluent.schema_id(topic, schema).to_bytes(4, "big"))
-            schemaless_writer(out, schema.compiled, to_avro(record))
-            return out.getvalue()
-        return write_frame(schema, to_avro(record))
+            header = CONFLUENT_MAGIC + self.confluent.schema_id(topic, schema).to_bytes(4, "big")
+        else:
+            header = MAGIC + schema.fingerprint
+        encoder = body_encoder(schema, type(record))
+        if encoder is not None:
+            return encoder(record, header)
+        out = io.BytesIO()
+        out.write(header)
+        schemaless_writer(out, schema.compiled, to_avro(record))
+        return out.getvalue()
 
     def decode(self, frame: bytes) -> Record:
         """The record in ``frame``; raises a :class:`DecodeError` subclass saying what is wrong."""
+        fast: _FastReader | None = (
+            self._current.get(frame[2:HEADER_SIZE], _UNSEEN) if frame[:2] == MAGIC else None
+        )
+        if fast is _UNSEEN:
+            fast = self._current_reader(frame[2:HEADER_SIZE])
+        if fast is not None:
+            # A frame of a current schema: the compiled decoder, then the record (read_frame and
+            # read_body would do the same, with more lookups; anything unusual goes their way).
+            body, record_of, name = fast
+            try:
+                datum, end = body(frame, HEADER_SIZE)
+            except Unusual:
+                pass
+            else:
+                if end == len(frame):
+                    try:
+                        return record_of(datum)
+                    except (TypeError, ValueError) as exc:
+                        raise BodyMismatch(f"body does not make a valid {name}: {exc}") from exc
         registry = self.registry
         if frame[:1] == CONFLUENT_MAGIC and self.confluent is not None:
             writer, datum = self._read_confluent(frame)
@@ -416,6 +496,19 @@ class Codec:
             return from_avro(cls, cast(Mapping[str, Any], datum))
         except (TypeError, ValueError) as exc:
             raise BodyMismatch(f"body does not make a valid {writer.name}: {exc}") from exc
+
+    def _current_reader(self, fp: bytes) -> _FastReader | None:
+        """The compiled decoder and record decoder of the current schema with fingerprint ``fp``
+        (None: no such current schema, or one the compiler leaves to fastavro), remembered."""
+        writer = self.registry.writer(fp)
+        fast: _FastReader | None = None
+        if writer is not None and writer is self.registry.current(writer.name):
+            body = body_decoder(writer)
+            if body is not None:
+                fast = (body, avro_decoder(self.registry.record_class(writer.name)), writer.name)
+        if len(self._current) < 1024:  # fingerprints of frames: garbage must not grow the memo
+            self._current[fp] = fast
+        return fast
 
     def record_name(self, frame: bytes) -> str | None:
         """The record type a frame holds, from its header alone (None: unknown or malformed)."""
