@@ -1023,14 +1023,24 @@ def _offsets_problem(offsets: Mapping[str, int]) -> str | None:
     if len(offsets) > MAX_MAP_ENTRIES:
         return f"{len(offsets)} offsets; at most {MAX_MAP_ENTRIES} are accepted"
     for key, offset in offsets.items():
-        try:
-            _, partition = parse_offsets_key(key)
-        except ValueError as exc:
-            return str(exc)
-        if partition > MAX_PARTITION or key.rpartition(":")[2] != str(partition):
-            return f"partition of offsets key {key!r} is not a Kafka partition number"
+        problem = _offsets_key_problem(key)
+        if problem is not None:
+            return problem
         if offset < 0:
             return f"offset {offset} for {key} is negative"
+    return None
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _offsets_key_problem(key: str) -> str | None:
+    """Why ``key`` is not an offsets key (None: it is). A memo, as ``_storage_uri``: every ack of a
+    task names the same ``topic:partition`` keys again; the check is pure."""
+    try:
+        _, partition = parse_offsets_key(key)
+    except ValueError as exc:
+        return str(exc)
+    if partition > MAX_PARTITION or key.rpartition(":")[2] != str(partition):
+        return f"partition of offsets key {key!r} is not a Kafka partition number"
     return None
 
 

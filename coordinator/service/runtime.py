@@ -373,7 +373,7 @@ class Coordinator:
             if stale is not None:
                 return dead(STALE_EPOCH, stale, job_id)
         command = self._command(record, now_ms)
-        outcome = self.decide(command, cause=f"{topic}:{partition}:{offset}", epoch=epoch)
+        outcome = self._decide(command, f"{topic}:{partition}:{offset}", epoch, (topic, partition, offset))
         if outcome.rejected is not None:
             return dead(outcome.rejected.reason.value, outcome.rejected.message, job_id)
         return outcome
@@ -463,7 +463,7 @@ class Coordinator:
         """Let time pass for one job. Never raises: a failure becomes a dead letter (``INTERNAL_ERROR``,
         on the ticks topic) and leaves the job's state as it was; the next tick tries again."""
         try:
-            return self.decide(Tick(job_id, now_ms, jitter=self.rng.random()), cause=None, epoch=epoch)
+            return self._decide(Tick(job_id, now_ms, jitter=self.rng.random()), None, epoch, None)
         except Exception as exc:
             log.exception("tick of job %r at %d could not be handled", job_id, now_ms)
             ticks = f"{self.topics.prefix}coordinator-ticks"
@@ -486,6 +486,12 @@ class Coordinator:
         state and the statistics change only once every message is built, so an
         exception leaves them as they were.
         """
+        return self._decide(command, cause, epoch, parse_cause(cause))
+
+    def _decide(
+        self, command: Command, cause: str | None, epoch: int, position: tuple[str, int, int] | None
+    ) -> Outcome:
+        """:meth:`decide`, with ``cause`` already parsed into ``position``."""
         job_id = command.job_id
         state = self.states.get(job_id) or initial_state(job_id)
         steps = decide_steps(state, command)
@@ -519,10 +525,9 @@ class Coordinator:
             self.states[job_id], self.stats[job_id] = after, stats
             for event in outcome.journal:
                 self._track_epoch(event, epoch)
-        if cause is not None:
-            position = parse_cause(cause)
-            if position is not None:
-                self.positions[position[:2]] = max(self.positions.get(position[:2], -1), position[2])
+        if position is not None:
+            tp = position[:2]
+            self.positions[tp] = max(self.positions.get(tp, -1), position[2])
         return outcome
 
     def _outside_after_links(self, before: JobState, decisions: list[Decision]) -> InputRejected | None:
@@ -643,7 +648,7 @@ def _resolved_outside(uri: str, roots: Iterable[str]) -> str | None:
     return real
 
 
-def _linked_out(uri: str, location: str, roots: Iterable[str]) -> str | None:
+def _linked_out(uri: str, location: str, roots: tuple[str, ...]) -> str | None:
     """For a ``file:`` state handle of a checkpoint at ``location``: its real path when that is not
     below the checkpoint's real directory; None when it is (or when either is not a ``file:`` URI).
 
@@ -654,26 +659,37 @@ def _linked_out(uri: str, location: str, roots: Iterable[str]) -> str | None:
     Only the path below the root is walked (``lstat`` per name, until a name does not exist):
     what is not there cannot lead anywhere, and what the coordinator may not see, it cannot check.
     """
-    where = _file_location(location)
-    handle = _file_uri(uri) if where is not None else None
-    if handle is None or where is None:
+    anchored = _anchored(location, roots)
+    handle = _file_uri(uri) if anchored is not None else None
+    if handle is None or anchored is None:
         return None
-    anchors = [r for r in filter(None, map(_file_location, roots)) if where.within(r, strict=False)]
-    anchor = max(anchors, key=lambda r: len(r.segments), default=where)
-    base = _real_root(anchor.path)
-    directory = os.path.join(base, *where.segments[len(anchor.segments) :])
-    below = handle.segments[len(anchor.segments) :]
-    if handle.segments[: len(anchor.segments)] != anchor.segments:  # pragma: no cover - the decider
-        below = handle.segments  # made sure the handle is below the location; resolve it all anyway
-        base = "/"
-    path = base
+    where, anchor = anchored
+    n = len(anchor.segments)
+    root = _real_root(anchor.path)
+    base, below = root, handle.segments[n:]
+    if handle.segments[:n] != anchor.segments:  # pragma: no cover - the decider made sure the
+        base, below = "/", handle.segments  # handle is below the location; resolve it all anyway
+    # ``path + "/" + name`` is os.path.join's answer here (names are plain, ``path`` ends in none).
+    path = base.rstrip("/")
     for name in below:
-        path = os.path.join(path, name)
+        path = path + "/" + name
         try:
             if not stat.S_ISLNK(os.lstat(path).st_mode):
                 continue
         except OSError:
             return None
+        directory = os.path.join(root, *where.segments[n:])
         real = os.path.realpath(os.path.join(base, *below))
         return None if _below(real, directory) else real
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _anchored(location: str, roots: tuple[str, ...]) -> tuple[StorageUri, StorageUri] | None:
+    """A ``file:`` checkpoint location and the deepest of ``roots`` it is in (itself when in none);
+    None when it is not a ``file:`` URI. Pure: remembered per checkpoint, not worked out per ack."""
+    where = _file_location(location)
+    if where is None:
+        return None
+    anchors = [r for r in filter(None, map(_file_location, roots)) if where.within(r, strict=False)]
+    return where, max(anchors, key=lambda r: len(r.segments), default=where)
