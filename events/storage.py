@@ -121,6 +121,7 @@ def exists(uri: str) -> bool:
     if is_local(uri):
         return local_path(uri).exists()
     filesystem, path = _filesystem(uri)
+    filesystem.invalidate_cache(path)  # not an answer from a listing cached before another process wrote
     return bool(filesystem.exists(path))
 
 
@@ -132,6 +133,9 @@ def list_names(uri: str) -> list[str]:
         except (FileNotFoundError, NotADirectoryError):
             return []
     filesystem, path = _filesystem(uri)
+    # fsspec file systems cache listings (s3fs's dircache) per process: a version another executor
+    # wrote since would be missed. A listing here must be the store's current one.
+    filesystem.invalidate_cache(path)
     try:
         entries = filesystem.ls(path, detail=True)
     except FileNotFoundError:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -41,6 +42,7 @@ from typing import IO, Any
 from events.records import CheckpointConfig
 from events.topics import DEFAULT_PREFIX
 from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
+from spark_tasks.keyed import KeyedStep
 from spark_tasks.sink import CutFileSink, read_rows
 from spark_tasks.state import KafkaRecord, StatefulStep
 
@@ -77,6 +79,43 @@ def count_words(state: dict[str, int], records: Sequence[KafkaRecord]) -> tuple[
 WORD_COUNT: StatefulStep[dict[str, int]] = StatefulStep(
     update=count_words, output_schema=OUTPUT_SCHEMA, initial=dict
 )
+
+
+KEYED_OUTPUT_SCHEMA = "word string, count long, added long"
+
+
+def words_of(record: KafkaRecord) -> list[tuple[str, int]]:
+    """The keyed word count's pairs: ``(word, 1)`` for every lower-cased word of the record."""
+    if record.value is None:
+        return []
+    return [(word.lower(), 1) for word in record.value.decode("utf-8", "replace").split()]
+
+
+def add_up(word: str, count: int | None, ones: Sequence[int]) -> tuple[int, list[tuple[str, int, int]]]:
+    """One word's new count: one row ``(word, count, added)`` per micro-batch that saw it."""
+    added = sum(ones)
+    total = (count or 0) + added
+    return total, [(word, total, added)]
+
+
+def _int_bytes(count: int) -> bytes:
+    return str(count).encode()
+
+
+KEYED_WORD_COUNT: KeyedStep[int] = KeyedStep(
+    key_by=words_of, update=add_up, output_schema=KEYED_OUTPUT_SCHEMA, serialize=_int_bytes, deserialize=int
+)
+"""The word count as a keyed job (``--keyed N``): one global count per word, kept by the shuffle
+partition that owns the word's key group; its rows are the final counts, nothing is summed outside."""
+
+
+def final_counts(*outs: Path) -> dict[str, int]:
+    """The keyed word count's result: each word's ``count`` in the last raw row that has it."""
+    counts: dict[str, int] = {}
+    for out in outs:
+        for row in read_rows(out):
+            counts[row["word"]] = row["count"]
+    return counts
 
 
 def read_counts(*outs: Path) -> Counter[str]:
@@ -119,7 +158,12 @@ def run(
             attempt=job.attempt,
             rolled_back=len(sink.rolled_back),
         )
-    counts = job.stream(WORD_COUNT)
+    if settings.keyed_partitions:
+        counts = job.stream_keyed(
+            dataclasses.replace(KEYED_WORD_COUNT, max_parallelism=settings.max_parallelism)
+        )
+    else:
+        counts = job.stream(WORD_COUNT)
     job.start(counts.writeStream.foreachBatch(sink).trigger(processingTime=trigger))
     reported = 0
     records = 0
@@ -333,6 +377,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tolerable-failures", type=int, default=3)
     parser.add_argument("--trigger-ms", type=int, default=200)
     parser.add_argument("--max-offsets-per-trigger", type=int)
+    parser.add_argument(
+        "--keyed",
+        type=int,
+        metavar="N",
+        help="count words globally, keyed by word, in N shuffle partitions (one task and ack each)",
+    )
+    parser.add_argument("--max-parallelism", type=int, default=128, help="key groups of the keyed count")
+    parser.add_argument(
+        "--state-location", help="where the keyed state store lives (fsspec URL or path; default --work-dir)"
+    )
     parser.add_argument("--restore", help="a checkpoint id of this job or a savepoint/checkpoint directory")
     parser.add_argument("--no-restore", action="store_true")
     parser.add_argument(
@@ -369,6 +423,9 @@ def main(argv: Iterable[str] | None = None) -> int:
         topic_prefix=args.topic_prefix,
         restore=restore,
         source_options=source_options,
+        keyed_partitions=args.keyed,
+        max_parallelism=args.max_parallelism,
+        state_location=args.state_location,
     )
     stop = threading.Event()
 

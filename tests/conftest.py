@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -44,3 +45,35 @@ def bootstrap() -> Iterator[str]:
 def topic_prefix() -> str:
     """A topic-name prefix unique to one test, so tests never see each other's data."""
     return f"t{uuid4().hex[:8]}."
+
+
+BUCKET = "cutline-checkpoints"
+
+
+@pytest.fixture(name="s3")
+def _s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """moto's S3 server on a free port, the AWS variables pointing at it (child processes inherit
+    them), and an s3fs file system with the bucket ``BUCKET`` (as s3fs's own tests do)."""
+    s3fs = pytest.importorskip("s3fs")
+    from moto.server import ThreadedMotoServer
+
+    from events.broker import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+    }.items():
+        monkeypatch.setenv(name, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    filesystem = s3fs.S3FileSystem()
+    filesystem.mkdir(BUCKET)
+    try:
+        yield filesystem
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        server.stop()

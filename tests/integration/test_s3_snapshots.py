@@ -5,15 +5,12 @@ their snapshots to ``s3://``, old ones are discarded, and a restore reads the la
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import s3fs
-from moto.server import ThreadedMotoServer
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics, free_port
+from events.broker import create_topics
 from events.log import read_journal_topic
 from events.participant import JobDriver, Participant, load_snapshot
 from events.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig
@@ -22,28 +19,6 @@ from events.topics import Topics
 BUCKET = "cutline-checkpoints"
 JOB = "s3-job"
 TASKS = ("task-0", "task-1")
-
-
-@pytest.fixture(name="s3")
-def _s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[s3fs.S3FileSystem]:
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-    }.items():
-        monkeypatch.setenv(name, value)
-    s3fs.S3FileSystem.clear_instance_cache()
-    filesystem = s3fs.S3FileSystem()
-    filesystem.mkdir(BUCKET)
-    try:
-        yield filesystem
-    finally:
-        s3fs.S3FileSystem.clear_instance_cache()
-        server.stop()
 
 
 def test_snapshots_on_s3_complete_are_retained_and_restore(

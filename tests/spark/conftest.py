@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from wordfeed import PARTITIONS, Input, Words
+
+from coordinator.service.supervisor import CoordinatorProcess
+from events.broker import create_topics
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +39,17 @@ def spark() -> Iterator[Any]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.fixture
+def coordinator(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    with CoordinatorProcess(bootstrap, topic_prefix, log_path=tmp_path / "coordinator" / "log") as process:
+        yield process
+
+
+@pytest.fixture
+def given(bootstrap: str, topic_prefix: str) -> Input:
+    """A 4-partition input topic of words for the test, its producer, and a job id."""
+    topic = topic_prefix + "words"
+    create_topics(bootstrap, [topic], partitions=PARTITIONS)
+    return Input(topic, Words(bootstrap, topic), "wc-" + topic_prefix.rstrip("."))

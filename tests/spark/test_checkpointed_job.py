@@ -8,16 +8,18 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from wordfeed import PARTITIONS, STARTUP_S, Input
+from wordfeed import every as _every
+from wordfeed import wait as _wait
+from wordfeed import wait_for as _wait_for
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics
 from events.codec import decode
 from events.fencing import Fence, epoch_header
 from events.kafka import (
@@ -54,62 +56,6 @@ from spark_tasks.sink import ROLLED_BACK_DIR, CutFileSink, read_rows
 from spark_tasks.state import StatefulStep
 from spark_tasks.tasks import snapshot_name
 from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, SparkDriver, count_words, read_counts
-
-PARTITIONS = 4
-WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
-
-
-@pytest.fixture
-def coordinator(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[CoordinatorProcess]:
-    with CoordinatorProcess(bootstrap, topic_prefix, log_path=tmp_path / "coordinator" / "log") as process:
-        yield process
-
-
-@dataclass(frozen=True)
-class Input:
-    """A 4-partition input topic, its word producer and the test's job id."""
-
-    topic: str
-    words: Words
-    job_id: str
-
-
-@pytest.fixture
-def given(bootstrap: str, topic_prefix: str) -> Input:
-    topic = topic_prefix + "words"
-    create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    return Input(topic, Words(bootstrap, topic), "wc-" + topic_prefix.rstrip("."))
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def _every(seconds: float, stop: threading.Event, action: Callable[[], None]) -> None:
-    while not stop.wait(seconds):
-        action()
-
-
-class Words:
-    """Produces lines of words to the input topic and counts what it produced."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic = topic
-        self.produced: Counter[str] = Counter()
-        self._producer = Producer(producer_config(bootstrap, {"linger.ms": 5}))
-        self._n = 0
-
-    def produce(self, lines: int) -> None:
-        for _ in range(lines):
-            words = [WORDS[(self._n * 7 + i) % len(WORDS)] for i in range(1 + self._n % 3)]
-            self._producer.produce(self.topic, value=" ".join(words).encode(), partition=self._n % PARTITIONS)
-            self.produced.update(words)
-            self._n += 1
-        assert 0 == self._producer.flush(30)
 
 
 def _settings(bootstrap: str, prefix: str, tmp_path: Path, job_id: str, **config: Any) -> JobSettings:
@@ -499,28 +445,11 @@ def test_forged_journal_records_never_cost_the_latest_checkpoint_and_it_restores
     _assert_exactly_once(words.produced, out)
 
 
-def _wait_for(driver: SparkDriver, event: str, count: int = 1, timeout: float = 90.0) -> list[dict[str, Any]]:
-    """The driver's ``event`` lines once there are ``count`` of them; fails if the driver exits first."""
-    _wait(
-        lambda: len(driver.seen(event)) >= count or driver.returncode is not None,
-        f"{count} {event!r} events",
-        timeout,
-    )
-    found = driver.seen(event)
-    assert len(found) >= count, f"the job exited with {driver.returncode}: {driver.events}"
-    return found
-
-
 def _timeline(bootstrap: str, prefix: str, job_id: str) -> str:
     from coordinator.timeline import describe
     from events.records import JOURNAL_RECORDS
 
     return "\n".join(describe(e) for e in _journal(bootstrap, prefix, job_id, *JOURNAL_RECORDS))
-
-
-STARTUP_S = 180.0
-"""A driver process's start to its first checkpoint: a JVM, then a first micro-batch that starts the
-Python workers; 30-60 s on an idle 2-core machine, three times that when other jobs share it."""
 
 
 @pytest.mark.timeout(600)

@@ -1,0 +1,194 @@
+"""Keyed Spark jobs (spark_tasks/keyed.py, DESIGN §5): the word count keyed by word across a
+shuffle, with a real local Spark, a real broker and a real coordinator process.
+
+4 input partitions feed 8 shuffle partitions; each shuffle partition keeps the counts of its key
+groups, snapshots them incrementally at every barrier and acks once. The output rows are the final
+counts: no summing outside Spark."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wordfeed import PARTITIONS, STARTUP_S, Input, every, wait, wait_for
+
+from coordinator.service.supervisor import CoordinatorProcess
+from events.participant import JobDriver, load_snapshot
+from events.records import CheckpointCompleted, CheckpointConfig, CheckpointKind, TaskAcknowledged
+from events.topics import Topics
+from spark_tasks.job import CheckpointedJob, JobSettings
+from spark_tasks.keyed import Manifest, key_group_range, keyed_task_id
+from spark_tasks.sink import ROLLED_BACK_DIR, CutFileSink
+from spark_tasks.wordcount import KEYED_WORD_COUNT, SparkDriver, final_counts, read_counts
+
+SHUFFLE = 8
+
+
+def _settings(
+    bootstrap: str, prefix: str, tmp_path: Path, job_id: str, partitions: int, **kwargs: Any
+) -> JobSettings:
+    return JobSettings(
+        job_id=job_id,
+        bootstrap=bootstrap,
+        topics=(prefix + "words",),
+        config=CheckpointConfig(
+            interval_ms=1000, location=(tmp_path / "checkpoints").as_uri(), timeout_ms=10_000
+        ),
+        work_dir=tmp_path / "work" / job_id,
+        topic_prefix=prefix,
+        keyed_partitions=partitions,
+        **kwargs,
+    )
+
+
+def _start(job: CheckpointedJob, out: Path) -> Any:
+    counts = job.stream_keyed(KEYED_WORD_COUNT)
+    sink = CutFileSink(job, out)
+    return job.start(counts.writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds"))
+
+
+def _assert_exact(produced: Counter[str], out: Path) -> None:
+    """The sink's raw rows: the last count of each word is the word's count in the whole input, and
+    what the rows added sums to it too (a row written twice or lost would show)."""
+    assert final_counts(out) == dict(produced)
+    assert read_counts(out) == produced
+
+
+def _journal(bootstrap: str, prefix: str, job_id: str, *kinds: type) -> list[Any]:
+    return JobDriver(bootstrap, job_id, Topics(prefix)).journal(kinds)
+
+
+def test_a_keyed_word_count_acks_once_per_shuffle_partition_and_rescales_from_a_savepoint(
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
+) -> None:
+    """Given 4 input partitions and 8 shuffle partitions checkpointing every second, every
+    checkpoint has one ack and one manifest per shuffle partition, the cut's offsets of every input
+    partition, and snapshots after the first are deltas; the rows are the exact final counts. A
+    savepoint of it restores into 3 and into 16 shuffle partitions, and both count on exactly."""
+    words, job_id = given.words, given.job_id
+    out = tmp_path / "out"
+    words.produce(200)
+    with CheckpointedJob(spark, _settings(bootstrap, topic_prefix, tmp_path, job_id, SHUFFLE)) as job:
+        assert job.tasks == [keyed_task_id(i) for i in range(SHUFFLE)]
+        _start(job, out)
+        job.wait_for_running(60)
+        stop = threading.Event()
+        feeder = threading.Thread(target=lambda: every(0.1, stop, lambda: words.produce(20)))
+        feeder.start()
+        try:
+            job.wait_for_completed(3, timeout=90)
+        finally:
+            stop.set()
+            feeder.join()
+        wait(lambda: final_counts(out) == dict(words.produced), "every word counted", 60)
+        job.wait_for_completed(4, timeout=30)
+        savepoint = job.savepoint(tmp_path / "savepoints")
+        job.stop()
+        assert job.query.exception() is None
+    _assert_exact(words.produced, out)
+    assert [] == job.ignored
+    completed = [c for c in job.completed if c.kind is CheckpointKind.CHECKPOINT]
+    acks = _journal(bootstrap, topic_prefix, job_id, TaskAcknowledged)
+    topic = given.topic
+    for checkpoint in completed:
+        assert sorted(checkpoint.handles) == sorted(job.tasks)
+        assert sorted(checkpoint.offsets) == [f"{topic}:{p}" for p in range(PARTITIONS)]
+        answered = [a.task_id for a in acks if a.checkpoint_id == checkpoint.checkpoint_id]
+        assert sorted(set(answered)) == sorted(job.tasks)
+    # each manifest covers its partition's key groups; after the first snapshot the pieces are deltas
+    last = completed[-1]
+    kinds = []
+    for task, handle in last.handles.items():
+        manifest = Manifest.from_bytes(load_snapshot(handle), handle.uri)
+        assert manifest.key_groups == key_group_range(int(task.split("-")[1]), SHUFFLE)
+        kinds.append([piece.kind for piece in manifest.pieces])
+    assert all(k[0] == "full" for k in kinds) and any("delta" in k for k in kinds), kinds
+
+    # rescale: the savepoint restores into 3 and into 16 shuffle partitions
+    counted_at_savepoint = Counter(words.produced)
+    words.produce(120)
+    for partitions in (3, 16):
+        rescaled_out = tmp_path / f"out-{partitions}"
+        settings = _settings(
+            bootstrap,
+            topic_prefix,
+            tmp_path,
+            f"{job_id}-p{partitions}",
+            partitions,
+            restore=savepoint.location,
+        )
+        with CheckpointedJob(spark, settings) as rescaled:
+            assert (
+                rescaled.restored is not None and rescaled.restored.checkpoint_id == savepoint.checkpoint_id
+            )
+            _start(rescaled, rescaled_out)
+            wait(
+                lambda out=rescaled_out: final_counts(out) == dict(words.produced),
+                f"counts with {partitions}",
+                90,
+            )
+            rescaled.stop()
+        # the restored counts carry on: what this job added is what came after the savepoint
+        assert read_counts(rescaled_out) == words.produced - counted_at_savepoint
+        assert final_counts(rescaled_out) == dict(words.produced)
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_keyed_driver_restores_exactly_with_checkpoints_and_state_on_s3(
+    s3: Any, bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path, given: Input
+) -> None:
+    """Given the keyed word count with its checkpoints and its state store on S3 (moto's server),
+    when its driver is SIGKILLed mid-stream and started again, it restores the latest completed
+    checkpoint from S3 and its raw output still holds every word exactly once."""
+    topic, words, job_id = given.topic, given.words, given.job_id
+    out = tmp_path / "out"
+    args = [
+        *("--bootstrap", bootstrap, "--job", job_id, "--topic", topic, "--topic-prefix", topic_prefix),
+        *("--work-dir", str(tmp_path / "work"), "--out", str(out), "--interval-ms", "1000"),
+        *("--keyed", str(SHUFFLE), "--location", "s3://cutline-checkpoints/checkpoints"),
+        *("--state-location", "s3://cutline-checkpoints/state"),
+    ]
+    words.produce(100)
+    stop = threading.Event()
+    feeder = threading.Thread(target=lambda: every(0.05, stop, lambda: words.produce(5)))
+    driver = SparkDriver(args, tmp_path)
+    try:
+        driver.start()
+        wait_for(driver, "running", timeout=STARTUP_S)
+        feeder.start()
+        wait_for(driver, "completed", 2)
+        driver.kill()
+        words.produce(100)
+        job_driver = JobDriver(bootstrap, job_id, Topics(topic_prefix))
+        driver.start()
+        [restored] = wait_for(driver, "restored", timeout=STARTUP_S)
+        wait_for(driver, "completed", 1, timeout=STARTUP_S)
+        stop.set()
+        feeder.join()
+        try:
+            wait(
+                lambda: final_counts(out) == dict(words.produced), "every word counted after the restore", 90
+            )
+        except AssertionError:
+            print("final", final_counts(out), "added", read_counts(out), "produced", words.produced)
+            raise
+        assert 0 == driver.stop(60)
+    finally:
+        stop.set()
+        driver.kill()
+    first_attempt: list[CheckpointCompleted] = [c for c in job_driver.completions() if c.attempt == 1]
+    latest = first_attempt[-1]
+    assert (restored["checkpoint_id"], restored["attempt"]) == (latest.checkpoint_id, 2)
+    assert all(h.uri.startswith("s3://cutline-checkpoints/checkpoints/") for h in latest.handles.values())
+    assert s3.find("cutline-checkpoints/state"), "the state store is on S3"
+    _assert_exact(words.produced, out)
+    rolled_back = list((out / ROLLED_BACK_DIR / "attempt-2").glob("*.jsonl"))
+    assert restored["rolled_back"] == len(rolled_back)

@@ -1,0 +1,77 @@
+"""What the Spark tests share: a 4-partition input topic of words, its producer, and waiting.
+
+The fixtures ``given`` (an :class:`Input`) and ``coordinator`` are in conftest.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Producer
+
+from events.kafka import producer_config
+from spark_tasks.wordcount import SparkDriver
+
+PARTITIONS = 4
+WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
+
+STARTUP_S = 180.0
+"""A driver process's start to its first checkpoint: a JVM, then a first micro-batch that starts the
+Python workers; 30-60 s on an idle 2-core machine, three times that when other jobs share it."""
+
+
+@dataclass(frozen=True)
+class Input:
+    """A 4-partition input topic, its word producer and the test's job id."""
+
+    topic: str
+    words: Words
+    job_id: str
+
+
+def wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def every(seconds: float, stop: threading.Event, action: Callable[[], None]) -> None:
+    while not stop.wait(seconds):
+        action()
+
+
+class Words:
+    """Produces lines of words to the input topic and counts what it produced."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.produced: Counter[str] = Counter()
+        self._producer = Producer(producer_config(bootstrap, {"linger.ms": 5}))
+        self._n = 0
+
+    def produce(self, lines: int) -> None:
+        for _ in range(lines):
+            words = [WORDS[(self._n * 7 + i) % len(WORDS)] for i in range(1 + self._n % 3)]
+            self._producer.produce(self.topic, value=" ".join(words).encode(), partition=self._n % PARTITIONS)
+            self.produced.update(words)
+            self._n += 1
+        assert 0 == self._producer.flush(30)
+
+
+def wait_for(driver: SparkDriver, event: str, count: int = 1, timeout: float = 90.0) -> list[dict[str, Any]]:
+    """The driver's ``event`` lines once there are ``count`` of them; fails if the driver exits first."""
+    wait(
+        lambda: len(driver.seen(event)) >= count or driver.returncode is not None,
+        f"{count} {event!r} events",
+        timeout,
+    )
+    found = driver.seen(event)
+    assert len(found) >= count, f"the job exited with {driver.returncode}: {driver.events}"
+    return found
