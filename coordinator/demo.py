@@ -1,9 +1,10 @@
 """``cutline demo``: a Spark word count over Kafka that checkpoints with cutline, crashes and restores.
 
 Starts the embedded broker (unless given one) and the coordinator, produces a
-stream of words into a ``--partitions`` topic, and runs the Spark word count of
-:mod:`spark_tasks.wordcount` (one checkpointing task per input partition) in a
-child process with a checkpoint every ``--interval``. It shows a live table of
+stream of words into a ``--partitions`` topic, and runs the keyed Spark word count of
+:mod:`spark_tasks.wordcount` in a child process with a checkpoint every ``--interval``:
+the words are shuffled by key group into ``--keyed`` partitions, each of which keeps
+the counts of its words, snapshots them (incrementally) and acks each checkpoint. It shows a live table of
 checkpoints (the coordinator's ``/jobs/wordcount/checkpoints`` view) and the
 job's status as the journal records it, SIGKILLs the Spark driver after a few
 completed checkpoints, and lets ``cutline run`` (which supervises the driver)
@@ -12,7 +13,9 @@ latest completed checkpoint. Then it stops producing, waits until Spark has
 counted every word, and checks exactly-once: the words counted in the raw rows
 the job wrote through its :class:`~spark_tasks.sink.CutFileSink`
 (:func:`spark_tasks.wordcount.read_counts` sums each row's ``added``, with no
-de-duplication) equal the words produced.
+de-duplication) equal the words produced, and so does the last count of each word
+the job wrote (:func:`spark_tasks.wordcount.final_counts`): its rows are the final
+counts, nothing is summed outside Spark.
 
 The driver runs in its own process group, so the crash is a real one (the
 Python driver, its JVM and its Python workers die at once) and the terminal's
@@ -46,7 +49,7 @@ from events.feed import JobFeed
 from events.kafka import producer_config
 from events.records import JobFailedPermanently, JobRestartScheduled, SchedulerStarted, SchedulerStopped
 from events.topics import Topics
-from spark_tasks.wordcount import SparkDriver, read_counts
+from spark_tasks.wordcount import SparkDriver, final_counts, read_counts
 
 JOB = "wordcount"
 WORDS = [
@@ -81,6 +84,8 @@ class DemoOptions:
     """Seconds of input at least; the stream goes on until the restarted job has completed checkpoints."""
     bootstrap: str | None = None
     partitions: int = 4
+    keyed: int = 8
+    """Shuffle partitions of the keyed word count (its tasks); 0: state per input partition."""
     interval_ms: int = 1000
     rate: int = 50
     """Lines of words per second."""
@@ -100,6 +105,8 @@ class DemoOptions:
 class DemoResult:
     produced: Counter[str]
     counted: Counter[str]
+    final: dict[str, int]
+    """The last count of each word in the job's output (a keyed job's result)."""
     completed: int
     failed: int
     restored_from: int | None
@@ -109,7 +116,12 @@ class DemoResult:
 
     @property
     def exactly_once(self) -> bool:
-        return self.produced == self.counted and self.crashed and self.restored_from is not None
+        return (
+            self.produced == self.counted
+            and self.final == dict(self.produced)
+            and self.crashed
+            and self.restored_from is not None
+        )
 
 
 class DemoError(RuntimeError):
@@ -366,6 +378,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
                 *("--bootstrap", bootstrap, "--job", JOB, "--topic", topic, "--topic-prefix", options.prefix),
                 *("--work-dir", str(workdir / "spark"), "--location", (workdir / "checkpoints").as_uri()),
                 *("--out", str(out), "--interval-ms", str(options.interval_ms)),
+                *(("--keyed", str(options.keyed)) if options.keyed else ()),
                 # a checkpoint completes with the micro-batch its barrier is folded into: a few
                 # seconds when the machine is busy, so a generous timeout
                 *("--timeout-ms", "60000", "--tolerable-failures", "10"),
@@ -412,7 +425,13 @@ def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
         "starting Spark: the JVM, then the first micro-batch (about 20 s)",
         options.spark_timeout,
     )
-    screen.say(f"job RUNNING (attempt {spark.seen('running')[0]['attempt']}, one task per partition)")
+    running = spark.seen("running")[0]
+    shape = (
+        f"{options.partitions} input partitions shuffled by word into {options.keyed} keyed tasks"
+        if options.keyed
+        else "one task per input partition"
+    )
+    screen.say(f"job RUNNING (attempt {running['attempt']}, {shape})")
     screen.wait(
         lambda: len(spark.seen("completed")) >= options.crash_after,
         f"running: the driver gets a SIGKILL after {options.crash_after} completed checkpoints",
@@ -481,6 +500,7 @@ def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
     return DemoResult(
         produced=produced,
         counted=read_counts(screen.out),
+        final=final_counts(screen.out) if options.keyed else dict(read_counts(screen.out)),
         completed=stats.get("counts", {}).get("completed", 0),
         failed=stats.get("counts", {}).get("failed", 0),
         restored_from=None if screen.restored is None else int(screen.restored["checkpoint_id"]),

@@ -43,6 +43,8 @@ def test_demo_survives_a_crash_exactly_once(tmp_path: object) -> None:
 
     assert 0 == demo.returncode, stdout[-3000:] + stderr[-3000:]
     assert "exactly-once: OK" in stdout
+    assert "every word's final count is right" in stdout  # the keyed job's rows are the final counts
+    assert "shuffled by word into 8 keyed tasks" in stdout
     assert "SIGKILL of the job" in stdout
     assert "the restart strategy decided: attempt 2" in stdout  # carried out by `cutline run`
     assert "FAILING (attempt 1) → RESTARTING (attempt 2" in stdout
