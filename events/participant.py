@@ -224,12 +224,12 @@ class MetadataProblem(LookupError):
 
 
 def read_checkpoint_metadata(location: str | Path) -> CheckpointCompleted:
-    """The ``CheckpointCompleted`` in a checkpoint or savepoint directory (path or ``file:`` URI);
-    :class:`MetadataProblem` says why there is none."""
-    directory = local_path(str(location))
-    path = directory / METADATA_FILE
+    """The ``CheckpointCompleted`` in a checkpoint or savepoint directory (path, ``file:`` URI or any
+    storage URI: ``s3://…``); :class:`MetadataProblem` says why there is none."""
+    directory = str(location).rstrip("/") or str(location)
+    path = storage.join(directory, METADATA_FILE)
     try:
-        record = decode(path.read_bytes())
+        record = decode(storage.read_bytes(path))
     except FileNotFoundError:
         raise MetadataProblem(
             f"{directory} has no {METADATA_FILE}: give the directory of a completed checkpoint or "

@@ -141,3 +141,24 @@ def list_names(uri: str) -> list[str]:
     except FileNotFoundError:
         return []
     return [str(e["name"]).rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "file"]
+
+
+def size(uri: str) -> int:
+    """The size in bytes of the object at ``uri``; FileNotFoundError if it is not there."""
+    if is_local(uri):
+        return local_path(uri).stat().st_size
+    filesystem, path = _filesystem(uri)
+    filesystem.invalidate_cache(path)
+    return int(filesystem.size(path))
+
+
+def remove_empty_directory(uri: str) -> None:
+    """Remove directory ``uri`` if nothing is in it (object stores have no directories: nothing)."""
+    if is_local(uri):
+        with contextlib.suppress(OSError):
+            local_path(uri).rmdir()
+
+
+def join(directory: str, name: str) -> str:
+    """The URI (or path) of file ``name`` in ``directory``."""
+    return f"{directory.rstrip('/')}/{name}"

@@ -62,6 +62,7 @@ from urllib.parse import quote
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from events import storage
 from events.codec import encode
 from events.feed import JobFeed
 from events.kafka import commit_offsets, consumer_config
@@ -72,10 +73,8 @@ from events.participant import (
     SnapshotCorrupted,
     UnsupportedLocation,
     load_snapshot,
-    local_path,
     read_checkpoint_metadata,
     valid_completions,
-    write_atomic,
 )
 from events.records import (
     CheckpointAborted,
@@ -93,6 +92,7 @@ from events.records import (
     TriggerRejected,
 )
 from events.topics import DEFAULT_PREFIX, Topics
+from events.validation import parse_uri
 from spark_tasks.kafka_source import (
     BACKGROUND_FETCH_WAIT_MAX_MS,
     FORMAT,
@@ -117,7 +117,7 @@ from spark_tasks.keyed import (
 )
 from spark_tasks.ledger import Abort, Complete, Discard, Fail, Ignore, JobLedger
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
-from spark_tasks.tasks import TaskSettings, partition_step, snapshot_files
+from spark_tasks.tasks import TaskSettings, partition_step, snapshot_names
 
 __all__ = [
     "METADATA_FILE",
@@ -336,9 +336,9 @@ class CheckpointedJob:
         )
         self._restored_state: dict[tuple[str, int], tuple[int, bytes]] = {}
         self._restored_keyed: list[KeyedState] = []
-        self._pieces_of: dict[int, set[Path]] = {}
+        self._pieces_of: dict[int, set[str]] = {}
         """Pieces of a keyed job's completed checkpoints, by id: retention keeps what they need."""
-        self._aborted_dirs: list[tuple[int, Path]] = []
+        self._aborted_dirs: list[tuple[int, str]] = []
         self.ignored: list[tuple[Record, str]] = []
         """Journal records of this job that the job ignored, and why (each logged once)."""
         self._listener: _Listener | None = None
@@ -707,37 +707,32 @@ class CheckpointedJob:
         if keyed and completed.kind is CheckpointKind.CHECKPOINT:
             self._sweep_aborted(completed.checkpoint_id)
 
-    def _pieces_needed_by(self, completed: CheckpointCompleted) -> set[Path]:
-        """The local piece files a keyed checkpoint's manifests list (a chain reaches into older
+    def _pieces_needed_by(self, completed: CheckpointCompleted) -> set[str]:
+        """The pieces (canonical URIs) a keyed checkpoint's manifests list (a chain reaches into older
         checkpoints' directories: those pieces stay while this checkpoint is retained)."""
-        needed: set[Path] = set()
+        needed: set[str] = set()
         for task, handle in completed.handles.items():
             if not task.startswith("keyed-"):
                 continue
             try:
                 manifest = Manifest.from_bytes(load_snapshot(handle), handle.uri)
-                needed.update(local_path(piece.uri) for piece in manifest.pieces)
-            except (OSError, SnapshotCorrupted, UnsupportedLocation) as exc:
+                needed.update(_canonical(piece.uri) for piece in manifest.pieces)
+            except (OSError, ValueError) as exc:  # SnapshotCorrupted, UnsupportedLocation, InvalidUri
                 log.warning("checkpoint %d: cannot read %s (%s)", completed.checkpoint_id, handle.uri, exc)
         return needed
 
-    def _delete_unneeded_pieces(self, directory: Path) -> None:
+    def _delete_unneeded_pieces(self, directory: str) -> None:
         """Delete this run's keyed pieces in ``directory`` that no retained checkpoint needs."""
         needed = set().union(*self._pieces_of.values())
         prefixes = tuple(
             quote(f"{keyed_task_id(i)}.a{self.attempt}-{self.run_id}.cut-", safe=":@=+,")
             for i in range(self.settings.keyed_partitions or 0)
         )
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            return
-        for name in names:
+        for name in _names(directory):
             if name.startswith(prefixes) and name.endswith((".full", ".delta")):
-                path = directory / name
-                if path not in needed:
-                    with contextlib.suppress(OSError):
-                        path.unlink()
+                uri = storage.join(directory, name)
+                if _canonical(uri) not in needed:
+                    _delete(uri)
 
     def _sweep_aborted(self, completed_id: int) -> None:
         """Pieces of aborted checkpoints older than a completed one: no snapshot chain can need them
@@ -746,15 +741,14 @@ class CheckpointedJob:
             if aborted_id < completed_id:
                 self._aborted_dirs.remove((aborted_id, directory))
                 self._delete_unneeded_pieces(directory)
-                with contextlib.suppress(OSError):
-                    directory.rmdir()
+                storage.remove_empty_directory(directory)
 
-    def _write_metadata(self, directory: Path, completed: CheckpointCompleted) -> None:
+    def _write_metadata(self, directory: str, completed: CheckpointCompleted) -> None:
         """``_metadata`` next to the snapshots it describes: every handle's file is there, of its size."""
         for task, handle in completed.handles.items():
             try:
-                size = local_path(handle.uri).stat().st_size
-            except (OSError, UnsupportedLocation) as exc:
+                size = storage.size(handle.uri)
+            except (OSError, ValueError, ImportError) as exc:
                 size, problem = -1, f"{type(exc).__name__}: {exc}"
             else:
                 problem = f"{size} bytes, not {handle.size_bytes}"
@@ -769,8 +763,8 @@ class CheckpointedJob:
                 )
                 return
         try:
-            write_atomic(directory / METADATA_FILE, encode(completed))
-        except OSError as exc:
+            storage.write_bytes(storage.join(directory, METADATA_FILE), encode(completed))
+        except (OSError, ValueError, ImportError) as exc:
             log.warning(
                 "could not write %s of checkpoint %d: %s", METADATA_FILE, completed.checkpoint_id, exc
             )
@@ -793,25 +787,23 @@ class CheckpointedJob:
             self._discard(decision.discard, aborted=True)
 
     def _discard(self, discard: Discard, *, aborted: bool = False) -> None:
-        """Delete this run's snapshots of a checkpoint and its ``_metadata``, then its directory if empty.
+        """Delete this run's snapshots of a checkpoint and its ``_metadata``, then its directory if empty
+        (on any storage: ``discard.directory`` is a storage URI).
 
         A keyed job's pieces go only when no retained checkpoint's chain needs them; an aborted
         checkpoint's pieces wait until a later checkpoint completes (a chain pending now may list them).
         """
         directory = discard.directory
-        for path in snapshot_files(directory, self.tasks, self.attempt, self.run_id):
-            with contextlib.suppress(OSError):
-                path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            (directory / METADATA_FILE).unlink(missing_ok=True)
+        for name in snapshot_names(_names(directory), self.tasks, self.attempt, self.run_id):
+            _delete(storage.join(directory, name))
+        _delete(storage.join(directory, METADATA_FILE))
         if self.settings.keyed_partitions is not None:
             self._pieces_of.pop(discard.checkpoint_id, None)
             if aborted:
                 self._aborted_dirs.append((discard.checkpoint_id, directory))
             else:
                 self._delete_unneeded_pieces(directory)
-        with contextlib.suppress(OSError):
-            directory.rmdir()  # only if nothing else is in it
+        storage.remove_empty_directory(directory)
 
     def _on_threshold(self, exceeded: CheckpointFailureThresholdExceeded) -> None:
         self.failure = CheckpointFailuresExceeded(
@@ -1050,3 +1042,23 @@ class _JournalFollower:
         self._thread.join(5)
         self._feed.close()
         self.committer.close()
+
+
+def _names(directory: str) -> list[str]:
+    try:
+        return storage.list_names(directory)
+    except (OSError, ValueError, ImportError) as exc:
+        log.warning("cannot list %s: %s", directory, exc)
+        return []
+
+
+def _delete(uri: str) -> None:
+    try:
+        storage.delete(uri)
+    except (OSError, ValueError, ImportError) as exc:
+        log.warning("cannot delete %s: %s", uri, exc)
+
+
+def _canonical(uri: str) -> str:
+    """``uri`` as the ledger spells directories (:func:`events.validation.parse_uri`)."""
+    return str(parse_uri(uri))

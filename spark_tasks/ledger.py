@@ -9,7 +9,8 @@ never meant (a replayed or forged record, an id reused after a reset):
   attempt saw triggered, at the location of its trigger, with offsets of the job's
   own partitions that :func:`events.validation.parse_offsets` accepts;
 - files are written and deleted only inside the job's checkpoint location
-  (``config.location``), except a savepoint's ``_metadata``, which goes to the
+  (``config.location``, any storage URI :func:`events.validation.parse_uri` accepts:
+  ``file:``, ``s3:``, ...), except a savepoint's ``_metadata``, which goes to the
   directory its trigger named; only this attempt's completed checkpoints beyond
   ``config.retained`` and its aborted checkpoints are deleted: never the latest
   completed one, never a savepoint, never a checkpoint of another attempt;
@@ -22,12 +23,10 @@ never meant (a replayed or forged record, an id reused after a reset):
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from events.participant import UnsupportedLocation, completion_problem, local_path
+from events.participant import completion_problem
 from events.records import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -36,9 +35,9 @@ from events.records import (
     CheckpointKind,
     CheckpointTriggered,
 )
-from events.validation import parse_offsets
+from events.validation import InvalidUri, StorageUri, parse_offsets, parse_uri
 
-__all__ = ["Abort", "Complete", "Discard", "Fail", "Ignore", "JobLedger", "inside"]
+__all__ = ["Abort", "Complete", "Discard", "Fail", "Ignore", "JobLedger"]
 
 
 @dataclass(frozen=True)
@@ -50,10 +49,12 @@ class Ignore:
 
 @dataclass(frozen=True)
 class Discard:
-    """Delete this run's snapshots of checkpoint ``checkpoint_id`` in ``directory`` (and ``_metadata``)."""
+    """Delete this run's snapshots of checkpoint ``checkpoint_id`` in ``directory`` (and ``_metadata``).
+
+    ``directory`` is a canonical storage URI (``file:///…``, ``s3://bucket/…``)."""
 
     checkpoint_id: int
-    directory: Path
+    directory: str
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Complete:
 
     completed: CheckpointCompleted
     commit: tuple[tuple[str, int, int], ...]
-    metadata: Path | None
+    metadata: str | None
     discard: tuple[Discard, ...]
 
 
@@ -82,19 +83,11 @@ class Fail:
     exceeded: CheckpointFailureThresholdExceeded
 
 
-def inside(path: Path, root: Path) -> bool:
-    """Is ``path`` strictly below ``root``, both as written (no ``..``, no symlinks followed)?"""
-    if ".." in path.parts or ".." in root.parts or not path.is_absolute() or not root.is_absolute():
-        return False
-    normal, top = os.path.normpath(path), os.path.normpath(root)
-    return normal != top and normal.startswith(top.rstrip(os.sep) + os.sep)
-
-
 @dataclass(frozen=True)
 class _Trigger:
     record: CheckpointTriggered
-    directory: Path | None
-    """Its local directory, if the job may write and delete there."""
+    directory: str | None
+    """Its directory (a canonical storage URI), if the job may write and delete there."""
 
 
 class JobLedger:
@@ -119,10 +112,7 @@ class JobLedger:
         self.config = config
         self.tasks = frozenset(tasks)
         self.partitions = frozenset(partitions)
-        try:
-            self.root: Path | None = local_path(config.location)
-        except UnsupportedLocation:
-            self.root = None
+        self.root: StorageUri | None = _parsed(config.location)
         self._triggered: dict[int, _Trigger] = {}
         self._completed: set[int] = {c.checkpoint_id for c in history}
         """Every id the journal completed, any attempt: a second completion or an abort contradicts."""
@@ -146,7 +136,7 @@ class JobLedger:
             return Ignore(f"triggered already at {known.record.location} ({known.record.kind})")
         if record.checkpoint_id in self._completed:
             return Ignore("that id completed before, and ids are never reused")
-        directory: Path | None = None
+        directory: str | None = None
         if record.kind is CheckpointKind.CHECKPOINT:
             directory = self._checkpoint_directory(record.location)
             if directory is None and self.root is not None:
@@ -154,7 +144,8 @@ class JobLedger:
                     f"location {record.location} is outside the checkpoint location {self.config.location}"
                 )
         else:
-            directory = _local(record.location)
+            parsed = _parsed(record.location)
+            directory = None if parsed is None else str(parsed)
         self._triggered[record.checkpoint_id] = _Trigger(record, directory)
         return None
 
@@ -233,12 +224,13 @@ class JobLedger:
 
     # ----------------------------------------------------------------- checks
 
-    def _checkpoint_directory(self, location: str) -> Path | None:
-        """The local directory of a checkpoint location inside the job's checkpoint location, or None."""
-        directory = _local(location)
-        if directory is None or self.root is None or not inside(directory, self.root):
+    def _checkpoint_directory(self, location: str) -> str | None:
+        """The directory (canonical URI) of a checkpoint location inside the job's checkpoint
+        location, or None."""
+        directory = _parsed(location)
+        if directory is None or self.root is None or not directory.within(self.root):
             return None
-        return directory
+        return str(directory)
 
     def _offsets_problem(self, offsets: Mapping[str, int]) -> str | None:
         try:
@@ -257,15 +249,17 @@ class JobLedger:
         if trigger.directory is None:
             return None
         for task, handle in sorted(record.handles.items()):
-            path = _local(handle.uri)
-            if path is None or ".." in path.parts or path.parent != trigger.directory:
+            parsed = _parsed(handle.uri)
+            parent = None if parsed is None else parsed.parent
+            if parent is None or str(parent) != trigger.directory:
                 return f"the state of {task} ({handle.uri}) is not in {record.location}"
         return None
 
 
-def _local(uri: str) -> Path | None:
+def _parsed(uri: str) -> StorageUri | None:
+    """``uri`` parsed the one way every reader parses it (:func:`events.validation.parse_uri`), or
+    None when it is not a storage URI cutline accepts."""
     try:
-        path = local_path(uri)
-    except UnsupportedLocation:
+        return parse_uri(uri)
+    except InvalidUri:
         return None
-    return path if path.is_absolute() else None

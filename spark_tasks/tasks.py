@@ -70,7 +70,14 @@ from events.topics import Topics
 from spark_tasks.kafka_source import BARRIER_COLUMN
 from spark_tasks.state import KafkaRecord, PartitionStateStore, StatefulStep, StateLost, task_id
 
-__all__ = ["TaskSettings", "partition_step", "send_reply", "snapshot_files", "snapshot_name"]
+__all__ = [
+    "TaskSettings",
+    "partition_step",
+    "send_reply",
+    "snapshot_files",
+    "snapshot_name",
+    "snapshot_names",
+]
 
 log = logging.getLogger(__name__)
 
@@ -157,15 +164,20 @@ def snapshot_name(task: str, attempt: int, run_id: str, cut: int) -> str:
 
 def snapshot_files(directory: Path, tasks: Iterable[str], attempt: int, run_id: str) -> list[Path]:
     """The snapshot files in ``directory`` that tasks of this run and attempt wrote (any cut)."""
-    prefixes = tuple(
-        quote(snapshot_name(task, attempt, run_id, 0)[:-1], safe=_SNAPSHOT_SAFE) for task in tasks
-    )
     try:
         names = os.listdir(directory)
     except OSError:
         return []
+    return [directory / name for name in snapshot_names(names, tasks, attempt, run_id)]
+
+
+def snapshot_names(names: Iterable[str], tasks: Iterable[str], attempt: int, run_id: str) -> list[str]:
+    """The file names among ``names`` that are snapshots of ``tasks`` in this run and attempt."""
+    prefixes = tuple(
+        quote(snapshot_name(task, attempt, run_id, 0)[:-1], safe=_SNAPSHOT_SAFE) for task in tasks
+    )
     return sorted(
-        directory / name
+        name
         for name in names
         for prefix in prefixes
         if name.startswith(prefix) and _is_decimal(name[len(prefix) :])

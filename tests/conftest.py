@@ -8,6 +8,7 @@ directory: ``integration``, ``spark``, ``e2e``, ``compose``.
 from __future__ import annotations
 
 import os
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,9 @@ def _s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    # moto keeps its buckets in this process, across servers: start from none, as a new S3 would.
+    reset = urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST")
+    urllib.request.urlopen(reset, timeout=10).close()
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",

@@ -7,22 +7,24 @@ counts: no summing outside Spark."""
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytest
-from wordfeed import PARTITIONS, STARTUP_S, Input, every, wait, wait_for
+from wordfeed import PARTITIONS, Input, every, wait
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.participant import JobDriver, load_snapshot
-from events.records import CheckpointCompleted, CheckpointConfig, CheckpointKind, TaskAcknowledged
+from events.records import CheckpointConfig, CheckpointKind, TaskAcknowledged
 from events.topics import Topics
 from spark_tasks.job import CheckpointedJob, JobSettings
 from spark_tasks.keyed import Manifest, key_group_range, keyed_task_id
-from spark_tasks.sink import ROLLED_BACK_DIR, CutFileSink
-from spark_tasks.wordcount import KEYED_WORD_COUNT, SparkDriver, final_counts, read_counts
+from spark_tasks.sink import CutFileSink
+from spark_tasks.wordcount import KEYED_WORD_COUNT, final_counts, read_counts
 
 SHUFFLE = 8
 
@@ -141,54 +143,69 @@ def test_a_keyed_word_count_acks_once_per_shuffle_partition_and_rescales_from_a_
         assert final_counts(rescaled_out) == dict(words.produced)
 
 
-@pytest.mark.timeout(600)
-def test_a_killed_keyed_driver_restores_exactly_with_checkpoints_and_state_on_s3(
-    s3: Any, bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path, given: Input
+AWS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
+
+
+def test_a_keyed_job_checkpoints_to_s3_keeps_its_state_there_and_restores_from_it(
+    spark: Any,
+    s3: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
 ) -> None:
     """Given the keyed word count with its checkpoints and its state store on S3 (moto's server),
-    when its driver is SIGKILLed mid-stream and started again, it restores the latest completed
-    checkpoint from S3 and its raw output still holds every word exactly once."""
-    topic, words, job_id = given.topic, given.words, given.job_id
+    checkpoints complete there; the next attempt restores the latest of them from S3, writes
+    ``_metadata`` and applies retention there, and its raw output holds every word exactly once."""
+    words, job_id = given.words, given.job_id
+    # Python workers take their environment from the SparkContext (they are not this process's
+    # children): moto's endpoint and keys go there.
+    environment = spark.sparkContext.environment
+    saved = {name: environment.get(name) for name in AWS}
+    environment.update({name: os.environ[name] for name in AWS})
+    bucket = "s3://cutline-checkpoints"
+    settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, SHUFFLE, state_location=f"{bucket}/state")
+    settings = replace(settings, config=replace(settings.config, location=f"{bucket}/checkpoints"))
     out = tmp_path / "out"
-    args = [
-        *("--bootstrap", bootstrap, "--job", job_id, "--topic", topic, "--topic-prefix", topic_prefix),
-        *("--work-dir", str(tmp_path / "work"), "--out", str(out), "--interval-ms", "1000"),
-        *("--keyed", str(SHUFFLE), "--location", "s3://cutline-checkpoints/checkpoints"),
-        *("--state-location", "s3://cutline-checkpoints/state"),
-    ]
-    words.produce(100)
-    stop = threading.Event()
-    feeder = threading.Thread(target=lambda: every(0.05, stop, lambda: words.produce(5)))
-    driver = SparkDriver(args, tmp_path)
     try:
-        driver.start()
-        wait_for(driver, "running", timeout=STARTUP_S)
-        feeder.start()
-        wait_for(driver, "completed", 2)
-        driver.kill()
         words.produce(100)
-        job_driver = JobDriver(bootstrap, job_id, Topics(topic_prefix))
-        driver.start()
-        [restored] = wait_for(driver, "restored", timeout=STARTUP_S)
-        wait_for(driver, "completed", 1, timeout=STARTUP_S)
-        stop.set()
-        feeder.join()
-        try:
+        with CheckpointedJob(spark, settings) as first:
+            _start(first, out)
+            first.wait_for_running(60)
+            words.produce(100)
+            first.wait_for_completed(2, timeout=90)
+            words.produce(100)
+            first.stop()
+        latest = [
+            c for c in JobDriver(bootstrap, job_id, Topics(topic_prefix)).completions() if c.attempt == 1
+        ][-1]
+        assert all(h.uri.startswith(f"{bucket}/checkpoints/{job_id}/") for h in latest.handles.values())
+        assert s3.find("cutline-checkpoints/state"), "the state store is on S3"
+
+        with CheckpointedJob(spark, settings) as second:
+            assert second.restored is not None
+            assert (second.restored.checkpoint_id, second.attempt) == (latest.checkpoint_id, 2)
+            _start(second, out)
+            second.wait_for_running(60)
+            words.produce(100)
             wait(
                 lambda: final_counts(out) == dict(words.produced), "every word counted after the restore", 90
             )
-        except AssertionError:
-            print("final", final_counts(out), "added", read_counts(out), "produced", words.produced)
-            raise
-        assert 0 == driver.stop(60)
+            done = second.wait_for_completed(3, timeout=60)
+            second.stop()
     finally:
-        stop.set()
-        driver.kill()
-    first_attempt: list[CheckpointCompleted] = [c for c in job_driver.completions() if c.attempt == 1]
-    latest = first_attempt[-1]
-    assert (restored["checkpoint_id"], restored["attempt"]) == (latest.checkpoint_id, 2)
-    assert all(h.uri.startswith("s3://cutline-checkpoints/checkpoints/") for h in latest.handles.values())
-    assert s3.find("cutline-checkpoints/state"), "the state store is on S3"
+        for name, value in saved.items():
+            if value is None:
+                environment.pop(name, None)
+            else:
+                environment[name] = value
     _assert_exact(words.produced, out)
-    rolled_back = list((out / ROLLED_BACK_DIR / "attempt-2").glob("*.jsonl"))
-    assert restored["rolled_back"] == len(rolled_back)
+    # _metadata in each checkpoint the driver completed, on S3; retention (retained=1) deleted the
+    # manifests of the older ones there, as it does on a file system
+    root = f"cutline-checkpoints/checkpoints/{job_id}"
+    ids = [c.checkpoint_id for c in done]
+    assert s3.exists(f"{root}/chk-{ids[-1]}/_metadata")
+    manifests = [p for p in s3.find(root) if re.search(r"/keyed-\d+\.a2-[0-9a-f]+\.cut-\d+$", p)]
+    for old in ids[:-2]:
+        assert not [p for p in manifests if f"/chk-{old}/" in p], f"checkpoint {old} was not discarded"

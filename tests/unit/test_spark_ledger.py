@@ -17,7 +17,7 @@ from events.records import (
     StateHandle,
 )
 from spark_tasks.job import failure_summary
-from spark_tasks.ledger import Abort, Complete, Discard, Fail, Ignore, JobLedger, inside
+from spark_tasks.ledger import Abort, Complete, Discard, Fail, Ignore, JobLedger
 
 JOB = "wc"
 ROOT = Path("/data/checkpoints")
@@ -26,8 +26,13 @@ PARTITIONS = (("words", 0), ("words", 1))
 SAVEPOINTS = Path("/data/savepoints")
 
 
-def _ledger(retained: int = 1, attempt: int = 2, history: tuple[CheckpointCompleted, ...] = ()) -> JobLedger:
-    config = CheckpointConfig(interval_ms=1000, location=ROOT.as_uri(), retained=retained)
+def _ledger(
+    retained: int = 1,
+    attempt: int = 2,
+    history: tuple[CheckpointCompleted, ...] = (),
+    location: str = ROOT.as_uri(),
+) -> JobLedger:
+    config = CheckpointConfig(interval_ms=1000, location=location, retained=retained)
     return JobLedger(JOB, attempt, config, TASKS, PARTITIONS, history)
 
 
@@ -101,14 +106,14 @@ class TestCompletions:
         [decision] = _complete(_ledger(), 1)
 
         assert (("words", 0, 5), ("words", 1, 7)) == decision.commit
-        assert _directory(1) == decision.metadata
+        assert _directory(1).as_uri() == decision.metadata
         assert () == decision.discard
 
     def test_retention_keeps_the_newest_and_discards_the_older_ones_once(self) -> None:
         """With retained=1 each completion discards the one before it, and nothing else."""
         decisions = _complete(_ledger(retained=1), 1, 2, 3)
 
-        assert [(), (Discard(1, _directory(1)),), (Discard(2, _directory(2)),)] == [
+        assert [(), (Discard(1, _directory(1).as_uri()),), (Discard(2, _directory(2).as_uri()),)] == [
             d.discard for d in decisions
         ]
 
@@ -116,7 +121,7 @@ class TestCompletions:
         """With retained=2 the third completion discards the first."""
         decisions = _complete(_ledger(retained=2), 1, 2, 3)
 
-        assert [(), (), (Discard(1, _directory(1)),)] == [d.discard for d in decisions]
+        assert [(), (), (Discard(1, _directory(1).as_uri()),)] == [d.discard for d in decisions]
 
     def test_a_second_completion_of_an_id_is_ignored_and_discards_nothing(self) -> None:
         """A duplicate completion of the latest checkpoint cannot push it out of retention."""
@@ -239,23 +244,47 @@ class TestLocations:
         later = _complete(ledger, 3, 4)
 
         assert (
-            isinstance(savepoint, Complete) and _directory(2, CheckpointKind.SAVEPOINT) == savepoint.metadata
+            isinstance(savepoint, Complete)
+            and _directory(2, CheckpointKind.SAVEPOINT).as_uri() == savepoint.metadata
         )
-        assert [(Discard(1, _directory(1)),), (Discard(3, _directory(3)),)] == [d.discard for d in later]
+        assert [(Discard(1, _directory(1).as_uri()),), (Discard(3, _directory(3).as_uri()),)] == [
+            d.discard for d in later
+        ]
 
     @pytest.mark.parametrize(
-        ("path", "expected"),
+        ("location", "inside"),
         [
-            (ROOT / "wc" / "chk-1", True),
-            (ROOT, False),
-            (Path("/data/checkpoints-2/wc"), False),
-            (ROOT / ".." / "x", False),
-            (Path("relative/chk-1"), False),
+            ((ROOT / "wc" / "chk-1").as_uri(), True),
+            (ROOT.as_uri(), False),
+            ("file:///data/checkpoints-2/wc", False),
+            ("file:///data/checkpoints/../x", False),
+            ("file:relative/chk-1", False),
+            ("s3://bucket/data/checkpoints/wc/chk-1", False),
         ],
     )
-    def test_inside(self, path: Path, expected: bool) -> None:
-        """A path is inside the root when it is strictly below it, as written."""
-        assert expected == inside(path, ROOT)
+    def test_a_checkpoint_is_inside_the_location_only_strictly_below_it_as_written(
+        self, location: str, inside: bool
+    ) -> None:
+        assert (_ledger().triggered(_triggered(1, location=location)) is None) == inside
+
+    def test_on_an_object_store_metadata_and_retention_work_the_same(self) -> None:
+        """Given a checkpoint location on S3, completions write _metadata into the checkpoint's
+        directory and older checkpoints are discarded, as on a file system."""
+        root = "s3://bucket/checkpoints"
+        ledger = _ledger(location=root)
+
+        def complete(checkpoint_id: int) -> Complete | Ignore | None:
+            where = f"{root}/{JOB}/chk-{checkpoint_id}"
+            handles = {t: StateHandle(f"{where}/{t}.a2-r1.cut-5", 2, "00" * 32) for t in TASKS}
+            ledger.triggered(_triggered(checkpoint_id, location=where))
+            return ledger.completed(_completed(checkpoint_id, location=where, handles=handles))
+
+        first, second = complete(1), complete(2)
+
+        assert isinstance(first, Complete) and first.metadata == f"{root}/{JOB}/chk-1"
+        assert isinstance(second, Complete) and second.discard == (Discard(1, f"{root}/{JOB}/chk-1"),)
+        outside = ledger.triggered(_triggered(3, location="s3://other-bucket/checkpoints/wc/chk-3"))
+        assert isinstance(outside, Ignore)
 
 
 class TestAborts:
@@ -264,7 +293,7 @@ class TestAborts:
         ledger = _ledger()
         ledger.triggered(_triggered(1))
 
-        assert Abort(_aborted(1), Discard(1, _directory(1))) == ledger.aborted(_aborted(1))
+        assert Abort(_aborted(1), Discard(1, _directory(1).as_uri())) == ledger.aborted(_aborted(1))
 
     def test_an_abort_of_a_completed_checkpoint_is_ignored(self) -> None:
         """A forged abort of the latest completed checkpoint cannot discard it."""
