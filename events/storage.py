@@ -44,24 +44,30 @@ def local_path(uri: str) -> Path:
     return Path(unquote(parts.path))
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so readers see the old file or all of the new one, durably.
 
     Creates missing directories; writes a temporary file in the same directory,
-    fsyncs it, renames it over ``path`` and fsyncs the directory.
+    fsyncs it, renames it over ``path`` and fsyncs the directory. ``durable=False``
+    leaves out the fsyncs: still all or nothing for readers, but an OS crash may
+    lose it (for files that are rebuilt from a checkpoint anyway, as Spark's state
+    store does not sync either).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
         with open(tmp, "wb") as out:
             out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+            if durable:
+                out.flush()
+                os.fsync(out.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
+    if not durable:
+        return
     with contextlib.suppress(OSError):  # not every file system can fsync a directory
         fd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -90,10 +96,11 @@ def _filesystem(uri: str) -> tuple[Any, str]:
         raise MissingExtra(f"{uri}: no file system for {scheme!r} is installed ({exc})") from None
 
 
-def write_bytes(uri: str, data: bytes) -> None:
-    """Write ``data`` at ``uri``, all or nothing, durably."""
+def write_bytes(uri: str, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` at ``uri``, all or nothing, durably (``durable=False``: see :func:`write_atomic`;
+    an object store's PUT is durable either way)."""
     if is_local(uri):
-        write_atomic(local_path(uri), data)
+        write_atomic(local_path(uri), data, durable=durable)
         return
     filesystem, path = _filesystem(uri)
     filesystem.pipe_file(path, data)

@@ -29,7 +29,9 @@ state at the cut (see docs/spark.md, "Keyed state").
 
 **The state store** (:class:`KeyedStateStore`) keeps, per shuffle partition, a delta of the keys
 each micro-batch changed and every :data:`FULL_EVERY` versions a full copy, as Spark's
-HDFS-backed state store does, on any fsspec URL. Versions are keyed by the micro-batch id: version
+HDFS-backed state store does, on any fsspec URL. Its files are written atomically but not
+synced (neither are Spark's): after a crash the job restores from a checkpoint, whose snapshots
+are synced. Versions are keyed by the micro-batch id: version
 ``b`` is the state after every batch below ``b``.
 
 **Snapshots are incremental.** On a checkpoint barrier a task writes one *piece* with the keys
@@ -418,19 +420,19 @@ class KeyedStateStore:
         """Store ``version`` (``state`` after ``changes``): a delta, and every :data:`FULL_EVERY`
         versions a full copy too; then prune what no load or snapshot can need."""
         if changes or version % FULL_EVERY == 0:
-            storage.write_bytes(self._uri(version, "delta"), encode_piece(changes))
+            storage.write_bytes(self._uri(version, "delta"), encode_piece(changes), durable=False)
         if version % FULL_EVERY == 0:
-            storage.write_bytes(self._uri(version, "full"), encode_piece(state))
+            storage.write_bytes(self._uri(version, "full"), encode_piece(state), durable=False)
         _cache[self.dir] = (version, _copy(state))
         self._prune()
 
     def seed(self, state: KeyedState) -> None:
         """The first version (0): a restored or empty state, written before the query starts."""
-        storage.write_bytes(self._uri(0, "full"), encode_piece(state))
-        storage.write_bytes(self._uri(0, "delta"), encode_piece({}))
+        storage.write_bytes(self._uri(0, "full"), encode_piece(state), durable=False)
+        storage.write_bytes(self._uri(0, "delta"), encode_piece({}), durable=False)
 
     def lost(self, version: int, reason: str) -> None:
-        storage.write_bytes(self._uri(version, "lost"), reason.encode())
+        storage.write_bytes(self._uri(version, "lost"), reason.encode(), durable=False)
 
     def last_snapshot(self, batch: int) -> tuple[int, Manifest] | None:
         """The newest snapshot this partition took at or below ``batch`` and its manifest."""
@@ -441,7 +443,8 @@ class KeyedStateStore:
         return snaps[-1], Manifest.from_bytes(storage.read_bytes(uri), uri)
 
     def snapshot_taken(self, batch: int, manifest: Manifest) -> None:
-        storage.write_bytes(self._uri(batch, "snap"), manifest.to_bytes())
+        # Not synced: a lost record only makes the next snapshot a full one.
+        storage.write_bytes(self._uri(batch, "snap"), manifest.to_bytes(), durable=False)
 
     def _prune(self) -> None:
         """Keep the two newest full copies and everything after the older one, and the deltas after
