@@ -1,6 +1,7 @@
 """Benchmark: the Spark word count with and without cutline checkpoints, side by side (DESIGN §7).
 
     uv run python bench/bench_spark.py [--records 300000] [--per-trigger 20000] [--rounds 2] [--quick]
+                                       [--keyed 8] [--snapshots]
 
 One local SparkSession (``local[2]``), the embedded broker (or ``CUTLINE_BOOTSTRAP``)
 and a coordinator process. ``--records`` lines of words are produced once to a
@@ -21,6 +22,14 @@ events. For each completed checkpoint, the **delay in micro-batches** is the
 number of batches from the start of the barrier's batch (the batch whose end offset
 carries it) to the completion, counting the barrier's own batch: 1 means it
 completed before its batch ended. One run of each, unmeasured, warms up first.
+
+``--keyed N`` runs the keyed word count (``spark_tasks.wordcount.KEYED_WORD_COUNT``: the words
+shuffled by key group into N partitions, one global count per word) instead, both ways: without
+cutline the same route → ``repartitionById`` → keyed step with its state store and no barriers.
+
+``--snapshots`` measures, without Spark, the keyed snapshot of one partition holding 100,000
+keys when 0.1 %, 1 %, 10 % and 100 % of them changed since the previous one: the bytes of the
+piece written against the full piece (DESIGN §7: snapshot size follows the changed keys).
 """
 
 from __future__ import annotations
@@ -55,8 +64,21 @@ from events.participant import write_atomic  # noqa: E402
 from events.records import CheckpointCompleted, CheckpointConfig  # noqa: E402
 from spark_tasks.job import CheckpointedJob, JobSettings  # noqa: E402
 from spark_tasks.kafka_source import BARRIER_KEY, FORMAT  # noqa: E402
+from spark_tasks.keyed import (  # noqa: E402
+    SHUFFLE_SCHEMA,
+    TARGET_COLUMN,
+    KeyedSettings,
+    KeyedState,
+    KeyedStateStore,
+    apply_changes,
+    key_group,
+    key_group_range,
+    process_step,
+    route_step,
+    write_snapshot,
+)
 from spark_tasks.tasks import TaskSettings, partition_step  # noqa: E402
-from spark_tasks.wordcount import WORD_COUNT, read_counts  # noqa: E402
+from spark_tasks.wordcount import KEYED_WORD_COUNT, WORD_COUNT, read_counts  # noqa: E402
 
 PARTITIONS = 4
 WORDS = ("barrier", "checkpoint", "kafka", "spark", "flink", "offset", "partition", "snapshot", "journal")
@@ -197,17 +219,34 @@ def run_plain(spark: Any, bootstrap: str, topic: str, records: int, args: Any, w
     from pyspark.sql.types import StructType
 
     name = f"plain-{uuid.uuid4().hex[:6]}"
-    schema = StructType.fromDDL(WORD_COUNT.output_schema)
-    settings = TaskSettings(job_id=name, bootstrap=bootstrap, state_dir=str(work / name / "state"))
-    df = (
+    source = (
         spark.readStream.format(FORMAT)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", args.per_trigger)
         .load()
-        .mapInArrow(partition_step(WORD_COUNT, settings, to_arrow_schema(schema)), schema)
     )
+    if args.keyed:
+        schema = StructType.fromDDL(KEYED_WORD_COUNT.output_schema)
+        keyed = KeyedSettings(
+            job_id=name,
+            bootstrap=bootstrap,
+            state_root=str(work / name / "keyed"),
+            parallelism=args.keyed,
+            inputs=frozenset(),
+        )
+        for index in range(args.keyed):
+            KeyedStateStore(keyed.state_root, index).seed({})
+        df = (
+            source.mapInArrow(route_step(KEYED_WORD_COUNT, args.keyed), SHUFFLE_SCHEMA)
+            .repartitionById(args.keyed, TARGET_COLUMN)
+            .mapInArrow(process_step(KEYED_WORD_COUNT, keyed, to_arrow_schema(schema)), schema)
+        )
+    else:
+        schema = StructType.fromDDL(WORD_COUNT.output_schema)
+        settings = TaskSettings(job_id=name, bootstrap=bootstrap, state_dir=str(work / name / "state"))
+        df = source.mapInArrow(partition_step(WORD_COUNT, settings, to_arrow_schema(schema)), schema)
     started = time.monotonic()
     query = (
         df.writeStream.foreachBatch(write_batch(work / name / "out", 1))
@@ -237,10 +276,11 @@ def run_cutline(spark: Any, bootstrap: str, topic: str, records: int, args: Any,
         work_dir=work / name,
         restore=None,
         source_options={"maxOffsetsPerTrigger": args.per_trigger},
+        keyed_partitions=args.keyed or None,
     )
     started = time.monotonic()
     with CheckpointedJob(spark, settings) as job:
-        counts = job.stream(WORD_COUNT)
+        counts = job.stream_keyed(KEYED_WORD_COUNT) if args.keyed else job.stream(WORD_COUNT)
         sink = write_batch(work / name / "out", job.attempt)
         query = job.start(
             counts.writeStream.foreachBatch(sink).trigger(processingTime=f"{args.trigger_ms} milliseconds")
@@ -274,15 +314,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="60,000 records, one round")
     parser.add_argument("--threads", action="store_true", help="also the CPU of each driver and JVM thread")
+    parser.add_argument(
+        "--keyed", type=int, default=0, metavar="N", help="the keyed word count, N partitions"
+    )
+    parser.add_argument("--snapshots", action="store_true", help="only the keyed snapshot sizes (no Spark)")
     args = parser.parse_args()
     if args.quick:
         args.records, args.rounds = 60_000, 1
     console = Console(width=150)
+    if args.snapshots:
+        console.print(snapshot_sizes())
+        return
     work = Path(tempfile.mkdtemp(prefix="cutline-bench-spark-"))
     from spark_tasks.session import local_spark
 
+    kind = f"keyed word count ({args.keyed} shuffle partitions)" if args.keyed else "word count"
     console.print(
-        f"[bold]Spark word count with and without cutline[/] — {args.records:,} records, "
+        f"[bold]Spark {kind} with and without cutline[/] — {args.records:,} records, "
         f"{PARTITIONS} partitions, maxOffsetsPerTrigger {args.per_trigger:,}, trigger {args.trigger_ms} ms, "
         f"{args.rounds} round(s); Python {platform.python_version()}, {os.cpu_count()} cores, "
         f"load {os.getloadavg()[0]:.2f}"
@@ -418,6 +466,64 @@ def report(console: Console, runs: list[Run]) -> None:
             f"median {statistics.median(delays):g} micro-batch(es), "
             f"max {max(delays)}, share ≤ 1: {sum(d <= 1 for d in delays) / len(delays):.0%} (target ≤ 1)"
         )
+
+
+def snapshot_sizes(keys: int = 100_000, fractions: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0)) -> Table:
+    """Bytes of a keyed partition's snapshot against the keys changed since the previous one."""
+    import random
+
+    table = Table(title=f"Keyed snapshot of one partition with {keys:,} keys: piece written vs keys changed")
+    for column in ("changed", "keys in piece", "kind", "piece bytes", "share of full", "write ms"):
+        table.add_column(column, justify="right")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        settings = KeyedSettings(
+            "sizes", "unused:9092", str(root / "state"), 1, frozenset(), run_id="r", attempt=1
+        )
+        store = KeyedStateStore(settings.state_root, 0)
+        state: KeyedState = {}
+        for i in range(keys):
+            key = f"key-{i:06d}"
+            state.setdefault(key_group(key), {})[key] = str(i).encode()
+        store.seed(state)
+        location = (root / "checkpoints").as_uri()
+        groups = key_group_range(0, 1)
+        _, _, full = write_snapshot(store, state, groups, 128, "keyed-0", settings, _barrier(location, 1), 0)
+        assert full is not None
+        table.add_row("all (first)", f"{full.keys:,}", full.kind, f"{full.size:,}", "100 %", "")
+        rng = random.Random(1)
+        for n, fraction in enumerate(fractions, start=1):
+            changes: dict[int, dict[str, bytes | None]] = {}
+            for i in rng.sample(range(keys), int(keys * fraction)):
+                key = f"key-{i:06d}"
+                changes.setdefault(key_group(key), {})[key] = str(-i - n).encode()
+            apply_changes(state, changes)
+            store.save(n, state, changes)
+            began = time.perf_counter()
+            _, _, piece = write_snapshot(
+                store, state, groups, 128, "keyed-0", settings, _barrier(location, n + 1), n
+            )
+            took = (time.perf_counter() - began) * 1000
+            assert piece is not None
+            table.add_row(
+                f"{fraction:.1%}",
+                f"{piece.keys:,}",
+                piece.kind,
+                f"{piece.size:,}",
+                f"{piece.size / full.size:.2%}",
+                f"{took:.0f}",
+            )
+    return table
+
+
+def _barrier(location: str, checkpoint_id: int) -> dict[str, Any]:
+    return {
+        "id": checkpoint_id,
+        "attempt": 1,
+        "kind": "CHECKPOINT",
+        "location": f"{location}/chk-{checkpoint_id}",
+        "timestamp_ms": 0,
+    }
 
 
 CPU_ROWS = (

@@ -339,6 +339,8 @@ class CheckpointedJob:
         self._pieces_of: dict[int, set[str]] = {}
         """Pieces of a keyed job's completed checkpoints, by id: retention keeps what they need."""
         self._aborted_dirs: list[tuple[int, str]] = []
+        self._kept_dirs: set[str] = set()
+        """Discarded checkpoints' directories that still hold pieces a retained chain needed."""
         self.ignored: list[tuple[Record, str]] = []
         """Journal records of this job that the job ignored, and why (each logged once)."""
         self._listener: _Listener | None = None
@@ -722,26 +724,37 @@ class CheckpointedJob:
         return needed
 
     def _delete_unneeded_pieces(self, directory: str) -> None:
-        """Delete this run's keyed pieces in ``directory`` that no retained checkpoint needs."""
+        """Delete this run's keyed pieces in ``directory`` that no retained checkpoint needs; remember
+        the directory while it keeps some (a later chain may stop needing them)."""
         needed = set().union(*self._pieces_of.values())
         prefixes = tuple(
             quote(f"{keyed_task_id(i)}.a{self.attempt}-{self.run_id}.cut-", safe=":@=+,")
             for i in range(self.settings.keyed_partitions or 0)
         )
+        kept = False
         for name in _names(directory):
             if name.startswith(prefixes) and name.endswith((".full", ".delta")):
                 uri = storage.join(directory, name)
                 if _canonical(uri) not in needed:
                     _delete(uri)
+                else:
+                    kept = True
+        if kept:
+            self._kept_dirs.add(directory)
+        else:
+            self._kept_dirs.discard(directory)
+            storage.remove_empty_directory(directory)
 
     def _sweep_aborted(self, completed_id: int) -> None:
-        """Pieces of aborted checkpoints older than a completed one: no snapshot chain can need them
-        any more, unless a retained checkpoint's does."""
+        """Pieces of aborted checkpoints older than a completed one, and pieces kept in discarded
+        checkpoints' directories: no snapshot chain can need them any more, unless a retained
+        checkpoint's does."""
         for aborted_id, directory in list(self._aborted_dirs):
             if aborted_id < completed_id:
                 self._aborted_dirs.remove((aborted_id, directory))
                 self._delete_unneeded_pieces(directory)
-                storage.remove_empty_directory(directory)
+        for directory in sorted(self._kept_dirs):
+            self._delete_unneeded_pieces(directory)
 
     def _write_metadata(self, directory: str, completed: CheckpointCompleted) -> None:
         """``_metadata`` next to the snapshots it describes: every handle's file is there, of its size."""

@@ -16,8 +16,10 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+from uuid import uuid4
 
 import pytest
 from confluent_kafka import Producer
@@ -57,20 +59,6 @@ def _topics(bootstrap: str, topic_prefix: str) -> Topics:
     topics = Topics(topic_prefix)
     create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
     return topics
-
-
-@pytest.fixture(name="workers")
-def _workers(bootstrap: str, topics: Topics) -> Iterator[list[CoordinatorProcess]]:
-    workers = [CoordinatorProcess(bootstrap, topics.prefix) for _ in range(3)]
-    for worker in workers:
-        worker.start(timeout=90)
-    try:
-        yield workers
-    finally:
-        for worker in workers:
-            if worker.pid is not None:
-                os.kill(worker.pid, signal.SIGCONT) if _alive(worker) else None
-            worker.stop()
 
 
 def _alive(worker: CoordinatorProcess) -> bool:
@@ -149,6 +137,35 @@ def _jobs(bootstrap: str, topics: Topics, tmp_path: Path) -> Iterator[Jobs]:
         jobs.close()
 
 
+@dataclass
+class Cluster:
+    """Three workers on one prefix and the six jobs they share, started once for a class of tests
+    that run in order (the last one may kill a worker): starting them takes about 25 s."""
+
+    topics: Topics
+    workers: list[CoordinatorProcess]
+    jobs: Jobs
+
+
+@pytest.fixture(name="cluster", scope="class")
+def _cluster(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    topics = Topics(f"t{uuid4().hex[:8]}.")
+    create_topics(bootstrap, [*topics.all, f"{topics.prefix}coordinator-ticks"])
+    workers = [CoordinatorProcess(bootstrap, topics.prefix) for _ in range(3)]
+    jobs: Jobs | None = None
+    try:
+        for worker in workers:
+            worker.start(timeout=90)
+        jobs = Jobs(bootstrap, topics, tmp_path_factory.mktemp("ownership"))
+        jobs.start()
+        yield Cluster(topics, workers, jobs)
+    finally:
+        if jobs is not None:
+            jobs.close()
+        for worker in workers:
+            worker.stop()
+
+
 W = TypeVar("W", bound=CoordinatorProcess)
 
 
@@ -184,13 +201,44 @@ def assert_effective_journal_is_sound(jobs: Jobs, bootstrap: str, topics: Topics
     return journal
 
 
-class TestFailover:
+class TestThreeWorkers:
+    """Runs in order on one cluster: the views of three live workers first, then the failover."""
+
+    def test_each_job_is_reported_by_the_one_worker_that_owns_it(self, cluster: Cluster) -> None:
+        """Metrics and the dashboard's views with three workers: every job comes from exactly one
+        worker's /metrics and /jobs, its count between the journal's before and after the scrape,
+        and every worker's /workers lists all three with the journal partitions each owns."""
+        workers, jobs = cluster.workers, cluster.jobs
+        jobs.wait_for(lambda c: all(len(ids) >= 2 for ids in c.values()), timeout=90)
+
+        before = jobs.completed()
+        reported: dict[str, list[tuple[str, float]]] = {job: [] for job in JOBS}
+        for worker in workers:
+            with urllib.request.urlopen(worker.url + "/metrics", timeout=5) as response:
+                families = text_string_to_metric_families(response.read().decode())
+                for family in families:
+                    for sample in family.samples:
+                        if sample.name == "cutline_job_numberOfCompletedCheckpoints":
+                            reported[sample.labels["job_id"]].append((worker.url, sample.value))
+            owned = {j["id"] for j in worker.get("/jobs")["jobs"]}
+            assert owned == {job for job, seen in reported.items() if any(u == worker.url for u, _ in seen)}
+        after = jobs.completed()
+
+        for job in JOBS:
+            [(_, count)] = reported[job]
+            assert len(before[job]) <= count <= len(after[job]), job
+        listed = [worker.get("/workers") for worker in workers]
+        urls = {worker.url for worker in workers}
+        for view in listed:
+            assert urls == {w["url"] for w in view["workers"]}
+            assert sorted(p for w in view["workers"] for p in w["partitions"]) == list(range(8))
+
     def test_a_killed_worker_s_jobs_complete_again_and_nothing_is_lost(
-        self, workers: list[CoordinatorProcess], jobs: Jobs, bootstrap: str, topics: Topics
+        self, cluster: Cluster, bootstrap: str
     ) -> None:
         """SIGKILL of the worker owning a job in the middle of a checkpoint: its jobs complete
         checkpoints again within session timeout + 5 s, no id is reused, nothing completed is lost."""
-        jobs.start()
+        workers, jobs, topics = cluster.workers, cluster.jobs, cluster.topics
         jobs.wait_for(lambda c: all(len(ids) >= 3 for ids in c.values()), timeout=90)
         victim = owner_of(workers, JOBS[0])
         victims_jobs = {j["id"] for j in victim.get("/jobs")["jobs"]}
@@ -216,39 +264,6 @@ class TestFailover:
         completed_after = jobs.completed(after)
         for job in JOBS:
             assert set(before[job]) <= set(completed_after[job]), f"{job} lost a completed checkpoint"
-
-
-class TestOperations:
-    def test_each_job_is_reported_by_the_one_worker_that_owns_it(
-        self, workers: list[CoordinatorProcess], jobs: Jobs
-    ) -> None:
-        """Metrics and the dashboard's views with three workers: every job comes from exactly one
-        worker's /metrics and /jobs, its count between the journal's before and after the scrape,
-        and every worker's /workers lists all three with the journal partitions each owns."""
-        jobs.start()
-        jobs.wait_for(lambda c: all(len(ids) >= 2 for ids in c.values()), timeout=90)
-
-        before = jobs.completed()
-        reported: dict[str, list[tuple[str, float]]] = {job: [] for job in JOBS}
-        for worker in workers:
-            with urllib.request.urlopen(worker.url + "/metrics", timeout=5) as response:
-                families = text_string_to_metric_families(response.read().decode())
-                for family in families:
-                    for sample in family.samples:
-                        if sample.name == "cutline_job_numberOfCompletedCheckpoints":
-                            reported[sample.labels["job_id"]].append((worker.url, sample.value))
-            owned = {j["id"] for j in worker.get("/jobs")["jobs"]}
-            assert owned == {job for job, seen in reported.items() if any(u == worker.url for u, _ in seen)}
-        after = jobs.completed()
-
-        for job in JOBS:
-            [(_, count)] = reported[job]
-            assert len(before[job]) <= count <= len(after[job]), job
-        listed = [worker.get("/workers") for worker in workers]
-        urls = {worker.url for worker in workers}
-        for view in listed:
-            assert urls == {w["url"] for w in view["workers"]}
-            assert sorted(p for w in view["workers"] for p in w["partitions"]) == list(range(8))
 
 
 class StoppableWorker(CoordinatorProcess):

@@ -18,8 +18,8 @@ from typing import Any
 from wordfeed import PARTITIONS, Input, every, wait
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.participant import JobDriver, load_snapshot
-from events.records import CheckpointConfig, CheckpointKind, TaskAcknowledged
+from events.participant import JobDriver, load_snapshot, local_path
+from events.records import CheckpointCompleted, CheckpointConfig, CheckpointKind, TaskAcknowledged
 from events.topics import Topics
 from spark_tasks.job import CheckpointedJob, JobSettings
 from spark_tasks.keyed import Manifest, key_group_range, keyed_task_id
@@ -57,6 +57,15 @@ def _assert_exact(produced: Counter[str], out: Path) -> None:
     what the rows added sums to it too (a row written twice or lost would show)."""
     assert final_counts(out) == dict(produced)
     assert read_counts(out) == produced
+
+
+def _pieces(completed: CheckpointCompleted) -> set[str]:
+    """The pieces a checkpoint's manifests list (its chains)."""
+    return {
+        piece.uri
+        for handle in completed.handles.values()
+        for piece in Manifest.from_bytes(load_snapshot(handle), handle.uri).pieces
+    }
 
 
 def _journal(bootstrap: str, prefix: str, job_id: str, *kinds: type) -> list[Any]:
@@ -113,6 +122,14 @@ def test_a_keyed_word_count_acks_once_per_shuffle_partition_and_rescales_from_a_
         assert manifest.key_groups == key_group_range(int(task.split("-")[1]), SHUFFLE)
         kinds.append([piece.kind for piece in manifest.pieces])
     assert all(k[0] == "full" for k in kinds) and any("delta" in k for k in kinds), kinds
+    # retention: every piece the latest checkpoint's chains need is still there; every other piece
+    # of an older, discarded checkpoint is gone (the job's journal thread ended with the job)
+    needed = _pieces(last)
+    assert all(local_path(uri).is_file() for uri in needed)
+    for piece in (tmp_path / "checkpoints" / job_id).glob("chk-*/*"):
+        if piece.suffix in (".full", ".delta") and piece.parent.name != f"chk-{last.checkpoint_id}":
+            in_flight = int(piece.parent.name.removeprefix("chk-")) > last.checkpoint_id
+            assert in_flight or piece.as_uri() in needed, f"{piece} should have been discarded"
 
     # rescale: the savepoint restores into 3 and into 16 shuffle partitions
     counted_at_savepoint = Counter(words.produced)
@@ -165,7 +182,9 @@ def test_a_keyed_job_checkpoints_to_s3_keeps_its_state_there_and_restores_from_i
     saved = {name: environment.get(name) for name in AWS}
     environment.update({name: os.environ[name] for name in AWS})
     bucket = "s3://cutline-checkpoints"
-    settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, SHUFFLE, state_location=f"{bucket}/state")
+    # 4 shuffle partitions, not 8: every S3 request goes through moto's server (slow), and the
+    # point here is the storage, not the shuffle
+    settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, 4, state_location=f"{bucket}/state")
     settings = replace(settings, config=replace(settings.config, location=f"{bucket}/checkpoints"))
     out = tmp_path / "out"
     try:
@@ -192,7 +211,7 @@ def test_a_keyed_job_checkpoints_to_s3_keeps_its_state_there_and_restores_from_i
             wait(
                 lambda: final_counts(out) == dict(words.produced), "every word counted after the restore", 90
             )
-            done = second.wait_for_completed(3, timeout=60)
+            second.wait_for_completed(3, timeout=60)
             second.stop()
     finally:
         for name, value in saved.items():
@@ -204,7 +223,7 @@ def test_a_keyed_job_checkpoints_to_s3_keeps_its_state_there_and_restores_from_i
     # _metadata in each checkpoint the driver completed, on S3; retention (retained=1) deleted the
     # manifests of the older ones there, as it does on a file system
     root = f"cutline-checkpoints/checkpoints/{job_id}"
-    ids = [c.checkpoint_id for c in done]
+    ids = [c.checkpoint_id for c in second.completed]  # all of them: the journal thread has ended
     assert s3.exists(f"{root}/chk-{ids[-1]}/_metadata")
     manifests = [p for p in s3.find(root) if re.search(r"/keyed-\d+\.a2-[0-9a-f]+\.cut-\d+$", p)]
     for old in ids[:-2]:
