@@ -605,6 +605,8 @@ def process_step(
             if missing is not None:
                 log.error("task %s skips batch %d: %s", task, batch_id, missing)
                 store.lost(batch_id + 1, missing)
+            if barriers:
+                _await(settings)
             return
         # Deterministic order: a re-run, and a run after a restore, fold the same values alike.
         pairs.sort(key=lambda p: (p[0], p[1], p[2], p[3]))
@@ -626,6 +628,8 @@ def process_step(
             rows.extend(out)
         apply_changes(state, changes)
         store.save(batch_id + 1, state, changes)
+        if barriers:
+            _await(settings)  # the ack's round trip overlapped the fold; the task ends once it is out
         if rows:
             yield pa.RecordBatch.from_pylist(
                 [
@@ -739,22 +743,34 @@ def write_snapshot(
     return manifest_uri, document, piece
 
 
-def _send(
-    settings: KeyedSettings,
-    reply: CheckpointAcknowledged | CheckpointDeclined,
-    barriers: Mapping[tuple[str, int], tuple[str, int]],
-) -> None:
-    from spark_tasks.tasks import TaskSettings, _barrier_epoch, send_reply
+def _task_settings(settings: KeyedSettings) -> Any:
+    from spark_tasks.tasks import TaskSettings
 
-    entry = json.loads(next(iter(barriers.values()))[0])
-    task_settings = TaskSettings(
+    return TaskSettings(
         job_id=settings.job_id,
         bootstrap=settings.bootstrap,
         state_dir="",
         topic_prefix=settings.topic_prefix,
         producer_extra=settings.producer_extra,
     )
-    send_reply(task_settings, reply, _barrier_epoch(entry))
+
+
+def _send(
+    settings: KeyedSettings,
+    reply: CheckpointAcknowledged | CheckpointDeclined,
+    barriers: Mapping[tuple[str, int], tuple[str, int]],
+) -> None:
+    """Hand the ack or decline to the producer; the task awaits it before it ends (:func:`_await`)."""
+    from spark_tasks.tasks import _barrier_epoch, send_reply
+
+    entry = json.loads(next(iter(barriers.values()))[0])
+    send_reply(_task_settings(settings), reply, _barrier_epoch(entry), wait=False)
+
+
+def _await(settings: KeyedSettings) -> None:
+    from spark_tasks.tasks import await_replies
+
+    await_replies(_task_settings(settings))
 
 
 def referenced_pieces(manifest_data: Iterable[bytes]) -> set[str]:

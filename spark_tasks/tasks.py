@@ -55,7 +55,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaException, Producer
 
 from events.fencing import epoch_header
-from events.kafka import deliver, producer_config
+from events.kafka import deliver, produce_record, producer_config
 from events.participant import (
     REASON_TASK_FAILURE,
     acknowledged,
@@ -130,13 +130,31 @@ def _barrier_epoch(entry: Mapping[str, Any]) -> int | None:
 
 
 def send_reply(
-    settings: TaskSettings, reply: CheckpointAcknowledged | CheckpointDeclined, epoch: int | None = None
+    settings: TaskSettings,
+    reply: CheckpointAcknowledged | CheckpointDeclined,
+    epoch: int | None = None,
+    *,
+    wait: bool = True,
 ) -> None:
     """Send an ack or a decline and wait until the broker has it (or log why not). ``epoch`` is the
-    coordinator epoch of the barrier it answers (the ``cutline.epoch`` header; None: not known)."""
+    coordinator epoch of the barrier it answers (the ``cutline.epoch`` header; None: not known).
+
+    ``wait=False`` only hands it to the producer: the task goes on with its records and calls
+    :func:`await_replies` before it ends (the ack's round trip overlaps the task's work)."""
     topics = settings.topics
     topic = topics.acks if isinstance(reply, CheckpointAcknowledged) else topics.declines
     headers = [epoch_header(epoch)] if epoch is not None else []
+    if not wait:
+
+        def delivered(error: Any, message: Any) -> None:
+            if error is not None:
+                log.error(
+                    "task %s could not send %s of checkpoint %d to %s: %s",
+                    reply.task_id, type(reply).__name__, reply.checkpoint_id, topic, error,
+                )  # fmt: skip
+
+        produce_record(_producer(settings), topic, reply, on_delivery=delivered, headers=headers)
+        return
     try:
         deliver(_producer(settings), topic, reply, ACK_TIMEOUT_S, headers)
     except (KafkaException, TimeoutError) as exc:
@@ -146,6 +164,15 @@ def send_reply(
             "task %s could not send %s of checkpoint %d to %s: %s",
             reply.task_id, type(reply).__name__, reply.checkpoint_id, topic, exc,
         )  # fmt: skip
+
+
+def await_replies(settings: TaskSettings) -> None:
+    """Wait (up to :data:`ACK_TIMEOUT_S`) until the replies sent with ``wait=False`` are delivered."""
+    left = _producer(settings).flush(ACK_TIMEOUT_S)
+    if left:
+        log.error(
+            "%d checkpoint replies of job %s not delivered in %gs", left, settings.job_id, ACK_TIMEOUT_S
+        )
 
 
 _SNAPSHOT_SAFE = ":@=+,"
