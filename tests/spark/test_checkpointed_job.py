@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from wordfeed import PARTITIONS, STARTUP_S, Input
+from wordfeed import PARTITIONS, Input
 from wordfeed import every as _every
 from wordfeed import wait as _wait
-from wordfeed import wait_for as _wait_for
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.codec import decode
@@ -55,7 +54,7 @@ from spark_tasks.job import METADATA_FILE, CheckpointedJob, CheckpointFailuresEx
 from spark_tasks.sink import ROLLED_BACK_DIR, CutFileSink, read_rows
 from spark_tasks.state import StatefulStep
 from spark_tasks.tasks import snapshot_name
-from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, SparkDriver, count_words, read_counts
+from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, count_words, read_counts
 
 
 def _settings(bootstrap: str, prefix: str, tmp_path: Path, job_id: str, **config: Any) -> JobSettings:
@@ -443,67 +442,6 @@ def test_forged_journal_records_never_cost_the_latest_checkpoint_and_it_restores
     # the first attempt's output after checkpoint 2 was rolled back, then written again
     assert list((out / ROLLED_BACK_DIR / "attempt-2").glob("*.jsonl"))
     _assert_exactly_once(words.produced, out)
-
-
-def _timeline(bootstrap: str, prefix: str, job_id: str) -> str:
-    from coordinator.timeline import describe
-    from events.records import JOURNAL_RECORDS
-
-    return "\n".join(describe(e) for e in _journal(bootstrap, prefix, job_id, *JOURNAL_RECORDS))
-
-
-@pytest.mark.timeout(600)
-def test_a_killed_driver_restarts_from_the_latest_checkpoint_with_exact_counts(
-    bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path, given: Input
-) -> None:
-    topic, words, job_id = given.topic, given.words, given.job_id
-    out = tmp_path / "out"
-    args = [
-        *("--bootstrap", bootstrap, "--job", job_id, "--topic", topic, "--topic-prefix", topic_prefix),
-        *("--work-dir", str(tmp_path / "work"), "--location", str(tmp_path / "checkpoints")),
-        *("--out", str(out), "--interval-ms", "500"),
-    ]
-    words.produce(100)
-    stop = threading.Event()
-    feeder = threading.Thread(target=lambda: _every(0.05, stop, lambda: words.produce(5)))
-    driver = SparkDriver(args, tmp_path)
-    try:
-        driver.start()
-        _wait_for(driver, "running", timeout=STARTUP_S)
-        feeder.start()
-        completed = _wait_for(driver, "completed", 3)
-        driver.kill()  # SIGKILL: the driver dies mid-stream, mid-batch
-        words.produce(100)  # produced while the job is down
-
-        job_driver = JobDriver(bootstrap, job_id, Topics(topic_prefix))
-        at_kill = job_driver.latest_completed()
-        assert at_kill is not None and at_kill.checkpoint_id >= completed[-1]["checkpoint_id"]
-        driver.start()
-        [restored] = _wait_for(driver, "restored")
-        try:
-            _wait_for(driver, "completed", 1, timeout=STARTUP_S)
-        except AssertionError:
-            print(_timeline(bootstrap, topic_prefix, job_id))
-            raise
-        stop.set()
-        feeder.join()
-        _wait(lambda: read_counts(out) >= words.produced, "every word counted after the restore", 90)
-        assert 0 == driver.stop(60)  # SIGTERM: CANCELED
-    finally:
-        stop.set()
-        driver.kill()
-
-    # the first attempt's last completion: acks in flight at the kill may complete one after at_kill
-    latest = [c for c in job_driver.completions() if c.attempt == 1][-1]
-    assert latest.checkpoint_id >= at_kill.checkpoint_id
-    assert (restored["checkpoint_id"], restored["attempt"]) == (latest.checkpoint_id, 2)
-    assert restored["offsets"] == dict(latest.offsets)
-    assert driver.seen("stopped")
-    # the sink's raw output, as the helper wrote it: no loss, no double count; what the killed driver
-    # wrote after the restored checkpoint was rolled back (and written again by the restored job)
-    _assert_exactly_once(words.produced, out)
-    rolled_back = list((out / ROLLED_BACK_DIR / "attempt-2").glob("*.jsonl"))
-    assert restored["rolled_back"] == len(rolled_back)
 
 
 def test_a_query_that_fails_is_restarted_in_the_same_driver_and_counts_stay_exact(

@@ -10,19 +10,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import Producer
 
 from events.kafka import producer_config
-from spark_tasks.wordcount import SparkDriver
 
 PARTITIONS = 4
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
-
-STARTUP_S = 180.0
-"""A driver process's start to its first checkpoint: a JVM, then a first micro-batch that starts the
-Python workers; 30-60 s on an idle 2-core machine, three times that when other jobs share it."""
 
 
 @dataclass(frozen=True)
@@ -63,15 +57,3 @@ class Words:
             self.produced.update(words)
             self._n += 1
         assert 0 == self._producer.flush(30)
-
-
-def wait_for(driver: SparkDriver, event: str, count: int = 1, timeout: float = 90.0) -> list[dict[str, Any]]:
-    """The driver's ``event`` lines once there are ``count`` of them; fails if the driver exits first."""
-    wait(
-        lambda: len(driver.seen(event)) >= count or driver.returncode is not None,
-        f"{count} {event!r} events",
-        timeout,
-    )
-    found = driver.seen(event)
-    assert len(found) >= count, f"the job exited with {driver.returncode}: {driver.events}"
-    return found
