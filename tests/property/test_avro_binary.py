@@ -33,7 +33,12 @@ from events.records import RECORD_TYPES, JobHeartbeat, Record
 
 REGISTRY = SchemaRegistry()
 CODEC = Codec(REGISTRY)
-HISTORY = sorted((SCHEMAS_DIR / "history").glob("*.avsc"))
+HISTORY = sorted(
+    path
+    for path in (SCHEMAS_DIR / "history").glob("*.avsc")
+    # the codec's records only: CoordinatorSnapshot's schemas are read by their own module
+    if json.loads(path.read_text())["name"].removeprefix("cutline.") in {c.__name__ for c in RECORD_TYPES}
+)
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -139,8 +144,6 @@ class TestDecoder:
         old = json.loads(path.read_text())
         parsed = parse_schema(old, _write_hint=False)
         name = str(parsed["name"]).removeprefix("cutline.")
-        if name not in {cls.__name__ for cls in RECORD_TYPES}:
-            pytest.skip(f"{name} is not a record of the codec (its own module reads it)")
         writer = REGISTRY.writer(schema_fingerprint(parsed))
         assert writer is not None
         reader = REGISTRY.current(name)
