@@ -108,11 +108,11 @@ from spark_tasks.keyed import (
     KeyedState,
     KeyedStateStore,
     KeyedStep,
-    Manifest,
     key_group_range,
     keyed_task_id,
     process_step,
     read_keyed_state,
+    read_manifest,
     route_step,
 )
 from spark_tasks.ledger import Abort, Complete, Discard, Fail, Ignore, JobLedger
@@ -717,7 +717,7 @@ class CheckpointedJob:
             if not task.startswith("keyed-"):
                 continue
             try:
-                manifest = Manifest.from_bytes(load_snapshot(handle), handle.uri)
+                manifest = read_manifest(handle)
                 needed.update(_canonical(piece.uri) for piece in manifest.pieces)
             except (OSError, ValueError) as exc:  # SnapshotCorrupted, UnsupportedLocation, InvalidUri
                 log.warning("checkpoint %d: cannot read %s (%s)", completed.checkpoint_id, handle.uri, exc)

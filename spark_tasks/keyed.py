@@ -61,7 +61,7 @@ import mmh3
 import pyarrow as pa
 
 from events import storage
-from events.participant import SnapshotCorrupted, acknowledged, declined, declined_for
+from events.participant import SnapshotCorrupted, acknowledged, declined, declined_for, load_snapshot
 from events.records import CheckpointAcknowledged, CheckpointDeclined, StateHandle
 from events.topics import Topics
 from spark_tasks.kafka_source import BARRIER_COLUMN
@@ -82,6 +82,7 @@ __all__ = [
     "operator_index",
     "process_step",
     "read_keyed_state",
+    "read_manifest",
     "route_step",
 ]
 
@@ -313,8 +314,7 @@ def pieces_root(manifest_uri: str) -> str:
 
 
 def read_manifest(handle: StateHandle) -> Manifest:
-    from events.participant import load_snapshot
-
+    """The manifest a keyed task's state handle names, checked against the handle's size and sha256."""
     return Manifest.from_bytes(load_snapshot(handle), handle.uri)
 
 
@@ -406,8 +406,9 @@ class KeyedStateStore:
     def changed_since(self, after: int, upto: int) -> set[tuple[int, str]] | None:
         """The ``(key group, key)`` pairs changed by versions in ``(after, upto]``, or None if a delta
         of that range is gone (the caller then writes a full snapshot)."""
-        deltas = {v for v, kind in self._entries() if kind == "delta" and after < v <= upto}
-        writes = {v for v, kind in self._entries() if kind in ("full", "delta") and after < v <= upto}
+        found = [(v, kind) for v, kind in self._entries() if after < v <= upto]  # one listing
+        deltas = {v for v, kind in found if kind == "delta"}
+        writes = {v for v, kind in found if kind in ("full", "delta")}
         if writes - deltas:
             return None
         changed: set[tuple[int, str]] = set()
@@ -771,8 +772,3 @@ def _await(settings: KeyedSettings) -> None:
     from spark_tasks.tasks import await_replies
 
     await_replies(_task_settings(settings))
-
-
-def referenced_pieces(manifest_data: Iterable[bytes]) -> set[str]:
-    """The piece URIs that the given manifests need."""
-    return {piece.uri for data in manifest_data for piece in Manifest.from_bytes(data, "manifest").pieces}

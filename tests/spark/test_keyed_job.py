@@ -18,11 +18,11 @@ from typing import Any
 from wordfeed import PARTITIONS, Input, every, wait
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.participant import JobDriver, load_snapshot, local_path
+from events.participant import JobDriver, local_path
 from events.records import CheckpointCompleted, CheckpointConfig, CheckpointKind, TaskAcknowledged
 from events.topics import Topics
 from spark_tasks.job import CheckpointedJob, JobSettings
-from spark_tasks.keyed import Manifest, key_group_range, keyed_task_id
+from spark_tasks.keyed import key_group_range, keyed_task_id, read_manifest
 from spark_tasks.sink import CutFileSink
 from spark_tasks.wordcount import KEYED_WORD_COUNT, final_counts, read_counts
 
@@ -61,11 +61,7 @@ def _assert_exact(produced: Counter[str], out: Path) -> None:
 
 def _pieces(completed: CheckpointCompleted) -> set[str]:
     """The pieces a checkpoint's manifests list (its chains)."""
-    return {
-        piece.uri
-        for handle in completed.handles.values()
-        for piece in Manifest.from_bytes(load_snapshot(handle), handle.uri).pieces
-    }
+    return {piece.uri for handle in completed.handles.values() for piece in read_manifest(handle).pieces}
 
 
 def _journal(bootstrap: str, prefix: str, job_id: str, *kinds: type) -> list[Any]:
@@ -118,7 +114,7 @@ def test_a_keyed_word_count_acks_once_per_shuffle_partition_and_rescales_from_a_
     last = completed[-1]
     kinds = []
     for task, handle in last.handles.items():
-        manifest = Manifest.from_bytes(load_snapshot(handle), handle.uri)
+        manifest = read_manifest(handle)
         assert manifest.key_groups == key_group_range(int(task.split("-")[1]), SHUFFLE)
         kinds.append([piece.kind for piece in manifest.pieces])
     assert all(k[0] == "full" for k in kinds) and any("delta" in k for k in kinds), kinds
