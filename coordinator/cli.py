@@ -895,6 +895,16 @@ def coordinator(
             "savepoints may go only below the parent of each job's checkpoint location.",
         ),
     ] = None,
+    session_timeout: Annotated[
+        float,
+        typer.Option(
+            "--session-timeout",
+            envvar="CUTLINE_SESSION_TIMEOUT",
+            min=1.0,
+            help="Seconds without a heartbeat before the group hands this worker's partitions to "
+            "the others (Kafka's session.timeout.ms; Apache Kafka accepts 6 to 1800 by default).",
+        ),
+    ] = 6.0,
 ) -> None:
     """Run the checkpoint coordinator (a Faust worker) until interrupted.
 
@@ -925,6 +935,7 @@ def coordinator(
         data_dir=data_dir,
         snapshot_interval=snapshot_interval,
         savepoint_roots=tuple(roots),
+        session_timeout=session_timeout,
     )
     try:
         run(settings, loglevel)

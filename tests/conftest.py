@@ -22,6 +22,17 @@ HERE = Path(__file__).resolve().parent
 MARKED_DIRECTORIES = ("integration", "spark", "e2e", "compose")
 
 
+TEST_SESSION_TIMEOUT = "3"
+"""``cutline coordinator --session-timeout`` for every worker the tests start (its ``envvar``,
+inherited by child processes): a first join or a rebalance waits half of it on the embedded
+broker, 1.5 s instead of the default's 3 s. Not lower: a worker that a busy machine starves of
+the CPU for a whole session timeout would be rebalanced away in the middle of a test."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("CUTLINE_SESSION_TIMEOUT", TEST_SESSION_TIMEOUT)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test under tests/<name>/ with the marker <name>."""
     for item in items:

@@ -15,6 +15,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Self
 
@@ -67,15 +68,21 @@ class CoordinatorProcess:
 
     def start(self, timeout: float = 60.0) -> Self:
         """Start the process and wait until it has recovered its journal and serves its views."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        self._process = subprocess.Popen(
-            self.command(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        self.launch()
         self.wait_ready(timeout)
+        return self
+
+    def launch(self) -> Self:
+        """Start the process without waiting for it (then :meth:`wait_ready`): workers launched
+        together join their group together, in one rebalance instead of one per worker."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -115,11 +122,19 @@ class CoordinatorProcess:
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if it does not stop within ``grace`` seconds. Idempotent."""
+        stop_all([self], grace)
+
+    def _terminate(self) -> bool:
+        """SIGTERM, without waiting; False when it is not running."""
         if self._process is None or self._process.poll() is not None:
-            return
+            return False
         self._process.send_signal(signal.SIGTERM)
+        return True
+
+    def _wait_or_kill(self, deadline: float) -> None:
+        assert self._process is not None
         try:
-            self._process.wait(grace)
+            self._process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.kill()
 
@@ -128,3 +143,11 @@ class CoordinatorProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def stop_all(processes: Iterable[CoordinatorProcess], grace: float = 10.0) -> None:
+    """Stop ``processes`` together: SIGTERM to each, then SIGKILL to those still running after
+    ``grace`` seconds. Workers shut down in parallel, not one after another."""
+    deadline = time.monotonic() + grace
+    for process in [p for p in processes if p._terminate()]:
+        process._wait_or_kill(deadline)

@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.invariants import first_violation
-from coordinator.service.supervisor import CoordinatorProcess
+from coordinator.service.supervisor import CoordinatorProcess, stop_all
 from events.broker import create_topics
 from events.codec import decode
 from events.fencing import epoch_of
@@ -47,8 +47,8 @@ from events.records import (
 )
 from events.topics import Topics
 
-SESSION_TIMEOUT = 6.0
-"""The coordinator's default ``broker_session_timeout``."""
+SESSION_TIMEOUT = float(os.environ["CUTLINE_SESSION_TIMEOUT"])
+"""The workers' ``--session-timeout`` (its ``envvar``, set for every test by ``tests/conftest.py``)."""
 
 JOBS = [f"job-{i}" for i in range(6)]
 TASKS = ("task-0", "task-1", "task-2")
@@ -140,7 +140,7 @@ def _jobs(bootstrap: str, topics: Topics, tmp_path: Path) -> Iterator[Jobs]:
 @dataclass
 class Cluster:
     """Three workers on one prefix and the six jobs they share, started once for a class of tests
-    that run in order (the last one may kill a worker): starting them takes about 25 s."""
+    that run in order (the last one may kill a worker)."""
 
     topics: Topics
     workers: list[CoordinatorProcess]
@@ -155,15 +155,16 @@ def _cluster(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     jobs: Jobs | None = None
     try:
         for worker in workers:
-            worker.start(timeout=90)
+            worker.launch()
+        for worker in workers:
+            worker.wait_ready(timeout=90)
         jobs = Jobs(bootstrap, topics, tmp_path_factory.mktemp("ownership"))
         jobs.start()
         yield Cluster(topics, workers, jobs)
     finally:
         if jobs is not None:
             jobs.close()
-        for worker in workers:
-            worker.stop()
+        stop_all(workers)
 
 
 W = TypeVar("W", bound=CoordinatorProcess)
@@ -322,14 +323,16 @@ def _stoppable_workers(bootstrap: str, topics: Topics) -> Iterator[list[Stoppabl
     workers = [StoppableWorker(bootstrap, topics.prefix) for _ in range(3)]
     try:
         for worker in workers:
-            worker.start(timeout=90)
+            worker.launch()
+        for worker in workers:
+            worker.wait_ready(timeout=90)
         yield workers
     finally:
         for worker in workers:
             worker.request.unlink(missing_ok=True)
             if _alive(worker):
                 worker.wake()
-            worker.stop()
+        stop_all(workers)
 
 
 class TestZombie:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from wordfeed import PARTITIONS, Input, Words
@@ -41,15 +41,22 @@ def spark() -> Iterator[Any]:
                 os.environ[name] = value
 
 
-@pytest.fixture
-def coordinator(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[CoordinatorProcess]:
-    with CoordinatorProcess(bootstrap, topic_prefix, log_path=tmp_path / "coordinator" / "log") as process:
+@pytest.fixture(scope="module")
+def coordinator(
+    bootstrap: str, topic_prefix: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CoordinatorProcess]:
+    """One coordinator worker for a module's tests (starting one takes about 5 s). A module that
+    uses it makes ``topic_prefix`` module-scoped; its tests have jobs and inputs of their own
+    (``given``), and the coordinator keeps the jobs apart as it would in production."""
+    log_path = tmp_path_factory.mktemp("coordinator") / "log"
+    with CoordinatorProcess(bootstrap, topic_prefix, log_path=log_path) as process:
         yield process
 
 
 @pytest.fixture
 def given(bootstrap: str, topic_prefix: str) -> Input:
-    """A 4-partition input topic of words for the test, its producer, and a job id."""
-    topic = topic_prefix + "words"
+    """A 4-partition input topic of words of the test's own, its producer, and a job id."""
+    name = uuid4().hex[:8]
+    topic = f"{topic_prefix}words-{name}"
     create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    return Input(topic, Words(bootstrap, topic), "wc-" + topic_prefix.rstrip("."))
+    return Input(topic, Words(bootstrap, topic), f"wc-{name}")

@@ -57,11 +57,19 @@ from spark_tasks.tasks import snapshot_name
 from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, count_words, read_counts
 
 
-def _settings(bootstrap: str, prefix: str, tmp_path: Path, job_id: str, **config: Any) -> JobSettings:
+@pytest.fixture(scope="module")
+def topic_prefix() -> str:
+    """One topic prefix, and so one coordinator (``coordinator``), for this module's tests."""
+    return f"t{uuid.uuid4().hex[:8]}."
+
+
+def _settings(
+    bootstrap: str, prefix: str, topic: str, tmp_path: Path, job_id: str, **config: Any
+) -> JobSettings:
     return JobSettings(
         job_id=job_id,
         bootstrap=bootstrap,
-        topics=(prefix + "words",),
+        topics=(topic,),
         config=CheckpointConfig(
             interval_ms=config.pop("interval_ms", 1000),
             location=config.pop("location", (tmp_path / "checkpoints").as_uri()),
@@ -109,7 +117,7 @@ def test_word_count_checkpoints_every_second_with_one_ack_per_partition(
     out = tmp_path / "out"
     words.produce(200)
 
-    with CheckpointedJob(spark, _settings(bootstrap, topic_prefix, tmp_path, job_id)) as job:
+    with CheckpointedJob(spark, _settings(bootstrap, topic_prefix, given.topic, tmp_path, job_id)) as job:
         assert job.restored is None and job.attempt == 1
         assert job.tasks == [f"{topic}-{p}" for p in range(PARTITIONS)]
         _start(spark, job, out)
@@ -175,7 +183,9 @@ def test_an_unwritable_location_declines_and_the_query_keeps_running_until_it_is
     words, job_id = given.words, given.job_id
     out = tmp_path / "out"
     blocker = _block_location(tmp_path, job_id)
-    settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, interval_ms=500, tolerable_failures=100)
+    settings = _settings(
+        bootstrap, topic_prefix, given.topic, tmp_path, job_id, interval_ms=500, tolerable_failures=100
+    )
 
     with CheckpointedJob(spark, settings) as job:
         _start(spark, job, out)
@@ -209,7 +219,9 @@ def test_too_many_checkpoint_failures_stop_the_query_with_a_clear_error(
     given.words.produce(20)
     job_id = given.job_id
     _block_location(tmp_path, job_id)
-    settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, interval_ms=300, tolerable_failures=1)
+    settings = _settings(
+        bootstrap, topic_prefix, given.topic, tmp_path, job_id, interval_ms=300, tolerable_failures=1
+    )
 
     with CheckpointedJob(spark, settings) as job:
         _start(spark, job, tmp_path / "out")
@@ -234,11 +246,13 @@ def test_a_changed_job_restarts_from_a_savepoint(
     given: Input,
 ) -> None:
     words = given.words
-    old, new = given.job_id, "wc2-" + topic_prefix.rstrip(".")
+    old, new = given.job_id, "wc2-" + given.job_id
     words.produce(100)
     no_periodic = {"interval_ms": 0}
 
-    with CheckpointedJob(spark, _settings(bootstrap, topic_prefix, tmp_path, old, **no_periodic)) as job:
+    with CheckpointedJob(
+        spark, _settings(bootstrap, topic_prefix, given.topic, tmp_path, old, **no_periodic)
+    ) as job:
         _start(spark, job, tmp_path / "out-old")
         job.wait_for_running(60)
         _wait(lambda: read_counts(tmp_path / "out-old") == words.produced, "the first words counted")
@@ -257,7 +271,8 @@ def test_a_changed_job_restarts_from_a_savepoint(
         update=count_with_length, output_schema=OUTPUT_SCHEMA + ", length int", initial=dict
     )
     settings = replace(
-        _settings(bootstrap, topic_prefix, tmp_path, new, **no_periodic), restore=savepoint.location
+        _settings(bootstrap, topic_prefix, given.topic, tmp_path, new, **no_periodic),
+        restore=savepoint.location,
     )
     out = tmp_path / "out-new"
     with CheckpointedJob(spark, settings) as job:
@@ -329,7 +344,7 @@ def test_forged_journal_records_never_cost_the_latest_checkpoint_and_it_restores
     completed checkpoint then counts every word once."""
     topic, words, job_id = given.topic, given.words, given.job_id
     out, outside = tmp_path / "out", tmp_path / "outside"
-    settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, interval_ms=0, retained=1)
+    settings = _settings(bootstrap, topic_prefix, given.topic, tmp_path, job_id, interval_ms=0, retained=1)
     words.produce(60)
 
     with CheckpointedJob(spark, settings) as job:
@@ -468,7 +483,7 @@ def test_a_query_that_fails_is_restarted_in_the_same_driver_and_counts_stay_exac
     step = StatefulStep(update=count_or_boom, output_schema=WORD_COUNT.output_schema, initial=dict)
     strategy = RestartStrategy(RestartStrategyKind.FIXED_DELAY, attempts=2, delay_ms=500)
     settings = _settings(
-        bootstrap, topic_prefix, tmp_path, job_id, interval_ms=500, restart_strategy=strategy
+        bootstrap, topic_prefix, given.topic, tmp_path, job_id, interval_ms=500, restart_strategy=strategy
     )
 
     def writer(job: CheckpointedJob) -> Any:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import re
 import threading
+import uuid
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from wordfeed import PARTITIONS, Input, every, wait
 
 from coordinator.service.supervisor import CoordinatorProcess
@@ -29,13 +31,19 @@ from spark_tasks.wordcount import KEYED_WORD_COUNT, final_counts, read_counts
 SHUFFLE = 8
 
 
+@pytest.fixture(scope="module")
+def topic_prefix() -> str:
+    """One topic prefix, and so one coordinator (``coordinator``), for this module's tests."""
+    return f"t{uuid.uuid4().hex[:8]}."
+
+
 def _settings(
-    bootstrap: str, prefix: str, tmp_path: Path, job_id: str, partitions: int, **kwargs: Any
+    bootstrap: str, prefix: str, topic: str, tmp_path: Path, job_id: str, partitions: int, **kwargs: Any
 ) -> JobSettings:
     return JobSettings(
         job_id=job_id,
         bootstrap=bootstrap,
-        topics=(prefix + "words",),
+        topics=(topic,),
         config=CheckpointConfig(
             interval_ms=1000, location=(tmp_path / "checkpoints").as_uri(), timeout_ms=10_000
         ),
@@ -83,7 +91,9 @@ def test_a_keyed_word_count_acks_once_per_shuffle_partition_and_rescales_from_a_
     words, job_id = given.words, given.job_id
     out = tmp_path / "out"
     words.produce(200)
-    with CheckpointedJob(spark, _settings(bootstrap, topic_prefix, tmp_path, job_id, SHUFFLE)) as job:
+    with CheckpointedJob(
+        spark, _settings(bootstrap, topic_prefix, given.topic, tmp_path, job_id, SHUFFLE)
+    ) as job:
         assert job.tasks == [keyed_task_id(i) for i in range(SHUFFLE)]
         _start(job, out)
         job.wait_for_running(60)
@@ -135,6 +145,7 @@ def test_a_keyed_word_count_acks_once_per_shuffle_partition_and_rescales_from_a_
         settings = _settings(
             bootstrap,
             topic_prefix,
+            given.topic,
             tmp_path,
             f"{job_id}-p{partitions}",
             partitions,
@@ -180,7 +191,9 @@ def test_a_keyed_job_checkpoints_to_s3_keeps_its_state_there_and_restores_from_i
     bucket = "s3://cutline-checkpoints"
     # 4 shuffle partitions, not 8: every S3 request goes through moto's server (slow), and the
     # point here is the storage, not the shuffle
-    settings = _settings(bootstrap, topic_prefix, tmp_path, job_id, 4, state_location=f"{bucket}/state")
+    settings = _settings(
+        bootstrap, topic_prefix, given.topic, tmp_path, job_id, 4, state_location=f"{bucket}/state"
+    )
     settings = replace(settings, config=replace(settings.config, location=f"{bucket}/checkpoints"))
     out = tmp_path / "out"
     try:
