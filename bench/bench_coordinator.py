@@ -70,7 +70,7 @@ from coordinator.service.runtime import Coordinator
 from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import EmbeddedBroker, create_topics, wait_for_broker
 from events.codec import decode, encode
-from events.feed import JobFeed
+from events.feed import JobFeed, SharedJobFeed
 from events.kafka import (
     consume_available,
     consumer_config,
@@ -121,7 +121,7 @@ def mean(values: Sequence[float]) -> float:
 
 
 def plural(mode: str) -> str:
-    return {"thread": "threads", "process": "processes"}.get(mode, mode)
+    return {"thread": "threads", "process": "processes", "shared": "threads, one feed"}.get(mode, mode)
 
 
 # ---------------------------------------------------------------- CPU usage
@@ -613,8 +613,17 @@ class TaskTrace:
     declined: int = 0
 
 
-def _participant(bootstrap: str, prefix: str, job: str, index: int, trace: TaskTrace) -> Participant:
-    """A participant whose state is 1 KiB and whose offsets are one input partition."""
+def _participant(
+    bootstrap: str,
+    prefix: str,
+    job: str,
+    index: int,
+    trace: TaskTrace,
+    feed: SharedJobFeed | None = None,
+    producer: Producer | None = None,
+) -> Participant:
+    """A participant whose state is 1 KiB and whose offsets are one input partition (reading a
+    shared ``feed`` and sending with a shared ``producer`` when given)."""
     state = os.urandom(1024)
 
     def snapshot(barrier: CheckpointBarrier) -> bytes:
@@ -628,7 +637,16 @@ def _participant(bootstrap: str, prefix: str, job: str, index: int, trace: TaskT
         trace.completion_seen[completed.checkpoint_id] = time.time_ns()
 
     return Participant(
-        bootstrap, job, trace.task_id, 1, Topics(prefix), snapshot, offsets, on_complete=on_complete
+        bootstrap,
+        job,
+        trace.task_id,
+        1,
+        Topics(prefix),
+        snapshot,
+        offsets,
+        on_complete=on_complete,
+        feed=feed,
+        producer=producer,
     )
 
 
@@ -647,7 +665,8 @@ def _participant_process(
 
 
 class Participants:
-    """``n`` participants of ``job``: threads of this process (run_in_thread), or one process each."""
+    """``n`` participants of ``job``: threads of this process (run_in_thread), threads sharing one
+    feed and one producer (``shared``), or one process each."""
 
     def __init__(self, bootstrap: str, topics: Topics, job: str, n: int, mode: str) -> None:
         self.mode = mode
@@ -655,10 +674,18 @@ class Participants:
         self.traces: list[TaskTrace] = []
         self._threads: list[Participant] = []
         self._processes: list[Any] = []
-        if mode == "thread":
+        self._feed: SharedJobFeed | None = None
+        if mode in ("thread", "shared"):
+            producer = None
+            if mode == "shared":
+                self._feed = SharedJobFeed(
+                    bootstrap, job, (topics.barriers, topics.checkpoints), claims_topic=topics.checkpoints
+                )
+                producer = Producer(producer_config(bootstrap))
             self.traces = [TaskTrace(task_id) for task_id in self.task_ids]
             self._threads = [
-                _participant(bootstrap, topics.prefix, job, i, trace) for i, trace in enumerate(self.traces)
+                _participant(bootstrap, topics.prefix, job, i, trace, self._feed, producer)
+                for i, trace in enumerate(self.traces)
             ]
             for participant in self._threads:
                 participant.run_in_thread()
@@ -684,10 +711,12 @@ class Participants:
         return [p.pid for p in self._processes]
 
     def close(self) -> None:
-        if self.mode == "thread":
+        if self.mode in ("thread", "shared"):
             for participant, trace in zip(self._threads, self.traces, strict=True):
                 participant.close()
                 trace.acked, trace.declined = len(participant.stats.acked), len(participant.stats.declined)
+            if self._feed is not None:
+                self._feed.close()
             return
         self._stop.set()
         self.traces = sorted(
@@ -785,7 +814,7 @@ def bench_latency(
             )
         cpu = meter.stop()
         cpu["participants"] = sum(v for k, v in cpu.items() if k.startswith("participant "))
-        if mode == "thread":
+        if mode in ("thread", "shared"):
             cpu["participants"] = cpu["bench"]  # the participants' threads (and the tail's)
         driver.status(JobStatus.FINISHED)
         tail.wait("SchedulerStopped", 1, timeout=10)
@@ -1013,7 +1042,10 @@ def main() -> None:
     )
     parser.add_argument("--participants", type=int, nargs="+", default=[2, 8])
     parser.add_argument(
-        "--mode", choices=("both", "thread", "process"), help="where participants run (both; quick thread)"
+        "--mode",
+        choices=("both", "thread", "shared", "process"),
+        help="where participants run (both = thread and process; quick thread); shared: threads "
+        "with one barrier/journal consumer and one ack producer between them",
     )
     parser.add_argument("--location-dir", help="directory for the snapshots (default: the temp dir)")
     parser.add_argument("--skip", choices=("throughput", "latency"), help="leave one part out")

@@ -19,6 +19,8 @@ consumer that follows the partitions through it.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -262,3 +264,125 @@ def read_job_partition(
                 yield record
     finally:
         consumer.close()
+
+
+class SharedJobFeed:
+    """One :class:`JobFeed` for every participant of a job in one process, fanned out to each.
+
+    The participants of a job that run in one process (the tasks of a worker, as Flink's subtasks
+    share their TaskManager's network stack) read the same partitions of the same topics. With a
+    consumer each, a barrier reaches the last of them only after every consumer's fetch has come
+    back: on the embedded broker, up to half of ``fetch.wait.max.ms`` each, and the broker serves
+    every one of those fetches. Shared, one consumer fetches the records once, and a thread of
+    this class hands each to every subscriber's queue in order (a few µs). Each participant still
+    snapshots and answers in its own thread.
+
+    A subscriber sees the records that arrive after it subscribed. Thread-safe; :meth:`close`
+    stops the thread and the consumer (the subscribers' polls then return nothing).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        job_id: str,
+        topics: Sequence[str],
+        *,
+        claims_topic: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.job_id = job_id
+        self._feed = JobFeed(
+            bootstrap, job_id, topics, claims_topic=claims_topic, config=config, timeout=timeout
+        )
+        self._subscribers: list[queue.SimpleQueue[FeedRecord]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"cutline-feed-{job_id}", daemon=True)
+        self._thread.start()
+
+    @property
+    def starts(self) -> dict[tuple[str, int], int]:
+        return self._feed.starts
+
+    @property
+    def records(self) -> JobRecords:
+        """What the shared consumer admitted and refused (fencing, undecodable records)."""
+        return self._feed.records
+
+    def subscribe(self) -> FeedSubscription:
+        """A reader of every record from now on (a :class:`JobFeed` look-alike for one participant)."""
+        mailbox: queue.SimpleQueue[FeedRecord] = queue.SimpleQueue()
+        with self._lock:
+            self._subscribers = [*self._subscribers, mailbox]
+        return FeedSubscription(self, mailbox)
+
+    def _unsubscribe(self, mailbox: queue.SimpleQueue[FeedRecord]) -> None:
+        with self._lock:
+            self._subscribers = [m for m in self._subscribers if m is not mailbox]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                records = self._feed.poll(SHARED_POLL_S)
+            except Exception:  # pragma: no cover - the consumer failed: say so, keep trying
+                log.exception("shared feed of job %s could not poll; trying again", self.job_id)
+                self._stop.wait(1.0)
+                continue
+            if records:
+                subscribers = self._subscribers  # replaced, never changed in place: no lock needed
+                for record in records:
+                    for mailbox in subscribers:
+                        mailbox.put(record)
+
+    def close(self) -> None:
+        """Stop fanning out and close the consumer; idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(10)
+        self._feed.close()
+
+    def __enter__(self) -> SharedJobFeed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+SHARED_POLL_S = 0.1
+"""How long the shared feed's thread waits for records in one poll (it wakes when they arrive)."""
+
+
+class FeedSubscription:
+    """One subscriber's view of a :class:`SharedJobFeed`: ``poll``, ``records``, ``starts``, ``close``."""
+
+    def __init__(self, shared: SharedJobFeed, mailbox: queue.SimpleQueue[FeedRecord]) -> None:
+        self._shared = shared
+        self._mailbox = mailbox
+
+    @property
+    def starts(self) -> dict[tuple[str, int], int]:
+        return self._shared.starts
+
+    @property
+    def records(self) -> JobRecords:
+        return self._shared.records
+
+    def poll(self, timeout: float = 0.0, max_messages: int = 500) -> list[FeedRecord]:
+        """The records that have arrived, waiting up to ``timeout`` s for the first."""
+        try:
+            first = self._mailbox.get(timeout=timeout) if timeout > 0 else self._mailbox.get_nowait()
+        except queue.Empty:
+            return []
+        records = [first]
+        while len(records) < max_messages:
+            try:
+                records.append(self._mailbox.get_nowait())
+            except queue.Empty:
+                break
+        return records
+
+    def close(self) -> None:
+        """Stop receiving (the shared feed itself stays open for the others)."""
+        self._shared._unsubscribe(self._mailbox)

@@ -39,7 +39,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from events import storage
 from events.codec import DecodeError, avro_decoder, decode
 from events.extras import MissingExtra
-from events.feed import FeedRecord, JobFeed, read_job_partition
+from events.feed import FeedRecord, FeedSubscription, JobFeed, SharedJobFeed, read_job_partition
 from events.fencing import epoch_header
 from events.kafka import (
     commit_offsets,
@@ -95,6 +95,9 @@ REASON_TASK_FAILURE = "TASK_CHECKPOINT_FAILURE"
 REASON_IO = "IO_EXCEPTION"
 REMEMBERED_REPLIES = 64
 """How many recent acks/declines a participant keeps to answer re-sent barriers."""
+
+SLOW_DELIVERY_S = 1.0
+"""An ack or decline the broker acknowledged later than this after ``produce()`` is logged."""
 
 
 def _now_ms() -> int:
@@ -292,6 +295,8 @@ class ParticipantStats:
     """Journal records of this job ignored: malformed, or contradicting what the participant knows."""
     discarded: list[int] = field(default_factory=list)
     """Completed checkpoints whose snapshot this participant deleted: beyond ``retained``."""
+    slowest_delivery_ms: int = 0
+    """The longest an ack or decline took from ``produce()`` to the broker's acknowledgement."""
 
 
 class Participant:
@@ -311,6 +316,13 @@ class Participant:
     ``SchedulerStarted`` of this attempt in the journal (1 until it is seen).
     Snapshots of older completed checkpoints and of aborted ones are deleted;
     savepoints are never deleted once complete.
+
+    The participants of one job in one process may share a ``feed``
+    (:class:`~events.feed.SharedJobFeed`, one consumer for all of them; the owner closes it)
+    and a ``producer`` (librdkafka's is thread-safe; each participant flushes it on close but
+    the owner keeps it): a barrier then reaches all of them after one fetch instead of one
+    each, and their acks can leave in one request. ``consumer_extra`` and ``start_timeout``
+    then do not apply (the shared feed has its own).
     """
 
     def __init__(
@@ -329,6 +341,8 @@ class Participant:
         producer_extra: Mapping[str, Any] | None = None,
         consumer_extra: Mapping[str, Any] | None = None,
         retained: int | None = None,
+        feed: SharedJobFeed | None = None,
+        producer: Producer | None = None,
     ) -> None:
         if retained is not None and retained < 1:
             raise ValueError(f"retained must be at least 1, got {retained}")
@@ -362,17 +376,23 @@ class Participant:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._producer = Producer(producer_config(bootstrap, producer_extra))
+        self._producer = producer or Producer(producer_config(bootstrap, producer_extra))
         # Barriers and journal from their real ends; the journal's claims and every record's
         # epoch fence out a superseded coordinator's barriers and journal records (DESIGN §4a).
-        self._feed = JobFeed(
-            bootstrap,
-            job_id,
-            (topics.barriers, topics.checkpoints),
-            claims_topic=topics.checkpoints,
-            config=consumer_extra,
-            timeout=start_timeout,
-        )
+        self._feed: JobFeed | FeedSubscription
+        if feed is not None:
+            if feed.job_id != job_id:
+                raise ValueError(f"the shared feed follows job {feed.job_id!r}, not {job_id!r}")
+            self._feed = feed.subscribe()
+        else:
+            self._feed = JobFeed(
+                bootstrap,
+                job_id,
+                (topics.barriers, topics.checkpoints),
+                claims_topic=topics.checkpoints,
+                config=consumer_extra,
+                timeout=start_timeout,
+            )
         log.debug("participant %s/%s starts after %s", self.job_id, self.task_id, self._feed.starts)
 
     # -------------------------------------------------------------- loop
@@ -483,6 +503,17 @@ class Participant:
     def _delivered(self, error: KafkaError | None, msg: Message) -> None:
         if error is not None:
             log.error("task %s could not send to %s: %s", self.task_id, msg.topic(), error)
+            return
+        latency = msg.latency()  # seconds from produce() to the broker's acknowledgement
+        if latency is not None:
+            self.stats.slowest_delivery_ms = max(self.stats.slowest_delivery_ms, round(latency * 1000))
+            if latency > SLOW_DELIVERY_S:
+                log.warning(
+                    "task %s: the broker acknowledged its %s %.1f s after it was produced",
+                    self.task_id,
+                    msg.topic(),
+                    latency,
+                )
 
     # ----------------------------------------------------------- journal
 

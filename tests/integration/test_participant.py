@@ -15,7 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, Topic
 from events.broker import create_topics
 from events.codec import decode, encode
 from events.example_app import WordCount
-from events.feed import read_job_partition
+from events.feed import SharedJobFeed, read_job_partition
 from events.fencing import epoch_header, epoch_of
 from events.kafka import (
     consumer_config,
@@ -712,3 +712,68 @@ def test_a_running_driver_sends_heartbeats_until_its_next_status(bootstrap: str,
     assert kinds[0] == "JobStatusChanged" and kinds[-1] == "JobStatusChanged"
     assert 4 <= len(beats) <= 7 and {2} == {b.attempt for b in beats}
     assert kinds == ["JobStatusChanged", *["JobHeartbeat"] * len(beats), "JobStatusChanged"]
+
+
+# ---------------------------------------------------------------- shared feed
+
+
+def test_participants_sharing_one_feed_and_producer_each_answer_every_barrier_once(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given four tasks of a job in one process sharing a feed and a producer, when barriers and a
+    completion arrive, then each task snapshots and acks each barrier once with its own offsets,
+    each sees the completion once, and a task that closes leaves the others (and the feed) running."""
+    producer = Producer(producer_config(bootstrap))
+    apps = [App(state=f"state {i}".encode(), offsets={f"{topics.prefix}words:{i}": 10 * i}) for i in range(4)]
+    with SharedJobFeed(
+        bootstrap, JOB, (topics.barriers, topics.checkpoints), claims_topic=topics.checkpoints
+    ) as feed:
+        participants = [
+            Participant(
+                bootstrap,
+                JOB,
+                f"task-{i}",
+                1,
+                topics,
+                app.snapshot,
+                app.offsets,
+                on_complete=app.completed.append,
+                feed=feed,
+                producer=producer,
+            )  # fmt: skip
+            for i, app in enumerate(apps)
+        ]
+        for participant in participants:
+            participant.run_in_thread(0.005)
+        coordinator.barrier(1, (tmp_path / "chk-1").as_uri())
+        first = coordinator.collect(None, 4)
+        acks = {r.task_id: r for r in first if isinstance(r, CheckpointAcknowledged)}
+        coordinator.journal(completed(1, {k: v for a in acks.values() for k, v in a.offsets.items()}))
+        deadline = time.monotonic() + 10
+        while not all(app.completed for app in apps):
+            assert time.monotonic() < deadline, [p.stats for p in participants]
+            time.sleep(0.01)
+
+        participants[0].close()  # one task ends; the feed goes on for the others
+        coordinator.barrier(2, (tmp_path / "chk-2").as_uri())
+        second = coordinator.collect(None, 4 + 3)[4:]
+        for participant in participants[1:]:
+            participant.close()
+
+    assert sorted(acks) == [f"task-{i}" for i in range(4)]
+    assert all((tmp_path / "chk-1" / f"task-{i}").read_bytes() == f"state {i}".encode() for i in range(4))
+    assert [[1], [1, 2], [1, 2], [1, 2]] == [[b.checkpoint_id for b in app.barriers] for app in apps]
+    assert [{f"{topics.prefix}words:{i}": 10 * i} == acks[f"task-{i}"].offsets for i in range(4)] == [
+        True
+    ] * 4
+    assert sorted(r.task_id for r in second) == ["task-1", "task-2", "task-3"]
+    assert all(isinstance(r, CheckpointAcknowledged) and r.checkpoint_id == 2 for r in second)
+    assert [[1]] * 4 == [[c.checkpoint_id for c in app.completed] for app in apps]
+    assert [[1]] * 4 == [p.stats.completed for p in participants]
+
+
+def test_a_shared_feed_of_another_job_is_refused(bootstrap: str, topics: Topics) -> None:
+    """A participant must not read another job's barriers: a shared feed of another job is refused."""
+    feed = SharedJobFeed(bootstrap, "another-job", (topics.barriers, topics.checkpoints))
+    with feed, pytest.raises(ValueError, match="follows job 'another-job'"):
+        App().participant(bootstrap, topics, feed=feed)
