@@ -11,6 +11,10 @@ For each size N (2 and 8), one after the other so that both systems see the same
   ``--checkpoints`` are measured. Latency is ``CheckpointCompleted.duration_ms`` (trigger →
   completed, the coordinator's clock). This is ``bench_coordinator.bench_latency``, the latency
   part of ``bench/bench_coordinator.py``. The broker and the coordinator are stopped after the row.
+  Two rows per size (``--modes``): each participant with a consumer and a producer of its own
+  (``thread``), and the participants sharing one feed and one producer (``shared``,
+  :class:`events.feed.SharedJobFeed`), as the subtasks of one Flink TaskManager share its network
+  stack.
 - **Flink, parallelism N**: ``../shared/anchors/flink_checkpoint_latency.py`` (Flink 2.3
   MiniCluster: datagen → keyed SUM → blackhole, a checkpoint every ``--interval-ms``), run in a
   scratch venv (never a project dependency). Its own summary line covers every checkpoint of the
@@ -20,7 +24,8 @@ For each size N (2 and 8), one after the other so that both systems see the same
   is judged on. The anchor runs long enough for them (``--flink-seconds``; the MiniCluster's start
   counts in it).
 
-Order: cutline 2, Flink 2, cutline 8, Flink 8 (``--rounds`` repeats it). The target (DESIGN §7):
+Order: cutline 2 (each mode), Flink 2, cutline 8 (each mode), Flink 8 (``--rounds`` repeats it).
+The target (DESIGN §7):
 cutline's p50 and p99 at or below Flink's at the same size in the same run.
 
 ``--flink-python`` names a Python with ``apache-flink==2.3.0``; without it the venv
@@ -228,12 +233,14 @@ def run_flink(
 @dataclass
 class CutlineRow:
     result: LatencyResult
+    mode: str
+    """``thread``: a feed and a producer per participant; ``shared``: one of each for all."""
     load_at_start: tuple[float, float, float]
     setup_s: float
 
 
 def run_cutline(
-    n: int, checkpoints: int, warmup: int, interval_ms: int, scratch: Path, console: Console
+    n: int, mode: str, checkpoints: int, warmup: int, interval_ms: int, scratch: Path, console: Console
 ) -> CutlineRow:
     """One latency row on a broker and a coordinator of its own (both stopped afterwards)."""
     at_start = load()
@@ -249,12 +256,12 @@ def run_cutline(
         setup = time.monotonic() - started
         try:
             result = bench_latency(
-                bootstrap, topics, coordinator, n, "thread", checkpoints, warmup, interval_ms, scratch,
+                bootstrap, topics, coordinator, n, mode, checkpoints, warmup, interval_ms, scratch,
                 console, broker_pid,
             )  # fmt: skip
         finally:
             coordinator.stop()
-    return CutlineRow(result, at_start, setup)
+    return CutlineRow(result, mode, at_start, setup)
 
 
 # ------------------------------------------------------------------ report
@@ -277,28 +284,33 @@ def verdict(ours: list[int], theirs: tuple[float, float]) -> str:
     return "met" if not missed else f"[bold red]{' and '.join(missed)} missed[/]"
 
 
-def side_by_side(pairs: list[tuple[CutlineRow, FlinkResult]]) -> Table:
+MODES = {"thread": "a feed each", "shared": "one shared feed"}
+
+
+def side_by_side(pairs: list[tuple[list[CutlineRow], FlinkResult]]) -> Table:
     table = Table(title="Checkpoint latency, trigger → completed, side by side (ms)", title_justify="left")
     left = ("system", "size", "load at start")
     for col in ("system", "size", "n", "p50", "p90", "p99", "max", "mean", *left[2:],
                 "CPU %: own", "others", "≤ Flink p50 / p99", ""):  # fmt: skip
         table.add_column(col, justify="left" if col in left else "right")
-    for ours, flink in pairs:
-        r = ours.result
+    for rows, flink in pairs:
         like = _figures(flink.durations)
-        p50, p90, p99, top = _figures(r.durations)
-        own = sum(r.cpu[k] for k in ("coordinator", "broker", "participants"))
-        table.add_row(
-            "cutline (Faust, Tansu)",
-            f"{r.participants} participants",
-            f"{len(r.durations)}",
-            f"{p50:.0f}", f"{p90:.0f}", f"{p99:.0f}", f"{top:.0f}", f"{mean(r.durations):.1f}",
-            "/".join(f"{v:.2f}" for v in ours.load_at_start),
-            f"{own / r.wall_s:.0%}",
-            f"{r.cpu['other processes'] / r.wall_s:.0%}",
-            f"{like[0]:.0f} / {like[2]:.0f}",
-            verdict(r.durations, (like[0], like[2])),
-        )  # fmt: skip
+        a = flink.anchor
+        for ours in rows:
+            r = ours.result
+            p50, p90, p99, top = _figures(r.durations)
+            own = sum(r.cpu[k] for k in ("coordinator", "broker", "participants"))
+            table.add_row(
+                "cutline (Faust, Tansu)",
+                f"{r.participants} participants, {MODES.get(ours.mode, ours.mode)}",
+                f"{len(r.durations)}",
+                f"{p50:.0f}", f"{p90:.0f}", f"{p99:.0f}", f"{top:.0f}", f"{mean(r.durations):.1f}",
+                "/".join(f"{v:.2f}" for v in ours.load_at_start),
+                f"{own / r.wall_s:.0%}",
+                f"{r.cpu['other processes'] / r.wall_s:.0%}",
+                f"{like[0]:.0f} / {like[2]:.0f}",
+                verdict(r.durations, (like[0], like[2])),
+            )  # fmt: skip
         table.add_row(
             "Flink 2.3 MiniCluster",
             f"par. {flink.parallelism}, after {flink.warmup} warm-up",
@@ -311,45 +323,46 @@ def side_by_side(pairs: list[tuple[CutlineRow, FlinkResult]]) -> Table:
             "",
             "",
         )
-        a = flink.anchor
         table.add_row(
             "  (anchor's own line)",
             f"par. {flink.parallelism}, all",
             f"{a['n']}" if a["n"] == flink.logged else f"[bold red]{a['n']} of {flink.logged}[/]",
-            f"{a['p50']}", f"{a['p90']}", f"{a['p99']}", f"{a['max']}", "", "", "", "",
-            f"{a['p50']} / {a['p99']}",
-            verdict(r.durations, (a["p50"], a["p99"])),
+            f"{a['p50']}", f"{a['p90']}", f"{a['p99']}", f"{a['max']}", "", "", "", "", "", "",
         )  # fmt: skip
         table.add_section()
     return table
 
 
-def as_json(pairs: list[tuple[CutlineRow, FlinkResult]], meta: dict[str, Any]) -> dict[str, Any]:
+def as_json(pairs: list[tuple[list[CutlineRow], FlinkResult]], meta: dict[str, Any]) -> dict[str, Any]:
     rows = []
-    for ours, flink in pairs:
-        r = ours.result
-        p50, p90, p99, top = _figures(r.durations)
+    for ours_rows, flink in pairs:
         f50, f90, f99, fmax = _figures(flink.durations)
-        rows.append(
-            {
-                "size": r.participants,
-                "cutline": {
-                    "n": len(r.durations), "p50": p50, "p90": p90, "p99": p99, "max": top,
-                    "mean": mean(r.durations), "aborted": r.aborted, "declined": r.declined,
-                    "durations": r.durations, "cpu_s": r.cpu, "load_at_start": ours.load_at_start,
-                    "setup_s": ours.setup_s,
-                },
-                "flink": {
-                    "n": len(flink.durations), "p50": f50, "p90": f90, "p99": f99, "max": fmax,
-                    "mean": mean(flink.durations), "warmup_dropped": flink.warmup,
-                    "durations": flink.durations, "anchor_line": flink.anchor, "logged": flink.logged,
-                    "cpu_s": flink.cpu,
-                    "load_at_start": flink.load_at_start,
-                },
-                "target_met": p50 <= f50 and p99 <= f99,
-                "target_met_against_anchor_line": p50 <= flink.anchor["p50"] and p99 <= flink.anchor["p99"],
-            }
-        )  # fmt: skip
+        for ours in ours_rows:
+            r = ours.result
+            p50, p90, p99, top = _figures(r.durations)
+            rows.append(
+                {
+                    "size": r.participants,
+                    "mode": ours.mode,
+                    "cutline": {
+                        "n": len(r.durations), "p50": p50, "p90": p90, "p99": p99, "max": top,
+                        "mean": mean(r.durations), "aborted": r.aborted, "declined": r.declined,
+                        "durations": r.durations, "cpu_s": r.cpu, "load_at_start": ours.load_at_start,
+                        "setup_s": ours.setup_s,
+                    },
+                    "flink": {
+                        "n": len(flink.durations), "p50": f50, "p90": f90, "p99": f99, "max": fmax,
+                        "mean": mean(flink.durations), "warmup_dropped": flink.warmup,
+                        "durations": flink.durations, "anchor_line": flink.anchor, "logged": flink.logged,
+                        "cpu_s": flink.cpu,
+                        "load_at_start": flink.load_at_start,
+                    },
+                    "target_met": p50 <= f50 and p99 <= f99,
+                    "target_met_against_anchor_line": (
+                        p50 <= flink.anchor["p50"] and p99 <= flink.anchor["p99"]
+                    ),
+                }
+            )  # fmt: skip
     return {**meta, "rows": rows}
 
 
@@ -362,6 +375,14 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="a short smoke run (about 3 min)")
     parser.add_argument("--participants", type=int, nargs="+", default=[2, 8], help="sizes (2 8)")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=tuple(MODES),
+        default=list(MODES),
+        help="cutline rows per size: participant threads with a feed and a producer each (thread), "
+        "or sharing one of each (shared); default both",
+    )
     parser.add_argument(
         "--checkpoints", type=int, help="measured cutline checkpoints per row (100; quick 20)"
     )
@@ -406,18 +427,24 @@ def main() -> None:
         f"{python}; {checkpoints} checkpoints after {warmup} (cutline), the anchor runs {seconds} s per row"
     )
     started = time.monotonic()
-    pairs: list[tuple[CutlineRow, FlinkResult]] = []
+    pairs: list[tuple[list[CutlineRow], FlinkResult]] = []
     with tempfile.TemporaryDirectory(prefix="cutline-vs-flink-") as tmp:
         scratch = Path(tmp)
         for round_ in range(1, args.rounds + 1):
             for n in args.participants:
-                console.print(f"[bold]round {round_}[/]: cutline, {n} participants (threads), load {load()}")
-                ours = run_cutline(n, checkpoints, warmup, args.interval_ms, scratch, console)
-                r = ours.result
-                console.print(
-                    f"  {len(r.durations)} measured, {r.aborted} aborted, {r.declined} declined; "
-                    f"p50 {percentile(r.durations, 50):.0f} / p99 {percentile(r.durations, 99):.0f} ms"
-                )
+                rows = []
+                for mode in args.modes:
+                    console.print(
+                        f"[bold]round {round_}[/]: cutline, {n} participants (threads, {MODES[mode]}), "
+                        f"load {load()}"
+                    )
+                    ours = run_cutline(n, mode, checkpoints, warmup, args.interval_ms, scratch, console)
+                    r = ours.result
+                    console.print(
+                        f"  {len(r.durations)} measured, {r.aborted} aborted, {r.declined} declined; "
+                        f"p50 {percentile(r.durations, 50):.0f} / p99 {percentile(r.durations, 99):.0f} ms"
+                    )
+                    rows.append(ours)
                 console.print(f"[bold]round {round_}[/]: Flink, parallelism {n}, {seconds} s, load {load()}")
                 flink = run_flink(python, anchor, n, seconds, args.interval_ms, warmup, checkpoints, scratch)
                 a = flink.anchor
@@ -425,7 +452,7 @@ def main() -> None:
                     f"  anchor: flink par={n} n={a['n']} p50={a['p50']} p90={a['p90']} p99={a['p99']} "
                     f"max={a['max']} ms; {len(flink.durations)} after the warm-up"
                 )
-                pairs.append((ours, flink))
+                pairs.append((rows, flink))
     console.print(side_by_side(pairs))
     console.print(
         "cutline: CheckpointCompleted.duration_ms; Flink: checkpointDuration from its log. Percentiles of "
