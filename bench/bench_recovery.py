@@ -242,6 +242,7 @@ class Cluster:
 
     def __init__(self, bootstrap: str, args: argparse.Namespace, scratch: Path) -> None:
         self.bootstrap, self.scratch, self.loglevel = bootstrap, scratch, args.worker_loglevel
+        self.session_timeout: float = args.session_timeout
         self.topics = make_topics(bootstrap, "failover")
         self.jobs = [f"job-{i}" for i in range(args.jobs)]
         self.workers: list[CoordinatorProcess] = []
@@ -266,7 +267,7 @@ class Cluster:
         for _ in range(count):
             self._spawned += 1
             log = self.scratch / f"worker-{self._spawned}" / "coordinator.log"
-            extra = ("--loglevel", self.loglevel)
+            extra = ("--loglevel", self.loglevel, "--session-timeout", str(self.session_timeout))
             new.append(CoordinatorProcess(self.bootstrap, self.topics.prefix, log_path=log, extra_args=extra))
         threads = [threading.Thread(target=w.start, kwargs={"timeout": 180}) for w in new]
         for t in threads:
@@ -381,11 +382,11 @@ def kill_one(cluster: Cluster, job: str, timeout: float) -> Kill:
     )
 
 
-def failover_table(kills: list[Kill], workers: int) -> Table:
-    target = SESSION_TIMEOUT + MARGIN_S
+def failover_table(kills: list[Kill], workers: int, session_timeout: float = SESSION_TIMEOUT) -> Table:
+    target = session_timeout + MARGIN_S
     table = Table(
         title=f"2. Failover: SIGKILL of a job's owner among {workers} workers, seconds after the kill "
-        f"(session timeout {SESSION_TIMEOUT:g} s)",
+        f"(session timeout {session_timeout:g} s)",
         title_justify="left",
     )
     for col in ("round", "killed job", "worker's jobs", "load 1/5/15 at kill", "→ new claim",
@@ -468,6 +469,12 @@ def main() -> None:
         "--full-max", type=int, default=1_000_000, help="longest journal also folded from the start"
     )
     parser.add_argument("--workers", type=int, default=3, help="coordinator worker processes (3)")
+    parser.add_argument(
+        "--session-timeout",
+        type=float,
+        default=SESSION_TIMEOUT,
+        help=f"the workers' --session-timeout in seconds ({SESSION_TIMEOUT:g}, the default)",
+    )
     parser.add_argument("--jobs", type=int, default=6)
     parser.add_argument("--tasks", type=int, default=3, help="participants per job")
     parser.add_argument("--interval-ms", type=int, default=200, help="checkpoint interval")
@@ -513,7 +520,7 @@ def main() -> None:
             f"(flat: ≤ {FLAT_RATIO:g}×) " + ("met" if ratio <= FLAT_RATIO else "[bold red]missed[/]")
         )
     if kills:
-        console.print(failover_table(kills, args.workers))
+        console.print(failover_table(kills, args.workers, args.session_timeout))
     console.print(f"total {time.monotonic() - started:.0f} s, load average {load()} at the end")
 
 
