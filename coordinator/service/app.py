@@ -104,6 +104,35 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+SLOW_BATCH_S = 1.0
+"""A batch of input that took longer than this from its fetch to its durable journal writes, or
+whose oldest message was older than this when fetched, is logged (with where the time went)."""
+
+
+def _report_slow_batch(
+    messages: Sequence[Any], arrived: float, deciding: float, decided: float, published: float
+) -> None:
+    """Log a batch that waited, or whose journal writes took, more than ``SLOW_BATCH_S``: a checkpoint
+    then completes that much later, and the log says in which step (an input that reached the
+    broker late shows as its age at the fetch: the message's CreateTime against this clock)."""
+    timestamps = [m.timestamp for m in messages if getattr(m, "timestamp", None)]
+    age = time.time() - (published - arrived) - min(timestamps) if timestamps else 0.0
+    if max(published - arrived, age) <= SLOW_BATCH_S:
+        return
+    log.warning(
+        "slow batch of %d inputs (first %s[%d]@%d): %.2f s old when fetched, %.2f s waiting for its "
+        "partitions and the publish lock, %.2f s deciding, %.2f s until the journal writes were acked",
+        len(messages),
+        messages[0].topic,
+        messages[0].partition,
+        messages[0].offset,
+        age,
+        deciding - arrived,
+        decided - deciding,
+        published - decided,
+    )
+
+
 def _patch_fetch_wait(wait_ms: int) -> None:
     """Faust hard-codes ``fetch_max_wait_ms=1500`` for its consumer. The embedded broker answers a
     waiting fetch only after about half that wait, not when data arrives (docs/embedded-broker.md),
@@ -359,11 +388,13 @@ def create_app(settings: Settings) -> faust.App:
         """Decide ``messages`` in order as the owner of their partitions, publish, and retry what a
         failed write lost once its partition has recovered (inputs the journal holds are skipped)."""
         failures = 0
+        arrived = time.monotonic()
         while True:
             await wait_for_owners({m.partition for m in messages})
             async with publish_lock:
                 if any(not owners[m.partition].ready.is_set() for m in messages if m.partition in owners):
                     continue  # a partition started recovering meanwhile
+                deciding = time.monotonic()
                 outcomes = []
                 for message in messages:
                     owner = owners.get(message.partition)
@@ -372,7 +403,9 @@ def create_app(settings: Settings) -> faust.App:
                     outcome = decide(message, owner)
                     if outcome is not None:
                         outcomes.append(outcome)
+                decided = time.monotonic()
                 failed = await publish(outcomes)
+                _report_slow_batch(messages, arrived, deciding, decided, time.monotonic())
                 if not failed:
                     return
                 for partition in failed:
