@@ -25,8 +25,7 @@ For each size N (2 and 8), one after the other so that both systems see the same
   counts in it).
 
 Order: cutline 2 (each mode), Flink 2, cutline 8 (each mode), Flink 8 (``--rounds`` repeats it).
-The target (DESIGN §7):
-cutline's p50 and p99 at or below Flink's at the same size in the same run.
+The target (DESIGN §7): cutline's p50 and p99 at or below Flink's at the same size in the same run.
 
 ``--flink-python`` names a Python with ``apache-flink==2.3.0``; without it the venv
 ``/tmp/cutline-flink-venv`` is made (``uv venv --python 3.11``) or reused. Java 11 or 17 must be on

@@ -296,20 +296,14 @@ class SharedJobFeed:
         self._feed = JobFeed(
             bootstrap, job_id, topics, claims_topic=claims_topic, config=config, timeout=timeout
         )
+        self.starts = self._feed.starts
+        self.records = self._feed.records
+        """What the shared consumer admitted and refused (fencing, undecodable records)."""
         self._subscribers: list[queue.SimpleQueue[FeedRecord]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"cutline-feed-{job_id}", daemon=True)
         self._thread.start()
-
-    @property
-    def starts(self) -> dict[tuple[str, int], int]:
-        return self._feed.starts
-
-    @property
-    def records(self) -> JobRecords:
-        """What the shared consumer admitted and refused (fencing, undecodable records)."""
-        return self._feed.records
 
     def subscribe(self) -> FeedSubscription:
         """A reader of every record from now on (a :class:`JobFeed` look-alike for one participant)."""
@@ -364,14 +358,8 @@ class FeedSubscription:
     def __init__(self, shared: SharedJobFeed, mailbox: queue.SimpleQueue[FeedRecord]) -> None:
         self._shared = shared
         self._mailbox = mailbox
-
-    @property
-    def starts(self) -> dict[tuple[str, int], int]:
-        return self._shared.starts
-
-    @property
-    def records(self) -> JobRecords:
-        return self._shared.records
+        self.starts = shared.starts
+        self.records = shared.records
 
     def poll(self, timeout: float = 0.0, max_messages: int = 500) -> list[FeedRecord]:
         """The records that have arrived, waiting up to ``timeout`` s for the first."""

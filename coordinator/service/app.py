@@ -115,8 +115,9 @@ def _report_slow_batch(
     """Log a batch that waited, or whose journal writes took, more than ``SLOW_BATCH_S``: a checkpoint
     then completes that much later, and the log says in which step (an input that reached the
     broker late shows as its age at the fetch: the message's CreateTime against this clock)."""
+    fetched_at = time.time() - (published - arrived)  # the wall clock when the batch arrived
     timestamps = [m.timestamp for m in messages if getattr(m, "timestamp", None)]
-    age = time.time() - (published - arrived) - min(timestamps) if timestamps else 0.0
+    age = fetched_at - min(timestamps) if timestamps else 0.0
     if max(published - arrived, age) <= SLOW_BATCH_S:
         return
     log.warning(
