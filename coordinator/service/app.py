@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import time
@@ -741,7 +742,21 @@ def run(settings: Settings, loglevel: str = "warning") -> None:
     # call of aiokafka and Faust (several per message) then builds a LogRecord that the WARNING
     # handler drops. No spinner keeps the root logger at ``loglevel`` (~10 % of the CPU per ack).
     worker.spinner = None
+    freeze_heap()
     worker.execute_from_commandline()
+
+
+def freeze_heap() -> None:
+    """Take every object alive now out of the garbage collector's sight (``gc.freeze``).
+
+    A started worker holds a few hundred thousand long-lived objects (Faust, aiokafka, mode, the
+    app) that every full collection walks again: during an ack flood, collections took about 15 %
+    of the worker's CPU. Frozen, they are never walked or collected; whatever of them becomes
+    garbage later is still freed by reference counting, and the collection first frees the cycles
+    that are garbage now. Three alternated runs each: 6.5-7.2k acks/s without, 8.6-9.2k with
+    (docs/benchmarks.md)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _profile_threads(directory: Path) -> None:
