@@ -36,6 +36,7 @@ from coordinator.service.direct import DirectConsumer, use_direct_consumer
 from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
 from coordinator.service.ownership import claim_partition, new_worker_id, snapshot_message
 from coordinator.service.runtime import Coordinator, Outcome, Outgoing
+from coordinator.service.writer import Writer, Written
 from coordinator.snapshot import PartitionSnapshot
 from coordinator.state import state_json
 from coordinator.stats import checkpoints_json, config_json, entry_json
@@ -255,8 +256,9 @@ def check_journal_retention(settings: Settings) -> None:
         )
 
 
-def create_app(settings: Settings) -> faust.App:
-    """Build the Faust app for ``settings`` (topics must exist: :func:`ensure_topics`)."""
+def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
+    """Build the Faust app for ``settings`` (topics must exist: :func:`ensure_topics`); its writes
+    are idempotent when the broker supports it (:func:`broker_supports_idempotence`)."""
     _patch_fetch_wait(settings.fetch_wait_ms)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     topics = settings.topics
@@ -304,72 +306,42 @@ def create_app(settings: Settings) -> faust.App:
         """Journal first; barriers and dead letters once the broker holds the journal records.
 
         Every write is awaited: input offsets are committed (acked) only after every journal
-        write of the input is acknowledged. The journal records of all the outcomes go out as
-        one record batch per partition. Returns the partitions whose writes failed."""
+        write of the input is acknowledged. Returns the partitions whose writes failed."""
         journal = [m for o in outcomes for m in o.messages if m.topic == topics.checkpoints]
         others = [m for o in outcomes for m in o.messages if m.topic != topics.checkpoints]
-        failed = await _written(await _send_batches(journal))
-        failed |= await _written(await _send_batches([m for m in others if _home(m) not in failed]))
+        failed = _note(await writer().write(journal))
+        if others:
+            failed |= _note(await writer().write([m for m in others if _home(m) not in failed]))
         return failed
+
+    writers: list[Writer] = []
+
+    def writer() -> Writer:
+        """The coordinator's producer for its writes, made on first use (on the worker's loop)."""
+        if not writers:
+            writers.append(Writer(settings.bootstrap, idempotent=idempotent, home=_home_of_key))
+        return writers[0]
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def close_writer(sender: Any, **kwargs: Any) -> None:
+        for made in writers:
+            await asyncio.get_running_loop().run_in_executor(None, made.close)
+
+    def _note(written: Written) -> set[int]:
+        """The partitions whose writes failed; the journal offsets of the others move on."""
+        for (topic, partition), error in written.failed.items():
+            log.error("write to %s[%d] failed: %s; the partition recovers", topic, partition, error)
+        for (topic, partition), offset in written.last_offsets.items():
+            if topic == topics.checkpoints and partition in owners:
+                owner = owners[partition]
+                owner.journal_offset = max(owner.journal_offset, offset)
+        return {partition for _, partition in written.failed if partition >= 0}  # -1: no job to recover
 
     def _home(message: Outgoing) -> int:
-        return coordinator.partition_of(message.key.decode()) if message.key else -1
+        return _home_of_key(message.key)
 
-    async def _written(sent: list[tuple[str, int, int, asyncio.Future[Any]]]) -> set[int]:
-        results = await asyncio.gather(*(future for *_, future in sent), return_exceptions=True)
-        failed = set()
-        for (topic, partition, count, _), result in zip(sent, results, strict=True):
-            if isinstance(result, BaseException):
-                log.error("write to %s[%d] failed: %r; the partition recovers", topic, partition, result)
-                failed.add(partition)
-            elif topic == topics.checkpoints and partition in owners:
-                owner = owners[partition]
-                owner.journal_offset = max(owner.journal_offset, result.offset + count - 1)
-        return failed
-
-    partitions: dict[tuple[str, bytes], int] = {}
-
-    async def _partition(producer: Any, topic: str, key: bytes) -> int:
-        """The partition ``Topic.send`` would choose for ``key`` (the producer's partitioner)."""
-        partition = partitions.get((topic, key))
-        if partition is None:
-            await producer.partitions_for(topic)  # the partitioner needs the topic's metadata
-            partition = partitions[(topic, key)] = app.producer.key_partition(topic, key).partition
-        return partition
-
-    async def _send_batches(messages: Sequence[Outgoing]) -> list[tuple[str, int, int, asyncio.Future[Any]]]:
-        """Send ``messages`` in order, as one aiokafka record batch per topic and partition.
-
-        They go through the app's own producer, so Faust's flush before each offset commit
-        still covers them; each batch's future completes when the broker has it."""
-        if not messages:
-            return []
-        producer = cast(Any, app.producer)._ensure_producer()  # the aiokafka producer under Faust's
-        grouped: dict[tuple[str, int], list[Outgoing]] = {}
-        for message in messages:
-            tp = (message.topic, await _partition(producer, message.topic, message.key))
-            grouped.setdefault(tp, []).append(message)
-        futures: list[tuple[str, int, int, asyncio.Future[Any]]] = []
-
-        async def send(batch: Any, count: int, topic: str, partition: int) -> None:
-            try:
-                future = await producer.send_batch(batch, topic, partition=partition)
-            except Exception as exc:  # the producer refused it at once: a failed write like any other
-                future = asyncio.get_running_loop().create_future()
-                future.set_exception(exc)
-            futures.append((topic, partition, count, future))
-
-        for (topic, partition), group in grouped.items():
-            batch, count = producer.create_batch(), 0
-            for message in group:
-                record = {"key": message.key, "value": message.value, "headers": list(message.headers)}
-                if batch.append(timestamp=None, **record) is None:
-                    await send(batch, count, topic, partition)
-                    batch, count = producer.create_batch(), 0  # full: the next (a lone record always fits)
-                    batch.append(timestamp=None, **record)
-                count += 1
-            await send(batch, count, topic, partition)
-        return futures
+    def _home_of_key(key: bytes | None) -> int:
+        return coordinator.partition_of(key.decode("utf-8", "replace")) if key else -1
 
     def assigned_partitions() -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic in input_topics}
@@ -736,7 +708,7 @@ def run(settings: Settings, loglevel: str = "warning") -> None:
         why,
         "" if idempotent else "; a journal write the producer retries may land twice",
     )
-    app = create_app(settings)
+    app = create_app(settings, idempotent=idempotent)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # Faust always makes a terminal spinner, and for it sets the root logger to DEBUG: every debug
     # call of aiokafka and Faust (several per message) then builds a LogRecord that the WARNING

@@ -1,0 +1,99 @@
+"""The coordinator's writes through librdkafka, against a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+
+from confluent_kafka import Consumer
+
+from coordinator.service.runtime import Outgoing
+from coordinator.service.writer import Writer, Written
+from events.broker import create_topics
+from events.kafka import consumer_config, partition_for, read_to_end
+
+PARTITIONS = 4
+
+
+def _home(key: bytes | None) -> int:
+    return partition_for(key, PARTITIONS) if key else -1
+
+
+def _read(bootstrap: str, topic: str, partition: int) -> list[tuple[bytes | None, bytes | None]]:
+    consumer = Consumer(consumer_config(bootstrap))
+    try:
+        return [(m.key(), m.value()) for m in read_to_end(consumer, topic, partition, 30.0)]
+    finally:
+        consumer.close()
+
+
+def test_writes_land_in_order_where_their_job_lives_and_report_the_last_offsets(
+    bootstrap: str, topic_prefix: str
+) -> None:
+    topic = f"{topic_prefix}journal"
+    create_topics(bootstrap, [topic], partitions=PARTITIONS)
+    jobs = [b"job-a", b"job-b", b"job-c"]
+    messages = [
+        Outgoing(topic, job, b"%s-%d" % (job, n), (("cutline.epoch", b"1"),))
+        for n in range(50)
+        for job in jobs
+    ]
+    writer = Writer(bootstrap, idempotent=False, home=_home)
+
+    async def write() -> tuple[Written, Written]:
+        first = await writer.write(messages[:75])
+        second = await writer.write(messages[75:])
+        return first, second
+
+    try:
+        first, second = asyncio.run(write())
+    finally:
+        writer.close()
+
+    assert {} == first.failed == second.failed
+    for job in jobs:
+        partition = _home(job)
+        written = [value for key, value in _read(bootstrap, topic, partition) if key == job]
+        assert [b"%s-%d" % (job, n) for n in range(50)] == written
+        assert len(_read(bootstrap, topic, partition)) - 1 == second.last_offsets[(topic, partition)]
+
+
+def test_a_record_the_producer_refuses_fails_the_partition_of_its_job_and_the_rest_still_land(
+    bootstrap: str, topic_prefix: str
+) -> None:
+    topic = f"{topic_prefix}journal"
+    create_topics(bootstrap, [topic], partitions=PARTITIONS)
+    too_large = b"x" * 2_000_000  # above the producer's message.max.bytes (1,000,000)
+    messages = [
+        Outgoing(topic, b"job-a", b"first", ()),
+        Outgoing(topic, b"job-b", too_large, ()),
+        Outgoing(topic, b"job-a", b"second", ()),
+    ]
+    writer = Writer(bootstrap, idempotent=False, home=_home)
+
+    async def write() -> Written:
+        return await writer.write(messages)
+
+    try:
+        written = asyncio.run(write())
+    finally:
+        writer.close()
+
+    assert [(topic, _home(b"job-b"))] == list(written.failed)
+    assert "MSG_SIZE_TOO_LARGE" in written.failed[(topic, _home(b"job-b"))]
+    assert [(b"job-a", b"first"), (b"job-a", b"second")] == [
+        record for record in _read(bootstrap, topic, _home(b"job-a")) if record[0] == b"job-a"
+    ]
+
+
+def test_an_empty_write_is_answered_at_once(bootstrap: str) -> None:
+    writer = Writer(bootstrap, idempotent=False, home=_home)
+
+    async def write() -> Written:
+        return await asyncio.wait_for(writer.write([]), 1.0)
+
+    try:
+        written = asyncio.run(write())
+    finally:
+        writer.close()
+
+    assert written.failed == {} and written.last_offsets == {}
