@@ -19,6 +19,7 @@ offset is acked only after the writes it caused were answered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -32,6 +33,9 @@ from coordinator.service.runtime import Outgoing
 from events.kafka import producer_config
 
 log = logging.getLogger("cutline.coordinator")
+
+DELIVERY_TIMEOUT_MS = 30_000
+"""A write not acknowledged within this time fails (librdkafka's ``message.timeout.ms``)."""
 
 POLL_S = 0.05
 """How long the writer's thread waits for delivery reports in one poll (it wakes when one comes)."""
@@ -88,7 +92,8 @@ class _Pending:
     def _count_down(self) -> None:
         self.outstanding -= 1
         if self.outstanding == 0:
-            self.loop.call_soon_threadsafe(_resolve, self.future, self.written)
+            with contextlib.suppress(RuntimeError):  # a closed loop (shutdown): nobody waits
+                self.loop.call_soon_threadsafe(_resolve, self.future, self.written)
 
 
 def _resolve(future: asyncio.Future[Written], written: Written) -> None:
@@ -108,11 +113,13 @@ class Writer:
         """``home`` gives the partition of the job a record is keyed by: where a failure counts
         when the record never got a partition of its own."""
         ordering: dict[str, Any] = (
-            {"enable.idempotence": True}
-            if idempotent
-            else {"max.in.flight.requests.per.connection": 1, "retries": 5}
+            {"enable.idempotence": True} if idempotent else {"max.in.flight.requests.per.connection": 1}
         )
-        self._producer = Producer(producer_config(bootstrap, extra=ordering))
+        # A write the broker has not taken within DELIVERY_TIMEOUT_MS fails (its partition then
+        # recovers and the batch is decided again) instead of holding every decision for
+        # librdkafka's default five minutes.
+        config = {**ordering, "message.timeout.ms": DELIVERY_TIMEOUT_MS}
+        self._producer = Producer(producer_config(bootstrap, extra=config))
         self._home = home
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="cutline-writer", daemon=True)
@@ -122,9 +129,8 @@ class Writer:
         """Produce ``messages`` in order (keyed records go where Faust and Java put them)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Written] = loop.create_future()
-        pending = _Pending(
-            future, loop, self._home, outstanding=len(messages) + 1
-        )  # +1: until all handed over
+        # One count per record, and one more until every record is handed over.
+        pending = _Pending(future, loop, self._home, outstanding=len(messages) + 1)
         try:
             for message in messages:
                 try:
@@ -156,7 +162,10 @@ class Writer:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            self._producer.poll(POLL_S)
+            try:
+                self._producer.poll(POLL_S)
+            except Exception:  # pragma: no cover - a report callback failed: say so, keep serving
+                log.exception("the coordinator's writer could not serve a delivery report")
 
     def close(self, timeout: float = 10.0) -> None:
         """Wait up to ``timeout`` s for the records in flight, then stop the thread."""

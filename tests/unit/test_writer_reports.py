@@ -83,3 +83,13 @@ def test_the_write_is_answered_only_after_every_record_and_the_end_of_handing_ov
         return seen
 
     assert [False, True] == asyncio.run(run())
+
+
+def test_a_report_that_comes_after_the_loop_closed_is_dropped_quietly() -> None:
+    loop = asyncio.new_event_loop()
+    pending = _Pending(loop.create_future(), loop, lambda key: 0, outstanding=1)
+    loop.close()
+
+    pending.delivered(None, Report(("journal", 0), 3))  # type: ignore[arg-type]
+
+    assert {("journal", 0): 3} == pending.written.last_offsets
