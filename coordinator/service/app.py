@@ -319,7 +319,14 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     def writer() -> Writer:
         """The coordinator's producer for its writes, made on first use (on the worker's loop)."""
         if not writers:
-            writers.append(Writer(settings.bootstrap, idempotent=idempotent, home=_home_of_key))
+            writers.append(
+                Writer(
+                    settings.bootstrap,
+                    idempotent=idempotent,
+                    home=_home_of_key,
+                    max_bytes=MAX_SNAPSHOT_BYTES,  # as Faust's producer: a completion of many tasks
+                )
+            )
         return writers[0]
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]

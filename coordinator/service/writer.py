@@ -109,16 +109,24 @@ class Writer:
     between them: await one before the next.
     """
 
-    def __init__(self, bootstrap: str, *, idempotent: bool, home: Callable[[bytes | None], int]) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        idempotent: bool,
+        home: Callable[[bytes | None], int],
+        max_bytes: int = 1_000_000,
+    ) -> None:
         """``home`` gives the partition of the job a record is keyed by: where a failure counts
-        when the record never got a partition of its own."""
+        when the record never got a partition of its own. A record above ``max_bytes`` is refused
+        at once (librdkafka's ``message.max.bytes``)."""
         ordering: dict[str, Any] = (
             {"enable.idempotence": True} if idempotent else {"max.in.flight.requests.per.connection": 1}
         )
         # A write the broker has not taken within DELIVERY_TIMEOUT_MS fails (its partition then
         # recovers and the batch is decided again) instead of holding every decision for
         # librdkafka's default five minutes.
-        config = {**ordering, "message.timeout.ms": DELIVERY_TIMEOUT_MS}
+        config = {**ordering, "message.timeout.ms": DELIVERY_TIMEOUT_MS, "message.max.bytes": max_bytes}
         self._producer = Producer(producer_config(bootstrap, extra=config))
         self._home = home
         self._stop = threading.Event()

@@ -62,7 +62,7 @@ def test_a_record_the_producer_refuses_fails_the_partition_of_its_job_and_the_re
 ) -> None:
     topic = f"{topic_prefix}journal"
     create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    too_large = b"x" * 2_000_000  # above the producer's message.max.bytes (1,000,000)
+    too_large = b"x" * 2_000_000  # above the writer's max_bytes (1,000,000 unless told)
     messages = [
         Outgoing(topic, b"job-a", b"first", ()),
         Outgoing(topic, b"job-b", too_large, ()),
