@@ -24,7 +24,7 @@ from events.participant import JobDriver, local_path
 from events.records import CheckpointCompleted, CheckpointConfig, CheckpointKind, TaskAcknowledged
 from events.topics import Topics
 from spark_tasks.job import CheckpointedJob, JobSettings
-from spark_tasks.keyed import key_group_range, keyed_task_id, read_manifest
+from spark_tasks.keyed import MAX_CHAIN, key_group_range, keyed_task_id, read_manifest
 from spark_tasks.sink import CutFileSink
 from spark_tasks.wordcount import KEYED_WORD_COUNT, final_counts, read_counts
 
@@ -120,14 +120,24 @@ def test_a_keyed_word_count_acks_once_per_shuffle_partition_and_rescales_from_a_
         assert sorted(checkpoint.offsets) == [f"{topic}:{p}" for p in range(PARTITIONS)]
         answered = [a.task_id for a in acks if a.checkpoint_id == checkpoint.checkpoint_id]
         assert sorted(set(answered)) == sorted(job.tasks)
-    # each manifest covers its partition's key groups; after the first snapshot the pieces are deltas
+    # each manifest covers its partition's key groups; after a full snapshot the next are deltas on
+    # it, until a chain reaches MAX_CHAIN pieces and the next snapshot is a full one again
     last = completed[-1]
-    kinds = []
+    savepoints = {c.checkpoint_id for c in job.completed if c.kind is CheckpointKind.SAVEPOINT}
+    chains, expected = {}, {}
     for task, handle in last.handles.items():
         manifest = read_manifest(handle)
         assert manifest.key_groups == key_group_range(int(task.split("-")[1]), SHUFFLE)
-        kinds.append([piece.kind for piece in manifest.pieces])
-    assert all(k[0] == "full" for k in kinds) and any("delta" in k for k in kinds), kinds
+        chains[task] = [piece.kind for piece in manifest.pieces]
+        snapshots = {
+            a.checkpoint_id
+            for a in acks
+            if a.task_id == task
+            and a.checkpoint_id <= last.checkpoint_id
+            and a.checkpoint_id not in savepoints
+        }
+        expected[task] = ["full"] + ["delta"] * ((len(snapshots) - 1) % MAX_CHAIN)
+    assert expected == chains
     # retention: every piece the latest checkpoint's chains need is still there; every other piece
     # of an older, discarded checkpoint is gone (the job's journal thread ended with the job)
     needed = _pieces(last)
