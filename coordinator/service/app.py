@@ -35,7 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from coordinator.service.direct import DirectConsumer, use_direct_consumer
 from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
 from coordinator.service.ownership import claim_partition, new_worker_id, snapshot_message
-from coordinator.service.runtime import Coordinator, Outcome, Outgoing
+from coordinator.service.runtime import Coordinator, Outcome
 from coordinator.service.writer import Writer, Written
 from coordinator.snapshot import PartitionSnapshot
 from coordinator.state import state_json
@@ -311,7 +311,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
         others = [m for o in outcomes for m in o.messages if m.topic != topics.checkpoints]
         failed = _note(await writer().write(journal))
         if others:
-            failed |= _note(await writer().write([m for m in others if _home(m) not in failed]))
+            failed |= _note(await writer().write([m for m in others if _home(m.key) not in failed]))
         return failed
 
     writers: list[Writer] = []
@@ -323,7 +323,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
                 Writer(
                     settings.bootstrap,
                     idempotent=idempotent,
-                    home=_home_of_key,
+                    home=_home,
                     max_bytes=MAX_SNAPSHOT_BYTES,  # as Faust's producer: a completion of many tasks
                 )
             )
@@ -344,10 +344,8 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
                 owner.journal_offset = max(owner.journal_offset, offset)
         return {partition for _, partition in written.failed if partition >= 0}  # -1: no job to recover
 
-    def _home(message: Outgoing) -> int:
-        return _home_of_key(message.key)
-
-    def _home_of_key(key: bytes | None) -> int:
+    def _home(key: bytes | None) -> int:
+        """The partition of the job a record is keyed by (-1 for no key)."""
         return coordinator.partition_of(key.decode("utf-8", "replace")) if key else -1
 
     def assigned_partitions() -> set[int]:

@@ -52,9 +52,10 @@ def test_writes_land_in_order_where_their_job_lives_and_report_the_last_offsets(
     assert {} == first.failed == second.failed
     for job in jobs:
         partition = _home(job)
-        written = [value for key, value in _read(bootstrap, topic, partition) if key == job]
+        records = _read(bootstrap, topic, partition)
+        written = [value for key, value in records if key == job]
         assert [b"%s-%d" % (job, n) for n in range(50)] == written
-        assert len(_read(bootstrap, topic, partition)) - 1 == second.last_offsets[(topic, partition)]
+        assert len(records) - 1 == second.last_offsets[(topic, partition)]
 
 
 def test_a_record_the_producer_refuses_fails_the_partition_of_its_job_and_the_rest_still_land(
