@@ -33,6 +33,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from coordinator.service.direct import DirectConsumer, use_direct_consumer
+from coordinator.service.gc_schedule import GC_INTERVAL_S, ScheduledCollections
 from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
 from coordinator.service.ownership import claim_partition, new_worker_id, snapshot_message
 from coordinator.service.runtime import Coordinator, Outcome
@@ -281,6 +282,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
         stream_wait_empty=False,
         broker_credentials=faust_credentials(client_properties()),
     )
+    collections = ScheduledCollections()
     coordinator = Coordinator(
         topics, partitions=settings.partitions, savepoint_roots=settings.savepoint_roots
     )
@@ -535,6 +537,12 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
             if await write_snapshot(snapshot):
                 owner.snapshot_offset = snapshot.journal_offset
 
+    @app.timer(GC_INTERVAL_S)
+    async def collect_garbage() -> None:
+        """The cycle collector's work, on a clock, in a worker that switched it off (:func:`run`)."""
+        if not gc.isenabled():
+            collections.collect()
+
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
         """Stop deciding revoked partitions at once; wait for a decision in flight and its writes."""
@@ -681,7 +689,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
                 lags.append(InputLag(tp.topic, tp.partition, max(0, highwater - position - 1)))
         return lags
 
-    metrics = registry_for(CoordinatorCollector(coordinator, partition_views, input_lag))
+    metrics = registry_for(CoordinatorCollector(coordinator, partition_views, input_lag, collections))
 
     @app.page("/metrics")
     async def get_metrics(web: Any, request: Any) -> Any:
@@ -720,6 +728,7 @@ def run(settings: Settings, loglevel: str = "warning") -> None:
     # handler drops. No spinner keeps the root logger at ``loglevel`` (~10 % of the CPU per ack).
     worker.spinner = None
     freeze_heap()
+    gc.disable()  # from here on collections run on a clock: create_app's collect_garbage timer
     worker.execute_from_commandline()
 
 

@@ -5,8 +5,8 @@ Per job, Flink's checkpoint metrics under Flink's names (``lastCheckpointDuratio
 Flink reports them as gauges, and so does this. Each worker reports the jobs it owns (the
 jobs of its claimed journal partitions): scrape every worker, and each job comes from exactly
 one of them at a time. Next to them the worker's own: inputs decided per topic, dead letters
-by reason, its journal partitions (epoch, offset, how long their recovery took) and how far
-its fetch position is behind each input partition's end.
+by reason, its journal partitions (epoch, offset, how long their recovery took), how far its
+fetch position is behind each input partition's end, and its scheduled garbage collections.
 
 Job metrics are read from the coordinator's state at scrape time (a custom collector), so
 deciding an input costs nothing more; the worker's counters are kept by the runtime.
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from coordinator.service.gc_schedule import ScheduledCollections
 from coordinator.service.runtime import Coordinator
 
 JOB_PREFIX = "cutline_job_"
@@ -52,10 +53,12 @@ class CoordinatorCollector(Collector):
         coordinator: Coordinator,
         partitions: Callable[[], Iterable[PartitionView]] = lambda: (),
         input_lag: Callable[[], Iterable[InputLag]] = lambda: (),
+        collections: ScheduledCollections | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.partitions = partitions
         self.input_lag = input_lag
+        self.collections = collections
 
     def collect(self) -> Iterator[Metric]:
         yield from self._jobs()
@@ -164,6 +167,18 @@ class CoordinatorCollector(Collector):
         for entry in sorted(self.input_lag(), key=lambda e: (e.topic, e.partition)):
             lag.add_metric([entry.topic, str(entry.partition)], entry.records)
         yield lag
+
+        if self.collections is not None:
+            yield CounterMetricFamily(
+                WORKER_PREFIX + "gc_collections",
+                "Scheduled garbage collections run (coordinator/service/gc_schedule.py).",
+                value=self.collections.runs,
+            )
+            yield CounterMetricFamily(
+                WORKER_PREFIX + "gc_seconds",
+                "Time spent in scheduled garbage collections.",
+                value=self.collections.seconds,
+            )
 
 
 def registry_for(collector: CoordinatorCollector) -> CollectorRegistry:

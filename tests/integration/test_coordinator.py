@@ -462,6 +462,8 @@ class TestRecovery:
             0
             == metrics[("cutline_coordinator_input_lag", (("partition", partition), ("topic", topics.acks)))]
         )
+        # The worker switched the automatic collector off and collects on a clock (one a second).
+        assert metrics[("cutline_coordinator_gc_collections_total", ())] >= 1
 
     def test_replaying_the_journal_reproduces_the_table(
         self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object

@@ -10,6 +10,7 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from coordinator.service.gc_schedule import ScheduledCollections
 from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
 from coordinator.service.runtime import Coordinator
 from events.codec import encode
@@ -120,7 +121,7 @@ def test_the_documented_metrics_and_the_example_alerts_name_metrics_that_exist()
     """docs/coordinator.md's tables and docs/prometheus-alerts.yml name only exported metrics, and
     the tables name every one."""
     exported = set()
-    for family in CoordinatorCollector(Coordinator(TOPICS)).collect():
+    for family in CoordinatorCollector(Coordinator(TOPICS), collections=ScheduledCollections()).collect():
         exported.add(family.name + ("_total" if family.type == "counter" else ""))
     docs = Path(__file__).resolve().parents[2] / "docs"
     table = (docs / "coordinator.md").read_text().partition("## Metrics")[2].partition("\n## ")[0]
@@ -128,3 +129,13 @@ def test_the_documented_metrics_and_the_example_alerts_name_metrics_that_exist()
 
     assert exported == set(re.findall(r"`(cutline_\w+)`", table))
     assert set(re.findall(r"\b(cutline_\w+)", alerts)) <= exported
+
+
+def test_the_worker_s_scheduled_garbage_collections_are_counted_with_their_time() -> None:
+    collections = ScheduledCollections()
+    collections.runs, collections.seconds = 2, 0.125  # as after two runs (tests/unit/test_gc_schedule.py)
+
+    metrics = scraped(CoordinatorCollector(Coordinator(TOPICS), collections=collections))
+
+    assert 2 == metrics[("cutline_coordinator_gc_collections_total", ())]
+    assert 0.125 == metrics[("cutline_coordinator_gc_seconds_total", ())]
