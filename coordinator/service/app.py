@@ -377,13 +377,14 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
                     continue  # a partition started recovering meanwhile
                 deciding = time.monotonic()
                 outcomes = []
-                for message in messages:
-                    owner = owners.get(message.partition)
-                    if owner is None or not owner.ready.is_set():
-                        continue  # revoked: its new owner decides it
-                    outcome = decide(message, owner)
-                    if outcome is not None:
-                        outcomes.append(outcome)
+                with coordinator.batch():  # one view of the file system for the batch's link checks
+                    for message in messages:
+                        owner = owners.get(message.partition)
+                        if owner is None or not owner.ready.is_set():
+                            continue  # revoked: its new owner decides it
+                        outcome = decide(message, owner)
+                        if outcome is not None:
+                            outcomes.append(outcome)
                 decided = time.monotonic()
                 failed = await publish(outcomes)
                 _report_slow_batch(messages, arrived, deciding, decided, time.monotonic())

@@ -34,14 +34,14 @@ nothing is journaled, so replaying the journal still reproduces the state.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import random
-import stat
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from coordinator.commands import (
@@ -63,6 +63,7 @@ from coordinator.decider import (
     evolve,
     savepoint_roots,
 )
+from coordinator.service.file_view import SCAN_AFTER, BatchFileView, is_link
 from coordinator.snapshot import PartitionSnapshot, trigger_key
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track
@@ -185,6 +186,19 @@ class Coordinator:
         """Input messages handled (decided or dead-lettered), by topic: for metrics."""
         self.dead_letters: Counter[str] = Counter()
         """Dead letters made, by reason: for metrics."""
+        self._files: BatchFileView | None = None
+        """The file system as seen by the batch being decided (:meth:`batch`); None: ask it per ack."""
+
+    @contextlib.contextmanager
+    def batch(self, scan_after: int = SCAN_AFTER) -> Iterator[BatchFileView]:
+        """Decide the inputs handled inside this block as one batch: the symbolic-link check asks
+        one :class:`BatchFileView` (each checkpoint directory listed once for the batch, not
+        ``lstat`` per name and ack), so it holds as of the batch."""
+        self._files = files = BatchFileView(scan_after)
+        try:
+            yield files
+        finally:
+            self._files = None
 
     # ------------------------------------------------------------- recovery
 
@@ -541,7 +555,7 @@ class Coordinator:
                 if pending is None:
                     continue
                 where = pending.triggered.location
-                resolved = _linked_out(event.state.uri, where, roots)
+                resolved = _linked_out(event.state.uri, where, roots, self._files)
                 if resolved is not None:
                     return InputRejected(
                         event.job_id,
@@ -648,7 +662,9 @@ def _resolved_outside(uri: str, roots: Iterable[str]) -> str | None:
     return real
 
 
-def _linked_out(uri: str, location: str, roots: tuple[str, ...]) -> str | None:
+def _linked_out(
+    uri: str, location: str, roots: tuple[str, ...], files: BatchFileView | None = None
+) -> str | None:
     """For a ``file:`` state handle of a checkpoint at ``location``: its real path when that is not
     below the checkpoint's real directory; None when it is (or when either is not a ``file:`` URI).
 
@@ -658,6 +674,7 @@ def _linked_out(uri: str, location: str, roots: tuple[str, ...]) -> str | None:
     that is a link to ``/etc``) count as leaving it, links inside it to files inside it do not.
     Only the path below the root is walked (``lstat`` per name, until a name does not exist):
     what is not there cannot lead anywhere, and what the coordinator may not see, it cannot check.
+    With ``files`` (the batch's view), names are asked of it instead of ``lstat`` one by one.
     """
     anchored = _anchored(location, roots)
     handle = _file_uri(uri) if anchored is not None else None
@@ -671,13 +688,14 @@ def _linked_out(uri: str, location: str, roots: tuple[str, ...]) -> str | None:
         base, below = "/", handle.segments  # handle is below the location; resolve it all anyway
     # ``path + "/" + name`` is os.path.join's answer here (names are plain, ``path`` ends in none).
     path = base.rstrip("/")
+    ask = is_link if files is None else files.is_link
     for name in below:
         path = path + "/" + name
-        try:
-            if not stat.S_ISLNK(os.lstat(path).st_mode):
-                continue
-        except OSError:
+        linked = ask(path)
+        if linked is None:
             return None
+        if not linked:
+            continue
         directory = os.path.join(root, *where.segments[n:])
         real = os.path.realpath(os.path.join(base, *below))
         return None if _below(real, directory) else real

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -400,6 +402,15 @@ class TestIsolation:
 
 
 class TestSymbolicLinks:
+    @pytest.fixture(autouse=True, params=["per ack", "in one batch"])
+    def _mode(self, request: pytest.FixtureRequest) -> Iterator[None]:
+        """Each case twice: acks handled one by one (``lstat`` per name) and inside
+        ``Coordinator.batch`` with every directory listed at once (coordinator/service/file_view.py)."""
+        self.in_one_batch = request.param == "in one batch"
+        with contextlib.ExitStack() as stack:
+            self.stack = stack
+            yield
+
     @pytest.fixture(name="tree")
     def _tree(self, tmp_path: Path) -> Path:
         (tmp_path / "checkpoints" / JOB / "chk-1").mkdir(parents=True)
@@ -413,6 +424,8 @@ class TestSymbolicLinks:
         record = JobStatusChanged(JOB, JobStatus.RUNNING, 0, 1, ("a", "b"), cfg)
         coordinator.handle(TOPICS.job_status, 0, 0, JOB.encode(), encode(record), 0)
         coordinator.tick(JOB, 10_000)
+        if self.in_one_batch:
+            self.stack.enter_context(coordinator.batch(scan_after=1))
         return coordinator
 
     def test_a_state_handle_linked_outside_the_location_is_refused(self, tree: Path) -> None:
