@@ -751,6 +751,9 @@ class LatencyResult:
     stages: dict[str, list[float]]
     """Per measured checkpoint, ms spent in each stage (STAGES, AFTER)."""
     cpu: dict[str, float]
+    slowest: tuple[int, int, str, dict[str, float]] | None = None
+    """The slowest measured checkpoint whose path was traced: id, duration_ms, the task acked last,
+    ms per stage (STAGES): where an outlier's time went."""
 
     @property
     def wall_s(self) -> float:
@@ -873,6 +876,7 @@ def analyse(
     seen = {t.task_id: t for t in traces}
     measured = sorted(completed)[warmup:]
     stages: dict[str, list[float]] = defaultdict(list)
+    slowest: tuple[int, int, str, dict[str, float]] | None = None
     for cid in measured:
         done, done_sent = completed[cid]
         if cid not in triggered or cid not in barrier_sent:
@@ -895,8 +899,14 @@ def analyse(
             ack_sent,
             done.timestamp_ms,
         ]
-        for (name, _), (before, after) in zip(STAGES, zip(path, path[1:], strict=False), strict=True):
-            stages[name].append(after - before)
+        spent = {
+            name: after - before
+            for (name, _), (before, after) in zip(STAGES, zip(path, path[1:], strict=False), strict=True)
+        }
+        for name, ms in spent.items():
+            stages[name].append(ms)
+        if slowest is None or done.duration_ms > slowest[1]:
+            slowest = (cid, done.duration_ms, last, spent)
         notified = [t.completion_seen[cid] / 1e6 for t in traces if cid in t.completion_seen]
         stages[AFTER[0][0]].append(max(times.values()) - min(times.values()))
         stages[AFTER[1][0]].append(done_sent - done.timestamp_ms)
@@ -910,6 +920,7 @@ def analyse(
         declined=sum(t.declined for t in traces),
         stages=dict(stages),
         cpu=cpu,
+        slowest=slowest,
     )
 
 
@@ -1022,6 +1033,18 @@ def breakdown_table(results: list[LatencyResult]) -> Table:
     for name, how in AFTER:
         table.add_row(name, *[cell(r.stages.get(name, [])) for r in results], how)
     return table
+
+
+def slowest_lines(results: list[LatencyResult]) -> list[str]:
+    """Per row, where the slowest traced checkpoint's time went (an outlier is one stage)."""
+    lines = []
+    for r in results:
+        if r.slowest is None:
+            continue
+        cid, duration, task, spent = r.slowest
+        steps = ", ".join(f"{name.removeprefix('→ ')} {ms:,.1f}" for name, ms in spent.items())
+        lines.append(f"  slowest of {r.label}: checkpoint {cid}, {duration:,} ms (task {task} last): {steps}")
+    return lines
 
 
 # ------------------------------------------------------------------ main
@@ -1151,6 +1174,8 @@ def main() -> None:
     if latency:
         console.print(latency_table(latency))
         console.print(breakdown_table(latency))
+        for line in slowest_lines(latency):
+            console.print(line, highlight=False)
     console.print(
         f"total {time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f} at the end"
     )

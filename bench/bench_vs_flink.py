@@ -60,6 +60,7 @@ from bench.bench_coordinator import (
     make_topics,
     mean,
     percentile,
+    slowest_lines,
 )
 from bench.cpu import descendants, machine_busy, process_cpu
 from coordinator.service.supervisor import CoordinatorProcess
@@ -443,6 +444,8 @@ def main() -> None:
                         f"  {len(r.durations)} measured, {r.aborted} aborted, {r.declined} declined; "
                         f"p50 {percentile(r.durations, 50):.0f} / p99 {percentile(r.durations, 99):.0f} ms"
                     )
+                    for line in slowest_lines([r]):
+                        console.print(line, highlight=False)
                     rows.append(ours)
                 console.print(f"[bold]round {round_}[/]: Flink, parallelism {n}, {seconds} s, load {load()}")
                 flink = run_flink(python, anchor, n, seconds, args.interval_ms, warmup, checkpoints, scratch)
