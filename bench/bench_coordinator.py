@@ -1175,7 +1175,7 @@ def main() -> None:
         console.print(latency_table(latency))
         console.print(breakdown_table(latency))
         for line in slowest_lines(latency):
-            console.print(line, highlight=False)
+            console.print(line, highlight=False, soft_wrap=True)
     console.print(
         f"total {time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f} at the end"
     )

@@ -445,7 +445,7 @@ def main() -> None:
                         f"p50 {percentile(r.durations, 50):.0f} / p99 {percentile(r.durations, 99):.0f} ms"
                     )
                     for line in slowest_lines([r]):
-                        console.print(line, highlight=False)
+                        console.print(line, highlight=False, soft_wrap=True)
                     rows.append(ours)
                 console.print(f"[bold]round {round_}[/]: Flink, parallelism {n}, {seconds} s, load {load()}")
                 flink = run_flink(python, anchor, n, seconds, args.interval_ms, warmup, checkpoints, scratch)

@@ -152,7 +152,7 @@ class Writer:
         return future
 
     def _produce(self, message: Outgoing, on_delivery: Callable[[KafkaError | None, Message], None]) -> None:
-        deadline = time.monotonic() + 5.0
+        deadline: float | None = None  # set at the first BufferError: the clock is not read per record
         while True:
             try:
                 self._producer.produce(
@@ -164,7 +164,9 @@ class Writer:
                 )
                 return
             except BufferError:  # the local queue is full: the writer's thread is draining it
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                deadline = now + 5.0 if deadline is None else deadline
+                if now > deadline:
                     raise
                 time.sleep(0.005)
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from coordinator.service.writer import Written, _Pending
+import pytest
+
+from coordinator.service import writer as writer_module
+from coordinator.service.runtime import Outgoing
+from coordinator.service.writer import Writer, Written, _Pending
 
 
 @dataclass
@@ -93,3 +97,51 @@ def test_a_report_that_comes_after_the_loop_closed_is_dropped_quietly() -> None:
     pending.delivered(None, Report(("journal", 0), 3))  # type: ignore[arg-type]
 
     assert {("journal", 0): 3} == pending.written.last_offsets
+
+
+class FullQueue:
+    """Stands in for librdkafka's producer: its local queue is full ``times`` times, then it takes
+    the record."""
+
+    def __init__(self, times: int) -> None:
+        self.times = times
+        self.calls = 0
+
+    def produce(self, topic: str, **kwargs: object) -> None:
+        self.calls += 1
+        if self.calls <= self.times:
+            raise BufferError("Local: Queue full")
+
+
+def _writer_over(producer: FullQueue) -> Writer:
+    writer = Writer.__new__(Writer)  # no broker, no thread: only _produce is exercised
+    writer._producer = producer  # type: ignore[assignment]
+    return writer
+
+
+RECORD = Outgoing("t.checkpoints", b"job-a", b"value", (("cutline.epoch", b"1"),))
+
+
+def test_a_full_local_queue_is_waited_out() -> None:
+    """The writer's thread drains librdkafka's queue; a record that meets a full queue is tried
+    again until it is taken."""
+    producer = FullQueue(times=3)
+
+    _writer_over(producer)._produce(RECORD, lambda error, message: None)
+
+    assert 4 == producer.calls
+
+
+def test_a_queue_that_stays_full_refuses_the_record_after_five_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Five seconds after the first refusal the record fails (``write`` then fails its partition)."""
+    clock = iter(range(0, 1000))
+    monkeypatch.setattr(writer_module.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(writer_module.time, "sleep", lambda seconds: None)
+    producer = FullQueue(times=10**6)
+
+    with pytest.raises(BufferError):
+        _writer_over(producer)._produce(RECORD, lambda error, message: None)
+
+    assert 7 == producer.calls  # refused at t = 0 (deadline 5), 1, 2, 3, 4, 5; at t = 6 it gives up
