@@ -95,6 +95,7 @@ from events.records import (
     StateHandle,
     TaskAcknowledged,
 )
+from events.storage import local_path
 from events.topics import DEFAULT_PARTITIONS, Topics
 
 COMMAND = "uv run python bench/bench_coordinator.py"
@@ -530,11 +531,10 @@ def bench_throughput(
         for t in triggered:
             # The state files exist, as in a real job: the coordinator's symbolic-link check then
             # walks the job's directory, the checkpoint's and the file (docs/security.md).
-            directory = Path(t.location.removeprefix("file://"))
+            directory = local_path(t.location)
             directory.mkdir(parents=True, exist_ok=True)
-            for task_id in task_ids:
-                (directory / task_id).touch()
             for i, task_id in enumerate(task_ids):
+                (directory / task_id).touch()
                 ack = CheckpointAcknowledged(
                     job_id=job,
                     checkpoint_id=t.checkpoint_id,
