@@ -6,6 +6,11 @@ The file header carries the full writer schema, so any Avro tool reads it
 (``fastavro``, ``avro-tools tojson``, Spark's ``avro`` source) and an older
 cutline's file still decodes here through Avro schema resolution.
 
+Replay reads the records of a file written with the current schema with cavro where it is
+installed (a compiled Avro reader: 2.5 µs a record against fastavro's 6.6 on this journal; it
+has wheels for CPython 3.11 and 3.12), else with fastavro, which also resolves files of older
+schemas and writes every file. Both give the same entries (``tests/unit/test_journal.py``).
+
 Blocks are written with the ``null`` codec by default: on a 1M-event journal
 it reads back 10-15 % faster than ``deflate`` and writes about 10 % faster,
 but the file is about 4x larger (276 MB against 69 MB; see
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -122,18 +128,65 @@ def read_journal(path: StrPath) -> Iterator[JournalEntry]:
     return (JournalEntry(event, partition, offset) for event, partition, offset in read_journal_events(path))
 
 
-def read_journal_events(path: StrPath) -> Iterator[tuple[JournalEvent, int, int]]:
-    """:func:`read_journal` as ``(event, partition, offset)`` tuples: replay's hot path."""
+def read_journal_events(
+    path: StrPath, *, reader: AvroReader | None = None
+) -> Iterator[tuple[JournalEvent, int, int]]:
+    """:func:`read_journal` as ``(event, partition, offset)`` tuples: replay's hot path.
+
+    ``reader`` picks the Avro library that decodes the records of a file written with the current
+    schema: ``"cavro"`` (the default where installed) or ``"fastavro"``. A file of another
+    schema is always resolved by fastavro.
+    """
+    use_cavro = _cavro_chosen(reader)
     stream = open(path, "rb")  # noqa: SIM115 - the generator below owns and closes it
     try:
         decoders = _branch_decoders()
         records, current = _open_reader(stream, str(path), by_name=decoders is None)
+        if decoders is not None and current and use_cavro:
+            stream.seek(0)
+            records = _cavro_records(stream)
     except BaseException:
         stream.close()
         raise
     if decoders is None or not current:
         return _events_by_name(stream, records, str(path))
     return _events_by_fields(stream, records, str(path), decoders)
+
+
+AvroReader: TypeAlias = Literal["cavro", "fastavro"]
+"""The libraries that can decode a journal file's records."""
+
+
+@cache
+def _cavro() -> Any | None:
+    """The cavro module, or None where it is not installed (no wheel for this Python)."""
+    try:
+        import cavro
+    except ImportError:
+        return None
+    return cavro
+
+
+def _cavro_chosen(reader: AvroReader | None) -> bool:
+    if reader is None:
+        return _cavro() is not None
+    if reader not in ("cavro", "fastavro"):
+        raise ValueError(f"reader={reader!r}: the journal is read with 'cavro' or 'fastavro'")
+    if reader == "cavro" and _cavro() is None:
+        raise ValueError("reader='cavro', but cavro is not installed here; use reader='fastavro'")
+    return reader == "cavro"
+
+
+def _cavro_records(stream: IO[bytes]) -> Iterator[Any]:
+    """cavro's reader of the journal in ``stream`` (at its start), its records as dicts in schema
+    field order (as fastavro gives them); fastavro's if cavro cannot take the file."""
+    cavro: Any = _cavro()
+    try:
+        options = cavro.DEFAULT_OPTIONS.replace(record_decodes_to_dict=True)
+        return cast(Iterator[Any], iter(cavro.ContainerReader(stream, options=options)))
+    except Exception:  # a schema cavro's rules refuse: fastavro reads what it wrote
+        stream.seek(0)
+        return cast(Iterator[Any], iter(fastavro.reader(stream)))
 
 
 _Decoder: TypeAlias = Callable[[Mapping[str, Any]], JournalEvent]
@@ -203,7 +256,21 @@ def _open_reader(stream: IO[bytes], name: str, *, by_name: bool) -> tuple[Iterat
         ) from exc
 
 
-_READ_ERRORS = (ValueError, EOFError, KeyError, TypeError, IndexError, SchemaResolutionError)
+_READ_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    EOFError,
+    KeyError,
+    TypeError,
+    IndexError,
+    SchemaResolutionError,
+)
+
+
+def _read_errors() -> tuple[type[Exception], ...]:
+    """What a damaged file raises while it is read (cavro's own errors too, once it is imported:
+    importing it takes numpy, about 0.2 s, so only replay does)."""
+    cavro = sys.modules.get("cavro")
+    return _READ_ERRORS if cavro is None else (*_READ_ERRORS, cavro.CavroException)
 
 
 def _damaged(name: str, index: int, exc: Exception) -> JournalFileError:
@@ -222,7 +289,7 @@ def _events_by_fields(
             datum = record["event"]
             yield decoders[tuple(datum)](datum), record["partition"], record["offset"]
             index += 1
-    except _READ_ERRORS as exc:
+    except _read_errors() as exc:
         raise _damaged(name, index, exc) from exc
     finally:
         stream.close()
@@ -238,7 +305,7 @@ def _events_by_name(
             record_name, datum = record["event"]
             yield from_avro(classes[record_name], datum), record["partition"], record["offset"]
             index += 1
-    except _READ_ERRORS as exc:
+    except _read_errors() as exc:
         raise _damaged(name, index, exc) from exc
     finally:
         stream.close()

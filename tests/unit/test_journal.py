@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
 import itertools
 import random
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import avro.io
 import fastavro
 import pytest
 
+from coordinator import journal
 from coordinator.decider import _replace_state, fold_jobs
 from coordinator.invariants import first_violation
 from coordinator.journal import (
@@ -154,6 +157,92 @@ class TestRoundTrip:
 
         assert 0 == write_journal(path, [])
         assert [] == list(read_journal(path))
+
+
+READERS = ["fastavro", *(["cavro"] if importlib.util.find_spec("cavro") else [])]
+"""The Avro libraries that can decode journal records here (cavro has wheels for 3.11 and 3.12)."""
+
+
+class TestAvroReaders:
+    """cavro (where installed) and fastavro decode a journal file to the same entries."""
+
+    @pytest.mark.parametrize("reader", READERS)
+    @pytest.mark.parametrize("codec", ["null", "deflate"])
+    def test_every_record_type_reads_back_equal(self, tmp_path: Path, reader: str, codec: str) -> None:
+        """Every record type with its optional fields set, and a simulated journal, read back equal."""
+        entries = [
+            *(JournalEntry(e, partition=i % 3, offset=100 + i) for i, e in enumerate(one_of_each())),
+            *(JournalEntry(e, partition=1, offset=200 + i) for i, e in enumerate(simulated(3000))),
+        ]
+        path = tmp_path / "journal.avro"
+        write_journal(path, entries, codec=codec)  # type: ignore[arg-type]
+
+        read = [JournalEntry(*entry) for entry in read_journal_events(path, reader=reader)]  # type: ignore[arg-type]
+
+        assert entries == read
+
+    @pytest.mark.parametrize("reader", READERS)
+    def test_a_truncated_file_is_damaged_after_the_entries_it_has(self, tmp_path: Path, reader: str) -> None:
+        """Cut short, a file yields a prefix of its entries, then says how many."""
+        events = simulated(5000)
+        path = tmp_path / "journal.avro"
+        write_journal(path, events)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        read: list[JournalEvent] = []
+
+        with pytest.raises(JournalFileError, match=r"damaged after \d+ entries") as raised:
+            for event, _, _ in read_journal_events(path, reader=reader):  # type: ignore[arg-type]
+                read.append(event)
+
+        assert 0 < len(read) < len(events)
+        assert events[: len(read)] == read
+        assert f"damaged after {len(read)} entries" in str(raised.value)
+
+    @pytest.mark.skipif(
+        importlib.util.find_spec("cavro") is None, reason="cavro has no wheel for this Python"
+    )
+    def test_cavro_is_the_default_where_it_is_installed(self) -> None:
+        assert journal._cavro_chosen(None)
+
+    def test_without_cavro_fastavro_reads_and_asking_for_cavro_says_so(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Where cavro is not installed (Python 3.13 on), fastavro reads; reader='cavro' is refused."""
+        events = simulated(500)
+        path = tmp_path / "journal.avro"
+        write_journal(path, events)
+        monkeypatch.setattr(journal, "_cavro", lambda: None)
+
+        assert not journal._cavro_chosen(None)
+        assert events == [event for event, _, _ in read_journal_events(path)]
+        with pytest.raises(ValueError, match="cavro is not installed here; use reader='fastavro'"):
+            read_journal_events(path, reader="cavro")
+
+    def test_an_unknown_reader_is_refused(self, tmp_path: Path) -> None:
+        path = tmp_path / "journal.avro"
+        write_journal(path, simulated(10))
+
+        with pytest.raises(ValueError, match="read with 'cavro' or 'fastavro'"):
+            read_journal_events(path, reader="avro")  # type: ignore[arg-type]
+
+    def test_a_file_cavro_refuses_is_read_by_fastavro(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """If cavro's schema rules refuse a file, fastavro (which wrote it) reads it instead."""
+
+        class Refusing:
+            DEFAULT_OPTIONS = types.SimpleNamespace(replace=lambda **_: None)
+
+            @staticmethod
+            def ContainerReader(*args: object, **kwargs: object) -> None:  # noqa: N802 - cavro's name
+                raise ValueError("invalid name")
+
+        events = simulated(500)
+        path = tmp_path / "journal.avro"
+        write_journal(path, events)
+        monkeypatch.setattr(journal, "_cavro", lambda: Refusing)
+
+        assert events == [event for event, _, _ in read_journal_events(path, reader="cavro")]
 
 
 class TestAnyAvroTool:
