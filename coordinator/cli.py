@@ -28,7 +28,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from coordinator.decider import evolve
-from coordinator.invariants import Violation, violations
+from coordinator.file_check import FileCheck, Verdict
+from coordinator.invariants import violations
 from coordinator.journal import (
     Codec,
     JournalFileError,
@@ -167,6 +168,17 @@ class Cut:
         return "the end"
 
 
+@dataclass(frozen=True, slots=True)
+class _Selection:
+    """The events a replay takes: one job's (``--job``) up to the cut (``--until``)."""
+
+    cut: Cut
+    job: str | None = None
+
+    def wanted(self, event: JournalEvent, offset: int) -> bool:
+        return (self.job is None or event.job_id == self.job) and self.cut.includes(event, offset)
+
+
 _MILLIS = re.compile(r"(\d+)\s*ms")
 
 
@@ -259,8 +271,7 @@ class _Timeline:
 
 def _replay(
     source: Iterable[tuple[JournalEvent, int, int]],
-    cut: Cut,
-    job: str | None,
+    selection: _Selection,
     timeline: _Timeline | None,
     result: _Replay,
     *,
@@ -269,11 +280,12 @@ def _replay(
     """The selected events of the journal, folding each into ``result`` as it passes."""
     states, jobs_in_file = result.states, result.jobs_in_file
     partitions, offsets = result.partitions, result.offsets
+    wanted = selection.wanted
     for event, partition, offset in source:
         result.total += 1
         job_id = event.job_id
         jobs_in_file.add(job_id)
-        if (job is not None and job_id != job) or not cut.includes(event, offset):
+        if not wanted(event, offset):
             continue
         result.selected += 1
         state = states.get(job_id)
@@ -367,18 +379,26 @@ def replay(
     origin = str(from_file) if from_file is not None else f"{Topics(topic_prefix).checkpoints} at {bootstrap}"
     timeline = None if quiet else _Timeline(console, print_all=print_all)
     result = _Replay()
+    selection = _Selection(cut, job)
+    # A file is checked by a helper process while this one folds it (coordinator/file_check.py).
+    check = FileCheck(from_file, selection) if verify and from_file is not None else None
+    check_here = verify and (check is None or not check.in_helper)
+    verdict = Verdict(None)
     try:
         source: Iterable[tuple[JournalEvent, int, int]] = (
             read_journal_events(from_file)
             if from_file is not None
             else _journal_topic(str(bootstrap), topic_prefix)
         )
-        events = _replay(source, cut, job, timeline, result, track=verify)
+        events = _replay(source, selection, timeline, result, track=check_here)
         if plot is not None:
             events = _plotted(events, outcomes := CheckpointOutcomes())
-        violation = _first_violation(events) if verify else None
+        if check_here:
+            verdict = _first_violation(events, result)
         for _ in events:  # the rest, after a violation (or everything, without --verify)
             pass
+        if check is not None and check.in_helper:
+            verdict = check.verdict()
     except FileNotFoundError:
         _fail(errors, f"{from_file}: no such file; give the path of a journal file to --from-file")
     except IsADirectoryError:
@@ -389,6 +409,9 @@ def replay(
         _fail(errors, str(exc))
     except (KafkaException, TimeoutError) as exc:
         _fail(errors, f"cannot read the journal topic: {exc}")
+    finally:
+        if check is not None:
+            check.close()
     if job is not None and job not in result.jobs_in_file:
         known = ", ".join(sorted(result.jobs_in_file)) or "none"
         _fail(errors, f"job {job!r} has no events in {origin}; its jobs are: {known}")
@@ -407,8 +430,8 @@ def replay(
             _fail(errors, f"cannot write {plot}: {exc.strerror or exc}")
         console.print(f"plotted {len(outcomes.outcomes):,} checkpoints to {plot}", soft_wrap=True)
     if verify:
-        if violation is not None:
-            _print_violation(console, violation, result)
+        if verdict.violation is not None:
+            _print_violation(console, verdict)
             raise typer.Exit(VIOLATION)
         console.print(Text(f"verified: {result.selected:,} events, no violation", "green"), soft_wrap=True)
 
@@ -419,10 +442,14 @@ def _plotted(events: Iterator[JournalEvent], outcomes: CheckpointOutcomes) -> It
         yield event
 
 
-def _first_violation(events: Iterator[JournalEvent]) -> Violation | None:
+def _first_violation(events: Iterator[JournalEvent], result: _Replay) -> Verdict:
+    """The invariants over ``events`` in this process (the replay tracks their positions)."""
     for violation in violations(events):
-        return violation
-    return None
+        index = violation.index
+        if 0 <= index < len(result.offsets):
+            return Verdict(violation, (result.partitions[index], result.offsets[index]))
+        return Verdict(violation)
+    return Verdict(None)
 
 
 def _print_states(console: Console, result: _Replay, job: str | None) -> None:
@@ -431,11 +458,13 @@ def _print_states(console: Console, result: _Replay, job: str | None) -> None:
         console.print(job_summary(result.states.get(job_id) or initial_state(job_id)))
 
 
-def _print_violation(console: Console, violation: Violation, result: _Replay) -> None:
+def _print_violation(console: Console, verdict: Verdict) -> None:
+    violation = verdict.violation
+    assert violation is not None
     index = violation.index
     position = ""
-    if 0 <= index < len(result.offsets):
-        partition, offset = result.partitions[index], result.offsets[index]
+    if verdict.position is not None:
+        partition, offset = verdict.position
         position = f", offset {offset}" + (f" in partition {partition}" if partition >= 0 else "")
     console.print(
         Text.assemble(
