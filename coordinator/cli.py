@@ -28,8 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from coordinator.decider import evolve
-from coordinator.file_check import FileCheck, Verdict
-from coordinator.invariants import violations
+from coordinator.file_check import FileCheck, Verdict, first_verdict
 from coordinator.journal import (
     Codec,
     JournalFileError,
@@ -394,7 +393,7 @@ def replay(
         if plot is not None:
             events = _plotted(events, outcomes := CheckpointOutcomes())
         if check_here:
-            verdict = _first_violation(events, result)
+            verdict = first_verdict(events, result.partitions, result.offsets)
         for _ in events:  # the rest, after a violation (or everything, without --verify)
             pass
         if check is not None and check.in_helper:
@@ -440,16 +439,6 @@ def _plotted(events: Iterator[JournalEvent], outcomes: CheckpointOutcomes) -> It
     for event in events:
         outcomes.add(event)
         yield event
-
-
-def _first_violation(events: Iterator[JournalEvent], result: _Replay) -> Verdict:
-    """The invariants over ``events`` in this process (the replay tracks their positions)."""
-    for violation in violations(events):
-        index = violation.index
-        if 0 <= index < len(result.offsets):
-            return Verdict(violation, (result.partitions[index], result.offsets[index]))
-        return Verdict(violation)
-    return Verdict(None)
 
 
 def _print_states(console: Console, result: _Replay, job: str | None) -> None:

@@ -5,7 +5,7 @@ Replay folds the file's events into job states; ``--verify`` also runs the invar
 each other: the check reads only the events. So for a file, a forked helper process reads the file
 itself and checks it while this process folds and prints. Each process decodes the file once (4 µs
 an event with cavro); the check (3 µs) and the fold (2 µs) no longer add up on one core. On a
-1M-event journal: 10.7 s in one process, about 7.5 s in two (docs/benchmarks.md).
+1M-event journal: 10.7 s in one process, 8.3 s in two (docs/benchmarks.md).
 
 Only the verdict crosses over: the first violation and where it stands in the file. If the helper
 cannot be started (not Linux, a threaded process), fails or dies, this process checks the file
@@ -58,7 +58,13 @@ def check_file(path: Path, selection: Selection) -> Verdict:
                 offsets.append(offset)
                 yield event
 
-    for violation in violations(selected()):
+    return first_verdict(selected(), partitions, offsets)
+
+
+def first_verdict(events: Iterator[JournalEvent], partitions: array[int], offsets: array[int]) -> Verdict:
+    """The first violation of the invariants over ``events``, placed by the file positions that
+    whoever yields the events appends to ``partitions`` and ``offsets`` as each one passes."""
+    for violation in violations(events):
         index = violation.index
         return Verdict(violation, (partitions[index], offsets[index]) if 0 <= index < len(offsets) else None)
     return Verdict(None)
