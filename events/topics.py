@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_PREFIX = "cutline."
 DEFAULT_PARTITIONS = 8
@@ -18,35 +18,20 @@ class Topics:
     """
 
     prefix: str = DEFAULT_PREFIX
+    job_status: str = field(init=False, repr=False, compare=False)
+    requests: str = field(init=False, repr=False, compare=False)
+    acks: str = field(init=False, repr=False, compare=False)
+    declines: str = field(init=False, repr=False, compare=False)
+    barriers: str = field(init=False, repr=False, compare=False)
+    checkpoints: str = field(init=False, repr=False, compare=False)
+    """The journal: every event the coordinator decided, in order."""
+    dead_letters: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def job_status(self) -> str:
-        return f"{self.prefix}job-status"
-
-    @property
-    def requests(self) -> str:
-        return f"{self.prefix}requests"
-
-    @property
-    def acks(self) -> str:
-        return f"{self.prefix}acks"
-
-    @property
-    def declines(self) -> str:
-        return f"{self.prefix}declines"
-
-    @property
-    def barriers(self) -> str:
-        return f"{self.prefix}barriers"
-
-    @property
-    def checkpoints(self) -> str:
-        """The journal: every event the coordinator decided, in order."""
-        return f"{self.prefix}checkpoints"
-
-    @property
-    def dead_letters(self) -> str:
-        return f"{self.prefix}dead-letters"
+    def __post_init__(self) -> None:
+        # Spelled out once, not per access: the coordinator asks for these names for every
+        # message it decides and publishes (a property built a new string each time).
+        for name, suffix in _SUFFIXES.items():
+            object.__setattr__(self, name, f"{self.prefix}{suffix}")
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -56,3 +41,15 @@ class Topics:
     @property
     def all(self) -> tuple[str, ...]:
         return (*self.inputs, self.barriers, self.checkpoints, self.dead_letters)
+
+
+_SUFFIXES = {
+    "job_status": "job-status",
+    "requests": "requests",
+    "acks": "acks",
+    "declines": "declines",
+    "barriers": "barriers",
+    "checkpoints": "checkpoints",
+    "dead_letters": "dead-letters",
+}
+"""Each topic's name after the prefix."""

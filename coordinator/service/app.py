@@ -429,7 +429,12 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
         """Each fetched batch of inputs and ticks, decided at once (coordinator/service/direct.py)."""
         await decide_batch(messages, decide)
 
-    use_direct_consumer(app, [raw_topic(name) for name in sorted(input_topics)], decide_fetched)
+    use_direct_consumer(
+        app,
+        [raw_topic(name) for name in sorted(input_topics)],
+        decide_fetched,
+        between_batches=collections.collect_deferred,
+    )
 
     ticked: dict[str, int] = {}
 
@@ -541,7 +546,11 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     @app.timer(GC_INTERVAL_S)
     async def collect_garbage() -> None:
         """The cycle collector's work, on a clock, in a worker that switched it off (:func:`run`)."""
-        if not gc.isenabled():
+        if gc.isenabled():
+            return
+        if publish_lock.locked():
+            collections.defer()  # a batch is being decided: collect once its objects are freed
+        else:
             collections.collect()
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]

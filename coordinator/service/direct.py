@@ -37,6 +37,8 @@ class DirectConsumer(faust_aiokafka.Consumer):
 
     direct_topics: frozenset[str] = frozenset()
     batch_handler: BatchHandler | None = None
+    between_batches: Callable[[], object] | None = None
+    """Called after each direct batch, once the loop holds none of its messages."""
 
     async def _drain_messages(self, fetcher: Any) -> None:
         """Faust's fetch loop (``Consumer._drain_messages``) with the direct batches taken out."""
@@ -65,6 +67,9 @@ class DirectConsumer(faust_aiokafka.Consumer):
                         read_offset[tp] = offset
                     if direct:
                         await self._handle_direct(direct)
+                        direct = []
+                        if self.between_batches is not None:
+                            self.between_batches()
                 self.diag.unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -99,15 +104,22 @@ class DirectConsumer(faust_aiokafka.Consumer):
             await self.commit()
 
 
-def use_direct_consumer(app: faust.App, topics: Sequence[faust.TopicT], handler: BatchHandler) -> None:
+def use_direct_consumer(
+    app: faust.App,
+    topics: Sequence[faust.TopicT],
+    handler: BatchHandler,
+    between_batches: Callable[[], object] | None = None,
+) -> None:
     """Make ``app``'s consumer a :class:`DirectConsumer` handing the messages of ``topics`` to
-    ``handler``, and subscribe them (no agent reads them). Call before the app starts."""
+    ``handler`` (and calling ``between_batches`` after each batch), and subscribe them (no agent
+    reads them). Call before the app starts."""
     consumer_class = type(
         "CoordinatorConsumer",
         (DirectConsumer,),
         {
             "direct_topics": frozenset(name for topic in topics for name in topic.topics),
             "batch_handler": staticmethod(handler),
+            "between_batches": None if between_batches is None else staticmethod(between_batches),
         },
     )
     # The transport builds the app's consumer from its ``Consumer`` class attribute (a ClassVar).

@@ -11,6 +11,11 @@ calls :meth:`ScheduledCollections.collect` every ``GC_INTERVAL_S``: the young ge
 time, everything every ``GC_FULL_EVERY`` times. Garbage without reference cycles (nearly all of
 it) is still freed at once by reference counting; garbage in cycles waits up to a second, or
 about a minute once it is old.
+
+A collection that falls due while a fetched batch is being decided waits for the batch to end
+(:meth:`ScheduledCollections.defer`, then :meth:`ScheduledCollections.collect_deferred` from the
+fetch loop): the batch's messages, outcomes and encoded records are then freed, not walked. In an
+80,000-ack flood, collections in the middle of a batch took 40-130 ms each and found nothing.
 """
 
 from __future__ import annotations
@@ -41,9 +46,21 @@ class ScheduledCollections:
         self.full_every = full_every
         self.runs = 0
         self.seconds = 0.0
+        self.deferred = False
+        """A collection fell due during a batch; the end of the batch runs it."""
+
+    def defer(self) -> None:
+        """The next collection is due, but a batch is being decided: run it when the batch ends."""
+        self.deferred = True
+
+    def collect_deferred(self) -> int:
+        """Run the collection :meth:`defer` put off, if any (between batches); how many
+        unreachable objects it found."""
+        return self.collect() if self.deferred else 0
 
     def collect(self) -> int:
         """Run the next scheduled collection; how many unreachable objects it found."""
+        self.deferred = False
         self.runs += 1
         full = self.runs % self.full_every == 0
         started = time.perf_counter()

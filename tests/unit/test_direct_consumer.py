@@ -29,13 +29,16 @@ def test_the_app_s_consumer_hands_its_topics_to_the_handler_and_subscribes_them(
     async def handler(messages: Sequence[Any]) -> None:
         raise AssertionError("nothing is fetched here")
 
+    def between_batches() -> None:
+        raise AssertionError("no batch ends here")
+
     async def build() -> tuple[Any, set[str]]:
         app = faust.App("direct-consumer-test", broker="kafka://127.0.0.1:1", web_enabled=False)
         topics = [
             app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
             for name in ("t.acks", "t.ticks")
         ]
-        use_direct_consumer(app, topics, handler)
+        use_direct_consumer(app, topics, handler, between_batches=between_batches)
         subscribed = {name for topic in app.topics._topics for name in topic.topics}
         return app.consumer, subscribed
 
@@ -44,4 +47,5 @@ def test_the_app_s_consumer_hands_its_topics_to_the_handler_and_subscribes_them(
     assert isinstance(consumer, DirectConsumer)
     assert frozenset({"t.acks", "t.ticks"}) == consumer.direct_topics
     assert handler is consumer.batch_handler
+    assert between_batches is consumer.between_batches
     assert {"t.acks", "t.ticks"} <= subscribed

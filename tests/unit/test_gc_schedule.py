@@ -76,3 +76,35 @@ def test_an_old_cycle_waits_for_the_full_collection() -> None:
 def test_a_schedule_needs_a_full_collection_now_and_then() -> None:
     with pytest.raises(ValueError, match="full_every must be at least 1"):
         ScheduledCollections(full_every=0)
+
+
+@pytest.mark.usefixtures("automatic_collection_off")
+def test_a_collection_due_during_a_batch_runs_when_the_batch_ends() -> None:
+    collections = ScheduledCollections(full_every=60)
+    held, cycle = _cycle()
+    del held
+    assert collections.collect_deferred() == 0  # nothing put off: nothing run
+    assert collections.runs == 0
+
+    collections.defer()  # the timer fired while a batch was being decided
+    assert cycle() is not None
+    assert collections.runs == 0
+
+    collections.collect_deferred()  # the batch ended
+
+    assert cycle() is None
+    assert collections.runs == 1
+    assert collections.collect_deferred() == 0  # run once, not again
+    assert collections.runs == 1
+
+
+@pytest.mark.usefixtures("automatic_collection_off")
+def test_a_collection_on_the_clock_settles_one_put_off() -> None:
+    collections = ScheduledCollections(full_every=60)
+    collections.defer()
+
+    collections.collect()  # the next tick found no batch in flight
+
+    assert not collections.deferred
+    collections.collect_deferred()
+    assert collections.runs == 1
