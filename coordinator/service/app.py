@@ -119,8 +119,8 @@ def _report_slow_batch(
     then completes that much later, and the log says in which step (an input that reached the
     broker late shows as its age at the fetch: the message's CreateTime against this clock)."""
     fetched_at = time.time() - (published - arrived)  # the wall clock when the batch arrived
-    timestamps = [m.timestamp for m in messages if getattr(m, "timestamp", None)]
-    age = fetched_at - min(timestamps) if timestamps else 0.0
+    timestamps = [m.timestamp for m in messages if getattr(m, "timestamp", None)]  # CreateTime, ms
+    age = fetched_at - min(timestamps) / 1000 if timestamps else 0.0
     if max(published - arrived, age) <= SLOW_BATCH_S:
         return
     log.warning(

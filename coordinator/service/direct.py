@@ -20,16 +20,20 @@ faust-streaming version is bounded in ``pyproject.toml`` and
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import faust
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+from faust.types.tuples import ack_lock
+from mode.utils.futures import notify
 
 BatchHandler = Callable[[Sequence[Any]], Awaitable[None]]
-"""Decides a batch of fetched messages (Faust ``Message``: topic, partition, offset, key, value,
-headers), in order per partition; returns once their effects are durable."""
+"""Decides a batch of fetched records (aiokafka's ``ConsumerRecord``: topic, partition, offset,
+timestamp in ms, key, value, headers), in order per partition; returns once their effects are
+durable."""
 
 
 class DirectConsumer(faust_aiokafka.Consumer):
@@ -46,11 +50,12 @@ class DirectConsumer(faust_aiokafka.Consumer):
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
         read_offset = self._read_offset
+        direct_topics = self.direct_topics
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
-                direct: list[Any] = []
-                ait = self.getmany(timeout=1.0)
+                direct: list[tuple[TP, Any]] = []
+                ait = self._getmany_direct(timeout=1.0)
                 await self.sleep(0)
                 if not self.should_stop:
                     async for tp, message in ait:
@@ -60,8 +65,8 @@ class DirectConsumer(faust_aiokafka.Consumer):
                             continue  # fetched again after a seek: it was handled
                         if r_offset and offset - r_offset > 1 and self.app.topics.acks_enabled_for(tp.topic):
                             await self._add_gap(tp, r_offset + 1, offset)  # compacted or aborted offsets
-                        if tp.topic in self.direct_topics:
-                            direct.append(message)
+                        if tp.topic in direct_topics:
+                            direct.append((tp, message))
                         else:
                             await self.wait_first(callback(message), self.suspend_flow.wait())
                         read_offset[tp] = offset
@@ -87,21 +92,77 @@ class DirectConsumer(faust_aiokafka.Consumer):
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
 
+    async def _getmany_direct(self, timeout: float) -> AsyncIterator[tuple[TP, Any]]:
+        """Faust's ``Consumer.getmany``, except that a record of ``direct_topics`` is yielded as
+        aiokafka fetched it (topic, partition, offset, timestamp in ms, key, value, headers), not
+        made into a Faust message, and the high watermark Faust's monitor shows is noted once per
+        partition and batch rather than per record. Faust's per-record work came to about 5 % of
+        the worker's main thread in an ack flood (docs/benchmarks.md)."""
+        records, active_partitions = await self._wait_next_records(timeout)
+        generation_id = self.app.consumer_generation_id
+        if records is None or self.should_stop:
+            return
+        if not self.flow_active:
+            self.log.dev("getmany called while flow not active. Seek back to committed offsets.")
+            try:
+                await self.perform_seek()
+            except Exception as ex:
+                self.log.warning(f"exception performing seek when flow not active {ex}")
+            return
+        direct_topics = self.direct_topics
+        to_message = self._to_message
+        buffered = self._buffered_partitions
+        track_end = self.app.monitor.track_tp_end_offset
+        noted: set[TP] = set()
+        for tp, record in self.scheduler.iterate(records):
+            if not self.flow_active:
+                break
+            if self.app.consumer_generation_id != generation_id:
+                self.log.dev("Generation id changed from %r. Cancelling getmany.", generation_id)
+                break
+            if active_partitions is None or tp in active_partitions or tp in buffered:
+                if tp.topic in direct_topics:
+                    if tp not in noted:
+                        noted.add(tp)
+                        track_end(tp, self.highwater(tp))
+                    yield tp, record
+                else:
+                    track_end(tp, self.highwater(tp))
+                    yield tp, to_message(tp, record)
+
     def read_offsets(self) -> dict[Any, int | None]:
         """The offset last read (handed on) per topic partition."""
         return dict(self._read_offset)
 
-    async def _handle_direct(self, messages: list[Any]) -> None:
+    async def _handle_direct(self, fetched: list[tuple[TP, Any]]) -> None:
         """The handler decides the batch; then its offsets count as processed (committable)."""
         if self.batch_handler is None:
             raise RuntimeError("DirectConsumer has no batch_handler for its direct topics")
-        await self.batch_handler(messages)
-        for message in messages:
-            self.ack(message)
+        await self.batch_handler([record for _, record in fetched])
+        self._ack_offsets(fetched)
         commit_every = self._commit_every
         if commit_every is not None and self._n_acked >= commit_every:
             self._n_acked = 0
             await self.commit()
+
+    def _ack_offsets(self, fetched: list[tuple[TP, Any]]) -> None:
+        """Faust's ``Consumer.ack`` for a batch of records (not Faust messages): each offset becomes
+        committable once, as it would one message at a time, under Faust's ``ack_lock``."""
+        with ack_lock:
+            acked_now = 0
+            for tp, record in fetched:
+                if not self.app.topics.acks_enabled_for(tp.topic):
+                    continue
+                offset = record.offset
+                committed = self._committed_offset[tp]
+                if committed is None or offset >= committed:
+                    acked_index = self._acked_index[tp]
+                    if offset not in acked_index:
+                        acked_index.add(offset)
+                        self._acked[tp].append(offset)
+                        acked_now += 1
+            self._n_acked += acked_now
+            notify(self._waiting_for_ack)
 
 
 def use_direct_consumer(

@@ -10,8 +10,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import faust
+from aiokafka.structs import ConsumerRecord
 from faust.transport.consumer import CONSUMER_FETCHING, Consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+from faust.types.tuples import ack_lock
 
 from coordinator.service.direct import DirectConsumer, use_direct_consumer
 
@@ -19,6 +22,11 @@ from coordinator.service.direct import DirectConsumer, use_direct_consumer
 def test_faust_s_fetch_loop_is_where_the_direct_consumer_expects_it() -> None:
     assert "fetcher" in inspect.signature(Consumer._drain_messages).parameters
     assert inspect.isasyncgenfunction(Consumer.getmany)
+    assert ["self", "timeout"] == list(inspect.signature(Consumer._wait_next_records).parameters)
+    assert inspect.iscoroutinefunction(Consumer.perform_seek)
+    assert ["self", "tp", "record"] == list(inspect.signature(faust_aiokafka.Consumer._to_message).parameters)
+    assert ["self", "tp"] == list(inspect.signature(Consumer._new_offset).parameters)
+    assert hasattr(ack_lock, "__enter__")
     assert ["self", "tp", "offset_from", "offset_to"] == list(inspect.signature(Consumer._add_gap).parameters)
     assert ["self", "message"] == list(inspect.signature(Consumer.ack).parameters)
     assert issubclass(DirectConsumer, faust_aiokafka.Consumer)
@@ -49,3 +57,37 @@ def test_the_app_s_consumer_hands_its_topics_to_the_handler_and_subscribes_them(
     assert handler is consumer.batch_handler
     assert between_batches is consumer.between_batches
     assert {"t.acks", "t.ticks"} <= subscribed
+
+
+def _record(tp: TP, offset: int) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(tp.topic, tp.partition, offset, 0, 0, b"job", b"ack", None, 3, 3, ())
+
+
+def test_a_decided_batch_s_offsets_become_committable_once_each() -> None:
+    """``_ack_offsets`` does for a batch of records what Faust's ``ack`` does per message: the
+    consumer's next commit covers every offset decided, and an offset counts once."""
+
+    async def handler(messages: Sequence[Any]) -> None:
+        raise AssertionError("nothing is fetched here")
+
+    async def ack_twice() -> tuple[int, int | None, int | None]:
+        app = faust.App("direct-consumer-ack-test", broker="kafka://127.0.0.1:1", web_enabled=False)
+        topic = app.topic(
+            "t.acks", key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
+        use_direct_consumer(app, [topic], handler)
+        await app.topics._update_indices()  # as at start: the topic's offsets are acked
+        consumer = app.consumer
+        tp, other = TP("t.acks", 2), TP("t.acks", 5)
+        batch = [(tp, _record(tp, offset)) for offset in range(5, 9)] + [(other, _record(other, 40))]
+
+        consumer._ack_offsets(batch)
+        consumer._ack_offsets(batch[:2])  # decided again (a retried batch): nothing new
+
+        return consumer._n_acked, consumer._new_offset(tp), consumer._new_offset(other)
+
+    n_acked, next_offset, next_other = asyncio.run(ack_twice())
+
+    assert 5 == n_acked
+    assert 9 == next_offset  # committed offset: the one after the last decided
+    assert 41 == next_other

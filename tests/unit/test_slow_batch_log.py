@@ -16,14 +16,18 @@ class Fetched:
     topic: str
     partition: int
     offset: int
-    timestamp: float
-    """CreateTime, in seconds (as Faust's messages carry it)."""
+    timestamp: int
+    """CreateTime, in milliseconds (as aiokafka's records carry it)."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def test_a_quick_batch_of_fresh_input_is_not_logged(caplog: pytest.LogCaptureFixture) -> None:
     now = time.monotonic()
     with caplog.at_level(logging.WARNING, "cutline.coordinator"):
-        _report_slow_batch([Fetched("acks", 3, 7, time.time())], now, now + 0.001, now + 0.002, now + 0.01)
+        _report_slow_batch([Fetched("acks", 3, 7, now_ms())], now, now + 0.001, now + 0.002, now + 0.01)
 
     assert [] == caplog.records
 
@@ -33,7 +37,7 @@ def test_a_batch_whose_journal_writes_took_long_is_logged_with_the_step(
 ) -> None:
     now = time.monotonic()
     with caplog.at_level(logging.WARNING, "cutline.coordinator"):
-        _report_slow_batch([Fetched("acks", 3, 7, time.time())], now - 5.0, now - 4.99, now - 4.98, now)
+        _report_slow_batch([Fetched("acks", 3, 7, now_ms())], now - 5.0, now - 4.99, now - 4.98, now)
 
     [record] = caplog.records
     assert "slow batch of 1 inputs (first acks[3]@7)" in record.getMessage()
@@ -42,7 +46,7 @@ def test_a_batch_whose_journal_writes_took_long_is_logged_with_the_step(
 
 def test_input_that_arrived_late_is_logged_with_its_age(caplog: pytest.LogCaptureFixture) -> None:
     now = time.monotonic()
-    late = Fetched("acks", 0, 1, time.time() - 2 * SLOW_BATCH_S)
+    late = Fetched("acks", 0, 1, now_ms() - int(2_000 * SLOW_BATCH_S))
     with caplog.at_level(logging.WARNING, "cutline.coordinator"):
         _report_slow_batch([late], now, now, now, now + 0.001)
 
