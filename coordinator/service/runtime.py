@@ -188,6 +188,8 @@ class Coordinator:
         """Dead letters made, by reason: for metrics."""
         self._files: BatchFileView | None = None
         """The file system as seen by the batch being decided (:meth:`batch`); None: ask it per ack."""
+        self._due_at: dict[str, tuple[JobState, int | None]] = {}
+        """job -> (a state of it, ``due_at`` of that state): see :meth:`due`."""
 
     @contextlib.contextmanager
     def batch(self, scan_after: int = SCAN_AFTER) -> Iterator[BatchFileView]:
@@ -485,12 +487,29 @@ class Coordinator:
             return self._dead(ticks, -1, -1, key, None, now_ms, INTERNAL_ERROR, _describe(exc), job_id)
 
     def due(self, now_ms: int) -> list[str]:
-        """Jobs for which a tick at ``now_ms`` can change something."""
-        return [
-            job_id
-            for job_id, state in self.states.items()
-            if (at := due_at(state)) is not None and at <= now_ms
-        ]
+        """Jobs for which a tick at ``now_ms`` can change something.
+
+        ``due_at`` walks every pending checkpoint, and the shell asks every 10 ms: with hundreds
+        pending, that walk was 5 % of a worker's main thread in an ack flood. So each job's answer
+        is remembered with the state it was worked out for, and an acknowledgement (which moves no
+        deadline: ``due_at`` of the state after a ``TaskAcknowledged`` is that of the state
+        before, ``tests/unit/test_decider.py``) carries it on to the new state (:meth:`_decide`).
+        Any other change of the state is a different object, and is worked out again."""
+        remembered = self._due_at
+        if len(remembered) > len(self.states):
+            for job_id in remembered.keys() - self.states.keys():
+                del remembered[job_id]
+        due = []
+        for job_id, state in self.states.items():
+            known = remembered.get(job_id)
+            if known is not None and known[0] is state:
+                at = known[1]
+            else:
+                at = due_at(state)
+                remembered[job_id] = (state, at)
+            if at is not None and at <= now_ms:
+                due.append(job_id)
+        return due
 
     def decide(self, command: Command, cause: str | None, epoch: int = 0) -> Outcome:
         """Decide ``command``, fold the result in, and build the messages to publish.
@@ -537,6 +556,13 @@ class Coordinator:
         if steps:
             assert stats is not None
             self.states[job_id], self.stats[job_id] = after, stats
+            known = self._due_at.get(job_id)
+            if (
+                known is not None
+                and known[0] is state
+                and all(type(e) is TaskAcknowledged for e in outcome.journal)
+            ):
+                self._due_at[job_id] = (after, known[1])  # acks move no deadline (see due())
             for event in outcome.journal:
                 self._track_epoch(event, epoch)
         if position is not None:

@@ -758,6 +758,25 @@ class TestTimer:
                 assert [] == decide(step.after, tick(due - 1, job_id=job_id))
                 assert [] != decide(step.after, tick(due, job_id=job_id))
 
+    @PROPERTY
+    @given(scenarios())
+    def test_an_acknowledgement_moves_no_deadline(self, scenario: Scenario) -> None:
+        """``due_at`` after a TaskAcknowledged is ``due_at`` before it (in any state: decided or not),
+        so the shell carries a job's due time across acks instead of walking its pending checkpoints
+        again (``Coordinator.due``)."""
+        acks = [d for s in scenario.steps for d in s.decisions if isinstance(d, TaskAcknowledged)]
+        for step in scenario.steps:
+            state = step.before
+            for decision in step.decisions:
+                after = evolve(state, decision)
+                if isinstance(decision, TaskAcknowledged):
+                    assert due_at(state) == due_at(after)
+                state = after
+            for (
+                acknowledged
+            ) in acks:  # also acks this state never decided: of other checkpoints, repeated, stale
+                assert due_at(step.after) == due_at(evolve(step.after, acknowledged))
+
 
 class TestQueue:
     @PROPERTY

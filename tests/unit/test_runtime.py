@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.commands import AcknowledgeCheckpoint
-from coordinator.decider import fold_jobs
+from coordinator.decider import due_at, fold_jobs
 from coordinator.service import runtime
 from coordinator.service.runtime import CAUSE_HEADER, Coordinator, Outcome, parse_cause
 from events.codec import decode, encode
@@ -506,3 +506,61 @@ class TestSymbolicLinks:
 
         assert "SAVEPOINT_TARGET_NOT_ALLOWED" == letter_of(outcome).reason
         assert pending == dict(coordinator.states[JOB].pending)
+
+
+class TestDue:
+    """``Coordinator.due``: the jobs a tick can change, as ``due_at`` of each job's state says."""
+
+    @staticmethod
+    def expected(coordinator: Coordinator, now: int) -> list[str]:
+        return [j for j, s in coordinator.states.items() if (at := due_at(s)) is not None and at <= now]
+
+    def test_due_follows_the_state_through_triggers_acks_and_completions(
+        self, coordinator: Coordinator
+    ) -> None:
+        running(coordinator)
+        steps = [
+            lambda: coordinator.tick(JOB, 10_000),  # checkpoint 1 triggered
+            lambda: coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(None, 1, "a"), 10_001),
+            lambda: coordinator.tick(JOB, 20_000),  # checkpoint 2 triggered (two pending)
+            lambda: coordinator.handle(TOPICS.acks, 0, 2, JOB.encode(), ack_bytes(None, 1, "b"), 20_001),
+            lambda: coordinator.handle(TOPICS.acks, 0, 3, JOB.encode(), ack_bytes(None, 2, "a"), 20_002),
+        ]
+        instants = (0, 10_000, 20_001, 10**9)
+        assert [self.expected(coordinator, now) for now in instants] == [
+            coordinator.due(now) for now in instants
+        ]
+        for step in steps:
+            step()
+            assert [self.expected(coordinator, now) for now in instants] == [
+                coordinator.due(now) for now in instants
+            ]
+
+    def test_an_ack_does_not_walk_the_pending_checkpoints_again(
+        self, coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Given the due time of a job with a checkpoint pending, when a task acknowledges it (and
+        it is not yet complete), then the next ``due`` reuses that time; a completion is worked out
+        again."""
+        running(coordinator)
+        coordinator.tick(JOB, 10_000)
+        before = coordinator.due(10**9)
+        walks: list[object] = []
+        counted = runtime.due_at
+        monkeypatch.setattr(runtime, "due_at", lambda state: walks.append(state) or counted(state))
+
+        coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(None, 1, "a"), 10_001)
+
+        assert before == coordinator.due(10**9)
+        assert [] == walks
+        coordinator.handle(TOPICS.acks, 0, 2, JOB.encode(), ack_bytes(None, 1, "b"), 10_002)  # completes
+        assert self.expected(coordinator, 10**9) == coordinator.due(10**9)
+        assert [coordinator.states[JOB]] == walks
+
+    def test_jobs_no_longer_held_are_forgotten(self, coordinator: Coordinator) -> None:
+        running(coordinator)
+        coordinator.due(0)
+        coordinator.states.clear()  # as when the job's partition is revoked
+
+        assert [] == coordinator.due(10**9)
+        assert {} == coordinator._due_at
