@@ -96,7 +96,7 @@ class DirectConsumer(faust_aiokafka.Consumer):
         """Faust's ``Consumer.getmany``, except that a record of ``direct_topics`` is yielded as
         aiokafka fetched it (topic, partition, offset, timestamp in ms, key, value, headers), not
         made into a Faust message, and the high watermark Faust's monitor shows is noted once per
-        partition and batch rather than per record. Faust's per-record work came to about 5 % of
+        partition and batch rather than per record. Faust's per-record work came to about 6 % of
         the worker's main thread in an ack flood (docs/benchmarks.md)."""
         records, active_partitions = await self._wait_next_records(timeout)
         generation_id = self.app.consumer_generation_id

@@ -493,7 +493,8 @@ class Coordinator:
         pending, that walk was 5 % of a worker's main thread in an ack flood. So each job's answer
         is remembered with the state it was worked out for, and an acknowledgement (which moves no
         deadline: ``due_at`` of the state after a ``TaskAcknowledged`` is that of the state
-        before, ``tests/unit/test_decider.py``) carries it on to the new state (:meth:`_decide`).
+        before, ``tests/property/test_decider_properties.py``) carries it on to the new state
+        (:meth:`_decide`).
         Any other change of the state is a different object, and is worked out again."""
         remembered = self._due_at
         if len(remembered) > len(self.states):
