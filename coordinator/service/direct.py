@@ -6,13 +6,16 @@ message, 130-155 µs of CPU per ack on this machine against 12-17 µs for the
 same batches handed straight to a handler (``docs/benchmarks.md``,
 ``shared/reference/coordinator-scaleout-notes.md``). The coordinator decides a
 batch as one unit anyway (one decision pass, one journal batch per partition),
-so :class:`DirectConsumer` gives it each fetched batch of its topics at once.
+so :class:`DirectConsumer` gives it each fetched batch of its topics at once,
+as the records aiokafka fetched (no Faust message per record), and acks the
+batch's offsets in one pass.
 
 Everything else stays Faust's: group membership and rebalance callbacks, the
-consumer thread, offset commits (a message's offset is acked only after the
-handler returned, that is after its journal writes are acknowledged), the
-producer, timers and web views. Messages of other topics take Faust's usual
-path. It overrides ``Consumer._drain_messages``, a private method: the
+consumer thread, offset commits (an offset is acked only after the handler
+returned, that is after its journal writes are acknowledged), the producer,
+timers and web views. Messages of other topics take Faust's usual path. It
+overrides ``Consumer._drain_messages`` and repeats the loop of
+``Consumer.getmany`` and the bookkeeping of ``Consumer.ack``, all private: the
 faust-streaming version is bounded in ``pyproject.toml`` and
 ``tests/unit/test_direct_consumer.py`` checks the parts it relies on.
 """
