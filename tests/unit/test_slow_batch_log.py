@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from coordinator.service.app import SLOW_BATCH_S, _report_slow_batch
+from coordinator.service.app import SLOW_BATCH_S, _report_slow_batch, now_ms
 
 
 @dataclass
@@ -18,10 +18,6 @@ class Fetched:
     offset: int
     timestamp: int
     """CreateTime, in milliseconds (as aiokafka's records carry it)."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def test_a_quick_batch_of_fresh_input_is_not_logged(caplog: pytest.LogCaptureFixture) -> None:
