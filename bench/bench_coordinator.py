@@ -255,10 +255,9 @@ def make_topics(bootstrap: str, tag: str, partitions: int = DEFAULT_PARTITIONS) 
     return topics
 
 
-def journal_partition(bootstrap: str, topics: Topics, job_id: str) -> int:
-    """The partition of ``job_id`` (the same in every topic: they have one partition count)."""
-    count = partition_counts(bootstrap, [topics.checkpoints])[topics.checkpoints]
-    return partition_for(job_key(job_id), count)
+def journal_partition(job_id: str, partitions: int = DEFAULT_PARTITIONS) -> int:
+    """The partition of ``job_id`` in topics of ``partitions`` (the same in every cutline topic)."""
+    return partition_for(job_key(job_id), partitions)
 
 
 # ------------------------------------------------ the plain shell (a measuring device)
@@ -872,7 +871,8 @@ def analyse(
     shell: str = "faust",
 ) -> LatencyResult:
     """Latencies of the completed checkpoints after ``warmup``, and their critical paths."""
-    key, partition = job_key(job), journal_partition(bootstrap, topics, job)
+    count = partition_counts(bootstrap, [topics.checkpoints])[topics.checkpoints]
+    key, partition = job_key(job), journal_partition(job, count)
     triggered = {r.checkpoint_id: (r, ts) for r, ts in journal if isinstance(r, CheckpointTriggered)}
     completed = {r.checkpoint_id: (r, ts) for r, ts in journal if isinstance(r, CheckpointCompleted)}
     decided = {
