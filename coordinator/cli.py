@@ -769,7 +769,7 @@ def savepoints_show(
             handle.uri,
             format_bytes(handle.size_bytes),
             handle.sha256[:12],
-            _present(handle.uri, handle.size_bytes),
+            "inline" if handle.inline is not None else _present(handle.uri, handle.size_bytes),
         )
     console.print(handles)
 
@@ -852,7 +852,8 @@ def savepoints_dispose(
                 errors,
                 f"the state handle of {task} ({handle.uri}) is outside {location}; nothing was deleted",
             )
-        files.append(path.joinpath(*handle_uri.segments[len(base.segments) :]))
+        if handle.inline is None:  # inline state lives in _metadata and the journal: no file of its own
+            files.append(path.joinpath(*handle_uri.segments[len(base.segments) :]))
     _, states = _journal_states(errors, bootstrap, topic_prefix)
     for candidate in {location, str(where)}:
         reason = why_needed(candidate, states)

@@ -9,6 +9,7 @@ The rules are Flink's ``CheckpointCoordinator``'s (DESIGN §4).
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -69,8 +70,10 @@ from events.records import (
     TriggerRejected,
 )
 from events.validation import (
+    INLINE_BUDGET_BYTES,
     MAX_CHECKPOINT_ID,
     MAX_DURATION_MS,
+    MAX_INLINE_THRESHOLD_BYTES,
     MAX_MAP_ENTRIES,
     MAX_TASKS,
     InvalidUri,
@@ -90,6 +93,7 @@ __all__ = [
     "fold",
     "fold_jobs",
     "initial_state",
+    "inline_limit",
     "savepoint_roots",
 ]
 
@@ -401,6 +405,11 @@ def _config_problem(config: CheckpointConfig | None) -> str | None:
         return f"tolerable_failures must not be negative, got {config.tolerable_failures}"
     if config.retained < 1:
         return f"retained must be at least 1, got {config.retained}"
+    if not 0 <= config.inline_threshold_bytes <= MAX_INLINE_THRESHOLD_BYTES:
+        return (
+            f"inline_threshold_bytes must be between 0 and {MAX_INLINE_THRESHOLD_BYTES} "
+            f"(Flink's memory threshold is at most 1 MiB too), got {config.inline_threshold_bytes}"
+        )
     for name in ("interval_ms", "timeout_ms", "min_pause_ms"):
         value = getattr(config, name)
         if value > MAX_DURATION_MS:
@@ -802,8 +811,16 @@ def _trigger(
             periodic=periodic,
             request_id=request_id,
             next_trigger_ms=next_trigger_ms,
+            inline_limit_bytes=inline_limit(state.config.inline_threshold_bytes, len(state.tasks)),
         )
     )
+
+
+def inline_limit(threshold: int, tasks: int) -> int:
+    """The largest snapshot one of ``tasks`` may send inline: the job's threshold, cut down so that
+    every task's inline state together stays within :data:`INLINE_BUDGET_BYTES` (the completion
+    record carries all of it, and must stay one Kafka record)."""
+    return max(0, min(threshold, INLINE_BUDGET_BYTES // max(1, tasks)))
 
 
 def _location(state: JobState, checkpoint_id: int, kind: CheckpointKind, target: str | None) -> str:
@@ -999,6 +1016,10 @@ def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]
         problem = _outside_problem(ack.state.uri, pending.triggered.location)
         if problem:
             return d.reject(Rejection.STATE_OUTSIDE_LOCATION, problem)
+        if ack.state.inline is not None:
+            problem = _inline_problem(ack.state, pending.triggered.inline_limit_bytes)
+            if problem:
+                return d.reject(Rejection.INVALID_STATE_HANDLE, problem)
     if ack.task_id in pending.acks:
         return []  # duplicate: a retried task or a re-run batch acknowledged twice
     d.emit(
@@ -1017,6 +1038,26 @@ def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]
     if completed.fully_acknowledged:
         _complete(d, now, completed)
     return d.events
+
+
+def _inline_problem(handle: StateHandle, limit: int) -> str | None:
+    """Why the inline state of ``handle`` is not acceptable for a checkpoint that allows ``limit``
+    bytes inline (None: it is). The size and digest are checked here, once, so that every reader
+    of the journal can trust the bytes it restores."""
+    assert handle.inline is not None
+    size = len(handle.inline)
+    if size > limit:
+        allowed = "no inline state" if limit == 0 else f"at most {limit} bytes inline"
+        return (
+            f"inline state of {size} bytes for {handle.uri}: this checkpoint allows {allowed} "
+            "(its barrier's inline_limit_bytes); write the snapshot to its uri and send no inline bytes"
+        )
+    if size != handle.size_bytes:
+        return f"inline state of {size} bytes for {handle.uri}, but its size_bytes says {handle.size_bytes}"
+    digest = hashlib.sha256(handle.inline).hexdigest()
+    if digest != handle.sha256.lower():
+        return f"inline state for {handle.uri} has sha256 {digest}, but its handle says {handle.sha256}"
+    return None
 
 
 def _offsets_problem(offsets: Mapping[str, int]) -> str | None:

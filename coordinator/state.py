@@ -6,6 +6,7 @@ is read from a clock, a broker or a file.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -233,7 +234,9 @@ def state_json(state: JobState) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     """``dataclasses.asdict`` that also turns a :data:`FrozenMap` into a dict (``asdict`` copies
-    any mapping but a dict as it is, which JSON cannot encode)."""
+    any mapping but a dict as it is, which JSON cannot encode); bytes (inline state) become base64."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Mapping):

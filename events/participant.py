@@ -77,6 +77,7 @@ __all__ = [
     "SnapshotCorrupted",
     "UnsupportedLocation",
     "completion_problem",
+    "fits_inline",
     "load_snapshot",
     "local_path",
     "snapshot_uri",
@@ -154,15 +155,22 @@ def acknowledged(
     data: bytes,
     offsets: Mapping[str, int],
     metrics: Mapping[str, int],
+    *,
+    inline: bool = False,
 ) -> CheckpointAcknowledged:
-    """The ack of ``task_id``: the snapshot ``data`` written at ``uri`` (size, sha256) and its cut."""
+    """The ack of ``task_id``: the snapshot ``data`` written at ``uri`` (size, sha256) and its cut.
+
+    ``inline``: ``data`` was not written; it rides in the handle itself (see
+    :func:`fits_inline`), and ``uri`` only names it.
+    """
+    digest = hashlib.sha256(data).hexdigest()
     return CheckpointAcknowledged(
         job_id=job_id,
         checkpoint_id=checkpoint_id,
         attempt=attempt,
         task_id=task_id,
         timestamp_ms=_now_ms(),
-        state=StateHandle(uri=uri, size_bytes=len(data), sha256=hashlib.sha256(data).hexdigest()),
+        state=StateHandle(uri=uri, size_bytes=len(data), sha256=digest, inline=data if inline else None),
         offsets=dict(offsets),
         metrics=dict(metrics),
     )
@@ -189,13 +197,25 @@ def snapshot_uri(location: str, task_id: str) -> str:
     return f"{location.rstrip('/')}/{tail}"
 
 
+def fits_inline(data: bytes, barrier: CheckpointBarrier) -> bool:
+    """May ``data`` ride inline in the ack to ``barrier`` instead of being written to a file?
+
+    The coordinator allows it up to the barrier's ``inline_limit_bytes`` (the job's
+    ``inline_threshold_bytes``, shared out among its tasks), as Flink keeps state below its memory
+    threshold in the checkpoint's metadata. The coordinator's journal makes the bytes durable once
+    it accepts the ack; no file, no fsync.
+    """
+    return len(data) <= barrier.inline_limit_bytes
+
+
 def load_snapshot(handle: StateHandle) -> bytes:
-    """The bytes of a task's snapshot, after checking them against the handle's size and sha256.
+    """The bytes of a task's snapshot, after checking them against the handle's size and sha256:
+    the handle's inline bytes when it has them, else the file at its URI.
 
     Raises :class:`SnapshotCorrupted` on a mismatch, :class:`UnsupportedLocation`
     for a URI it cannot read, and OSError if the file cannot be read.
     """
-    data = storage.read_bytes(handle.uri)
+    data = handle.inline if handle.inline is not None else storage.read_bytes(handle.uri)
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != handle.size_bytes or digest != handle.sha256.lower():
         raise SnapshotCorrupted(
@@ -478,18 +498,30 @@ class Participant:
             data = bytes(data)
             snapshotted = time.perf_counter()
             uri = snapshot_uri(barrier.location, self.task_id)
-            storage.write_bytes(uri, data)
+            inline = fits_inline(data, barrier)
+            if not inline:
+                storage.write_bytes(uri, data)
             written = time.perf_counter()
         except Exception as exc:
             return declined_for(self.job_id, barrier.checkpoint_id, self.attempt, self.task_id, exc)
-        self._files[barrier.checkpoint_id] = uri
+        if not inline:
+            self._files[barrier.checkpoint_id] = uri
         metrics = {
             "snapshot_ms": round((snapshotted - started) * 1000),
             "write_ms": round((written - snapshotted) * 1000),
             "bytes": len(data),
+            "inline_bytes": len(data) if inline else 0,
         }
         return acknowledged(
-            self.job_id, barrier.checkpoint_id, self.attempt, self.task_id, uri, data, offsets, metrics
+            self.job_id,
+            barrier.checkpoint_id,
+            self.attempt,
+            self.task_id,
+            uri,
+            data,
+            offsets,
+            metrics,
+            inline=inline,
         )
 
     def _send(self, reply: Reply, epoch: int) -> None:

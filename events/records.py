@@ -117,6 +117,9 @@ class CheckpointConfig:
     heartbeat_timeout_ms: int = 50_000
     """No heartbeat for this long after the first one: the job is FAILING (heartbeat.timeout)."""
     restart_strategy: RestartStrategy = RestartStrategy()
+    inline_threshold_bytes: int = 0
+    """Snapshots up to this size ride inside the ack instead of a file of their own (Flink's
+    ``state.storage.fs.memory-threshold``); 0 writes every snapshot to a file."""
 
     @property
     def base_interval_ms(self) -> int:
@@ -126,11 +129,16 @@ class CheckpointConfig:
 
 @dataclass(frozen=True, slots=True)
 class StateHandle:
-    """Where one task's snapshot of one checkpoint was written, and its digest."""
+    """Where one task's snapshot of one checkpoint was written, and its digest.
+
+    ``inline`` holds the snapshot's bytes themselves when it was small enough to travel in the ack
+    (Flink's ``ByteStreamStateHandle``); then nothing was written at ``uri``, which only names it.
+    """
 
     uri: str
     size_bytes: int
     sha256: str
+    inline: bytes | None = None
 
 
 # ---------------------------------------------------------------- input records
@@ -189,6 +197,8 @@ class CheckpointBarrier:
     kind: CheckpointKind
     timestamp_ms: int
     location: str
+    inline_limit_bytes: int = 0
+    """A snapshot up to this size may ride inline in the ack (``StateHandle.inline``); 0: none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +313,8 @@ class CheckpointTriggered:
     periodic: bool = False
     request_id: str | None = None
     next_trigger_ms: int | None = None
+    inline_limit_bytes: int = 0
+    """The largest snapshot a task may send inline for this checkpoint (its barrier says so)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,8 +61,10 @@ from typing import Final
 from urllib.parse import quote, unquote
 
 __all__ = [
+    "INLINE_BUDGET_BYTES",
     "MAX_CHECKPOINT_ID",
     "MAX_DURATION_MS",
+    "MAX_INLINE_THRESHOLD_BYTES",
     "MAX_MAP_ENTRIES",
     "MAX_PARTITION",
     "MAX_TASKS",
@@ -89,6 +91,13 @@ MAX_TASKS = 100_000
 MAX_CHECKPOINT_ID = 2**62
 """Largest checkpoint id accepted: far beyond any real job, and far enough below Avro's ``long``
 that ids counted on from it never overflow."""
+
+MAX_INLINE_THRESHOLD_BYTES = 1024 * 1024
+"""Largest ``inline_threshold_bytes`` a job may configure (Flink caps its memory threshold at 1 MiB)."""
+
+INLINE_BUDGET_BYTES = 512 * 1024
+"""Most inline state one checkpoint may gather from all its tasks: the completion record carries
+all of it and must stay one Kafka record (1 MB by default)."""
 
 MAX_DURATION_MS = 2**40
 """Longest interval, timeout or pause accepted (about 34 years): deadlines computed from it

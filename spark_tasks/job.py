@@ -757,8 +757,11 @@ class CheckpointedJob:
             self._delete_unneeded_pieces(directory)
 
     def _write_metadata(self, directory: str, completed: CheckpointCompleted) -> None:
-        """``_metadata`` next to the snapshots it describes: every handle's file is there, of its size."""
+        """``_metadata`` next to the snapshots it describes: every handle's file is there, of its size
+        (inline state is in the record itself)."""
         for task, handle in completed.handles.items():
+            if handle.inline is not None:
+                continue
             try:
                 size = storage.size(handle.uri)
             except (OSError, ValueError, ImportError) as exc:

@@ -573,11 +573,11 @@ class Coordinator:
 
     def _outside_after_links(self, before: JobState, decisions: list[Decision]) -> InputRejected | None:
         """The decider checked URIs as strings; here ``file:`` paths are resolved through symbolic
-        links: an accepted state handle must stay inside its checkpoint location, a triggered
-        savepoint inside its savepoint root."""
+        links: an accepted state handle's file must stay inside its checkpoint location, a triggered
+        savepoint inside its savepoint root. Inline state has no file to follow."""
         roots = _trusted_roots(before.config.location if before.config else "", self.savepoint_roots)
         for event in decisions:
-            if isinstance(event, TaskAcknowledged) and event.state is not None:
+            if isinstance(event, TaskAcknowledged) and event.state is not None and event.state.inline is None:
                 pending = before.pending.get(event.checkpoint_id)
                 if pending is None:
                     continue
@@ -615,6 +615,7 @@ class Coordinator:
             kind=triggered.kind,
             timestamp_ms=now_ms,
             location=triggered.location,
+            inline_limit_bytes=triggered.inline_limit_bytes,
         )
         return Outgoing(
             self.topics.barriers,

@@ -96,6 +96,7 @@ CONFIG = CheckpointConfig(
     retained=5,
     heartbeat_interval_ms=5_000,
     heartbeat_timeout_ms=30_000,
+    inline_threshold_bytes=20_480,
     restart_strategy=RestartStrategy(
         kind=RestartStrategyKind.FAILURE_RATE,
         attempts=3,
@@ -110,10 +111,12 @@ CONFIG = CheckpointConfig(
         failure_rate_interval_ms=300_000,
     ),
 )
-HANDLE_0 = StateHandle(
+INLINE_STATE = b'{"the":3,"\xc3\xa9t\xc3\xa9":1}\n'
+HANDLE_0 = StateHandle(  # small state, inline in the ack (no file at the uri)
     f"{ROOT}/{JOB}/chk-42/words-0.snapshot",
-    1_048_576,
-    "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    20,
+    "c42c0836a196914dd7e9805ab6673a02835c2176d6b39107f6bce71b1fea0704",
+    inline=INLINE_STATE,
 )
 HANDLE_1 = StateHandle(
     f"{ROOT}/{JOB}/chk-42/words-1.snapshot",
@@ -158,6 +161,7 @@ FULL: dict[type[Record], Record] = {
         kind=CheckpointKind.CHECKPOINT,
         timestamp_ms=T0 + 20,
         location=f"{ROOT}/{JOB}/chk-42",
+        inline_limit_bytes=20_480,
     ),
     CheckpointAcknowledged: CheckpointAcknowledged(
         job_id=JOB,
@@ -222,6 +226,7 @@ FULL: dict[type[Record], Record] = {
         periodic=True,
         request_id="req-7f3b",
         next_trigger_ms=T0 + 1_020,
+        inline_limit_bytes=20_480,
     ),
     TaskAcknowledged: TaskAcknowledged(
         job_id=JOB,
@@ -324,6 +329,14 @@ MINIMAL: dict[type[Record], Record] = {
     ),
     CheckpointRequested: CheckpointRequested(
         job_id=JOB, kind=CheckpointKind.CHECKPOINT, timestamp_ms=T0, request_id="req-1"
+    ),
+    CheckpointBarrier: CheckpointBarrier(
+        job_id=JOB,
+        checkpoint_id=1,
+        attempt=0,
+        kind=CheckpointKind.CHECKPOINT,
+        timestamp_ms=T0,
+        location=f"{ROOT}/{JOB}/chk-1",
     ),
     CheckpointAcknowledged: CheckpointAcknowledged(
         job_id=JOB, checkpoint_id=1, attempt=0, task_id="words-0", timestamp_ms=T0
