@@ -96,9 +96,11 @@ class Coordinator:
         assert 0 == self.producer.flush(10)
 
     def barrier(
-        self, checkpoint_id: int, location: str, attempt: int = 1, job_id: str = JOB
+        self, checkpoint_id: int, location: str, attempt: int = 1, job_id: str = JOB, inline_limit: int = 0
     ) -> CheckpointBarrier:
-        barrier = CheckpointBarrier(job_id, checkpoint_id, attempt, CheckpointKind.CHECKPOINT, 1, location)
+        barrier = CheckpointBarrier(
+            job_id, checkpoint_id, attempt, CheckpointKind.CHECKPOINT, 1, location, inline_limit
+        )
         self.send(self.topics.barriers, barrier)
         return barrier
 
@@ -219,6 +221,33 @@ def test_barrier_writes_snapshot_under_location_and_acks_with_handle_and_offsets
     assert {"snapshot_ms", "write_ms", "bytes"} <= set(ack.metrics)
     assert len(app.state) == ack.metrics["bytes"]
     assert [1] == participant.stats.acked
+
+
+def test_state_within_the_barriers_inline_limit_rides_in_the_ack_and_no_file_is_written(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given barriers allowing exactly the state's size and one byte less, then the first ack carries
+    the bytes inline (no file, nothing to discard on abort) and the second writes a file as before."""
+    app = App(state=b"counts: a=1 b=2")
+    size = len(app.state)
+    at_limit, below = (tmp_path / JOB / "chk-1").as_uri(), (tmp_path / JOB / "chk-2").as_uri()
+    with app.participant(bootstrap, topics) as participant:
+        coordinator.barrier(1, at_limit, inline_limit=size)
+        coordinator.barrier(2, below, inline_limit=size - 1)
+        inline, written = coordinator.collect(participant, 2)
+        coordinator.journal(CheckpointAborted(JOB, 1, 3, "CHECKPOINT_EXPIRED", "test"))
+        pump(participant, lambda: 1 in participant._aborted)
+
+    digest = hashlib.sha256(app.state).hexdigest()
+    assert isinstance(inline, CheckpointAcknowledged) and isinstance(written, CheckpointAcknowledged)
+    assert StateHandle(f"{at_limit}/{TASK}", size, digest, inline=app.state) == inline.state
+    assert not (tmp_path / JOB / "chk-1").exists()
+    assert (size, size) == (inline.metrics["bytes"], inline.metrics["inline_bytes"])
+    assert StateHandle(f"{below}/{TASK}", size, digest) == written.state
+    assert app.state == (tmp_path / JOB / "chk-2" / TASK).read_bytes()
+    assert 0 == written.metrics["inline_bytes"]
+    assert [] == participant.stats.discarded  # the aborted checkpoint 1 had no file to delete
+    assert app.state == load_snapshot(inline.state)
 
 
 def test_duplicate_barrier_resends_the_same_ack_without_a_second_snapshot(
@@ -481,6 +510,16 @@ def test_load_snapshot_returns_the_bytes_and_detects_corruption(tmp_path: Path) 
     path.write_bytes(data.replace(b"1", b"2"))
     with pytest.raises(SnapshotCorrupted, match="corrupt: expected 18 bytes with sha256"):
         load_snapshot(handle)
+
+
+def test_load_snapshot_returns_inline_bytes_after_checking_them() -> None:
+    """Inline state is read from the handle, never from its URI, and checked like a file."""
+    data = b'{"counts":{"a":1}}'
+    handle = StateHandle("file:///nowhere/chk-1/t0", len(data), hashlib.sha256(data).hexdigest(), data)
+
+    assert data == load_snapshot(handle)
+    with pytest.raises(SnapshotCorrupted, match="corrupt: expected 18 bytes with sha256"):
+        load_snapshot(StateHandle(handle.uri, handle.size_bytes, handle.sha256, data.replace(b"1", b"2")))
 
 
 # ----------------------------------------------------------------- job driver

@@ -6,11 +6,12 @@ Flink's own tests (reference notes §2), the test's docstring names it.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 import pytest
 
-from coordinator.decider import Rejection, due_at
+from coordinator.decider import Rejection, due_at, inline_limit
 from coordinator.state import MAX_QUEUED_REQUESTS, Reason, task_set
 from coordinator.testing import (
     JOB,
@@ -44,6 +45,7 @@ from events.records import (
     TaskStatusRecorded,
     TriggerRejected,
 )
+from events.validation import INLINE_BUDGET_BYTES, MAX_INLINE_THRESHOLD_BYTES
 
 SAVEPOINT = CheckpointKind.SAVEPOINT
 
@@ -867,3 +869,92 @@ class TestSavepointTargets:
 
 
 ROOTED = "file:///data/checkpoints"
+
+
+def inline_handle(checkpoint_id: int, task: str, data: bytes) -> StateHandle:
+    """The handle of a snapshot sent inline in the ack, as a participant builds it."""
+    return StateHandle(
+        f"{LOCATION}/{JOB}/chk-{checkpoint_id}/{task}", len(data), hashlib.sha256(data).hexdigest(), data
+    )
+
+
+class TestInlineState:
+    """Small state rides in the ack (Flink's ``state.storage.fs.memory-threshold``): the trigger says
+    how much each task may send inline, and the decider checks what it gets."""
+
+    def test_the_trigger_and_its_limit_follow_the_jobs_threshold(self) -> None:
+        """Each task may send up to the threshold inline; two tasks share no budget pressure here."""
+        started = given(running(cfg=config(inline_threshold_bytes=20_480), at=0))
+
+        (event,) = started.when(tick(1000)).events
+
+        assert isinstance(event, CheckpointTriggered)
+        assert 20_480 == event.inline_limit_bytes
+
+    def test_without_a_threshold_nothing_may_be_inline(self) -> None:
+        """The default threshold is 0: every snapshot is a file, as before."""
+        (event,) = given(running(at=0)).when(tick(1000)).events
+
+        assert isinstance(event, CheckpointTriggered)
+        assert 0 == event.inline_limit_bytes
+
+    @pytest.mark.parametrize(
+        ("threshold", "tasks", "limit"),
+        [(20_480, 2, 20_480), (20_480, 100, 5_242), (1_048_576, 1, 524_288), (100, 100_000, 5), (0, 8, 0)],
+    )
+    def test_the_limit_shares_the_budget_among_the_tasks(
+        self, threshold: int, tasks: int, limit: int
+    ) -> None:
+        """Every task's inline state together stays within 512 KiB, so the completion stays one record."""
+        assert limit == inline_limit(threshold, tasks)
+        assert tasks * inline_limit(threshold, tasks) <= INLINE_BUDGET_BYTES
+
+    def test_inline_state_is_journaled_and_completes_with_the_checkpoint(self) -> None:
+        """The inline bytes travel into the TaskAcknowledged and the completion's handles: the
+        journal holds everything a restore needs."""
+        cfg = config(inline_threshold_bytes=64)
+        small = inline_handle(1, "t0", b"counts: the=3")
+        half = given(running(cfg=cfg, at=0), tick(1000), ack(1, "t0", at=1002, state=small))
+
+        done = half.when(ack(1, "t1", at=1004, state=handle(1, "t1", 5)))
+
+        completed = done.events[-1]
+        assert isinstance(completed, CheckpointCompleted)
+        assert b"counts: the=3" == completed.handles["t0"].inline
+        assert completed.handles["t1"].inline is None
+        assert 13 + 5 == completed.size_bytes
+
+    @pytest.mark.parametrize("size", [65, 1_000])
+    def test_inline_state_above_the_limit_is_refused(self, size: int) -> None:
+        """A participant that ignores its barrier's limit would grow the completion past one record."""
+        started = given(running(cfg=config(inline_threshold_bytes=64), at=0), tick(1000))
+
+        refused = started.when(ack(1, "t0", state=inline_handle(1, "t0", b"x" * size)))
+
+        message = refused.then_rejected(Rejection.INVALID_STATE_HANDLE).message
+        assert "at most 64 bytes inline" in message and "write the snapshot to its uri" in message
+
+    def test_inline_state_is_refused_when_the_checkpoint_allows_none(self) -> None:
+        refused = given(running(at=0), tick(1000)).when(ack(1, "t0", state=inline_handle(1, "t0", b"x")))
+
+        assert "allows no inline state" in refused.then_rejected(Rejection.INVALID_STATE_HANDLE).message
+
+    @pytest.mark.parametrize(
+        ("size", "digest", "problem"),
+        [(5, None, "size_bytes says 5"), (3, "ab" * 32, "but its handle says abab")],
+    )
+    def test_inline_bytes_must_match_their_handle(self, size: int, digest: str | None, problem: str) -> None:
+        """Size and sha256 are checked once, here: every reader of the journal restores trusted bytes."""
+        good = inline_handle(1, "t0", b"abc")
+        bad = replace(good, size_bytes=size, sha256=digest or good.sha256)
+        started = given(running(cfg=config(inline_threshold_bytes=64), at=0), tick(1000))
+
+        refused = started.when(ack(1, "t0", state=bad))
+
+        assert problem in refused.then_rejected(Rejection.INVALID_STATE_HANDLE).message
+
+    @pytest.mark.parametrize("threshold", [-1, MAX_INLINE_THRESHOLD_BYTES + 1])
+    def test_a_threshold_out_of_range_is_refused(self, threshold: int) -> None:
+        refused = given().when(running(cfg=config(inline_threshold_bytes=threshold), at=0))
+
+        assert "inline_threshold_bytes" in refused.then_rejected(Rejection.INVALID_CONFIG).message

@@ -259,7 +259,9 @@ class TestAnyAvroTool:
         assert JOURNAL_SCHEMA_NAME == schema["name"]
         assert [f"cutline.{cls.__name__}" for cls in JOURNAL_RECORDS] == [r["event"][0] for r in records]
         ack = records[5]["event"][1]
-        assert {"uri": HANDLE.uri, "size_bytes": 1234, "sha256": HANDLE.sha256, "inline": None} == ack["state"]
+        assert {"uri": HANDLE.uri, "size_bytes": 1234, "sha256": HANDLE.sha256, "inline": None} == ack[
+            "state"
+        ]
         assert {"in:0": 42} == ack["offsets"]
 
     def test_the_avro_library_reads_it_too(self, tmp_path: Path) -> None:
