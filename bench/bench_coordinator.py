@@ -57,7 +57,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -630,6 +630,10 @@ def bench_throughput(
 # ------------------------------------------------------------ 2. latency
 
 
+STATE_BYTES = 1024
+"""Each participant's snapshot."""
+
+
 @dataclass
 class TaskTrace:
     """What one participant saw, by checkpoint id (this host's clock, ns)."""
@@ -654,7 +658,7 @@ def _participant(
 ) -> Participant:
     """A participant whose state is 1 KiB and whose offsets are one input partition (reading a
     shared ``feed`` and sending with a shared ``producer`` when given)."""
-    state = os.urandom(1024)
+    state = os.urandom(STATE_BYTES)
 
     def snapshot(barrier: CheckpointBarrier) -> bytes:
         trace.barrier_seen[barrier.checkpoint_id] = time.time_ns()
@@ -771,6 +775,8 @@ class LatencyResult:
     slowest: tuple[int, int, str, dict[str, float]] | None = None
     """The slowest measured checkpoint whose path was traced: id, duration_ms, the task acked last,
     ms per stage (STAGES): where an outlier's time went."""
+    inline_threshold_bytes: int = 0
+    """The job's ``CheckpointConfig.inline_threshold_bytes``: above 1 KiB the state rides in the ack."""
 
     @property
     def wall_s(self) -> float:
@@ -778,7 +784,8 @@ class LatencyResult:
 
     @property
     def label(self) -> str:
-        return f"{self.participants} ({plural(self.mode)}), {self.shell}"
+        storage = "inline" if self.inline_threshold_bytes >= STATE_BYTES else "files"
+        return f"{self.participants} ({plural(self.mode)}), {self.shell}, {storage}"
 
 
 STAGES = (
@@ -788,7 +795,10 @@ STAGES = (
     ),
     ("→ journal write acked, barrier sent", "→ barrier CreateTime (barriers wait for the durable trigger)"),
     ("→ barrier consumed by the participant", "→ snapshot(barrier) called (fetched, decoded, handled)"),
-    ("→ snapshot written", "→ ack.timestamp_ms (1 KiB state, write + fsync + rename + dir fsync, sha256)"),
+    (
+        "→ snapshot written",
+        "→ ack.timestamp_ms (1 KiB state: write + fsync + rename + dir fsync, sha256; inline: sha256 only)",
+    ),
     ("→ ack produced", "→ ack CreateTime (encode, produce)"),
     (
         "→ ack consumed, completion decided",
@@ -815,6 +825,7 @@ def bench_latency(
     console: Console,
     broker_pid: int | None,
     shell: str = "faust",
+    inline_threshold_bytes: int = 0,
 ) -> LatencyResult:
     job = f"latency-{n}-{mode}"
     location = f"file://{tempfile.mkdtemp(prefix=f'{job}-', dir=location_dir)}/checkpoints"
@@ -827,7 +838,11 @@ def bench_latency(
         pids |= {f"participant {i}": pid for i, pid in enumerate(participants.pids)}
         meter = Meter(pids)
         config = CheckpointConfig(
-            interval_ms=interval_ms, location=location, timeout_ms=10_000, tolerable_failures=1_000
+            interval_ms=interval_ms,
+            location=location,
+            timeout_ms=10_000,
+            tolerable_failures=1_000,
+            inline_threshold_bytes=inline_threshold_bytes,
         )
         driver.running(participants.task_ids, config, attempt=1)
         with Progress(
@@ -855,7 +870,8 @@ def bench_latency(
         participants.close()
         driver.close()
         tail.close()
-    return analyse(bootstrap, topics, job, tail.decoded(), participants.traces, warmup, n, mode, cpu, shell)
+    result = analyse(bootstrap, topics, job, tail.decoded(), participants.traces, warmup, n, mode, cpu, shell)
+    return replace(result, inline_threshold_bytes=inline_threshold_bytes)
 
 
 def analyse(
@@ -1120,6 +1136,13 @@ def main() -> None:
         "its input topics' and its ticks topic's: docs/embedded-broker.md)",
     )
     parser.add_argument(
+        "--inline-threshold-bytes",
+        type=int,
+        default=0,
+        help="the latency jobs' CheckpointConfig.inline_threshold_bytes (default 0: every 1 KiB snapshot "
+        "is an fsynced file; 20480, Flink's default memory threshold: it rides in the ack)",
+    )
+    parser.add_argument(
         "--plain-fetch-wait-ms",
         type=int,
         help="fetch.wait.max.ms of the plain shell's consumer (default: events.kafka's)",
@@ -1185,6 +1208,7 @@ def main() -> None:
                             r2 = bench_latency(
                                 bootstrap, topics, coordinator, n, m, checkpoints, args.warmup,
                                 args.interval_ms, location_dir, console, broker_pid, shell,
+                                args.inline_threshold_bytes,
                             )  # fmt: skip
                             latency.append(r2)
                             cpu = ", ".join(f"{name} {v:.1f} s" for name, v in r2.cpu.items())

@@ -1,6 +1,7 @@
 """Checkpoint latency, cutline next to Flink's MiniCluster, side by side in one run (DESIGN §7).
 
     uv run python bench/bench_vs_flink.py [--quick] [--participants 2 8] [--checkpoints 100]
+                                          [--modes thread shared] [--storage files inline]
                                           [--flink-python PATH] [--json OUT]
 
 For each size N (2 and 8), one after the other so that both systems see the same machine:
@@ -14,7 +15,10 @@ For each size N (2 and 8), one after the other so that both systems see the same
   Two rows per size (``--modes``): each participant with a consumer and a producer of its own
   (``thread``), and the participants sharing one feed and one producer (``shared``,
   :class:`events.feed.SharedJobFeed`), as the subtasks of one Flink TaskManager share its network
-  stack.
+  stack. ``--storage`` chooses how the participants' 1 KiB snapshots are kept: an fsynced file
+  each (``files``, the default), or inline in the ack (``inline``: the job's
+  ``inline_threshold_bytes`` is 20 KiB, Flink's default memory threshold, below which Flink too
+  keeps state in the checkpoint's metadata instead of files); both gives a row of each.
 - **Flink, parallelism N**: ``../shared/anchors/flink_checkpoint_latency.py`` (Flink 2.3
   MiniCluster: datagen → keyed SUM → blackhole, a checkpoint every ``--interval-ms``), run in a
   scratch venv (never a project dependency). Its own summary line covers every checkpoint of the
@@ -54,6 +58,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.bench_coordinator import (
+    STATE_BYTES,
     LatencyResult,
     bench_latency,
     broker,
@@ -238,9 +243,22 @@ class CutlineRow:
     load_at_start: tuple[float, float, float]
     setup_s: float
 
+    @property
+    def storage(self) -> str:
+        """``files``: each 1 KiB snapshot an fsynced file; ``inline``: in the ack, as Flink's below
+        its memory threshold."""
+        return "inline" if self.result.inline_threshold_bytes >= STATE_BYTES else "files"
+
 
 def run_cutline(
-    n: int, mode: str, checkpoints: int, warmup: int, interval_ms: int, scratch: Path, console: Console
+    n: int,
+    mode: str,
+    checkpoints: int,
+    warmup: int,
+    interval_ms: int,
+    scratch: Path,
+    console: Console,
+    inline_threshold_bytes: int = 0,
 ) -> CutlineRow:
     """One latency row on a broker and a coordinator of its own (both stopped afterwards)."""
     at_start = load()
@@ -257,7 +275,7 @@ def run_cutline(
         try:
             result = bench_latency(
                 bootstrap, topics, coordinator, n, mode, checkpoints, warmup, interval_ms, scratch,
-                console, broker_pid,
+                console, broker_pid, inline_threshold_bytes=inline_threshold_bytes,
             )  # fmt: skip
         finally:
             coordinator.stop()
@@ -285,6 +303,9 @@ def verdict(ours: list[int], theirs: tuple[float, float]) -> str:
 
 
 MODES = {"thread": "a feed each", "shared": "one shared feed"}
+STORAGE = {"files": 0, "inline": 20_480}
+"""``CheckpointConfig.inline_threshold_bytes`` per storage: 20 KiB is Flink's default
+``state.storage.fs.memory-threshold``."""
 
 
 def side_by_side(pairs: list[tuple[list[CutlineRow], FlinkResult]]) -> Table:
@@ -302,7 +323,7 @@ def side_by_side(pairs: list[tuple[list[CutlineRow], FlinkResult]]) -> Table:
             own = sum(r.cpu[k] for k in ("coordinator", "broker", "participants"))
             table.add_row(
                 "cutline (Faust, Tansu)",
-                f"{r.participants} participants, {MODES.get(ours.mode, ours.mode)}",
+                f"{r.participants} participants, {MODES.get(ours.mode, ours.mode)}, {ours.storage}",
                 f"{len(r.durations)}",
                 f"{p50:.0f}", f"{p90:.0f}", f"{p99:.0f}", f"{top:.0f}", f"{mean(r.durations):.1f}",
                 "/".join(f"{v:.2f}" for v in ours.load_at_start),
@@ -344,6 +365,8 @@ def as_json(pairs: list[tuple[list[CutlineRow], FlinkResult]], meta: dict[str, A
                 {
                     "size": r.participants,
                     "mode": ours.mode,
+                    "storage": ours.storage,
+                    "inline_threshold_bytes": r.inline_threshold_bytes,
                     "cutline": {
                         "n": len(r.durations), "p50": p50, "p90": p90, "p99": p99, "max": top,
                         "mean": mean(r.durations), "aborted": r.aborted, "declined": r.declined,
@@ -393,6 +416,15 @@ def main() -> None:
         type=int,
         help="how long the anchor runs each Flink job (default: long enough for warm-up + checkpoints)",
     )
+    parser.add_argument(
+        "--storage",
+        nargs="+",
+        choices=tuple(STORAGE),
+        default=["files"],
+        help="cutline rows per size and mode: each 1 KiB snapshot an fsynced file (files), or inline in "
+        "the ack below Flink's default memory threshold of 20 KiB (inline), as the anchor's Flink job "
+        "keeps its small state; default files",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="repeat the interleaved sequence")
     parser.add_argument(
         "--flink-python", help="a Python with apache-flink==2.3.0 (default: the scratch venv)"
@@ -433,12 +465,14 @@ def main() -> None:
         for round_ in range(1, args.rounds + 1):
             for n in args.participants:
                 rows = []
-                for mode in args.modes:
+                for mode, storage in [(m, s) for m in args.modes for s in args.storage]:
                     console.print(
-                        f"[bold]round {round_}[/]: cutline, {n} participants (threads, {MODES[mode]}), "
-                        f"load {load()}"
+                        f"[bold]round {round_}[/]: cutline, {n} participants (threads, {MODES[mode]}, "
+                        f"{storage}), load {load()}"
                     )
-                    ours = run_cutline(n, mode, checkpoints, warmup, args.interval_ms, scratch, console)
+                    ours = run_cutline(
+                        n, mode, checkpoints, warmup, args.interval_ms, scratch, console, STORAGE[storage]
+                    )
                     r = ours.result
                     console.print(
                         f"  {len(r.durations)} measured, {r.aborted} aborted, {r.declined} declined; "
