@@ -239,6 +239,13 @@ def hostile_table(tree: Tree) -> list[tuple[str, str, bytes | None, bytes | None
             ack(f"{chk}/v0", state=StateHandle(f"{chk}/v0", -1, "")),
             "INVALID_STATE_HANDLE",
         ),
+        (
+            "inline state the checkpoint does not allow",
+            "acks",
+            victim,
+            ack(state=StateHandle(f"{chk}/v0", 3, hashlib.sha256(b"abc").hexdigest(), b"abc")),
+            "INVALID_STATE_HANDLE",
+        ),
         ("offsets t:²", "acks", victim, ack(offsets={"t:²": 1}), "INVALID_OFFSETS"),
         ("offsets t:-1", "acks", victim, ack(offsets={"t:-1": 1}), "INVALID_OFFSETS"),
         (

@@ -13,6 +13,7 @@ Set ``CUTLINE_PROPERTY_PROFILE=thorough`` for a long run.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,6 +41,7 @@ from coordinator.decider import (
     evolve,
     fold,
     fold_jobs,
+    inline_limit,
 )
 from coordinator.invariants import Violation, first_violation, violations
 from coordinator.state import JobState, Reason, initial_state
@@ -72,6 +74,7 @@ from events.records import (
     TaskAcknowledged,
     TriggerRejected,
 )
+from events.validation import INLINE_BUDGET_BYTES, MAX_INLINE_THRESHOLD_BYTES, MAX_TASKS
 
 settings.register_profile(
     "cutline-quick",
@@ -237,6 +240,10 @@ class Driver:
         handle = None
         if pending is not None and c % 3 == 0:
             handle = StateHandle(f"{pending.triggered.location}/{task}.snap", 100 + c % 50, f"{c:064x}")
+        elif pending is not None and c % 3 == 1:  # inline, sometimes above the checkpoint's limit
+            data = bytes(c % 251 for _ in range(c % 50))
+            digest = hashlib.sha256(data).hexdigest()
+            handle = StateHandle(f"{pending.triggered.location}/{task}.snap", len(data), digest, data)
         self.now += c % 5
         values: dict[str, object] = {
             "job_id": job.job_id,
@@ -484,6 +491,7 @@ configs = st.builds(
     max_concurrent=st.integers(1, 3),
     tolerable_failures=st.integers(0, 2),
     retained=st.integers(1, 3),
+    inline_threshold_bytes=st.sampled_from([0, 0, 8, 40]),
 )
 actions = st.tuples(st.sampled_from(ACTIONS), st.integers(0, 7), st.integers(0, 29), st.integers(0, 9_999))
 
@@ -613,6 +621,32 @@ class TestCompletion:
         """After every command, no pending checkpoint has an ack from all of its tasks."""
         for step in scenario.steps:
             assert [] == [p.checkpoint_id for p in step.after.pending.values() if p.fully_acknowledged]
+
+    @PROPERTY
+    @given(scenarios())
+    def test_inline_state_stays_within_its_checkpoints_limit(self, scenario: Scenario) -> None:
+        """Every journaled inline snapshot fits its trigger's limit and matches its digest."""
+        limits: dict[tuple[str, int], int] = {}
+        for event in scenario.journal:
+            match event:
+                case CheckpointTriggered():
+                    limits[event.job_id, event.checkpoint_id] = event.inline_limit_bytes
+                case TaskAcknowledged(state=StateHandle(inline=bytes() as data) as handle):
+                    assert len(data) <= limits[event.job_id, event.checkpoint_id], event
+                    assert (len(data), hashlib.sha256(data).hexdigest()) == (handle.size_bytes, handle.sha256)
+
+    @PROPERTY
+    @given(st.integers(0, MAX_INLINE_THRESHOLD_BYTES), st.integers(1, MAX_TASKS))
+    def test_the_inline_limit_keeps_every_completion_within_the_budget(
+        self, threshold: int, tasks: int
+    ) -> None:
+        """All tasks' inline state together fits INLINE_BUDGET_BYTES (one Kafka record), and the
+        threshold is cut only when it must be."""
+        limit = inline_limit(threshold, tasks)
+
+        assert 0 <= limit <= threshold
+        assert tasks * limit <= INLINE_BUDGET_BYTES
+        assert limit == threshold or tasks * (limit + 1) > INLINE_BUDGET_BYTES
 
 
 class TestConcurrency:
