@@ -94,6 +94,7 @@ __all__ = [
     "fold_jobs",
     "initial_state",
     "inline_limit",
+    "inline_problem",
     "savepoint_roots",
 ]
 
@@ -1017,7 +1018,7 @@ def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]
         if problem:
             return d.reject(Rejection.STATE_OUTSIDE_LOCATION, problem)
         if ack.state.inline is not None:
-            problem = _inline_problem(ack.state, pending.triggered.inline_limit_bytes)
+            problem = inline_problem(ack.state, pending.triggered.inline_limit_bytes)
             if problem:
                 return d.reject(Rejection.INVALID_STATE_HANDLE, problem)
     if ack.task_id in pending.acks:
@@ -1040,7 +1041,7 @@ def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]
     return d.events
 
 
-def _inline_problem(handle: StateHandle, limit: int) -> str | None:
+def inline_problem(handle: StateHandle, limit: int) -> str | None:
     """Why the inline state of ``handle`` is not acceptable for a checkpoint that allows ``limit``
     bytes inline (None: it is). The size and digest are checked here, once, so that every reader
     of the journal can trust the bytes it restores."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from coordinator.decider import evolve
+from coordinator.decider import evolve, inline_problem
 from coordinator.state import (
     COUNTED_REASONS,
     JobState,
@@ -142,6 +142,19 @@ def _ack_of_trigger_attempt(job: _Job, event: TaskAcknowledged) -> str | None:
     )
 
 
+def _ack_inline_state_fits(job: _Job, event: TaskAcknowledged) -> str | None:
+    """Inline state is no larger than its checkpoint allows and matches its handle's size and sha256."""
+    if event.state is None or event.state.inline is None:
+        return None
+    pending = _pending(job.state, event.checkpoint_id)
+    if pending is None:
+        return None
+    problem = inline_problem(event.state, pending.triggered.inline_limit_bytes)
+    if problem is None:
+        return None
+    return f"task {event.task_id}'s acknowledgement of checkpoint {event.checkpoint_id}: {problem}"
+
+
 # --------------------------------------------------------------- completions
 
 
@@ -176,6 +189,23 @@ def _complete_after_every_ack(job: _Job, event: CheckpointCompleted) -> str | No
             f"of another attempt than {triggered.attempt}"
         )
     return None
+
+
+def _complete_with_acknowledged_state(job: _Job, event: CheckpointCompleted) -> str | None:
+    """A completion's state handles are exactly those its tasks acknowledged (inline bytes too)."""
+    pending = _pending(job.state, event.checkpoint_id)
+    if pending is None:
+        return None
+    acknowledged = {t: a.state for t, a in pending.acks.items() if a.state is not None}
+    if dict(event.handles) == acknowledged:
+        return None
+    differ = sorted(
+        t for t in set(acknowledged) | set(event.handles) if acknowledged.get(t) != event.handles.get(t)
+    )
+    return (
+        f"checkpoint {event.checkpoint_id} completed with state handles its tasks did not acknowledge: "
+        + ", ".join(differ)
+    )
 
 
 # -------------------------------------------------------------------- aborts
@@ -270,10 +300,12 @@ _RULES: dict[type[JournalEvent], tuple[tuple[str, _Rule], ...]] = {
         ("ack-from-required-task", _ack_from_required_task),
         ("ack-not-duplicate", _ack_not_duplicate),
         ("ack-of-trigger-attempt", _ack_of_trigger_attempt),
+        ("ack-inline-state-fits", _ack_inline_state_fits),
     ),
     CheckpointCompleted: (
         ("complete-only-pending", _complete_only_pending),
         ("complete-after-every-ack", _complete_after_every_ack),
+        ("complete-with-acknowledged-state", _complete_with_acknowledged_state),
     ),
     CheckpointAborted: (
         ("abort-only-pending", _abort_only_pending),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -958,8 +958,19 @@ def _ack(checkpoint_id: int, task: str, attempt: int = 1) -> TaskAcknowledged:
     return TaskAcknowledged("job", checkpoint_id, attempt, task, 20)
 
 
-def _completion(checkpoint_id: int, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> CheckpointCompleted:
-    return CheckpointCompleted("job", checkpoint_id, kind, 30, 20, {}, 0, {}, attempt=1)
+def _completion(
+    checkpoint_id: int, kind: CheckpointKind = CheckpointKind.CHECKPOINT, **handles: StateHandle
+) -> CheckpointCompleted:
+    return CheckpointCompleted("job", checkpoint_id, kind, 30, 20, handles, 0, {}, attempt=1)
+
+
+def _inline(data: bytes, size: int | None = None) -> StateHandle:
+    digest = hashlib.sha256(data).hexdigest()
+    return StateHandle(f"{LOCATION}/job/chk-1/a", len(data) if size is None else size, digest, data)
+
+
+def _ack_with(checkpoint_id: int, task: str, state: StateHandle) -> TaskAcknowledged:
+    return TaskAcknowledged("job", checkpoint_id, 1, task, 20, state)
 
 
 def _abort(checkpoint_id: int, reason: Reason, counted: bool = False) -> CheckpointAborted:
@@ -1001,6 +1012,27 @@ BAD_JOURNALS: dict[str, tuple[list[JournalEvent], str, int]] = {
     "an ack of a checkpoint not pending": ([_started(), _ack(4, "a")], "ack-only-pending", 1),
     "an ack from a task not asked": ([_started(), _trigger(1), _ack(1, "zz")], "ack-from-required-task", 2),
     "a duplicate ack": ([_started(), _trigger(1), _ack(1, "a"), _ack(1, "a")], "ack-not-duplicate", 3),
+    "inline state its checkpoint does not allow": (
+        [_started(), _trigger(1), _ack_with(1, "a", _inline(b"abc"))],
+        "ack-inline-state-fits",
+        2,
+    ),
+    "inline state that is not its handle's": (
+        [_started(), replace(_trigger(1), inline_limit_bytes=64), _ack_with(1, "a", _inline(b"abc", size=4))],
+        "ack-inline-state-fits",
+        2,
+    ),
+    "a completion with other state than acknowledged": (
+        [
+            _started(),
+            replace(_trigger(1), inline_limit_bytes=64),
+            _ack_with(1, "a", _inline(b"abc")),
+            _ack(1, "b"),
+            _completion(1, a=_inline(b"abd")),
+        ],
+        "complete-with-acknowledged-state",
+        4,
+    ),
     "an abort of a checkpoint not pending": (
         [_started(), _abort(3, Reason.CHECKPOINT_DECLINED)],
         "abort-only-pending",
