@@ -56,11 +56,13 @@ from events.records import (
 
 LOCATION = "file:///tmp/cutline/checkpoints"
 HANDLE = StateHandle(f"{LOCATION}/job-1/chk-7/t0.state", 1234, "ab" * 32)
+INLINE = StateHandle(f"{LOCATION}/job-1/chk-7/t1.state", 4, "cd" * 32, b"\x00\xffab")
+"""A handle with its (small) state inline; bytes 0x00 and 0xff on purpose."""
 
 
 def one_of_each() -> list[JournalEvent]:
     """One event of every journal record type, optional fields filled in."""
-    config = CheckpointConfig(500, LOCATION, 2000, 100, 2, 3, 2)
+    config = CheckpointConfig(500, LOCATION, 2000, 100, 2, 3, 2, inline_threshold_bytes=64)
     return [
         SchedulerStarted("job-1", 2, START_MS, ("t0", "t1"), config, START_MS + 250),
         SchedulerStopped("job-1", 2, START_MS + 1, JobStatus.FAILING, "boom"),
@@ -80,6 +82,7 @@ def one_of_each() -> list[JournalEvent]:
             periodic=True,
             request_id="r-1",
             next_trigger_ms=START_MS + 504,
+            inline_limit_bytes=64,
         ),  # fmt: skip
         TaskAcknowledged("job-1", 7, 2, "t0", START_MS + 5, HANDLE, {"in:0": 42}, {"sync_ms": 3}),
         CheckpointCompleted(
@@ -88,8 +91,8 @@ def one_of_each() -> list[JournalEvent]:
             CheckpointKind.CHECKPOINT,
             START_MS + 6,
             2,
-            {"t0": HANDLE},
-            1234,
+            {"t0": HANDLE, "t1": INLINE},
+            1238,
             {"in:0": 42},
             attempt=2,
             location=f"{LOCATION}/job-1/chk-7",
