@@ -162,12 +162,23 @@ def _from_avro_fields(cls: type[R], datum: Mapping[str, Any]) -> R:
 _DECODERS: dict[type, Callable[[Mapping[str, Any]], Any]] = {}
 
 
+_PLAIN_DEFAULTS = (type(None), bool, int, float, str)
+"""Defaults that are their own Avro value: a missing field takes them without conversion."""
+
+
 def _compile_decoder(cls: type) -> Callable[[Mapping[str, Any]], Any]:
     fields = dataclasses.fields(cls)
     hints = typing.get_type_hints(cls)
     namespace: dict[str, Any] = {"_cls": cls, "_fields": functools.partial(_from_avro_fields, cls)}
     lines = ["def decode(d):", "    try:"]
-    lines += [f"        v{i} = d[{f.name!r}]" for i, f in enumerate(fields)]
+    for i, f in enumerate(fields):
+        if type(f.default) in _PLAIN_DEFAULTS:
+            # A field with a plain default (None, a number, a string) may be missing: a datum of an
+            # older writer schema (Codec's previous writes) lacks the fields added since.
+            namespace[f"_d{i}"] = f.default
+            lines.append(f"        v{i} = d.get({f.name!r}, _d{i})")
+        else:
+            lines.append(f"        v{i} = d[{f.name!r}]")
     lines += ["    except KeyError:", "        return _fields(d)"]
     args = [_decode_expr(hints[f.name], f"v{i}", namespace, cls) for i, f in enumerate(fields)]
     slots = [getattr(cls, f.name, None) for f in fields]
@@ -433,9 +444,42 @@ CONFLUENT_MAGIC = b"\x00"
 CONFLUENT_HEADER_SIZE = 5
 
 
+def _ack_inline_free(record: Any) -> bool:
+    """The ack's state handle (if any) carries no inline bytes."""
+    return record.state is None or record.state.inline is None
+
+
+def _completion_inline_free(record: Any) -> bool:
+    return all(h.inline is None for h in record.handles.values())
+
+
+PREVIOUS_WRITES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "CheckpointAcknowledged": ("a8edf4019362aa12", _ack_inline_free),
+    "TaskAcknowledged": ("68357146adadf14b", _ack_inline_free),
+    "CheckpointCompleted": ("f88db1ce432ad154", _completion_inline_free),
+    "CheckpointBarrier": ("1544d267ff53b230", lambda r: r.inline_limit_bytes == 0),
+    "CheckpointTriggered": ("af3d3ce39e97e745", lambda r: r.inline_limit_bytes == 0),
+    "JobStatusChanged": (
+        "2e4970369a0e1db0",
+        lambda r: r.config is None or r.config.inline_threshold_bytes == 0,
+    ),
+    "SchedulerStarted": ("8b57f89ed654548d", lambda r: r.config.inline_threshold_bytes == 0),
+}
+"""Records written with the previous schema version's writer schema (fingerprint, in hex) while
+they use nothing that version lacks (the predicate): then a reader of that version, during a rolling
+upgrade, still reads them, and readers of this version read them as they read any older writer.
+Schema v4 added inline state (``StateHandle.inline``, ``inline_limit_bytes`` of barriers and
+triggers, ``CheckpointConfig.inline_threshold_bytes``); with it off, everything on the wire is v3.
+A schema change updates this table to the version before it (``tests/unit/test_codec.py`` checks
+that every record changed since the previous vector version is here)."""
+
+
 class Codec:
     """Encodes records to single-object frames (or, with ``confluent`` writing, Confluent frames)
-    and decodes any known frame back, in either format."""
+    and decodes any known frame back, in either format.
+
+    A record that needs nothing of the current schema version beyond the previous one is written
+    with the previous version's schema (:data:`PREVIOUS_WRITES`)."""
 
     def __init__(
         self, registry: SchemaRegistry | None = None, confluent: ConfluentFraming | None = None
@@ -444,15 +488,27 @@ class Codec:
         self.confluent = confluent
         self._confluent_writers: dict[int, WriterSchema] = {}
         self._current: dict[bytes, _FastReader | None] = {}
+        self._previous: dict[str, tuple[WriterSchema, Callable[[Any], bool]]] = {}
+        for name, (fp, fits) in PREVIOUS_WRITES.items():
+            previous = self.registry.writer(bytes.fromhex(fp))
+            if previous is not None:  # a registry without schemas/history writes current schemas only
+                self._previous[name] = (previous, fits)
+
+    def writer_schema(self, record: Record) -> WriterSchema:
+        """The schema ``record`` is written with: the previous version's when it needs nothing newer."""
+        name = type(record).__name__
+        previous = self._previous.get(name)
+        if previous is not None and previous[1](record):
+            return previous[0]
+        try:
+            return self.registry.current(name)
+        except KeyError:
+            raise UnknownRecordType(f"{name} is not a cutline record") from None
 
     def encode(self, record: Record, topic: str | None = None) -> bytes:
         """``record``'s frame; in the Confluent format when that is configured and ``topic`` (whose
         subjects its schema is registered under) is given."""
-        name = type(record).__name__
-        try:
-            schema = self.registry.current(name)
-        except KeyError:
-            raise UnknownRecordType(f"{name} is not a cutline record") from None
+        schema = self.writer_schema(record)
         if topic is not None and self.confluent is not None and self.confluent.writes:
             header = CONFLUENT_MAGIC + self.confluent.schema_id(topic, schema).to_bytes(4, "big")
         else:
@@ -498,11 +554,16 @@ class Codec:
             raise BodyMismatch(f"body does not make a valid {writer.name}: {exc}") from exc
 
     def _current_reader(self, fp: bytes) -> _FastReader | None:
-        """The compiled decoder and record decoder of the current schema with fingerprint ``fp``
-        (None: no such current schema, or one the compiler leaves to fastavro), remembered."""
+        """The compiled decoder and record decoder of the current schema with fingerprint ``fp``, or
+        of the previous one this codec writes (:data:`PREVIOUS_WRITES`: it lacks only fields with
+        plain defaults, which the record decoder fills in); None: another schema, or one the
+        compiler leaves to fastavro. Remembered."""
         writer = self.registry.writer(fp)
         fast: _FastReader | None = None
-        if writer is not None and writer is self.registry.current(writer.name):
+        previous = self._previous.get(writer.name) if writer is not None else None
+        if writer is not None and (
+            writer is self.registry.current(writer.name) or (previous is not None and writer is previous[0])
+        ):
             body = body_decoder(writer)
             if body is not None:
                 fast = (body, avro_decoder(self.registry.record_class(writer.name)), writer.name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import io
 import json
 import types
@@ -11,6 +12,7 @@ import typing
 from collections.abc import Mapping
 from enum import Enum
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import avro.schema
@@ -23,6 +25,7 @@ from hypothesis import strategies as st
 from events.codec import (
     HEADER_SIZE,
     MAGIC,
+    PREVIOUS_WRITES,
     SCHEMAS_DIR,
     BadMagic,
     BodyMismatch,
@@ -31,20 +34,28 @@ from events.codec import (
     TruncatedFrame,
     UnknownFingerprint,
     UnknownRecordType,
+    from_avro,
+    read_body,
     to_avro,
 )
 from events.records import (
     RECORD_TYPES,
+    CheckpointAcknowledged,
+    CheckpointBarrier,
+    CheckpointCompleted,
     CheckpointConfig,
     CheckpointKind,
     CheckpointRestored,
+    CheckpointTriggered,
     ExecutionState,
     JobStatus,
     JobStatusChanged,
     Record,
     RestartStrategy,
     RestartStrategyKind,
+    SchedulerStarted,
     StateHandle,
+    TaskAcknowledged,
     TaskStatusChanged,
 )
 
@@ -240,8 +251,9 @@ class TestFrameLayout:
 
     @pytest.mark.parametrize("cls", RECORD_TYPES, ids=_ids)
     def test_the_fingerprint_is_the_crc64_avro_of_the_canonical_form(self, cls: type[Record]) -> None:
-        """Bytes 2..10 are fastavro's CRC-64-AVRO of the writer schema's parsing canonical form."""
-        canonical = to_parsing_canonical_form(_expanded(cls.__name__))
+        """Bytes 2..10 are fastavro's CRC-64-AVRO of the writer schema's parsing canonical form
+        (the previous version's for a record that needs nothing newer: TestPreviousWrites)."""
+        canonical = to_parsing_canonical_form(CODEC.writer_schema(SIMPLE[cls]).parsed)
         frame = CODEC.encode(SIMPLE[cls])
 
         assert bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO")) == frame[2:HEADER_SIZE]
@@ -287,6 +299,88 @@ class TestFrameLayout:
         fingerprints = {CODEC.registry.current(cls.__name__).fingerprint for cls in RECORD_TYPES}
 
         assert len(RECORD_TYPES) == len(fingerprints)
+
+
+VECTORS = Path(__file__).resolve().parents[1] / "vectors"
+
+
+def _previous_vectors() -> Path:
+    """The vector directory of the schema version before the current one."""
+    versions = sorted((p for p in VECTORS.glob("v*") if p.name[1:].isdigit()), key=lambda p: int(p.name[1:]))
+    return versions[-2]
+
+
+def _previous_fingerprint(name: str) -> str:
+    return str(
+        json.loads((_previous_vectors() / f"{name}.schema.json").read_text())["fingerprint"]["crc64_avro_hex"]
+    )
+
+
+def _with_inline(record: Record) -> Record:
+    """``record`` using schema v4's inline state: what the previous schema cannot carry."""
+    handle = StateHandle("file:///c/job/chk-1/t0", 3, hashlib.sha256(b"abc").hexdigest(), b"abc")
+    match record:
+        case CheckpointAcknowledged() | TaskAcknowledged():
+            return dataclasses.replace(record, state=handle)
+        case CheckpointCompleted():
+            return dataclasses.replace(record, handles={**record.handles, "t0": handle})
+        case CheckpointBarrier() | CheckpointTriggered():
+            return dataclasses.replace(record, inline_limit_bytes=1024)
+        case JobStatusChanged() | SchedulerStarted():
+            config = record.config or CheckpointConfig(1_000, "file:///c")
+            return dataclasses.replace(
+                record, config=dataclasses.replace(config, inline_threshold_bytes=1024)
+            )
+    raise AssertionError(f"no inline variant of {type(record).__name__}")
+
+
+class TestPreviousWrites:
+    """A record that needs nothing the current schema version added is written with the previous
+    version's schema, so that a reader of that version (a rolling upgrade) still reads it."""
+
+    @pytest.mark.parametrize("name", sorted(PREVIOUS_WRITES))
+    def test_the_previous_writer_writes_the_previous_versions_bytes(self, name: str) -> None:
+        """The previous version's fully populated vector, decoded and encoded again, is the same frame
+        byte for byte: exactly what a writer of that version wrote."""
+        frame = (_previous_vectors() / f"{name}.bin").read_bytes()
+
+        record = CODEC.decode(frame)
+
+        assert frame == CODEC.encode(record)
+        assert _previous_fingerprint(name) == CODEC.writer_schema(record).fingerprint.hex()
+
+    @pytest.mark.parametrize("name", sorted(PREVIOUS_WRITES))
+    def test_a_record_using_the_new_fields_gets_the_current_schema(self, name: str) -> None:
+        record = _with_inline(CODEC.decode((_previous_vectors() / f"{name}.bin").read_bytes()))
+
+        frame = CODEC.encode(record)
+
+        assert CODEC.registry.current(name).fingerprint == frame[2:HEADER_SIZE]
+        assert record == CODEC.decode(frame)
+
+    @pytest.mark.parametrize("cls", RECORD_TYPES, ids=_ids)
+    def test_every_record_changed_since_the_previous_version_is_written_down(self, cls: type[Record]) -> None:
+        """A schema change keeps PREVIOUS_WRITES pointing at the version before it."""
+        previous = _previous_fingerprint(cls.__name__)
+        if previous == CODEC.registry.current(cls.__name__).fingerprint.hex():
+            assert cls.__name__ not in PREVIOUS_WRITES
+        else:
+            assert previous == PREVIOUS_WRITES[cls.__name__][0], f"add {cls.__name__} to PREVIOUS_WRITES"
+
+    def test_previous_frames_take_the_compiled_path_and_their_defaults(self) -> None:
+        """The compiled decoder reads a previous writer's body, and the fields it lacks take their
+        defaults (the same record as fastavro's schema resolution gives)."""
+        frame = (_previous_vectors() / "CheckpointCompleted.bin").read_bytes()
+        writer = CODEC.registry.writer(frame[2:HEADER_SIZE])
+        assert writer is not None
+
+        fast = CODEC.decode(frame)
+        resolved = read_body(frame, HEADER_SIZE, writer, CODEC.registry.current(writer.name), "test")
+
+        assert CODEC._current_reader(frame[2:HEADER_SIZE]) is not None
+        assert from_avro(CheckpointCompleted, resolved) == fast
+        assert isinstance(fast, CheckpointCompleted)
+        assert all(h.inline is None for h in fast.handles.values())
 
 
 def _frame(fp: bytes, schema: Any, datum: Mapping[str, Any]) -> bytes:

@@ -232,7 +232,7 @@ def check_forward(codec: Codec, label: str, frame: bytes, text: str, writer: dic
     try:
         old_view = schemaless_reader(
             body,
-            parse_schema(copy.deepcopy(codec.registry.current(name).parsed), _write_hint=False),
+            parse_schema(copy.deepcopy(codec.writer_schema(record).parsed), _write_hint=False),
             parse_schema(copy.deepcopy(writer), _write_hint=False),
         )
     except Exception as exc:
