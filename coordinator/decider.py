@@ -1047,7 +1047,7 @@ def inline_problem(handle: StateHandle, limit: int) -> str | None:
     of the journal can trust the bytes it restores."""
     assert handle.inline is not None
     size = len(handle.inline)
-    if size > limit:
+    if size > limit or limit == 0:
         allowed = "no inline state" if limit == 0 else f"at most {limit} bytes inline"
         return (
             f"inline state of {size} bytes for {handle.uri}: this checkpoint allows {allowed} "

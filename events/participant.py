@@ -205,7 +205,7 @@ def fits_inline(data: bytes, barrier: CheckpointBarrier) -> bool:
     threshold in the checkpoint's metadata. The coordinator's journal makes the bytes durable once
     it accepts the ack; no file, no fsync.
     """
-    return len(data) <= barrier.inline_limit_bytes
+    return 0 < barrier.inline_limit_bytes and len(data) <= barrier.inline_limit_bytes
 
 
 def load_snapshot(handle: StateHandle) -> bytes:

@@ -29,6 +29,7 @@ from events.participant import (
     JobDriver,
     Participant,
     SnapshotCorrupted,
+    fits_inline,
     load_snapshot,
     snapshot_uri,
     write_atomic,
@@ -510,6 +511,17 @@ def test_load_snapshot_returns_the_bytes_and_detects_corruption(tmp_path: Path) 
     path.write_bytes(data.replace(b"1", b"2"))
     with pytest.raises(SnapshotCorrupted, match="corrupt: expected 18 bytes with sha256"):
         load_snapshot(handle)
+
+
+@pytest.mark.parametrize(
+    ("size", "limit", "inline"),
+    [(0, 0, False), (0, 1, True), (1, 1, True), (2, 1, False), (20_480, 20_480, True)],
+)
+def test_a_snapshot_rides_inline_only_within_a_limit_above_zero(size: int, limit: int, inline: bool) -> None:
+    """A limit of 0 means no inline state at all, not even an empty snapshot."""
+    barrier = CheckpointBarrier(JOB, 1, 1, CheckpointKind.CHECKPOINT, 1, "file:///c/chk-1", limit)
+
+    assert inline is fits_inline(b"x" * size, barrier)
 
 
 def test_load_snapshot_returns_inline_bytes_after_checking_them() -> None:

@@ -934,8 +934,10 @@ class TestInlineState:
         message = refused.then_rejected(Rejection.INVALID_STATE_HANDLE).message
         assert "at most 64 bytes inline" in message and "write the snapshot to its uri" in message
 
-    def test_inline_state_is_refused_when_the_checkpoint_allows_none(self) -> None:
-        refused = given(running(at=0), tick(1000)).when(ack(1, "t0", state=inline_handle(1, "t0", b"x")))
+    @pytest.mark.parametrize("data", [b"x", b""])
+    def test_inline_state_is_refused_when_the_checkpoint_allows_none(self, data: bytes) -> None:
+        """Not even an empty snapshot rides inline when the limit is 0 (the threshold is off)."""
+        refused = given(running(at=0), tick(1000)).when(ack(1, "t0", state=inline_handle(1, "t0", data)))
 
         assert "allows no inline state" in refused.then_rejected(Rejection.INVALID_STATE_HANDLE).message
 
