@@ -9,7 +9,9 @@ import itertools
 import random
 import types
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import avro.datafile
 import avro.io
@@ -20,9 +22,11 @@ from coordinator import journal
 from coordinator.decider import _replace_state, fold_jobs
 from coordinator.invariants import first_violation
 from coordinator.journal import (
+    _CLASSES,
     JOURNAL_SCHEMA_NAME,
     JournalEntry,
     JournalFileError,
+    _open_reader,
     journal_schema,
     read_journal,
     read_journal_events,
@@ -116,6 +120,20 @@ def one_of_each() -> list[JournalEvent]:
         ),
         JobFailedPermanently("job-1", 4, START_MS + 13, "restart-strategy none", "boom"),
     ]
+
+
+def without_inline(events: list[JournalEvent]) -> list[JournalEvent]:
+    """``events`` as a writer of schema v3 had them: no inline state, no inline limits."""
+    out: list[JournalEvent] = []
+    for e in events:
+        if isinstance(e, SchedulerStarted):
+            e = replace(e, config=replace(e.config, inline_threshold_bytes=0))
+        elif isinstance(e, CheckpointTriggered):
+            e = replace(e, inline_limit_bytes=0)
+        elif isinstance(e, CheckpointCompleted):
+            e = replace(e, handles={t: h for t, h in e.handles.items() if h.inline is None})
+        out.append(e)
+    return out
 
 
 def simulated(count: int, seed: int = 1, jobs: int = 3) -> list[JournalEvent]:
@@ -316,6 +334,55 @@ class TestAnyAvroTool:
             fastavro.writer(out, fastavro.parse_schema(older), records)
 
         assert [*events, old_rejection] == [e.event for e in read_journal(path)]
+
+    @pytest.mark.parametrize("reader", READERS)
+    def test_a_file_of_schema_v3_is_read_as_written_and_gives_what_resolution_gives(
+        self, tmp_path: Path, reader: str
+    ) -> None:
+        """Schema v4 only added event fields with plain defaults (inline state), so a v3 file is read
+        without schema resolution (cavro where installed), its missing fields at their defaults,
+        and gives exactly the entries fastavro's resolution gives."""
+        v3 = copy.deepcopy(journal_schema())
+        added = {"inline", "inline_limit_bytes", "inline_threshold_bytes"}
+
+        def drop(schema: Any) -> None:
+            if isinstance(schema, list):
+                for branch in schema:
+                    drop(branch)
+            elif isinstance(schema, dict):
+                if schema.get("type") == "record":
+                    schema["fields"] = [f for f in schema["fields"] if f["name"] not in added]
+                    for f in schema["fields"]:
+                        drop(f["type"])
+                elif isinstance(schema.get("type"), list | dict):
+                    drop(schema["type"])
+
+        drop(v3)
+        events = [*without_inline(one_of_each()), *simulated(2000)]
+        path = tmp_path / "v3.avro"
+        with path.open("wb") as out:
+            records = [
+                {"partition": 1, "offset": i, "event": (f"cutline.{type(e).__name__}", to_avro(e))}
+                for i, e in enumerate(events)
+            ]
+            fastavro.writer(out, fastavro.parse_schema(v3), records)
+        with path.open("rb") as stream:
+            _, as_written = _open_reader(stream, str(path), by_name=False)
+        with path.open("rb") as stream:
+            resolved = [
+                from_avro(_CLASSES[r["event"][0]], r["event"][1])
+                for r in fastavro.reader(
+                    stream,
+                    reader_schema=journal_schema(),
+                    return_record_name=True,
+                    return_record_name_override=True,
+                )
+            ]
+
+        read = [event for event, _, _ in read_journal_events(path, reader=reader)]  # type: ignore[arg-type]
+
+        assert as_written is not None  # read as written, not resolved
+        assert events == read == resolved
 
     def test_a_failed_write_leaves_no_file(self, tmp_path: Path) -> None:
         """A write that fails half-way leaves neither the journal nor a partial file behind."""
