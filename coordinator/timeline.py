@@ -403,6 +403,21 @@ def _jsonable(value: object) -> object:
     return value
 
 
+class _Bytes(bytes):
+    """Bytes shown by their length (a snapshot's inline state may be 20 KiB: not for one line)."""
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} bytes>"
+
+
+def _brief(value: object) -> object:
+    if isinstance(value, bytes):
+        return _Bytes(value)
+    if isinstance(value, Mapping):
+        return {k: _brief(v) for k, v in value.items()}
+    return value
+
+
 def describe_record(codec: Codec, partition: int | None, offset: int | None, value: bytes | None) -> Text:
     """One line for any message on a cutline topic (``cutline tail``): decoded, or why not."""
     position = Text(f"{partition}:{offset:<6} ", "cyan")
@@ -416,7 +431,9 @@ def describe_record(codec: Codec, partition: int | None, offset: int | None, val
         return Text.assemble(position, timeline_line(record))
     name = type(record).__name__
     fields = ", ".join(
-        f"{key}={value!r}" for key, value in to_avro(record).items() if key not in ("job_id", "value", "key")
+        f"{key}={_brief(value)!r}"
+        for key, value in to_avro(record).items()
+        if key not in ("job_id", "value", "key")
     )
     return Text.assemble(
         position,

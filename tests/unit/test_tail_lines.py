@@ -1,0 +1,38 @@
+"""``cutline tail``'s lines for a record carrying inline state: its bytes are counted on the line,
+and given whole (base64) in ``--json``."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from coordinator.timeline import describe_record, record_json
+from events.codec import Codec
+from events.records import CheckpointAcknowledged, StateHandle
+
+CODEC = Codec()
+STATE = bytes(range(256)) * 80  # 20 KiB, the size Flink's default memory threshold allows
+ACK = CheckpointAcknowledged(
+    "job-1",
+    7,
+    1,
+    "t0",
+    1_767_225_600_000,
+    StateHandle("file:///c/job-1/chk-7/t0", len(STATE), hashlib.sha256(STATE).hexdigest(), STATE),
+    {"in:0": 42},
+)
+
+
+def test_a_line_shows_how_many_bytes_ride_inline_not_the_bytes() -> None:
+    line = describe_record(CODEC, 0, 12, CODEC.encode(ACK)).plain
+
+    assert "'inline': <20480 bytes>" in line
+    assert len(line) < 600
+
+
+def test_json_carries_the_inline_bytes_whole() -> None:
+    body = record_json(CODEC, "cutline.acks", 0, 12, b"job-1", CODEC.encode(ACK))
+
+    record = body["record"]
+    assert isinstance(record, dict)
+    assert STATE == base64.b64decode(record["state"]["inline"])
