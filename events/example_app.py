@@ -214,6 +214,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--driver", action="store_true", help="also publish the job's status (one-task job)")
     parser.add_argument("--location", default="file:///tmp/cutline/checkpoints", help="checkpoint root")
     parser.add_argument("--interval-ms", type=int, default=1000)
+    parser.add_argument(
+        "--inline-threshold-bytes",
+        type=int,
+        default=0,
+        help="snapshots up to this size ride in the ack, no file (Flink's memory threshold; 0: files)",
+    )
     parser.add_argument("--idle-exit", type=float, help="stop after this many seconds without input")
     parser.add_argument("--output", type=Path, help="write the final counts here as JSON")
     args = parser.parse_args(argv)
@@ -236,7 +242,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         group=args.group,
         attempt=args.attempt,
     )
-    config = CheckpointConfig(interval_ms=args.interval_ms, location=args.location) if args.driver else None
+    config = (
+        CheckpointConfig(
+            interval_ms=args.interval_ms,
+            location=args.location,
+            inline_threshold_bytes=args.inline_threshold_bytes,
+        )
+        if args.driver
+        else None
+    )
     counts = app.run(stop, config=config, idle_exit=args.idle_exit)
     text = json.dumps(dict(counts.most_common()), indent=2)
     if args.output is not None:

@@ -167,13 +167,15 @@ def test_sigterm_cancels_the_job(bootstrap: str, topics: Topics, tmp_path: Path)
     assert [JobStatus.CANCELED] == [e.status for e in stopped]
 
 
+@pytest.mark.parametrize("inline_threshold", [0, 20_480], ids=["files", "inline"])
 def test_a_sigkilled_driver_is_restarted_from_its_latest_checkpoint_and_counts_stay_exact(
-    bootstrap: str, topics: Topics, tmp_path: Path
+    bootstrap: str, topics: Topics, tmp_path: Path, inline_threshold: int
 ) -> None:
     """The example word count (one task, a checkpoint every 200 ms) under cutline run: SIGKILL its
     driver after two completed checkpoints while words keep coming; the strategy restarts it, the
     new attempt restores the latest completed checkpoint, and its final counts equal the words
-    produced, each once."""
+    produced, each once. With an inline threshold its snapshots ride in the acks: no file is
+    written, and the restore reads the state from the journal's completion."""
     words_topic = f"{topics.prefix}words"
     create_topics(bootstrap, [words_topic], partitions=1)
     out = tmp_path / "counts.json"
@@ -183,7 +185,7 @@ def test_a_sigkilled_driver_is_restarted_from_its_latest_checkpoint_and_counts_s
         sys.executable, "-m", "events.example_app", "--bootstrap", bootstrap, "--job", JOB, "--task", "t0",
         "--topic", words_topic, "--partition", "0", "--prefix", topics.prefix, "--driver",
         "--location", (tmp_path / "checkpoints").as_uri(), "--interval-ms", "200", "--idle-exit", "6",
-        "--output", str(out),
+        "--output", str(out), "--inline-threshold-bytes", str(inline_threshold),
     ]  # fmt: skip
     env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -223,3 +225,13 @@ def test_a_sigkilled_driver_is_restarted_from_its_latest_checkpoint_and_counts_s
     (restored,) = [e for e in events if isinstance(e, CheckpointRestored)]
     assert (2, latest_before) == (restored.attempt, restored.checkpoint_id)
     assert dict(produced) == json.loads(out.read_text())
+    (restored_from,) = [
+        e for e in events if isinstance(e, CheckpointCompleted) and e.checkpoint_id == latest_before
+    ]
+    files = [p for p in (tmp_path / "checkpoints").rglob("*") if p.is_file()]
+    if inline_threshold:
+        assert restored_from.handles["t0"].inline is not None
+        assert [] == files
+    else:
+        assert restored_from.handles["t0"].inline is None
+        assert files
