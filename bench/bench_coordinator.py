@@ -783,9 +783,14 @@ class LatencyResult:
         return self.cpu["wall"]
 
     @property
+    def storage(self) -> str:
+        """``files``: each 1 KiB snapshot an fsynced file; ``inline``: in the ack, as Flink's below
+        its memory threshold."""
+        return "inline" if self.inline_threshold_bytes >= STATE_BYTES else "files"
+
+    @property
     def label(self) -> str:
-        storage = "inline" if self.inline_threshold_bytes >= STATE_BYTES else "files"
-        return f"{self.participants} ({plural(self.mode)}), {self.shell}, {storage}"
+        return f"{self.participants} ({plural(self.mode)}), {self.shell}, {self.storage}"
 
 
 STAGES = (

@@ -58,7 +58,6 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.bench_coordinator import (
-    STATE_BYTES,
     LatencyResult,
     bench_latency,
     broker,
@@ -245,9 +244,7 @@ class CutlineRow:
 
     @property
     def storage(self) -> str:
-        """``files``: each 1 KiB snapshot an fsynced file; ``inline``: in the ack, as Flink's below
-        its memory threshold."""
-        return "inline" if self.result.inline_threshold_bytes >= STATE_BYTES else "files"
+        return self.result.storage
 
 
 def run_cutline(

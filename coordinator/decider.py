@@ -821,7 +821,7 @@ def inline_limit(threshold: int, tasks: int) -> int:
     """The largest snapshot one of ``tasks`` may send inline: the job's threshold, cut down so that
     every task's inline state together stays within :data:`INLINE_BUDGET_BYTES` (the completion
     record carries all of it, and must stay one Kafka record)."""
-    return max(0, min(threshold, INLINE_BUDGET_BYTES // max(1, tasks)))
+    return min(threshold, INLINE_BUDGET_BYTES // max(1, tasks))
 
 
 def _location(state: JobState, checkpoint_id: int, kind: CheckpointKind, target: str | None) -> str:

@@ -33,7 +33,7 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import load_schema, to_parsing_canonical_form
 
-from events.codec import SCHEMAS_DIR, avro_decoder, from_avro, to_avro
+from events.codec import PLAIN_DEFAULTS, SCHEMAS_DIR, avro_decoder, from_avro, to_avro
 from events.records import JOURNAL_RECORDS, JournalEvent
 
 __all__ = [
@@ -223,9 +223,6 @@ def _branch_decoders(schema_json: str) -> dict[tuple[str, ...], _Decoder] | None
     return decoders if len(decoders) == len(_CLASSES) else None
 
 
-_PLAIN = (type(None), bool, int, float, str)
-
-
 def _records_by_name(schema: Any, found: dict[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """Every record defined in ``schema`` (named types inlined at their first use), by full name."""
     if isinstance(schema, list):
@@ -261,7 +258,7 @@ def _pruned(schema: Any, keep: Mapping[str, Mapping[str, Any]]) -> Any:
         for f in schema["fields"]:
             if names is None or f["name"] in names:
                 fields.append({**f, "type": _pruned(f["type"], keep)})
-            elif "default" not in f or type(f["default"]) not in _PLAIN:
+            elif "default" not in f or type(f["default"]) not in PLAIN_DEFAULTS:
                 raise ValueError(f"{schema['name']}.{f['name']} has no plain default")
         return {**schema, "fields": fields}
     if kind == "array":
@@ -274,7 +271,11 @@ def _pruned(schema: Any, keep: Mapping[str, Mapping[str, Any]]) -> Any:
 
 
 @cache
-def _lacks_only_plain_defaults_of(writer_canonical: str, writer_json: str) -> bool:
+def _lacks_only_plain_defaults(writer_json: str) -> bool:
+    """Is ``writer_json`` (an older file's schema) the current journal schema without some event
+    fields that have plain defaults, and otherwise the same (schema v3 against v4: inline state)?
+    Then its records are read as they were written, cavro and the field-name decoders included, and
+    the decoders fill in the missing fields' defaults; no schema resolution (about 2.5x slower)."""
     writer = json.loads(writer_json)
     if [f["name"] for f in writer["fields"]] != [f["name"] for f in journal_schema()["fields"]]:
         return False  # the entry's own fields are read as written: only the events' may be missing
@@ -282,17 +283,7 @@ def _lacks_only_plain_defaults_of(writer_canonical: str, writer_json: str) -> bo
         pruned = _pruned(journal_schema(), _records_by_name(writer, {}))
     except ValueError:
         return False
-    return to_parsing_canonical_form(pruned) == writer_canonical
-
-
-def _lacks_only_plain_defaults(writer_schema: Any) -> bool:
-    """Is ``writer_schema`` (an older file's) the current journal schema without some record fields
-    that have plain defaults, and otherwise the same (schema v3 against v4: inline state)? Then
-    its records are read as they were written, cavro and the field-name decoders included, and the
-    decoders fill in the missing fields' defaults; no schema resolution (about 2.5x slower)."""
-    return _lacks_only_plain_defaults_of(
-        to_parsing_canonical_form(writer_schema), json.dumps(writer_schema, sort_keys=True)
-    )
+    return to_parsing_canonical_form(pruned) == to_parsing_canonical_form(writer)
 
 
 def _open_reader(stream: IO[bytes], name: str, *, by_name: bool) -> tuple[Iterator[Any], str | None]:
@@ -323,10 +314,9 @@ def _open_reader(stream: IO[bytes], name: str, *, by_name: bool) -> tuple[Iterat
         )
     if to_parsing_canonical_form(writer_schema) == _canonical_schema():
         return cast(Iterator[Any], reader), _schema_json()
-    if not by_name and _lacks_only_plain_defaults(writer_schema):
-        written = json.dumps(writer_schema, sort_keys=True)
-        if _branch_decoders(written) is not None:
-            return cast(Iterator[Any], reader), written
+    written = json.dumps(writer_schema, sort_keys=True)
+    if not by_name and _lacks_only_plain_defaults(written) and _branch_decoders(written) is not None:
+        return cast(Iterator[Any], reader), written
     # An older (or newer) JournalEntry schema: Avro schema resolution maps it to ours.
     stream.seek(0)
     try:

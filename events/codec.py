@@ -162,8 +162,9 @@ def _from_avro_fields(cls: type[R], datum: Mapping[str, Any]) -> R:
 _DECODERS: dict[type, Callable[[Mapping[str, Any]], Any]] = {}
 
 
-_PLAIN_DEFAULTS = (type(None), bool, int, float, str)
-"""Defaults that are their own Avro value: a missing field takes them without conversion."""
+PLAIN_DEFAULTS = (type(None), bool, int, float, str)
+"""Defaults that are their own Avro value: a missing field takes them without conversion (the
+compiled record decoders here, and journal files read as written, ``coordinator/journal.py``)."""
 
 
 def _compile_decoder(cls: type) -> Callable[[Mapping[str, Any]], Any]:
@@ -172,7 +173,7 @@ def _compile_decoder(cls: type) -> Callable[[Mapping[str, Any]], Any]:
     namespace: dict[str, Any] = {"_cls": cls, "_fields": functools.partial(_from_avro_fields, cls)}
     lines = ["def decode(d):", "    try:"]
     for i, f in enumerate(fields):
-        if type(f.default) in _PLAIN_DEFAULTS:
+        if type(f.default) in PLAIN_DEFAULTS:
             # A field with a plain default (None, a number, a string) may be missing: a datum of an
             # older writer schema (Codec's previous writes) lacks the fields added since.
             namespace[f"_d{i}"] = f.default
