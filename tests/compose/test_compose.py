@@ -12,8 +12,11 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from coordinator.service.app import Settings
 
 COMPOSE = Path(__file__).resolve().parents[2] / "compose" / "docker-compose.yml"
 
@@ -42,6 +45,9 @@ def stack() -> Iterator[None]:
 
 
 WORKERS = ("http://127.0.0.1:6066", "http://127.0.0.1:6067")
+SERVICE_OF = dict(zip(WORKERS, ("coordinator-1", "coordinator-2"), strict=True))
+SESSION_TIMEOUT_S = Settings.session_timeout
+"""The workers' session timeout: the compose file leaves ``cutline coordinator``'s default."""
 
 
 def completed_checkpoints(job: str) -> int:
@@ -73,3 +79,53 @@ def test_the_spark_job_checkpoints_on_apache_kafka_and_prometheus_sees_it(stack:
         )
         time.sleep(2)
     assert scraped >= 3
+
+
+def job_view(worker: str, job: str) -> dict[str, Any] | None:
+    """``job`` as ``worker`` reports it on /jobs; None when the worker does not own it (or is down)."""
+    try:
+        with urllib.request.urlopen(f"{worker}/jobs", timeout=5) as response:
+            jobs: list[dict[str, Any]] = json.load(response)["jobs"]
+    except OSError:
+        return None
+    return next((view for view in jobs if view["id"] == job), None)
+
+
+def completed_after(worker: str, job: str, since_ms: float) -> bool:
+    view = job_view(worker, job)
+    return (
+        view is not None
+        and view["last_completed"] is not None
+        and view["last_completed"]["timestamp"] > since_ms
+    )
+
+
+def test_the_other_worker_completes_the_jobs_checkpoints_after_a_sigkill_of_its_owner(stack: None) -> None:
+    """On Apache Kafka, which answers a rebalance as soon as the remaining members have rejoined
+    (unlike the embedded broker, docs/embedded-broker.md), a SIGKILL of the worker that owns the
+    Spark job hands the job to the other worker: a checkpoint completes there within the session
+    timeout + 5 s (the issue's bound; DESIGN §7's target is + 2 s, and the time is printed)."""
+    deadline = time.monotonic() + 300
+    owner = None
+    while owner is None and time.monotonic() < deadline:
+        owner = next((w for w in WORKERS if completed_after(w, "wordcount", 0)), None)
+        time.sleep(1)
+    assert owner is not None, "no worker reported a completed checkpoint of the word count"
+    survivor = next(w for w in WORKERS if w != owner)
+    service = SERVICE_OF[owner]
+
+    killed_ms, killed = time.time() * 1000, time.monotonic()
+    subprocess.run(["docker", "compose", "-f", str(COMPOSE), "kill", "-s", "SIGKILL", service], check=True)
+    try:
+        bound = SESSION_TIMEOUT_S + 5
+        while time.monotonic() - killed < bound + 10 and not completed_after(
+            survivor, "wordcount", killed_ms
+        ):
+            time.sleep(0.2)
+        took = time.monotonic() - killed
+        print(f"{service} killed; {SERVICE_OF[survivor]} completed a checkpoint {took:.2f} s later")
+
+        assert completed_after(survivor, "wordcount", killed_ms), f"{SERVICE_OF[survivor]} completed none"
+        assert took <= bound, f"the job's checkpoints resumed {took:.2f} s after the kill (bound {bound} s)"
+    finally:
+        subprocess.run(["docker", "compose", "-f", str(COMPOSE), "start", service], check=False, timeout=300)
