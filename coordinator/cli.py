@@ -924,13 +924,22 @@ def coordinator(
             "the others (Kafka's session.timeout.ms; Apache Kafka accepts 6 to 1800 by default).",
         ),
     ] = 6.0,
+    partitions: Annotated[
+        int,
+        typer.Option(
+            "--partitions",
+            min=1,
+            help="Partitions of the topics it creates when none exists yet. Existing topics keep "
+            "theirs, and the coordinator uses their count.",
+        ),
+    ] = DEFAULT_PARTITIONS,
 ) -> None:
     """Run the checkpoint coordinator (a Faust worker) until interrupted.
 
     Start it N times with the same prefix for N workers: each owns the jobs of its partitions."""
     import logging
 
-    from coordinator.service.app import JournalRetentionError, Settings, run
+    from coordinator.service.app import JournalRetentionError, Settings, TopicLayoutError, run
     from events.validation import InvalidUri, canonical_uri
 
     errors = Console(stderr=True, highlight=False)
@@ -955,10 +964,11 @@ def coordinator(
         snapshot_interval=snapshot_interval,
         savepoint_roots=tuple(roots),
         session_timeout=session_timeout,
+        partitions=partitions,
     )
     try:
         run(settings, loglevel)
-    except JournalRetentionError as exc:
+    except (JournalRetentionError, TopicLayoutError) as exc:
         _fail(errors, str(exc))
 
 

@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -41,7 +41,7 @@ from coordinator.service.writer import Writer, Written
 from coordinator.snapshot import PartitionSnapshot
 from coordinator.state import state_json
 from coordinator.stats import checkpoints_json, config_json, entry_json
-from events.broker import create_topics, topic_config
+from events.broker import create_topics, partition_counts, topic_config
 from events.client_config import aiokafka_security, client_properties, faust_credentials
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
@@ -212,6 +212,43 @@ def broker_supports_idempotence(bootstrap: str, timeout: float = 10.0) -> tuple[
                 await producer.stop()
 
     return asyncio.run(probe())
+
+
+class TopicLayoutError(RuntimeError):
+    """The topics of one prefix do not all have the same number of partitions."""
+
+
+def settle_partitions(settings: Settings) -> Settings:
+    """``settings`` with the partition count the prefix's topics already have.
+
+    A job's inputs, journal records, fold snapshots and ticks are in the same partition number of
+    every topic. The coordinator works that number out from the job's key and the partition count
+    (``Coordinator.partition_of``): to fold a claimed partition, to snapshot it, to drop it when it
+    is revoked. With a count other than the topics' own, a claim would leave out the jobs it owns,
+    and a restarted or new owner would not know them. So the count is the one the topics were
+    created with (``cutline topics create --partitions N``). ``settings.partitions`` applies only
+    when none of them exists yet, and they are then created with it. Raises
+    :class:`TopicLayoutError` when existing topics differ."""
+    names = [*settings.topics.all, settings.ticks_topic, settings.snapshots_topic]
+    counts = partition_counts(settings.bootstrap, names)
+    found = sorted(set(counts.values()))
+    if not found:
+        return settings
+    if len(found) > 1:
+        listing = "; ".join(
+            f"{n} partitions: {', '.join(sorted(t for t, c in counts.items() if c == n))}" for n in found
+        )
+        raise TopicLayoutError(
+            f"the topics of prefix {settings.prefix!r} have different partition counts ({listing}). A job's "
+            "records go to the same partition number of each, so they need one count. Recreate the odd "
+            "ones, or create all of them under a new prefix: cutline topics create --bootstrap "
+            f"{settings.bootstrap} --topic-prefix <new prefix> --partitions N (the journal's count cannot "
+            "change once jobs have run)"
+        )
+    (count,) = found
+    if count != settings.partitions:
+        log.info("the topics of prefix %r have %d partitions each: using %d", settings.prefix, count, count)
+    return replace(settings, partitions=count)
 
 
 def ensure_topics(settings: Settings) -> list[str]:
@@ -719,6 +756,7 @@ def run(settings: Settings, loglevel: str = "warning") -> None:
     """
     if os.environ.get("CUTLINE_PROFILE"):
         _profile_threads(Path(os.environ["CUTLINE_PROFILE"]))
+    settings = settle_partitions(settings)
     created = ensure_topics(settings)
     if created:
         log.warning("created topics: %s", ", ".join(created))

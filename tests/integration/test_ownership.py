@@ -26,11 +26,12 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.invariants import first_violation
+from coordinator.service.app import Settings, TopicLayoutError, settle_partitions
 from coordinator.service.supervisor import CoordinatorProcess, stop_all
 from events.broker import create_topics
 from events.codec import decode
 from events.fencing import epoch_of
-from events.kafka import producer_config
+from events.kafka import job_key, partition_for, producer_config
 from events.log import LogMessage, read_journal_topic, read_to_end
 from events.participant import JobDriver, Participant
 from events.records import (
@@ -421,6 +422,69 @@ class TestRetention:
 
         assert "finite retention (retention.ms=604800000)" in str(failure.value)
         assert "retention.ms=-1" in str(failure.value)
+
+
+class TestPartitionCount:
+    """The coordinator uses the partition count its topics were created with, not its default of 8:
+    a job's partition is worked out from its key and that count."""
+
+    def test_a_restarted_worker_knows_every_job_of_topics_with_two_partitions(
+        self, bootstrap: str, topic_prefix: str, tmp_path: Path
+    ) -> None:
+        """Topics made with ``cutline topics create --partitions 2``, as docs/embedded-broker.md advises
+        for a small machine. A worker is SIGKILLed and another starts: it claims both partitions and
+        every job completes checkpoints again, with no id reused (with 8 as the count, the claim left
+        out the jobs whose partition differs under 8 and 2, and they never checkpointed again)."""
+        topics = Topics(topic_prefix)
+        create_topics(
+            bootstrap,
+            [*topics.all, f"{topic_prefix}coordinator-ticks", f"{topic_prefix}coordinator-snapshots"],
+            2,
+        )
+        moved = [job for job in JOBS if partition_for(job_key(job), 8) != partition_for(job_key(job), 2)]
+        assert moved, "some job must have another partition number under 8 partitions than under 2"
+        first = CoordinatorProcess(bootstrap, topic_prefix, extra_args=("--snapshot-interval", "0.5"))
+        second = CoordinatorProcess(bootstrap, topic_prefix)
+        jobs = Jobs(bootstrap, topics, tmp_path)
+        try:
+            first.start(timeout=90)
+            jobs.start()
+            jobs.wait_for(lambda c: all(len(ids) >= 2 for ids in c.values()), timeout=90)
+            time.sleep(1.0)  # a fold snapshot of each partition after the jobs started
+            first.kill()
+            before = jobs.completed()
+
+            second.start(timeout=90)
+            jobs.wait_for(lambda c: all(max(c[j]) > max(before[j]) for j in JOBS), timeout=60)
+
+            assert {j["id"] for j in second.get("/jobs")["jobs"]} == set(JOBS)
+            assert_effective_journal_is_sound(jobs, bootstrap, topics)
+        finally:
+            jobs.close()
+            stop_all([first, second])
+
+    def test_it_takes_the_count_of_the_existing_topics(self, bootstrap: str, topic_prefix: str) -> None:
+        settings = Settings(bootstrap, topic_prefix)
+        assert settle_partitions(settings) == settings  # no topics yet: they are made with its count
+        create_topics(bootstrap, [*settings.topics.all, settings.ticks_topic, settings.snapshots_topic], 3)
+
+        assert settle_partitions(settings).partitions == 3
+
+    def test_topics_of_different_partition_counts_are_refused(
+        self, bootstrap: str, topic_prefix: str
+    ) -> None:
+        """The coordinator exits non-zero, names the counts and says how to fix it."""
+        topics = Topics(topic_prefix)
+        create_topics(bootstrap, [topics.checkpoints], partitions=2, config={"retention.ms": "-1"})
+        create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"], partitions=8)
+        with pytest.raises(TopicLayoutError, match="different partition counts") as refused:
+            settle_partitions(Settings(bootstrap, topic_prefix))
+        assert f"2 partitions: {topics.checkpoints}" in str(refused.value)
+
+        with pytest.raises(RuntimeError, match="exited with") as failure:
+            CoordinatorProcess(bootstrap, topic_prefix).start(timeout=60)
+        assert "different partition counts" in str(failure.value)
+        assert "cutline topics create" in str(failure.value)
 
 
 def _produce_all(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
