@@ -518,6 +518,24 @@ def _need_bootstrap(console: Console, bootstrap: str | None) -> str:
     return bootstrap
 
 
+def _need_free_port(console: Console, host: str, port: int) -> None:
+    """Fail, saying what to do, when the web views could not listen on ``host:port`` (Faust would
+    fail later, with a traceback). Bound with SO_REUSEADDR, as aiohttp binds."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        _fail(
+            console,
+            f"the web views cannot listen on {host}:{port} ({exc.strerror}): another coordinator worker "
+            "or program has the port. Each worker on a machine needs its own: pass --web-port with a "
+            "free one",
+        )
+
+
 def _check_broker(console: Console, bootstrap: str) -> None:
     from events.broker import wait_for_broker
 
@@ -944,6 +962,7 @@ def coordinator(
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = _need_bootstrap(errors, bootstrap)
+    _need_free_port(errors, web_host, web_port)
     roots = []
     for root in savepoint_root or []:
         uri = root if ":" in root.split("/", 1)[0] else Path(root).absolute().as_uri()

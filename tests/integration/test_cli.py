@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -146,6 +147,20 @@ class TestCoordinator:
 
         assert 2 == result.returncode
         assert "cutline broker" in result.stderr
+
+    def test_on_a_web_port_in_use(self, bootstrap: str, prefix: str) -> None:
+        """A second worker on a machine with the first one's web port: refused at once, saying to pass
+        --web-port (Faust would fail later with a traceback)."""
+        port = free_port()
+        with socket.create_server(("127.0.0.1", port)):
+            result = cutline(
+                "coordinator", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--web-port", str(port)
+            )
+
+        assert 2 == result.returncode
+        assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+        assert "--web-port" in result.stderr
+        assert "Traceback" not in result.stderr
 
 
 class TestStatus:
