@@ -35,7 +35,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from coordinator.service.direct import DirectConsumer, use_direct_consumer
 from coordinator.service.gc_schedule import GC_INTERVAL_S, ScheduledCollections
 from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
-from coordinator.service.ownership import claim_partition, new_worker_id, snapshot_message
+from coordinator.service.ownership import (
+    PartitionCountChanged,
+    claim_partition,
+    new_worker_id,
+    snapshot_message,
+)
 from coordinator.service.runtime import Coordinator, Outcome
 from coordinator.service.writer import Writer, Written
 from coordinator.snapshot import PartitionSnapshot
@@ -106,6 +111,10 @@ class Settings:
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
+
+RECLAIM_MISPLACED_S = 30.0
+"""Seconds between claims of a partition whose jobs belong elsewhere (``PartitionCountChanged``):
+only an operator can fix that, so the error is logged twice a minute, not every second."""
 
 SLOW_BATCH_S = 1.0
 """A batch of input that took longer than this from its fetch to its durable journal writes, or
@@ -514,6 +523,11 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
                     ),
                 )
                 break
+            except PartitionCountChanged as exc:
+                if owner.revoked:
+                    return
+                log.error("%s; its jobs get no checkpoints. Trying again in %g s", exc, RECLAIM_MISPLACED_S)
+                await asyncio.sleep(RECLAIM_MISPLACED_S)
             except Exception:
                 if owner.revoked:
                     return

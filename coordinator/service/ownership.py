@@ -37,7 +37,7 @@ from coordinator.service.runtime import CAUSE_HEADER, Coordinator
 from coordinator.snapshot import PartitionSnapshot, SnapshotError, decode_snapshot, encode_snapshot
 from events.codec import encode
 from events.fencing import Fence, epoch_header, epoch_of
-from events.kafka import producer_config
+from events.kafka import job_key, partition_for, producer_config
 from events.log import LogMessage, fenced_journal, read_to_end
 from events.records import CoordinatorClaimed
 from events.topics import Topics
@@ -125,6 +125,42 @@ def read_snapshots(
     return best, intent
 
 
+class PartitionCountChanged(RuntimeError):
+    """A journal partition holds jobs whose partition, by the topics' present count, is another."""
+
+
+def misplaced_jobs_problem(coordinator: Coordinator, partition: int) -> str | None:
+    """Why ``partition``'s fold cannot be owned as it is (None: every job in it belongs to it).
+
+    Every journal record is keyed by its job, so a job's records are in the partition its key
+    hashes to. A job of the fold that hashes elsewhere now means the topics' partition count is
+    not the one the job ran with (partitions were added: Kafka then moves keys). An owner would
+    keep only the jobs that hash to the partition (``Coordinator.merge``). The others' inputs
+    would then reach a worker that does not know them, which would start their ids again."""
+    assert coordinator.partitions is not None
+    misplaced = sorted(j for j in coordinator.states if coordinator.partition_of(j) != partition)
+    if not misplaced:
+        return None
+    fits = [
+        n
+        for n in range(partition + 1, 257)
+        if all(partition_for(job_key(j), n) == partition for j in coordinator.states)
+    ][:3]
+    named = ", ".join(repr(j) for j in misplaced[:5]) + (
+        f" and {len(misplaced) - 5} more" if len(misplaced) > 5 else ""
+    )
+    counts = " or ".join(map(str, fits)) + (" partition" if fits == [1] else " partitions")
+    ran_with = f" (every job here belongs to it with {counts})" if fits else ""
+    return (
+        f"journal partition {partition} holds jobs {named}, which belong to other partitions with the "
+        f"{coordinator.partitions} partitions the topics have now: the partition count changed after these "
+        f"jobs ran{ran_with}. Kafka moves keys to other partitions when partitions are added, so this "
+        "worker does not claim the partition: it would not know these jobs, and their checkpoint ids would "
+        "start again. A prefix keeps the partition count it was created with. Run these jobs under a new "
+        "prefix (cutline topics create --topic-prefix <new prefix> --partitions N)"
+    )
+
+
 def claim_partition(
     bootstrap: str,
     topics: Topics,
@@ -203,6 +239,9 @@ def claim_partition(
         return seen, *last_claim
 
     highest = max(highest, fold(None)[0])
+    problem = misplaced_jobs_problem(coordinator, partition)
+    if problem is not None:
+        raise PartitionCountChanged(problem)  # before any claim is written
     producer = Producer(producer_config(bootstrap))
     try:
         while True:

@@ -19,7 +19,12 @@ import pytest
 from confluent_kafka import Producer
 
 from coordinator.decider import fold_jobs
-from coordinator.service.ownership import ClaimedPartition, claim_partition, snapshot_message
+from coordinator.service.ownership import (
+    ClaimedPartition,
+    PartitionCountChanged,
+    claim_partition,
+    snapshot_message,
+)
 from coordinator.service.runtime import Coordinator
 from coordinator.simulate import simulate
 from coordinator.state import state_json
@@ -27,6 +32,7 @@ from events.broker import EmbeddedBroker, create_topics
 from events.codec import encode
 from events.fencing import epoch_header
 from events.kafka import job_key, producer_config
+from events.log import read_to_end
 from events.records import JournalEvent
 from events.topics import Topics
 
@@ -115,6 +121,26 @@ class TestClaims:
         assert {j: state_json(s) for j, s in first.coordinator.states.items()} == {
             j: state_json(s) for j, s in second.coordinator.states.items()
         }
+
+    def test_a_partition_whose_jobs_hash_elsewhere_now_is_not_claimed(
+        self, own_broker: EmbeddedBroker
+    ) -> None:
+        """Given the journal of four jobs that ran with one partition, when a worker claims it as
+        partition 0 of four (partitions were added since: job-0 and job-2 now hash to 1 and 2), then
+        it refuses, names the jobs and the count they ran with, and writes no claim."""
+        events = list(islice(simulate(Random(7), jobs=4), 500))
+        produce_journal(own_broker.bootstrap, events)
+        end = len(events)
+
+        with pytest.raises(PartitionCountChanged) as refused:
+            claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 4, 0, "worker-a")
+
+        message = str(refused.value)
+        assert "holds jobs 'job-0', 'job-2'" in message
+        assert "(every job here belongs to it with 1 partition" in message
+        assert "new prefix" in message
+        assert end == len(list(read_to_end(own_broker.bootstrap, TOPICS.checkpoints, [0], timeout=10)))
+        assert 1 == claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 1, 0, "worker-b").epoch
 
 
 def write_snapshot(
