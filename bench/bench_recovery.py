@@ -124,7 +124,7 @@ def produce_frames(bootstrap: str, frames: list[tuple[bytes, bytes]], repeat: in
 
 def write_snapshot(bootstrap: str, holder: Coordinator, epoch: int, journal_offset: int) -> int:
     """Write ``holder``'s fold of partition 0 as its owner does after a claim; the value's size."""
-    key, value, headers = snapshot_message(holder.snapshot(0, epoch, journal_offset, 0))
+    key, value, headers = snapshot_message(holder.snapshot(0, epoch, journal_offset, 0), 1)
     producer = Producer(producer_config(bootstrap))
     producer.produce(SNAPSHOTS, key=key, value=value, headers=headers, partition=0)
     if producer.flush(30):

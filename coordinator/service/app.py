@@ -568,7 +568,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     async def write_snapshot(snapshot: PartitionSnapshot) -> bool:
         """Write ``snapshot`` to the snapshots topic and wait for the broker; False if it failed."""
         key, value, headers = await asyncio.get_running_loop().run_in_executor(
-            None, snapshot_message, snapshot
+            None, snapshot_message, snapshot, settings.partitions
         )
         producer = cast(Any, app.producer)._ensure_producer()
         try:

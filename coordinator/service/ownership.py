@@ -40,7 +40,7 @@ from events.fencing import Fence, epoch_header, epoch_of
 from events.kafka import job_key, partition_for, producer_config
 from events.log import LogMessage, fenced_journal, read_to_end
 from events.records import CoordinatorClaimed
-from events.topics import Topics
+from events.topics import DEFAULT_PARTITIONS, Topics
 
 log = logging.getLogger("cutline.coordinator")
 
@@ -60,6 +60,10 @@ class StoredSnapshot:
     epoch: int
     journal_offset: int
     value: bytes
+    partitions: int = DEFAULT_PARTITIONS
+    """The topics' partition count its writer used to choose the partition's jobs
+    (:data:`SNAPSHOT_PARTITIONS_HEADER`; a snapshot without it was written with the count of 8 that
+    every coordinator used before 2026-11-25)."""
 
 
 @dataclass(slots=True)
@@ -81,6 +85,9 @@ SnapshotLoader = Callable[[Coordinator, bytes], tuple[int, int]]
 """Loads a snapshot's value into a fresh coordinator; returns (epoch, journal offset covered)."""
 
 SNAPSHOT_OFFSET_HEADER = "cutline.journal-offset"
+SNAPSHOT_PARTITIONS_HEADER = "cutline.partitions"
+"""The partition count the snapshot's writer worked jobs' partitions out with: a snapshot holds the
+jobs that hash to its partition under that count, so under another count it may lack some."""
 """Header of a snapshot message: the last journal offset it covers (ASCII decimal)."""
 
 
@@ -91,11 +98,17 @@ def load_snapshot(coordinator: Coordinator, value: bytes) -> tuple[int, int]:
     return snapshot.epoch, snapshot.journal_offset
 
 
-def snapshot_message(snapshot: PartitionSnapshot) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
-    """Key, value and headers of ``snapshot`` in the snapshots topic (one key per partition and epoch:
-    compaction keeps the newest snapshot of every epoch, and a zombie's never replaces a newer
-    owner's)."""
-    headers = [epoch_header(snapshot.epoch), (SNAPSHOT_OFFSET_HEADER, b"%d" % snapshot.journal_offset)]
+def snapshot_message(
+    snapshot: PartitionSnapshot, partitions: int
+) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """Key, value and headers of ``snapshot``, taken by a coordinator of ``partitions`` partitions, in
+    the snapshots topic (one key per partition and epoch: compaction keeps the newest snapshot of
+    every epoch, and a zombie's never replaces a newer owner's)."""
+    headers = [
+        epoch_header(snapshot.epoch),
+        (SNAPSHOT_OFFSET_HEADER, b"%d" % snapshot.journal_offset),
+        (SNAPSHOT_PARTITIONS_HEADER, b"%d" % partitions),
+    ]
     return f"{snapshot.partition}:{snapshot.epoch}".encode(), encode_snapshot(snapshot), headers
 
 
@@ -119,7 +132,10 @@ def read_snapshots(
         offset_header = message.headers.get(SNAPSHOT_OFFSET_HEADER, b"")
         if epoch < 0 or not offset_header.isdigit():
             continue
-        stored = StoredSnapshot(epoch, int(offset_header), message.value)
+        count = message.headers.get(SNAPSHOT_PARTITIONS_HEADER, b"%d" % DEFAULT_PARTITIONS)
+        if not count.isdigit():
+            continue
+        stored = StoredSnapshot(epoch, int(offset_header), message.value, int(count))
         if best is None or (stored.epoch, stored.journal_offset) >= (best.epoch, best.journal_offset):
             best = stored
     return best, intent
@@ -184,7 +200,15 @@ def claim_partition(
     snapshot_offset: int | None = None
     stored, intent = read_snapshots(bootstrap, snapshots_topic, partition, timeout)
     if stored is not None and load_snapshot is not None:
-        if intent > stored.epoch:
+        if stored.partitions != partitions:
+            log.warning(
+                "journal partition %d: its snapshot chose the partition's jobs with %d partitions, the "
+                "topics have %d: folding from the start",
+                partition,
+                stored.partitions,
+                partitions,
+            )
+        elif intent > stored.epoch:
             log.warning(
                 "journal partition %d: a claim of epoch %d has no snapshot (its worker died while "
                 "claiming?); the snapshot of epoch %d may hold a zombie's records: folding from the start",

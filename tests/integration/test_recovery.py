@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 
 from coordinator.decider import fold_jobs
 from coordinator.service.ownership import (
+    SNAPSHOT_PARTITIONS_HEADER,
     ClaimedPartition,
     PartitionCountChanged,
     claim_partition,
@@ -142,15 +143,43 @@ class TestClaims:
         assert end == len(list(read_to_end(own_broker.bootstrap, TOPICS.checkpoints, [0], timeout=10)))
         assert 1 == claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 1, 0, "worker-b").epoch
 
+    @pytest.mark.parametrize("written_with", [None, 8])
+    def test_a_snapshot_taken_with_another_partition_count_is_not_trusted(
+        self, own_broker: EmbeddedBroker, written_with: int | None
+    ) -> None:
+        """Given a snapshot that chose the partition's jobs with 8 partitions (said by its header, or
+        without the header, as every coordinator wrote them before 2026-11-25) and lacks a job, when
+        a worker of one partition claims it, then it folds the journal from the start instead."""
+        events = list(islice(simulate(Random(11), jobs=3), 600))
+        produce_journal(own_broker.bootstrap, events)
+        partial = Coordinator(TOPICS, partitions=1)
+        partial.recover((e, None) for e in events if e.job_id != "job-1")
+        write_snapshot(own_broker.bootstrap, partial, journal_offset=599, partitions=written_with)
+
+        claimed = claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 1, 0, "a")
+
+        assert claimed.snapshot_offset is None
+        assert 601 == claimed.folded  # the whole journal and the claim
+        assert {j: state_json(s) for j, s in fold_jobs(events).items()} == {
+            j: state_json(s) for j, s in claimed.coordinator.states.items()
+        }
+
 
 def write_snapshot(
-    bootstrap: str, holder: ClaimedPartition | Coordinator, epoch: int = 0, journal_offset: int = -1
+    bootstrap: str,
+    holder: ClaimedPartition | Coordinator,
+    epoch: int = 0,
+    journal_offset: int = -1,
+    partitions: int | None = 1,
 ) -> None:
-    """What a worker does after its claim: the partition's fold as a snapshot."""
+    """What a worker does after its claim: the partition's fold as a snapshot, taken with
+    ``partitions`` (None: without the header that says it, as before 2026-11-25)."""
     if isinstance(holder, ClaimedPartition):
         holder, epoch, journal_offset = holder.coordinator, holder.epoch, holder.claim_offset
     snapshot = holder.snapshot(0, epoch, journal_offset, 0)
-    key, value, headers = snapshot_message(snapshot)
+    key, value, headers = snapshot_message(snapshot, partitions or 1)
+    if partitions is None:
+        headers = [(name, v) for name, v in headers if name != SNAPSHOT_PARTITIONS_HEADER]
     producer = Producer(producer_config(bootstrap))
     producer.produce(SNAPSHOTS, key=key, value=value, headers=headers, partition=0)
     assert 0 == producer.flush(30)
