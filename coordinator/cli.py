@@ -591,16 +591,27 @@ def topics_create(
         int, typer.Option("--partitions", min=1, help="Partitions of every topic.")
     ] = DEFAULT_PARTITIONS,
 ) -> None:
-    """Create every topic of the protocol (same partition count everywhere; existing ones are kept)."""
-    from coordinator.service.app import Settings, ensure_topics
+    """Create every topic of the protocol (same partition count everywhere; existing ones are kept,
+    and the command fails if their counts then differ)."""
+    from coordinator.service.app import Settings, TopicLayoutError, ensure_topics, settle_partitions
+    from events.broker import partition_counts
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = _need_bootstrap(errors, bootstrap)
     settings = Settings(bootstrap, topic_prefix, partitions=partitions)
     created = ensure_topics(settings)
+    names = [*settings.topics.all, settings.ticks_topic, settings.snapshots_topic]
+    counts = partition_counts(bootstrap, names)
     console = Console(highlight=False)
-    for name in [*settings.topics.all, settings.ticks_topic, settings.snapshots_topic]:
-        console.print(f"{'created' if name in created else 'exists '}  {name}", soft_wrap=True)
+    for name in names:
+        found = counts.get(name)
+        console.print(
+            f"{'created' if name in created else 'exists '}  {name}  ({found} partitions)", soft_wrap=True
+        )
+    try:
+        settle_partitions(settings)
+    except TopicLayoutError as exc:
+        _fail(errors, str(exc))
 
 
 @app.command()

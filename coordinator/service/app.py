@@ -770,10 +770,11 @@ def run(settings: Settings, loglevel: str = "warning") -> None:
     """
     if os.environ.get("CUTLINE_PROFILE"):
         _profile_threads(Path(os.environ["CUTLINE_PROFILE"]))
-    settings = settle_partitions(settings)
+    settings = settle_partitions(settings)  # missing topics are made with the existing ones' count
     created = ensure_topics(settings)
     if created:
         log.warning("created topics: %s", ", ".join(created))
+        settings = settle_partitions(settings)  # another worker may have made some at the same time
     check_journal_retention(settings)
     idempotent, why = broker_supports_idempotence(settings.bootstrap)
     _patch_idempotence(idempotent)

@@ -120,6 +120,22 @@ class TestTopics:
         assert "-1" == topic_config(bootstrap, f"{prefix}checkpoints")["retention.ms"]
         assert "compact" == topic_config(bootstrap, f"{prefix}coordinator-snapshots")["cleanup.policy"]
 
+    def test_existing_topics_of_another_count_are_reported(self, bootstrap: str) -> None:
+        """Topics made earlier with 2 partitions, then `topics create --partitions 4`: it makes the
+        missing ones, shows every topic's count, and fails saying the counts differ and what to do."""
+        prefix = f"mixed{os.getpid()}."
+        create_topics(bootstrap, [f"{prefix}acks", f"{prefix}checkpoints"], partitions=2)
+
+        result = cutline(
+            "topics", "create", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--partitions", "4"
+        )
+
+        assert 2 == result.returncode
+        assert f"exists   {prefix}acks  (2 partitions)" in result.stdout
+        assert f"created  {prefix}barriers  (4 partitions)" in result.stdout
+        assert "different partition counts" in result.stderr
+        assert "--topic-prefix <new prefix>" in result.stderr
+
     def test_without_a_cluster(self) -> None:
         """Without --bootstrap or CUTLINE_BOOTSTRAP it says how to give one."""
         result = cutline("topics", "create")
