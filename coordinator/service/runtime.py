@@ -95,6 +95,13 @@ log = logging.getLogger("cutline.coordinator")
 STALE_EPOCH = "STALE_EPOCH"
 """Dead-letter reason of an ack or decline answering a barrier of a superseded coordinator epoch."""
 
+WRONG_PARTITION = "WRONG_PARTITION"
+"""Dead-letter reason of an input in another partition than its job's (a producer that does not hash
+keys with murmur2): the worker that owns the job would never see it."""
+
+MAX_REMEMBERED_HOMES = 100_000
+"""Job ids whose partition :meth:`Coordinator.partition_of` remembers (then it starts again)."""
+
 CAUSE_HEADER = "cutline-cause"
 """Journal message header naming the input that caused the event: ``topic:partition:offset``."""
 
@@ -190,6 +197,8 @@ class Coordinator:
         """The file system as seen by the batch being decided (:meth:`batch`); None: ask it per ack."""
         self._due_at: dict[str, tuple[JobState, int | None]] = {}
         """job -> (a state of it, ``due_at`` of that state): see :meth:`due`."""
+        self._homes: dict[str, int] = {}
+        """job -> :meth:`partition_of` (murmur2 in Python costs microseconds; every input asks)."""
 
     @contextlib.contextmanager
     def batch(self, scan_after: int = SCAN_AFTER) -> Iterator[BatchFileView]:
@@ -234,9 +243,15 @@ class Coordinator:
 
     def partition_of(self, job_id: str) -> int:
         """The partition number of ``job_id`` in every protocol topic."""
+        home = self._homes.get(job_id)
+        if home is not None:
+            return home
         if self.partitions is None:
             raise RuntimeError("the partition count is not known (Coordinator(partitions=...))")
-        return partition_for(job_key(job_id), self.partitions)
+        if len(self._homes) >= MAX_REMEMBERED_HOMES:
+            self._homes.clear()  # job ids from hostile input must not grow it without bound
+        home = self._homes[job_id] = partition_for(job_key(job_id), self.partitions)
+        return home
 
     def jobs_of(self, partition: int) -> list[str]:
         """The jobs held here whose events live in ``partition``."""
@@ -382,6 +397,16 @@ class Coordinator:
             return dead(
                 "KEY_MISMATCH",
                 f"message key {key!r} is not the record's job id {job_id!r}; key every message by job_id",
+                job_id,
+            )
+        if self.partitions is not None and partition >= 0 and partition != self.partition_of(job_id):
+            return dead(
+                WRONG_PARTITION,
+                f"a {type(record).__name__} of job {job_id!r} arrived in partition {partition}, but the "
+                f"job's partition is {self.partition_of(job_id)} of {self.partitions}: its key hashed with "
+                "murmur2, as Java's client and Faust hash it, so that every event of a job reaches the "
+                'worker that owns it. Produce with a murmur2 partitioner (confluent-kafka: "partitioner": '
+                '"murmur2_random", as events.kafka.producer_config sets it)',
                 job_id,
             )
         if isinstance(record, (CheckpointAcknowledged, CheckpointDeclined)) and headers:

@@ -164,7 +164,8 @@ class TestEpochs:
 
     def _triggered(self, coordinator: Coordinator, epoch: int) -> CheckpointTriggered:
         record = JobStatusChanged(JOB, JobStatus.RUNNING, 0, 1, ("a", "b"), CONFIG)
-        coordinator.handle(TOPICS.job_status, 0, 0, JOB.encode(), encode(record), 0, epoch=epoch)
+        partition = coordinator.partition_of(JOB) if coordinator.partitions else 0  # where a producer puts it
+        coordinator.handle(TOPICS.job_status, partition, 0, JOB.encode(), encode(record), 0, epoch=epoch)
         outcome = coordinator.tick(JOB, 10_000, epoch=epoch)
         triggered = decode(outcome.messages[0].value)
         assert isinstance(triggered, CheckpointTriggered)
@@ -385,6 +386,28 @@ class TestIsolation:
         outcome = coordinator.handle(TOPICS.acks, 0, 1, None, ack_bytes(None), 10_001)
 
         assert ("MISSING_KEY", JOB) == (letter_of(outcome).reason, letter_of(outcome).job_id)
+
+    def test_an_input_in_another_partition_than_its_jobs_is_refused(self) -> None:
+        """Given a worker that knows the topics have 8 partitions, when an ack of a job arrives in a
+        partition its key does not hash to (a producer without a murmur2 partitioner), then it is a
+        WRONG_PARTITION dead letter naming both partitions and the partitioner to use, and nothing
+        is journaled; in the job's own partition it is decided."""
+        coordinator = Coordinator(TOPICS, rng=random.Random(1), partitions=8)
+        home = coordinator.partition_of(JOB)
+        running_record = JobStatusChanged(JOB, JobStatus.RUNNING, 0, 1, ("a", "b"), CONFIG)
+        coordinator.handle(TOPICS.job_status, home, 0, JOB.encode(), encode(running_record), 0)
+        coordinator.tick(JOB, 10_000)
+        elsewhere = (home + 1) % 8
+
+        refused = coordinator.handle(TOPICS.acks, elsewhere, 1, JOB.encode(), ack_bytes(None), 10_001)
+        accepted = coordinator.handle(TOPICS.acks, home, 1, JOB.encode(), ack_bytes(None), 10_001)
+
+        letter = letter_of(refused)
+        assert ("WRONG_PARTITION", JOB) == (letter.reason, letter.job_id)
+        assert f"arrived in partition {elsewhere}, but the job's partition is {home} of 8" in letter.message
+        assert '"partitioner": "murmur2_random"' in letter.message
+        assert [] == refused.journal
+        assert [TaskAcknowledged] == [type(e) for e in accepted.journal]
 
     def test_a_huge_value_is_cut_in_its_dead_letter(self, coordinator: Coordinator) -> None:
         """Given a 1 MiB value of garbage, when handled, then its dead letter keeps the first 512 KiB."""
