@@ -591,27 +591,33 @@ def topics_create(
         int, typer.Option("--partitions", min=1, help="Partitions of every topic.")
     ] = DEFAULT_PARTITIONS,
 ) -> None:
-    """Create every topic of the protocol (same partition count everywhere; existing ones are kept,
-    and the command fails if their counts then differ)."""
+    """Create every topic of the protocol with one partition count (existing ones are kept, and the
+    missing ones get their count; fails, saying what to do, if existing ones differ)."""
     from coordinator.service.app import Settings, TopicLayoutError, ensure_topics, settle_partitions
     from events.broker import partition_counts
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = _need_bootstrap(errors, bootstrap)
-    settings = Settings(bootstrap, topic_prefix, partitions=partitions)
-    created = ensure_topics(settings)
+    try:
+        settings = settle_partitions(Settings(bootstrap, topic_prefix, partitions=partitions))
+        if settings.partitions != partitions:
+            errors.print(
+                f"the existing topics of {topic_prefix!r} have {settings.partitions} partitions: the missing "
+                f"ones get {settings.partitions} too (--partitions {partitions} applies to a new prefix)",
+                soft_wrap=True,
+            )
+        created = ensure_topics(settings)
+        settle_partitions(settings)  # someone else may have created some at the same time
+    except TopicLayoutError as exc:
+        _fail(errors, str(exc))
     names = [*settings.topics.all, settings.ticks_topic, settings.snapshots_topic]
     counts = partition_counts(bootstrap, names)
     console = Console(highlight=False)
     for name in names:
-        found = counts.get(name)
         console.print(
-            f"{'created' if name in created else 'exists '}  {name}  ({found} partitions)", soft_wrap=True
+            f"{'created' if name in created else 'exists '}  {name}  ({counts.get(name)} partitions)",
+            soft_wrap=True,
         )
-    try:
-        settle_partitions(settings)
-    except TopicLayoutError as exc:
-        _fail(errors, str(exc))
 
 
 @app.command()

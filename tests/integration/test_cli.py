@@ -120,21 +120,34 @@ class TestTopics:
         assert "-1" == topic_config(bootstrap, f"{prefix}checkpoints")["retention.ms"]
         assert "compact" == topic_config(bootstrap, f"{prefix}coordinator-snapshots")["cleanup.policy"]
 
-    def test_existing_topics_of_another_count_are_reported(self, bootstrap: str) -> None:
-        """Topics made earlier with 2 partitions, then `topics create --partitions 4`: it makes the
-        missing ones, shows every topic's count, and fails saying the counts differ and what to do."""
-        prefix = f"mixed{os.getpid()}."
+    def test_missing_topics_get_the_count_of_the_existing_ones(self, bootstrap: str) -> None:
+        """Topics made earlier with 2 partitions, then `topics create --partitions 4`: the missing ones
+        are made with 2 as well, and it says so (a prefix has one count)."""
+        prefix = f"some{os.getpid()}."
         create_topics(bootstrap, [f"{prefix}acks", f"{prefix}checkpoints"], partitions=2)
 
         result = cutline(
             "topics", "create", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--partitions", "4"
         )
 
-        assert 2 == result.returncode
+        assert 0 == result.returncode, result.stderr
         assert f"exists   {prefix}acks  (2 partitions)" in result.stdout
-        assert f"created  {prefix}barriers  (4 partitions)" in result.stdout
-        assert "different partition counts" in result.stderr
+        assert f"created  {prefix}barriers  (2 partitions)" in result.stdout
+        assert "the missing ones get 2 too" in result.stderr
+
+    def test_existing_topics_of_different_counts_are_refused(self, bootstrap: str) -> None:
+        """Existing topics of 2 and 3 partitions: it creates nothing, and says the counts differ and
+        what to do."""
+        prefix = f"mixed{os.getpid()}."
+        create_topics(bootstrap, [f"{prefix}acks"], partitions=2)
+        create_topics(bootstrap, [f"{prefix}checkpoints"], partitions=3)
+
+        result = cutline("topics", "create", "--bootstrap", bootstrap, "--topic-prefix", prefix)
+
+        assert 2 == result.returncode
+        assert "different partition counts (2 partitions: " in result.stderr
         assert "--topic-prefix <new prefix>" in result.stderr
+        assert "created" not in result.stdout
 
     def test_without_a_cluster(self) -> None:
         """Without --bootstrap or CUTLINE_BOOTSTRAP it says how to give one."""
