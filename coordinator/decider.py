@@ -78,6 +78,7 @@ from events.validation import (
     MAX_TASKS,
     InvalidUri,
     StorageUri,
+    parse_below,
     parse_offsets_key,
     parse_uri,
 )
@@ -1100,7 +1101,7 @@ def _outside_problem(uri: str, location: str) -> str | None:
     if isinstance(root, str):
         return f"checkpoint location {location!r} is not a storage URI cutline accepts: {root}"
     try:
-        inner = parse_uri(uri)
+        inner = parse_below(uri, location)
     except InvalidUri as exc:
         return f"state URI is not a storage URI cutline accepts: {exc}"
     if not inner.within(root):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import stat
 from collections import Counter
+from collections.abc import Sequence
 
 SCAN_AFTER = 4
 """Names of one directory asked in a batch before it is listed: a batch of a few acks (the usual
@@ -54,6 +55,7 @@ class BatchFileView:
         self._listings: dict[str, dict[str, bool] | None] = {}
         """Directory -> name -> is a link; None: the directory could not be listed."""
         self._asked: Counter[str] = Counter()
+        self._walks: dict[tuple[str, tuple[str, ...]], bool | None] = {}
         self.lstat_calls = 0
         self.listings = 0
 
@@ -71,6 +73,24 @@ class BatchFileView:
             self.lstat_calls += 1
             answer = is_link(path)
         self._answers[path] = answer
+        return answer
+
+    def walk(self, path: str, names: Sequence[str]) -> bool | None:
+        """Asks :meth:`is_link` of ``path/names[0]``, ``path/names[0]/names[1]`` and so on, until
+        an answer is not False: True when none was a link and all were there, None when one was
+        not there, False when one was a link. Remembered for the batch (every ack of a checkpoint
+        walks the same names down to its directory)."""
+        key = (path, tuple(names))
+        if key in self._walks:
+            return self._walks[key]
+        answer: bool | None = True
+        for name in names:
+            path = path + "/" + name
+            linked = self.is_link(path)
+            if linked is None or linked:
+                answer = None if linked is None else False
+                break
+        self._walks[key] = answer
         return answer
 
     def _listing(self, directory: str) -> dict[str, bool] | None:

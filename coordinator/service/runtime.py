@@ -88,7 +88,7 @@ from events.records import (
     TaskStatusChanged,
 )
 from events.topics import Topics
-from events.validation import InvalidUri, StorageUri, parse_uri
+from events.validation import InvalidUri, StorageUri, parse_below, parse_uri
 
 log = logging.getLogger("cutline.coordinator")
 
@@ -727,10 +727,12 @@ def _linked_out(
     that is a link to ``/etc``) count as leaving it, links inside it to files inside it do not.
     Only the path below the root is walked (``lstat`` per name, until a name does not exist):
     what is not there cannot lead anywhere, and what the coordinator may not see, it cannot check.
-    With ``files`` (the batch's view), names are asked of it instead of ``lstat`` one by one.
+    With ``files`` (the batch's view), names are asked of it instead of ``lstat`` one by one, and
+    the names from the root down to the checkpoint's directory, the same for each of its acks,
+    are walked once per batch (:meth:`BatchFileView.walk`).
     """
     anchored = _anchored(location, roots)
-    handle = _file_uri(uri) if anchored is not None else None
+    handle = _file_handle(uri, location) if anchored is not None else None
     if handle is None or anchored is None:
         return None
     where, anchor = anchored
@@ -741,8 +743,18 @@ def _linked_out(
         base, below = "/", handle.segments  # handle is below the location; resolve it all anyway
     # ``path + "/" + name`` is os.path.join's answer here (names are plain, ``path`` ends in none).
     path = base.rstrip("/")
-    ask = is_link if files is None else files.is_link
-    for name in below:
+    ask = is_link
+    first = 0
+    if files is not None:
+        ask = files.is_link
+        depth = len(where.segments) - n  # names from the root down to the checkpoint's directory
+        if base is root and 0 < depth < len(below) and handle.segments[: n + depth] == where.segments:
+            walked = files.walk(path, below[:depth])
+            if walked is None:
+                return None  # not there: nothing below it is either
+            if walked:  # no link on the way: only the names below the checkpoint's directory are left
+                path, first = path + "/" + "/".join(below[:depth]), depth
+    for name in below[first:]:
         path = path + "/" + name
         linked = ask(path)
         if linked is None:
@@ -753,6 +765,16 @@ def _linked_out(
         real = os.path.realpath(os.path.join(base, *below))
         return None if _below(real, directory) else real
     return None
+
+
+def _file_handle(uri: str, location: str) -> StorageUri | None:
+    """A state handle's ``file:`` URI parsed (:func:`events.validation.parse_below` its checkpoint
+    location, as the decider parsed it); None when it is not a ``file:`` URI or does not parse."""
+    try:
+        parsed = parse_below(uri, location)
+    except InvalidUri:
+        return None  # the decider has judged it
+    return parsed if parsed.scheme == "file" else None
 
 
 @functools.lru_cache(maxsize=1024)

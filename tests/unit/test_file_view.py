@@ -103,3 +103,32 @@ def test_names_in_a_missing_directory_are_not_there(tmp_path: Path) -> None:
 def test_a_view_lists_only_after_at_least_one_ask() -> None:
     with pytest.raises(ValueError, match="scan_after must be at least 1"):
         BatchFileView(scan_after=0)
+
+
+def test_a_walk_says_whether_every_name_on_the_way_is_there_and_no_link(checkpoint: Path) -> None:
+    """Given the names from a root down to a checkpoint directory, a walk is True when each is there
+    and none is a link, None when one is not there, False when one is a link."""
+    root = str(checkpoint.parent.parent)
+    (checkpoint.parent / "chk-8").symlink_to(checkpoint)
+    view = BatchFileView()
+
+    assert view.walk(root, ["job", "chk-7"]) is True
+    assert view.walk(root, ["job", "chk-9"]) is None
+    assert view.walk(root, ["job", "chk-8"]) is False
+    assert view.walk(root, ["job", "chk-8", "t0"]) is False  # stops at the link
+
+
+def test_a_walk_is_remembered_for_the_batch(checkpoint: Path) -> None:
+    """Given a walk made once in a batch, when the same names are walked again (every ack of the
+    checkpoint), then the file system is not asked again; the next batch asks anew."""
+    root = str(checkpoint.parent.parent)
+    view = BatchFileView()
+    assert view.walk(root, ["job", "chk-7"]) is True
+    asked = view.lstat_calls
+
+    checkpoint.rename(checkpoint.parent / "chk-7-moved")
+    checkpoint.parent.joinpath("chk-7").symlink_to(checkpoint.parent / "chk-7-moved")
+
+    assert view.walk(root, ["job", "chk-7"]) is True
+    assert asked == view.lstat_calls
+    assert BatchFileView().walk(root, ["job", "chk-7"]) is False

@@ -465,6 +465,23 @@ class TestSymbolicLinks:
         assert str(tree / "outside" / "secret") in letter.message
         assert {} == dict(coordinator.states[JOB].pending[1].acks)
 
+    def test_a_linked_file_is_refused_after_another_ack_of_its_checkpoint(self, tree: Path) -> None:
+        """Given one task's file and another task's link to a file outside, when both ack (in one
+        batch, the walk down to the checkpoint directory is remembered after the first), then the
+        first counts and the link is still refused."""
+        coordinator = self.started(tree)
+        checkpoint = tree / "checkpoints" / JOB / "chk-1"
+        (checkpoint / "a").write_text("x")
+        (checkpoint / "b").symlink_to(tree / "outside" / "secret")
+
+        first = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes((checkpoint / "a").as_uri()), 1)
+        second = coordinator.handle(
+            TOPICS.acks, 0, 2, JOB.encode(), ack_bytes((checkpoint / "b").as_uri(), task="b"), 1
+        )
+
+        assert [TaskAcknowledged] == [type(e) for e in first.journal]
+        assert "STATE_OUTSIDE_LOCATION" == letter_of(second).reason
+
     def test_a_linked_directory_on_the_way_is_refused_too(self, tree: Path) -> None:
         """Given a directory link inside the checkpoint directory that leads outside, a handle below it
         is refused."""
