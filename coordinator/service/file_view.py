@@ -30,6 +30,7 @@ import os
 import stat
 from collections import Counter
 from collections.abc import Sequence
+from typing import Literal
 
 SCAN_AFTER = 4
 """Names of one directory asked in a batch before it is listed: a batch of a few acks (the usual
@@ -56,6 +57,10 @@ class BatchFileView:
         """Directory -> name -> is a link; None: the directory could not be listed."""
         self._asked: Counter[str] = Counter()
         self._walks: dict[tuple[str, tuple[str, ...]], bool | None] = {}
+        self.checkpoint_directories: dict[tuple[str, tuple[str, ...]], str | Literal[False] | None] = {}
+        """(checkpoint location, trusted roots) -> its directory's path below its root's real path,
+        for the link check of the batch's acks (``coordinator.service.runtime``): kept here, so that
+        it lives exactly as long as the batch's view of the file system."""
         self.lstat_calls = 0
         self.listings = 0
 

@@ -39,10 +39,12 @@ import functools
 import logging
 import os
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from coordinator.commands import (
     AcknowledgeCheckpoint,
@@ -731,6 +733,17 @@ def _linked_out(
     the names from the root down to the checkpoint's directory, the same for each of its acks,
     are walked once per batch (:meth:`BatchFileView.walk`).
     """
+    if files is not None and not location.endswith("/"):
+        cut = len(location)
+        name = uri[cut + 1 :]
+        if uri.startswith(location) and uri[cut : cut + 1] == "/" and _is_plain_name(name):
+            # The usual handle, one plain name in the checkpoint's directory: that directory is
+            # worked out once per batch, and only the name is asked. A link goes the long way below.
+            directory = _checkpoint_directory(location, roots, files)
+            if directory is None:
+                return None  # not a file: location, or its directory is not there
+            if directory is not False and not files.is_link(directory + "/" + name):
+                return None
     anchored = _anchored(location, roots)
     handle = _file_handle(uri, location) if anchored is not None else None
     if handle is None or anchored is None:
@@ -765,6 +778,36 @@ def _linked_out(
         real = os.path.realpath(os.path.join(base, *below))
         return None if _below(real, directory) else real
     return None
+
+
+_PLAIN_NAME = re.compile(r"[^/%\\?#\x00-\x1f\x7f]+")
+"""A path segment :func:`events.validation.parse_uri` keeps as written (no escape, no separator,
+no character it refuses); ``.`` and ``..`` are plain by this pattern and are excluded apart."""
+
+
+def _is_plain_name(name: str) -> bool:
+    return name not in (".", "..") and _PLAIN_NAME.fullmatch(name) is not None
+
+
+def _checkpoint_directory(
+    location: str, roots: tuple[str, ...], files: BatchFileView
+) -> str | Literal[False] | None:
+    """The path of ``location``'s directory below the real path of its root (as :func:`_linked_out`
+    builds it), when no name on the way from the root is a link; None when ``location`` is not a
+    ``file:`` URI or a name on the way is not there; False when one is a link. Once per batch."""
+    key = (location, roots)
+    if key in files.checkpoint_directories:
+        return files.checkpoint_directories[key]
+    anchored = _anchored(location, roots)
+    answer: str | Literal[False] | None = None
+    if anchored is not None:
+        where, anchor = anchored
+        root = _real_root(anchor.path).rstrip("/")
+        names = where.segments[len(anchor.segments) :]
+        walked = files.walk(root, names) if names else True
+        answer = "/".join((root, *names)) if walked else (None if walked is None else False)
+    files.checkpoint_directories[key] = answer
+    return answer
 
 
 def _file_handle(uri: str, location: str) -> StorageUri | None:
