@@ -29,7 +29,7 @@ WINDOW = 1000
 """Completed checkpoints kept for percentiles."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: see JobState (coordinator/state.py)
 class CheckpointEntry:
     """One checkpoint as the history shows it."""
 
@@ -48,7 +48,7 @@ class CheckpointEntry:
     failure_message: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: see JobState (coordinator/state.py)
 class CheckpointStats:
     """Counts, a summary of completed checkpoints, the latest of each kind and the history."""
 
