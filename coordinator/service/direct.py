@@ -23,7 +23,7 @@ faust-streaming version is bounded in ``pyproject.toml`` and
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import faust
@@ -48,7 +48,11 @@ class DirectConsumer(faust_aiokafka.Consumer):
     """Called after each direct batch, once the loop holds none of its messages."""
 
     async def _drain_messages(self, fetcher: Any) -> None:
-        """Faust's fetch loop (``Consumer._drain_messages``) with the direct batches taken out."""
+        """Faust's fetch loop (``Consumer._drain_messages``) with the direct batches taken out.
+
+        A fetch is gone through as a list, not an async iterator: Faust's loop awaits each record
+        of its ``getmany`` (an async generator), about a microsecond per record that an 80,000-ack
+        flood paid on the main thread (docs/benchmarks.md)."""
         callback = self.callback
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
@@ -58,10 +62,10 @@ class DirectConsumer(faust_aiokafka.Consumer):
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
                 direct: list[tuple[TP, Any]] = []
-                ait = self._getmany_direct(timeout=1.0)
+                fetched = await self._fetch_direct(timeout=1.0)
                 await self.sleep(0)
                 if not self.should_stop:
-                    async for tp, message in ait:
+                    for tp, message in fetched:
                         r_offset = read_offset[tp]
                         offset = message.offset
                         if r_offset is not None and offset < r_offset:
@@ -95,28 +99,29 @@ class DirectConsumer(faust_aiokafka.Consumer):
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
 
-    async def _getmany_direct(self, timeout: float) -> AsyncIterator[tuple[TP, Any]]:
-        """Faust's ``Consumer.getmany``, except that a record of ``direct_topics`` is yielded as
-        aiokafka fetched it (topic, partition, offset, timestamp in ms, key, value, headers), not
+    async def _fetch_direct(self, timeout: float) -> list[tuple[TP, Any]]:
+        """Faust's ``Consumer.getmany``, as a list, except that a record of ``direct_topics`` comes
+        as aiokafka fetched it (topic, partition, offset, timestamp in ms, key, value, headers), not
         made into a Faust message, and the high watermark Faust's monitor shows is noted once per
-        partition and batch rather than per record. Faust's per-record work came to about 6 % of
+        partition and fetch rather than per record. Faust's per-record work came to about 6 % of
         the worker's main thread in an ack flood (docs/benchmarks.md)."""
         records, active_partitions = await self._wait_next_records(timeout)
         generation_id = self.app.consumer_generation_id
         if records is None or self.should_stop:
-            return
+            return []
         if not self.flow_active:
             self.log.dev("getmany called while flow not active. Seek back to committed offsets.")
             try:
                 await self.perform_seek()
             except Exception as ex:
                 self.log.warning(f"exception performing seek when flow not active {ex}")
-            return
+            return []
         direct_topics = self.direct_topics
         to_message = self._to_message
         buffered = self._buffered_partitions
         track_end = self.app.monitor.track_tp_end_offset
         noted: set[TP] = set()
+        fetched: list[tuple[TP, Any]] = []
         for tp, record in self.scheduler.iterate(records):
             if not self.flow_active:
                 break
@@ -128,10 +133,11 @@ class DirectConsumer(faust_aiokafka.Consumer):
                     if tp not in noted:
                         noted.add(tp)
                         track_end(tp, self.highwater(tp))
-                    yield tp, record
+                    fetched.append((tp, record))
                 else:
                     track_end(tp, self.highwater(tp))
-                    yield tp, to_message(tp, record)
+                    fetched.append((tp, to_message(tp, record)))
+        return fetched
 
     def read_offsets(self) -> dict[Any, int | None]:
         """The offset last read (handed on) per topic partition."""
@@ -150,20 +156,26 @@ class DirectConsumer(faust_aiokafka.Consumer):
 
     def _ack_offsets(self, fetched: list[tuple[TP, Any]]) -> None:
         """Faust's ``Consumer.ack`` for a batch of records (not Faust messages): each offset becomes
-        committable once, as it would one message at a time, under Faust's ``ack_lock``."""
+        committable once, as it would one message at a time, under Faust's ``ack_lock``. Done per
+        partition with set and list operations rather than per record."""
+        offsets: dict[TP, list[int]] = {}
+        for tp, record in fetched:
+            offsets.setdefault(tp, []).append(record.offset)
         with ack_lock:
             acked_now = 0
-            for tp, record in fetched:
+            for tp, decided in offsets.items():
                 if not self.app.topics.acks_enabled_for(tp.topic):
                     continue
-                offset = record.offset
                 committed = self._committed_offset[tp]
-                if committed is None or offset >= committed:
-                    acked_index = self._acked_index[tp]
-                    if offset not in acked_index:
-                        acked_index.add(offset)
-                        self._acked[tp].append(offset)
-                        acked_now += 1
+                acked_index = self._acked_index[tp]
+                new = [
+                    offset
+                    for offset in dict.fromkeys(decided)  # once each, in order
+                    if (committed is None or offset >= committed) and offset not in acked_index
+                ]
+                acked_index.update(new)
+                self._acked[tp].extend(new)
+                acked_now += len(new)
             self._n_acked += acked_now
             notify(self._waiting_for_ack)
 
