@@ -488,14 +488,14 @@ class Coordinator:
 
     def _command(self, record: Record, now_ms: int) -> Command:
         match record:
+            case CheckpointAcknowledged():  # first: nearly every input is an ack
+                return AcknowledgeCheckpoint(record, now_ms)
             case JobStatusChanged():
                 return ChangeJobStatus(record, now_ms, jitter=self.rng.random())
             case TaskStatusChanged():
                 return ChangeTaskStatus(record, now_ms)
             case CheckpointRequested():
                 return RequestCheckpoint(record, now_ms, self.savepoint_roots)
-            case CheckpointAcknowledged():
-                return AcknowledgeCheckpoint(record, now_ms)
             case CheckpointDeclined():
                 return DeclineCheckpoint(record, now_ms)
             case JobHeartbeat():
@@ -562,7 +562,7 @@ class Coordinator:
         if problem is not None:
             return Outcome(job_id=job_id, rejected=problem)
         outcome = Outcome(job_id=job_id)
-        headers = (epoch_header(epoch), *(((CAUSE_HEADER, cause.encode()),) if cause else ()))
+        headers = (_epoch_header(epoch), (CAUSE_HEADER, cause.encode())) if cause else (_epoch_header(epoch),)
         barriers: list[Outgoing] = []
         stats, after = self.stats.get(job_id), state
         for event, next_state in steps:
@@ -585,17 +585,24 @@ class Coordinator:
             assert stats is not None
             self.states[job_id], self.stats[job_id] = after, stats
             known = self._due_at.get(job_id)
-            if (
-                known is not None
-                and known[0] is state
-                and all(type(e) is TaskAcknowledged for e in outcome.journal)
-            ):
-                self._due_at[job_id] = (after, known[1])  # acks move no deadline (see due())
-            for event in outcome.journal:
-                self._track_epoch(event, epoch)
+            journal = outcome.journal
+            if len(journal) == 1 and type(journal[0]) is TaskAcknowledged:
+                # The usual ack: it moves no deadline (see due()) and triggers or ends nothing.
+                if known is not None and known[0] is state:
+                    self._due_at[job_id] = (after, known[1])
+            else:
+                if (
+                    known is not None
+                    and known[0] is state
+                    and all(type(e) is TaskAcknowledged for e in journal)
+                ):
+                    self._due_at[job_id] = (after, known[1])
+                for event in journal:
+                    self._track_epoch(event, epoch)
         if position is not None:
-            tp = position[:2]
-            self.positions[tp] = max(self.positions.get(tp, -1), position[2])
+            tp, offset = position[:2], position[2]
+            if offset > self.positions.get(tp, -1):
+                self.positions[tp] = offset
         return outcome
 
     def _outside_after_links(self, before: JobState, decisions: list[Decision]) -> InputRejected | None:
@@ -648,8 +655,14 @@ class Coordinator:
             self.topics.barriers,
             triggered.job_id.encode(),
             self.codec.encode(barrier, self.topics.barriers),
-            (epoch_header(epoch),),
+            (_epoch_header(epoch),),
         )
+
+
+@functools.lru_cache(maxsize=64)
+def _epoch_header(epoch: int) -> tuple[str, bytes]:
+    """:func:`events.fencing.epoch_header`, remembered: a worker writes under a few epochs only."""
+    return epoch_header(epoch)
 
 
 def _describe(exc: BaseException) -> str:
