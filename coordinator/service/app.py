@@ -432,6 +432,8 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
                         if outcome is not None:
                             outcomes.append(outcome)
                 decided = time.monotonic()
+                if isinstance(app.consumer, DirectConsumer):
+                    app.consumer.prefetch()  # the next batch comes in while the journal is written
                 failed = await publish(outcomes)
                 _report_slow_batch(messages, arrived, deciding, decided, time.monotonic())
                 if not failed:

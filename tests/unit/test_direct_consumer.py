@@ -91,3 +91,40 @@ def test_a_decided_batch_s_offsets_become_committable_once_each() -> None:
     assert 5 == n_acked
     assert 9 == next_offset  # committed offset: the one after the last decided
     assert 41 == next_other
+
+
+def test_a_prefetched_batch_is_the_next_one_handed_on_and_is_fetched_once() -> None:
+    """Given a handler that asks for the next batch while its journal is written (``prefetch``),
+    when the fetch loop goes on, then it takes that batch (no second fetch), and asking twice
+    starts one fetch."""
+
+    async def handler(messages: Sequence[Any]) -> None:
+        raise AssertionError("nothing is fetched here")
+
+    async def scenario() -> tuple[list[Any], list[Any], int]:
+        app = faust.App("direct-consumer-prefetch-test", broker="kafka://127.0.0.1:1", web_enabled=False)
+        topic = app.topic(
+            "t.acks", key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
+        use_direct_consumer(app, [topic], handler)
+        consumer = app.consumer
+        tp = TP("t.acks", 0)
+        fetches: list[int] = []
+
+        async def fetch(timeout: float) -> list[tuple[TP, Any]]:
+            fetches.append(len(fetches))
+            await asyncio.sleep(0)
+            return [(tp, _record(tp, 10 * len(fetches)))]
+
+        consumer._fetch_direct = fetch  # type: ignore[method-assign]
+        consumer.prefetch()
+        consumer.prefetch()  # a retried batch asks again: still one fetch
+        first = await consumer._next_fetch()
+        second = await consumer._next_fetch()  # nothing prefetched: fetched now
+        return first, second, len(fetches)
+
+    first, second, fetches = asyncio.run(scenario())
+
+    assert [10] == [record.offset for _, record in first]
+    assert [20] == [record.offset for _, record in second]
+    assert 2 == fetches
