@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import platform
 import random
 import sys
 import time
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from bench.cpu import machine_line
 from coordinator.service.runtime import Coordinator
 from events.codec import encode
 from events.kafka import job_key
@@ -196,10 +196,7 @@ def main() -> None:
                 style="dim",
             )
 
-    machine = (
-        f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
-        f"load average {load:.1f} at start"
-    )
+    machine = f"{machine_line()}, load average {load:.1f} at start"
     console.print(results_table(sizes, best, rounds, machine))
     ratio = best[sizes[-1]].us_per_ack / best[sizes[0]].us_per_ack
     verdict = "met" if ratio <= RATIO_TARGET else "missed"

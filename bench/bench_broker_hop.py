@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import threading
 import time
 import uuid
@@ -36,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.bench_coordinator import broker
-from bench.cpu import process_cpu
+from bench.cpu import machine_line, process_cpu
 from events.broker import create_topics
 from events.kafka import consumer_config, producer_config
 
@@ -158,10 +157,7 @@ def main() -> None:
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=140)
-    console.print(
-        f"[bold]{COMMAND}[/]: {os.cpu_count()} cores, {platform.machine()}, Python "
-        f"{platform.python_version()}, load average {os.getloadavg()[0]:.2f} at start"
-    )
+    console.print(f"[bold]{COMMAND}[/]: {machine_line()}, load average {os.getloadavg()[0]:.2f} at start")
     rows: list[Row] = []
     with broker() as (bootstrap, what, broker_pid):
         console.print(f"broker: {what} at {bootstrap}; fetch.wait.max.ms {args.fetch_wait_ms}")

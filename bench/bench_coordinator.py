@@ -44,7 +44,6 @@ import argparse
 import math
 import multiprocessing as mp
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -66,7 +65,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench.cpu import machine_busy, main_thread_cpu, process_cpu
+from bench.cpu import machine_busy, machine_line, main_thread_cpu, process_cpu
 from coordinator.decider import due_at
 from coordinator.service.runtime import Coordinator
 from coordinator.service.supervisor import CoordinatorProcess
@@ -1167,8 +1166,8 @@ def main() -> None:
         console = Console(highlight=False, width=200)
     load = os.getloadavg()
     console.print(
-        f"[bold]{COMMAND}[/]{' --quick' if quick else ''}: {os.cpu_count()} cores, {platform.machine()}, "
-        f"Python {platform.python_version()}, load average {load[0]:.2f} at start"
+        f"[bold]{COMMAND}[/]{' --quick' if quick else ''}: {machine_line()}, "
+        f"load average {load[0]:.2f} at start"
     )
     started = time.monotonic()
     throughput: list[ThroughputResult] = []

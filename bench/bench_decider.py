@@ -24,7 +24,6 @@ import argparse
 import datetime
 import gc
 import os
-import platform
 import random
 import re
 import resource
@@ -43,6 +42,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bench.cpu import machine_line
 from coordinator.decider import InputRejected, decide, evolve, fold_jobs
 from coordinator.invariants import first_violation
 from coordinator.journal import AvroReader, _cavro, read_journal_events, write_journal
@@ -245,7 +245,7 @@ def main() -> None:
             )  # fmt: skip
 
     machine = (
-        f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
+        f"{machine_line()}, "
         f"fastavro {fastavro.__version__}, cavro {_cavro().__version__ if _cavro() else 'not installed'}, "
         f"load average {load:.1f} at start"
     )

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import threading
@@ -52,6 +51,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.bench_coordinator import Participants, Tail, broker, journal_partition, make_topics
+from bench.cpu import machine_line
 from coordinator.service.app import Settings
 from coordinator.service.ownership import ClaimedPartition, claim_partition, snapshot_message
 from coordinator.service.runtime import Coordinator
@@ -495,9 +495,8 @@ def main() -> None:
     if not console.is_terminal:
         console = Console(highlight=False, width=180)
     console.print(
-        f"[bold]{COMMAND}[/]{' --quick' if args.quick else ''}: {os.cpu_count()} cores, "
-        f"{platform.machine()}, "
-        f"Python {platform.python_version()}, load average {load()} at start"
+        f"[bold]{COMMAND}[/]{' --quick' if args.quick else ''}: {machine_line()}, "
+        f"load average {load()} at start"
     )
     started = time.monotonic()
     lengths: list[LengthResult] = []

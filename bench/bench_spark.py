@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -56,7 +55,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cpu import TreeMeter, summed  # noqa: E402
+from bench.cpu import TreeMeter, machine_line, summed  # noqa: E402
 from coordinator.service.supervisor import CoordinatorProcess  # noqa: E402
 from events.broker import broker_at, create_topics  # noqa: E402
 from events.kafka import producer_config  # noqa: E402
@@ -332,7 +331,7 @@ def main() -> None:
     console.print(
         f"[bold]Spark {kind} with and without cutline[/] — {args.records:,} records, "
         f"{PARTITIONS} partitions, maxOffsetsPerTrigger {args.per_trigger:,}, trigger {args.trigger_ms} ms, "
-        f"{args.rounds} round(s); Python {platform.python_version()}, {os.cpu_count()} cores, "
+        f"{args.rounds} round(s); {machine_line()}, "
         f"load {os.getloadavg()[0]:.2f}"
     )
     runs: list[Run] = []

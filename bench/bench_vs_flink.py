@@ -66,7 +66,7 @@ from bench.bench_coordinator import (
     percentile,
     slowest_lines,
 )
-from bench.cpu import descendants, machine_busy, process_cpu
+from bench.cpu import cpu_model, descendants, machine_busy, machine_line, process_cpu
 from coordinator.service.supervisor import CoordinatorProcess
 
 COMMAND = "uv run python bench/bench_vs_flink.py"
@@ -450,9 +450,8 @@ def main() -> None:
         sys.exit(2)
     at_start = load()
     console.print(
-        f"[bold]{COMMAND}[/]{' --quick' if args.quick else ''}: {os.cpu_count()} cores, "
-        f"{platform.machine()}, "
-        f"Python {platform.python_version()}, load average {at_start} at start; Flink {FLINK_VERSION} from "
+        f"[bold]{COMMAND}[/]{' --quick' if args.quick else ''}: {machine_line()}, "
+        f"load average {at_start} at start; Flink {FLINK_VERSION} from "
         f"{python}; {checkpoints} checkpoints after {warmup} (cutline), the anchor runs {seconds} s per row"
     )
     started = time.monotonic()
@@ -506,6 +505,7 @@ def main() -> None:
                 "cores": os.cpu_count(),
                 "arch": platform.machine(),
                 "python": platform.python_version(),
+                "cpu": cpu_model(),
             },
             "load_at_start": at_start,
             "load_at_end": end,
