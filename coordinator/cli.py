@@ -37,6 +37,7 @@ from coordinator.journal import (
 )
 from coordinator.plot import CheckpointOutcomes, write_plot
 from coordinator.simulate import simulate
+from coordinator.split_replay import replay_file
 from coordinator.state import JobState, initial_state
 from coordinator.timeline import Acks, ack_progress, format_bytes, format_time, job_summary, timeline_line
 from events.codec import default_codec
@@ -379,16 +380,23 @@ def replay(
     timeline = None if quiet else _Timeline(console, print_all=print_all)
     result = _Replay()
     selection = _Selection(cut, job)
-    # A file is checked by a helper process while this one folds it (coordinator/file_check.py).
-    check = FileCheck(from_file, selection) if verify and from_file is not None else None
-    check_here = verify and (check is None or not check.in_helper)
+    # A whole file, quiet, is split by job over this process and a helper (coordinator/split_replay.py);
+    # otherwise a file is checked by a helper process while this one folds it (coordinator/file_check.py).
+    whole_file = from_file is not None and quiet and plot is None and job is None and cut == Cut()
+    check = FileCheck(from_file, selection) if verify and from_file is not None and not whole_file else None
+    check_here = verify and not whole_file and (check is None or not check.in_helper)
     verdict = Verdict(None)
     try:
-        source: Iterable[tuple[JournalEvent, int, int]] = (
-            read_journal_events(from_file)
-            if from_file is not None
-            else _journal_topic(str(bootstrap), topic_prefix)
-        )
+        source: Iterable[tuple[JournalEvent, int, int]]
+        if whole_file and from_file is not None:
+            split = replay_file(from_file, verify=verify)
+            result.states, result.jobs_in_file, verdict = split.states, split.jobs, split.verdict
+            result.total = result.selected = split.records
+            source = ()  # replayed
+        elif from_file is not None:
+            source = read_journal_events(from_file)
+        else:
+            source = _journal_topic(str(bootstrap), topic_prefix)
         events = _replay(source, selection, timeline, result, track=check_here)
         if plot is not None:
             events = _plotted(events, outcomes := CheckpointOutcomes())

@@ -38,7 +38,7 @@ from events.records import (
     TaskAcknowledged,
 )
 
-__all__ = ["Violation", "first_violation", "violations"]
+__all__ = ["END_RULE", "Violation", "first_violation", "violations"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +318,7 @@ _RULES: dict[type[JournalEvent], tuple[tuple[str, _Rule], ...]] = {
 }
 """The rules about each event type, by stable name, in the order they are checked."""
 
-_END_RULE = "trigger-ends-resolved"
+END_RULE = "trigger-ends-resolved"
 """The rule checked once the journal ends (see ``_trigger_ends_resolved``)."""
 
 
@@ -333,13 +333,18 @@ def _track(job: _Job, index: int, event: JournalEvent) -> None:
 
 
 def violations(
-    events: Iterable[JournalEvent], states: Mapping[str, JobState] | None = None
+    events: Iterable[JournalEvent],
+    states: Mapping[str, JobState] | None = None,
+    *,
+    folded: dict[str, JobState] | None = None,
 ) -> Iterator[Violation]:
     """Every rule the journal ``events`` break, folding them per job from ``states`` (or nothing).
 
     Violations of one event come in rule order, events in journal order; those
     of the end-of-journal rule (every trigger completed, aborted or still
-    pending) follow the last event, in the order of their triggers.
+    pending) follow the last event, in the order of their triggers. Once the
+    events are through, ``folded`` (if given) holds each job's state after them,
+    so that a replay that checks need not fold the events a second time.
     """
     jobs: dict[str, _Job] = {}
     for index, event in enumerate(events):
@@ -352,12 +357,14 @@ def violations(
             if message is not None:
                 yield Violation(index, event.job_id, rule, message)
         _track(job, index, event)
+    if folded is not None:
+        folded.update((job_id, job.state) for job_id, job in jobs.items())
     unresolved: list[Violation] = []
     for job_id, job in jobs.items():
         for checkpoint_id, index in job.open.items():
             message = _trigger_ends_resolved(job.state, checkpoint_id)
             if message is not None:
-                unresolved.append(Violation(index, job_id, _END_RULE, message))
+                unresolved.append(Violation(index, job_id, END_RULE, message))
     yield from sorted(unresolved, key=lambda v: v.index)
 
 

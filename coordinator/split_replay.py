@@ -1,0 +1,181 @@
+"""A whole journal file replayed by two processes, each folding (and checking) the jobs of its share.
+
+A job's events depend only on that job's earlier events: the fold (``evolve``) and the invariants
+(:mod:`coordinator.invariants`) keep one state per job. So ``cutline replay -f F --quiet`` of a
+whole file deals its jobs out in two shares: a forked helper takes one, this process the other.
+Each reads the whole file (the Avro reading, about 3.4 µs a record with cavro, is what cannot be split without moving events between processes, which costs about as much as
+decoding them: docs/benchmarks.md), but builds, folds and checks only its own jobs' events (about
+4.8 µs an event with ``--verify``). Only the results cross over: the helper's final job states
+and its first violations, placed by their index in the file.
+
+The result is the one-process result: the same states, and the same first violation (an event's
+violation comes before any end-of-journal one, the earliest in the file first; among
+end-of-journal ones, the earliest trigger first, as :func:`~coordinator.invariants.violations`
+orders them). If the helper cannot be started (not Linux, a threaded process), fails or dies,
+this process replays the other share itself afterwards. A replay of one job, up to a cut, with a
+timeline or a plot goes the one-process way (``coordinator/cli.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import signal
+import sys
+import threading
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from coordinator.decider import evolve
+from coordinator.file_check import Verdict
+from coordinator.invariants import END_RULE, Violation, violations
+from coordinator.journal import FileTally, read_journal_share
+from coordinator.state import JobState, initial_state
+from events.records import JournalEvent
+
+SHARES = 2
+"""Processes a whole-file replay is split over (two cores: this one and a helper)."""
+
+
+def share_taker(share: int | None) -> Callable[[str], bool]:
+    """Whether a job belongs to ``share`` (None: every job), asked once per job in the order the
+    jobs first appear in the file (:func:`~coordinator.journal.read_journal_share`): the jobs are
+    dealt out in turn, the same way in every process that reads the file, and evenly however few
+    they are (a hash of four ids can put all four in one share)."""
+    if share is None:
+        return lambda job_id: True
+    dealt = itertools.count()
+    return lambda job_id: next(dealt) % SHARES == share
+
+
+@dataclass
+class ShareReplay:
+    """One share's pass over a whole journal file.
+
+    ``first_at_event`` is the share's first violation by an event, ``first_at_end`` its first
+    end-of-journal violation; their indices are the events' indices in the file."""
+
+    states: dict[str, JobState] = field(default_factory=dict)
+    tally: FileTally = field(default_factory=FileTally)
+    first_at_event: Verdict | None = None
+    first_at_end: Verdict | None = None
+
+
+@dataclass(frozen=True)
+class SplitReplay:
+    """A whole file's replay: every job's final state, the file's records and job ids, and the
+    verdict of the invariants (``Verdict(None)`` without ``verify``)."""
+
+    states: dict[str, JobState]
+    records: int
+    jobs: set[str]
+    verdict: Verdict
+
+
+def replay_share(path: Path, share: int | None, *, verify: bool) -> ShareReplay:
+    """Fold (and with ``verify`` check) the events of the jobs of ``share`` (None: every job)."""
+    result = ShareReplay()
+    events = read_journal_share(path, share_taker(share), result.tally)
+    states = result.states
+    if not verify:
+        for event, _, _, _ in events:
+            state = states.get(event.job_id)
+            states[event.job_id] = evolve(state if state is not None else initial_state(event.job_id), event)
+        return result
+    indices, partitions, offsets = array("q"), array("i"), array("q")
+
+    def taken() -> Iterator[JournalEvent]:
+        for event, partition, offset, index in events:
+            indices.append(index)
+            partitions.append(partition)
+            offsets.append(offset)
+            yield event
+
+    def placed(violation: Violation) -> Verdict:
+        at = violation.index
+        return Verdict(replace(violation, index=indices[at]), (partitions[at], offsets[at]))
+
+    for violation in violations(taken(), folded=states):  # every one: the states come at the end
+        if violation.rule == END_RULE:
+            if result.first_at_end is None:
+                result.first_at_end = placed(violation)
+        elif result.first_at_event is None:
+            result.first_at_event = placed(violation)
+    return result
+
+
+def replay_file(path: Path, *, verify: bool) -> SplitReplay:
+    """Replay the whole journal file at ``path`` over this process and a helper (see the module);
+    raises what reading the file raises."""
+    helper = _Helper(path, verify) if sys.platform == "linux" and threading.active_count() == 1 else None
+    try:
+        if helper is None:
+            passes = [replay_share(path, None, verify=verify)]
+        else:
+            mine = replay_share(path, 0, verify=verify)
+            theirs = helper.result()
+            passes = [mine, theirs if theirs is not None else replay_share(path, 1, verify=verify)]
+    finally:
+        if helper is not None:
+            helper.close()
+    states: dict[str, JobState] = {}
+    for one in passes:
+        states.update(one.states)
+    return SplitReplay(states, passes[0].tally.records, passes[0].tally.jobs, _first(passes))
+
+
+def _first(passes: list[ShareReplay]) -> Verdict:
+    """The one-process verdict from the shares': an event's violation before any end-of-journal one,
+    the earliest in the file first."""
+    for found in (
+        [one.first_at_event for one in passes if one.first_at_event is not None],
+        [one.first_at_end for one in passes if one.first_at_end is not None],
+    ):
+        if found:
+            return min(found, key=_index)
+    return Verdict(None)
+
+
+def _index(verdict: Verdict) -> int:
+    return verdict.violation.index if verdict.violation is not None else -1
+
+
+class _Helper:
+    """:func:`replay_share` of share 1 in a forked process, from construction on."""
+
+    def __init__(self, path: Path, verify: bool) -> None:
+        context = multiprocessing.get_context("fork")
+        self._answers, answer = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_replay_and_answer, args=(path, verify, answer), name="cutline-replay", daemon=True
+        )
+        self._process.start()
+        answer.close()  # the helper's end: if it dies, recv() here raises EOFError
+
+    def result(self) -> ShareReplay | None:
+        """The helper's pass, or None if it failed or died (then the caller replays share 1)."""
+        try:
+            answer = self._answers.recv()
+        except (EOFError, OSError):
+            return None
+        return answer if isinstance(answer, ShareReplay) else None
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            self._process.kill()  # its work is done or no longer wanted; it holds nothing to clean up
+        self._process.join()
+        self._answers.close()
+
+
+def _replay_and_answer(path: Path, verify: bool, answer: Connection) -> None:
+    """The helper process: its share's pass, or None if it failed (this process then replays that
+    share itself and reports any failure in its own words)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the replay's to handle; it stops us
+    try:
+        result: ShareReplay | None = replay_share(path, 1, verify=verify)
+    except Exception:
+        result = None
+    answer.send(result)
