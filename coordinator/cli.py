@@ -31,8 +31,10 @@ from coordinator.decider import evolve
 from coordinator.file_check import FileCheck, Verdict, first_verdict
 from coordinator.journal import (
     Codec,
+    FileTally,
     JournalFileError,
     read_journal_events,
+    read_journal_share,
     write_journal,
 )
 from coordinator.plot import CheckpointOutcomes, write_plot
@@ -299,6 +301,18 @@ def _replay(
         yield event
 
 
+def _one_job(path: Path, job: str, result: _Replay) -> Iterator[tuple[JournalEvent, int, int]]:
+    """The events of ``job`` in the journal file at ``path``; ``result`` ends with the file's record
+    count and job ids as if every record had passed through :func:`_replay`."""
+    tally = FileTally()
+    try:
+        for event, partition, offset, _ in read_journal_share(path, job.__eq__, tally):
+            yield event, partition, offset
+    finally:
+        result.total = tally.records  # _replay counted only the events of job
+        result.jobs_in_file |= tally.jobs
+
+
 def _fail(console: Console, message: str) -> NoReturn:
     console.print(Text(message, "red"), soft_wrap=True)
     raise typer.Exit(USAGE_ERROR)
@@ -393,6 +407,8 @@ def replay(
             result.states, result.jobs_in_file, verdict = split.states, split.jobs, split.verdict
             result.total = result.selected = split.records
             source = ()  # replayed
+        elif from_file is not None and job is not None:
+            source = _one_job(from_file, job, result)  # the other jobs' records are not built into events
         elif from_file is not None:
             source = read_journal_events(from_file)
         else:

@@ -27,12 +27,17 @@ from pathlib import Path
 from typing import Protocol
 
 from coordinator.invariants import Violation, violations
-from coordinator.journal import read_journal_events
+from coordinator.journal import FileTally, read_journal_events, read_journal_share
 from events.records import JournalEvent
 
 
 class Selection(Protocol):
     """Which events of the file a replay takes (``--job``, ``--until``)."""
+
+    @property
+    def job(self) -> str | None:
+        """The one job taken (None: every job)."""
+        ...
 
     def wanted(self, event: JournalEvent, offset: int) -> bool: ...
 
@@ -52,7 +57,12 @@ def check_file(path: Path, selection: Selection) -> Verdict:
 
     def selected() -> Iterator[JournalEvent]:
         wanted = selection.wanted
-        for event, partition, offset in read_journal_events(path):
+        job = selection.job
+        for event, partition, offset in (
+            read_journal_events(path)
+            if job is None
+            else ((e, p, o) for e, p, o, _ in read_journal_share(path, job.__eq__, FileTally()))
+        ):
             if wanted(event, offset):
                 partitions.append(partition)
                 offsets.append(offset)
