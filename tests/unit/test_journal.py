@@ -24,12 +24,14 @@ from coordinator.invariants import first_violation
 from coordinator.journal import (
     _CLASSES,
     JOURNAL_SCHEMA_NAME,
+    FileTally,
     JournalEntry,
     JournalFileError,
     _open_reader,
     journal_schema,
     read_journal,
     read_journal_events,
+    read_journal_share,
     write_journal,
 )
 from coordinator.simulate import START_MS, Rates, simulate, simulate_steps
@@ -264,6 +266,63 @@ class TestAvroReaders:
         monkeypatch.setattr(journal, "_cavro", lambda: Refusing)
 
         assert events == [event for event, _, _ in read_journal_events(path, reader="cavro")]
+
+
+class TestReadShare:
+    """read_journal_share: the events of some jobs, their indices in the file, and a tally of all."""
+
+    @pytest.mark.parametrize("reader", READERS)
+    def test_a_share_is_the_file_s_events_of_its_jobs_at_their_indices(
+        self, tmp_path: Path, reader: str
+    ) -> None:
+        events = simulated(3000, jobs=4)
+        path = tmp_path / "journal.avro"
+        write_journal(path, events)
+        wanted = {"job-1", "job-3"}
+        tally = FileTally()
+
+        share = list(read_journal_share(path, wanted.__contains__, tally, reader=reader))  # type: ignore[arg-type]
+
+        assert [(e, i) for i, e in enumerate(events) if e.job_id in wanted] == [
+            (e, i) for e, _, _, i in share
+        ]
+        assert [i for _, _, offset, i in share] == [
+            offset for _, _, offset, _ in share
+        ]  # bare: offset = index
+        assert len(events) == tally.records and {e.job_id for e in events} == tally.jobs
+
+    def test_a_file_of_an_older_schema_is_shared_as_it_resolves(self, tmp_path: Path) -> None:
+        """A file Avro resolves (records named by their union branch) is shared the same way."""
+        older = copy.deepcopy(journal_schema())
+        older["fields"] = [f for f in older["fields"] if f["name"] != "partition"]
+        events = simulated(500, jobs=3)
+        records = [
+            {"offset": i, "event": (f"cutline.{type(e).__name__}", to_avro(e))} for i, e in enumerate(events)
+        ]
+        path = tmp_path / "old.avro"
+        with path.open("wb") as out:
+            fastavro.writer(out, fastavro.parse_schema(older), records)
+        tally = FileTally()
+
+        share = list(read_journal_share(path, "job-2".__eq__, tally))
+
+        assert [e for e in events if e.job_id == "job-2"] == [e for e, _, _, _ in share]
+        assert {-1} == {partition for _, partition, _, _ in share}
+        assert len(events) == tally.records
+
+    def test_a_truncated_file_is_damaged_after_every_entry_it_has_taken_or_not(self, tmp_path: Path) -> None:
+        events = simulated(5000)
+        path = tmp_path / "journal.avro"
+        write_journal(path, events)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        tally = FileTally()
+
+        with pytest.raises(JournalFileError, match=r"damaged after \d+ entries") as raised:
+            for _ in read_journal_share(path, "job-1".__eq__, tally):
+                pass
+
+        assert 0 < tally.records < len(events)
+        assert f"damaged after {tally.records} entries" in str(raised.value)
 
 
 class TestAnyAvroTool:
