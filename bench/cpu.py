@@ -8,6 +8,7 @@ over a process tree, and reading a few /proc files is all it takes.
 from __future__ import annotations
 
 import os
+import platform
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -191,8 +192,6 @@ def reference_ns_per_loop(iterations: int = 2_000_000, repeats: int = 3) -> floa
 
 def machine_line() -> str:
     """Cores, processor, architecture, Python and the yardstick, for a benchmark's header."""
-    import platform
-
     return (
         f"{os.cpu_count()} cores ({cpu_model()}), {platform.machine()}, Python {platform.python_version()}, "
         f"reference loop {reference_ns_per_loop():.0f} ns"

@@ -19,16 +19,18 @@ import signal
 import sys
 import threading
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar, cast
 
 from coordinator.invariants import Violation, violations
 from coordinator.journal import FileTally, read_journal_events, read_journal_share
 from events.records import JournalEvent
+
+T = TypeVar("T")
 
 
 class Selection(Protocol):
@@ -80,6 +82,59 @@ def first_verdict(events: Iterator[JournalEvent], partitions: array[int], offset
     return Verdict(None)
 
 
+def can_fork() -> bool:
+    """Whether a helper may be forked here: Linux, and no other thread (a forked thread's lock stays
+    held in the child)."""
+    return sys.platform == "linux" and threading.active_count() == 1
+
+
+class ForkedCall(Generic[T]):
+    """``function()`` running in a forked helper process, from construction on (check
+    :func:`can_fork` first). Only its answer crosses over, pickled."""
+
+    def __init__(self, function: Callable[[], T], name: str) -> None:
+        context = multiprocessing.get_context("fork")
+        self._answers, answer = context.Pipe(duplex=False)
+        self._process: BaseProcess = context.Process(
+            target=_call_and_answer, args=(function, answer), name=name, daemon=True
+        )
+        self._process.start()
+        answer.close()  # the helper's end: if it dies, recv() here raises EOFError
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    def answer(self) -> T | None:
+        """What ``function`` returned, or None if it raised or the helper died (the caller then does
+        the work itself and reports any failure in its own words)."""
+        try:
+            return cast("T | None", self._answers.recv())
+        except (EOFError, OSError):
+            return None
+
+    def kill(self) -> None:
+        self._process.kill()
+
+    def close(self) -> None:
+        """Stop the helper whatever it is doing; its work is done or no longer wanted, and it holds
+        nothing to clean up."""
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+        self._answers.close()
+
+
+def _call_and_answer(function: Callable[[], object], answer: Connection) -> None:
+    """The helper process: ``function``'s result, or None if it failed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's to handle; it stops us
+    try:
+        result = function()
+    except Exception:
+        result = None
+    answer.send(result)
+
+
 class FileCheck:
     """:func:`check_file` running in a forked helper process, from construction on.
 
@@ -90,16 +145,9 @@ class FileCheck:
     def __init__(self, path: Path, selection: Selection) -> None:
         self._path = path
         self._selection = selection
-        self._helper: BaseProcess | None = None
-        self._answers: Connection | None = None
-        if sys.platform == "linux" and threading.active_count() == 1:  # a forked thread's lock stays held
-            context = multiprocessing.get_context("fork")
-            self._answers, answer = context.Pipe(duplex=False)
-            self._helper = context.Process(
-                target=_check_and_answer, args=(path, selection, answer), name="cutline-verify", daemon=True
-            )
-            self._helper.start()
-            answer.close()  # the helper's end: if it dies, recv() here raises EOFError
+        self._helper: ForkedCall[Verdict] | None = (
+            ForkedCall(lambda: check_file(path, selection), "cutline-verify") if can_fork() else None
+        )
 
     @property
     def in_helper(self) -> bool:
@@ -107,11 +155,8 @@ class FileCheck:
         return self._helper is not None
 
     def verdict(self) -> Verdict:
-        if self._answers is not None:
-            try:
-                answer = self._answers.recv()
-            except (EOFError, OSError):  # the helper died: check here (the verdict is the same)
-                answer = None
+        if self._helper is not None:
+            answer = self._helper.answer()  # None if the helper died: check here (the verdict is the same)
             self.close()
             if isinstance(answer, Verdict):
                 return answer
@@ -119,27 +164,11 @@ class FileCheck:
 
     def close(self) -> None:
         if self._helper is not None:
-            if self._helper.is_alive():
-                self._helper.kill()  # its work is done or no longer wanted; it holds nothing to clean up
-            self._helper.join()
+            self._helper.close()
             self._helper = None
-        if self._answers is not None:
-            self._answers.close()
-            self._answers = None
 
     def __enter__(self) -> FileCheck:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _check_and_answer(path: Path, selection: Selection, answer: Connection) -> None:
-    """The helper process: the verdict, or None if the check failed (the reader checks again and
-    reports the failure in its own words)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the replay's to handle; it stops us
-    try:
-        verdict: Verdict | None = check_file(path, selection)
-    except Exception:
-        verdict = None
-    answer.send(verdict)

@@ -414,7 +414,6 @@ def _share(
     takes: Callable[[str], bool],
     tally: FileTally,
 ) -> Iterator[tuple[JournalEvent, int, int, int]]:
-    jobs = tally.jobs
     taken: dict[str, bool] = {}  # takes() once per job, not per record
     index = 0
     try:
@@ -427,7 +426,6 @@ def _share(
             take = taken.get(job_id)
             if take is None:
                 take = taken[job_id] = takes(job_id)
-                jobs.add(job_id)
             if take:
                 event = (
                     from_avro(_CLASSES[record_name], datum)
@@ -440,6 +438,7 @@ def _share(
         raise _damaged(name, index, exc) from exc
     finally:
         tally.records = index
+        tally.jobs.update(taken)
         stream.close()
 
 

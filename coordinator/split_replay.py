@@ -20,21 +20,16 @@ timeline or a plot goes the one-process way (``coordinator/cli.py``).
 from __future__ import annotations
 
 import itertools
-import multiprocessing
-import signal
-import sys
-import threading
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection
 from pathlib import Path
 
-from coordinator.decider import evolve
-from coordinator.file_check import Verdict
+from coordinator.decider import fold_jobs
+from coordinator.file_check import ForkedCall, Verdict, can_fork
 from coordinator.invariants import END_RULE, Violation, violations
 from coordinator.journal import FileTally, read_journal_share
-from coordinator.state import JobState, initial_state
+from coordinator.state import JobState
 from events.records import JournalEvent
 
 SHARES = 2
@@ -82,9 +77,7 @@ def replay_share(path: Path, share: int | None, *, verify: bool) -> ShareReplay:
     events = read_journal_share(path, share_taker(share), result.tally)
     states = result.states
     if not verify:
-        for event, _, _, _ in events:
-            state = states.get(event.job_id)
-            states[event.job_id] = evolve(state if state is not None else initial_state(event.job_id), event)
+        states.update(fold_jobs(event for event, _, _, _ in events))
         return result
     indices, partitions, offsets = array("q"), array("i"), array("q")
 
@@ -111,14 +104,19 @@ def replay_share(path: Path, share: int | None, *, verify: bool) -> ShareReplay:
 def replay_file(path: Path, *, verify: bool) -> SplitReplay:
     """Replay the whole journal file at ``path`` over this process and a helper (see the module);
     raises what reading the file raises."""
-    helper = _Helper(path, verify) if sys.platform == "linux" and threading.active_count() == 1 else None
+    helper = (
+        ForkedCall(lambda: replay_share(path, 1, verify=verify), "cutline-replay") if can_fork() else None
+    )
     try:
         if helper is None:
             passes = [replay_share(path, None, verify=verify)]
         else:
             mine = replay_share(path, 0, verify=verify)
-            theirs = helper.result()
-            passes = [mine, theirs if theirs is not None else replay_share(path, 1, verify=verify)]
+            theirs = helper.answer()  # None if it failed or died: share 1 is replayed here
+            passes = [
+                mine,
+                theirs if isinstance(theirs, ShareReplay) else replay_share(path, 1, verify=verify),
+            ]
     finally:
         if helper is not None:
             helper.close()
@@ -142,41 +140,3 @@ def _first(passes: list[ShareReplay]) -> Verdict:
 
 def _index(verdict: Verdict) -> int:
     return verdict.violation.index if verdict.violation is not None else -1
-
-
-class _Helper:
-    """:func:`replay_share` of share 1 in a forked process, from construction on."""
-
-    def __init__(self, path: Path, verify: bool) -> None:
-        context = multiprocessing.get_context("fork")
-        self._answers, answer = context.Pipe(duplex=False)
-        self._process = context.Process(
-            target=_replay_and_answer, args=(path, verify, answer), name="cutline-replay", daemon=True
-        )
-        self._process.start()
-        answer.close()  # the helper's end: if it dies, recv() here raises EOFError
-
-    def result(self) -> ShareReplay | None:
-        """The helper's pass, or None if it failed or died (then the caller replays share 1)."""
-        try:
-            answer = self._answers.recv()
-        except (EOFError, OSError):
-            return None
-        return answer if isinstance(answer, ShareReplay) else None
-
-    def close(self) -> None:
-        if self._process.is_alive():
-            self._process.kill()  # its work is done or no longer wanted; it holds nothing to clean up
-        self._process.join()
-        self._answers.close()
-
-
-def _replay_and_answer(path: Path, verify: bool, answer: Connection) -> None:
-    """The helper process: its share's pass, or None if it failed (this process then replays that
-    share itself and reports any failure in its own words)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the replay's to handle; it stops us
-    try:
-        result: ShareReplay | None = replay_share(path, 1, verify=verify)
-    except Exception:
-        result = None
-    answer.send(result)

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator.cli import Cut, _Selection
-from coordinator.decider import evolve
+from coordinator.decider import fold_jobs
 from coordinator.file_check import Verdict, check_file
 from coordinator.journal import FileTally, read_journal_share, write_journal
 from coordinator.simulate import simulate
 from coordinator.split_replay import _first, replay_file, replay_share, share_taker
-from coordinator.state import JobState, initial_state
+from coordinator.state import JobState
 from events.records import CheckpointCompleted, JournalEvent, TaskAcknowledged
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,11 +35,7 @@ def _events() -> list[JournalEvent]:
 
 
 def folded(events: list[JournalEvent]) -> dict[str, JobState]:
-    states: dict[str, JobState] = {}
-    for event in events:
-        state = states.get(event.job_id)
-        states[event.job_id] = evolve(state if state is not None else initial_state(event.job_id), event)
-    return states
+    return fold_jobs(events)
 
 
 def without_an_ack_of(events: list[JournalEvent], job_id: str, after: int = 0) -> list[JournalEvent]:
@@ -202,18 +198,19 @@ import json, os
 from pathlib import Path
 import coordinator.split_replay as split
 helpers = []
-class Counted(split._Helper):
-    def __init__(self, *args):
-        super().__init__(*args)
-        helpers.append(self._process.pid)
-split._Helper = Counted
+dying = []
+class Counted(split.ForkedCall):
+    def __init__(self, function, name):
+        super().__init__((lambda: os._exit(3)) if dying else function, name)
+        helpers.append(self.pid)
+split.ForkedCall = Counted
 path = Path({str(path)!r})
 def answer(replayed):
     v = replayed.verdict
     return [v.violation.rule, v.violation.index, list(v.position), sorted(replayed.states), replayed.records]
 answers = {{"verdict": answer(split.replay_file(path, verify=True))}}
 answers["helper_is_another_process"] = len(helpers) == 1 and helpers[0] != os.getpid()
-split._replay_and_answer = lambda *args: os._exit(3)
+dying.append(True)
 answers["after_death"] = answer(split.replay_file(path, verify=True))
 answers["helpers"] = len(helpers)
 print(json.dumps(answers))
