@@ -420,6 +420,11 @@ class PlainShell:
     def pid(self) -> int | None:
         return self._process.pid
 
+    @property
+    def worker_pid(self) -> int | None:
+        """The process that decides (as ``CoordinatorProcess.worker_pid``): this one."""
+        return self._process.pid
+
     def start(self, timeout: float = 60.0) -> PlainShell:
         self._process.start()
         deadline = time.monotonic() + timeout
@@ -575,7 +580,8 @@ def bench_throughput(
                 },
             )
         )
-        meter = Meter({"coordinator": coordinator.pid, "broker": broker_pid}, main_thread_of=coordinator.pid)
+        worker = coordinator.worker_pid
+        meter = Meter({"coordinator": worker, "broker": broker_pid}, main_thread_of=worker)
         first_produced = time.time()
         for value in values:
             flood.produce(topics.acks, key=key, value=value)
@@ -838,7 +844,7 @@ def bench_latency(
     driver = JobDriver(bootstrap, job, topics)
     total = warmup + checkpoints
     try:
-        pids: dict[str, int | None] = {"coordinator": coordinator.pid, "broker": broker_pid}
+        pids: dict[str, int | None] = {"coordinator": coordinator.worker_pid, "broker": broker_pid}
         pids |= {f"participant {i}": pid for i, pid in enumerate(participants.pids)}
         meter = Meter(pids)
         config = CheckpointConfig(

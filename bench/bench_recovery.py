@@ -2,6 +2,7 @@
 
     uv run python bench/bench_recovery.py [--quick] [--skip journal|failover]
                                           [--sizes 1000 100000 1000000] [--workers 3] [--kills 5]
+                                          [--kill worker|all]
 
 1. **Recovery time against the journal's length.** For journals of 1,000, 100,000 and 1,000,000
    events, each on a one-partition journal topic of a fresh embedded broker, a new owner claims
@@ -26,7 +27,11 @@
    its checkpoints is pending, SIGKILLs the worker that owns it, and reads the journal partitions
    of the killed worker's jobs until each has a ``CheckpointCompleted`` written under a newer
    claim. Times run from the kill to the new owner's ``CoordinatorClaimed.timestamp_ms`` and to
-   each job's first such ``CheckpointCompleted.timestamp_ms`` (same host's clock). A new worker
+   each job's first such ``CheckpointCompleted.timestamp_ms`` (same host's clock). ``--kill``
+   chooses what is killed: ``worker`` (the default) SIGKILLs the worker process only, as the OOM
+   killer or a crash would, and its watchdog tells the group at once
+   (``coordinator.service.watchdog``); ``all`` SIGKILLs the watchdog, which takes its worker with
+   it: as when a machine is lost, the group notices only after the session timeout. A new worker
    then replaces the killed one, and the next round waits until every job has completed three
    more checkpoints. The target: checkpoints complete again within the session timeout + 2 s.
 """
@@ -323,7 +328,7 @@ def end_offsets(bootstrap: str, topic: str, partitions: set[int]) -> dict[int, i
         consumer.close()
 
 
-def kill_one(cluster: Cluster, job: str, timeout: float) -> Kill:
+def kill_one(cluster: Cluster, job: str, timeout: float, what: str = "worker") -> Kill:
     victim, held = cluster.owner_of(job)
     deadline = time.monotonic() + 10
     while not victim.get(f"/jobs/{job}/state").get("pending") and time.monotonic() < deadline:
@@ -331,11 +336,14 @@ def kill_one(cluster: Cluster, job: str, timeout: float) -> Kill:
     partitions = {journal_partition(j) for j in held}
     start = end_offsets(cluster.bootstrap, cluster.topics.checkpoints, partitions)
     at_kill = load()
-    assert victim.pid is not None
-    pid = victim.pid
+    pid = victim.worker_pid  # the worker's claims name its pid
+    assert pid is not None
     killed_ms = time.time_ns() / 1e6
     killed_at = datetime.fromtimestamp(killed_ms / 1000).strftime("%H:%M:%S.%f")[:-3]
-    victim.kill()
+    if what == "worker":
+        victim.kill_worker()
+    else:
+        victim.kill()
     cluster.workers.remove(victim)
     claimed: dict[int, tuple[int, float]] = {}  # partition -> (new epoch, ms after the kill)
     again: dict[str, float] = {}  # job -> ms after the kill
@@ -382,11 +390,16 @@ def kill_one(cluster: Cluster, job: str, timeout: float) -> Kill:
     )
 
 
-def failover_table(kills: list[Kill], workers: int, session_timeout: float = SESSION_TIMEOUT) -> Table:
+KILLED = {"worker": "its worker process (the watchdog tells the group)", "all": "it and its watchdog"}
+
+
+def failover_table(
+    kills: list[Kill], workers: int, session_timeout: float = SESSION_TIMEOUT, what: str = "worker"
+) -> Table:
     target = session_timeout + MARGIN_S
     table = Table(
-        title=f"2. Failover: SIGKILL of a job's owner among {workers} workers, seconds after the kill "
-        f"(session timeout {session_timeout:g} s)",
+        title=f"2. Failover: SIGKILL of a job's owner ({KILLED[what]}) among {workers} workers, seconds "
+        f"after the kill (session timeout {session_timeout:g} s)",
         title_justify="left",
     )
     for col in ("round", "killed job", "worker's jobs", "load 1/5/15 at kill", "→ new claim",
@@ -436,7 +449,7 @@ def bench_failover(args: argparse.Namespace, console: Console) -> list[Kill]:
             cluster.wait_completions(3, timeout=120)
             for i in range(args.kills):
                 job = cluster.jobs[i % len(cluster.jobs)]
-                kill = kill_one(cluster, job, timeout=120)
+                kill = kill_one(cluster, job, timeout=120, what=args.kill)
                 kills.append(kill)
                 console.print(
                     f"  round {i + 1}: at {kill.killed_at} killed pid {kill.victim_pid} (owner of {job}, "
@@ -481,6 +494,12 @@ def main() -> None:
     parser.add_argument("--timeout-ms", type=int, default=4_000, help="checkpoint timeout")
     parser.add_argument("--kills", type=int, help="failover rounds (5; quick 2)")
     parser.add_argument(
+        "--kill",
+        choices=tuple(KILLED),
+        default="worker",
+        help="SIGKILL the owner's worker process (its watchdog tells the group) or all of it",
+    )
+    parser.add_argument(
         "--settle", type=float, default=3.0, help="seconds after a replacement joins before the next round"
     )
     parser.add_argument("--worker-loglevel", default="warning", help="--loglevel of the workers")
@@ -508,7 +527,7 @@ def main() -> None:
             full_runs = args.full_runs if size <= args.full_max else 0
             lengths.append(bench_length(size, block, args.runs, full_runs, console))
     if args.skip != "failover":
-        console.print(f"[bold]failover[/], {args.workers} workers, {args.kills} kills")
+        console.print(f"[bold]failover[/], {args.workers} workers, {args.kills} kills ({KILLED[args.kill]})")
         kills = bench_failover(args, console)
     if lengths:
         console.print(length_table(lengths))
@@ -519,7 +538,7 @@ def main() -> None:
             f"(flat: ≤ {FLAT_RATIO:g}×) " + ("met" if ratio <= FLAT_RATIO else "[bold red]missed[/]")
         )
     if kills:
-        console.print(failover_table(kills, args.workers, args.session_timeout))
+        console.print(failover_table(kills, args.workers, args.session_timeout, args.kill))
     console.print(f"total {time.monotonic() - started:.0f} s, load average {load()} at the end")
 
 

@@ -13,6 +13,7 @@ import os
 import random
 import re
 import signal
+import sys
 from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -992,6 +993,16 @@ def coordinator(
             "theirs, and the coordinator uses their count.",
         ),
     ] = DEFAULT_PARTITIONS,
+    watchdog: Annotated[
+        bool,
+        typer.Option(
+            "--watchdog/--no-watchdog",
+            envvar="CUTLINE_WATCHDOG",
+            help="Run the worker as a child process and, when it dies (SIGKILL, OOM, a crash), tell "
+            "its group at once, so that the other workers take its jobs without waiting for the "
+            "session timeout.",
+        ),
+    ] = True,
 ) -> None:
     """Run the checkpoint coordinator (a Faust worker) until interrupted.
 
@@ -999,6 +1010,7 @@ def coordinator(
     import logging
 
     from coordinator.service.app import JournalRetentionError, Settings, TopicLayoutError, run
+    from coordinator.service.watchdog import die_with_watchdog
     from events.validation import InvalidUri, canonical_uri
 
     errors = Console(stderr=True, highlight=False)
@@ -1012,6 +1024,17 @@ def coordinator(
         except InvalidUri as exc:
             _fail(errors, f"--savepoint-root {root!r}: {exc}")
     logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if watchdog:
+        child = [
+            *(sys.executable, "-m", "coordinator.cli", "coordinator", "--no-watchdog"),
+            *("--bootstrap", bootstrap, "--topic-prefix", topic_prefix),
+            *("--web-host", web_host, "--web-port", str(web_port), "--data-dir", str(data_dir)),
+            *("--loglevel", loglevel, "--snapshot-interval", str(snapshot_interval)),
+            *("--session-timeout", str(session_timeout), "--partitions", str(partitions)),
+            *(arg for root in roots for arg in ("--savepoint-root", root)),
+        ]
+        raise typer.Exit(_watch_worker(errors, bootstrap, child))
+    die_with_watchdog()
     errors.print(
         f"coordinator: topics {topic_prefix}*, dashboard on http://{web_host}:{web_port}/", soft_wrap=True
     )
@@ -1030,6 +1053,21 @@ def coordinator(
         run(settings, loglevel)
     except (JournalRetentionError, TopicLayoutError) as exc:
         _fail(errors, str(exc))
+
+
+def _watch_worker(errors: Console, bootstrap: str, command: list[str]) -> int:
+    """Run the coordinator worker ``command`` under :func:`coordinator.service.watchdog.watch`."""
+    import asyncio
+
+    from coordinator.service.watchdog import Membership, leave_group, watch
+    from events.client_config import aiokafka_security, client_properties
+
+    security = aiokafka_security(client_properties())
+
+    def leave(membership: Membership) -> int:
+        return asyncio.run(leave_group(bootstrap, membership, security))
+
+    return watch(command, leave, lambda message: errors.print(message, soft_wrap=True, markup=False))
 
 
 STRATEGY_NAMES = {kind.flink_name: kind for kind in RestartStrategyKind}

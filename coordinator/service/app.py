@@ -42,6 +42,7 @@ from coordinator.service.ownership import (
     snapshot_message,
 )
 from coordinator.service.runtime import Coordinator, Outcome
+from coordinator.service.watchdog import MEMBER_FILE_ENV, membership_of, record_membership
 from coordinator.service.writer import Writer, Written
 from coordinator.snapshot import PartitionSnapshot
 from coordinator.state import state_json
@@ -337,6 +338,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     owners: dict[int, Owner] = {}
     input_topics = {*topics.inputs, settings.ticks_topic}
     worker_id = new_worker_id()
+    member_file = os.environ.get(MEMBER_FILE_ENV)
 
     def raw_topic(name: str) -> faust.TopicT:
         return app.topic(
@@ -626,6 +628,10 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
         for partition in sorted(mine - owners.keys()):
             start_recovery(partition)
         app.cutline_assigned = True  # type: ignore[attr-defined]
+        if member_file:
+            membership = membership_of(app.consumer)
+            if membership is not None:
+                record_membership(Path(member_file), membership)  # for the watchdog, should this die
         if all(o.ready.is_set() for o in owners.values()):
             recovered.set()
 
@@ -636,6 +642,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
                 "recovered": recovered.is_set(),
                 "jobs": len(coordinator.states),
                 "worker": worker_id,
+                "pid": os.getpid(),
                 "partitions": {
                     str(p): {"epoch": o.epoch, "ready": o.ready.is_set()} for p, o in owners.items()
                 },

@@ -33,8 +33,13 @@ class CoordinatorProcess:
         web_port: int | None = None,
         log_path: Path | None = None,
         extra_args: tuple[str, ...] = (),
+        watchdog: bool = True,
     ) -> None:
+        """``watchdog``: as ``cutline coordinator`` runs by default, the worker in a child process
+        of a watchdog (:mod:`coordinator.service.watchdog`); without it, the worker is the process."""
         self.bootstrap = bootstrap
+        self.watchdog = watchdog
+        self._worker_pid: int | None = None
         self.prefix = prefix
         self.web_port = web_port or free_port()
         self.log_path = log_path or Path(tempfile.mkdtemp(prefix="cutline-coordinator-")) / "coordinator.log"
@@ -47,7 +52,15 @@ class CoordinatorProcess:
 
     @property
     def pid(self) -> int | None:
+        """The started process: the watchdog, or the worker itself without one."""
         return self._process.pid if self._process else None
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The process that runs the worker (known once it serves its views, :meth:`wait_ready`)."""
+        if not self.watchdog:
+            return self.pid
+        return self._worker_pid
 
     def command(self) -> list[str]:
         return [
@@ -64,6 +77,7 @@ class CoordinatorProcess:
             "--data-dir",
             str(self.log_path.parent / "data"),
             *self.extra_args,
+            "--watchdog" if self.watchdog else "--no-watchdog",
         ]
 
     def start(self, timeout: float = 60.0) -> Self:
@@ -93,7 +107,9 @@ class CoordinatorProcess:
                     f"coordinator exited with {self._process.returncode}; log {self.log_path}:\n{self.tail()}"
                 )
             try:
-                if self.get("/ready").get("recovered"):
+                ready = self.get("/ready")
+                if ready.get("recovered"):
+                    self._worker_pid = ready.get("pid")
                     return
             except (urllib.error.URLError, ConnectionError, OSError, json.JSONDecodeError):
                 pass
@@ -115,10 +131,23 @@ class CoordinatorProcess:
             return "(no log)"
 
     def kill(self) -> None:
-        """SIGKILL: a crash, with no chance to flush or commit anything."""
+        """SIGKILL: a crash, with no chance to flush or commit anything. With a watchdog, of the
+        watchdog, which takes its worker with it: as when the machine or the container is lost, the
+        group notices only after the session timeout."""
         if self._process is not None and self._process.poll() is None:
             self._process.send_signal(signal.SIGKILL)
             self._process.wait(10)
+
+    def kill_worker(self) -> None:
+        """SIGKILL the worker only (its watchdog lives on to tell the group); then wait for the
+        watchdog to exit. Without a watchdog, the same as :meth:`kill`."""
+        if not self.watchdog:
+            self.kill()
+            return
+        assert self._worker_pid is not None, "the worker's pid is known once it is ready"
+        os.kill(self._worker_pid, signal.SIGKILL)
+        if self._process is not None:
+            self._process.wait(30)
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if it does not stop within ``grace`` seconds. Idempotent."""

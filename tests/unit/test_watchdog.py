@@ -1,0 +1,259 @@
+"""The coordinator's watchdog (coordinator/service/watchdog.py), with real child processes.
+
+The group is not a broker here: ``leave`` is a function that records what it was asked to send.
+tests/integration/test_ownership.py::TestWatchdog runs the real thing with three workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from coordinator.service.watchdog import (
+    MEMBER_FILE_ENV,
+    WATCHDOG_PID_ENV,
+    Membership,
+    die_with_watchdog,
+    exit_code,
+    membership_of,
+    read_membership,
+    record_membership,
+    watch,
+)
+
+MEMBERSHIP = Membership("cutline-coordinator", "aiokafka-0-1c2d", 4)
+
+
+def child(body: str) -> list[str]:
+    """A worker stand-in: Python running ``body``, with the watchdog module importable."""
+    return [sys.executable, "-c", textwrap.dedent(body)]
+
+
+RECORDS_THEN_DIES = child(
+    """
+    import os, signal
+    from pathlib import Path
+    from coordinator.service.watchdog import MEMBER_FILE_ENV, Membership, record_membership
+    membership = Membership("cutline-coordinator", "aiokafka-0-1c2d", 4)
+    record_membership(Path(os.environ[MEMBER_FILE_ENV]), membership)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+class Group:
+    """Stands in for the group coordinator: the LeaveGroups it got, and what it answers."""
+
+    def __init__(self, answer: int | Exception = 0) -> None:
+        self.left: list[Membership] = []
+        self.answer = answer
+
+    def leave(self, membership: Membership) -> int:
+        self.left.append(membership)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def test_a_worker_killed_after_its_assignment_is_reported_to_its_group_as_gone() -> None:
+    group, said = Group(), []
+
+    code = watch(RECORDS_THEN_DIES, group.leave, said.append)
+
+    assert group.left == [MEMBERSHIP]
+    assert code == 128 + signal.SIGKILL
+    assert "was killed by SIGKILL" in said[0] and "member aiokafka-0-1c2d left" in said[0]
+
+
+def test_a_worker_that_exits_cleanly_left_by_itself_and_nothing_is_sent() -> None:
+    group, said = Group(), []
+    body = """
+        import os
+        from pathlib import Path
+        from coordinator.service.watchdog import MEMBER_FILE_ENV, Membership, record_membership
+        record_membership(Path(os.environ[MEMBER_FILE_ENV]), Membership("g", "m", 1))
+        """
+
+    code = watch(child(body), group.leave, said.append)
+
+    assert (code, group.left, said) == (0, [], [])
+
+
+def test_a_worker_that_fails_before_joining_has_nothing_to_leave() -> None:
+    group, said = Group(), []
+
+    code = watch(child("raise SystemExit(2)"), group.leave, said.append)
+
+    assert (code, group.left) == (2, [])
+    assert "exited with code 2" in said[0] and "had not joined its group" in said[0]
+
+
+def test_an_unreachable_group_leaves_the_handover_to_the_session_timeout() -> None:
+    group, said = Group(answer=TimeoutError("no broker")), []
+
+    code = watch(RECORDS_THEN_DIES, group.leave, said.append)
+
+    assert code == 128 + signal.SIGKILL and group.left == [MEMBERSHIP]
+    assert "failed (TimeoutError: no broker)" in said[0] and "after the session timeout" in said[0]
+
+
+def test_an_error_from_the_group_is_reported() -> None:
+    group, said = Group(answer=25), []  # UNKNOWN_MEMBER_ID
+
+    watch(RECORDS_THEN_DIES, group.leave, said.append)
+
+    assert "answered error 25" in said[0]
+
+
+def test_the_worker_gets_its_member_file_and_the_watchdog_s_pid() -> None:
+    body = f"""
+        import os, sys
+        sys.exit(0 if os.environ[{WATCHDOG_PID_ENV!r}] == str(os.getppid())
+                 and os.environ[{MEMBER_FILE_ENV!r}].endswith("membership.json") else 9)
+        """
+    assert watch(child(body), Group().leave, print) == 0
+
+
+def test_sigterm_to_the_watchdog_is_passed_on_and_its_exit_code_is_the_worker_s(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    body = f"""
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
+        time.sleep(0.2)  # the watchdog's handlers are in place by now
+        open({str(started)!r}, "w").close()
+        time.sleep(30)
+        """
+
+    def terminate_when_started() -> None:
+        deadline = time.monotonic() + 20
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=terminate_when_started, daemon=True).start()
+    group, said = Group(), []
+    handler, began = signal.getsignal(signal.SIGTERM), time.monotonic()
+
+    code = watch(child(body), group.leave, said.append)
+
+    assert code == 3 and time.monotonic() - began < 20
+    assert group.left == [] and "had not joined" in said[0]
+    assert signal.getsignal(signal.SIGTERM) == handler  # this process's own handler is back
+
+
+def test_a_killed_watchdog_takes_its_worker_with_it(tmp_path: Path) -> None:
+    """The worker asks the kernel for SIGKILL when its parent dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    pid_file = tmp_path / "worker.pid"
+    worker = f"""
+        import os, time
+        from coordinator.service.watchdog import die_with_watchdog
+        assert die_with_watchdog()
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        time.sleep(60)
+        """
+    watchdog = f"""
+        import os, subprocess, sys
+        env = {{**os.environ, {WATCHDOG_PID_ENV!r}: str(os.getpid())}}
+        subprocess.Popen([sys.executable, "-c", {textwrap.dedent(worker)!r}], env=env).wait()
+        """
+    parent = subprocess.Popen(child(watchdog))
+    deadline = time.monotonic() + 20
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the worker never started"
+        time.sleep(0.02)
+    worker_pid = int(pid_file.read_text())
+
+    parent.kill()
+    parent.wait(10)
+
+    deadline = time.monotonic() + 10
+    while _running(worker_pid):
+        assert time.monotonic() < deadline, f"worker {worker_pid} outlived its watchdog"
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a dead child not yet reaped counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_worker_whose_watchdog_is_already_gone_does_not_start() -> None:
+    with pytest.raises(SystemExit, match="watchdog .* is gone"):
+        die_with_watchdog({WATCHDOG_PID_ENV: str(os.getppid() + 1_000_000)})
+
+
+def test_an_unwatched_worker_is_not_tied_to_its_parent() -> None:
+    assert die_with_watchdog({}) is False
+
+
+def test_a_membership_is_read_back_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "membership.json"
+    record_membership(path, MEMBERSHIP)
+    assert read_membership(path) == MEMBERSHIP
+
+
+@pytest.mark.parametrize("content", [None, "", "{", '{"group_id": "g"}', '["g", "m", 1]'])
+def test_no_membership_is_read_from_a_missing_or_broken_file(tmp_path: Path, content: str | None) -> None:
+    path = tmp_path / "membership.json"
+    if content is not None:
+        path.write_text(content)
+    assert read_membership(path) is None
+
+
+class _Coordinator:
+    def __init__(self, member_id: str, generation: int) -> None:
+        self.group_id, self.member_id, self.generation = "cutline-coordinator", member_id, generation
+
+
+class _Holder:
+    def __init__(self, **attributes: object) -> None:
+        self.__dict__.update(attributes)
+
+
+def test_membership_is_read_from_faust_s_consumer_thread_once_joined() -> None:
+    joined = _Holder(_thread=_Holder(_consumer=_Holder(_coordinator=_Coordinator("aiokafka-0-1c2d", 4))))
+    assert membership_of(joined) == MEMBERSHIP
+
+
+@pytest.mark.parametrize(
+    "consumer",
+    [
+        _Holder(),  # no consumer thread yet
+        _Holder(_thread=_Holder(_consumer=None)),  # not started
+        _Holder(_thread=_Holder(_consumer=_Holder(_coordinator=_Coordinator("", -1)))),  # not joined
+    ],
+)
+def test_no_membership_before_the_consumer_joined(consumer: object) -> None:
+    assert membership_of(consumer) is None
+
+
+def test_the_private_parts_it_reads_are_there_in_the_installed_faust_and_aiokafka() -> None:
+    """membership_of reads Faust's ``Consumer._thread._consumer`` and aiokafka's group coordinator."""
+    import inspect
+
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Consumer
+
+    assert "self._thread" in inspect.getsource(Consumer)
+    assert "self._consumer = self._create_consumer" in inspect.getsource(AIOKafkaConsumerThread)
+    coordinator_source = inspect.getsource(GroupCoordinator)
+    for attribute in ("self.group_id", "self.member_id", "self.generation"):
+        assert attribute in coordinator_source, attribute
+
+
+@pytest.mark.parametrize(("returncode", "expected"), [(0, 0), (2, 2), (-9, 137), (-15, 143)])
+def test_exit_codes_are_reported_as_a_shell_does(returncode: int, expected: int) -> None:
+    assert exit_code(returncode) == expected
