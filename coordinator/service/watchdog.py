@@ -180,7 +180,8 @@ def _tell_the_group(
 ) -> None:
     how = f"the coordinator worker (pid {pid}) {describe_exit(returncode)}"
     if membership is None:
-        say(f"{how}; it had not joined its group, so no other worker waits for it")
+        if returncode < 0:  # an exit with an error has said why itself
+            say(f"{how}; it had not joined its group, so no other worker waits for it")
         return
     try:
         code = leave(membership)

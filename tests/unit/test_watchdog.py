@@ -87,12 +87,21 @@ def test_a_worker_that_exits_cleanly_left_by_itself_and_nothing_is_sent() -> Non
 
 
 def test_a_worker_that_fails_before_joining_has_nothing_to_leave() -> None:
+    """It said why it exits itself (a finite retention, say); the watchdog adds nothing."""
     group, said = Group(), []
 
     code = watch(child("raise SystemExit(2)"), group.leave, said.append)
 
-    assert (code, group.left) == (2, [])
-    assert "exited with code 2" in said[0] and "had not joined its group" in said[0]
+    assert (code, group.left, said) == (2, [], [])
+
+
+def test_a_worker_killed_before_joining_has_nothing_to_leave() -> None:
+    group, said = Group(), []
+
+    code = watch(child("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"), group.leave, said.append)
+
+    assert (code, group.left) == (128 + signal.SIGKILL, [])
+    assert "was killed by SIGKILL" in said[0] and "had not joined its group" in said[0]
 
 
 def test_an_unreachable_group_leaves_the_handover_to_the_session_timeout() -> None:
@@ -144,7 +153,7 @@ def test_sigterm_to_the_watchdog_is_passed_on_and_its_exit_code_is_the_worker_s(
     code = watch(child(body), group.leave, said.append)
 
     assert code == 3 and time.monotonic() - began < 20
-    assert group.left == [] and "had not joined" in said[0]
+    assert (group.left, said) == ([], [])
     assert signal.getsignal(signal.SIGTERM) == handler  # this process's own handler is back
 
 
