@@ -164,15 +164,35 @@ class DirectConsumer(faust_aiokafka.Consumer):
         return dict(self._read_offset)
 
     async def _handle_direct(self, fetched: list[tuple[TP, Any]]) -> None:
-        """The handler decides the batch; then its offsets count as processed (committable)."""
+        """The handler decides the batch; then its offsets count as processed (committable).
+
+        Not when a rebalance started meanwhile. Faust dropped the revoked partitions' pending
+        acks when it began, and the handler skipped the records of partitions it no longer held.
+        Acking now would put their offsets back, undecided, and a commit after the partition
+        came back to this worker could pass over them before they are decided again. Unacked,
+        they come again from the committed offset, and those the journal holds are skipped."""
         if self.batch_handler is None:
             raise RuntimeError("DirectConsumer has no batch_handler for its direct topics")
+        rebalances = self.app.rebalancing_count
         await self.batch_handler([record for _, record in fetched])
+        if self.app.rebalancing or self.app.rebalancing_count != rebalances:
+            return
         self._ack_offsets(fetched)
         commit_every = self._commit_every
         if commit_every is not None and self._n_acked >= commit_every:
             self._n_acked = 0
             await self.commit()
+
+    async def commit(self, topics: Any = None, start_new_transaction: bool = True) -> bool:
+        """Faust's commit, except during a rebalance, when there is nothing this worker may commit:
+        Faust dropped the revoked partitions' pending acks. A commit then would carry the old
+        generation. The embedded broker starts the new generation at once and answers such a
+        commit ILLEGAL_GENERATION only after the held join (docs/embedded-broker.md). aiokafka
+        then drops the generation it has just joined with, and the group rebalances a second
+        time: 3 s more of every failover that hit it."""
+        if self.app.rebalancing:
+            return False
+        return await super().commit(topics, start_new_transaction)
 
     def _ack_offsets(self, fetched: list[tuple[TP, Any]]) -> None:
         """Faust's ``Consumer.ack`` for a batch of records (not Faust messages): each offset becomes

@@ -128,3 +128,60 @@ def test_a_prefetched_batch_is_the_next_one_handed_on_and_is_fetched_once() -> N
     assert [10] == [record.offset for _, record in first]
     assert [20] == [record.offset for _, record in second]
     assert 2 == fetches
+
+
+def _direct_app(name: str, handler: Any) -> Any:
+    app = faust.App(name, broker="kafka://127.0.0.1:1", web_enabled=False)
+    topic = app.topic(
+        "t.acks", key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+    )
+    use_direct_consumer(app, [topic], handler)
+    return app
+
+
+def test_a_batch_during_which_a_rebalance_started_acks_none_of_its_offsets() -> None:
+    """Given a batch whose partitions were revoked while it was decided (the handler skipped their
+    records), when the handler returns, then none of its offsets become committable: they come
+    again from the committed offset. A batch without a rebalance is acked as usual."""
+    tp = TP("t.acks", 2)
+    batch = [(tp, _record(tp, offset)) for offset in range(5, 9)]
+
+    async def scenario(rebalance: bool) -> tuple[int, int | None]:
+        async def handler(messages: Sequence[Any]) -> None:
+            if rebalance:
+                app.on_rebalance_start()  # what Faust's rebalance listener calls on revocation
+
+        app = _direct_app(f"direct-consumer-rebalance-{rebalance}", handler)
+        await app.topics._update_indices()
+        await app.consumer._handle_direct(batch)
+        return app.consumer._n_acked, app.consumer._new_offset(tp)
+
+    assert (0, None) == asyncio.run(scenario(rebalance=True))
+    assert (4, 9) == asyncio.run(scenario(rebalance=False))
+
+
+def test_nothing_is_committed_during_a_rebalance() -> None:
+    """A commit then would carry the old generation (on the embedded broker: a second rebalance)."""
+
+    async def handler(messages: Sequence[Any]) -> None:
+        raise AssertionError("nothing is fetched here")
+
+    async def scenario() -> tuple[bool, list[str]]:
+        app = _direct_app("direct-consumer-commit-test", handler)
+        forced: list[str] = []
+
+        async def force_commit(topics: Any = None, start_new_transaction: bool = True) -> bool:
+            forced.append("rebalancing" if app.rebalancing else "assigned")
+            return True
+
+        app.consumer.force_commit = force_commit
+        app.rebalancing = True
+        during = await app.consumer.commit()
+        app.rebalancing = False
+        after = await app.consumer.commit()
+        return during or not after, forced
+
+    committed_during, forced = asyncio.run(scenario())
+
+    assert not committed_during
+    assert ["assigned"] == forced
