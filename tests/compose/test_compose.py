@@ -129,3 +129,40 @@ def test_the_other_worker_completes_the_jobs_checkpoints_after_a_sigkill_of_its_
         assert took <= bound, f"the job's checkpoints resumed {took:.2f} s after the kill (bound {bound} s)"
     finally:
         subprocess.run(["docker", "compose", "-f", str(COMPOSE), "start", service], check=False, timeout=300)
+
+
+def test_a_worker_process_killed_in_its_container_hands_the_job_over_before_the_session_timeout(
+    stack: None,
+) -> None:
+    """SIGKILL of the owner's worker process inside its container (as the OOM killer would), not of
+    the container: its watchdog tells the group at once (coordinator/service/watchdog.py), and on
+    Apache Kafka, which holds no rejoin, the other worker completes a checkpoint of the job before
+    the session timeout has even passed (the time is printed)."""
+    deadline = time.monotonic() + 300
+    owner = None
+    while owner is None and time.monotonic() < deadline:
+        owner = next((w for w in WORKERS if completed_after(w, "wordcount", 0)), None)
+        time.sleep(1)
+    assert owner is not None, "no worker reported a completed checkpoint of the word count"
+    survivor = next(w for w in WORKERS if w != owner)
+    service = SERVICE_OF[owner]
+    with urllib.request.urlopen(f"{owner}/ready", timeout=5) as response:
+        worker_pid = int(json.load(response)["pid"])  # in the container's pid namespace
+
+    killed_ms, killed = time.time() * 1000, time.monotonic()
+    kill = ["python", "-c", f"import os; os.kill({worker_pid}, 9)"]
+    subprocess.run(["docker", "compose", "-f", str(COMPOSE), "exec", "-T", service, *kill], check=True)
+    try:
+        while time.monotonic() - killed < SESSION_TIMEOUT_S + 10 and not completed_after(
+            survivor, "wordcount", killed_ms
+        ):
+            time.sleep(0.2)
+        took = time.monotonic() - killed
+        print(f"{service}'s worker killed; {SERVICE_OF[survivor]} completed a checkpoint {took:.2f} s later")
+
+        assert completed_after(survivor, "wordcount", killed_ms), f"{SERVICE_OF[survivor]} completed none"
+        assert took < SESSION_TIMEOUT_S, f"the job's checkpoints resumed {took:.2f} s after the kill"
+    finally:
+        subprocess.run(
+            ["docker", "compose", "-f", str(COMPOSE), "up", "-d", "--wait", service], check=False, timeout=300
+        )
