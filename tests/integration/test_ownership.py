@@ -115,8 +115,22 @@ class Jobs:
             if predicate(completed):
                 return time.monotonic() - started
             if time.monotonic() - started > timeout:
-                raise AssertionError(f"not reached within {timeout:g}s: completed {completed}")
+                raise AssertionError(f"not reached within {timeout:g}s:\n{self.describe()}")
             time.sleep(0.2)
+
+    def describe(self, last: int = 8) -> str:
+        """Per job: how many checkpoints completed, the latest ids, and its last effective journal
+        events (what a failure needs to show: where a job stopped, and under whom)."""
+        journal = self.journal()
+        lines = []
+        for job in JOBS:
+            events = [e for e in journal if getattr(e, "job_id", None) == job]
+            ids = [e.checkpoint_id for e in events if isinstance(e, CheckpointCompleted)]
+            tail = ", ".join(
+                f"{type(e).__name__} {getattr(e, 'checkpoint_id', '')}".strip() for e in events[-last:]
+            )
+            lines.append(f"  {job}: {len(ids)} completed (latest {ids[-3:]}); last events: {tail}")
+        return "\n".join(lines)
 
     def close(self) -> None:
         for participant in self.participants:
