@@ -1009,8 +1009,6 @@ def coordinator(
     Start it N times with the same prefix for N workers: each owns the jobs of its partitions."""
     import logging
 
-    from coordinator.service.app import JournalRetentionError, Settings, TopicLayoutError, run
-    from coordinator.service.watchdog import die_with_watchdog
     from events.validation import InvalidUri, canonical_uri
 
     errors = Console(stderr=True, highlight=False)
@@ -1034,6 +1032,10 @@ def coordinator(
             *(arg for root in roots for arg in ("--savepoint-root", root)),
         ]
         raise typer.Exit(_watch_worker(errors, bootstrap, child))
+    # The worker's imports (Faust, aiokafka): not in the watchdog, which only waits.
+    from coordinator.service.app import JournalRetentionError, Settings, TopicLayoutError, run
+    from coordinator.service.watchdog import die_with_watchdog
+
     die_with_watchdog()
     errors.print(
         f"coordinator: topics {topic_prefix}*, dashboard on http://{web_host}:{web_port}/", soft_wrap=True
