@@ -1023,14 +1023,18 @@ def coordinator(
             _fail(errors, f"--savepoint-root {root!r}: {exc}")
     logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if watchdog:
-        child = [
-            *(sys.executable, "-m", "coordinator.cli", "coordinator", "--no-watchdog"),
-            *("--bootstrap", bootstrap, "--topic-prefix", topic_prefix),
-            *("--web-host", web_host, "--web-port", str(web_port), "--data-dir", str(data_dir)),
-            *("--loglevel", loglevel, "--snapshot-interval", str(snapshot_interval)),
-            *("--session-timeout", str(session_timeout), "--partitions", str(partitions)),
-            *(arg for root in roots for arg in ("--savepoint-root", root)),
-        ]
+        child = _worker_command(
+            bootstrap=bootstrap,
+            topic_prefix=topic_prefix,
+            web_host=web_host,
+            web_port=web_port,
+            data_dir=data_dir,
+            loglevel=loglevel,
+            snapshot_interval=snapshot_interval,
+            savepoint_root=roots,
+            session_timeout=session_timeout,
+            partitions=partitions,
+        )
         raise typer.Exit(_watch_worker(errors, bootstrap, child))
     # The worker's imports (Faust, aiokafka): not in the watchdog, which only waits.
     from coordinator.service.app import JournalRetentionError, Settings, TopicLayoutError, run
@@ -1055,6 +1059,17 @@ def coordinator(
         run(settings, loglevel)
     except (JournalRetentionError, TopicLayoutError) as exc:
         _fail(errors, str(exc))
+
+
+def _worker_command(**options: object) -> list[str]:
+    """``cutline coordinator --no-watchdog`` with ``options`` (the command's parameters, by name):
+    the watchdog's worker. A list is given as its option repeated."""
+    command = [sys.executable, "-m", "coordinator.cli", "coordinator", "--no-watchdog"]
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        for item in value if isinstance(value, list) else [value]:
+            command += [flag, str(item)]
+    return command
 
 
 def _watch_worker(errors: Console, bootstrap: str, command: list[str]) -> int:

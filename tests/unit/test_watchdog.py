@@ -266,3 +266,36 @@ def test_the_private_parts_it_reads_are_there_in_the_installed_faust_and_aiokafk
 @pytest.mark.parametrize(("returncode", "expected"), [(0, 0), (2, 2), (-9, 137), (-15, 143)])
 def test_exit_codes_are_reported_as_a_shell_does(returncode: int, expected: int) -> None:
     assert exit_code(returncode) == expected
+
+
+def test_the_worker_is_started_with_every_option_the_watchdog_was_given() -> None:
+    """Each parameter of ``cutline coordinator`` (but ``--watchdog``) reaches the worker, and the
+    worker's command line parses back to the same values: an option added later and not passed on
+    fails here."""
+    import inspect
+
+    import typer
+
+    from coordinator import cli
+
+    given = {
+        "bootstrap": "broker:9092",
+        "topic_prefix": "p.",
+        "web_host": "0.0.0.0",
+        "web_port": 6067,
+        "data_dir": Path("/var/cutline"),
+        "loglevel": "info",
+        "snapshot_interval": 2.5,
+        "savepoint_root": ["file:///a", "file:///b"],
+        "session_timeout": 9.0,
+        "partitions": 3,
+    }
+    assert set(inspect.signature(cli.coordinator).parameters) - {"watchdog"} == set(given)
+
+    command = cli._worker_command(**given)
+
+    assert command[:5] == [sys.executable, "-m", "coordinator.cli", "coordinator", "--no-watchdog"]
+    group = typer.main.get_command(cli.app)
+    coordinator = group.commands["coordinator"]  # type: ignore[attr-defined]
+    parsed = coordinator.make_context("coordinator", command[4:]).params
+    assert parsed == {**given, "watchdog": False}
