@@ -100,29 +100,38 @@ def completed_after(worker: str, job: str, since_ms: float) -> bool:
     )
 
 
-def test_the_other_worker_completes_the_jobs_checkpoints_after_a_sigkill_of_its_owner(stack: None) -> None:
-    """On Apache Kafka, which answers a rebalance as soon as the remaining members have rejoined
-    (unlike the embedded broker, docs/embedded-broker.md), a SIGKILL of the worker that owns the
-    Spark job hands the job to the other worker: a checkpoint completes there within the session
-    timeout + 5 s (the issue's bound; DESIGN §7's target is + 2 s, and the time is printed)."""
+def owner_and_survivor() -> tuple[str, str]:
+    """The worker that has completed checkpoints of the word count, and the other one."""
     deadline = time.monotonic() + 300
     owner = None
     while owner is None and time.monotonic() < deadline:
         owner = next((w for w in WORKERS if completed_after(w, "wordcount", 0)), None)
         time.sleep(1)
     assert owner is not None, "no worker reported a completed checkpoint of the word count"
-    survivor = next(w for w in WORKERS if w != owner)
+    return owner, next(w for w in WORKERS if w != owner)
+
+
+def seconds_until_completed(worker: str, since_ms: float, since: float, limit: float) -> float:
+    """Seconds from ``since`` (monotonic) until ``worker`` reports a checkpoint of the word count
+    completed after ``since_ms``, or until ``limit`` seconds have passed."""
+    while time.monotonic() - since < limit and not completed_after(worker, "wordcount", since_ms):
+        time.sleep(0.2)
+    return time.monotonic() - since
+
+
+def test_the_other_worker_completes_the_jobs_checkpoints_after_a_sigkill_of_its_owner(stack: None) -> None:
+    """On Apache Kafka, which answers a rebalance as soon as the remaining members have rejoined
+    (unlike the embedded broker, docs/embedded-broker.md), a SIGKILL of the worker that owns the
+    Spark job hands the job to the other worker: a checkpoint completes there within the session
+    timeout + 5 s (the issue's bound; DESIGN §7's target is + 2 s, and the time is printed)."""
+    owner, survivor = owner_and_survivor()
     service = SERVICE_OF[owner]
 
     killed_ms, killed = time.time() * 1000, time.monotonic()
     subprocess.run(["docker", "compose", "-f", str(COMPOSE), "kill", "-s", "SIGKILL", service], check=True)
     try:
         bound = SESSION_TIMEOUT_S + 5
-        while time.monotonic() - killed < bound + 10 and not completed_after(
-            survivor, "wordcount", killed_ms
-        ):
-            time.sleep(0.2)
-        took = time.monotonic() - killed
+        took = seconds_until_completed(survivor, killed_ms, killed, bound + 10)
         print(f"{service} killed; {SERVICE_OF[survivor]} completed a checkpoint {took:.2f} s later")
 
         assert completed_after(survivor, "wordcount", killed_ms), f"{SERVICE_OF[survivor]} completed none"
@@ -138,13 +147,7 @@ def test_a_worker_process_killed_in_its_container_hands_the_job_over_before_the_
     the container: its watchdog tells the group at once (coordinator/service/watchdog.py), and on
     Apache Kafka, which holds no rejoin, the other worker completes a checkpoint of the job before
     the session timeout has even passed (the time is printed)."""
-    deadline = time.monotonic() + 300
-    owner = None
-    while owner is None and time.monotonic() < deadline:
-        owner = next((w for w in WORKERS if completed_after(w, "wordcount", 0)), None)
-        time.sleep(1)
-    assert owner is not None, "no worker reported a completed checkpoint of the word count"
-    survivor = next(w for w in WORKERS if w != owner)
+    owner, survivor = owner_and_survivor()
     service = SERVICE_OF[owner]
     with urllib.request.urlopen(f"{owner}/ready", timeout=5) as response:
         worker_pid = int(json.load(response)["pid"])  # in the container's pid namespace
@@ -153,11 +156,7 @@ def test_a_worker_process_killed_in_its_container_hands_the_job_over_before_the_
     kill = ["python", "-c", f"import os; os.kill({worker_pid}, 9)"]
     subprocess.run(["docker", "compose", "-f", str(COMPOSE), "exec", "-T", service, *kill], check=True)
     try:
-        while time.monotonic() - killed < SESSION_TIMEOUT_S + 10 and not completed_after(
-            survivor, "wordcount", killed_ms
-        ):
-            time.sleep(0.2)
-        took = time.monotonic() - killed
+        took = seconds_until_completed(survivor, killed_ms, killed, SESSION_TIMEOUT_S + 10)
         print(f"{service}'s worker killed; {SERVICE_OF[survivor]} completed a checkpoint {took:.2f} s later")
 
         assert completed_after(survivor, "wordcount", killed_ms), f"{SERVICE_OF[survivor]} completed none"

@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.invariants import first_violation
 from coordinator.service.app import Settings, TopicLayoutError, settle_partitions
-from coordinator.service.supervisor import CoordinatorProcess, stop_all
+from coordinator.service.supervisor import CoordinatorProcess, process_state, running, stop_all
 from events.broker import create_topics
 from events.codec import decode
 from events.fencing import epoch_of
@@ -288,14 +288,8 @@ class TestThreeWorkers:
 def assert_gone(pid: int, timeout: float = 10.0) -> None:
     """Until process ``pid`` has ended (a zombie not yet reaped counts as ended)."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return
-        if state == "Z":
-            return
-        assert time.monotonic() < deadline, f"process {pid} still runs ({state})"
+    while running(pid):
+        assert time.monotonic() < deadline, f"process {pid} still runs ({process_state(pid)})"
         time.sleep(0.05)
 
 
@@ -387,8 +381,8 @@ main()
 
     def stopped(self) -> bool:
         """Whether the process is stopped by a signal (Linux: state T in /proc/<pid>/stat)."""
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] == "T"
+        assert self.pid is not None
+        return process_state(self.pid) == "T"
 
     def wake(self) -> None:
         assert self.pid is not None

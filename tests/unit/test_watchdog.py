@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.service.supervisor import running
 from coordinator.service.watchdog import (
     MEMBER_FILE_ENV,
     WATCHDOG_PID_ENV,
@@ -185,18 +186,9 @@ def test_a_killed_watchdog_takes_its_worker_with_it(tmp_path: Path) -> None:
     parent.wait(10)
 
     deadline = time.monotonic() + 10
-    while _running(worker_pid):
+    while running(worker_pid):
         assert time.monotonic() < deadline, f"worker {worker_pid} outlived its watchdog"
         time.sleep(0.02)
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (a dead child not yet reaped counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_a_worker_whose_watchdog_is_already_gone_does_not_start() -> None:
