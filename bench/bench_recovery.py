@@ -2,7 +2,7 @@
 
     uv run python bench/bench_recovery.py [--quick] [--skip journal|failover]
                                           [--sizes 1000 100000 1000000] [--workers 3] [--kills 5]
-                                          [--kill worker|all]
+                                          [--kill worker|watchdog|all]
 
 1. **Recovery time against the journal's length.** For journals of 1,000, 100,000 and 1,000,000
    events, each on a one-partition journal topic of a fresh embedded broker, a new owner claims
@@ -30,8 +30,10 @@
    each job's first such ``CheckpointCompleted.timestamp_ms`` (same host's clock). ``--kill``
    chooses what is killed: ``worker`` (the default) SIGKILLs the worker process only, as the OOM
    killer or a crash would, and its watchdog tells the group at once
-   (``coordinator.service.watchdog``); ``all`` SIGKILLs the watchdog, which takes its worker with
-   it: as when a machine is lost, the group notices only after the session timeout. A new worker
+   (``coordinator.service.watchdog``); ``watchdog`` SIGKILLs the ``cutline coordinator`` process
+   (its watchdog), whose worker then exits and has the group told; ``all`` SIGKILLs both, neither
+   able to tell the group (``CoordinatorProcess.kill_all``): as when a machine is lost, the group
+   notices only after the session timeout. A new worker
    then replaces the killed one, and the next round waits until every job has completed three
    more checkpoints. The target: checkpoints complete again within the session timeout + 2 s.
 """
@@ -345,8 +347,10 @@ def kill_one(cluster: Cluster, job: str, timeout: float, what: str = "worker") -
     killed_at = datetime.fromtimestamp(killed_ms / 1000).strftime("%H:%M:%S.%f")[:-3]
     if what == "worker":
         victim.kill_worker()
-    else:
+    elif what == "watchdog":
         victim.kill()
+    else:
+        victim.kill_all()
     cluster.workers.remove(victim)
     claimed: dict[int, tuple[int, float]] = {}  # partition -> (new epoch, ms after the kill)
     again: dict[str, float] = {}  # job -> ms after the kill
@@ -397,7 +401,11 @@ def kill_one(cluster: Cluster, job: str, timeout: float, what: str = "worker") -
     )
 
 
-KILLED = {"worker": "its worker process (the watchdog tells the group)", "all": "it and its watchdog"}
+KILLED = {
+    "worker": "its worker process (the watchdog tells the group)",
+    "watchdog": "its watchdog (the worker exits and has the group told)",
+    "all": "it and its watchdog, neither telling the group",
+}
 
 
 def failover_table(
@@ -506,7 +514,8 @@ def main() -> None:
         "--kill",
         choices=tuple(KILLED),
         default="worker",
-        help="SIGKILL the owner's worker process (its watchdog tells the group) or all of it",
+        help="SIGKILL the owner's worker process (its watchdog tells the group), its watchdog (the "
+        "worker has the group told), or both (nobody tells the group)",
     )
     parser.add_argument(
         "--settle", type=float, default=3.0, help="seconds after a replacement joins before the next round"

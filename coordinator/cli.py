@@ -1040,7 +1040,7 @@ def coordinator(
     from coordinator.service.app import JournalRetentionError, Settings, TopicLayoutError, run
     from coordinator.service.watchdog import die_with_watchdog
 
-    die_with_watchdog()
+    die_with_watchdog(bootstrap=bootstrap)
     errors.print(
         f"coordinator: topics {topic_prefix}*, dashboard on http://{web_host}:{web_port}/", soft_wrap=True
     )

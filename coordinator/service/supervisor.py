@@ -6,6 +6,7 @@ middle of a checkpoint and started again, as a crashed deployment would be.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -132,11 +133,25 @@ class CoordinatorProcess:
 
     def kill(self) -> None:
         """SIGKILL: a crash, with no chance to flush or commit anything. With a watchdog, of the
-        watchdog, which takes its worker with it: as when the machine or the container is lost, the
-        group notices only after the session timeout."""
+        watchdog (``kill -9`` of the ``cutline coordinator`` process): its worker exits at once
+        and has its group told that it left (coordinator/service/watchdog.py)."""
         if self._process is not None and self._process.poll() is None:
             self._process.send_signal(signal.SIGKILL)
             self._process.wait(10)
+
+    def kill_all(self) -> None:
+        """SIGKILL of the watchdog and its worker together, neither able to tell the group: as
+        when the machine or the container is lost, the group notices only after the session
+        timeout. The worker is stopped first, so that it cannot act on its watchdog's death.
+        Without a watchdog, the same as :meth:`kill`."""
+        worker = self._worker_pid if self.watchdog else None
+        if worker is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGSTOP)
+        self.kill()
+        if worker is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
 
     def kill_worker(self) -> None:
         """SIGKILL the worker only (its watchdog lives on to tell the group); then wait for the

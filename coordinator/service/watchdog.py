@@ -11,13 +11,18 @@ sends the group a LeaveGroup for the member id the worker recorded after its las
 (:func:`record_membership`). The other workers' next heartbeat then starts the rebalance, and
 the dead worker's jobs move without waiting for the session timeout.
 
-This is safe because the member is certainly dead: the watchdog has reaped its process, so it
-can neither heartbeat nor write again. Any record a dead member's last writes left half-way is
-fenced by the epochs of DESIGN §4a as before. What the watchdog cannot see still takes the
-session timeout: a whole machine lost, a network partition, a worker that hangs without dying
-(the group notices that one by its missing heartbeats). The watchdog itself killed
-(SIGKILL) takes its worker with it (``PR_SET_PDEATHSIG``), so no worker is ever left running
-without one, and that case, too, is noticed after the session timeout.
+The watchdog killed outright (``kill -9`` of the ``cutline coordinator`` process) cannot tell the
+group. Its worker has it told instead: the kernel signals a watched worker when its watchdog dies
+(``PR_SET_PDEATHSIG``); the worker starts a small process that waits for it to be gone and then
+sends the same LeaveGroup, and exits at once (:func:`die_with_watchdog`). So no worker runs on
+without its watchdog, and killing either process moves the jobs at once.
+
+This is safe because the member is certainly dead: the watchdog has reaped its process (the
+small process has seen it gone), so it can neither heartbeat nor write again. Any record a dead
+member's last writes left half-way is fenced by the epochs of DESIGN §4a as before. What neither
+can see still takes the session timeout: a whole machine lost, the watchdog and its worker
+killed at the same moment (a container's processes), a network partition, a worker that hangs
+without dying (the group notices that one by its missing heartbeats).
 
 SIGINT, SIGTERM and SIGHUP sent to the watchdog are passed on to the worker, which stops in order
 and leaves the group itself; the watchdog then exits with the worker's exit code (128 + the
@@ -32,10 +37,12 @@ import ctypes
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,6 +61,11 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 LEAVE_TIMEOUT_S = 10.0
 """How long the watchdog tries to reach the group coordinator before leaving it to the timeout."""
 PR_SET_PDEATHSIG = 1
+SCRATCH_PREFIX = "cutline-watchdog-"
+"""The watchdog's scratch directory (its worker's membership file) is named so."""
+ORPHANED = getattr(signal, "SIGRTMIN", 34) + 2
+"""The signal a watched worker gets from the kernel when its watchdog dies (Linux). A real-time
+one: Faust's worker (mode) takes SIGUSR1 and SIGUSR2 for itself."""
 
 
 @dataclass(frozen=True)
@@ -96,21 +108,77 @@ def membership_of(consumer: Any) -> Membership | None:
     return Membership(str(group.group_id), str(member_id), generation)  # type: ignore[union-attr]
 
 
-def die_with_watchdog(environ: Mapping[str, str] | None = None) -> bool:
-    """In a watched worker: have the kernel SIGKILL this process when the watchdog dies (Linux), so
-    that no worker runs on without its watchdog. False when not watched or not on Linux.
+def die_with_watchdog(environ: Mapping[str, str] | None = None, bootstrap: str | None = None) -> bool:
+    """In a watched worker: end this process when the watchdog dies (Linux), so that no worker runs
+    on without its watchdog. False when not watched or not on Linux.
 
+    With ``bootstrap``, the kernel sends :data:`ORPHANED`, and the worker has its group told what
+    the dead watchdog cannot (:func:`_orphaned`); without it, SIGKILL.
     Raises SystemExit when the watchdog is gone already (it died before this was set)."""
     environ = os.environ if environ is None else environ
     watchdog = environ.get(WATCHDOG_PID_ENV)
     if not watchdog or not sys.platform.startswith("linux"):
         return False
+    sent: int = signal.SIGKILL
+    member_file = environ.get(MEMBER_FILE_ENV)
+    if bootstrap and member_file:
+        signal.signal(ORPHANED, _orphaned(bootstrap, Path(member_file)))
+        sent = ORPHANED
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+    if libc.prctl(PR_SET_PDEATHSIG, sent, 0, 0, 0) != 0:
         log.warning("could not tie the worker to its watchdog: %s", os.strerror(ctypes.get_errno()))
         return False
     if os.getppid() != int(watchdog):
         raise SystemExit(f"the coordinator's watchdog (pid {watchdog}) is gone; not starting")
+    return True
+
+
+def _orphaned(bootstrap: str, member_file: Path) -> Callable[[int, FrameType | None], None]:
+    """The handler of :data:`ORPHANED`: the watchdog is dead, so it will tell the group nothing.
+
+    The worker starts a process that waits for the worker to be gone and then sends the LeaveGroup
+    the watchdog would have sent (``python -m coordinator.service.watchdog leave-for``), and exits
+    at once, in the handler, on the thread that decides: it decides and writes nothing more, and
+    the LeaveGroup comes only once it is certainly dead, as from the watchdog (a LeaveGroup sent
+    by a member still alive would have its consumer thread join the group again)."""
+
+    def on_orphaned(signum: int, frame: FrameType | None) -> None:
+        # posix_spawn rather than subprocess: no Python-level lock that the interrupted thread
+        # could be holding.
+        try:
+            leaver = ["-m", "coordinator.service.watchdog", "leave-for", str(os.getpid()), str(member_file)]
+            os.posix_spawn(sys.executable, [sys.executable, *leaver, bootstrap], os.environ, setsid=True)
+        finally:
+            os._exit(128 + signum)
+
+    return on_orphaned
+
+
+def leave_for(
+    pid: int, member_file: Path, leave: Leave, say: Callable[[str], None], wait: float = 10.0
+) -> None:
+    """Once process ``pid`` (a worker whose watchdog died) is gone, tell its group that the member
+    it recorded in ``member_file`` left; then remove the dead watchdog's scratch directory."""
+    deadline = time.monotonic() + wait
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    membership = read_membership(member_file)
+    if member_file.parent.name.startswith(SCRATCH_PREFIX):  # nobody else will remove it
+        shutil.rmtree(member_file.parent, ignore_errors=True)
+    if _alive(pid):
+        say(f"the coordinator worker (pid {pid}) lost its watchdog but did not exit; its group was not told")
+        return
+    how = f"the coordinator's watchdog was killed, and its worker (pid {pid}) exited"
+    _tell_the_group(how, False, membership, leave, say)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - someone else's process by now: ours is gone
+        return False
     return True
 
 
@@ -154,7 +222,7 @@ def watch(command: Sequence[str], leave: Leave, say: Callable[[str], None] = pri
     """Run the worker ``command`` as a child and wait for it; tell its group when it dies.
 
     Returns the exit code for the watchdog: the worker's (:func:`exit_code`)."""
-    with tempfile.TemporaryDirectory(prefix="cutline-watchdog-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as scratch:
         member_file = Path(scratch) / "membership.json"
         env = {**os.environ, MEMBER_FILE_ENV: str(member_file), WATCHDOG_PID_ENV: str(os.getpid())}
         # Its own session: a terminal's Ctrl-C reaches only the watchdog, which passes it on once.
@@ -171,16 +239,18 @@ def watch(command: Sequence[str], leave: Leave, say: Callable[[str], None] = pri
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if returncode != 0:
-            _tell_the_group(child.pid, returncode, read_membership(member_file), leave, say)
+            how = f"the coordinator worker (pid {child.pid}) {describe_exit(returncode)}"
+            # An exit with an error has said why itself.
+            _tell_the_group(how, returncode < 0, read_membership(member_file), leave, say)
         return exit_code(returncode)
 
 
 def _tell_the_group(
-    pid: int, returncode: int, membership: Membership | None, leave: Leave, say: Callable[[str], None]
+    how: str, say_unjoined: bool, membership: Membership | None, leave: Leave, say: Callable[[str], None]
 ) -> None:
-    how = f"the coordinator worker (pid {pid}) {describe_exit(returncode)}"
+    """Send ``membership``'s LeaveGroup and say what happened (``how`` the worker ended, first)."""
     if membership is None:
-        if returncode < 0:  # an exit with an error has said why itself
+        if say_unjoined:
             say(f"{how}; it had not joined its group, so no other worker waits for it")
         return
     try:
@@ -201,3 +271,29 @@ def _tell_the_group(
             f"{how}; group {membership.group_id!r} answered error {code} to the LeaveGroup of member "
             f"{membership.member_id} (it may have left or been removed already)"
         )
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m coordinator.service.watchdog leave-for PID MEMBER_FILE BOOTSTRAP``: the LeaveGroup
+    of a worker whose watchdog died (:func:`_orphaned` starts it), with the worker's client
+    settings (TLS, SASL) from the same environment."""
+    if len(argv) != 4 or argv[0] != "leave-for":
+        print(
+            "usage: python -m coordinator.service.watchdog leave-for PID MEMBER_FILE BOOTSTRAP",
+            file=sys.stderr,
+        )
+        return 2
+    from events.client_config import aiokafka_security, client_properties
+
+    pid, member_file, bootstrap = int(argv[1]), Path(argv[2]), argv[3]
+    security = aiokafka_security(client_properties())
+
+    def leave(membership: Membership) -> int:
+        return asyncio.run(leave_group(bootstrap, membership, security))
+
+    leave_for(pid, member_file, leave, lambda message: print(message, file=sys.stderr, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -263,7 +263,7 @@ class TestThreeWorkers:
             time.sleep(0.01)  # kill it while a checkpoint of the job is pending
         worker_pid = victim.worker_pid
         assert worker_pid is not None and worker_pid != victim.pid  # a watchdog and its worker
-        victim.kill()  # the watchdog: the worker dies with it, and the group notices at the timeout
+        victim.kill_all()  # a lost machine: nobody tells the group, which notices at the timeout
         killed_at = time.monotonic()
         before = jobs.completed()
         assert_gone(worker_pid)
@@ -300,13 +300,16 @@ this timeout (docs/embedded-broker.md) and the claim."""
 
 
 class TestWatchdog:
-    def test_a_worker_killed_under_its_watchdog_hands_its_jobs_over_before_the_session_timeout(
-        self, bootstrap: str, topics: Topics, jobs: Jobs
+    @pytest.mark.parametrize("killed", ["worker", "watchdog"])
+    def test_a_killed_worker_or_watchdog_hands_its_jobs_over_before_the_session_timeout(
+        self, bootstrap: str, topics: Topics, jobs: Jobs, killed: str
     ) -> None:
-        """SIGKILL of the worker process alone (as the OOM killer would), not its watchdog: the
-        watchdog tells the group that the worker left, the other worker claims its partitions, and
-        its jobs complete checkpoints again before the session timeout has even passed. No id is
-        reused, nothing completed is lost, and ``replay --verify`` holds."""
+        """SIGKILL of the worker process alone (as the OOM killer would): the watchdog tells the
+        group that the worker left. SIGKILL of the watchdog (``kill -9`` of ``cutline
+        coordinator``): its worker exits at once and has the group told. Either way the other
+        worker claims its partitions, and its jobs complete checkpoints again before the session
+        timeout has even passed. No id is reused, nothing completed is lost, and ``replay
+        --verify`` holds."""
         timeout = ("--session-timeout", f"{WATCHED_SESSION_TIMEOUT:g}")
         workers = [CoordinatorProcess(bootstrap, topics.prefix, extra_args=timeout) for _ in range(2)]
         try:
@@ -321,11 +324,22 @@ class TestWatchdog:
             before = jobs.completed()
             killed_at = time.monotonic()
 
-            victim.kill_worker()
+            worker_pid = victim.worker_pid
+            if killed == "worker":
+                victim.kill_worker()
+            else:
+                victim.kill()
+            assert worker_pid is not None
+            assert_gone(worker_pid)
             jobs.wait_for(lambda c: all(max(c[j]) > max(before[j]) for j in victims_jobs), timeout=60)
             failover = time.monotonic() - killed_at
 
-            assert victim._process is not None and victim._process.returncode == 128 + signal.SIGKILL
+            assert victim._process is not None
+            if killed == "worker":
+                assert victim._process.returncode == 128 + signal.SIGKILL
+            else:
+                assert victim._process.returncode == -signal.SIGKILL
+                assert f"its worker (pid {worker_pid}) exited; told group" in victim.tail()
             assert "told group" in victim.tail() and "left: its partitions move" in victim.tail()
             assert failover < WATCHED_SESSION_TIMEOUT, (
                 f"checkpoints resumed {failover:.1f}s after the kill: the group waited for the session "

@@ -23,6 +23,7 @@ from coordinator.service.watchdog import (
     Membership,
     die_with_watchdog,
     exit_code,
+    leave_for,
     membership_of,
     read_membership,
     record_membership,
@@ -189,6 +190,115 @@ def test_a_killed_watchdog_takes_its_worker_with_it(tmp_path: Path) -> None:
     while running(worker_pid):
         assert time.monotonic() < deadline, f"worker {worker_pid} outlived its watchdog"
         time.sleep(0.02)
+
+
+def test_a_killed_watchdog_has_its_orphaned_worker_tell_the_group(tmp_path: Path) -> None:
+    """Given a worker that recorded its membership under a watchdog (with the broker's address, as
+    ``cutline coordinator`` starts it), when the watchdog is SIGKILLed, then the worker exits, and
+    a process it started sends the LeaveGroup of that membership once the worker is gone, and
+    removes the dead watchdog's scratch directory. (The broker here is unreachable: what the
+    leaver says shows it tried, for the right member, and that the session timeout still holds.)"""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    scratch = tmp_path / "cutline-watchdog-x"
+    scratch.mkdir()
+    member_file, pid_file, said = scratch / "membership.json", tmp_path / "worker.pid", tmp_path / "said"
+    worker = f"""
+        import os, time
+        from pathlib import Path
+        from coordinator.service.watchdog import Membership, die_with_watchdog, record_membership
+        record_membership(Path({str(member_file)!r}), Membership("cutline-coordinator", "aiokafka-0-1c2d", 4))
+        assert die_with_watchdog(bootstrap="127.0.0.1:9")
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        time.sleep(60)
+        """
+    watchdog = f"""
+        import os, subprocess, sys
+        env = {{**os.environ, {WATCHDOG_PID_ENV!r}: str(os.getpid())}}
+        env[{MEMBER_FILE_ENV!r}] = {str(member_file)!r}
+        out = open({str(said)!r}, "w")
+        subprocess.Popen([sys.executable, "-c", {textwrap.dedent(worker)!r}], env=env, stderr=out).wait()
+        """
+    parent = subprocess.Popen(child(watchdog))
+    deadline = time.monotonic() + 20
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the worker never started"
+        time.sleep(0.02)
+    worker_pid = int(pid_file.read_text())
+
+    parent.kill()
+    parent.wait(10)
+
+    deadline = time.monotonic() + 10
+    while running(worker_pid):
+        assert time.monotonic() < deadline, f"worker {worker_pid} outlived its watchdog"
+        time.sleep(0.02)
+    deadline = time.monotonic() + 30
+    while "failed" not in said.read_text():
+        assert time.monotonic() < deadline, f"the group was never told: {said.read_text()!r}"
+        time.sleep(0.05)
+    told = said.read_text()
+    assert f"the coordinator's watchdog was killed, and its worker (pid {worker_pid}) exited" in told
+    assert "telling group 'cutline-coordinator' that it left failed" in told
+    assert "after the session timeout instead" in told
+    assert not scratch.exists()
+
+
+def test_the_leaver_waits_for_the_worker_to_be_gone_before_it_tells_the_group(tmp_path: Path) -> None:
+    """The LeaveGroup goes out only once the orphaned worker's process has ended; then the dead
+    watchdog's scratch directory is removed."""
+    scratch = tmp_path / "cutline-watchdog-x"
+    scratch.mkdir()
+    record_membership(scratch / "membership.json", MEMBERSHIP)
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    reaper = threading.Thread(target=worker.wait)  # the worker's parent reaps it, as init would
+    reaper.start()
+    group, said, alive_when_told = Group(), [], []
+
+    def leave(membership: Membership) -> int:
+        alive_when_told.append(running(worker.pid))
+        return group.leave(membership)
+
+    leave_for(worker.pid, scratch / "membership.json", leave, said.append)
+    reaper.join()
+
+    assert (group.left, alive_when_told) == ([MEMBERSHIP], [False])
+    assert f"its worker (pid {worker.pid}) exited; told group 'cutline-coordinator'" in said[0]
+    assert [] == list(tmp_path.iterdir())
+
+
+def test_the_leaver_removes_only_a_watchdog_s_scratch_directory(tmp_path: Path) -> None:
+    """A member file elsewhere (a path given by hand) is read, and its directory kept."""
+    record_membership(tmp_path / "membership.json", MEMBERSHIP)
+    group = Group()
+
+    leave_for(2**22 + 1, tmp_path / "membership.json", group.leave, [].append)
+
+    assert group.left == [MEMBERSHIP]
+    assert (tmp_path / "membership.json").exists()
+
+
+def test_the_leaver_tells_nothing_while_the_worker_still_runs(tmp_path: Path) -> None:
+    record_membership(tmp_path / "membership.json", MEMBERSHIP)
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    group, said = Group(), []
+    try:
+        leave_for(worker.pid, tmp_path / "membership.json", group.leave, said.append, wait=0.3)
+    finally:
+        worker.kill()
+        worker.wait()
+
+    assert group.left == []
+    assert "did not exit; its group was not told" in said[0]
+
+
+def test_the_leaver_of_a_worker_that_never_joined_sends_nothing(tmp_path: Path) -> None:
+    (tmp_path / "scratch").mkdir()
+    group, said = Group(), []
+
+    leave_for(2**22 + 1, tmp_path / "scratch" / "membership.json", group.leave, said.append)
+
+    assert (group.left, said) == ([], [])
 
 
 def test_a_worker_whose_watchdog_is_already_gone_does_not_start() -> None:
