@@ -195,17 +195,3 @@ def stop_all(processes: Iterable[CoordinatorProcess], grace: float = 10.0) -> No
     deadline = time.monotonic() + grace
     for process in [p for p in processes if p._terminate()]:
         process._wait_or_kill(deadline)
-
-
-def process_state(pid: int) -> str | None:
-    """The state letter of process ``pid`` in ``/proc/<pid>/stat`` (Linux: R, S, T stopped by a
-    signal, Z dead and not yet reaped, ...); None when there is no such process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
-
-
-def running(pid: int) -> bool:
-    """Process ``pid`` exists and has not ended (a dead child not yet reaped counts as ended)."""
-    return process_state(pid) not in (None, "Z")

@@ -160,26 +160,31 @@ def leave_for(
     """Once process ``pid`` (a worker whose watchdog died) is gone, tell its group that the member
     it recorded in ``member_file`` left; then remove the dead watchdog's scratch directory."""
     deadline = time.monotonic() + wait
-    while _alive(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     membership = read_membership(member_file)
     if member_file.parent.name.startswith(SCRATCH_PREFIX):  # nobody else will remove it
         shutil.rmtree(member_file.parent, ignore_errors=True)
-    if _alive(pid):
+    if running(pid):
         say(f"the coordinator worker (pid {pid}) lost its watchdog but did not exit; its group was not told")
         return
     how = f"the coordinator's watchdog was killed, and its worker (pid {pid}) exited"
     _tell_the_group(how, False, membership, leave, say)
 
 
-def _alive(pid: int) -> bool:
+def process_state(pid: int) -> str | None:
+    """The state letter of process ``pid`` in ``/proc/<pid>/stat`` (Linux: R, S, T stopped by a
+    signal, Z dead and not yet reaped, ...); None when there is no such process."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - someone else's process by now: ours is gone
-        return False
-    return True
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def running(pid: int) -> bool:
+    """Process ``pid`` exists and has not ended (Linux). Dead and not yet reaped counts as ended:
+    an orphaned worker waits for init to reap it, which may take a while."""
+    return process_state(pid) not in (None, "Z")
 
 
 async def leave_group(

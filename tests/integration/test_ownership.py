@@ -27,7 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.invariants import first_violation
 from coordinator.service.app import Settings, TopicLayoutError, settle_partitions
-from coordinator.service.supervisor import CoordinatorProcess, process_state, running, stop_all
+from coordinator.service.supervisor import CoordinatorProcess, stop_all
+from coordinator.service.watchdog import process_state, running
 from events.broker import create_topics
 from events.codec import decode
 from events.fencing import epoch_of

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.service.supervisor import running
 from coordinator.service.watchdog import (
     MEMBER_FILE_ENV,
     WATCHDOG_PID_ENV,
@@ -25,8 +24,10 @@ from coordinator.service.watchdog import (
     exit_code,
     leave_for,
     membership_of,
+    process_state,
     read_membership,
     record_membership,
+    running,
     watch,
 )
 
@@ -265,6 +266,24 @@ def test_the_leaver_waits_for_the_worker_to_be_gone_before_it_tells_the_group(tm
     assert (group.left, alive_when_told) == ([MEMBERSHIP], [False])
     assert f"its worker (pid {worker.pid}) exited; told group 'cutline-coordinator'" in said[0]
     assert [] == list(tmp_path.iterdir())
+
+
+def test_the_leaver_counts_a_dead_worker_not_yet_reaped_as_gone(tmp_path: Path) -> None:
+    """An orphaned worker is reaped by init, perhaps late; dead, it can neither heartbeat nor write."""
+    record_membership(tmp_path / "membership.json", MEMBERSHIP)
+    worker = subprocess.Popen([sys.executable, "-c", "pass"])  # not waited for: a zombie once it exits
+    try:
+        deadline = time.monotonic() + 20
+        while process_state(worker.pid) != "Z":
+            assert time.monotonic() < deadline, "the stand-in worker never exited"
+            time.sleep(0.02)
+        group, started = Group(), time.monotonic()
+
+        leave_for(worker.pid, tmp_path / "membership.json", group.leave, [].append, wait=10.0)
+
+        assert group.left == [MEMBERSHIP] and time.monotonic() - started < 5.0
+    finally:
+        worker.wait()
 
 
 def test_the_leaver_removes_only_a_watchdog_s_scratch_directory(tmp_path: Path) -> None:
