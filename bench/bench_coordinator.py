@@ -72,6 +72,7 @@ from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import EmbeddedBroker, partition_counts, wait_for_broker
 from events.codec import decode, encode
 from events.feed import JobFeed, SharedJobFeed
+from events.fencing import epoch_header
 from events.kafka import (
     consume_available,
     consumer_config,
@@ -172,6 +173,8 @@ class Tail:
         self._feed = JobFeed(bootstrap, job_id, (topic,), claims_topic=topic, from_end=False, decode=False)
         self.messages: list[tuple[bytes, int]] = []
         self.counts: Counter[str] = Counter()
+        self.epochs: dict[str, int] = {}
+        """Record name -> the coordinator epoch the last such record was written under."""
         self.last_seen: dict[str, float] = {}
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -189,6 +192,7 @@ class Tail:
                     self.messages.append((record.value, record.timestamp_ms))
                     self.counts[record.name] += 1
                     self.last_seen[record.name] = received
+                    self.epochs[record.name] = record.epoch
                 self._cond.notify_all()
 
     def wait(
@@ -374,7 +378,10 @@ def _plain_shell(
                 topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
                 if core.already_decided(topic, partition, offset):
                     continue
-                outcomes.append(core.handle(topic, partition, offset, msg.key(), msg.value(), now_ms()))
+                # The headers as the Faust shell hands them on (an ack's epoch is checked).
+                outcomes.append(
+                    core.handle(topic, partition, offset, msg.key(), msg.value(), now_ms(), msg.headers())
+                )
         t2 = clock()
         spent["handle"] += t2 - t1
         publish(outcomes)
@@ -479,22 +486,29 @@ CORE_BATCH = 5_000
 
 
 def core_rate(
-    job: str, config: CheckpointConfig, tasks: Sequence[str], checkpoints: int, acks: list[bytes]
+    job: str,
+    config: CheckpointConfig,
+    tasks: Sequence[str],
+    checkpoints: int,
+    acks: list[bytes],
+    epoch: int = 0,
 ) -> float:
-    """Acks/s of decode → decide → evolve → statistics → encode alone, on the same input bytes."""
+    """Acks/s of decode → decide → evolve → statistics → encode alone, on the same input bytes, each
+    ack with the ``cutline.epoch`` header of its barrier (``epoch``), as participants send them."""
     topics = Topics("core.")
     core = Coordinator(topics, rng=random.Random(1))
     running = JobStatusChanged(job, JobStatus.RUNNING, now_ms(), 1, tuple(tasks), config)
-    core.handle(topics.job_status, 0, 0, job_key(job), encode(running), now_ms())
+    core.handle(topics.job_status, 0, 0, job_key(job), encode(running), now_ms(), epoch=epoch)
     for i in range(checkpoints):
         request = CheckpointRequested(job, CheckpointKind.CHECKPOINT, now_ms(), request_id=f"r{i}")
-        core.handle(topics.requests, 0, i, job_key(job), encode(request), now_ms())
-    key, stamp, folded = job_key(job), now_ms(), 0
+        core.handle(topics.requests, 0, i, job_key(job), encode(request), now_ms(), epoch=epoch)
+    key, stamp, folded, headers = job_key(job), now_ms(), 0, [epoch_header(epoch)]
     started = time.perf_counter()
     for first in range(0, len(acks), CORE_BATCH):
         with core.batch():  # as the worker decides a fetched batch
             for offset in range(first, min(first + CORE_BATCH, len(acks))):
-                folded += len(core.handle(topics.acks, 0, offset, key, acks[offset], stamp).journal)
+                outcome = core.handle(topics.acks, 0, offset, key, acks[offset], stamp, headers, epoch)
+                folded += len(outcome.journal)
     elapsed = time.perf_counter() - started
     assert folded == len(acks) + checkpoints, "every ack must be accepted and every checkpoint complete"
     return len(acks) / elapsed
@@ -567,7 +581,9 @@ def bench_throughput(
                     metrics={"snapshot_ms": 0, "write_ms": 0, "bytes": 1024},
                 )
                 values.append(encode(ack))
-        core = core_rate(job, config, task_ids, checkpoints, values)
+        # Every ack answers its barrier's epoch, as a participant's does (the coordinator checks it).
+        epoch = tail.epochs["CheckpointTriggered"]
+        core = core_rate(job, config, task_ids, checkpoints, values, epoch)
 
         flood = Producer(
             producer_config(
@@ -583,8 +599,9 @@ def bench_throughput(
         worker = coordinator.worker_pid
         meter = Meter({"coordinator": worker, "broker": broker_pid}, main_thread_of=worker)
         first_produced = time.time()
+        ack_headers = [epoch_header(epoch)]
         for value in values:
-            flood.produce(topics.acks, key=key, value=value)
+            flood.produce(topics.acks, key=key, value=value, headers=ack_headers)
         flood.flush(60)
         produced = time.time()
         with Progress(

@@ -16,11 +16,12 @@ log alone, on any broker. Pure: no Kafka here, only headers and epochs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["EPOCH_HEADER", "Fence", "epoch_header", "epoch_of"]
+__all__ = ["EPOCH_HEADER", "Fence", "epoch_header", "epoch_of", "epoch_value"]
 
 EPOCH_HEADER: Final = "cutline.epoch"
 """Kafka header of every journal and barrier record: the writer's claim epoch, ASCII decimal."""
@@ -50,15 +51,28 @@ def epoch_of(
     items = headers.items() if isinstance(headers, Mapping) else headers
     for name, value in items:
         if name == EPOCH_HEADER:
-            if isinstance(value, str):
-                value = value.encode("utf-8")
-            if value is None or not (0 < len(value) <= MAX_EPOCH_DIGITS) or not value.isdigit():
-                return -1
-            try:
-                return int(value.decode("ascii"))
-            except (UnicodeDecodeError, ValueError):
-                return -1
+            return epoch_value(value)
     return 0
+
+
+def epoch_value(value: HeaderValue) -> int:
+    """The epoch a ``cutline.epoch`` header's value names; -1 when it is malformed."""
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    if value is None:
+        return -1
+    return _parsed_epoch(value if type(value) is bytes else bytes(value))  # hashable for the memo
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_epoch(value: bytes) -> int:
+    """A memo: every ack of a barrier names the same epoch (the coordinator reads one per ack)."""
+    if not (0 < len(value) <= MAX_EPOCH_DIGITS) or not value.isdigit():
+        return -1
+    try:
+        return int(value.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ from coordinator.snapshot import PartitionSnapshot, trigger_key
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track
 from events.codec import Codec, DecodeError, default_codec
-from events.fencing import EPOCH_HEADER, epoch_header, epoch_of
+from events.fencing import EPOCH_HEADER, epoch_header, epoch_value
 from events.kafka import job_key, partition_for
 from events.records import (
     CheckpointAborted,
@@ -428,13 +428,17 @@ class Coordinator:
         epoch: int,
     ) -> str | None:
         """Why an ack or decline answers a superseded barrier (None: it does not, or cannot tell)."""
-        headers = list(headers)
-        if not any(name == EPOCH_HEADER for name, _ in headers):
+        for name, value in headers:
+            if name == EPOCH_HEADER:
+                answered = epoch_value(value)  # the first such header, as epoch_of reads it
+                break
+        else:
             return None  # a writer that does not echo epochs: the decider's checks apply
-        answered = epoch_of(headers)
         triggered = self.trigger_epochs.get((record.job_id, record.checkpoint_id))
+        if triggered is not None and answered >= triggered:
+            return None  # the usual answer, to the barrier of the epoch that triggered it
         what = "ack" if isinstance(record, CheckpointAcknowledged) else "decline"
-        if triggered is not None and answered < triggered:
+        if triggered is not None:
             return (
                 f"the {what} of checkpoint {record.checkpoint_id} answers a barrier of coordinator epoch "
                 f"{answered}, but the checkpoint was triggered in epoch {triggered}: that barrier came "
@@ -442,7 +446,7 @@ class Coordinator:
             )
         state = self.states.get(record.job_id)
         never_triggered = state is None or record.checkpoint_id >= state.next_checkpoint_id
-        if triggered is None and answered < epoch and never_triggered:
+        if answered < epoch and never_triggered:
             # An id the valid journal has not reached: only a void trigger can have sent that
             # barrier. A late or repeated answer to a valid checkpoint that is over (completed,
             # aborted, answered again after a resent barrier) is the decider's to reject.

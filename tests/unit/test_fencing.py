@@ -26,6 +26,11 @@ class TestEpochOf:
             ({"cutline.epoch": b"\xc2\xb2"}, -1),
             ({"cutline.epoch": b""}, -1),
             ({"cutline.epoch": b"1" * 40}, -1),
+            ({"cutline.epoch": None}, -1),
+            ({"cutline.epoch": "9"}, 9),
+            ([("cutline.epoch", bytearray(b"5"))], 5),
+            ([("cutline.epoch", memoryview(b"x5"))], -1),
+            ([("cutline.epoch", b"3"), ("cutline.epoch", b"4")], 3),
         ],
     )
     def test_reads_the_header(self, headers: object, epoch: int) -> None:

@@ -208,6 +208,29 @@ class TestEpochs:
         assert isinstance(letter, DeadLetter) and "STALE_EPOCH" == letter.reason
         assert {} == dict(coordinator.states[JOB].pending[triggered.checkpoint_id].acks)
 
+    @pytest.mark.parametrize(
+        ("headers", "stale"),
+        [
+            ([("other", b"x"), ("cutline.epoch", b"1"), ("cutline.epoch", b"2")], True),  # the first counts
+            ([("cutline.epoch", b"2"), ("cutline.epoch", b"1")], False),
+            ([("cutline.epoch", b"two")], True),  # malformed: lower than any epoch
+            ([("other", b"1")], False),  # a writer that echoes no epoch: the decider's checks apply
+        ],
+    )
+    def test_an_ack_answers_the_epoch_of_its_first_epoch_header(
+        self, coordinator: Coordinator, headers: list[tuple[str, bytes]], stale: bool
+    ) -> None:
+        """The epoch an ack answers is read as every journal reader reads one (``epoch_of``)."""
+        triggered = self._triggered(coordinator, epoch=2)
+
+        outcome = coordinator.handle(
+            TOPICS.acks, 0, 7, JOB.encode(), self._ack(triggered.checkpoint_id), 10_001, headers, epoch=2
+        )
+
+        letters = [decode(m.value) for m in outcome.messages if m.topic == TOPICS.dead_letters]
+        assert stale == any(isinstance(x, DeadLetter) and x.reason == "STALE_EPOCH" for x in letters)
+        assert stale != ("a" in coordinator.states[JOB].pending[triggered.checkpoint_id].acks)
+
     def test_an_ack_of_an_unknown_checkpoint_from_an_older_epoch_is_a_dead_letter(
         self, coordinator: Coordinator
     ) -> None:
