@@ -66,15 +66,22 @@ class CheckpointStats:
     history: tuple[CheckpointEntry, ...] = ()  # newest first
 
     def entry(self, checkpoint_id: int) -> CheckpointEntry | None:
-        for entry in self.history:  # newest first: none further down once the ids are smaller
-            if entry.id <= checkpoint_id:
-                return entry if entry.id == checkpoint_id else None
-        return None
+        at = _place(self.history, checkpoint_id)
+        return None if at < 0 else self.history[at]
 
 
 _replace_entry = replacer(CheckpointEntry)
 _replace_stats = replacer(CheckpointStats)
 """``dataclasses.replace`` for the two, compiled: ``track`` runs once per journal event."""
+
+
+def _place(history: tuple[CheckpointEntry, ...], checkpoint_id: int) -> int:
+    """The index of ``checkpoint_id``'s entry in ``history``; -1: it has none. Newest first: none
+    further down once the ids are smaller."""
+    for at, entry in enumerate(history):
+        if entry.id <= checkpoint_id:
+            return at if entry.id == checkpoint_id else -1
+    return -1
 
 
 def _with_entry(stats: CheckpointStats, entry: CheckpointEntry) -> tuple[CheckpointEntry, ...]:
@@ -102,19 +109,20 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
                 history=_with_entry(stats, entry),
             )
         case TaskAcknowledged():
-            current = stats.entry(event.checkpoint_id)
-            if current is None or current.status != "IN_PROGRESS":
+            history = stats.history
+            at = _place(history, event.checkpoint_id)
+            if at < 0 or history[at].status != "IN_PROGRESS":
                 return stats
+            was = history[at]
             size = event.state.size_bytes if event.state else 0
             acked = _replace_entry(
-                current,
-                num_acknowledged_subtasks=current.num_acknowledged_subtasks + 1,
+                was,
+                num_acknowledged_subtasks=was.num_acknowledged_subtasks + 1,
                 latest_ack_timestamp=event.timestamp_ms,
-                state_size=current.state_size + size,
+                state_size=was.state_size + size,
             )
             # The entry keeps its id, so it keeps its place in the history.
-            history = tuple(acked if e is current else e for e in stats.history)
-            return _replace_stats(stats, history=history)
+            return _replace_stats(stats, history=(*history[:at], acked, *history[at + 1 :]))
         case CheckpointCompleted():
             pending = before.pending.get(event.checkpoint_id)
             entry = CheckpointEntry(

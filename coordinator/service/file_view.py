@@ -53,8 +53,9 @@ class BatchFileView:
             raise ValueError(f"scan_after must be at least 1, got {scan_after}")
         self.scan_after = scan_after
         self._answers: dict[str, bool | None] = {}
-        self._listings: dict[str, dict[str, bool] | None] = {}
-        """Directory -> name -> is a link; None: the directory could not be listed."""
+        self._listings: dict[str, dict[str, os.DirEntry[str]] | None] = {}
+        """Directory -> name -> its entry (asked whether it is a link only when the name is asked);
+        None: the directory could not be listed."""
         self._asked: Counter[str] = Counter()
         self._walks: dict[tuple[str, tuple[str, ...]], bool | None] = {}
         self.checkpoint_directories: dict[tuple[str, tuple[str, ...]], str | Literal[False] | None] = {}
@@ -72,8 +73,12 @@ class BatchFileView:
         directory, _, name = path.rpartition("/")
         listing = self._listing(directory)
         answer: bool | None
-        if listing is not None and name in listing:
-            answer = listing[name]
+        entry = listing.get(name) if listing is not None else None
+        if entry is not None:
+            try:
+                answer = entry.is_symlink()  # the listing's type; lstat only where it gave none
+            except OSError:
+                answer = None
         else:
             self.lstat_calls += 1
             answer = is_link(path)
@@ -98,17 +103,17 @@ class BatchFileView:
         self._walks[key] = answer
         return answer
 
-    def _listing(self, directory: str) -> dict[str, bool] | None:
+    def _listing(self, directory: str) -> dict[str, os.DirEntry[str]] | None:
         if directory in self._listings:
             return self._listings[directory]
         self._asked[directory] += 1
         if self._asked[directory] < self.scan_after:
             return None
         self.listings += 1
-        listing: dict[str, bool] | None
+        listing: dict[str, os.DirEntry[str]] | None
         try:
             with os.scandir(directory or "/") as entries:
-                listing = {entry.name: entry.is_symlink() for entry in entries}
+                listing = {entry.name: entry for entry in entries}
         except OSError:
             listing = None  # not there, or not readable: name by name (lstat may still see them)
         self._listings[directory] = listing
