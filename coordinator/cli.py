@@ -1074,17 +1074,11 @@ def _worker_command(**options: object) -> list[str]:
 
 def _watch_worker(errors: Console, bootstrap: str, command: list[str]) -> int:
     """Run the coordinator worker ``command`` under :func:`coordinator.service.watchdog.watch`."""
-    import asyncio
+    from coordinator.service.watchdog import group_leaver, watch
 
-    from coordinator.service.watchdog import Membership, leave_group, watch
-    from events.client_config import aiokafka_security, client_properties
-
-    security = aiokafka_security(client_properties())
-
-    def leave(membership: Membership) -> int:
-        return asyncio.run(leave_group(bootstrap, membership, security))
-
-    return watch(command, leave, lambda message: errors.print(message, soft_wrap=True, markup=False))
+    return watch(
+        command, group_leaver(bootstrap), lambda message: errors.print(message, soft_wrap=True, markup=False)
+    )
 
 
 STRATEGY_NAMES = {kind.flink_name: kind for kind in RestartStrategyKind}

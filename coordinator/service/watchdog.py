@@ -169,7 +169,7 @@ def leave_for(
         say(f"the coordinator worker (pid {pid}) lost its watchdog but did not exit; its group was not told")
         return
     how = f"the coordinator's watchdog was killed, and its worker (pid {pid}) exited"
-    _tell_the_group(how, False, membership, leave, say)
+    _tell_the_group(how, membership, leave, say, say_unjoined=False)
 
 
 def process_state(pid: int) -> str | None:
@@ -204,6 +204,19 @@ async def leave_group(
             return int(response.error_code)
     finally:
         await client.close()
+
+
+def group_leaver(bootstrap: str) -> Leave:
+    """:func:`leave_group` through the broker at ``bootstrap``, with the client settings (TLS, SASL)
+    of this process's environment, as the worker's own."""
+    from events.client_config import aiokafka_security, client_properties
+
+    security = aiokafka_security(client_properties())
+
+    def leave(membership: Membership) -> int:
+        return asyncio.run(leave_group(bootstrap, membership, security))
+
+    return leave
 
 
 def exit_code(returncode: int) -> int:
@@ -246,12 +259,12 @@ def watch(command: Sequence[str], leave: Leave, say: Callable[[str], None] = pri
         if returncode != 0:
             how = f"the coordinator worker (pid {child.pid}) {describe_exit(returncode)}"
             # An exit with an error has said why itself.
-            _tell_the_group(how, returncode < 0, read_membership(member_file), leave, say)
+            _tell_the_group(how, read_membership(member_file), leave, say, say_unjoined=returncode < 0)
         return exit_code(returncode)
 
 
 def _tell_the_group(
-    how: str, say_unjoined: bool, membership: Membership | None, leave: Leave, say: Callable[[str], None]
+    how: str, membership: Membership | None, leave: Leave, say: Callable[[str], None], *, say_unjoined: bool
 ) -> None:
     """Send ``membership``'s LeaveGroup and say what happened (``how`` the worker ended, first)."""
     if membership is None:
@@ -288,15 +301,10 @@ def main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    from events.client_config import aiokafka_security, client_properties
-
     pid, member_file, bootstrap = int(argv[1]), Path(argv[2]), argv[3]
-    security = aiokafka_security(client_properties())
-
-    def leave(membership: Membership) -> int:
-        return asyncio.run(leave_group(bootstrap, membership, security))
-
-    leave_for(pid, member_file, leave, lambda message: print(message, file=sys.stderr, flush=True))
+    leave_for(
+        pid, member_file, group_leaver(bootstrap), lambda message: print(message, file=sys.stderr, flush=True)
+    )
     return 0
 
 

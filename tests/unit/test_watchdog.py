@@ -160,22 +160,20 @@ def test_sigterm_to_the_watchdog_is_passed_on_and_its_exit_code_is_the_worker_s(
     assert signal.getsignal(signal.SIGTERM) == handler  # this process's own handler is back
 
 
-def test_a_killed_watchdog_takes_its_worker_with_it(tmp_path: Path) -> None:
-    """The worker asks the kernel for SIGKILL when its parent dies (Linux)."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+LINUX_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+
+
+def kill_the_watchdog_of(worker: str, tmp_path: Path, env: str = "", stderr: Path | None = None) -> int:
+    """Start a watchdog stand-in whose child runs ``worker`` (which writes its pid to
+    ``tmp_path / "worker.pid"``) with ``env`` lines adding to its environment, SIGKILL the
+    watchdog, and wait for the worker to end; its pid."""
     pid_file = tmp_path / "worker.pid"
-    worker = f"""
-        import os, time
-        from coordinator.service.watchdog import die_with_watchdog
-        assert die_with_watchdog()
-        open({str(pid_file)!r}, "w").write(str(os.getpid()))
-        time.sleep(60)
-        """
+    out = "None" if stderr is None else f"open({str(stderr)!r}, 'w')"
     watchdog = f"""
         import os, subprocess, sys
         env = {{**os.environ, {WATCHDOG_PID_ENV!r}: str(os.getpid())}}
-        subprocess.Popen([sys.executable, "-c", {textwrap.dedent(worker)!r}], env=env).wait()
+        {env}
+        subprocess.Popen([sys.executable, "-c", {textwrap.dedent(worker)!r}], env=env, stderr={out}).wait()
         """
     parent = subprocess.Popen(child(watchdog))
     deadline = time.monotonic() + 20
@@ -191,49 +189,47 @@ def test_a_killed_watchdog_takes_its_worker_with_it(tmp_path: Path) -> None:
     while running(worker_pid):
         assert time.monotonic() < deadline, f"worker {worker_pid} outlived its watchdog"
         time.sleep(0.02)
+    return worker_pid
 
 
+@LINUX_ONLY
+def test_a_killed_watchdog_takes_its_worker_with_it(tmp_path: Path) -> None:
+    """The worker asks the kernel for SIGKILL when its parent dies (Linux)."""
+    worker = f"""
+        import os, time
+        from coordinator.service.watchdog import die_with_watchdog
+        assert die_with_watchdog()
+        open({str(tmp_path / "worker.pid")!r}, "w").write(str(os.getpid()))
+        time.sleep(60)
+        """
+
+    kill_the_watchdog_of(worker, tmp_path)
+
+
+@LINUX_ONLY
 def test_a_killed_watchdog_has_its_orphaned_worker_tell_the_group(tmp_path: Path) -> None:
     """Given a worker that recorded its membership under a watchdog (with the broker's address, as
     ``cutline coordinator`` starts it), when the watchdog is SIGKILLed, then the worker exits, and
     a process it started sends the LeaveGroup of that membership once the worker is gone, and
     removes the dead watchdog's scratch directory. (The broker here is unreachable: what the
     leaver says shows it tried, for the right member, and that the session timeout still holds.)"""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("PR_SET_PDEATHSIG is Linux's")
     scratch = tmp_path / "cutline-watchdog-x"
     scratch.mkdir()
-    member_file, pid_file, said = scratch / "membership.json", tmp_path / "worker.pid", tmp_path / "said"
+    member_file, said = scratch / "membership.json", tmp_path / "said"
     worker = f"""
         import os, time
         from pathlib import Path
         from coordinator.service.watchdog import Membership, die_with_watchdog, record_membership
         record_membership(Path({str(member_file)!r}), Membership("cutline-coordinator", "aiokafka-0-1c2d", 4))
         assert die_with_watchdog(bootstrap="127.0.0.1:9")
-        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        open({str(tmp_path / "worker.pid")!r}, "w").write(str(os.getpid()))
         time.sleep(60)
         """
-    watchdog = f"""
-        import os, subprocess, sys
-        env = {{**os.environ, {WATCHDOG_PID_ENV!r}: str(os.getpid())}}
-        env[{MEMBER_FILE_ENV!r}] = {str(member_file)!r}
-        out = open({str(said)!r}, "w")
-        subprocess.Popen([sys.executable, "-c", {textwrap.dedent(worker)!r}], env=env, stderr=out).wait()
-        """
-    parent = subprocess.Popen(child(watchdog))
-    deadline = time.monotonic() + 20
-    while not pid_file.exists() or not pid_file.read_text():
-        assert time.monotonic() < deadline, "the worker never started"
-        time.sleep(0.02)
-    worker_pid = int(pid_file.read_text())
 
-    parent.kill()
-    parent.wait(10)
+    worker_pid = kill_the_watchdog_of(
+        worker, tmp_path, env=f"env[{MEMBER_FILE_ENV!r}] = {str(member_file)!r}", stderr=said
+    )
 
-    deadline = time.monotonic() + 10
-    while running(worker_pid):
-        assert time.monotonic() < deadline, f"worker {worker_pid} outlived its watchdog"
-        time.sleep(0.02)
     deadline = time.monotonic() + 30
     while "failed" not in said.read_text():
         assert time.monotonic() < deadline, f"the group was never told: {said.read_text()!r}"
