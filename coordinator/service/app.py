@@ -717,7 +717,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     async def get_checkpoints(web: Any, request: Any, job_id: str) -> Any:
         if job_id not in coordinator.states:
             return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
-        return web.json(checkpoints_json(coordinator.stats.get(job_id)))
+        return web.json(checkpoints_json(coordinator.checkpoint_stats(job_id)))
 
     @app.page("/jobs/{job_id}/state")
     async def get_state(web: Any, request: Any, job_id: str) -> Any:
@@ -735,7 +735,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
 
     @app.page("/jobs/{job_id}/checkpoints/details/{checkpoint_id}")
     async def get_checkpoint_details(web: Any, request: Any, job_id: str, checkpoint_id: str) -> Any:
-        stats = coordinator.stats.get(job_id)
+        stats = coordinator.checkpoint_stats(job_id)
         entry = stats.entry(int(checkpoint_id)) if stats and checkpoint_id.isdigit() else None
         if entry is None:
             return web.json(

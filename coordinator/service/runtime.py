@@ -68,7 +68,7 @@ from coordinator.decider import (
 from coordinator.service.file_view import SCAN_AFTER, BatchFileView, is_link
 from coordinator.snapshot import PartitionSnapshot, trigger_key
 from coordinator.state import JobState, initial_state
-from coordinator.stats import CheckpointStats, track
+from coordinator.stats import CheckpointStats, track, with_progress
 from events.codec import Codec, DecodeError, default_codec
 from events.fencing import EPOCH_HEADER, epoch_header, epoch_value
 from events.kafka import job_key, partition_for
@@ -562,7 +562,8 @@ class Coordinator:
         stats, after = self.stats.get(job_id), state
         for event, next_state in steps:
             assert not isinstance(event, InputRejected)
-            stats = track(stats, after, event)
+            if type(event) is not TaskAcknowledged:  # an ack changes no statistics: see stats.track
+                stats = track(stats, after, event)
             after = next_state  # what _apply(event) would leave, without a second evolve
             outcome.journal.append(event)
             outcome.messages.append(
@@ -577,8 +578,9 @@ class Coordinator:
                 barriers.append(self._barrier(event, event.timestamp_ms, epoch))
         outcome.messages.extend(barriers)
         if steps:
-            assert stats is not None
-            self.states[job_id], self.stats[job_id] = after, stats
+            self.states[job_id] = after
+            if stats is not None:
+                self.stats[job_id] = stats
             known = self._due_at.get(job_id)
             journal = outcome.journal
             if len(journal) == 1 and type(journal[0]) is TaskAcknowledged:
@@ -629,6 +631,10 @@ class Coordinator:
                         f"symbolic link, outside the savepoint roots {roots}",
                     )
         return None
+
+    def checkpoint_stats(self, job_id: str) -> CheckpointStats | None:
+        """The job's statistics as the views show them: in-progress checkpoints with their acks."""
+        return with_progress(self.stats.get(job_id), self.states.get(job_id))
 
     def _apply(self, event: JournalEvent) -> None:
         job_id = event.job_id

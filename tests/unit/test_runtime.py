@@ -144,6 +144,41 @@ class TestRecovery:
         assert [1] == [b.checkpoint_id for b in barriers if isinstance(b, CheckpointBarrier)]
 
 
+CHK_1 = "file:///ckpt/job/chk-1"
+
+
+class TestStatistics:
+    def test_the_views_see_an_in_progress_checkpoint_s_acks(self, coordinator: Coordinator) -> None:
+        """After one of two acks, the statistics the views read show checkpoint 1 with 1 of 2 acks,
+        its size and time; once the second ack completes it, the completed entry has both."""
+        running(coordinator)
+        coordinator.tick(JOB, 10_000)
+        first = CheckpointAcknowledged(JOB, 1, 1, "a", 10_005, StateHandle(f"{CHK_1}/a", 40, "x"))
+        coordinator.handle(TOPICS.acks, 0, 0, JOB.encode(), encode(first), 10_005)
+
+        shown = coordinator.checkpoint_stats(JOB)
+
+        assert shown is not None and shown.history
+        entry = shown.history[0]
+        assert (1, "IN_PROGRESS", 2, 1, 40) == (
+            entry.id,
+            entry.status,
+            entry.num_subtasks,
+            entry.num_acknowledged_subtasks,
+            entry.state_size,
+        )
+        second = CheckpointAcknowledged(JOB, 1, 1, "b", 10_009, StateHandle(f"{CHK_1}/b", 2, "x"))
+        coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), encode(second), 10_009)
+        done = coordinator.checkpoint_stats(JOB)
+        assert done is not None and done.latest_completed is not None
+        assert ("COMPLETED", 2, 42) == (
+            done.latest_completed.status,
+            done.latest_completed.num_acknowledged_subtasks,
+            done.latest_completed.state_size,
+        )
+        assert coordinator.checkpoint_stats("nobody") is None
+
+
 class TestCause:
     @pytest.mark.parametrize(
         ("text", "parsed"),

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from coordinator.decider import evolve
 from coordinator.state import JobState, initial_state
-from coordinator.stats import CheckpointStats, checkpoints_json, config_json, track
+from coordinator.stats import CheckpointStats, checkpoints_json, config_json, track, with_progress
 from coordinator.testing import JOB, LOCATION, ack, config, decline, request, run, running, tick
 from events.records import CheckpointKind, StateHandle
 
 
 def stats_of(*commands: object) -> CheckpointStats | None:
+    """The statistics as the views show them after ``commands``."""
     _, events = run(commands)  # type: ignore[arg-type]
     state: JobState = initial_state(JOB)
     stats: CheckpointStats | None = None
     for event in events:
         stats = track(stats, state, event)  # type: ignore[arg-type]
         state = evolve(state, event)
-    return stats
+    return with_progress(stats, state)
 
 
 def handle(checkpoint_id: int, task: str, size: int) -> StateHandle:
@@ -96,6 +97,66 @@ class TestLatestAndSummary:
 
         assert 1005 == failed["failure_timestamp"]
         assert failed["failure_message"].startswith("CHECKPOINT_DECLINED: task t1 declined")
+
+
+class TestProgress:
+    def test_an_in_progress_checkpoint_shows_its_acks_so_far(self) -> None:
+        """A checkpoint that two of three tasks acknowledged shows 2/3, their summed size and the
+        latest ack's time, in the history and in its details."""
+        stats = stats_of(
+            running(tasks=("t0", "t1", "t2"), at=0),
+            tick(1000),
+            ack(1, "t1", at=1040, state=handle(1, "t1", 50)),
+            ack(1, "t0", at=1010, state=handle(1, "t0", 100)),
+        )
+
+        entry = checkpoints_json(stats)["history"][0]
+
+        assert ("in_progress", 3, 2, 150, 1040) == (
+            entry["@class"],
+            entry["num_subtasks"],
+            entry["num_acknowledged_subtasks"],
+            entry["state_size"],
+            entry["latest_ack_timestamp"],
+        )
+        assert stats is not None and stats.entry(1) == stats.history[0]
+
+    def test_a_checkpoint_without_acks_shows_none(self) -> None:
+        """Just triggered: 0 of 2 acknowledged, no size, no latest ack."""
+        entry = checkpoints_json(stats_of(running(at=0), tick(1000)))["history"][0]
+
+        assert (0, 0, None) == (
+            entry["num_acknowledged_subtasks"],
+            entry["state_size"],
+            entry["latest_ack_timestamp"],
+        )
+
+    def test_a_failed_checkpoint_keeps_the_acks_it_had(self) -> None:
+        """Aborted after one ack: the failed entry says 1 of 3 acknowledged, with that ack's size,
+        although its acks are no longer pending."""
+        stats = stats_of(
+            running(tasks=("t0", "t1", "t2"), cfg=config(tolerable_failures=9), at=0),
+            tick(1000),
+            ack(1, "t0", at=1010, state=handle(1, "t0", 70)),
+            decline(1, "t1", at=1020),
+        )
+
+        failed = checkpoints_json(stats)["latest"]["failed"]
+
+        assert (1, 1, 70, 1010) == (
+            failed["id"],
+            failed["num_acknowledged_subtasks"],
+            failed["state_size"],
+            failed["latest_ack_timestamp"],
+        )
+
+    def test_nothing_pending_leaves_the_statistics_as_they_are(self) -> None:
+        """With no checkpoint pending there is nothing to add: the same object comes back."""
+        stats = stats_of(running(at=0), tick(1000), ack(1, "t0", at=1010), ack(1, "t1", at=1020))
+        state = initial_state(JOB)
+
+        assert stats is with_progress(stats, state)
+        assert with_progress(None, state) is None
 
 
 class TestConfig:
