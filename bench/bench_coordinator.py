@@ -65,7 +65,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench.cpu import machine_busy, machine_line, main_thread_cpu, process_cpu
+from bench.cpu import code_checked, machine_busy, machine_line, main_thread_cpu, process_cpu
 from coordinator.decider import due_at
 from coordinator.service.runtime import Coordinator
 from coordinator.service.supervisor import CoordinatorProcess
@@ -1189,7 +1189,7 @@ def main() -> None:
         console = Console(highlight=False, width=200)
     load = os.getloadavg()
     console.print(
-        f"[bold]{COMMAND}[/]{' --quick' if quick else ''}: {machine_line()}, "
+        f"[bold]{COMMAND}[/]{' --quick' if quick else ''}: {machine_line()}, code from {code_checked()}, "
         f"load average {load[0]:.2f} at start"
     )
     started = time.monotonic()

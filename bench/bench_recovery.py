@@ -58,7 +58,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.bench_coordinator import Participants, Tail, broker, journal_partition, make_topics
-from bench.cpu import machine_line
+from bench.cpu import code_checked, machine_line
 from coordinator.service.app import Settings
 from coordinator.service.ownership import ClaimedPartition, claim_partition, snapshot_message
 from coordinator.service.runtime import Coordinator
@@ -533,7 +533,7 @@ def main() -> None:
         console = Console(highlight=False, width=180)
     console.print(
         f"[bold]{COMMAND}[/]{' --quick' if args.quick else ''}: {machine_line()}, "
-        f"load average {load()} at start"
+        f"code from {code_checked()}, load average {load()} at start"
     )
     started = time.monotonic()
     lengths: list[LengthResult] = []

@@ -66,7 +66,7 @@ from bench.bench_coordinator import (
     percentile,
     slowest_lines,
 )
-from bench.cpu import cpu_model, descendants, machine_busy, machine_line, process_cpu
+from bench.cpu import code_checked, cpu_model, descendants, machine_busy, machine_line, process_cpu
 from coordinator.service.supervisor import CoordinatorProcess
 
 COMMAND = "uv run python bench/bench_vs_flink.py"
@@ -451,7 +451,7 @@ def main() -> None:
     at_start = load()
     console.print(
         f"[bold]{COMMAND}[/]{' --quick' if args.quick else ''}: {machine_line()}, "
-        f"load average {at_start} at start; Flink {FLINK_VERSION} from "
+        f"code from {code_checked()}, load average {at_start} at start; Flink {FLINK_VERSION} from "
         f"{python}; {checkpoints} checkpoints after {warmup} (cutline), the anchor runs {seconds} s per row"
     )
     started = time.monotonic()

@@ -7,6 +7,7 @@ over a process tree, and reading a few /proc files is all it takes.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import time
@@ -188,6 +189,23 @@ def reference_ns_per_loop(iterations: int = 2_000_000, repeats: int = 3) -> floa
             total += i
         best = min(best, time.perf_counter() - started)
     return best / iterations * 1e9
+
+
+def code_checked() -> str:
+    """The checkout this process imports ``coordinator`` from, for a benchmark that starts coordinator
+    workers. They run as ``python -m coordinator.cli``, which puts the working directory first on
+    the path: started from another checkout's directory, with this one on ``PYTHONPATH`` (an A/B of
+    two trees), the workers would run the other checkout's code, and the comparison would be of
+    one tree with itself. Exits with a message in that case."""
+    spec = importlib.util.find_spec("coordinator")
+    imported = Path(spec.origin if spec and spec.origin else ".").resolve().parent.parent
+    here = Path.cwd().resolve()
+    if (here / "coordinator" / "__init__.py").is_file() and here != imported:
+        raise SystemExit(
+            f"this benchmark imports the coordinator from {imported}, but the workers it starts "
+            f"(python -m, from the working directory) would import it from {here}: run it from {imported}"
+        )
+    return str(imported)
 
 
 def machine_line() -> str:
