@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bench.cpu import machine_line
+from bench.cpu import code_checked, machine_line
 from coordinator.decider import InputRejected, decide, evolve, fold_jobs
 from coordinator.invariants import first_violation
 from coordinator.journal import AvroReader, _cavro, read_journal_events, write_journal
@@ -169,6 +169,7 @@ def main() -> None:
     if not console.is_terminal:
         console = Console(highlight=False, width=160)
     load = os.getloadavg()[0]
+    code_checked()  # before the replay subprocesses start from the working directory
     console.print(f"[bold]{COMMAND}[/] (events={args.events:,}, jobs={args.jobs}, seed={args.seed})")
 
     steps, events = generate(args.events, args.jobs, args.seed, console)

@@ -55,7 +55,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cpu import TreeMeter, machine_line, summed  # noqa: E402
+from bench.cpu import TreeMeter, code_checked, machine_line, summed  # noqa: E402
 from coordinator.service.supervisor import CoordinatorProcess  # noqa: E402
 from events.broker import broker_at, create_topics  # noqa: E402
 from events.kafka import producer_config  # noqa: E402
@@ -332,7 +332,7 @@ def main() -> None:
         f"[bold]Spark {kind} with and without cutline[/] — {args.records:,} records, "
         f"{PARTITIONS} partitions, maxOffsetsPerTrigger {args.per_trigger:,}, trigger {args.trigger_ms} ms, "
         f"{args.rounds} round(s); {machine_line()}, "
-        f"load {os.getloadavg()[0]:.2f}"
+        f"code from {code_checked()}, load {os.getloadavg()[0]:.2f}"
     )
     runs: list[Run] = []
     with (
