@@ -67,17 +67,10 @@ class CheckpointStats:
     history: tuple[CheckpointEntry, ...] = ()  # newest first
 
     def entry(self, checkpoint_id: int) -> CheckpointEntry | None:
-        at = _place(self.history, checkpoint_id)
-        return None if at < 0 else self.history[at]
-
-
-def _place(history: tuple[CheckpointEntry, ...], checkpoint_id: int) -> int:
-    """The index of ``checkpoint_id``'s entry in ``history``; -1: it has none. Newest first: none
-    further down once the ids are smaller."""
-    for at, entry in enumerate(history):
-        if entry.id <= checkpoint_id:
-            return at if entry.id == checkpoint_id else -1
-    return -1
+        for entry in self.history:  # newest first: none further down once the ids are smaller
+            if entry.id <= checkpoint_id:
+                return entry if entry.id == checkpoint_id else None
+        return None
 
 
 def _with_entry(stats: CheckpointStats, entry: CheckpointEntry) -> tuple[CheckpointEntry, ...]:

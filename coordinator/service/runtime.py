@@ -562,8 +562,7 @@ class Coordinator:
         stats, after = self.stats.get(job_id), state
         for event, next_state in steps:
             assert not isinstance(event, InputRejected)
-            if type(event) is not TaskAcknowledged:  # an ack changes no statistics: see stats.track
-                stats = track(stats, after, event)
+            stats = track(stats, after, event)
             after = next_state  # what _apply(event) would leave, without a second evolve
             outcome.journal.append(event)
             outcome.messages.append(
@@ -578,9 +577,8 @@ class Coordinator:
                 barriers.append(self._barrier(event, event.timestamp_ms, epoch))
         outcome.messages.extend(barriers)
         if steps:
-            self.states[job_id] = after
-            if stats is not None:
-                self.stats[job_id] = stats
+            assert stats is not None
+            self.states[job_id], self.stats[job_id] = after, stats
             known = self._due_at.get(job_id)
             journal = outcome.journal
             if len(journal) == 1 and type(journal[0]) is TaskAcknowledged:
