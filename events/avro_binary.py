@@ -425,6 +425,13 @@ def _read_long(b: bytes, p: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), p
 
 
+read_long = _read_long
+"""A zigzag varint at ``p`` of ``b`` and the position after it (:class:`Unusual` beyond 64 bits)."""
+
+long_bytes = _long
+"""The zigzag varint of a 64-bit integer."""
+
+
 def _non_none(hint: Any) -> Any:
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if len(args) == 1 else hint

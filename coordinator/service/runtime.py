@@ -407,7 +407,9 @@ class Coordinator:
             if stale is not None:
                 return dead(STALE_EPOCH, stale, job_id)
         command = self._command(record, now_ms)
-        outcome = self._decide(command, f"{topic}:{partition}:{offset}", epoch, (topic, partition, offset))
+        source = (value, record) if type(record) is CheckpointAcknowledged else None
+        cause = f"{topic}:{partition}:{offset}"
+        outcome = self._decide(command, cause, epoch, (topic, partition, offset), source)
         if outcome.rejected is not None:
             return dead(outcome.rejected.reason.value, outcome.rejected.message, job_id)
         return outcome
@@ -545,9 +547,15 @@ class Coordinator:
         return self._decide(command, cause, epoch, parse_cause(cause))
 
     def _decide(
-        self, command: Command, cause: str | None, epoch: int, position: tuple[str, int, int] | None
+        self,
+        command: Command,
+        cause: str | None,
+        epoch: int,
+        position: tuple[str, int, int] | None,
+        ack: tuple[bytes, CheckpointAcknowledged] | None = None,
     ) -> Outcome:
-        """:meth:`decide`, with ``cause`` already parsed into ``position``."""
+        """:meth:`decide`, with ``cause`` already parsed into ``position``; ``ack``: the frame the
+        command's ack was decoded from, which its journal record is made from (:meth:`Codec.acknowledged`)."""
         job_id = command.job_id
         state = self.states.get(job_id) or initial_state(job_id)
         steps = decide_steps(state, command)
@@ -565,14 +573,12 @@ class Coordinator:
             stats = track(stats, after, event)
             after = next_state  # what _apply(event) would leave, without a second evolve
             outcome.journal.append(event)
-            outcome.messages.append(
-                Outgoing(
-                    self.topics.checkpoints,
-                    job_id.encode(),
-                    self.codec.encode(event, self.topics.checkpoints),
-                    headers,
-                )
-            )
+            value = None
+            if ack is not None and type(event) is TaskAcknowledged:
+                value = self.codec.acknowledged(ack[0], ack[1], event, self.topics.checkpoints)
+            if value is None:
+                value = self.codec.encode(event, self.topics.checkpoints)
+            outcome.messages.append(Outgoing(self.topics.checkpoints, job_id.encode(), value, headers))
             if isinstance(event, CheckpointTriggered):
                 barriers.append(self._barrier(event, event.timestamp_ms, epoch))
         outcome.messages.extend(barriers)

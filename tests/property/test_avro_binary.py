@@ -29,7 +29,7 @@ from events.codec import (
     schema_fingerprint,
     to_avro,
 )
-from events.records import RECORD_TYPES, JobHeartbeat, Record
+from events.records import RECORD_TYPES, CheckpointAcknowledged, JobHeartbeat, Record, TaskAcknowledged
 
 REGISTRY = SchemaRegistry()
 CODEC = Codec(REGISTRY)
@@ -119,6 +119,23 @@ class TestEncoder:
 
         with pytest.raises(OverflowError):
             compile_encoder(writer.parsed, JobHeartbeat)(too_big, b"")
+
+
+class TestAcknowledgedFrame:
+    @SETTINGS
+    @given(data=st.data(), timestamp_ms=st.integers(-(2**63), 2**63 - 1) | st.integers(0, 2**41))
+    def test_the_journal_record_of_any_ack_is_its_encoding(
+        self, data: st.DataObject, timestamp_ms: int
+    ) -> None:
+        """For any ack a participant encodes, the frame made from it (Codec.acknowledged) is the
+        encoding of its journal record, byte for byte: the coordinator's commonest write."""
+        writer = REGISTRY.current("CheckpointAcknowledged")
+        ack = from_avro(CheckpointAcknowledged, data.draw(datums(writer.parsed)))
+        frame = CODEC.encode(ack)
+        fields = {name: getattr(ack, name) for name in ack.__dataclass_fields__}
+        event = TaskAcknowledged(**{**fields, "timestamp_ms": timestamp_ms})
+
+        assert CODEC.encode(event) == CODEC.acknowledged(frame, CODEC.decode(frame), event)
 
 
 class TestDecoder:

@@ -22,6 +22,7 @@ from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from events.avro_binary import long_bytes
 from events.codec import (
     HEADER_SIZE,
     MAGIC,
@@ -381,6 +382,129 @@ class TestPreviousWrites:
         assert from_avro(CheckpointCompleted, resolved) == fast
         assert isinstance(fast, CheckpointCompleted)
         assert all(h.inline is None for h in fast.handles.values())
+
+
+ACK = CheckpointAcknowledged(
+    job_id="job-1",
+    checkpoint_id=300,
+    attempt=2,
+    task_id="task-0017",
+    timestamp_ms=1_764_000_000_000,
+    state=StateHandle("file:///data/chk/job-1/chk-300/task-0017", 1024, "ab" * 32),
+    offsets={"input:17": 123_400},
+    metrics={"snapshot_ms": 3, "bytes": 1024},
+)
+
+
+def _journaled(ack: CheckpointAcknowledged, timestamp_ms: int) -> TaskAcknowledged:
+    """The decider's record of ``ack``: its fields, with the coordinator's time."""
+    fields = {f.name: getattr(ack, f.name) for f in dataclasses.fields(ack)}
+    return TaskAcknowledged(**{**fields, "timestamp_ms": timestamp_ms})
+
+
+class _WritingConfluent:
+    """A Confluent framing that writes (its ids are never asked in these tests)."""
+
+    writes = True
+
+    def schema_id(self, topic: str, writer: Any) -> int:
+        return 7
+
+    def schema(self, schema_id: int) -> Mapping[str, Any]:
+        raise LookupError(schema_id)
+
+
+class TestAcknowledgedFrame:
+    """The journal's TaskAcknowledged of an ack is made from the ack's frame (Codec.acknowledged):
+    the same bytes as encoding the event, whenever it answers."""
+
+    @pytest.mark.parametrize("timestamp_ms", [0, 5, 1_764_000_000_999, -1, 2**63 - 1])
+    def test_the_frame_is_the_encoded_event_byte_for_byte(self, timestamp_ms: int) -> None:
+        frame = CODEC.encode(ACK)
+        event = _journaled(ACK, timestamp_ms)
+
+        made = CODEC.acknowledged(frame, CODEC.decode(frame), event, "cutline.checkpoints")
+
+        assert CODEC.encode(event, "cutline.checkpoints") == made
+        assert event == CODEC.decode(made)
+
+    def test_an_ack_with_inline_state_keeps_the_current_schema(self) -> None:
+        ack = dataclasses.replace(
+            ACK, state=StateHandle("inline:", 3, hashlib.sha256(b"abc").hexdigest(), b"abc")
+        )
+        frame = CODEC.encode(ack)
+        event = _journaled(ack, 99)
+
+        made = CODEC.acknowledged(frame, CODEC.decode(frame), event)
+
+        assert CODEC.registry.current("TaskAcknowledged").fingerprint == made[2:HEADER_SIZE]
+        assert CODEC.encode(event) == made
+
+    def test_a_body_written_another_way_decodes_to_the_event(self) -> None:
+        """Another writer's valid body (a ten-byte varint, a map in two blocks) is kept as it is;
+        only the timestamp is written anew."""
+        ack = dataclasses.replace(ACK, timestamp_ms=1, offsets={"a:0": 1, "b:1": 2})
+
+        def string(text: str) -> bytes:
+            return long_bytes(len(text.encode())) + text.encode()
+
+        assert ack.state is not None
+        frame = b"".join(
+            [
+                MAGIC + CODEC.writer_schema(ack).fingerprint,
+                string(ack.job_id) + long_bytes(ack.checkpoint_id) + long_bytes(ack.attempt),
+                string(ack.task_id),
+                b"\x82\x80\x80\x80\x80\x80\x80\x80\x80\x00",  # timestamp 1, in ten bytes
+                b"\x02" + string(ack.state.uri) + long_bytes(ack.state.size_bytes) + string(ack.state.sha256),
+                long_bytes(1) + string("a:0") + long_bytes(1),  # offsets: one entry per block
+                long_bytes(1) + string("b:1") + long_bytes(2) + long_bytes(0),
+                long_bytes(2) + string("snapshot_ms") + long_bytes(3) + string("bytes") + long_bytes(1024),
+                long_bytes(0),
+            ]
+        )
+        assert ack == CODEC.decode(frame)
+        event = _journaled(ack, 1_764_000_000_123)
+
+        made = CODEC.acknowledged(frame, ack, event)
+
+        assert made is not None and made != CODEC.encode(event)
+        assert event == CODEC.decode(made)
+
+    @pytest.mark.parametrize(
+        "changed",
+        [
+            {"job_id": "job-2"},
+            {"checkpoint_id": 301},
+            {"attempt": 3},
+            {"task_id": "task-0018"},
+            {"state": None},
+            {"state": StateHandle("file:///data/chk/job-1/chk-300/other", 1024, "ab" * 32)},
+            {"offsets": {}},
+            {"metrics": {"snapshot_ms": 4, "bytes": 1024}},
+        ],
+        ids=str,
+    )
+    def test_an_event_that_is_not_the_acks_record_gets_no_frame(self, changed: dict[str, Any]) -> None:
+        frame = CODEC.encode(ACK)
+        event = dataclasses.replace(_journaled(ACK, 5), **changed)
+
+        assert CODEC.acknowledged(frame, ACK, event) is None
+
+    def test_an_ack_in_a_schema_the_event_is_not_written_with_gets_no_frame(self) -> None:
+        """An inline-free ack written with the current schema (a newer participant, say): the event
+        goes out with the previous one, so it is encoded."""
+        current = CODEC.registry.current("CheckpointAcknowledged")
+        frame = _frame(current.fingerprint, current.compiled, to_avro(ACK))
+        assert ACK == CODEC.decode(frame)
+
+        assert CODEC.acknowledged(frame, ACK, _journaled(ACK, 5)) is None
+
+    def test_no_frame_when_records_are_written_in_the_confluent_format(self) -> None:
+        codec = Codec(confluent=_WritingConfluent())
+        frame = codec.encode(ACK)
+
+        assert codec.acknowledged(frame, ACK, _journaled(ACK, 5), "cutline.checkpoints") is None
+        assert codec.acknowledged(frame, ACK, _journaled(ACK, 5)) == codec.encode(_journaled(ACK, 5))
 
 
 def _frame(fp: bytes, schema: Any, datum: Mapping[str, Any]) -> bytes:

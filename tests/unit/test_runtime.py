@@ -71,6 +71,24 @@ class TestMessages:
             m.headers for m in outcome.messages
         ]
 
+    def test_every_journal_record_of_acks_is_its_encoding(self, coordinator: Coordinator) -> None:
+        """The journal records of acks, made from the acks' frames (Codec.acknowledged), are the
+        records' encodings: the first ack's TaskAcknowledged, the last one's and the completion."""
+        running(coordinator)
+        coordinator.tick(JOB, 10_000)
+        records = []
+        for offset, task in enumerate(("a", "b")):
+            ack = CheckpointAcknowledged(
+                JOB, 1, 1, task, 3, StateHandle(f"file:///ckpt/job/chk-1/{task}", 1, "x")
+            )
+            outcome = coordinator.handle(TOPICS.acks, 0, offset, JOB.encode(), encode(ack), 10_010 + offset)
+            journal = [m.value for m in outcome.messages if m.topic == TOPICS.checkpoints]
+            records += list(zip(outcome.journal, journal, strict=True))
+
+        assert [TaskAcknowledged, TaskAcknowledged, CheckpointCompleted] == [type(e) for e, _ in records]
+        assert [10_010, 10_011] == [e.timestamp_ms for e, _ in records[:2] if isinstance(e, TaskAcknowledged)]
+        assert [encode(event, TOPICS.checkpoints) for event, _ in records] == [value for _, value in records]
+
     @pytest.mark.parametrize(
         ("topic", "key", "value", "reason"),
         [
