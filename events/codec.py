@@ -627,10 +627,11 @@ class Codec:
         while ack_frame[p] & 0x80:  # past the ack's timestamp (the decoder read it: it ends)
             p += 1
         timestamp = event.timestamp_ms
-        if timestamp != self._timestamp[0]:  # the acks of a batch share the coordinator's clock
-            self._timestamp = (timestamp, bytes(long_bytes(timestamp)))
+        memo = self._timestamp  # read once: another thread may replace it meanwhile
+        if memo[0] != timestamp:  # the acks of a batch share the coordinator's clock
+            memo = self._timestamp = (timestamp, bytes(long_bytes(timestamp)))
         body_before, body_after = ack_frame[HEADER_SIZE:start], ack_frame[p + 1 :]
-        return b"".join((retiming.header, body_before, self._timestamp[1], body_after))
+        return b"".join((retiming.header, body_before, memo[1], body_after))
 
     def decode(self, frame: bytes) -> Record:
         """The record in ``frame``; raises a :class:`DecodeError` subclass saying what is wrong."""
