@@ -407,9 +407,8 @@ class Coordinator:
             if stale is not None:
                 return dead(STALE_EPOCH, stale, job_id)
         command = self._command(record, now_ms)
-        source = (value, record) if type(record) is CheckpointAcknowledged else None
         cause = f"{topic}:{partition}:{offset}"
-        outcome = self._decide(command, cause, epoch, (topic, partition, offset), source)
+        outcome = self._decide(command, cause, epoch, (topic, partition, offset), value)
         if outcome.rejected is not None:
             return dead(outcome.rejected.reason.value, outcome.rejected.message, job_id)
         return outcome
@@ -552,10 +551,10 @@ class Coordinator:
         cause: str | None,
         epoch: int,
         position: tuple[str, int, int] | None,
-        ack: tuple[bytes, CheckpointAcknowledged] | None = None,
+        frame: bytes | None = None,
     ) -> Outcome:
-        """:meth:`decide`, with ``cause`` already parsed into ``position``; ``ack``: the frame the
-        command's ack was decoded from, which its journal record is made from (:meth:`Codec.acknowledged`)."""
+        """:meth:`decide`, with ``cause`` already parsed into ``position``; ``frame``: the input the
+        command was decoded from (an ack's journal record is made from it, :meth:`Codec.acknowledged`)."""
         job_id = command.job_id
         state = self.states.get(job_id) or initial_state(job_id)
         steps = decide_steps(state, command)
@@ -568,14 +567,15 @@ class Coordinator:
         headers = (_epoch_header(epoch), (CAUSE_HEADER, cause.encode())) if cause else (_epoch_header(epoch),)
         barriers: list[Outgoing] = []
         stats, after = self.stats.get(job_id), state
+        ack = command.ack if frame is not None and type(command) is AcknowledgeCheckpoint else None
         for event, next_state in steps:
             assert not isinstance(event, InputRejected)
             stats = track(stats, after, event)
             after = next_state  # what _apply(event) would leave, without a second evolve
             outcome.journal.append(event)
             value = None
-            if ack is not None and type(event) is TaskAcknowledged:
-                value = self.codec.acknowledged(ack[0], ack[1], event, self.topics.checkpoints)
+            if ack is not None and frame is not None and type(event) is TaskAcknowledged:
+                value = self.codec.acknowledged(frame, ack, event, self.topics.checkpoints)
             if value is None:
                 value = self.codec.encode(event, self.topics.checkpoints)
             outcome.messages.append(Outgoing(self.topics.checkpoints, job_id.encode(), value, headers))
