@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from events.fast_init import fast_init
 from events.records import (
     CheckpointAcknowledged,
     CheckpointDeclined,
@@ -68,6 +69,7 @@ class RequestCheckpoint:
         return self.request.job_id
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AcknowledgeCheckpoint:
     """Record a task's acknowledgement (and complete the checkpoint if it was the last)."""

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias
 
+from events.fast_init import fast_init
+
 
 class JobStatus(StrEnum):
     """Flink's ``JobStatus``."""
@@ -317,6 +319,7 @@ class CheckpointTriggered:
     """The largest snapshot a task may send inline for this checkpoint (its barrier says so)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TaskAcknowledged:
     """An accepted acknowledgement of a pending checkpoint."""

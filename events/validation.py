@@ -60,6 +60,8 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote, unquote
 
+from events.fast_init import fast_init
+
 __all__ = [
     "INLINE_BUDGET_BYTES",
     "MAX_CHECKPOINT_ID",
@@ -122,6 +124,7 @@ class InvalidUri(ValueError):
     """A storage URI the coordinator refuses; the message says why."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StorageUri:
     """A parsed storage URI: its scheme, authority and decoded path segments.

@@ -70,6 +70,7 @@ from coordinator.snapshot import PartitionSnapshot, trigger_key
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track, with_progress
 from events.codec import Codec, DecodeError, default_codec
+from events.fast_init import fast_init
 from events.fencing import EPOCH_HEADER, epoch_header, epoch_value
 from events.kafka import job_key, partition_for
 from events.records import (
@@ -124,6 +125,7 @@ MAX_DEAD_LETTER_VALUE = 512 * 1024
 still fits in a Kafka message next to the key and the reason."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Outgoing:
     """One message to publish."""
