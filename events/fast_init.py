@@ -13,6 +13,7 @@ library: attrs and dataclasses both set frozen fields through ``object.__setattr
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 from typing import Any, TypeVar
 
@@ -35,7 +36,8 @@ def fast_init(cls: _T) -> _T:
 
     Apply it above ``@dataclass(frozen=True, slots=True)``. Refuses (``TypeError``) a class it
     could not keep exact for: one without slots, with ``__post_init__``, or with a field that is
-    ``init=False`` or keyword-only. The dataclass's own ``__init__`` stays at
+    ``init=False``, keyword-only or init-only (``InitVar``), or named ``self`` or ``_fast_*``
+    (the names the generated code uses). The dataclass's own ``__init__`` stays at
     ``cls.__init__.dataclass_init`` (tests compare the two)."""
     if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
         raise TypeError(f"fast_init is for frozen dataclasses; {cls.__name__} is not one")
@@ -43,26 +45,31 @@ def fast_init(cls: _T) -> _T:
     slots = [cls.__dict__.get(f.name) for f in fields]
     if not all(isinstance(slot, types.MemberDescriptorType) for slot in slots):
         raise TypeError(f"fast_init needs slots (@dataclass(..., slots=True)) on {cls.__name__}")
-    if hasattr(cls, "__post_init__") or any(not f.init or f.kw_only for f in fields):
+    dataclass_parameters = list(inspect.signature(cls.__init__).parameters)[1:]
+    if (
+        hasattr(cls, "__post_init__")
+        or any(not f.init or f.kw_only or f.name == "self" or f.name.startswith("_fast_") for f in fields)
+        or dataclass_parameters != [f.name for f in fields]  # an InitVar, say
+    ):
         raise TypeError(
-            f"fast_init keeps only plain fields exact; {cls.__name__} has __post_init__, an init=False "
-            "or a keyword-only field"
+            f"fast_init keeps only plain fields exact; {cls.__name__} has __post_init__, an init=False, "
+            "keyword-only or init-only field, or a field named self or _fast_*"
         )
-    namespace: dict[str, Any] = {"_FACTORY": _FACTORY}
+    namespace: dict[str, Any] = {"_fast_factory": _FACTORY}
     parameters, lines = [], []
     for i, (f, slot) in enumerate(zip(fields, slots, strict=True)):
-        namespace[f"_set{i}"] = slot.__set__  # type: ignore[union-attr]
+        namespace[f"_fast_set{i}"] = slot.__set__  # type: ignore[union-attr]
         value = f.name
         if f.default is not dataclasses.MISSING:
-            namespace[f"_default{i}"] = f.default
-            parameters.append(f"{f.name}=_default{i}")
+            namespace[f"_fast_default{i}"] = f.default
+            parameters.append(f"{f.name}=_fast_default{i}")
         elif f.default_factory is not dataclasses.MISSING:
-            namespace[f"_factory{i}"] = f.default_factory
-            parameters.append(f"{f.name}=_FACTORY")
-            value = f"_factory{i}() if {f.name} is _FACTORY else {f.name}"
+            namespace[f"_fast_factory{i}"] = f.default_factory
+            parameters.append(f"{f.name}=_fast_factory")
+            value = f"_fast_factory{i}() if {f.name} is _fast_factory else {f.name}"
         else:
             parameters.append(f.name)
-        lines.append(f"    _set{i}(self, {value})")
+        lines.append(f"    _fast_set{i}(self, {value})")
     source = f"def __init__(self, {', '.join(parameters)}):\n" + "\n".join(lines or ["    pass"])
     exec(source, namespace)  # noqa: S102 - built above from the class's own field names
     init = namespace["__init__"]

@@ -148,10 +148,28 @@ def test_a_factory_default_is_new_for_each_instance() -> None:
         lambda: dataclass(frozen=True, slots=True, kw_only=True)(
             type("KeywordOnly", (), {"__annotations__": {"a": "int"}})
         ),
+        lambda: dataclass(frozen=True, slots=True)(
+            type("InitOnly", (), {"__annotations__": {"a": int, "b": dataclasses.InitVar[int]}})
+        ),
+        lambda: dataclass(frozen=True, slots=True)(type("SelfNamed", (), {"__annotations__": {"self": int}})),
+        lambda: dataclass(frozen=True, slots=True)(
+            type("Clash", (), {"__annotations__": {"_fast_set0": int}})
+        ),
         lambda: type("NotADataclass", (), {}),
     ],
-    ids=["no slots", "not frozen", "__post_init__", "init=False", "keyword-only", "not a dataclass"],
+    ids=[
+        "no slots",
+        "not frozen",
+        "__post_init__",
+        "init=False",
+        "keyword-only",
+        "InitVar",
+        "a field named self",
+        "a field named as the generated code's names",
+        "not a dataclass",
+    ],
 )
 def test_it_refuses_a_class_it_could_not_keep_exact_for(declare: Any) -> None:
-    with pytest.raises(TypeError):
-        fast_init(declare())
+    declared = declare()  # declared outside the check: only fast_init may raise
+    with pytest.raises(TypeError, match="fast_init"):
+        fast_init(declared)
