@@ -1,6 +1,7 @@
 """``fast_init`` (events/fast_init.py): an instance it makes is the one the dataclass's ``__init__`` makes.
 
-Checked on every class that uses it (found by scanning the modules, so none is left out) and on
+Checked on every class that uses it (the modules that apply it are scanned, so a class added to
+one of them is not left out; a module that starts applying it goes into ``SCANNED``) and on
 sample classes with each kind of field it accepts; and it refuses the classes it could not keep
 exact for.
 """
