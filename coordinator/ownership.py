@@ -427,9 +427,13 @@ def _recovery_step(state: Ownership, partition: int, hold: Hold, fact: Fact) -> 
             return _settled(state, partition, hold, fact)
         case BarriersResent(), Phase.RESENDING:
             deciding = replace(hold, phase=Phase.DECIDING)
-            return _with(state, partition, deciding, StartDeciding(partition, hold.claim_epoch, hold.claim_offset))
+            return _with(
+                state, partition, deciding, StartDeciding(partition, hold.claim_epoch, hold.claim_offset)
+            )
         case ResendFailed(), Phase.RESENDING:
-            stop = StopDeciding(partition, f"barriers could not be sent again ({fact.error}); recovering again")
+            stop = StopDeciding(
+                partition, f"barriers could not be sent again ({fact.error}); recovering again"
+            )
             restarted = _restart(state, partition, hold, RETRY_DELAY_S)
             return Step(restarted.state, (stop, *restarted.commands))
         case RecoveryFailed(), (Phase.RECOVERING | Phase.CLAIMING):

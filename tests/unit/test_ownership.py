@@ -155,8 +155,12 @@ class TestGenerations:
 
     def test_a_late_write_result_of_an_old_generation_changes_nothing(self) -> None:
         """The settle of a claim made for a lost generation is ignored."""
-        before = given(*deciding_facts()[:4], PartitionsRevoked(frozenset({P})), PartitionsAssigned(6, frozenset({P})))
-        before.when(ClaimSettled(P, 5, claim_of(ME, 4, 5, 100), 4)).then().holding(P, Hold(6, Phase.RECOVERING))
+        before = given(
+            *deciding_facts()[:4], PartitionsRevoked(frozenset({P})), PartitionsAssigned(6, frozenset({P}))
+        )
+        before.when(ClaimSettled(P, 5, claim_of(ME, 4, 5, 100), 4)).then().holding(
+            P, Hold(6, Phase.RECOVERING)
+        )
 
     def test_an_older_assignment_told_late_is_ignored(self) -> None:
         """Generations only move forward."""
@@ -220,7 +224,8 @@ class TestNewerClaims:
         given(*deciding_facts()).when(ClaimRead(P, theirs)).then(
             StopDeciding(
                 P,
-                "worker worker-b claimed the partition with epoch 5 (generation 6) over this worker's epoch 4",
+                "worker worker-b claimed the partition with epoch 5 (generation 6) "
+                "over this worker's epoch 4",
                 theirs,
             )
         ).holding(
