@@ -52,6 +52,7 @@ __all__ = [
     "FoldJournal",
     "Hold",
     "JournalFolded",
+    "JournalWriteFailed",
     "Ownership",
     "PartitionsAssigned",
     "PartitionsRevoked",
@@ -232,6 +233,16 @@ class ResendFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class JournalWriteFailed:
+    """A journal write of a decided partition failed: the worker's state may hold decisions the
+    journal lacks, so it recovers the partition again from the journal."""
+
+    partition: int
+    generation: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveryFailed:
     """Reading the snapshot or folding the journal failed; ``retry_after_s`` says when to try
     again (an operator's fix, such as a changed partition count, asks for a long wait)."""
@@ -260,6 +271,7 @@ Fact: TypeAlias = (
     | ClaimSettled
     | BarriersResent
     | ResendFailed
+    | JournalWriteFailed
     | RecoveryFailed
     | ClaimRead
 )
@@ -430,10 +442,8 @@ def _recovery_step(state: Ownership, partition: int, hold: Hold, fact: Fact) -> 
             return _with(
                 state, partition, deciding, StartDeciding(partition, hold.claim_epoch, hold.claim_offset)
             )
-        case ResendFailed(), Phase.RESENDING:
-            stop = StopDeciding(
-                partition, f"barriers could not be sent again ({fact.error}); recovering again"
-            )
+        case ResendFailed() | JournalWriteFailed(), Phase.RESENDING | Phase.DECIDING:
+            stop = StopDeciding(partition, f"a write failed ({fact.error}); recovering again")
             restarted = _restart(state, partition, hold, RETRY_DELAY_S)
             return Step(restarted.state, (stop, *restarted.commands))
         case RecoveryFailed(), (Phase.RECOVERING | Phase.CLAIMING):

@@ -36,6 +36,8 @@ class PartitionView:
     ready: bool
     journal_offset: int
     recovery_seconds: float | None
+    phase: str = "DECIDING"
+    """Its :class:`coordinator.ownership.Phase`: ``STEPPED_DOWN`` when a newer claim fenced it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,11 @@ class CoordinatorCollector(Collector):
             "How long claiming and folding the partition took.",
             labels=labels,
         )
+        stepped_down = GaugeMetricFamily(
+            WORKER_PREFIX + "partitions_stepped_down",
+            "Assigned journal partitions this worker stopped deciding because a newer claim fenced it.",
+            value=sum(1 for view in views if view.phase == "STEPPED_DOWN"),
+        )
         for view in views:
             key = [str(view.partition)]
             epoch.add_metric(key, view.epoch)
@@ -157,7 +164,7 @@ class CoordinatorCollector(Collector):
             offset.add_metric(key, view.journal_offset)
             if view.recovery_seconds is not None:
                 recovery.add_metric(key, view.recovery_seconds)
-        yield from (epoch, ready, offset, recovery)
+        yield from (epoch, ready, offset, recovery, stepped_down)
 
         lag = GaugeMetricFamily(
             WORKER_PREFIX + "input_lag",
