@@ -6,7 +6,7 @@
 
 1. **Recovery time against the journal's length.** For journals of 1,000, 100,000 and 1,000,000
    events, each on a one-partition journal topic of a fresh embedded broker, a new owner claims
-   the partition with ``coordinator.service.ownership.claim_partition``, as a worker does when the
+   the partition with ``coordinator.service.claims.claim_partition``, as a worker does when the
    group gives it the partition:
 
    - *with a snapshot*: the newest fold snapshot of the partition (written by the previous owner,
@@ -60,7 +60,7 @@ from rich.table import Table
 from bench.bench_coordinator import Participants, Tail, broker, journal_partition, make_topics
 from bench.cpu import code_checked, machine_line
 from coordinator.service.app import Settings
-from coordinator.service.ownership import ClaimedPartition, claim_partition, snapshot_message
+from coordinator.service.claims import ClaimedPartition, claim_partition, snapshot_message
 from coordinator.service.runtime import Coordinator
 from coordinator.service.supervisor import CoordinatorProcess
 from coordinator.simulate import simulate

@@ -23,52 +23,31 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from coordinator.ownership import UNKNOWN_GENERATION
+from coordinator.service.claims import PartitionRecovery, new_worker_id, snapshot_message
 from coordinator.service.direct import DirectConsumer, use_direct_consumer
 from coordinator.service.gc_schedule import GC_INTERVAL_S, ScheduledCollections
-from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
-from coordinator.service.ownership import (
-    PartitionCountChanged,
-    claim_partition,
-    new_worker_id,
-    snapshot_message,
-)
+from coordinator.service.metrics import InputLag
 from coordinator.service.runtime import Coordinator, Outcome
+from coordinator.service.views import register_views
 from coordinator.service.watchdog import MEMBER_FILE_ENV, membership_of, record_membership
+from coordinator.service.watcher import JournalWatcher
+from coordinator.service.worker import Worker
 from coordinator.service.writer import Writer, Written
 from coordinator.snapshot import PartitionSnapshot
-from coordinator.state import state_json
-from coordinator.stats import checkpoints_json, config_json, entry_json
 from events.broker import create_topics, partition_counts, topic_config
 from events.client_config import aiokafka_security, client_properties, faust_credentials
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 log = logging.getLogger("cutline.coordinator")
-
-
-@dataclass(slots=True, eq=False)
-class Owner:
-    """This worker's hold on one partition: ``ready`` once it is claimed and folded (and set again,
-    with ``revoked``, when it is taken away, to wake what waits for it)."""
-
-    epoch: int = 0
-    journal_offset: int = -1
-    """The last journal offset this worker has written (or read to) in the partition."""
-    snapshot_offset: int = -1
-    """The journal offset the last snapshot it wrote covers."""
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    revoked: bool = False
-    task: asyncio.Future[None] | None = None
-    recovery_seconds: float | None = None
-    """How long claiming and folding the partition took (for metrics)."""
 
 
 @dataclass(frozen=True)
@@ -112,10 +91,6 @@ class Settings:
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
-
-RECLAIM_MISPLACED_S = 30.0
-"""Seconds between claims of a partition whose jobs belong elsewhere (``PartitionCountChanged``):
-only an operator can fix that, so the error is logged twice a minute, not every second."""
 
 SLOW_BATCH_S = 1.0
 """A batch of input that took longer than this from its fetch to its durable journal writes, or
@@ -163,16 +138,6 @@ def _patch_fetch_wait(wait_ms: int) -> None:
 
     faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer = create  # type: ignore[method-assign]
 
-
-DASHBOARD = {
-    path.name: path.read_bytes() for path in (Path(__file__).parent / "dashboard").iterdir() if path.is_file()
-}
-"""The web dashboard's static files (coordinator/service/dashboard/), served at ``/``."""
-ASSET_TYPES = {
-    ".html": "text/html; charset=utf-8",
-    ".js": "text/javascript; charset=utf-8",
-    ".css": "text/css; charset=utf-8",
-}
 
 JOURNAL_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 """The journal is the state: it is kept for ever (DESIGN §4a)."""
@@ -333,37 +298,9 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     coordinator = Coordinator(
         topics, partitions=settings.partitions, savepoint_roots=settings.savepoint_roots
     )
-    recovered = asyncio.Event()
     publish_lock = asyncio.Lock()
-    owners: dict[int, Owner] = {}
     input_topics = {*topics.inputs, settings.ticks_topic}
-    worker_id = new_worker_id()
     member_file = os.environ.get(MEMBER_FILE_ENV)
-
-    def raw_topic(name: str) -> faust.TopicT:
-        return app.topic(
-            name,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.partitions,
-        )
-
-    ticks_topic = raw_topic(settings.ticks_topic)
-
-    async def publish(outcomes: Sequence[Outcome]) -> set[int]:
-        """Journal first; barriers and dead letters once the broker holds the journal records.
-
-        Every write is awaited: input offsets are committed (acked) only after every journal
-        write of the input is acknowledged. Returns the partitions whose writes failed."""
-        journal = [m for o in outcomes for m in o.messages if m.topic == topics.checkpoints]
-        others = [m for o in outcomes for m in o.messages if m.topic != topics.checkpoints]
-        failed = _note(await writer().write(journal))
-        if others:
-            failed |= _note(await writer().write([m for m in others if _home(m.key) not in failed]))
-        return failed
-
     writers: list[Writer] = []
 
     def writer() -> Writer:
@@ -379,195 +316,30 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
             )
         return writers[0]
 
-    @app.on_before_shutdown.connect  # type: ignore[arg-type]
-    async def close_writer(sender: Any, **kwargs: Any) -> None:
-        for made in writers:
-            await asyncio.get_running_loop().run_in_executor(None, made.close)
+    def _home(key: bytes | None) -> int:
+        """The partition of the job a record is keyed by (-1 for no key)."""
+        return coordinator.partition_of(key.decode("utf-8", "replace")) if key else -1
+
+    async def publish(outcomes: Sequence[Outcome]) -> set[int]:
+        """Journal first; barriers and dead letters once the broker holds the journal records.
+
+        Every write is awaited: input offsets are committed (acked) only after every journal
+        write of the input is acknowledged. Returns the partitions whose writes failed."""
+        journal = [m for o in outcomes for m in o.messages if m.topic == topics.checkpoints]
+        others = [m for o in outcomes for m in o.messages if m.topic != topics.checkpoints]
+        failed = _note(await writer().write(journal))
+        if others:
+            failed |= _note(await writer().write([m for m in others if _home(m.key) not in failed]))
+        return failed
 
     def _note(written: Written) -> set[int]:
         """The partitions whose writes failed; the journal offsets of the others move on."""
         for (topic, partition), error in written.failed.items():
             log.error("write to %s[%d] failed: %s; the partition recovers", topic, partition, error)
         for (topic, partition), offset in written.last_offsets.items():
-            if topic == topics.checkpoints and partition in owners:
-                owner = owners[partition]
-                owner.journal_offset = max(owner.journal_offset, offset)
+            if topic == topics.checkpoints:
+                worker.written(partition, offset)
         return {partition for _, partition in written.failed if partition >= 0}  # -1: no job to recover
-
-    def _home(key: bytes | None) -> int:
-        """The partition of the job a record is keyed by (-1 for no key)."""
-        return coordinator.partition_of(key.decode("utf-8", "replace")) if key else -1
-
-    def assigned_partitions() -> set[int]:
-        return {tp.partition for tp in app.consumer.assignment() if tp.topic in input_topics}
-
-    async def wait_for_owners(partitions_of_batch: set[int]) -> None:
-        """Hold a batch until each of its partitions is claimed and folded (or revoked).
-
-        Faust may hand over messages of a new assignment before ``on_assigned`` has run (it
-        resumes streams early when the app has no tables): such a partition is claimed here."""
-        for partition in partitions_of_batch:
-            if partition not in owners and partition in assigned_partitions():
-                start_recovery(partition)
-            owner = owners.get(partition)
-            if owner is not None:
-                await owner.ready.wait()
-
-    async def decide_batch(messages: Sequence[Any], decide: Callable[[Any, Owner], Outcome | None]) -> None:
-        """Decide ``messages`` in order as the owner of their partitions, publish, and retry what a
-        failed write lost once its partition has recovered (inputs the journal holds are skipped)."""
-        failures = 0
-        arrived = time.monotonic()
-        while True:
-            await wait_for_owners({m.partition for m in messages})
-            async with publish_lock:
-                if any(not owners[m.partition].ready.is_set() for m in messages if m.partition in owners):
-                    continue  # a partition started recovering meanwhile
-                deciding = time.monotonic()
-                outcomes = []
-                with coordinator.batch():  # one view of the file system for the batch's link checks
-                    for message in messages:
-                        owner = owners.get(message.partition)
-                        if owner is None or not owner.ready.is_set():
-                            continue  # revoked: its new owner decides it
-                        outcome = decide(message, owner)
-                        if outcome is not None:
-                            outcomes.append(outcome)
-                decided = time.monotonic()
-                if isinstance(app.consumer, DirectConsumer):
-                    app.consumer.prefetch()  # the next batch comes in while the journal is written
-                failed = await publish(outcomes)
-                _report_slow_batch(messages, arrived, deciding, decided, time.monotonic())
-                if not failed:
-                    return
-                for partition in failed:
-                    start_recovery(partition, again=True)
-            failures += 1
-            # A write that keeps failing (a broker refusing the record) must not spin: back off.
-            await asyncio.sleep(min(30.0, 0.25 * 2**failures))
-
-    def decide_input(message: Any, owner: Owner) -> Outcome | None:
-        if coordinator.already_decided(message.topic, message.partition, message.offset):
-            return None
-        return coordinator.handle(
-            message.topic,
-            message.partition,
-            message.offset,
-            message.key,
-            message.value,
-            now_ms(),
-            headers=message.headers,
-            epoch=owner.epoch,
-        )
-
-    def decide_tick(message: Any, owner: Owner) -> Outcome | None:
-        try:
-            job_id = message.key.decode()
-        except (AttributeError, UnicodeDecodeError):
-            log.warning(
-                "tick without a job id at %s[%d]@%d skipped", message.topic, message.partition, message.offset
-            )
-            return None
-        if job_id not in coordinator.states:
-            return None  # a job of a partition this worker no longer (or not yet) holds
-        return coordinator.tick(job_id, now_ms(), epoch=owner.epoch)
-
-    def decide(message: Any, owner: Owner) -> Outcome | None:
-        return (decide_tick if message.topic == settings.ticks_topic else decide_input)(message, owner)
-
-    async def decide_fetched(messages: Sequence[Any]) -> None:
-        """Each fetched batch of inputs and ticks, decided at once (coordinator/service/direct.py)."""
-        await decide_batch(messages, decide)
-
-    use_direct_consumer(
-        app,
-        [raw_topic(name) for name in sorted(input_topics)],
-        decide_fetched,
-        between_batches=collections.collect_deferred,
-    )
-
-    ticked: dict[str, int] = {}
-
-    @app.timer(settings.tick_interval)
-    async def send_ticks() -> None:
-        # Every worker ticks the jobs it holds (those of its claimed partitions); a tick decides
-        # nothing unless due.
-        now = now_ms()
-        for job_id in coordinator.due(now):
-            if ticked.get(job_id, 0) + 50 > now:
-                continue  # the last tick is still on its way
-            ticked[job_id] = now
-            await ticks_topic.send(key=job_id.encode(), value=str(now).encode())
-
-    def start_recovery(partition: int, again: bool = False) -> None:
-        """Claim and fold ``partition`` in the background; its input waits meanwhile."""
-        previous = owners.get(partition)
-        if previous is not None and not again:
-            return
-        if previous is not None:
-            previous.revoked = True
-        owner = owners[partition] = Owner()
-        coordinator.drop_partition(partition)
-        recovered.clear()
-        owner.task = asyncio.ensure_future(recover_partition(partition, owner))
-
-    async def recover_partition(partition: int, owner: Owner) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                claimed = await loop.run_in_executor(
-                    None,
-                    lambda: claim_partition(
-                        settings.bootstrap,
-                        topics,
-                        settings.snapshots_topic,
-                        settings.partitions,
-                        partition,
-                        worker_id,
-                    ),
-                )
-                break
-            except PartitionCountChanged as exc:
-                if owner.revoked:
-                    return
-                log.error("%s; its jobs get no checkpoints. Trying again in %g s", exc, RECLAIM_MISPLACED_S)
-                await asyncio.sleep(RECLAIM_MISPLACED_S)
-            except Exception:
-                if owner.revoked:
-                    return
-                log.exception("claiming journal partition %d failed; trying again in 1 s", partition)
-                await asyncio.sleep(1.0)
-        async with publish_lock:
-            if owner.revoked or owners.get(partition) is not owner:
-                return  # revoked while it folded: the claim is void or will be
-            coordinator.merge(claimed.coordinator, partition)
-            owner.epoch = claimed.epoch
-            owner.journal_offset = claimed.claim_offset
-            owner.recovery_seconds = claimed.seconds
-            failed = await publish([Outcome(messages=coordinator.resume(now_ms(), partition, owner.epoch))])
-            if failed:
-                log.error("barriers of partition %d could not be resent; recovering it again", partition)
-                start_recovery(partition, again=True)
-                return
-            # The first snapshot of this epoch, before any decision: a later claimer that sees this
-            # epoch's intent finds its snapshot (ownership.py, "Claim intents").
-            snapshot = coordinator.snapshot(partition, owner.epoch, owner.journal_offset, now_ms())
-        if await write_snapshot(snapshot):
-            owner.snapshot_offset = snapshot.journal_offset
-        # else: a later claimer sees this epoch's intent without its snapshot and folds from the
-        # start of the journal (ownership.py): slower, never wrong.
-        log.info(
-            "claimed journal partition %d with epoch %d at offset %d: %d records folded%s in %.2fs",
-            partition,
-            claimed.epoch,
-            claimed.claim_offset,
-            claimed.folded,
-            "" if claimed.snapshot_offset is None else f" after the snapshot at {claimed.snapshot_offset}",
-            claimed.seconds,
-        )
-        owner.ready.set()
-        if all(o.ready.is_set() for o in owners.values()):
-            recovered.set()
 
     async def write_snapshot(snapshot: PartitionSnapshot) -> bool:
         """Write ``snapshot`` to the snapshots topic and wait for the broker; False if it failed."""
@@ -585,18 +357,130 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
             return False
         return True
 
+    worker = Worker(
+        new_worker_id(),
+        coordinator,
+        publish_lock,
+        publish,
+        write_snapshot,
+        lambda partition: PartitionRecovery(
+            settings.bootstrap,
+            topics,
+            settings.snapshots_topic,
+            settings.partitions,
+            partition,
+            worker.worker_id,
+        ),
+        now_ms,
+    )
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def close_writer(sender: Any, **kwargs: Any) -> None:
+        await worker.close()
+        for watcher in watchers:
+            await asyncio.get_running_loop().run_in_executor(None, watcher.close)
+        for made in writers:
+            await asyncio.get_running_loop().run_in_executor(None, made.close)
+
+    def pending(partition: int) -> bool:
+        """Does the consumer hold ``partition`` in a generation the worker has not been told of?"""
+        generation = getattr(app, "consumer_generation_id", -1)
+        return generation > worker.ownership.generation and any(
+            tp.partition == partition for tp in app.consumer.assignment() if tp.topic in input_topics
+        )
+
+    async def decide_batch(messages: Sequence[Any]) -> None:
+        """Decide ``messages`` in order for the partitions this worker decides, publish, and go on
+        once the writes are acknowledged; a partition whose write failed recovers again."""
+        arrived = time.monotonic()
+        partitions = {m.partition for m in messages}
+        failures = 0
+        while True:
+            await worker.settle(partitions, pending, patience=2 * settings.session_timeout)
+            async with publish_lock:
+                if any(worker.holds(p) and worker.epoch_of(p) is None for p in partitions):
+                    continue  # a partition started recovering (or stepped down) meanwhile
+                deciding = time.monotonic()
+                outcomes = decide_all(messages)
+                decided = time.monotonic()
+                if isinstance(app.consumer, DirectConsumer):
+                    app.consumer.prefetch()  # the next batch comes in while the journal is written
+                failed = await publish(outcomes)
+            _report_slow_batch(messages, arrived, deciding, decided, time.monotonic())
+            if not failed:
+                return
+            # The failed partitions recover from the journal, then the batch is decided again
+            # (what the journal holds is skipped: Coordinator.already_decided).
+            for partition in failed:
+                worker.write_failed(partition, "a journal write failed")
+            failures += 1
+            # A write that keeps failing (a broker refusing the record) must not spin: back off.
+            await asyncio.sleep(min(30.0, 0.25 * 2**failures))
+
+    def decide_all(messages: Sequence[Any]) -> list[Outcome]:
+        outcomes = []
+        with coordinator.batch():  # one view of the file system for the batch's link checks
+            for message in messages:
+                epoch = worker.epoch_of(message.partition)
+                if epoch is None:
+                    continue  # not decided here: its owner decides it
+                outcome = decide(message, epoch)
+                if outcome is not None:
+                    outcomes.append(outcome)
+        return outcomes
+
+    def decide(message: Any, epoch: int) -> Outcome | None:
+        if message.topic == settings.ticks_topic:
+            return decide_tick(message, epoch)
+        if coordinator.already_decided(message.topic, message.partition, message.offset):
+            return None
+        return coordinator.handle(
+            message.topic,
+            message.partition,
+            message.offset,
+            message.key,
+            message.value,
+            now_ms(),
+            headers=message.headers,
+            epoch=epoch,
+        )
+
+    def decide_tick(message: Any, epoch: int) -> Outcome | None:
+        try:
+            job_id = message.key.decode()
+        except (AttributeError, UnicodeDecodeError):
+            log.warning(
+                "tick without a job id at %s[%d]@%d skipped", message.topic, message.partition, message.offset
+            )
+            return None
+        if job_id not in coordinator.states:
+            return None  # a job of a partition this worker no longer (or not yet) holds
+        return coordinator.tick(job_id, now_ms(), epoch=epoch)
+
+    use_direct_consumer(
+        app,
+        [raw_topic(app, name, settings.partitions) for name in sorted(input_topics)],
+        decide_batch,
+        between_batches=collections.collect_deferred,
+    )
+    ticks_topic = raw_topic(app, settings.ticks_topic, settings.partitions)
+    ticked: dict[str, int] = {}
+
+    @app.timer(settings.tick_interval)
+    async def send_ticks() -> None:
+        # Every worker ticks the jobs it holds (those of its claimed partitions); a tick decides
+        # nothing unless due.
+        now = now_ms()
+        for job_id in coordinator.due(now):
+            if ticked.get(job_id, 0) + 50 > now:
+                continue  # the last tick is still on its way
+            ticked[job_id] = now
+            await ticks_topic.send(key=job_id.encode(), value=str(now).encode())
+
     @app.timer(settings.snapshot_interval)
     async def write_snapshots() -> None:
-        """Bounded recovery: a snapshot of each owned partition whose journal moved since its last."""
-        for partition, owner in list(owners.items()):
-            if not owner.ready.is_set() or owner.revoked or owner.journal_offset <= owner.snapshot_offset:
-                continue
-            async with publish_lock:  # no decision half-published: the state is the journal's fold
-                if owners.get(partition) is not owner or not owner.ready.is_set():
-                    continue
-                snapshot = coordinator.snapshot(partition, owner.epoch, owner.journal_offset, now_ms())
-            if await write_snapshot(snapshot):
-                owner.snapshot_offset = snapshot.journal_offset
+        """Bounded recovery: a snapshot of each decided partition whose journal moved since its last."""
+        await worker.write_snapshots()
 
     @app.timer(GC_INTERVAL_S)
     async def collect_garbage() -> None:
@@ -608,146 +492,29 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
         else:
             collections.collect()
 
+    watchers: list[JournalWatcher] = []
+
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
-        """Stop deciding revoked partitions at once; wait for a decision in flight and its writes."""
-        gone = {tp.partition for tp in revoked if tp.topic in input_topics}
-        for partition in gone:
-            owner = owners.pop(partition, None)
-            if owner is not None:
-                owner.revoked = True
-                owner.ready.set()  # wakes batches that wait for it; they skip a revoked partition
-        async with publish_lock:
-            for partition in gone:
-                coordinator.drop_partition(partition)
+        """Stop deciding revoked partitions at once (the worker drops their state under the lock)."""
+        worker.revoked({tp.partition for tp in revoked if tp.topic in input_topics})
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
-        """Claim every newly assigned partition (in the background: the rebalance must not wait)."""
-        mine = {tp.partition for tp in assigned if tp.topic in input_topics}
-        for partition in sorted(mine - owners.keys()):
-            start_recovery(partition)
+        """Tell the worker its whole assignment and the generation (it claims in the background)."""
+        if not watchers:
+            watcher = JournalWatcher(
+                settings.bootstrap, topics.checkpoints, asyncio.get_running_loop(), worker.journal_read
+            )
+            worker.watch, worker.unwatch = watcher.watch, watcher.unwatch
+            watchers.append(watcher)
+        generation = getattr(app, "consumer_generation_id", UNKNOWN_GENERATION)
+        worker.assigned(generation, {tp.partition for tp in assigned if tp.topic in input_topics})
         app.cutline_assigned = True  # type: ignore[attr-defined]
         if member_file:
             membership = membership_of(app.consumer)
             if membership is not None:
                 record_membership(Path(member_file), membership)  # for the watchdog, should this die
-        if all(o.ready.is_set() for o in owners.values()):
-            recovered.set()
-
-    @app.page("/ready")
-    async def get_ready(web: Any, request: Any) -> Any:
-        return web.json(
-            {
-                "recovered": recovered.is_set(),
-                "jobs": len(coordinator.states),
-                "worker": worker_id,
-                "pid": os.getpid(),
-                "partitions": {
-                    str(p): {"epoch": o.epoch, "ready": o.ready.is_set()} for p, o in owners.items()
-                },
-            }
-        )
-
-    @app.page("/jobs")
-    async def get_jobs(web: Any, request: Any) -> Any:
-        return web.json(
-            {"jobs": [job_overview(job_id, state) for job_id, state in sorted(coordinator.states.items())]}
-        )
-
-    def job_overview(job_id: str, state: Any) -> dict[str, Any]:
-        stats = coordinator.stats.get(job_id)
-        latest = stats.latest_completed if stats else None
-        return {
-            "id": job_id,
-            "status": state.status,
-            "attempt": state.attempt,
-            "restarts": state.restarts,
-            "counts": {
-                "total": stats.total if stats else 0,
-                "completed": stats.completed if stats else 0,
-                "in_progress": stats.in_progress if stats else 0,
-                "failed": stats.failed if stats else 0,
-            },
-            "last_completed": None
-            if latest is None
-            else {"id": latest.id, "timestamp": latest.trigger_timestamp + (latest.end_to_end_duration or 0)},
-        }
-
-    @app.page("/workers")
-    async def get_workers(web: Any, request: Any) -> Any:
-        """This worker and every member of the group with the journal partitions it owns (Faust's
-        assignor knows each member's web URL): the dashboard links to the others."""
-        self_url = str(app.conf.canonical_url)
-        held: dict[str, set[int]] = {self_url: set()}
-        with contextlib.suppress(Exception):  # no assignment yet: only this worker
-            for url, by_topic in app.router.external_topics_metadata().items():
-                held.setdefault(str(url), set()).update(by_topic.get(topics.job_status, ()))
-        return web.json(
-            {
-                "self": self_url,
-                "workers": [{"url": u, "partitions": sorted(p)} for u, p in sorted(held.items())],
-            }
-        )
-
-    @app.page("/jobs/{job_id}/checkpoints/trend")
-    async def get_trend(web: Any, request: Any, job_id: str) -> Any:
-        """Durations and sizes of the last completed checkpoints (at most 100), oldest first."""
-        stats = coordinator.stats.get(job_id)
-        if job_id not in coordinator.states:
-            return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
-        return web.json(
-            {
-                "end_to_end_duration": list(stats.durations[-100:]) if stats else [],
-                "state_size": list(stats.sizes[-100:]) if stats else [],
-            }
-        )
-
-    @app.page("/")
-    async def get_root(web: Any, request: Any) -> Any:
-        return web.bytes(DASHBOARD["index.html"], headers={"Content-Type": "text/html; charset=utf-8"})
-
-    @app.page("/dashboard/{name}")
-    async def get_asset(web: Any, request: Any, name: str) -> Any:
-        if name not in DASHBOARD:
-            return web.json({"errors": [f"no dashboard file {name!r}"]}, status=404)
-        return web.bytes(DASHBOARD[name], headers={"Content-Type": ASSET_TYPES[Path(name).suffix]})
-
-    @app.page("/jobs/{job_id}/checkpoints")
-    async def get_checkpoints(web: Any, request: Any, job_id: str) -> Any:
-        if job_id not in coordinator.states:
-            return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
-        return web.json(checkpoints_json(coordinator.checkpoint_stats(job_id)))
-
-    @app.page("/jobs/{job_id}/state")
-    async def get_state(web: Any, request: Any, job_id: str) -> Any:
-        state = coordinator.states.get(job_id)
-        if state is None:
-            return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
-        return web.json(state_json(state))
-
-    @app.page("/jobs/{job_id}/checkpoints/config")
-    async def get_checkpoint_config(web: Any, request: Any, job_id: str) -> Any:
-        state = coordinator.states.get(job_id)
-        if state is None:
-            return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
-        return web.json(config_json(state.config))
-
-    @app.page("/jobs/{job_id}/checkpoints/details/{checkpoint_id}")
-    async def get_checkpoint_details(web: Any, request: Any, job_id: str, checkpoint_id: str) -> Any:
-        stats = coordinator.checkpoint_stats(job_id)
-        entry = stats.entry(int(checkpoint_id)) if stats and checkpoint_id.isdigit() else None
-        if entry is None:
-            return web.json(
-                {"errors": [f"checkpoint {checkpoint_id} of {job_id} is not in the history"]}, status=404
-            )
-        return web.json(entry_json(entry))
-
-    def partition_views() -> list[PartitionView]:
-        return [
-            PartitionView(p, o.epoch, o.ready.is_set(), o.journal_offset, o.recovery_seconds)
-            for p, o in list(owners.items())
-        ]
 
     def input_lag() -> list[InputLag]:
         consumer = app.consumer
@@ -759,16 +526,25 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
                 lags.append(InputLag(tp.topic, tp.partition, max(0, highwater - position - 1)))
         return lags
 
-    metrics = registry_for(CoordinatorCollector(coordinator, partition_views, input_lag, collections))
+    def recovered() -> bool:
+        return bool(getattr(app, "cutline_assigned", False)) and worker.recovered()
 
-    @app.page("/metrics")
-    async def get_metrics(web: Any, request: Any) -> Any:
-        """Prometheus text format (coordinator/service/metrics.py)."""
-        return web.bytes(generate_latest(metrics), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
+    register_views(app, coordinator, worker, topics, recovered, input_lag, collections)
     app.cutline_coordinator = coordinator  # type: ignore[attr-defined]
-    app.cutline_recovered = recovered  # type: ignore[attr-defined]
+    app.cutline_worker = worker  # type: ignore[attr-defined]
     return app
+
+
+def raw_topic(app: faust.App, name: str, partitions: int) -> faust.TopicT:
+    """A topic of raw bytes keys and values."""
+    return app.topic(
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
 
 
 def run(settings: Settings, loglevel: str = "warning") -> None:

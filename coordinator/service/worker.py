@@ -146,6 +146,10 @@ class Worker:
         owner = self.owners.get(partition)
         return None if owner is None else owner.epoch
 
+    def holds(self, partition: int) -> bool:
+        """Is ``partition`` assigned to this worker (decided, recovering or stepped down)?"""
+        return partition in self.ownership.holds
+
     def recovered(self) -> bool:
         """Every held partition is decided (none recovering, none stepped down)."""
         return all(h.phase is Phase.DECIDING for h in self.ownership.holds.values())

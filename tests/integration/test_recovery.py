@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Producer
 
 from coordinator.decider import fold_jobs
-from coordinator.service.ownership import (
+from coordinator.service.claims import (
     SNAPSHOT_PARTITIONS_HEADER,
     ClaimedPartition,
     PartitionCountChanged,
