@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import faust
+from confluent_kafka import Producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from coordinator.ownership import UNKNOWN_GENERATION
@@ -45,6 +46,7 @@ from coordinator.service.writer import Writer, Written
 from coordinator.snapshot import PartitionSnapshot
 from events.broker import create_topics, partition_counts, topic_config
 from events.client_config import aiokafka_security, client_properties, faust_credentials
+from events.kafka import producer_config
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 log = logging.getLogger("cutline.coordinator")
@@ -357,6 +359,14 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
             return False
         return True
 
+    claim_producers: list[Producer] = []
+
+    def claim_producer() -> Producer:
+        """One producer for every claim this worker writes (thread-safe; made on first use)."""
+        if not claim_producers:
+            claim_producers.append(Producer(producer_config(settings.bootstrap)))
+        return claim_producers[0]
+
     worker = Worker(
         new_worker_id(),
         coordinator,
@@ -370,6 +380,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
             settings.partitions,
             partition,
             worker.worker_id,
+            producer=claim_producer(),
         ),
         now_ms,
     )
@@ -381,6 +392,8 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
             await asyncio.get_running_loop().run_in_executor(None, watcher.close)
         for made in writers:
             await asyncio.get_running_loop().run_in_executor(None, made.close)
+        for producer in claim_producers:
+            await asyncio.get_running_loop().run_in_executor(None, producer.flush, 10)
 
     def pending(partition: int) -> bool:
         """Does the consumer hold ``partition`` in a generation the worker has not been told of?"""
@@ -510,7 +523,6 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
             watchers.append(watcher)
         generation = getattr(app, "consumer_generation_id", UNKNOWN_GENERATION)
         worker.assigned(generation, {tp.partition for tp in assigned if tp.topic in input_topics})
-        app.cutline_assigned = True  # type: ignore[attr-defined]
         if member_file:
             membership = membership_of(app.consumer)
             if membership is not None:
@@ -527,7 +539,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
         return lags
 
     def recovered() -> bool:
-        return bool(getattr(app, "cutline_assigned", False)) and worker.recovered()
+        return worker.recovered()
 
     register_views(app, coordinator, worker, topics, recovered, input_lag, collections)
     app.cutline_coordinator = coordinator  # type: ignore[attr-defined]

@@ -62,7 +62,7 @@ from events.codec import encode
 from events.fencing import Fence, epoch_header, epoch_of
 from events.kafka import consumer_config, job_key, partition_for, producer_config
 from events.kafka import read_to_end as read_partition_to_end
-from events.log import LogMessage, fenced_journal, log_message, read_to_end
+from events.log import LogMessage, fenced_journal, log_message
 from events.records import CoordinatorClaimed
 from events.topics import DEFAULT_PARTITIONS, Topics
 
@@ -158,25 +158,22 @@ def stored_snapshot(message: LogMessage) -> StoredSnapshot | None:
 
 
 def read_latest_snapshot(
-    bootstrap: str, topic: str, partition: int, timeout: float | None
+    consumer: Consumer, topic: str, partition: int, timeout: float | None
 ) -> tuple[StoredSnapshot | None, int]:
     """The last snapshot of ``partition`` and how many messages were read to find it: the read
     starts one message before where ListOffsets says the partition ends (short by up to a batch on
-    the embedded broker) and goes on to the end a fetch reports."""
-    consumer = Consumer(consumer_config(bootstrap))
-    try:
-        low, latest = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=10.0 if timeout is None else timeout, cached=False
-        )
-        start = max(int(low), int(latest) - 1, 0)
-        latest_snapshot: StoredSnapshot | None = None
-        read = 0
-        for message in read_partition_to_end(consumer, topic, partition, timeout, start=start):
-            read += 1
-            latest_snapshot = stored_snapshot(log_message(message)) or latest_snapshot
-        return latest_snapshot, read
-    finally:
-        consumer.close()
+    the embedded broker) and goes on to the end a fetch reports. ``consumer`` is otherwise unused."""
+    low, latest = consumer.get_watermark_offsets(
+        TopicPartition(topic, partition), timeout=10.0 if timeout is None else timeout, cached=False
+    )
+    start = max(int(low), int(latest) - 1, 0)
+    latest_snapshot: StoredSnapshot | None = None
+    read = 0
+    for message in read_partition_to_end(consumer, topic, partition, timeout, start=start):
+        read += 1
+        latest_snapshot = stored_snapshot(log_message(message)) or latest_snapshot
+    consumer.unassign()
+    return latest_snapshot, read
 
 
 class PartitionCountChanged(RuntimeError):
@@ -237,7 +234,9 @@ class PartitionRecovery:
         load: SnapshotLoader | None = load_snapshot,
         timeout: float | None = 30.0,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        producer: Producer | None = None,
     ) -> None:
+        """``producer``: the worker's, shared by its recoveries (one is made, and closed, if None)."""
         self.bootstrap, self.topics, self.snapshots_topic = bootstrap, topics, snapshots_topic
         self.partitions, self.partition, self.worker_id = partitions, partition, worker_id
         self._load, self._timeout, self._now_ms = load, timeout, now_ms
@@ -252,12 +251,13 @@ class PartitionRecovery:
         """Journal records read (valid or void) after the snapshot."""
         self.highest_epoch = 0
         self.started = time.monotonic()
-        self._producer: Producer | None = None
+        self._producer, self._own_producer = producer, producer is None
+        self._consumer: Consumer | None = None
 
     def read_snapshot(self, generation: int) -> SnapshotRead:
         """Load the partition's latest snapshot (if any, and usable) into the fold."""
         stored, self.snapshots_read = read_latest_snapshot(
-            self.bootstrap, self.snapshots_topic, self.partition, self._timeout
+            self.consumer(), self.snapshots_topic, self.partition, self._timeout
         )
         if stored is None or self._load is None:
             return SnapshotRead(self.partition, generation, 0, -1)
@@ -317,10 +317,20 @@ class PartitionRecovery:
             return RecoveryFailed(self.partition, generation, f"no valid claim up to offset {offset}")
         return ClaimSettled(self.partition, generation, effective, self.highest_epoch)
 
+    def consumer(self) -> Consumer:
+        """The recovery's one consumer (every read of it, one after another)."""
+        if self._consumer is None:
+            # partition EOF: a read that reaches the end hears so at once, not after a fetch wait
+            self._consumer = Consumer(consumer_config(self.bootstrap, extra={"enable.partition.eof": True}))
+        return self._consumer
+
     def close(self) -> None:
-        if self._producer is not None:
+        if self._producer is not None and self._own_producer:
             self._producer.flush(10)
             self._producer = None
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
     def _fold(self, until: int | None) -> Claim | None:
         """Read from ``next_offset`` to ``until`` (or the end) into the fold; the last valid claim."""
@@ -332,21 +342,27 @@ class PartitionRecovery:
             # is impossible, stopping would leave every job without a coordinator: skip it loudly.
             log.error("journal %s[%d]@%d skipped: %s", message.topic, self.partition, message.offset, problem)
 
+        consumer = self.consumer()
         messages = _counted(
-            read_to_end(
-                self.bootstrap,
+            log_message(m)
+            for m in read_partition_to_end(
+                consumer,
                 self.topics.checkpoints,
-                [self.partition],
-                timeout=self._timeout,
+                self.partition,
+                self._timeout,
                 start=self.next_offset,
                 until=until,
             )
         )
-        for record, message in fenced_journal(messages.each(), skip, fences):
-            if isinstance(record, CoordinatorClaimed):
-                last_claim = claim_of(record, message)
-            else:
-                self.coordinator.apply(record, message.headers.get(CAUSE_HEADER), epoch_of(message.headers))
+        try:
+            for record, message in fenced_journal(messages.each(), skip, fences):
+                if isinstance(record, CoordinatorClaimed):
+                    last_claim = claim_of(record, message)
+                else:
+                    epoch = epoch_of(message.headers)
+                    self.coordinator.apply(record, message.headers.get(CAUSE_HEADER), epoch)
+        finally:
+            consumer.unassign()
         self.fence = fences[self.partition]
         self.folded += messages.count
         if messages.last is not None:

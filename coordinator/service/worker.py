@@ -93,6 +93,8 @@ class Worker:
         self.runtime = runtime
         self.owners: dict[int, Owner] = {}
         """The partitions this worker decides now."""
+        self.assignment_pending = True
+        """No assignment told yet, or a rebalance revoked partitions and has not assigned yet."""
         self.stepped_down_total = 0
         """Times a newer claim made this worker stop deciding a partition (for metrics)."""
         self._lock, self._publish, self._write_snapshot = publish_lock, publish, write_snapshot
@@ -106,9 +108,11 @@ class Worker:
     # ------------------------------------------------------------ told by the transport
 
     def assigned(self, generation: int, partitions: Iterable[int]) -> None:
+        self.assignment_pending = False
         self.tell(PartitionsAssigned(generation, frozenset(partitions)))
 
     def revoked(self, partitions: Iterable[int]) -> None:
+        self.assignment_pending = True  # a rebalance: the next assignment is on its way
         self.tell(PartitionsRevoked(frozenset(partitions)))
 
     def journal_read(self, partition: int, claims: list[Claim], position: int) -> None:
@@ -151,8 +155,10 @@ class Worker:
         return partition in self.ownership.holds
 
     def recovered(self) -> bool:
-        """Every held partition is decided (none recovering, none stepped down)."""
-        return all(h.phase is Phase.DECIDING for h in self.ownership.holds.values())
+        """Assigned, and every held partition is decided (none recovering, none stepped down)."""
+        return not self.assignment_pending and all(
+            h.phase is Phase.DECIDING for h in self.ownership.holds.values()
+        )
 
     async def settle(self, partitions: set[int], pending: Callable[[int], bool], patience: float) -> None:
         """Wait until each of ``partitions`` is decided here or is not this worker's.

@@ -1,0 +1,377 @@
+"""Ownership under the races that used to fence the rightful owner, with real worker processes.
+
+Two scenarios an adversarial operator runs: a second worker joins while the first still has
+dozens of claims queued (topics of 96 partitions), and a worker is paused (SIGSTOP) in the
+middle of a claim, past the session timeout, then resumed. Throughout, a monitor compares what
+each worker says it decides (``/ready``) with the effective claims of the journal (the fencing
+rule over the log): no worker may go on deciding a partition whose effective claim is another's
+for more than 1 s, and every job completes checkpoints again within the session timeout + 5 s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from coordinator.service.supervisor import CoordinatorProcess, stop_all
+from events.broker import create_topics
+from events.codec import decode
+from events.fencing import Fence, epoch_of
+from events.kafka import consumer_config, job_key, partition_for
+from events.participant import JobDriver, Participant
+from events.records import CheckpointBarrier, CheckpointConfig, CoordinatorClaimed
+from events.topics import Topics
+from tests.integration.test_ownership import Jobs
+
+SESSION_TIMEOUT = float(os.environ["CUTLINE_SESSION_TIMEOUT"])
+MANY_PARTITIONS = 96
+STALE_LIMIT_S = 1.0
+TASKS = ("task-0", "task-1")
+
+
+class PausableWorker(CoordinatorProcess):
+    """A worker the test can SIGSTOP in the middle of a claim: right before the claim is produced
+    (the generation check passed, the epoch is chosen), so that on SIGCONT it writes a claim for a
+    generation the group has moved past."""
+
+    HOOK = """
+import os, signal, sys
+from coordinator.service import claims
+request = sys.argv.pop(1)
+write_claim = claims.PartitionRecovery.write_claim
+def pausing_write_claim(self, generation, epoch):
+    if os.path.exists(request):
+        try:
+            os.unlink(request)
+        except FileNotFoundError:
+            pass
+        else:
+            os.kill(os.getpid(), signal.SIGSTOP)
+    return write_claim(self, generation, epoch)
+claims.PartitionRecovery.write_claim = pausing_write_claim
+from coordinator.cli import main
+main()
+"""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        super().__init__(bootstrap, prefix, watchdog=False)
+        self.request = self.log_path.parent / "pause-request"
+
+    def command(self) -> list[str]:
+        plain = super().command()
+        return [sys.executable, "-c", self.HOOK, str(self.request), *plain[3:]]
+
+    def pause_in_next_claim(self) -> None:
+        self.request.write_text("pause")
+
+    def paused(self) -> bool:
+        try:
+            with open(f"/proc/{self.pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+        except OSError:
+            return False
+
+
+@dataclass
+class Monitor:
+    """Effective claims from the journal against what each worker's ``/ready`` says it decides."""
+
+    bootstrap: str
+    topics: Topics
+    partitions: int
+    workers: list[PausableWorker]
+    effective: dict[int, tuple[int, str, float]] = field(default_factory=dict)
+    """Journal partition -> (epoch, worker, when the monitor read it) of its effective claim."""
+    resumed: dict[int, float] = field(default_factory=dict)
+    """pid -> when the test resumed it (a paused worker cannot be asked; it gets a fresh second)."""
+    stale: list[str] = field(default_factory=list)
+    checks: int = 0
+    _stop: bool = False
+
+    def start(self) -> None:
+        threading.Thread(target=self._read_claims, daemon=True).start()
+        threading.Thread(target=self._ask_workers, daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def _read_claims(self) -> None:
+        consumer = Consumer(consumer_config(self.bootstrap))
+        consumer.assign([TopicPartition(self.topics.checkpoints, p, 0) for p in range(self.partitions)])
+        fences: dict[int, Fence] = {}
+        try:
+            while not self._stop:
+                for message in consumer.consume(500, timeout=0.05):
+                    if message.error() is not None or not message.value():
+                        continue
+                    record = decode(message.value())
+                    if not isinstance(record, CoordinatorClaimed):
+                        continue
+                    partition = message.partition()
+                    valid, fences[partition] = fences.get(partition, Fence()).claim(record.epoch)
+                    if valid and epoch_of(message.headers()) == record.epoch:
+                        self.effective[partition] = (record.epoch, record.worker_id, time.monotonic())
+        finally:
+            consumer.close()
+
+    def _ask_workers(self) -> None:
+        while not self._stop:
+            for worker in list(self.workers):
+                if worker.paused() or worker._process is None or worker._process.poll() is not None:
+                    continue
+                try:
+                    asked = time.monotonic()
+                    ready = worker.get("/ready", timeout=1.0)
+                except OSError:
+                    continue
+                self._check(worker, ready, asked)
+            time.sleep(0.1)
+
+    def _check(self, worker: PausableWorker, ready: dict[str, object], asked: float) -> None:
+        partitions = ready.get("partitions")
+        if not isinstance(partitions, dict):
+            return
+        since_resume = self.resumed.get(worker.pid or -1, 0.0)
+        for key, held in partitions.items():
+            if held.get("phase") != "DECIDING":
+                continue
+            effective = self.effective.get(int(key))
+            if effective is None:
+                continue
+            epoch, owner, seen = effective
+            self.checks += 1
+            if (epoch, owner) != (held["epoch"], ready["worker"]) and held["epoch"] < epoch:
+                overdue = asked - max(seen, since_resume)
+                if overdue > STALE_LIMIT_S:
+                    self.stale.append(
+                        f"{ready['worker']} decides partition {key} under epoch {held['epoch']} "
+                        f"{overdue:.2f} s after {owner} claimed it with epoch {epoch}"
+                    )
+
+
+def spread_jobs(count: int, partitions: int) -> list[str]:
+    """Job ids that land on ``count`` different partitions of ``partitions``."""
+    jobs: dict[int, str] = {}
+    i = 0
+    while len(jobs) < count:
+        job = f"job-{i}"
+        jobs.setdefault(partition_for(job_key(job), partitions), job)
+        i += 1
+    return list(jobs.values())
+
+
+class Checkpointing:
+    """A few jobs of two participants each that checkpoint every 200 ms."""
+
+    def __init__(self, bootstrap: str, topics: Topics, tmp: Path, job_ids: list[str]) -> None:
+        self.bootstrap, self.topics, self.job_ids = bootstrap, topics, job_ids
+        self.location = f"file://{tmp}/checkpoints"
+        self.participants = [
+            Participant(bootstrap, job, task, 1, topics, self._snapshot, lambda: {"in:0": 0})
+            for job in job_ids
+            for task in TASKS
+        ]
+        for participant in self.participants:
+            participant.run_in_thread()
+        self.drivers = [JobDriver(bootstrap, job, topics) for job in job_ids]
+        self.completions = Jobs.__new__(Jobs)  # reuse its journal reading, not its participants
+        self.completions.bootstrap, self.completions.topics = bootstrap, topics
+
+    @staticmethod
+    def _snapshot(barrier: CheckpointBarrier) -> bytes:
+        return b"state"
+
+    def start(self) -> None:
+        config = CheckpointConfig(
+            interval_ms=200, timeout_ms=3_000, tolerable_failures=1_000, location=self.location
+        )
+        for driver in self.drivers:
+            driver.running(TASKS, config, attempt=1)
+
+    def completed(self) -> dict[str, int]:
+        counts = dict.fromkeys(self.job_ids, 0)
+        for event in self.completions.journal():
+            if type(event).__name__ == "CheckpointCompleted" and event.job_id in counts:
+                counts[event.job_id] += 1
+        return counts
+
+    def wait_for_new_completions(self, since: dict[str, int], timeout: float) -> float:
+        """Seconds until every job completed a checkpoint more than ``since`` says."""
+        started = time.monotonic()
+        while True:
+            now = self.completed()
+            if all(now[j] > since[j] for j in self.job_ids):
+                return time.monotonic() - started
+            assert time.monotonic() - started < timeout, (
+                f"jobs without a new checkpoint after {timeout:g} s: "
+                f"{[j for j in self.job_ids if now[j] <= since[j]]}"
+            )
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        for participant in self.participants:
+            participant.close()
+        for driver in self.drivers:
+            driver.close()
+
+
+@pytest.fixture(name="partitions")
+def _partitions(request: pytest.FixtureRequest) -> int:
+    """The topics' partition count (8 unless a test asks for more with ``indirect``)."""
+    return int(getattr(request, "param", 8))
+
+
+@pytest.fixture(name="topics")
+def _topics(bootstrap: str, partitions: int) -> Topics:
+    topics = Topics(f"t{uuid4().hex[:8]}.")
+    create_topics(bootstrap, [*topics.all, f"{topics.prefix}coordinator-ticks"], partitions=partitions)
+    return topics
+
+
+@pytest.fixture(name="workers")
+def _workers(bootstrap: str, topics: Topics) -> Iterator[list[PausableWorker]]:
+    workers: list[PausableWorker] = []
+    try:
+        yield workers
+    finally:
+        for worker in workers:
+            if worker.pid is not None:
+                os.kill(worker.pid, signal.SIGCONT) if worker.paused() else None
+        stop_all(workers)
+
+
+@pytest.fixture(name="monitor")
+def _monitor(
+    bootstrap: str, topics: Topics, partitions: int, workers: list[PausableWorker]
+) -> Iterator[Monitor]:
+    monitor = Monitor(bootstrap, topics, partitions, workers)
+    monitor.start()
+    yield monitor
+    monitor.stop()
+
+
+@pytest.fixture(name="jobs")
+def _jobs(bootstrap: str, topics: Topics, partitions: int, tmp_path: Path) -> Iterator[Checkpointing]:
+    jobs = Checkpointing(bootstrap, topics, tmp_path, spread_jobs(6, partitions))
+    yield jobs
+    jobs.close()
+
+
+def queued_claims(worker: PausableWorker) -> int:
+    """How many of its partitions the worker has not yet claimed and settled."""
+    try:
+        partitions = worker.get("/ready", timeout=1.0)["partitions"]
+    except OSError:
+        return 0
+    return sum(1 for held in partitions.values() if held["phase"] in ("RECOVERING", "CLAIMING"))
+
+
+class TestRaces:
+    @pytest.mark.parametrize("partitions", [MANY_PARTITIONS], indirect=True)
+    def test_a_worker_joining_while_64_claims_are_queued_fences_no_one(
+        self,
+        bootstrap: str,
+        topics: Topics,
+        workers: list[PausableWorker],
+        monitor: Monitor,
+        jobs: Checkpointing,
+    ) -> None:
+        """Given worker A assigned all 96 partitions and still claiming at least 64 of them, when B
+        joins, then no worker decides a partition another claimed for more than 1 s, and every
+        job completes checkpoints within the session timeout + 5 s of B's join."""
+        a = PausableWorker(bootstrap, topics.prefix)
+        workers.append(a)
+        a.launch()
+        deadline = time.monotonic() + 60
+        while queued_claims(a) < 64:
+            assert time.monotonic() < deadline, f"A never had 64 claims queued; log:\n{a.tail()}"
+            time.sleep(0.02)
+        b = PausableWorker(bootstrap, topics.prefix)
+        workers.append(b)
+        b.launch()
+        jobs.start()
+
+        took = jobs.wait_for_new_completions(dict.fromkeys(jobs.job_ids, 0), timeout=SESSION_TIMEOUT + 5 + 30)
+        print(f"every job completed a checkpoint {took:.1f} s after B joined")
+        settled = time.monotonic()
+        while not (a.get("/ready")["recovered"] and b.get("/ready")["recovered"]):
+            assert time.monotonic() - settled < 30, "the two workers never settled"
+            time.sleep(0.1)
+        jobs.wait_for_new_completions(jobs.completed(), timeout=SESSION_TIMEOUT + 5)
+
+        assert [] == monitor.stale
+        assert monitor.checks > 0
+        mine = {
+            p for w in (a, b) for p, h in w.get("/ready")["partitions"].items() if h["phase"] == "DECIDING"
+        }
+        assert {str(p) for p in range(MANY_PARTITIONS)} == mine
+        assert took <= SESSION_TIMEOUT + 5, f"jobs completed only {took:.1f} s after B joined"
+
+    def test_a_worker_paused_in_the_middle_of_a_claim_fences_no_one(
+        self,
+        bootstrap: str,
+        topics: Topics,
+        workers: list[PausableWorker],
+        monitor: Monitor,
+        jobs: Checkpointing,
+    ) -> None:
+        """Given two workers deciding, when a third joins and A is paused right before writing a
+        claim of that rebalance, past the session timeout, then the others take its partitions and
+        every job completes again within the session timeout + 5 s; resumed, A writes its stale
+        claim, steps down or abandons it, and no worker ever decides what another claimed for more
+        than 1 s."""
+        a, b = PausableWorker(bootstrap, topics.prefix), PausableWorker(bootstrap, topics.prefix)
+        workers.extend([a, b])
+        for worker in (a, b):
+            worker.launch()
+        for worker in (a, b):
+            worker.wait_ready(timeout=90)
+        jobs.start()
+        jobs.wait_for_new_completions(dict.fromkeys(jobs.job_ids, 0), timeout=60)
+
+        a.pause_in_next_claim()
+        c = PausableWorker(bootstrap, topics.prefix)
+        workers.append(c)
+        c.launch()
+        deadline = time.monotonic() + 60
+        while not a.paused():
+            assert time.monotonic() < deadline, "A never claimed after C joined"
+            time.sleep(0.02)
+        paused_at = time.monotonic()
+        before = jobs.completed()
+        took = jobs.wait_for_new_completions(before, timeout=SESSION_TIMEOUT + 5 + 10)
+        print(f"every job completed a checkpoint again {took:.1f} s after A paused")
+        assert took <= SESSION_TIMEOUT + 5, f"jobs completed again only {took:.1f} s after A paused"
+
+        assert a.pid is not None
+        time.sleep(max(0.0, paused_at + SESSION_TIMEOUT + 1 - time.monotonic()))
+        monitor.resumed[a.pid] = time.monotonic()
+        os.kill(a.pid, signal.SIGCONT)
+        resumed = jobs.completed()
+        jobs.wait_for_new_completions(resumed, timeout=SESSION_TIMEOUT + 5 + 10)
+        time.sleep(2 * STALE_LIMIT_S)
+
+        assert [] == monitor.stale
+        assert monitor.checks > 0
+        deadline = time.monotonic() + SESSION_TIMEOUT + 30
+        while decided_by_one(a, b, c) != [str(p) for p in range(8)]:
+            assert time.monotonic() < deadline, (
+                f"not each partition decided by one worker: {decided_by_one(a, b, c)}"
+            )
+            time.sleep(0.1)
+
+
+def decided_by_one(*workers: PausableWorker) -> list[str]:
+    """The partitions the workers say they decide, in order (a partition twice if two do)."""
+    held = [p for w in workers for p, h in w.get("/ready")["partitions"].items() if h["phase"] == "DECIDING"]
+    return sorted(held, key=int)
