@@ -90,14 +90,10 @@ def header_epoch(headers: Headers) -> int | None:
     Values may be ``bytes`` (or a bytes-like object) or ``str``; headers a list of pairs, a
     mapping, or a :class:`HeaderDict`.
     """
-    if not headers:
+    if headers is None:  # not `not headers`: an empty HeaderDict may hold a null epoch header
         return None
-    if isinstance(headers, HeaderDict):
-        items: Iterable[tuple[str, HeaderValue]] = headers.pairs
-    elif isinstance(headers, Mapping):
-        items = headers.items()
-    else:
-        items = headers
+    # The coordinator reads one per ack: lists (confluent-kafka's, aiokafka's) take no ABC check.
+    items = headers if type(headers) is list or type(headers) is tuple else _pairs(headers)
     found: object = _ABSENT
     for name, value in items:
         if name == EPOCH_HEADER:
@@ -106,7 +102,18 @@ def header_epoch(headers: Headers) -> int | None:
             found = value
     if found is _ABSENT:
         return None
+    if type(found) is bytes:
+        return _parsed_epoch(found)
     return epoch_value(cast(HeaderValue, found))
+
+
+def _pairs(headers: Headers) -> Iterable[tuple[str, HeaderValue]]:
+    """Every header of a record, in order, from any of the forms :data:`Headers` names."""
+    if isinstance(headers, HeaderDict):
+        return headers.pairs
+    if isinstance(headers, Mapping):
+        return cast(Iterable[tuple[str, HeaderValue]], headers.items())
+    return headers or ()
 
 
 def epoch_of(headers: Headers) -> int:
@@ -120,17 +127,13 @@ def epoch_problem(headers: Headers) -> str | None:
     """Why a record's epoch cannot be read (it is void), for people; None when it can."""
     if header_epoch(headers) != VOID_EPOCH:
         return None
-    if isinstance(headers, HeaderDict):
-        items: Iterable[tuple[str, HeaderValue]] = headers.pairs
-    elif isinstance(headers, Mapping):
-        items = headers.items()
-    else:
-        items = cast(Iterable[tuple[str, HeaderValue]], headers)
-    values = [value for name, value in items if name == EPOCH_HEADER]
+    values = [value for name, value in _pairs(headers) if name == EPOCH_HEADER]
     if len(values) > 1:
         shown = ", ".join(repr(v) for v in values)
         return f"{len(values)} {EPOCH_HEADER} headers ({shown}): a record names one epoch"
-    (value,) = values
+    if not values:
+        return f"an unreadable {EPOCH_HEADER} header"  # headers that could be read only once
+    value = values[0]
     if value is None or len(value) == 0:
         return f"an empty {EPOCH_HEADER} header"
     return (
