@@ -1277,16 +1277,17 @@ def tail(
                 continue
             last = time.monotonic()
             seen += 1
+            headers = message.headers() or []
+            pairs = list(headers.items()) if isinstance(headers, dict) else list(headers)
             if as_json:
-                headers = message.headers() or []
-                pairs = list(headers.items()) if isinstance(headers, dict) else list(headers)
                 record = record_json(
                     codec, name, message.partition(), message.offset(), message.key(), message.value(), pairs
                 )
                 print(json.dumps(record), flush=True)
                 continue
             console.print(
-                describe_record(codec, message.partition(), message.offset(), message.value()), soft_wrap=True
+                describe_record(codec, message.partition(), message.offset(), message.value(), pairs),
+                soft_wrap=True,
             )
     except KeyboardInterrupt:
         pass

@@ -159,8 +159,9 @@ def check_retention(bootstrap: str, prefix: str) -> Check:
     try:
         check_journal_retention(Settings(bootstrap, prefix))
     except JournalRetentionError as exc:
-        found, _, fix = str(exc).partition(". Keep it for ever:")
-        return Check("journal retention", Verdict.FAIL, found, "keep it for ever:" + fix)
+        # The refusal is the coordinator's own: finite retention, compaction, or both.
+        found, _, fix = str(exc).partition(". Keep every record for ever:")
+        return Check("journal retention", Verdict.FAIL, found, "keep every record for ever:" + fix)
     return Check("journal retention", Verdict.OK, f"{Topics(prefix).checkpoints} keeps its records for ever")
 
 

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from coordinator.state import JobState, PendingCheckpoint
 from events.codec import Codec, DecodeError, to_avro
+from events.fencing import Headers, epoch_problem
 from events.records import (
     JOURNAL_RECORDS,
     CheckpointAborted,
@@ -362,7 +363,8 @@ def record_json(
     headers: Sequence[tuple[str, str | bytes | None]] = (),
 ) -> dict[str, object]:
     """Any message on a cutline topic as plain JSON (``cutline tail --json``): where it is, its key
-    and headers, and the decoded record (its Avro datum, bytes as base64) or why it does not decode."""
+    and headers, and the decoded record (its Avro datum, bytes as base64) or why it does not decode.
+    A record whose ``cutline.epoch`` headers are doubled or malformed has ``void``: why."""
     body: dict[str, object] = {
         "topic": topic,
         "partition": partition,
@@ -370,6 +372,9 @@ def record_json(
         "key": _text_or_base64(key),
         "headers": {name: _text_or_base64(v) for name, v in headers},
     }
+    void = epoch_problem(headers)
+    if void is not None:
+        body["void"] = void  # its epoch cannot be read: void for every reader (DESIGN §4a)
     if value is None:
         return {**body, "type": None, "record": None}
     try:
@@ -418,8 +423,23 @@ def _brief(value: object) -> object:
     return value
 
 
-def describe_record(codec: Codec, partition: int | None, offset: int | None, value: bytes | None) -> Text:
-    """One line for any message on a cutline topic (``cutline tail``): decoded, or why not."""
+def describe_record(
+    codec: Codec,
+    partition: int | None,
+    offset: int | None,
+    value: bytes | None,
+    headers: Headers = None,
+) -> Text:
+    """One line for any message on a cutline topic (``cutline tail``): decoded, or why not; marked
+    void, and why, when its ``cutline.epoch`` headers are doubled or malformed (DESIGN §4a)."""
+    line = _describe_record(codec, partition, offset, value)
+    void = epoch_problem(headers)
+    if void is not None:
+        line.append_text(Text(f"  VOID: {void}", "bold red"))
+    return line
+
+
+def _describe_record(codec: Codec, partition: int | None, offset: int | None, value: bytes | None) -> Text:
     position = Text(f"{partition}:{offset:<6} ", "cyan")
     if value is None:
         return Text.assemble(position, ("(no value)", "dim"))

@@ -29,7 +29,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from events.codec import CONFLUENT_HEADER_SIZE, HEADER_SIZE, MAGIC, Codec, DecodeError, default_codec
-from events.fencing import Fence, epoch_of
+from events.fencing import VOID_EPOCH, Fence, epoch_of, epoch_problem
 from events.kafka import consume_available, consumer_config, find_ends, job_key, job_partition, read_to_end
 from events.records import CoordinatorClaimed, Record
 
@@ -122,7 +122,7 @@ class JobRecords:
         if name == CLAIM:
             if topic == self.claims_topic:
                 claim = self._decoded(value, topic, partition, offset)
-                if isinstance(claim, CoordinatorClaimed):
+                if isinstance(claim, CoordinatorClaimed) and epoch_of(msg.headers()) != VOID_EPOCH:
                     _, self.fence = self.fence.claim(claim.epoch)
             return None
         if key is None:
@@ -131,6 +131,12 @@ class JobRecords:
         valid, self.fence = self.fence.admit(epoch)
         if not valid:
             self.void[topic] += 1
+            if epoch == VOID_EPOCH:
+                log.info(
+                    "job %s: %s at %s[%d]@%d is void: %s",
+                    self.job_id, name, topic, partition, offset, epoch_problem(msg.headers()),
+                )  # fmt: skip
+                return None
             log.info(
                 "job %s: %s at %s[%d]@%d is void: written under coordinator epoch %d, now %d",
                 self.job_id, name, topic, partition, offset, epoch, self.fence.epoch,

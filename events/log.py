@@ -17,7 +17,7 @@ from typing import Any, TypeAlias, cast
 from confluent_kafka import Consumer, KafkaException
 
 from events.codec import DecodeError, default_codec
-from events.fencing import Fence, epoch_of
+from events.fencing import VOID_EPOCH, Fence, HeaderDict, epoch_of, epoch_problem, header_epoch
 from events.kafka import consumer_config, partition_count
 from events.kafka import read_to_end as read_partition_to_end
 from events.records import JOURNAL_RECORDS, CoordinatorClaimed, JournalEvent
@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class LogMessage:
-    """One message of a topic, with its position and headers."""
+    """One message of a topic, with its position and headers (a :class:`~events.fencing.HeaderDict`
+    when read from Kafka: by name, and every header as the message carried them)."""
 
     topic: str
     partition: int
@@ -93,6 +94,16 @@ OnVoid: TypeAlias = Callable[[LogMessage, JournalRecord, int, int], None]
 
 
 def _log_void(message: LogMessage, record: JournalRecord, epoch: int, current: int) -> None:
+    if epoch == VOID_EPOCH:
+        log.info(
+            "void journal record %s[%d]@%d (%s with %s)",
+            message.topic,
+            message.partition,
+            message.offset,
+            type(record).__name__,
+            epoch_problem(message.headers),
+        )
+        return
     log.info(
         "void journal record %s[%d]@%d (%s of epoch %d, the partition's epoch is %d)",
         message.topic,
@@ -113,7 +124,8 @@ def fenced_journal(
     """The valid records among journal ``messages`` (in offset order per partition), decoded.
 
     Applies the fencing rule (:mod:`events.fencing`) per partition: void records go to
-    ``on_void`` (default: an INFO log line) and are not yielded; valid claims are.
+    ``on_void`` (default: an INFO log line; the epoch is :data:`~events.fencing.VOID_EPOCH` for
+    a record whose epoch header is doubled or malformed) and are not yielded; valid claims are.
     ``fences`` holds each partition's fence and is updated as the read goes on (pass
     :class:`~events.fencing.Fence` ``(epoch, learning=True)`` to start in the middle).
     A message that is not a journal record goes to ``on_foreign`` with the reason.
@@ -131,6 +143,9 @@ def fenced_journal(
             continue
         fence = fences.get(message.partition) or Fence()
         if isinstance(record, CoordinatorClaimed):
+            if header_epoch(message.headers) == VOID_EPOCH:
+                void(message, record, VOID_EPOCH, fence.epoch)  # an unreadable epoch header
+                continue
             valid, fences[message.partition] = fence.claim(record.epoch)
             if valid:
                 yield record, message
@@ -169,6 +184,5 @@ def read_journal_topic(
             yield record, message
 
 
-def _headers(raw: Any) -> dict[str, bytes]:
-    items = raw.items() if isinstance(raw, dict) else raw or []
-    return {str(k): v for k, v in items if isinstance(v, bytes)}
+def _headers(raw: Any) -> HeaderDict:
+    return HeaderDict(raw.items() if isinstance(raw, dict) else raw or ())

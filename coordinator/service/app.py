@@ -249,26 +249,45 @@ class JournalRetentionError(RuntimeError):
     """The journal topic deletes old records: a restarted coordinator would forget jobs."""
 
 
-def check_journal_retention(settings: Settings) -> None:
-    """Refuse a journal topic whose retention is finite (DESIGN §4a), saying how to fix it."""
+def check_journal_retention(settings: Settings, config: dict[str, str] | None = None) -> None:
+    """Refuse a journal topic that loses records (DESIGN §4a), saying how to fix it: finite
+    retention deletes old records, and compaction (``cleanup.policy`` with ``compact``) keeps one
+    record per key, and journal records are keyed by job id. ``config`` is the topic's config
+    (default: asked of the broker)."""
     topic = settings.topics.checkpoints
-    config = topic_config(settings.bootstrap, topic)
+    if config is None:
+        config = topic_config(settings.bootstrap, topic)
+    policies = {p.strip(" []") for p in config.get("cleanup.policy", "delete").split(",")}
+    compacted = "compact" in policies
     finite = {
         key: value
         for key, value in config.items()
         if key in ("retention.ms", "retention.bytes") and value.strip() not in ("-1", "")
     }
-    if "delete" not in config.get("cleanup.policy", "delete"):
-        finite.pop("retention.ms", None)  # compact only: nothing is deleted by time
-        finite.pop("retention.bytes", None)
+    if "delete" not in policies:
+        finite.clear()  # nothing is deleted by time or size (compaction is refused below)
+    if not finite and not compacted:
+        return
+    found = []
+    if compacted:
+        found.append(
+            f"cleanup.policy={config['cleanup.policy']}: compaction keeps one record per key and "
+            "journal records are keyed by job id, so the coordinator would forget checkpoints and "
+            "jobs (what was compacted away is gone)"
+        )
     if finite:
         settings_text = ", ".join(f"{k}={v}" for k, v in sorted(finite.items()))
-        raise JournalRetentionError(
-            f"the journal topic {topic} has finite retention ({settings_text}): the coordinator would "
-            "forget jobs and reuse checkpoint ids once old records are deleted. Keep it for ever:\n"
-            f"  kafka-configs.sh --bootstrap-server {settings.bootstrap} --alter --entity-type topics "
-            f"--entity-name {topic} --add-config retention.ms=-1,retention.bytes=-1"
+        found.append(
+            f"finite retention ({settings_text}): the coordinator would forget jobs and reuse "
+            "checkpoint ids once old records are deleted"
         )
+    # Leaving compaction for delete must not start deleting by the default 7 days: -1 goes too.
+    fix = ("cleanup.policy=delete," if compacted else "") + "retention.ms=-1,retention.bytes=-1"
+    raise JournalRetentionError(
+        f"the journal topic {topic} loses records: {'; and '.join(found)}. Keep every record for "
+        f"ever:\n  kafka-configs.sh --bootstrap-server {settings.bootstrap} --alter --entity-type "
+        f"topics --entity-name {topic} --add-config {fix}"
+    )
 
 
 def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:

@@ -15,7 +15,9 @@ Epochs (DESIGN §4a): the caller says under which claim epoch it decides; every
 journal record and barrier it gets back carries that epoch in the
 ``cutline.epoch`` header. The runtime remembers the epoch of each pending
 checkpoint's trigger, so an ack or decline that answers a barrier of an older,
-superseded epoch (a zombie's) is refused with STALE_EPOCH instead of counting.
+superseded epoch (a zombie's) is refused with STALE_EPOCH instead of counting,
+and one whose epoch header is doubled or malformed (void, as every reader reads it:
+:func:`events.fencing.header_epoch`) with VOID_EPOCH.
 
 Bad input is never fatal (DESIGN §4): every input is decided inside its own guard.
 Whatever goes wrong for one message (it cannot be decoded, the decider refuses
@@ -71,7 +73,7 @@ from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track, with_progress
 from events.codec import Codec, DecodeError, default_codec
 from events.fast_init import fast_init
-from events.fencing import EPOCH_HEADER, epoch_header, epoch_value
+from events.fencing import VOID_EPOCH, epoch_header, epoch_problem, header_epoch
 from events.kafka import job_key, partition_for
 from events.records import (
     CheckpointAborted,
@@ -98,6 +100,10 @@ log = logging.getLogger("cutline.coordinator")
 
 STALE_EPOCH = "STALE_EPOCH"
 """Dead-letter reason of an ack or decline answering a barrier of a superseded coordinator epoch."""
+
+VOID_EPOCH_REASON = "VOID_EPOCH"
+"""Dead-letter reason of an ack or decline whose ``cutline.epoch`` headers are doubled or malformed:
+void under the fencing rule, it answers no barrier anyone can name."""
 
 WRONG_PARTITION = "WRONG_PARTITION"
 """Dead-letter reason of an input in another partition than its job's (a producer that does not hash
@@ -407,7 +413,7 @@ class Coordinator:
         if isinstance(record, (CheckpointAcknowledged, CheckpointDeclined)) and headers:
             stale = self._stale_answer(record, headers, epoch)
             if stale is not None:
-                return dead(STALE_EPOCH, stale, job_id)
+                return dead(*stale, job_id)
         command = self._command(record, now_ms)
         cause = f"{topic}:{partition}:{offset}"
         outcome = self._decide(command, cause, epoch, (topic, partition, offset), value)
@@ -420,20 +426,23 @@ class Coordinator:
         record: CheckpointAcknowledged | CheckpointDeclined,
         headers: Iterable[tuple[str, bytes | None]],
         epoch: int,
-    ) -> str | None:
-        """Why an ack or decline answers a superseded barrier (None: it does not, or cannot tell)."""
-        for name, value in headers:
-            if name == EPOCH_HEADER:
-                answered = epoch_value(value)  # the first such header, as epoch_of reads it
-                break
-        else:
+    ) -> tuple[str, str] | None:
+        """The dead-letter reason and message of an ack or decline that answers a superseded
+        barrier, or whose epoch is void (None: it answers a valid one, or cannot tell)."""
+        answered = header_epoch(headers)  # as every reader reads a record's epoch
+        if answered is None:
             return None  # a writer that does not echo epochs: the decider's checks apply
         triggered = self.trigger_epochs.get((record.job_id, record.checkpoint_id))
         if triggered is not None and answered >= triggered:
             return None  # the usual answer, to the barrier of the epoch that triggered it
         what = "ack" if isinstance(record, CheckpointAcknowledged) else "decline"
+        if answered == VOID_EPOCH:
+            return VOID_EPOCH_REASON, (
+                f"the {what} of checkpoint {record.checkpoint_id} has {epoch_problem(headers)}: "
+                "it is void (DESIGN §4a); answer with the one epoch header of the barrier"
+            )
         if triggered is not None:
-            return (
+            return STALE_EPOCH, (
                 f"the {what} of checkpoint {record.checkpoint_id} answers a barrier of coordinator epoch "
                 f"{answered}, but the checkpoint was triggered in epoch {triggered}: that barrier came "
                 "from a superseded coordinator (its trigger is void); answer the current barrier"
@@ -444,7 +453,7 @@ class Coordinator:
             # An id the valid journal has not reached: only a void trigger can have sent that
             # barrier. A late or repeated answer to a valid checkpoint that is over (completed,
             # aborted, answered again after a resent barrier) is the decider's to reject.
-            return (
+            return STALE_EPOCH, (
                 f"the {what} of checkpoint {record.checkpoint_id} answers a barrier of coordinator epoch "
                 f"{answered}; the journal's epoch is {epoch} and has no such pending checkpoint "
                 "(the barrier came from a superseded coordinator)"

@@ -68,6 +68,19 @@ def test_a_finite_journal_retention_fails_and_says_how_to_keep_it(bootstrap: str
     assert "retention.ms=-1" in retention["fix"]
 
 
+def test_a_compacted_journal_fails_and_says_how_to_keep_it(bootstrap: str, topic_prefix: str) -> None:
+    config = {"cleanup.policy": "compact", "retention.ms": "-1"}
+    create_topics(bootstrap, [Topics(topic_prefix).checkpoints], config=config)
+    create_topics(bootstrap, all_topics(topic_prefix))
+
+    code, checks = doctor("--bootstrap", bootstrap, "--topic-prefix", topic_prefix)
+
+    assert 1 == code
+    retention = checks["journal retention"]
+    assert "fail" == retention["verdict"] and "cleanup.policy=compact" in retention["found"]
+    assert "cleanup.policy=delete,retention.ms=-1" in retention["fix"]
+
+
 def test_a_cluster_with_everything_in_place_passes(bootstrap: str, topic_prefix: str) -> None:
     create_topics(bootstrap, [Topics(topic_prefix).checkpoints], config={"retention.ms": "-1"})
     create_topics(bootstrap, all_topics(topic_prefix))

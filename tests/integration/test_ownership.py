@@ -513,6 +513,20 @@ class TestRetention:
         assert "finite retention (retention.ms=604800000)" in str(failure.value)
         assert "retention.ms=-1" in str(failure.value)
 
+    def test_a_compacted_journal_is_refused(self, bootstrap: str, topic_prefix: str) -> None:
+        """Compaction keeps one record per job id: the coordinator exits and says how to stop it."""
+        topics = Topics(topic_prefix)
+        config = {"cleanup.policy": "compact", "retention.ms": "-1"}
+        create_topics(bootstrap, [topics.checkpoints], config=config)
+        create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+        worker = CoordinatorProcess(bootstrap, topic_prefix)
+
+        with pytest.raises(RuntimeError, match="exited with") as failure:
+            worker.start(timeout=60)
+
+        assert "cleanup.policy=compact: compaction keeps one record per key" in str(failure.value)
+        assert "--add-config cleanup.policy=delete,retention.ms=-1" in str(failure.value)
+
 
 class TestPartitionCount:
     """The coordinator uses the partition count its topics were created with, not its default of 8:

@@ -262,18 +262,23 @@ class TestEpochs:
         assert {} == dict(coordinator.states[JOB].pending[triggered.checkpoint_id].acks)
 
     @pytest.mark.parametrize(
-        ("headers", "stale"),
+        ("headers", "reason"),
         [
-            ([("other", b"x"), ("cutline.epoch", b"1"), ("cutline.epoch", b"2")], True),  # the first counts
-            ([("cutline.epoch", b"2"), ("cutline.epoch", b"1")], False),
-            ([("cutline.epoch", b"two")], True),  # malformed: lower than any epoch
-            ([("other", b"1")], False),  # a writer that echoes no epoch: the decider's checks apply
+            ([("other", b"x"), ("cutline.epoch", b"2")], None),
+            ([("cutline.epoch", b"1")], "STALE_EPOCH"),
+            ([("other", b"x"), ("cutline.epoch", b"1"), ("cutline.epoch", b"2")], "VOID_EPOCH"),
+            ([("cutline.epoch", b"2"), ("cutline.epoch", b"2")], "VOID_EPOCH"),  # two, even equal
+            ([("cutline.epoch", b"two")], "VOID_EPOCH"),
+            ([("cutline.epoch", b"")], "VOID_EPOCH"),
+            ([("cutline.epoch", None)], "VOID_EPOCH"),
+            ([("other", b"1")], None),  # a writer that echoes no epoch: the decider's checks apply
         ],
     )
-    def test_an_ack_answers_the_epoch_of_its_first_epoch_header(
-        self, coordinator: Coordinator, headers: list[tuple[str, bytes]], stale: bool
+    def test_an_ack_answers_the_epoch_its_headers_name(
+        self, coordinator: Coordinator, headers: list[tuple[str, bytes | None]], reason: str | None
     ) -> None:
-        """The epoch an ack answers is read as every journal reader reads one (``epoch_of``)."""
+        """The epoch an ack answers is read as every reader reads one (``header_epoch``): two epoch
+        headers or a malformed one make it void, a dead letter that says why."""
         triggered = self._triggered(coordinator, epoch=2)
 
         outcome = coordinator.handle(
@@ -281,8 +286,23 @@ class TestEpochs:
         )
 
         letters = [decode(m.value) for m in outcome.messages if m.topic == TOPICS.dead_letters]
-        assert stale == any(isinstance(x, DeadLetter) and x.reason == "STALE_EPOCH" for x in letters)
-        assert stale != ("a" in coordinator.states[JOB].pending[triggered.checkpoint_id].acks)
+        assert ([reason] if reason else []) == [x.reason for x in letters if isinstance(x, DeadLetter)]
+        assert (reason is None) == ("a" in coordinator.states[JOB].pending[triggered.checkpoint_id].acks)
+        if reason == "VOID_EPOCH":
+            assert "cutline.epoch header" in letters[0].message  # type: ignore[union-attr]
+
+    def test_a_void_ack_of_a_checkpoint_that_is_over_is_a_dead_letter(self, coordinator: Coordinator) -> None:
+        """A doubly-headed answer is void even where a stale one would be left to the decider."""
+        triggered = self._triggered(coordinator, epoch=1)
+        coordinator.trigger_epochs.clear()  # as after a checkpoint is over
+
+        outcome = coordinator.handle(
+            TOPICS.acks, 0, 7, JOB.encode(), self._ack(triggered.checkpoint_id), 10_001,
+            headers=[("cutline.epoch", b"1"), ("cutline.epoch", b"1")], epoch=1,
+        )  # fmt: skip
+
+        (letter,) = [decode(m.value) for m in outcome.messages]
+        assert isinstance(letter, DeadLetter) and "VOID_EPOCH" == letter.reason
 
     def test_an_ack_of_an_unknown_checkpoint_from_an_older_epoch_is_a_dead_letter(
         self, coordinator: Coordinator

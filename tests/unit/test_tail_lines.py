@@ -36,3 +36,33 @@ def test_json_carries_the_inline_bytes_whole() -> None:
     record = body["record"]
     assert isinstance(record, dict)
     assert STATE == base64.b64decode(record["state"]["inline"])
+
+
+class TestVoidEpochs:
+    """``cutline tail`` marks a record whose epoch cannot be read as void, and says why."""
+
+    def test_a_line_with_two_epoch_headers_is_marked_void(self) -> None:
+        """Given two ``cutline.epoch`` headers, the line says VOID and that there are two."""
+        line = describe_record(
+            CODEC, 0, 12, CODEC.encode(ACK), [("cutline.epoch", b"1"), ("cutline.epoch", b"2")]
+        ).plain
+
+        assert "VOID: 2 cutline.epoch headers (b'1', b'2')" in line
+
+    def test_a_line_with_a_malformed_epoch_is_marked_void(self) -> None:
+        """Given an epoch header that is not ASCII digits, the line says VOID and why."""
+        line = describe_record(CODEC, 0, 12, CODEC.encode(ACK), [("cutline.epoch", "²".encode())]).plain
+
+        assert "VOID: a malformed cutline.epoch header" in line
+
+    def test_a_line_with_one_epoch_header_is_not_marked(self) -> None:
+        """A well-formed epoch, or none, marks nothing."""
+        for headers in ([("cutline.epoch", b"3")], [], None):
+            assert "VOID" not in describe_record(CODEC, 0, 12, CODEC.encode(ACK), headers).plain
+
+    def test_json_says_why_a_record_is_void(self) -> None:
+        """``--json`` carries ``void`` with the reason, only for a void record."""
+        void = record_json(CODEC, "t", 0, 12, b"job-1", CODEC.encode(ACK), [("cutline.epoch", b"")])
+        valid = record_json(CODEC, "t", 0, 12, b"job-1", CODEC.encode(ACK), [("cutline.epoch", b"1")])
+
+        assert ("an empty cutline.epoch header", None) == (void["void"], valid.get("void"))
