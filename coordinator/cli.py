@@ -576,17 +576,14 @@ def broker(
         int | None, typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")
     ] = None,
 ) -> None:
-    """Run the embedded Kafka-protocol broker (Tansu, memory only) until Ctrl-C."""
-    import signal
-    import threading
-
+    """Run the embedded Kafka-protocol broker (Tansu, memory only) until Ctrl-C or SIGTERM."""
     from events.broker import BrokerError, EmbeddedBroker
+    from events.stopping import StopSignals
 
     console = Console(highlight=False)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Installed before the broker starts: a SIGTERM while it starts stops it once it has
     try:
-        with EmbeddedBroker(port) as running:
+        with StopSignals() as stop, EmbeddedBroker(port) as running:
             console.print(f"bootstrap: {running.bootstrap}", soft_wrap=True)
             console.print(
                 Text(
@@ -595,11 +592,7 @@ def broker(
                 ),
                 soft_wrap=True,
             )
-            try:
-                while not stop.wait(0.5):
-                    pass
-            except KeyboardInterrupt:
-                pass
+            stop.wait()
     except BrokerError as exc:
         _fail(Console(stderr=True), f"the broker did not start: {exc}")
 
