@@ -121,7 +121,7 @@ class StopSignals:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 break
-            ready, _, _ = select.select([self._reader, *fds], [], [], remaining)
+            ready, _, _ = select.select([self._reader.fileno(), *fds], [], [], remaining)
             self._drain()
             if any(fd in ready for fd in fds):
                 break
