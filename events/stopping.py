@@ -62,6 +62,7 @@ class StopSignals:
         """The signals received, in order (appending takes no lock)."""
         self._woken: int | None = None
         """A signal seen on the wakeup socket whose Python handler may not have run yet."""
+        self._woken_count = 0
         self._previous: dict[int, Handler] = {}
         self._previous_fd = -1
         self._reader: socket.socket | None = None
@@ -113,19 +114,26 @@ class StopSignals:
 
     def wait(self, timeout: float | None = None, fds: Sequence[int] = ()) -> bool:
         """Sleep until a stop signal arrives, one of ``fds`` is readable (a pidfd: the process
-        exited) or ``timeout`` s have passed; whether a stop signal has arrived."""
+        exited) or ``timeout`` s have passed; whether a stop signal has arrived (at once if one has)."""
+        if not self.requested:
+            self.sleep(timeout, fds)
+        return self.requested
+
+    def sleep(self, timeout: float | None = None, fds: Sequence[int] = ()) -> None:
+        """Sleep until a stop signal arrives (another one, if some have), one of ``fds`` is
+        readable or ``timeout`` s have passed."""
         if self._reader is None:
-            raise RuntimeError("StopSignals.wait outside its with block")
+            raise RuntimeError("StopSignals used outside its with block")
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.requested:
+        received, woken = len(self.received), self._woken_count
+        while len(self.received) == received and self._woken_count == woken:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                break
+                return
             ready, _, _ = select.select([self._reader.fileno(), *fds], [], [], remaining)
             self._drain()
             if any(fd in ready for fd in fds):
-                break
-        return self.requested
+                return
 
     def _drain(self) -> None:
         """Empty the wakeup socket, noting a stop signal among the numbers written to it."""
@@ -138,5 +146,7 @@ class StopSignals:
             if not data:
                 return
             for signum in data:
-                if signum in self.signals and self._woken is None:
-                    self._woken = signum
+                if signum in self.signals:
+                    self._woken_count += 1
+                    if self._woken is None:
+                        self._woken = signum
