@@ -12,7 +12,6 @@ import itertools
 import os
 import random
 import re
-import signal
 import sys
 from array import array
 from collections import deque
@@ -1328,26 +1327,24 @@ def demo(
     """The main job: a keyed Spark word count that checkpoints with cutline, crashes, restores, and
     checks exactly-once."""
     from coordinator.demo import DemoError, DemoOptions, run_demo, summary
+    from events.stopping import StopRequested, StopSignals
 
     console = Console(highlight=False)
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
     # SIGTERM, like Ctrl-C, stops everything the demo started (the Spark driver in its own session)
-    signal.signal(signal.SIGTERM, interrupt)
     try:
-        result = run_demo(
-            DemoOptions(
-                duration=duration,
-                bootstrap=bootstrap,
-                partitions=partitions,
-                interval_ms=interval,
-                keyed=keyed,
-            ),
-            console,
-        )
-    except KeyboardInterrupt:
+        with StopSignals() as stop:
+            result = run_demo(
+                DemoOptions(
+                    duration=duration,
+                    bootstrap=bootstrap,
+                    partitions=partitions,
+                    interval_ms=interval,
+                    keyed=keyed,
+                ),
+                console,
+                stop,
+            )
+    except StopRequested:
         console.print(Text("interrupted: everything the demo started was stopped", "yellow"))
         raise typer.Exit(130) from None
     except DemoError as exc:

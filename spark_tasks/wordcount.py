@@ -334,6 +334,8 @@ class SparkDriver:
     def stop(self, grace: float = 20.0) -> int | None:
         """SIGTERM (the job stops its query: CANCELED), SIGKILL after ``grace`` s; idempotent.
 
+        Under ``cutline run``, a second SIGTERM after ``grace`` s has it SIGKILL the attempt's
+        process group at once, and a SIGKILL of everything follows 3 s later if it has not exited.
         Returns the driver's exit code (None if it was never started).
         """
         if self.process is None:
@@ -341,12 +343,13 @@ class SparkDriver:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(grace if self.supervisor is None else grace + 5)
+                self.process.wait(grace)
             except subprocess.TimeoutExpired:
+                if self.supervisor is not None:
+                    self.process.send_signal(signal.SIGTERM)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self.process.wait(3)
                 self._kill_everything()
-            except KeyboardInterrupt:  # a second Ctrl-C: no more patience
-                self._kill_everything()
-                raise
         code = self.process.returncode
         self._kill_everything()  # whatever the driver left behind in its group
         if self._reader is not None:
