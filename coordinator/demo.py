@@ -48,6 +48,7 @@ from events.broker import broker_at, create_topics
 from events.feed import JobFeed
 from events.kafka import producer_config
 from events.records import JobFailedPermanently, JobRestartScheduled, SchedulerStarted, SchedulerStopped
+from events.stopping import StopRequested, StopSignals
 from events.topics import Topics
 from spark_tasks.wordcount import SparkDriver, final_counts, read_counts
 
@@ -97,6 +98,8 @@ class DemoOptions:
     workdir: Path | None = None
     grace: float = 20.0
     """Seconds the Spark driver gets to stop after SIGTERM before SIGKILL."""
+    stop_grace: float = 4.0
+    """The same when the demo itself is stopped (SIGTERM, Ctrl-C): it stops within 10 s."""
     spark_timeout: float = 120.0
     """Seconds a Spark driver may take to start its query, or to count what is left at the end."""
 
@@ -226,9 +229,16 @@ class _Screen:
     """The live view: the checkpoint table, the stream's progress and the phase; refreshed by :meth:`wait`."""
 
     def __init__(
-        self, live: Live, coordinator: CoordinatorProcess, words: WordStream, spark: SparkDriver, out: Path
+        self,
+        live: Live,
+        coordinator: CoordinatorProcess,
+        words: WordStream,
+        spark: SparkDriver,
+        out: Path,
+        stop: StopSignals | None = None,
     ) -> None:
         self.live = live
+        self.stop = stop
         self.coordinator = coordinator
         self.words = words
         self.spark = spark
@@ -325,6 +335,8 @@ class _Screen:
         self.phase = phase
         deadline = time.monotonic() + timeout
         while True:
+            if self.stop is not None:
+                self.stop.check()
             self.refresh()
             if condition():
                 return
@@ -339,12 +351,26 @@ class _Screen:
                     f"timed out after {timeout:g} s while {phase!r}; "
                     f"Spark's log {self.spark.log_path} ends with:\n{self.spark.tail()}"
                 )
-            time.sleep(0.25)
+            if self.stop is not None:
+                self.stop.wait(0.25)
+            else:
+                time.sleep(0.25)
 
 
-def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult:
-    """Run the whole demo and return what it measured (see :class:`DemoResult`)."""
+def run_demo(
+    options: DemoOptions, console: Console | None = None, stop: StopSignals | None = None
+) -> DemoResult:
+    """Run the whole demo and return what it measured (see :class:`DemoResult`).
+
+    With ``stop``, a stop signal raises :class:`~events.stopping.StopRequested` at the next step
+    or look, after everything the demo started is stopped (the Spark driver given
+    ``options.stop_grace`` s instead of ``options.grace``)."""
     console = console or Console()
+    check = stop.check if stop is not None else (lambda: None)
+
+    def grace() -> float:
+        return options.stop_grace if stop is not None and stop.requested else options.grace
+
     started = time.monotonic()
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="cutline-demo-"))
     if options.bootstrap and options.prefix == "cutline.":
@@ -356,12 +382,13 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
     with ExitStack() as stack:
         bootstrap = stack.enter_context(broker_at(options.bootstrap))
         console.print(f"broker: {bootstrap}" + ("" if options.bootstrap else " (embedded, memory only)"))
+        check()
         create_topics(bootstrap, [*topics.all, f"{options.prefix}coordinator-ticks"])
         create_topics(bootstrap, [topic], partitions=options.partitions)
         coordinator = CoordinatorProcess(bootstrap, options.prefix, log_path=workdir / "coordinator.log")
         stack.callback(coordinator.stop)
         with console.status("starting the coordinator (joins its consumer group)..."):
-            coordinator.start()
+            coordinator.start(abort=check)
         console.print(f"coordinator: {coordinator.url}/ (dashboard)   logs: {workdir}", soft_wrap=True)
         console.print(
             Text(
@@ -391,20 +418,20 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
                 *("--stop-timeout-s", str(options.grace)),
             ],
         )
-        stack.callback(spark.stop, options.grace)
+        stack.callback(lambda: spark.stop(grace()))
         words = WordStream(bootstrap, topic, options.rate)
         stack.callback(words.stop)
         try:
             try:
                 with Live(console=console, refresh_per_second=4) as live:
-                    screen = _Screen(live, coordinator, words, spark, out)
+                    screen = _Screen(live, coordinator, words, spark, out, stop)
                     screen.follow(bootstrap, topics)
                     stack.callback(screen.close)
                     result = _play(options, screen, started)
             finally:
                 if not console.is_terminal:
                     console.print()  # a live display ends without a newline when not on a terminal
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, StopRequested):
             console.print(Text("interrupted: stopping Spark, the coordinator and the broker...", "yellow"))
             raise
     return result

@@ -18,20 +18,19 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 from confluent_kafka import Consumer, TopicPartition
 
 from events.kafka import consumer_config
 from events.participant import JobDriver, Participant, load_snapshot
 from events.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, JobStatus
+from events.stopping import Stop, StopSignals
 from events.topics import DEFAULT_PREFIX, Topics
 
 log = logging.getLogger(__name__)
@@ -109,7 +108,7 @@ class WordCount:
 
     def run(
         self,
-        stop: threading.Event,
+        stop: Stop,
         *,
         driver: JobDriver | None = None,
         config: CheckpointConfig | None = None,
@@ -225,13 +224,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     app = WordCount(
         args.bootstrap,
         args.job,
@@ -251,7 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.driver
         else None
     )
-    counts = app.run(stop, config=config, idle_exit=args.idle_exit)
+    with StopSignals() as stop:
+        counts = app.run(stop, config=config, idle_exit=args.idle_exit)
     text = json.dumps(dict(counts.most_common()), indent=2)
     if args.output is not None:
         args.output.write_text(text + "\n")

@@ -36,10 +36,10 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any
 
 from events.records import CheckpointConfig
+from events.stopping import Stop, StopSignals
 from events.topics import DEFAULT_PREFIX
 from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
 from spark_tasks.keyed import KeyedStep
@@ -140,7 +140,7 @@ def run(
     out: Path,
     *,
     trigger: str = "200 milliseconds",
-    stop: threading.Event | None = None,
+    stop: Stop | None = None,
     idle_stop: float | None = None,
     on_event: Any = _emit,
 ) -> CheckpointedJob:
@@ -334,6 +334,8 @@ class SparkDriver:
     def stop(self, grace: float = 20.0) -> int | None:
         """SIGTERM (the job stops its query: CANCELED), SIGKILL after ``grace`` s; idempotent.
 
+        Under ``cutline run``, a second SIGTERM after ``grace`` s has it SIGKILL the attempt's
+        process group at once, and a SIGKILL of everything follows 3 s later if it has not exited.
         Returns the driver's exit code (None if it was never started).
         """
         if self.process is None:
@@ -341,12 +343,13 @@ class SparkDriver:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(grace if self.supervisor is None else grace + 5)
+                self.process.wait(grace)
             except subprocess.TimeoutExpired:
+                if self.supervisor is not None:
+                    self.process.send_signal(signal.SIGTERM)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self.process.wait(3)
                 self._kill_everything()
-            except KeyboardInterrupt:  # a second Ctrl-C: no more patience
-                self._kill_everything()
-                raise
         code = self.process.returncode
         self._kill_everything()  # whatever the driver left behind in its group
         if self._reader is not None:
@@ -427,31 +430,27 @@ def main(argv: Iterable[str] | None = None) -> int:
         max_parallelism=args.max_parallelism,
         state_location=args.state_location,
     )
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     from spark_tasks.session import local_spark
 
-    spark = local_spark(f"cutline-{args.job}")
-    try:
-        job = run(
-            spark,
-            settings,
-            args.out,
-            trigger=f"{args.trigger_ms} milliseconds",
-            stop=stop,
-            idle_stop=args.idle_stop,
-        )
-    except CheckpointFailuresExceeded as exc:
-        _emit("failed", error=str(exc))
-        print(f"error: {exc}", file=sys.stderr)
-        return 3
-    finally:
-        spark.stop()
+    with StopSignals() as stop:
+        spark = local_spark(f"cutline-{args.job}")
+        try:
+            if stop.requested:  # while the JVM started: no job to start, nor to report CANCELED
+                return 0
+            job = run(
+                spark,
+                settings,
+                args.out,
+                trigger=f"{args.trigger_ms} milliseconds",
+                stop=stop,
+                idle_stop=args.idle_stop,
+            )
+        except CheckpointFailuresExceeded as exc:
+            _emit("failed", error=str(exc))
+            print(f"error: {exc}", file=sys.stderr)
+            return 3
+        finally:
+            spark.stop()
     _emit("stopped", attempt=job.attempt, completed=[c.checkpoint_id for c in job.completed])
     return 0
 

@@ -9,7 +9,8 @@ the coordinator notices by itself. Either way the restart strategy journals
 ``JobRestartScheduled`` (the supervisor waits the delay, stops what is left of
 the old attempt and starts the next one) or ``JobFailedPermanently`` (the
 supervisor exits non-zero with the reason). Ctrl-C or SIGTERM stops the driver
-and reports the job CANCELED.
+(SIGTERM, and SIGKILL to its process group after ``--stop-timeout-s``, or at once on a second
+signal) and reports the job CANCELED.
 
 The driver finds what it needs in its environment:
 
@@ -35,7 +36,6 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import FrameType
 
 from rich.console import Console
 
@@ -51,6 +51,7 @@ from events.records import (
     SchedulerStarted,
     SchedulerStopped,
 )
+from events.stopping import StopSignals
 from events.topics import Topics
 
 __all__ = ["EXIT_CANCELED", "EXIT_FAILED", "RunSettings", "next_attempt", "supervise"]
@@ -75,8 +76,9 @@ class RunSettings:
     command: Sequence[str]
     strategy: RestartStrategy | None = None
     """None: the driver's own CheckpointConfig.restart_strategy."""
-    stop_timeout_s: float = 10.0
-    """How long a driver gets to stop after SIGTERM before SIGKILL."""
+    stop_timeout_s: float = 8.0
+    """How long a driver gets to stop after SIGTERM before SIGKILL (8 s: ``cutline run`` itself
+    stops within 10 s of a SIGTERM)."""
 
 
 def next_attempt(bootstrap: str, prefix: str, job_id: str, timeout: float = 30.0) -> int:
@@ -121,8 +123,9 @@ class _Attempt:
         self.exited_at: float | None = None
         """When it was first seen exited with code 0 (its final status may still be on the way)."""
 
-    def stop(self, timeout: float) -> int:
-        """SIGTERM to the driver, then SIGKILL to its process group after ``timeout`` s; its exit code.
+    def stop(self, timeout: float, stops: StopSignals | None = None) -> int:
+        """SIGTERM to the driver, then SIGKILL to its process group after ``timeout`` s, or as soon
+        as ``stops`` receives another signal; its exit code.
 
         Only the driver gets the SIGTERM: it stops what it started in order (a Spark driver its
         query, then its JVM); a JVM that got the signal as well would die under the driver's feet.
@@ -130,11 +133,18 @@ class _Attempt:
         self.stopped = True
         if self.process.poll() is None:
             self.process.terminate()
-            try:
-                code = self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
+            deadline = time.monotonic() + timeout
+            signals = len(stops.received) if stops is not None else 0
+            while self.process.poll() is None and time.monotonic() < deadline:
+                if stops is None:
+                    time.sleep(0.05)
+                    continue
+                if len(stops.received) > signals:
+                    break
+                stops.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            if self.process.poll() is None:
                 self._signal(signal.SIGKILL)
-                code = self.process.wait()
+            code = self.process.wait()
         else:
             code = self.process.returncode
         self._signal(signal.SIGKILL)  # whatever of the group outlived its leader (a JVM, a worker)
@@ -150,23 +160,16 @@ def supervise(
 ) -> int:
     """Run the job under its restart strategy until it finishes, fails for good or is canceled;
     the exit code for ``cutline run``."""
-    canceled: list[int] = []
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        canceled.append(signum)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    topics = Topics(settings.topic_prefix)
-    feed = JobFeed(
-        settings.bootstrap, settings.job_id, (topics.checkpoints,), claims_topic=topics.checkpoints
-    )
-    try:
-        with JobDriver(settings.bootstrap, settings.job_id, topics) as driver:
-            return _loop(settings, console, feed, driver, canceled, stop_requested or (lambda: False))
-    finally:
-        feed.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with StopSignals() as stops:
+        topics = Topics(settings.topic_prefix)
+        feed = JobFeed(
+            settings.bootstrap, settings.job_id, (topics.checkpoints,), claims_topic=topics.checkpoints
+        )
+        try:
+            with JobDriver(settings.bootstrap, settings.job_id, topics) as driver:
+                return _loop(settings, console, feed, driver, stops, stop_requested or (lambda: False))
+        finally:
+            feed.close()
 
 
 def _loop(
@@ -174,11 +177,15 @@ def _loop(
     console: Console,
     feed: JobFeed,
     driver: JobDriver,
-    canceled: list[int],
+    stops: StopSignals,
     stop_requested: Callable[[], bool],
 ) -> int:
     job = settings.job_id
-    current = _start(settings, console, next_attempt(settings.bootstrap, settings.topic_prefix, job), None)
+    attempt = next_attempt(settings.bootstrap, settings.topic_prefix, job)
+    if stops.requested or stop_requested():
+        console.print(f"job {job} canceled before attempt {attempt} started")
+        return EXIT_CANCELED
+    current = _start(settings, console, attempt, None)
     scheduled: JobRestartScheduled | None = None
     final: SchedulerStopped | None = None
     reported_at = 0.0
@@ -197,7 +204,7 @@ def _loop(
                     f"starts attempt {record.attempt} in {record.delay_ms / 1000:.1f} s, restoring {restore}"
                 )
             elif isinstance(record, JobFailedPermanently) and record.attempt >= current.attempt:
-                current.stop(settings.stop_timeout_s)
+                current.stop(settings.stop_timeout_s, stops)
                 console.print(
                     f"[red]job {job} failed for good[/] after attempt {record.attempt} ({record.failure}): "
                     f"{record.reason}. Fix the cause, then start it again with `cutline run`; it "
@@ -220,8 +227,8 @@ def _loop(
                 + f", exit code {code}"
             )
             return 0 if final.status is JobStatus.FINISHED else FINAL_STATUSES[final.status]
-        if canceled or stop_requested():
-            stopped = current.stop(settings.stop_timeout_s)
+        if stops.requested or stop_requested():
+            stopped = current.stop(settings.stop_timeout_s, stops)
             driver.status(JobStatus.CANCELED, "canceled by cutline run", attempt=current.attempt)
             console.print(f"job {job} canceled: attempt {current.attempt} stopped (exit code {stopped})")
             return EXIT_CANCELED
@@ -231,10 +238,10 @@ def _loop(
                     console.print(
                         f"stopping what is left of attempt {current.attempt} (pid {current.process.pid})"
                     )
-                current.stop(settings.stop_timeout_s)
+                current.stop(settings.stop_timeout_s, stops)
             wait_s = scheduled.restart_at_ms / 1000 - time.time()
             if wait_s > 0:
-                time.sleep(min(wait_s, 0.1))
+                stops.wait(min(wait_s, 0.1))
                 continue
             current, scheduled, final = _start(settings, console, scheduled.attempt, scheduled), None, None
             continue

@@ -16,7 +16,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Self
 
@@ -81,10 +81,11 @@ class CoordinatorProcess:
             "--watchdog" if self.watchdog else "--no-watchdog",
         ]
 
-    def start(self, timeout: float = 60.0) -> Self:
-        """Start the process and wait until it has recovered its journal and serves its views."""
+    def start(self, timeout: float = 60.0, abort: Callable[[], None] | None = None) -> Self:
+        """Start the process and wait until it has recovered its journal and serves its views
+        (``abort``: see :meth:`wait_ready`)."""
         self.launch()
-        self.wait_ready(timeout)
+        self.wait_ready(timeout, abort)
         return self
 
     def launch(self) -> Self:
@@ -100,9 +101,13 @@ class CoordinatorProcess:
             )
         return self
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
+    def wait_ready(self, timeout: float = 60.0, abort: Callable[[], None] | None = None) -> None:
+        """Wait until it serves its views, recovered; ``abort`` is called between two looks, and
+        may raise to stop waiting (``events.stopping.StopSignals.check``)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if abort is not None:
+                abort()
             if self._process is not None and self._process.poll() is not None:
                 raise RuntimeError(
                     f"coordinator exited with {self._process.returncode}; log {self.log_path}:\n{self.tail()}"

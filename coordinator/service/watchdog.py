@@ -49,6 +49,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from events.stopping import StopSignals
 from events.storage import write_atomic
 
 log = logging.getLogger("cutline.coordinator")
@@ -240,27 +241,45 @@ def watch(command: Sequence[str], leave: Leave, say: Callable[[str], None] = pri
     """Run the worker ``command`` as a child and wait for it; tell its group when it dies.
 
     Returns the exit code for the watchdog: the worker's (:func:`exit_code`)."""
-    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as scratch:
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as scratch, StopSignals(FORWARDED) as stops:
         member_file = Path(scratch) / "membership.json"
         env = {**os.environ, MEMBER_FILE_ENV: str(member_file), WATCHDOG_PID_ENV: str(os.getpid())}
+        signum = stops.signum
+        if signum is not None:  # stopped before it started a worker
+            return 128 + signum
         # Its own session: a terminal's Ctrl-C reaches only the watchdog, which passes it on once.
         child = subprocess.Popen(list(command), env=env, start_new_session=True)
-
-        def forward(signum: int, frame: FrameType | None) -> None:
-            with contextlib.suppress(ProcessLookupError):
-                child.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
-
-        previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
-        try:
-            returncode = child.wait()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        returncode = _wait_forwarding(child, stops)
         if returncode != 0:
             how = f"the coordinator worker (pid {child.pid}) {describe_exit(returncode)}"
             # An exit with an error has said why itself.
             _tell_the_group(how, read_membership(member_file), leave, say, say_unjoined=returncode < 0)
         return exit_code(returncode)
+
+
+def _wait_forwarding(child: subprocess.Popen[bytes], stops: StopSignals) -> int:
+    """Wait for ``child`` to exit, passing on each signal ``stops`` receives (SIGHUP as SIGTERM);
+    its return code. The passing on happens here, not in the signal handler (which takes no lock:
+    ``events.stopping``)."""
+    pidfd: int | None = None
+    with contextlib.suppress(AttributeError, OSError):  # Linux 5.3 and later
+        pidfd = os.pidfd_open(child.pid)
+    forwarded = 0
+    try:
+        while True:
+            for signum in stops.received[forwarded:]:
+                forwarded += 1
+                if child.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        child.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
+            code = child.poll()
+            if code is not None:
+                return code
+            # the timeout: a signal whose number woke the sleep before its handler ran
+            stops.sleep(0.5 if pidfd is not None else 0.1, fds=() if pidfd is None else (pidfd,))
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _tell_the_group(
