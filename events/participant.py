@@ -47,6 +47,8 @@ from events.kafka import (
     produce_record,
     producer_config,
 )
+from events.metadata import METADATA_FILE as METADATA_FILE  # re-exported: its home before events.metadata
+from events.metadata import MetadataUnavailable, resolve_completion
 from events.records import (
     CheckpointAborted,
     CheckpointAcknowledged,
@@ -237,9 +239,10 @@ def completion_problem(completed: CheckpointCompleted, known: set[int] | frozens
     return None
 
 
-METADATA_FILE = "_metadata"
-"""Written into a completed checkpoint's or savepoint's location (by a Spark job's driver): its
-``CheckpointCompleted``, so that the directory alone is enough to restore from or to inspect."""
+# ``METADATA_FILE`` (``_metadata``) is written into a completed checkpoint's or savepoint's location
+# (by a Spark job's driver, or by the coordinator for a completion too large for one journal
+# record: events/metadata.py): its ``CheckpointCompleted``, so that the directory alone is enough to
+# restore from or to inspect.
 
 
 class MetadataProblem(LookupError):
@@ -565,6 +568,13 @@ class Participant:
         problem = completion_problem(completed, self._completed)
         if problem is None and checkpoint_id in self._aborted:
             problem = "the journal aborted it before"
+        if problem is None and completed.metadata is not None and completed.attempt == self.attempt:
+            try:  # its handles and offsets are in its metadata object (DESIGN §4a "Sizes")
+                completed = resolve_completion(completed)
+            except MetadataUnavailable as exc:
+                problem = str(exc)
+            else:
+                problem = completion_problem(completed, self._completed)
         if problem is not None:
             self._ignore(completed, problem)
             return

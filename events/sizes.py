@@ -34,7 +34,9 @@ MAX_LOGGED_CHARS = 1_000
 """A log line quotes at most this many characters of anything an input brought."""
 
 
-def record_size(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] = ()) -> int:
+def record_size(
+    key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] = ()
+) -> int:
     """What one record costs against its topic's ``max.message.bytes`` (alone in its batch)."""
     size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
     for name, header in headers:
@@ -53,7 +55,13 @@ class TopicLimits:
         """The limit of ``topic``."""
         return self.limits.get(topic, self.default)
 
-    def over(self, topic: str, key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] = ()) -> int | None:
+    def over(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Iterable[tuple[str, bytes | None]] = (),
+    ) -> int | None:
         """The record's size when it is over ``topic``'s limit; None when it fits."""
         size = record_size(key, value, headers)
         return size if size > self.of(topic) else None
