@@ -36,8 +36,9 @@ MAX_DEAD_LETTER_MESSAGE = 4_096
 MAX_DEAD_LETTER_KEY = 16_384
 """Bytes of the input's key a dead letter keeps."""
 
-DEAD_LETTER_ROOM = 8_192
-"""Bytes of a dead letter's limit kept for its other fields (topic, reason, job id, numbers)."""
+DEAD_LETTER_ROOM = 2_048
+"""Bytes of a dead letter's limit kept for its other fields (topic, reason, numbers, headers) and
+the record's own overhead."""
 
 
 def journal_budget(command: Command, limit: int) -> int:
@@ -72,16 +73,20 @@ def preview(
     """A dead letter's message, key, value and job id cut so that the whole letter stays within
     ``limit`` (the dead-letter topic's max.message.bytes), each cut saying so in the message."""
     notes = []
-    if len(message) > MAX_DEAD_LETTER_MESSAGE:
-        message = message[:MAX_DEAD_LETTER_MESSAGE] + f"... ({len(message)} characters, cut)"
+    cut_at = min(MAX_DEAD_LETTER_MESSAGE, limit // 8)
+    if len(message) > cut_at:
+        message = message[:cut_at] + f"... ({len(message)} characters, cut)"
     if job_id is not None and len(job_id) > MAX_LOGGED_CHARS:
         job_id = job_id[:MAX_LOGGED_CHARS]
         notes.append(f"the job id is cut to its first {MAX_LOGGED_CHARS} characters")
-    if key is not None and len(key) > MAX_DEAD_LETTER_KEY:
-        notes.append(f"the key is cut to its first {MAX_DEAD_LETTER_KEY} of {len(key)} bytes")
-        key = key[:MAX_DEAD_LETTER_KEY]
-    room = limit - DEAD_LETTER_ROOM - 4 * len(message) - 2 * len(key or b"") - 4 * len(job_id or "")
-    keep = max(0, min(max_value, room))
+    key_at = min(MAX_DEAD_LETTER_KEY, limit // 8)
+    if key is not None and len(key) > key_at:
+        notes.append(f"the key is cut to its first {key_at} of {len(key)} bytes")
+        key = key[:key_at]
+    # The key is written twice (the record's key and the letter's field); text as UTF-8.
+    used = len(message.encode("utf-8", "backslashreplace")) + 2 * len(key or b"")
+    used += len((job_id or "").encode("utf-8", "backslashreplace")) + 400  # the notes below
+    keep = max(0, min(max_value, limit - DEAD_LETTER_ROOM - used))
     if value is not None and len(value) > keep:
         notes.append(f"the value is cut to its first {keep} of {len(value)} bytes")
         value = value[:keep]
