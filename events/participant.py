@@ -860,17 +860,21 @@ class JobDriver:
     def latest_completed(
         self, timeout: float | None = None, kind: CheckpointKind | None = CheckpointKind.CHECKPOINT
     ) -> CheckpointCompleted | None:
-        """The completed checkpoint with the highest id (of ``kind``; None: any), to restore from."""
+        """The completed checkpoint with the highest id (of ``kind``; None: any), to restore from,
+        with its handles and offsets (read from its metadata object when it was journaled by
+        reference: :class:`events.metadata.MetadataUnavailable` when that cannot be read)."""
         candidates = [c for c in self.completions(timeout) if kind is None or c.kind == kind]
-        return max(candidates, key=lambda c: c.checkpoint_id, default=None)
+        latest = max(candidates, key=lambda c: c.checkpoint_id, default=None)
+        return None if latest is None else resolve_completion(latest)
 
     def completed_checkpoint(
         self, checkpoint_id: int, timeout: float | None = None
     ) -> CheckpointCompleted | None:
-        """The completion of checkpoint (or savepoint) ``checkpoint_id``, if the journal has it."""
+        """The completion of checkpoint (or savepoint) ``checkpoint_id``, if the journal has it, with
+        its handles and offsets (as :meth:`latest_completed`)."""
         for completed in self.completions(timeout):
             if completed.checkpoint_id == checkpoint_id:
-                return completed
+                return resolve_completion(completed)
         return None
 
     def close(self, timeout: float = 5.0) -> None:

@@ -606,7 +606,7 @@ class Coordinator:
                 value = self.codec.acknowledged(frame, ack, event, journal_topic)
             if value is None:
                 value = self.codec.encode(event, journal_topic)
-            if len(value) + 1024 > budget and (size := record_size(key, value, headers)) > budget:
+            if len(value) + len(key) + 1024 > budget and (size := record_size(key, value, headers)) > budget:
                 if type(event) is CheckpointCompleted and event.metadata is None:
                     try:
                         event = write_completion_metadata(event, self.codec)  # noqa: PLW2901
