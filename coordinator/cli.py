@@ -772,7 +772,7 @@ def savepoints_list(
             format_time(savepoint.completed_ms),
             f"{savepoint.duration_ms} ms",
             format_bytes(savepoint.size_bytes),
-            str(savepoint.tasks),
+            str(savepoint.tasks) if savepoint.tasks >= 0 else "see show",
             savepoint.location,
             {True: "yes", False: "no", None: "?"}[on_disk],
             needed_by or "-",

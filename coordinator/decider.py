@@ -118,6 +118,9 @@ class Rejection(StrEnum):
     ``TriggerRejected`` with the same name."""
     INVALID_CONFIG = "INVALID_CONFIG"
     INVALID_STATUS = "INVALID_STATUS"
+    RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
+    """Only the shell uses it: the input's decision would write a record over its topic's
+    ``max.message.bytes`` (DESIGN §4a "Sizes"); nothing of it is journaled."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,8 +194,8 @@ def _complete_after_every_ack(job: _Job, event: CheckpointCompleted) -> str | No
 def _complete_with_acknowledged_state(job: _Job, event: CheckpointCompleted) -> str | None:
     """A completion's state handles are exactly those its tasks acknowledged (inline bytes too)."""
     pending = _pending(job.state, event.checkpoint_id)
-    if pending is None:
-        return None
+    if pending is None or event.metadata is not None:
+        return None  # by reference: the handles are in its metadata object, checked by its sha256
     acknowledged = {t: a.state for t, a in pending.acks.items() if a.state is not None}
     if dict(event.handles) == acknowledged:
         return None

@@ -29,6 +29,8 @@ class Savepoint:
     duration_ms: int
     size_bytes: int
     tasks: int
+    """Tasks with state; -1 when the completion is journaled by reference (``savepoints show``
+    reads its ``_metadata``)."""
     attempt: int
 
     @classmethod
@@ -40,7 +42,7 @@ class Savepoint:
             completed_ms=completed.timestamp_ms,
             duration_ms=completed.duration_ms,
             size_bytes=completed.size_bytes,
-            tasks=len(completed.handles),
+            tasks=len(completed.handles) if completed.metadata is None else -1,  # in its _metadata
             attempt=completed.attempt,
         )
 

@@ -26,12 +26,14 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # not re-exported
 
 from events.client_config import client_properties
+from events.sizes import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = [
     "BrokerError",
     "EmbeddedBroker",
     "create_topics",
     "free_port",
+    "max_message_bytes",
     "wait_for_broker",
 ]
 
@@ -102,6 +104,20 @@ def topic_config(bootstrap: str, topic: str, timeout: float = 30) -> dict[str, s
     return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
 
+def max_message_bytes(bootstrap: str, topics: Iterable[str], timeout: float = 30) -> dict[str, int]:
+    """The ``max.message.bytes`` of each of ``topics`` as the cluster reports it; a topic that
+    reports none (the embedded broker reports only what a topic was created with) gets Apache
+    Kafka's default."""
+    limits: dict[str, int] = {}
+    for topic in dict.fromkeys(topics):
+        value = topic_config(bootstrap, topic, timeout).get("max.message.bytes", "")
+        try:
+            limits[topic] = int(value)
+        except ValueError:
+            limits[topic] = DEFAULT_MAX_MESSAGE_BYTES
+    return limits
+
+
 def partition_counts(bootstrap: str, names: Iterable[str], timeout: float = 10) -> dict[str, int]:
     """The partition count of each of ``names`` that exists."""
     metadata = _admin(bootstrap).list_topics(timeout=timeout)
@@ -121,7 +137,10 @@ def create_topics(
 ) -> list[str]:
     """Create the topics that do not exist yet and return their names.
 
-    Existing topics are left alone. Returns once every created topic shows
+    Every topic gets an explicit ``max.message.bytes`` (DESIGN §4a "Sizes"): ``config``'s, or Apache
+    Kafka's default (:data:`events.sizes.DEFAULT_MAX_MESSAGE_BYTES`), so that a cluster whose
+    broker default differs does not change what the coordinator may write. Existing topics are left
+    alone. Returns once every created topic shows
     ``partitions`` partitions in the cluster metadata.
     """
     names = list(dict.fromkeys(topics))
@@ -129,7 +148,8 @@ def create_topics(
         return []
     deadline = time.monotonic() + timeout
     admin = _admin(bootstrap)
-    new = [NewTopic(name, num_partitions=partitions, config=dict(config or {})) for name in names]
+    settings = {"max.message.bytes": str(DEFAULT_MAX_MESSAGE_BYTES), **(config or {})}
+    new = [NewTopic(name, num_partitions=partitions, config=dict(settings)) for name in names]
     created: list[str] = []
     for name, future in admin.create_topics(new, request_timeout=timeout).items():
         try:

@@ -454,34 +454,23 @@ CONFLUENT_MAGIC = b"\x00"
 CONFLUENT_HEADER_SIZE = 5
 
 
-def _ack_inline_free(record: Any) -> bool:
-    """The ack's state handle (if any) carries no inline bytes."""
-    return record.state is None or record.state.inline is None
-
-
-def _completion_inline_free(record: Any) -> bool:
-    return all(h.inline is None for h in record.handles.values())
+def _completion_inline(record: Any) -> bool:
+    """The completion carries its handles and offsets itself (no metadata object)."""
+    return record.metadata is None
 
 
 PREVIOUS_WRITES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "CheckpointAcknowledged": ("a8edf4019362aa12", _ack_inline_free),
-    "TaskAcknowledged": ("68357146adadf14b", _ack_inline_free),
-    "CheckpointCompleted": ("f88db1ce432ad154", _completion_inline_free),
-    "CheckpointBarrier": ("1544d267ff53b230", lambda r: r.inline_limit_bytes == 0),
-    "CheckpointTriggered": ("af3d3ce39e97e745", lambda r: r.inline_limit_bytes == 0),
-    "JobStatusChanged": (
-        "2e4970369a0e1db0",
-        lambda r: r.config is None or r.config.inline_threshold_bytes == 0,
-    ),
-    "SchedulerStarted": ("8b57f89ed654548d", lambda r: r.config.inline_threshold_bytes == 0),
+    "CheckpointCompleted": ("574d6f50330550bd", _completion_inline),
 }
 """Records written with the previous schema version's writer schema (fingerprint, in hex) while
 they use nothing that version lacks (the predicate): then a reader of that version, during a rolling
 upgrade, still reads them, and readers of this version read them as they read any older writer.
-Schema v4 added inline state (``StateHandle.inline``, ``inline_limit_bytes`` of barriers and
-triggers, ``CheckpointConfig.inline_threshold_bytes``); with it off, everything on the wire is v3.
-A schema change updates this table to the version before it (``tests/unit/test_codec.py`` checks
-that every record changed since the previous vector version is here)."""
+Schema v5 added ``CheckpointCompleted.metadata`` (a completion too large for one journal record
+refers to its metadata object); a completion that carries its handles and offsets inline is written
+as v4. (Schema v4 had added inline state; v5's writers write it with the v4 schemas, which every
+v4 reader reads.) A schema change updates this table to the version before it
+(``tests/unit/test_codec.py`` checks that every record changed since the previous vector version is
+here)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -528,14 +517,20 @@ class Codec:
     with the previous version's schema (:data:`PREVIOUS_WRITES`)."""
 
     def __init__(
-        self, registry: SchemaRegistry | None = None, confluent: ConfluentFraming | None = None
+        self,
+        registry: SchemaRegistry | None = None,
+        confluent: ConfluentFraming | None = None,
+        *,
+        previous_writes: bool = True,
     ) -> None:
+        """``previous_writes=False``: every record is written with the current schema (the test
+        vectors of the current version)."""
         self.registry = registry or SchemaRegistry()
         self.confluent = confluent
         self._confluent_writers: dict[int, WriterSchema] = {}
         self._current: dict[bytes, _FastReader | None] = {}
         self._previous: dict[str, tuple[WriterSchema, Callable[[Any], bool]]] = {}
-        for name, (fp, fits) in PREVIOUS_WRITES.items():
+        for name, (fp, fits) in (PREVIOUS_WRITES if previous_writes else {}).items():
             previous = self.registry.writer(bytes.fromhex(fp))
             if previous is not None:  # a registry without schemas/history writes current schemas only
                 self._previous[name] = (previous, fits)

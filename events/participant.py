@@ -47,6 +47,8 @@ from events.kafka import (
     produce_record,
     producer_config,
 )
+from events.metadata import METADATA_FILE as METADATA_FILE  # re-exported: its home before events.metadata
+from events.metadata import MetadataUnavailable, resolve_completion
 from events.records import (
     CheckpointAborted,
     CheckpointAcknowledged,
@@ -237,9 +239,10 @@ def completion_problem(completed: CheckpointCompleted, known: set[int] | frozens
     return None
 
 
-METADATA_FILE = "_metadata"
-"""Written into a completed checkpoint's or savepoint's location (by a Spark job's driver): its
-``CheckpointCompleted``, so that the directory alone is enough to restore from or to inspect."""
+# ``METADATA_FILE`` (``_metadata``) is written into a completed checkpoint's or savepoint's location
+# (by a Spark job's driver, or by the coordinator for a completion too large for one journal
+# record: events/metadata.py): its ``CheckpointCompleted``, so that the directory alone is enough to
+# restore from or to inspect.
 
 
 class MetadataProblem(LookupError):
@@ -565,6 +568,13 @@ class Participant:
         problem = completion_problem(completed, self._completed)
         if problem is None and checkpoint_id in self._aborted:
             problem = "the journal aborted it before"
+        if problem is None and completed.metadata is not None and completed.attempt == self.attempt:
+            try:  # its handles and offsets are in its metadata object (DESIGN §4a "Sizes")
+                completed = resolve_completion(completed)
+            except MetadataUnavailable as exc:
+                problem = str(exc)
+            else:
+                problem = completion_problem(completed, self._completed)
         if problem is not None:
             self._ignore(completed, problem)
             return
@@ -850,17 +860,21 @@ class JobDriver:
     def latest_completed(
         self, timeout: float | None = None, kind: CheckpointKind | None = CheckpointKind.CHECKPOINT
     ) -> CheckpointCompleted | None:
-        """The completed checkpoint with the highest id (of ``kind``; None: any), to restore from."""
+        """The completed checkpoint with the highest id (of ``kind``; None: any), to restore from,
+        with its handles and offsets (read from its metadata object when it was journaled by
+        reference: :class:`events.metadata.MetadataUnavailable` when that cannot be read)."""
         candidates = [c for c in self.completions(timeout) if kind is None or c.kind == kind]
-        return max(candidates, key=lambda c: c.checkpoint_id, default=None)
+        latest = max(candidates, key=lambda c: c.checkpoint_id, default=None)
+        return None if latest is None else resolve_completion(latest)
 
     def completed_checkpoint(
         self, checkpoint_id: int, timeout: float | None = None
     ) -> CheckpointCompleted | None:
-        """The completion of checkpoint (or savepoint) ``checkpoint_id``, if the journal has it."""
+        """The completion of checkpoint (or savepoint) ``checkpoint_id``, if the journal has it, with
+        its handles and offsets (as :meth:`latest_completed`)."""
         for completed in self.completions(timeout):
             if completed.checkpoint_id == checkpoint_id:
-                return completed
+                return resolve_completion(completed)
         return None
 
     def close(self, timeout: float = 5.0) -> None:

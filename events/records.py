@@ -348,6 +348,16 @@ class CheckpointCompleted:
     offsets: Mapping[str, int]
     attempt: int = 0
     location: str = ""
+    metadata: StateHandle | None = None
+    """Set when the completion did not fit in one journal record (DESIGN §4a "Sizes"): its handles
+    and offsets are in this metadata object (``<location>/_metadata``, the full completion as one
+    Avro single-object frame), and ``handles`` and ``offsets`` here are empty. Readers resolve it
+    with :func:`events.participant.resolve_completion`."""
+
+    @property
+    def by_reference(self) -> bool:
+        """Whether the handles and offsets are in the metadata object rather than here."""
+        return self.metadata is not None
 
 
 @dataclass(frozen=True, slots=True)

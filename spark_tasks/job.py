@@ -66,6 +66,7 @@ from events import storage
 from events.codec import encode
 from events.feed import JobFeed
 from events.kafka import commit_offsets, consumer_config
+from events.metadata import MetadataUnavailable, resolve_completion
 from events.participant import (
     METADATA_FILE,
     JobDriver,
@@ -399,6 +400,10 @@ class CheckpointedJob:
                     f"job {self.settings.job_id} has no completed checkpoint {restore} in the journal "
                     f"(completed: {known or 'none'})"
                 )
+            try:
+                completed = resolve_completion(completed)
+            except MetadataUnavailable as exc:
+                raise NothingToRestore(str(exc)) from exc
         else:
             completed = read_metadata(restore)
         self._restored_state = self._load_state(completed)
@@ -418,6 +423,7 @@ class CheckpointedJob:
         problems: list[str] = []
         for completed in checkpoints:
             try:
+                completed = resolve_completion(completed)  # noqa: PLW2901 (the same checkpoint, whole)
                 self._restored_state = self._load_state(completed)
             except (OSError, SnapshotCorrupted, UnsupportedLocation) as exc:
                 log.warning(
@@ -655,7 +661,10 @@ class CheckpointedJob:
                     self.rejected[record.request_id] = record
                     self._completion.notify_all()
         elif isinstance(record, CheckpointCompleted):
-            decision = self.ledger.completed(record)
+            try:  # a completion too large for one journal record: its metadata object has the rest
+                decision = self.ledger.completed(resolve_completion(record))
+            except MetadataUnavailable as exc:
+                decision = Ignore(str(exc))
         elif isinstance(record, CheckpointAborted):
             decision = self.ledger.aborted(record)
         elif isinstance(record, CheckpointFailureThresholdExceeded):

@@ -44,9 +44,10 @@ from coordinator.service.watcher import JournalWatcher
 from coordinator.service.worker import Worker
 from coordinator.service.writer import Writer, Written
 from coordinator.snapshot import PartitionSnapshot
-from events.broker import create_topics, partition_counts, topic_config
+from events.broker import create_topics, max_message_bytes, partition_counts, topic_config
 from events.client_config import aiokafka_security, client_properties, faust_credentials
 from events.kafka import producer_config
+from events.sizes import DEFAULT_MAX_MESSAGE_BYTES, TopicLimits
 from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 log = logging.getLogger("cutline.coordinator")
@@ -141,7 +142,14 @@ def _patch_fetch_wait(wait_ms: int) -> None:
     faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer = create  # type: ignore[method-assign]
 
 
-JOURNAL_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
+MAX_RECORD_BYTES = DEFAULT_MAX_MESSAGE_BYTES
+"""``max.message.bytes`` of the protocol topics, the journal and the ticks topic (Apache Kafka's
+default): the coordinator never writes a record over a topic's limit (DESIGN §4a "Sizes")."""
+
+TOPIC_CONFIG = {"max.message.bytes": str(MAX_RECORD_BYTES)}
+"""Every protocol topic and the ticks topic."""
+
+JOURNAL_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", **TOPIC_CONFIG}
 """The journal is the state: it is kept for ever (DESIGN §4a)."""
 
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
@@ -230,7 +238,8 @@ def settle_partitions(settings: Settings) -> Settings:
 
 def ensure_topics(settings: Settings) -> list[str]:
     """Create every protocol topic, the internal ticks topic and the snapshots topic that is missing;
-    the journal with infinite retention, the snapshots compacted."""
+    the journal with infinite retention, the snapshots compacted; each with an explicit
+    ``max.message.bytes`` (the snapshots' larger)."""
     topics = settings.topics
     others = [n for n in (*topics.all, settings.ticks_topic) if n != topics.checkpoints]
     created = create_topics(
@@ -242,7 +251,18 @@ def ensure_topics(settings: Settings) -> list[str]:
         partitions=settings.partitions,
         config=SNAPSHOTS_CONFIG,
     )
-    return created + create_topics(settings.bootstrap, others, partitions=settings.partitions)
+    return created + create_topics(
+        settings.bootstrap, others, partitions=settings.partitions, config=TOPIC_CONFIG
+    )
+
+
+def topic_limits(settings: Settings) -> TopicLimits:
+    """The ``max.message.bytes`` of every topic the coordinator writes to, as the cluster reports
+    them (read once at start): the runtime admits no decision whose records would not fit, and
+    the writer sends no record over them."""
+    topics = settings.topics
+    written = [topics.checkpoints, topics.barriers, topics.dead_letters]
+    return TopicLimits(max_message_bytes(settings.bootstrap, written))
 
 
 class JournalRetentionError(RuntimeError):
@@ -316,8 +336,9 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
         broker_credentials=faust_credentials(client_properties()),
     )
     collections = ScheduledCollections()
+    limits = topic_limits(settings)
     coordinator = Coordinator(
-        topics, partitions=settings.partitions, savepoint_roots=settings.savepoint_roots
+        topics, partitions=settings.partitions, savepoint_roots=settings.savepoint_roots, limits=limits
     )
     publish_lock = asyncio.Lock()
     input_topics = {*topics.inputs, settings.ticks_topic}
@@ -332,7 +353,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
                     settings.bootstrap,
                     idempotent=idempotent,
                     home=_home,
-                    max_bytes=MAX_SNAPSHOT_BYTES,  # as Faust's producer: a completion of many tasks
+                    limits=limits,  # the topics' own max.message.bytes: nothing over them is sent
                 )
             )
         return writers[0]

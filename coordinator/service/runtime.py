@@ -48,6 +48,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
+from coordinator.admission import journal_budget, preview, too_large
 from coordinator.commands import (
     AcknowledgeCheckpoint,
     ChangeJobStatus,
@@ -75,6 +76,7 @@ from events.codec import Codec, DecodeError, default_codec
 from events.fast_init import fast_init
 from events.fencing import VOID_EPOCH, epoch_header, epoch_problem, header_epoch
 from events.kafka import job_key, partition_for
+from events.metadata import write_completion_metadata
 from events.records import (
     CheckpointAborted,
     CheckpointAcknowledged,
@@ -93,6 +95,7 @@ from events.records import (
     TaskAcknowledged,
     TaskStatusChanged,
 )
+from events.sizes import TopicLimits, bounded, record_size
 from events.topics import Topics
 from events.validation import InvalidUri, StorageUri, parse_below, parse_uri
 
@@ -185,6 +188,7 @@ class Coordinator:
         partitions: int | None = None,
         *,
         savepoint_roots: tuple[str, ...] = (),
+        limits: TopicLimits | None = None,
     ) -> None:
         for root in savepoint_roots:
             parse_uri(root)  # InvalidUri (a ValueError) at start-up, not at the first request
@@ -194,6 +198,9 @@ class Coordinator:
         self.partitions = partitions
         """Partition count of the protocol topics (for :meth:`partition_of`); None: not known."""
         self.savepoint_roots = savepoint_roots
+        self.limits = limits or TopicLimits()
+        """The ``max.message.bytes`` of the topics this coordinator writes to (DESIGN §4a "Sizes"):
+        no decision whose records would not fit is admitted."""
         self.states: dict[str, JobState] = {}
         self.stats: dict[str, CheckpointStats] = {}
         self.positions: dict[tuple[str, int], int] = {}
@@ -472,21 +479,25 @@ class Coordinator:
         message: str,
         job_id: str | None = None,
     ) -> Outcome:
-        log.warning("dead letter from %s[%d]@%d: %s: %s", topic, partition, offset, reason, message)
+        log.warning("dead letter from %s[%d]@%d: %s: %s", topic, partition, offset, reason, bounded(message))
         self.dead_letters[reason] += 1
-        if value is not None and len(value) > MAX_DEAD_LETTER_VALUE:
-            message += f" (the value is cut to its first {MAX_DEAD_LETTER_VALUE} of {len(value)} bytes)"
-            value = value[:MAX_DEAD_LETTER_VALUE]
+        # Bounded so that the letter fits the dead-letter topic's max.message.bytes: its message may
+        # quote the input (a 600 KB task id), its key and value are the input's.
+        kept = preview(
+            message, key, value, job_id, self.limits.of(self.topics.dead_letters), MAX_DEAD_LETTER_VALUE
+        )
         letter = DeadLetter(
             topic=topic,
             partition=partition,
             offset=offset,
             reason=reason,
-            message=message.encode("utf-8", "backslashreplace").decode("utf-8"),
+            message=kept.message.encode("utf-8", "backslashreplace").decode("utf-8"),
             timestamp_ms=now_ms,
-            key=key if key is None or len(key) <= MAX_DEAD_LETTER_VALUE else key[:MAX_DEAD_LETTER_VALUE],
-            value=value,
-            job_id=job_id.encode("utf-8", "backslashreplace").decode("utf-8") if job_id else job_id,
+            key=kept.key,
+            value=kept.value,
+            job_id=kept.job_id.encode("utf-8", "backslashreplace").decode("utf-8")
+            if kept.job_id
+            else kept.job_id,
         )
         out = Outgoing(
             self.topics.dead_letters, letter.key or b"", self.codec.encode(letter, self.topics.dead_letters)
@@ -513,7 +524,22 @@ class Coordinator:
         """Let time pass for one job. Never raises: a failure becomes a dead letter (``INTERNAL_ERROR``,
         on the ticks topic) and leaves the job's state as it was; the next tick tries again."""
         try:
-            return self._decide(Tick(job_id, now_ms, jitter=self.rng.random()), None, epoch, None)
+            outcome = self._decide(Tick(job_id, now_ms, jitter=self.rng.random()), None, epoch, None)
+            if outcome.rejected is not None:  # a decision that would not fit (RUNNING's headroom
+                # makes that rare): nothing journaled, the job's state is as it was
+                ticks = f"{self.topics.prefix}coordinator-ticks"
+                return self._dead(
+                    ticks,
+                    -1,
+                    -1,
+                    job_id.encode("utf-8", "backslashreplace"),
+                    None,
+                    now_ms,
+                    outcome.rejected.reason.value,
+                    outcome.rejected.message,
+                    job_id,
+                )
+            return outcome
         except Exception as exc:
             log.exception("tick of job %r at %d could not be handled", job_id, now_ms)
             ticks = f"{self.topics.prefix}coordinator-ticks"
@@ -579,19 +605,51 @@ class Coordinator:
         barriers: list[Outgoing] = []
         stats, after = self.stats.get(job_id), state
         ack = command.ack if frame is not None and type(command) is AcknowledgeCheckpoint else None
+        journal_topic, key = self.topics.checkpoints, job_id.encode()
+        budget = journal_budget(command, self.limits.of(journal_topic))
+        refolded = False  # a completion went to its metadata object: later states are evolved anew
         for event, next_state in steps:
             assert not isinstance(event, InputRejected)
+            value = None
+            if ack is not None and frame is not None and type(event) is TaskAcknowledged:
+                value = self.codec.acknowledged(frame, ack, event, journal_topic)
+            if value is None:
+                value = self.codec.encode(event, journal_topic)
+            if len(value) + len(key) + 1024 > budget and (size := record_size(key, value, headers)) > budget:
+                if type(event) is CheckpointCompleted and event.metadata is None:
+                    try:
+                        event = write_completion_metadata(event, self.codec)  # noqa: PLW2901
+                    except Exception as exc:  # the checkpoint stays pending: it expires, not half-written
+                        log.exception(
+                            "no metadata object for checkpoint %d of %r", event.checkpoint_id, job_id
+                        )
+                        return self._too_large(
+                            job_id,
+                            f"its decision completes checkpoint {event.checkpoint_id} with a completion of "
+                            f"{size} bytes, over the journal's {budget}, and its metadata object could not "
+                            f"be written ({_describe(exc)}): nothing was journaled",
+                        )
+                    value, refolded = self.codec.encode(event, journal_topic), True
+                    size = record_size(key, value, headers)
+                if size > budget:
+                    return self._too_large(
+                        job_id, too_large(type(event).__name__, journal_topic, size, budget)
+                    )
+            if refolded:
+                next_state = evolve(after, event)  # noqa: PLW2901 (the interim state held the inline one)
             stats = track(stats, after, event)
             after = next_state  # what _apply(event) would leave, without a second evolve
             outcome.journal.append(event)
-            value = None
-            if ack is not None and frame is not None and type(event) is TaskAcknowledged:
-                value = self.codec.acknowledged(frame, ack, event, self.topics.checkpoints)
-            if value is None:
-                value = self.codec.encode(event, self.topics.checkpoints)
-            outcome.messages.append(Outgoing(self.topics.checkpoints, job_id.encode(), value, headers))
+            outcome.messages.append(Outgoing(journal_topic, key, value, headers))
             if isinstance(event, CheckpointTriggered):
-                barriers.append(self._barrier(event, event.timestamp_ms, epoch))
+                barrier = self._barrier(event, event.timestamp_ms, epoch)
+                over = self.limits.over(barrier.topic, barrier.key, barrier.value, barrier.headers)
+                if over is not None:
+                    return self._too_large(
+                        job_id,
+                        too_large("CheckpointBarrier", barrier.topic, over, self.limits.of(barrier.topic)),
+                    )
+                barriers.append(barrier)
         outcome.messages.extend(barriers)
         if steps:
             assert stats is not None
@@ -616,6 +674,11 @@ class Coordinator:
             if offset > self.positions.get(tp, -1):
                 self.positions[tp] = offset
         return outcome
+
+    @staticmethod
+    def _too_large(job_id: str, message: str) -> Outcome:
+        """A decision that would not fit its topic: refused, nothing journaled, no state changed."""
+        return Outcome(job_id=job_id, rejected=InputRejected(job_id, Rejection.RECORD_TOO_LARGE, message))
 
     def _outside_after_links(self, before: JobState, decisions: list[Decision]) -> InputRejected | None:
         """The decider checked URIs as strings; here ``file:`` paths are resolved through symbolic

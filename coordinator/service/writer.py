@@ -31,6 +31,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from coordinator.service.runtime import Outgoing
 from events.kafka import producer_config
+from events.sizes import TopicLimits
 
 log = logging.getLogger("cutline.coordinator")
 
@@ -115,18 +116,22 @@ class Writer:
         *,
         idempotent: bool,
         home: Callable[[bytes | None], int],
-        max_bytes: int = 1_000_000,
+        limits: TopicLimits | None = None,
     ) -> None:
         """``home`` gives the partition of the job a record is keyed by: where a failure counts
-        when the record never got a partition of its own. A record above ``max_bytes`` is refused
-        at once (librdkafka's ``message.max.bytes``)."""
+        when the record never got a partition of its own. A record over its topic's
+        ``max.message.bytes`` (``limits``, read from the cluster at start) is never sent: it is
+        refused at once, a failed write (the runtime admits no decision that would make one, so
+        this is the last line, not the rule)."""
+        self._limits = limits or TopicLimits()
+        largest = max([self._limits.default, *self._limits.limits.values()])
         ordering: dict[str, Any] = (
             {"enable.idempotence": True} if idempotent else {"max.in.flight.requests.per.connection": 1}
         )
         # A write the broker has not taken within DELIVERY_TIMEOUT_MS fails (its partition then
         # recovers and the batch is decided again) instead of holding every decision for
         # librdkafka's default five minutes.
-        config = {**ordering, "message.timeout.ms": DELIVERY_TIMEOUT_MS, "message.max.bytes": max_bytes}
+        config = {**ordering, "message.timeout.ms": DELIVERY_TIMEOUT_MS, "message.max.bytes": largest + 1024}
         self._producer = Producer(producer_config(bootstrap, extra=config))
         self._home = home
         self._stop = threading.Event()
@@ -141,6 +146,14 @@ class Writer:
         pending = _Pending(future, loop, self._home, outstanding=len(messages) + 1)
         try:
             for message in messages:
+                size = self._limits.over(message.topic, message.key, message.value, message.headers)
+                if size is not None:
+                    pending.refused(
+                        (message.topic, self._home(message.key)),
+                        f"a record of {size} bytes is over {message.topic}'s max.message.bytes "
+                        f"({self._limits.of(message.topic)}): not sent",
+                    )
+                    continue
                 try:
                     self._produce(message, pending.delivered)
                 except (KafkaException, BufferError, ValueError, TypeError) as exc:

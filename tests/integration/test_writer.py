@@ -8,8 +8,9 @@ from confluent_kafka import Consumer
 
 from coordinator.service.runtime import Outgoing
 from coordinator.service.writer import Writer, Written
-from events.broker import create_topics
+from events.broker import create_topics, max_message_bytes
 from events.kafka import consumer_config, partition_for, read_to_end
+from events.sizes import TopicLimits
 
 PARTITIONS = 4
 
@@ -63,7 +64,7 @@ def test_a_record_the_producer_refuses_fails_the_partition_of_its_job_and_the_re
 ) -> None:
     topic = f"{topic_prefix}journal"
     create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    too_large = b"x" * 2_000_000  # above the writer's max_bytes (1,000,000 unless told)
+    too_large = b"x" * 2_000_000  # above the topic's max.message.bytes (1,048,588 unless told)
     messages = [
         Outgoing(topic, b"job-a", b"first", ()),
         Outgoing(topic, b"job-b", too_large, ()),
@@ -80,10 +81,33 @@ def test_a_record_the_producer_refuses_fails_the_partition_of_its_job_and_the_re
         writer.close()
 
     assert [(topic, _home(b"job-b"))] == list(written.failed)
-    assert "MSG_SIZE_TOO_LARGE" in written.failed[(topic, _home(b"job-b"))]
+    assert "max.message.bytes" in written.failed[(topic, _home(b"job-b"))]
     assert [(b"job-a", b"first"), (b"job-a", b"second")] == [
         record for record in _read(bootstrap, topic, _home(b"job-a")) if record[0] == b"job-a"
     ]
+
+
+def test_a_record_over_its_topics_own_limit_is_never_sent(bootstrap: str, topic_prefix: str) -> None:
+    """The writer takes each topic's max.message.bytes: a record over it fails and is not produced
+    (the embedded broker enforces no limit, so only the writer can keep it)."""
+    topic = f"{topic_prefix}small"
+    create_topics(bootstrap, [topic], partitions=PARTITIONS, config={"max.message.bytes": "10000"})
+    limits = TopicLimits(max_message_bytes(bootstrap, [topic]))
+    messages = [Outgoing(topic, b"job-a", b"x" * 9_000, ()), Outgoing(topic, b"job-b", b"y" * 11_000, ())]
+    writer = Writer(bootstrap, idempotent=False, home=_home, limits=limits)
+
+    async def write() -> Written:
+        return await writer.write(messages)
+
+    try:
+        written = asyncio.run(write())
+    finally:
+        writer.close()
+
+    assert 10_000 == limits.of(topic)
+    assert [(topic, _home(b"job-b"))] == list(written.failed)
+    landed = [r for p in range(PARTITIONS) for r in _read(bootstrap, topic, p)]
+    assert [(b"job-a", b"x" * 9_000)] == landed
 
 
 def test_an_empty_write_is_answered_at_once(bootstrap: str) -> None:

@@ -42,19 +42,16 @@ from events.codec import (
 from events.records import (
     RECORD_TYPES,
     CheckpointAcknowledged,
-    CheckpointBarrier,
     CheckpointCompleted,
     CheckpointConfig,
     CheckpointKind,
     CheckpointRestored,
-    CheckpointTriggered,
     ExecutionState,
     JobStatus,
     JobStatusChanged,
     Record,
     RestartStrategy,
     RestartStrategyKind,
-    SchedulerStarted,
     StateHandle,
     TaskAcknowledged,
     TaskStatusChanged,
@@ -318,21 +315,13 @@ def _previous_fingerprint(name: str) -> str:
 
 
 def _with_inline(record: Record) -> Record:
-    """``record`` using schema v4's inline state: what the previous schema cannot carry."""
-    handle = StateHandle("file:///c/job/chk-1/t0", 3, hashlib.sha256(b"abc").hexdigest(), b"abc")
+    """``record`` using what the current schema version added, which the previous one cannot carry
+    (v5: a completion's metadata object)."""
+    handle = StateHandle("file:///c/job/chk-1/_metadata", 3, hashlib.sha256(b"abc").hexdigest())
     match record:
-        case CheckpointAcknowledged() | TaskAcknowledged():
-            return dataclasses.replace(record, state=handle)
         case CheckpointCompleted():
-            return dataclasses.replace(record, handles={**record.handles, "t0": handle})
-        case CheckpointBarrier() | CheckpointTriggered():
-            return dataclasses.replace(record, inline_limit_bytes=1024)
-        case JobStatusChanged() | SchedulerStarted():
-            config = record.config or CheckpointConfig(1_000, "file:///c")
-            return dataclasses.replace(
-                record, config=dataclasses.replace(config, inline_threshold_bytes=1024)
-            )
-    raise AssertionError(f"no inline variant of {type(record).__name__}")
+            return dataclasses.replace(record, handles={}, offsets={}, metadata=handle)
+    raise AssertionError(f"no variant of {type(record).__name__} with the new fields")
 
 
 class TestPreviousWrites:
@@ -381,7 +370,7 @@ class TestPreviousWrites:
         assert CODEC._current_reader(frame[2:HEADER_SIZE]) is not None
         assert from_avro(CheckpointCompleted, resolved) == fast
         assert isinstance(fast, CheckpointCompleted)
-        assert all(h.inline is None for h in fast.handles.values())
+        assert fast.metadata is None  # the field v5 added, at its default
 
 
 ACK = CheckpointAcknowledged(
@@ -456,6 +445,7 @@ class TestAcknowledgedFrame:
                 string(ack.task_id),
                 b"\x82\x80\x80\x80\x80\x80\x80\x80\x80\x00",  # timestamp 1, in ten bytes
                 b"\x02" + string(ack.state.uri) + long_bytes(ack.state.size_bytes) + string(ack.state.sha256),
+                b"\x00",  # state.inline: null
                 long_bytes(1) + string("a:0") + long_bytes(1),  # offsets: one entry per block
                 long_bytes(1) + string("b:1") + long_bytes(2) + long_bytes(0),
                 long_bytes(2) + string("snapshot_ms") + long_bytes(3) + string("bytes") + long_bytes(1024),
@@ -491,10 +481,11 @@ class TestAcknowledgedFrame:
         assert CODEC.acknowledged(frame, ACK, event) is None
 
     def test_an_ack_in_a_schema_the_event_is_not_written_with_gets_no_frame(self) -> None:
-        """An inline-free ack written with the current schema (a newer participant, say): the event
-        goes out with the previous one, so it is encoded."""
-        current = CODEC.registry.current("CheckpointAcknowledged")
-        frame = _frame(current.fingerprint, current.compiled, to_avro(ACK))
+        """An ack written with an older schema (a participant of schema v3): the event goes out
+        with the current one, so it is encoded."""
+        older = CODEC.registry.writer(bytes.fromhex("a8edf4019362aa12"))
+        assert older is not None
+        frame = _frame(older.fingerprint, older.compiled, to_avro(ACK))
         assert ACK == CODEC.decode(frame)
 
         assert CODEC.acknowledged(frame, ACK, _journaled(ACK, 5)) is None

@@ -249,6 +249,11 @@ FULL: dict[type[Record], Record] = {
         offsets=OFFSETS,
         attempt=2,
         location=f"{ROOT}/{JOB}/chk-42",
+        metadata=StateHandle(
+            f"{ROOT}/{JOB}/chk-42/_metadata",
+            9_437_311,
+            "3b8e3b1c0b7f1e0d6c2a5f4e9d8c7b6a5f4e3d2c1b0a99887766554433221100",
+        ),
     ),
     CheckpointAborted: CheckpointAborted(
         job_id=JOB,
@@ -519,7 +524,7 @@ def read_avro_json(text: str, parsed: Any, reader: Any = None) -> dict[str, Any]
 
 def write_vectors(target: Path, version: str, codec: Codec | None = None) -> list[dict[str, str]]:
     """Write every vector of ``version`` into ``target`` (which must not exist); the index entries."""
-    codec = codec or Codec()
+    codec = codec or Codec(previous_writes=False)  # the vectors are this version's frames
     target.mkdir(parents=True)
     index = []
     for cls in RECORD_TYPES:
