@@ -139,3 +139,19 @@ def test_the_worker_s_scheduled_garbage_collections_are_counted_with_their_time(
 
     assert 2 == metrics[("cutline_coordinator_gc_collections_total", ())]
     assert 0.125 == metrics[("cutline_coordinator_gc_seconds_total", ())]
+
+
+def test_partitions_stepped_down_are_counted() -> None:
+    """A partition a newer claim fenced this worker out of shows in the stepped-down gauge."""
+    views = [
+        PartitionView(3, epoch=4, ready=True, journal_offset=99, recovery_seconds=0.25),
+        PartitionView(5, epoch=2, ready=False, journal_offset=7, recovery_seconds=None, phase="STEPPED_DOWN"),
+        PartitionView(6, epoch=0, ready=False, journal_offset=-1, recovery_seconds=None, phase="RECOVERING"),
+    ]
+    collector = CoordinatorCollector(Coordinator(TOPICS), partitions=lambda: views)
+    metrics = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in collector.collect()
+        for sample in family.samples
+    }
+    assert 1 == metrics[("cutline_coordinator_partitions_stepped_down", ())]
