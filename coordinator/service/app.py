@@ -315,7 +315,6 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     are idempotent when the broker supports it (:func:`broker_supports_idempotence`)."""
     _patch_fetch_wait(settings.fetch_wait_ms)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    topics = settings.topics
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{settings.bootstrap}",
@@ -335,63 +334,115 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
         stream_wait_empty=False,
         broker_credentials=faust_credentials(client_properties()),
     )
-    collections = ScheduledCollections()
-    limits = topic_limits(settings)
-    coordinator = Coordinator(
-        topics, partitions=settings.partitions, savepoint_roots=settings.savepoint_roots, limits=limits
+    shell = Shell(app, settings, idempotent)
+    use_direct_consumer(
+        app,
+        [raw_topic(app, name, settings.partitions) for name in sorted(shell.input_topics)],
+        shell.decide_batch,
+        between_batches=shell.collections.collect_deferred,
     )
-    publish_lock = asyncio.Lock()
-    input_topics = {*topics.inputs, settings.ticks_topic}
-    member_file = os.environ.get(MEMBER_FILE_ENV)
-    writers: list[Writer] = []
+    app.timer(settings.tick_interval)(shell.send_ticks)
+    app.timer(settings.snapshot_interval)(shell.worker.write_snapshots)
+    app.timer(GC_INTERVAL_S)(shell.collect_garbage)
+    app.on_partitions_revoked.connect(shell.on_revoked)  # type: ignore[arg-type]
+    app.on_partitions_assigned.connect(shell.on_assigned)  # type: ignore[arg-type]
+    app.on_before_shutdown.connect(shell.close)  # type: ignore[arg-type]
+    register_views(
+        app, shell.coordinator, shell.worker, settings.topics, shell.worker.recovered, shell.input_lag,
+        shell.collections,
+    )  # fmt: skip
+    app.cutline_coordinator = shell.coordinator  # type: ignore[attr-defined]
+    app.cutline_worker = shell.worker  # type: ignore[attr-defined]
+    return app
 
-    def writer() -> Writer:
+
+class Shell:
+    """What the Faust app does with what Faust hands it: batches of input decided and published,
+    ticks, rebalances told to the :class:`~coordinator.service.worker.Worker`, writes and clean-up."""
+
+    def __init__(self, app: faust.App, settings: Settings, idempotent: bool) -> None:
+        self.app, self.settings, self.idempotent = app, settings, idempotent
+        self.topics = topics = settings.topics
+        self.collections = ScheduledCollections()
+        self.limits = topic_limits(settings)
+        self.coordinator = Coordinator(
+            topics,
+            partitions=settings.partitions,
+            savepoint_roots=settings.savepoint_roots,
+            limits=self.limits,
+        )
+        self.publish_lock = asyncio.Lock()
+        self.input_topics = {*topics.inputs, settings.ticks_topic}
+        self.member_file = os.environ.get(MEMBER_FILE_ENV)
+        self.ticks_topic = raw_topic(app, settings.ticks_topic, settings.partitions)
+        self.ticked: dict[str, int] = {}
+        self._writer: Writer | None = None
+        self._claim_producer: Producer | None = None
+        self._watcher: JournalWatcher | None = None
+        self.worker = Worker(
+            new_worker_id(),
+            self.coordinator,
+            self.publish_lock,
+            self.publish,
+            self.write_snapshot,
+            self.new_recovery,
+            now_ms,
+        )
+
+    # ------------------------------------------------------------ writes
+
+    def writer(self) -> Writer:
         """The coordinator's producer for its writes, made on first use (on the worker's loop)."""
-        if not writers:
-            writers.append(
-                Writer(
-                    settings.bootstrap,
-                    idempotent=idempotent,
-                    home=_home,
-                    limits=limits,  # the topics' own max.message.bytes: nothing over them is sent
-                )
+        if self._writer is None:
+            self._writer = Writer(
+                self.settings.bootstrap,
+                idempotent=self.idempotent,
+                home=self.home,
+                limits=self.limits,  # the topics' own max.message.bytes: nothing over them is sent
             )
-        return writers[0]
+        return self._writer
 
-    def _home(key: bytes | None) -> int:
+    def home(self, key: bytes | None) -> int:
         """The partition of the job a record is keyed by (-1 for no key)."""
-        return coordinator.partition_of(key.decode("utf-8", "replace")) if key else -1
+        return self.coordinator.partition_of(key.decode("utf-8", "replace")) if key else -1
 
-    async def publish(outcomes: Sequence[Outcome]) -> set[int]:
+    async def publish(self, outcomes: Sequence[Outcome]) -> set[int]:
         """Journal first; barriers and dead letters once the broker holds the journal records.
 
         Every write is awaited: input offsets are committed (acked) only after every journal
         write of the input is acknowledged. Returns the partitions whose writes failed."""
-        journal = [m for o in outcomes for m in o.messages if m.topic == topics.checkpoints]
-        others = [m for o in outcomes for m in o.messages if m.topic != topics.checkpoints]
-        failed = _note(await writer().write(journal))
+        journal_topic = self.topics.checkpoints
+        journal = [m for o in outcomes for m in o.messages if m.topic == journal_topic]
+        others = [m for o in outcomes for m in o.messages if m.topic != journal_topic]
+        failed = self._note(await self.writer().write(journal))
         if others:
-            failed |= _note(await writer().write([m for m in others if _home(m.key) not in failed]))
+            failed |= self._note(
+                await self.writer().write([m for m in others if self.home(m.key) not in failed])
+            )
         return failed
 
-    def _note(written: Written) -> set[int]:
+    def _note(self, written: Written) -> set[int]:
         """The partitions whose writes failed; the journal offsets of the others move on."""
         for (topic, partition), error in written.failed.items():
             log.error("write to %s[%d] failed: %s; the partition recovers", topic, partition, error)
         for (topic, partition), offset in written.last_offsets.items():
-            if topic == topics.checkpoints:
-                worker.written(partition, offset)
+            if topic == self.topics.checkpoints:
+                self.worker.written(partition, offset)
         return {partition for _, partition in written.failed if partition >= 0}  # -1: no job to recover
 
-    async def write_snapshot(snapshot: PartitionSnapshot) -> bool:
+    async def write_snapshot(self, snapshot: PartitionSnapshot) -> bool:
         """Write ``snapshot`` to the snapshots topic and wait for the broker; False if it failed."""
         key, value, headers = await asyncio.get_running_loop().run_in_executor(
-            None, snapshot_message, snapshot, settings.partitions
+            None, snapshot_message, snapshot, self.settings.partitions
         )
-        producer = cast(Any, app.producer)._ensure_producer()
+        producer = cast(Any, self.app.producer)._ensure_producer()
         try:
             future = await producer.send(
-                settings.snapshots_topic, value=value, key=key, partition=snapshot.partition, headers=headers
+                self.settings.snapshots_topic,
+                value=value,
+                key=key,
+                partition=snapshot.partition,
+                headers=headers,
             )
             await future
         except Exception:
@@ -399,95 +450,86 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
             return False
         return True
 
-    claim_producers: list[Producer] = []
-
-    def claim_producer() -> Producer:
-        """One producer for every claim this worker writes (thread-safe; made on first use)."""
-        if not claim_producers:
-            claim_producers.append(Producer(producer_config(settings.bootstrap)))
-        return claim_producers[0]
-
-    worker = Worker(
-        new_worker_id(),
-        coordinator,
-        publish_lock,
-        publish,
-        write_snapshot,
-        lambda partition: PartitionRecovery(
-            settings.bootstrap,
-            topics,
-            settings.snapshots_topic,
-            settings.partitions,
+    def new_recovery(self, partition: int) -> PartitionRecovery:
+        """The I/O of one recovery of ``partition``, with the worker's one claim producer."""
+        if self._claim_producer is None:
+            self._claim_producer = Producer(producer_config(self.settings.bootstrap))
+        return PartitionRecovery(
+            self.settings.bootstrap,
+            self.topics,
+            self.settings.snapshots_topic,
+            self.settings.partitions,
             partition,
-            worker.worker_id,
-            producer=claim_producer(),
-        ),
-        now_ms,
-    )
-
-    @app.on_before_shutdown.connect  # type: ignore[arg-type]
-    async def close_writer(sender: Any, **kwargs: Any) -> None:
-        await worker.close()
-        for watcher in watchers:
-            await asyncio.get_running_loop().run_in_executor(None, watcher.close)
-        for made in writers:
-            await asyncio.get_running_loop().run_in_executor(None, made.close)
-        for producer in claim_producers:
-            await asyncio.get_running_loop().run_in_executor(None, producer.flush, 10)
-
-    def pending(partition: int) -> bool:
-        """Does the consumer hold ``partition`` in a generation the worker has not been told of?"""
-        generation = getattr(app, "consumer_generation_id", -1)
-        return generation > worker.ownership.generation and any(
-            tp.partition == partition for tp in app.consumer.assignment() if tp.topic in input_topics
+            self.worker.worker_id,
+            producer=self._claim_producer,
         )
 
-    async def decide_batch(messages: Sequence[Any]) -> None:
+    async def close(self, sender: Any = None, **kwargs: Any) -> None:
+        loop = asyncio.get_running_loop()
+        await self.worker.close()
+        if self._watcher is not None:
+            await loop.run_in_executor(None, self._watcher.close)
+        if self._writer is not None:
+            await loop.run_in_executor(None, self._writer.close)
+        if self._claim_producer is not None:
+            await loop.run_in_executor(None, self._claim_producer.flush, 10)
+
+    # ------------------------------------------------------------ input
+
+    def pending(self, partition: int) -> bool:
+        """Does the consumer hold ``partition`` in a generation the worker has not been told of?"""
+        generation = getattr(self.app, "consumer_generation_id", UNKNOWN_GENERATION)
+        return generation > self.worker.ownership.generation and any(
+            tp.partition == partition
+            for tp in self.app.consumer.assignment()
+            if tp.topic in self.input_topics
+        )
+
+    async def decide_batch(self, messages: Sequence[Any]) -> None:
         """Decide ``messages`` in order for the partitions this worker decides, publish, and go on
-        once the writes are acknowledged; a partition whose write failed recovers again."""
+        once the writes are acknowledged; a partition whose write failed recovers, and the batch is
+        decided again (what the journal already holds is skipped: ``Coordinator.already_decided``)."""
         arrived = time.monotonic()
         partitions = {m.partition for m in messages}
         failures = 0
         while True:
-            await worker.settle(partitions, pending, patience=2 * settings.session_timeout)
-            async with publish_lock:
-                if any(worker.holds(p) and worker.epoch_of(p) is None for p in partitions):
+            await self.worker.settle(partitions, self.pending, patience=2 * self.settings.session_timeout)
+            async with self.publish_lock:
+                if any(self.worker.holds(p) and self.worker.epoch_of(p) is None for p in partitions):
                     continue  # a partition started recovering (or stepped down) meanwhile
                 deciding = time.monotonic()
-                outcomes = decide_all(messages)
+                outcomes = self.decide_all(messages)
                 decided = time.monotonic()
-                if isinstance(app.consumer, DirectConsumer):
-                    app.consumer.prefetch()  # the next batch comes in while the journal is written
-                failed = await publish(outcomes)
+                if isinstance(self.app.consumer, DirectConsumer):
+                    self.app.consumer.prefetch()  # the next batch comes in while the journal is written
+                failed = await self.publish(outcomes)
             _report_slow_batch(messages, arrived, deciding, decided, time.monotonic())
             if not failed:
                 return
-            # The failed partitions recover from the journal, then the batch is decided again
-            # (what the journal holds is skipped: Coordinator.already_decided).
             for partition in failed:
-                worker.write_failed(partition, "a journal write failed")
+                self.worker.write_failed(partition, "a journal write failed")
             failures += 1
             # A write that keeps failing (a broker refusing the record) must not spin: back off.
             await asyncio.sleep(min(30.0, 0.25 * 2**failures))
 
-    def decide_all(messages: Sequence[Any]) -> list[Outcome]:
+    def decide_all(self, messages: Sequence[Any]) -> list[Outcome]:
         outcomes = []
-        with coordinator.batch():  # one view of the file system for the batch's link checks
+        with self.coordinator.batch():  # one view of the file system for the batch's link checks
             for message in messages:
-                epoch = worker.epoch_of(message.partition)
+                epoch = self.worker.epoch_of(message.partition)
                 if epoch is None:
                     continue  # not decided here: its owner decides it
-                outcome = decide(message, epoch)
+                outcome = self.decide(message, epoch)
                 if outcome is not None:
                     outcomes.append(outcome)
         return outcomes
 
-    def decide(message: Any, epoch: int) -> Outcome | None:
-        if message.topic == settings.ticks_topic:
-            return decide_tick(message, epoch)
-        if coordinator.already_decided(message.topic, message.partition, message.offset):
+    def decide(self, message: Any, epoch: int) -> Outcome | None:
+        if message.topic == self.settings.ticks_topic:
+            return self.decide_tick(message, epoch)
+        if self.coordinator.already_decided(message.topic, message.partition, message.offset):
             return None
-        return coordinator.handle(
+        return self.coordinator.handle(
             message.topic,
             message.partition,
             message.offset,
@@ -498,7 +540,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
             epoch=epoch,
         )
 
-    def decide_tick(message: Any, epoch: int) -> Outcome | None:
+    def decide_tick(self, message: Any, epoch: int) -> Outcome | None:
         try:
             job_id = message.key.decode()
         except (AttributeError, UnicodeDecodeError):
@@ -506,85 +548,63 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
                 "tick without a job id at %s[%d]@%d skipped", message.topic, message.partition, message.offset
             )
             return None
-        if job_id not in coordinator.states:
+        if job_id not in self.coordinator.states:
             return None  # a job of a partition this worker no longer (or not yet) holds
-        return coordinator.tick(job_id, now_ms(), epoch=epoch)
+        return self.coordinator.tick(job_id, now_ms(), epoch=epoch)
 
-    use_direct_consumer(
-        app,
-        [raw_topic(app, name, settings.partitions) for name in sorted(input_topics)],
-        decide_batch,
-        between_batches=collections.collect_deferred,
-    )
-    ticks_topic = raw_topic(app, settings.ticks_topic, settings.partitions)
-    ticked: dict[str, int] = {}
+    # ------------------------------------------------------------ timers
 
-    @app.timer(settings.tick_interval)
-    async def send_ticks() -> None:
-        # Every worker ticks the jobs it holds (those of its claimed partitions); a tick decides
-        # nothing unless due.
+    async def send_ticks(self) -> None:
+        """Every worker ticks the jobs it holds (those of its claimed partitions); a tick decides
+        nothing unless due."""
         now = now_ms()
-        for job_id in coordinator.due(now):
-            if ticked.get(job_id, 0) + 50 > now:
+        for job_id in self.coordinator.due(now):
+            if self.ticked.get(job_id, 0) + 50 > now:
                 continue  # the last tick is still on its way
-            ticked[job_id] = now
-            await ticks_topic.send(key=job_id.encode(), value=str(now).encode())
+            self.ticked[job_id] = now
+            await self.ticks_topic.send(key=job_id.encode(), value=str(now).encode())
 
-    @app.timer(settings.snapshot_interval)
-    async def write_snapshots() -> None:
-        """Bounded recovery: a snapshot of each decided partition whose journal moved since its last."""
-        await worker.write_snapshots()
-
-    @app.timer(GC_INTERVAL_S)
-    async def collect_garbage() -> None:
+    async def collect_garbage(self) -> None:
         """The cycle collector's work, on a clock, in a worker that switched it off (:func:`run`)."""
         if gc.isenabled():
             return
-        if publish_lock.locked():
-            collections.defer()  # a batch is being decided: collect once its objects are freed
+        if self.publish_lock.locked():
+            self.collections.defer()  # a batch is being decided: collect once its objects are freed
         else:
-            collections.collect()
+            self.collections.collect()
 
-    watchers: list[JournalWatcher] = []
+    # ------------------------------------------------------------ rebalances
 
-    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
-    async def on_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
+    async def on_revoked(self, sender: Any, revoked: set[Any], **kwargs: Any) -> None:
         """Stop deciding revoked partitions at once (the worker drops their state under the lock)."""
-        worker.revoked({tp.partition for tp in revoked if tp.topic in input_topics})
+        self.worker.revoked({tp.partition for tp in revoked if tp.topic in self.input_topics})
 
-    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
-    async def on_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
+    async def on_assigned(self, sender: Any, assigned: set[Any], **kwargs: Any) -> None:
         """Tell the worker its whole assignment and the generation (it claims in the background)."""
-        if not watchers:
-            watcher = JournalWatcher(
-                settings.bootstrap, topics.checkpoints, asyncio.get_running_loop(), worker.journal_read
+        if self._watcher is None:
+            self._watcher = JournalWatcher(
+                self.settings.bootstrap,
+                self.topics.checkpoints,
+                asyncio.get_running_loop(),
+                self.worker.journal_read,
             )
-            worker.watch, worker.unwatch = watcher.watch, watcher.unwatch
-            watchers.append(watcher)
-        generation = getattr(app, "consumer_generation_id", UNKNOWN_GENERATION)
-        worker.assigned(generation, {tp.partition for tp in assigned if tp.topic in input_topics})
-        if member_file:
-            membership = membership_of(app.consumer)
+            self.worker.watch, self.worker.unwatch = self._watcher.watch, self._watcher.unwatch
+        generation = getattr(self.app, "consumer_generation_id", UNKNOWN_GENERATION)
+        self.worker.assigned(generation, {tp.partition for tp in assigned if tp.topic in self.input_topics})
+        if self.member_file:
+            membership = membership_of(self.app.consumer)
             if membership is not None:
-                record_membership(Path(member_file), membership)  # for the watchdog, should this die
+                record_membership(Path(self.member_file), membership)  # for the watchdog, should this die
 
-    def input_lag() -> list[InputLag]:
-        consumer = app.consumer
+    def input_lag(self) -> list[InputLag]:
+        consumer = self.app.consumer
         read = consumer.read_offsets() if isinstance(consumer, DirectConsumer) else {}
         lags = []
         for tp in consumer.assignment():
             position, highwater = read.get(tp), consumer.highwater(tp)
-            if tp.topic in input_topics and position is not None and highwater is not None:
+            if tp.topic in self.input_topics and position is not None and highwater is not None:
                 lags.append(InputLag(tp.topic, tp.partition, max(0, highwater - position - 1)))
         return lags
-
-    def recovered() -> bool:
-        return worker.recovered()
-
-    register_views(app, coordinator, worker, topics, recovered, input_lag, collections)
-    app.cutline_coordinator = coordinator  # type: ignore[attr-defined]
-    app.cutline_worker = worker  # type: ignore[attr-defined]
-    return app
 
 
 def raw_topic(app: faust.App, name: str, partitions: int) -> faust.TopicT:
