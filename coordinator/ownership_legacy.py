@@ -5,9 +5,9 @@ when asked for ``Rules.LEGACY``; its regression test shows that a seed breaks th
 "the assigned worker is never fenced without stepping down" under them and passes under
 :func:`coordinator.ownership.step`. The old shell's three mistakes, each reproduced here:
 
-- **no generation guard**: a recovery result is taken whatever generation it was for, and the
-  shell produced a queued claim even after the partition was revoked (the simulator skips its
-  guard under these rules);
+- **no generation guard**: a recovery result is taken whatever generation it was for, the shell
+  produced a queued claim even after the partition was revoked (the simulator skips its guard
+  under these rules), and a claim under way went on after a revocation;
 - **a lost claim is retried higher whatever the winner's generation**: two workers can fence
   each other in turn;
 - **no step-down on a newer claim**: the old shell did not watch the journal, so a fenced worker
@@ -56,7 +56,13 @@ def legacy_step(state: Ownership, fact: Fact) -> Step:
     """The old rules: assignments as today, recovery results of any generation, no watching."""
     match fact:
         case PartitionsAssigned() | PartitionsRevoked():
-            return step(state, fact)  # the group callbacks were the same
+            made = step(state, fact)
+            # The old shell did not cancel a claim under way: it goes on for a partition taken away.
+            holds = dict(made.state.holds)
+            for partition, under_way in state.holds.items():
+                if under_way.phase is Phase.CLAIMING and partition not in holds:
+                    holds[partition] = under_way
+            return Step(replace(made.state, holds=holds), made.commands)
         case ClaimRead():
             return Step(state)  # the old shell never read claims while deciding
     hold = state.holds.get(fact.partition)
@@ -80,6 +86,9 @@ def legacy_step(state: Ownership, fact: Fact) -> Step:
         case ClaimSettled(), Phase.CLAIMING:
             highest = max(hold.highest_epoch, fact.highest_epoch, fact.effective.epoch)
             if fact.effective.worker_id == state.worker_id and fact.effective.epoch == hold.claim_epoch:
+                if hold.generation < state.generation:  # it won a partition no longer its own: done
+                    holds = {q: h for q, h in state.holds.items() if q != p}
+                    return Step(replace(state, holds=holds))
                 held = replace(hold, phase=Phase.RESENDING, highest_epoch=highest)
                 return _with(state, p, held, ResendBarriers(p, g, hold.claim_epoch))
             # Lost: claim again, higher, whoever won and for whatever generation.
