@@ -104,12 +104,14 @@ from events.records import (
 __all__ = [
     "LEGACY_REGRESSION_SEED",
     "ClaimBody",
+    "Deciding",
     "Oracle",
     "Record",
     "RecoveryReads",
     "Result",
     "Rules",
     "SimulationFailed",
+    "Summary",
     "SnapshotEntry",
     "Violation",
     "check_live_state",
@@ -118,6 +120,7 @@ __all__ = [
     "check_snapshot",
     "check_step_down",
     "main",
+    "run_seeds",
     "simulate",
 ]
 
@@ -1032,31 +1035,69 @@ def simulate(
 
 
 @dataclass(frozen=True, slots=True)
-class _Batch:
+class Summary:
+    """Many seeds' runs, added up."""
+
     seeds: int = 0
     steps: int = 0
     faults: int = 0
     checks: int = 0
     failures: tuple[str, ...] = ()
+    """Each failed seed's report (its seed, step, violation, trace and replay command)."""
+
+    def __add__(self, other: Summary) -> Summary:
+        return Summary(
+            self.seeds + other.seeds,
+            self.steps + other.steps,
+            self.faults + other.faults,
+            self.checks + other.checks,
+            self.failures + other.failures,
+        )
 
 
-def _run_batch(args: tuple[int, int, str]) -> _Batch:
+def _run_batch(args: tuple[int, int, str]) -> Summary:
     start, count, rules = args
-    steps = faults = checks = 0
-    failures: list[str] = []
+    total = Summary()
     for seed in range(start, start + count):
         try:
             result = simulate(seed, Rules(rules))
         except SimulationFailed as failed:
-            failures.append(str(failed))
+            total += Summary(1, failed.step, 0, 0, (str(failed),))
             continue
-        steps, faults, checks = steps + result.steps, faults + result.faults, checks + result.checks
-    return _Batch(count, steps, faults, checks, tuple(failures))
+        total += Summary(1, result.steps, result.faults, result.checks)
+    return total
 
 
-def _chunks(start: int, count: int, size: int) -> Iterable[tuple[int, int]]:
-    for first in range(start, start + count, size):
-        yield first, min(size, start + count - first)
+def run_seeds(
+    start: int,
+    count: int,
+    rules: Rules = Rules.CURRENT,
+    *,
+    processes: int = 1,
+    on_batch: Callable[[Summary], None] | None = None,
+) -> Summary:
+    """Run seeds ``start`` .. ``start + count - 1`` in ``processes`` processes; ``on_batch`` hears
+    of each batch as it ends (in seed order)."""
+    size = max(1, min(200, count // (processes * 8) or 1))
+    batches = [
+        (first, min(size, start + count - first), rules.value) for first in range(start, start + count, size)
+    ]
+    total = Summary()
+    if processes <= 1:
+        results: Iterable[Summary] = map(_run_batch, batches)
+        for batch in results:
+            total += batch
+            if on_batch is not None:
+                on_batch(batch)
+        return total
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        for batch in pool.map(_run_batch, batches):
+            total += batch
+            if on_batch is not None:
+                on_batch(batch)
+    return total
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1088,44 +1129,43 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _many(start: int, count: int, processes: int, rules: Rules) -> int:
-    from concurrent.futures import ProcessPoolExecutor
-
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     console = Console(stderr=True)
-    total = _Batch()
-    began = time.perf_counter()  # the progress bar's clock only: the simulation never reads it
-    size = max(1, min(200, count // (processes * 8) or 1))
-    jobs = [(first, n, rules.value) for first, n in _chunks(start, count, size)]
+    began = time.perf_counter()  # the progress bar's clock only: the simulation never reads one
+    done = Summary()
     columns = (
         TextColumn("[bold]seeds"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]} seeds/s, {task.fields[failed]} failed"),
+        TextColumn("{task.fields[rate]} seeds/s, {task.fields[faults]} faults, {task.fields[failed]} failed"),
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=console) as progress:
-        task = progress.add_task("seeds", total=count, rate="-", failed=0)
-        with ProcessPoolExecutor(max_workers=processes) as pool:
-            for batch in pool.map(_run_batch, jobs):
-                total = _Batch(
-                    total.seeds + batch.seeds,
-                    total.steps + batch.steps,
-                    total.faults + batch.faults,
-                    total.checks + batch.checks,
-                    total.failures + batch.failures,
-                )
-                for failure in batch.failures:
-                    progress.console.print(f"FAILED {failure}", markup=False, highlight=False, soft_wrap=True)
-                rate = total.seeds / max(time.perf_counter() - began, 1e-9)
-                progress.update(task, advance=batch.seeds, rate=f"{rate:.0f}", failed=len(total.failures))
+        task = progress.add_task("seeds", total=count, rate="-", faults=0, failed=0)
+
+        def on_batch(batch: Summary) -> None:
+            nonlocal done
+            done += batch
+            for failure in batch.failures:
+                progress.console.print(f"FAILED {failure}", markup=False, highlight=False, soft_wrap=True)
+            rate = done.seeds / max(time.perf_counter() - began, 1e-9)
+            progress.update(
+                task, advance=batch.seeds, rate=f"{rate:.0f}", faults=done.faults, failed=len(done.failures)
+            )
+
+        total = run_seeds(start, count, rules, processes=processes, on_batch=on_batch)
     elapsed = time.perf_counter() - began
     print(
-        f"{total.seeds} seeds ({start}..{start + count - 1}, {rules.value} rules) in {elapsed:.1f} s "
-        f"({total.seeds / max(elapsed, 1e-9):.0f} seeds/s): {total.steps} steps, {total.faults} faults "
-        f"injected, {total.checks} invariant checks, {len(total.failures)} failed"
+        f"{total.seeds} seeds ({start}..{start + count - 1}, {rules.value} rules, {processes} processes) in "
+        f"{elapsed:.1f} s ({total.seeds / max(elapsed, 1e-9):.0f} seeds/s): {total.steps} steps, "
+        f"{total.faults} faults injected, {total.checks} invariant checks, {len(total.failures)} failed"
     )
+    for failure in total.failures:
+        first = failure.split("\n", 1)[0]
+        replay = failure.rsplit("replay: ", 1)[-1]
+        print(f"FAILED {first}\n  replay: {replay}")
     return 1 if total.failures else 0
 
 
