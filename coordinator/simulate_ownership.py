@@ -47,9 +47,10 @@ the step and the last steps' trace):
    (``StopDeciding`` with ``fenced_by``) by the end of its first step whose watcher could read
    that claim.
 3. Effective checkpoint ids of each job are unique and strictly increasing.
-4. No completed checkpoint is lost: the effective fold's latest completed checkpoint of a job
-   never decreases, and the live states of the worker whose claim is current equal the
-   effective fold of the partition.
+4. No completed checkpoint is lost: whenever a snapshot becomes a partition's last entry, it plus
+   the journal after it folds to the effective fold (every completed checkpoint there, the same
+   states, the same epoch: what a recovery would find never goes back), and the live states of
+   the worker whose claim is current equal the effective fold of the partition.
 5. A recovery reads one snapshot of its partition and the journal after it, nothing more.
 6. Liveness: once the chaos stops (every worker resumed, no more faults), within
    :data:`SETTLE_STEPS` steps every partition is decided by exactly one worker, the one the group
