@@ -1,0 +1,112 @@
+"""The old coordinator's ownership rules, kept ONLY so the simulator can show their bug again.
+
+Never used by the service. :mod:`coordinator.simulate_ownership` runs workers under these rules
+when asked for ``Rules.LEGACY``; its regression test shows that a seed breaks the invariant
+"the assigned worker is never fenced without stepping down" under them and passes under
+:func:`coordinator.ownership.step`. The old shell's three mistakes, each reproduced here:
+
+- **no generation guard**: a recovery result is taken whatever generation it was for, the shell
+  produced a queued claim even after the partition was revoked (the simulator skips its guard
+  under these rules), and a claim under way went on after a revocation;
+- **a lost claim is retried higher whatever the winner's generation**: two workers can fence
+  each other in turn;
+- **no step-down on a newer claim**: the old shell did not watch the journal, so a fenced worker
+  went on deciding (all its records void) and believed it owned the partition.
+
+It works on the same :class:`~coordinator.ownership.Ownership` data and returns the same
+commands, so the simulator's shell carries both out the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from coordinator.ownership import (
+    BarriersResent,
+    ClaimRead,
+    ClaimSettled,
+    ClaimWriteFailed,
+    ClaimWritten,
+    Command,
+    Fact,
+    FoldJournal,
+    Hold,
+    JournalFolded,
+    Ownership,
+    PartitionsAssigned,
+    PartitionsRevoked,
+    Phase,
+    ReadSnapshot,
+    ReadToClaim,
+    RecoveryFailed,
+    ResendBarriers,
+    ResendFailed,
+    SnapshotRead,
+    StartDeciding,
+    Step,
+    StopDeciding,
+    WriteClaim,
+    step,
+)
+
+__all__ = ["legacy_step"]
+
+
+def legacy_step(state: Ownership, fact: Fact) -> Step:
+    """The old rules: assignments as today, recovery results of any generation, no watching."""
+    match fact:
+        case PartitionsAssigned() | PartitionsRevoked():
+            made = step(state, fact)
+            # The old shell did not cancel a claim under way: it goes on for a partition taken away.
+            holds = dict(made.state.holds)
+            for partition, under_way in state.holds.items():
+                if under_way.phase is Phase.CLAIMING and partition not in holds:
+                    holds[partition] = under_way
+            return Step(replace(made.state, holds=holds), made.commands)
+        case ClaimRead():
+            return Step(state)  # the old shell never read claims while deciding
+    hold = state.holds.get(fact.partition)
+    if hold is None:
+        return Step(state)
+    p, g = fact.partition, hold.generation
+    match fact, hold.phase:
+        case SnapshotRead(), Phase.RECOVERING:
+            return _with(
+                state, p, replace(hold, highest_epoch=max(hold.highest_epoch, fact.epoch)), FoldJournal(p, g)
+            )
+        case JournalFolded(), Phase.RECOVERING:
+            epoch = max(hold.highest_epoch, fact.highest_epoch) + 1
+            claiming = replace(hold, phase=Phase.CLAIMING, highest_epoch=epoch - 1, claim_epoch=epoch)
+            return _with(state, p, claiming, WriteClaim(p, g, epoch))
+        case ClaimWritten(), Phase.CLAIMING:
+            written = replace(hold, claim_epoch=fact.epoch, claim_offset=fact.offset)
+            return _with(state, p, written, ReadToClaim(p, g, fact.offset))
+        case ClaimWriteFailed(), Phase.CLAIMING:
+            return _with(state, p, Hold(g, Phase.RECOVERING, hold.highest_epoch), ReadSnapshot(p, g, 1.0))
+        case ClaimSettled(), Phase.CLAIMING:
+            highest = max(hold.highest_epoch, fact.highest_epoch, fact.effective.epoch)
+            if fact.effective.worker_id == state.worker_id and fact.effective.epoch == hold.claim_epoch:
+                if hold.generation < state.generation:  # it won a partition no longer its own: done
+                    holds = {q: h for q, h in state.holds.items() if q != p}
+                    return Step(replace(state, holds=holds))
+                held = replace(hold, phase=Phase.RESENDING, highest_epoch=highest)
+                return _with(state, p, held, ResendBarriers(p, g, hold.claim_epoch))
+            # Lost: claim again, higher, whoever won and for whatever generation.
+            again = replace(hold, highest_epoch=highest, claim_epoch=highest + 1, claim_offset=-1)
+            return _with(state, p, again, WriteClaim(p, g, highest + 1))
+        case BarriersResent(), Phase.RESENDING:
+            deciding = replace(hold, phase=Phase.DECIDING)
+            return _with(state, p, deciding, StartDeciding(p, hold.claim_epoch, hold.claim_offset))
+        case ResendFailed(), Phase.RESENDING:
+            again = Hold(g, Phase.RECOVERING, hold.highest_epoch)
+            return _with(state, p, again, StopDeciding(p, "barriers failed"), ReadSnapshot(p, g, 1.0))
+        case RecoveryFailed(), (Phase.RECOVERING | Phase.CLAIMING):
+            again = Hold(g, Phase.RECOVERING, hold.highest_epoch)
+            return _with(state, p, again, ReadSnapshot(p, g, fact.retry_after_s))
+    return Step(state)
+
+
+def _with(state: Ownership, partition: int, hold: Hold, *commands: Command) -> Step:
+    holds = dict(state.holds)
+    holds[partition] = hold
+    return Step(replace(state, holds=holds), commands)
