@@ -186,39 +186,13 @@ def _loop(
         console.print(f"job {job} canceled before attempt {attempt} started")
         return EXIT_CANCELED
     current = _start(settings, console, attempt, None)
-    scheduled: JobRestartScheduled | None = None
-    final: SchedulerStopped | None = None
+    decided = _Decided()
     reported_at = 0.0
     while True:
-        for entry in feed.poll(0.1):
-            record = entry.record
-            if isinstance(record, JobRestartScheduled) and record.attempt > current.attempt:
-                scheduled, current.reported = record, True
-                restore = (
-                    "nothing"
-                    if record.restore_checkpoint_id is None
-                    else f"checkpoint {record.restore_checkpoint_id}"
-                )
-                console.print(
-                    f"[yellow]attempt {current.attempt} failed[/] ({record.failure}): the restart strategy "
-                    f"starts attempt {record.attempt} in {record.delay_ms / 1000:.1f} s, restoring {restore}"
-                )
-            elif isinstance(record, JobFailedPermanently) and record.attempt >= current.attempt:
-                current.stop(settings.stop_timeout_s, stops)
-                console.print(
-                    f"[red]job {job} failed for good[/] after attempt {record.attempt} ({record.failure}): "
-                    f"{record.reason}. Fix the cause, then start it again with `cutline run`; it "
-                    "restores the latest completed checkpoint."
-                )
-                return EXIT_FAILED
-            elif isinstance(record, SchedulerStarted) and record.attempt == current.attempt:
-                console.print(f"attempt {record.attempt} is [green]RUNNING[/] with {len(record.tasks)} tasks")
-            elif (
-                isinstance(record, SchedulerStopped)
-                and record.attempt == current.attempt
-                and record.status in FINAL_STATUSES
-            ):
-                final = record  # the driver ended the job itself: no strategy runs
+        failed = _read_decisions(feed, current, decided, settings, console, stops)
+        if failed is not None:
+            return failed
+        scheduled, final = decided.scheduled, decided.final
         if final is not None and current.process.poll() is not None:
             code = current.process.returncode
             console.print(
@@ -243,7 +217,7 @@ def _loop(
             if wait_s > 0:
                 stops.wait(min(wait_s, 0.1))
                 continue
-            current, scheduled, final = _start(settings, console, scheduled.attempt, scheduled), None, None
+            current, decided = _start(settings, console, scheduled.attempt, scheduled), _Decided()
             continue
         code = current.process.poll()
         if code is None or current.reported:
@@ -265,6 +239,58 @@ def _loop(
         error = f"the driver of attempt {current.attempt} exited with code {code}"
         console.print(f"[yellow]{error}[/]: reported FAILING; the restart strategy decides")
         driver.status(JobStatus.FAILING, error, attempt=current.attempt)
+
+
+@dataclass(slots=True)
+class _Decided:
+    """What the journal decided about the running attempt so far."""
+
+    scheduled: JobRestartScheduled | None = None
+    """The restart the strategy scheduled."""
+    final: SchedulerStopped | None = None
+    """The job's final status (the driver ended it itself: no strategy runs)."""
+
+
+def _read_decisions(
+    feed: JobFeed,
+    current: _Attempt,
+    decided: _Decided,
+    settings: RunSettings,
+    console: Console,
+    stops: StopSignals,
+) -> int | None:
+    """Note the journal's news for the running attempt in ``decided``; the exit code of a job that
+    failed for good."""
+    for entry in feed.poll(0.1):
+        record = entry.record
+        if isinstance(record, JobRestartScheduled) and record.attempt > current.attempt:
+            decided.scheduled, current.reported = record, True
+            restore = (
+                "nothing"
+                if record.restore_checkpoint_id is None
+                else f"checkpoint {record.restore_checkpoint_id}"
+            )
+            console.print(
+                f"[yellow]attempt {current.attempt} failed[/] ({record.failure}): the restart strategy "
+                f"starts attempt {record.attempt} in {record.delay_ms / 1000:.1f} s, restoring {restore}"
+            )
+        elif isinstance(record, JobFailedPermanently) and record.attempt >= current.attempt:
+            current.stop(settings.stop_timeout_s, stops)
+            console.print(
+                f"[red]job {settings.job_id} failed for good[/] after attempt {record.attempt} "
+                f"({record.failure}): {record.reason}. Fix the cause, then start it again with `cutline "
+                "run`; it restores the latest completed checkpoint."
+            )
+            return EXIT_FAILED
+        elif isinstance(record, SchedulerStarted) and record.attempt == current.attempt:
+            console.print(f"attempt {record.attempt} is [green]RUNNING[/] with {len(record.tasks)} tasks")
+        elif (
+            isinstance(record, SchedulerStopped)
+            and record.attempt == current.attempt
+            and record.status in FINAL_STATUSES
+        ):
+            decided.final = record
+    return None
 
 
 def _start(

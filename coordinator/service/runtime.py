@@ -616,25 +616,11 @@ class Coordinator:
             if value is None:
                 value = self.codec.encode(event, journal_topic)
             if len(value) + len(key) + 1024 > budget and (size := record_size(key, value, headers)) > budget:
-                if type(event) is CheckpointCompleted and event.metadata is None:
-                    try:
-                        event = write_completion_metadata(event, self.codec)  # noqa: PLW2901
-                    except Exception as exc:  # the checkpoint stays pending: it expires, not half-written
-                        log.exception(
-                            "no metadata object for checkpoint %d of %r", event.checkpoint_id, job_id
-                        )
-                        return self._too_large(
-                            job_id,
-                            f"its decision completes checkpoint {event.checkpoint_id} with a completion of "
-                            f"{size} bytes, over the journal's {budget}, and its metadata object could not "
-                            f"be written ({_describe(exc)}): nothing was journaled",
-                        )
-                    value, refolded = self.codec.encode(event, journal_topic), True
-                    size = record_size(key, value, headers)
-                if size > budget:
-                    return self._too_large(
-                        job_id, too_large(type(event).__name__, journal_topic, size, budget)
-                    )
+                fitted = self._by_reference(job_id, event, size, budget, key, headers)
+                if isinstance(fitted, Outcome):
+                    return fitted
+                event, value = fitted  # noqa: PLW2901
+                refolded = True
             if refolded:
                 next_state = evolve(after, event)  # noqa: PLW2901 (the interim state held the inline one)
             stats = track(stats, after, event)
@@ -653,27 +639,65 @@ class Coordinator:
         outcome.messages.extend(barriers)
         if steps:
             assert stats is not None
-            self.states[job_id], self.stats[job_id] = after, stats
-            known = self._due_at.get(job_id)
-            journal = outcome.journal
-            if len(journal) == 1 and type(journal[0]) is TaskAcknowledged:
-                # The usual ack: it moves no deadline (see due()) and triggers or ends nothing.
-                if known is not None and known[0] is state:
-                    self._due_at[job_id] = (after, known[1])
-            else:
-                if (
-                    known is not None
-                    and known[0] is state
-                    and all(type(e) is TaskAcknowledged for e in journal)
-                ):
-                    self._due_at[job_id] = (after, known[1])
-                for event in journal:
-                    self._track_epoch(event, epoch)
+            self._keep(job_id, state, after, stats, outcome.journal, epoch)
         if position is not None:
             tp, offset = position[:2], position[2]
             if offset > self.positions.get(tp, -1):
                 self.positions[tp] = offset
         return outcome
+
+    def _by_reference(
+        self,
+        job_id: str,
+        event: JournalEvent,
+        size: int,
+        budget: int,
+        key: bytes,
+        headers: tuple[tuple[str, bytes], ...],
+    ) -> tuple[JournalEvent, bytes] | Outcome:
+        """A journal record over the journal's limit: a completion goes by reference to its metadata
+        object (Flink's ``_metadata``); anything else, or a reference that does not fit either, is
+        refused whole."""
+        journal_topic = self.topics.checkpoints
+        if type(event) is not CheckpointCompleted or event.metadata is not None:
+            return self._too_large(job_id, too_large(type(event).__name__, journal_topic, size, budget))
+        try:
+            event = write_completion_metadata(event, self.codec)
+        except Exception as exc:  # the checkpoint stays pending: it expires, not half-written
+            log.exception("no metadata object for checkpoint %d of %r", event.checkpoint_id, job_id)
+            return self._too_large(
+                job_id,
+                f"its decision completes checkpoint {event.checkpoint_id} with a completion of "
+                f"{size} bytes, over the journal's {budget}, and its metadata object could not "
+                f"be written ({_describe(exc)}): nothing was journaled",
+            )
+        value = self.codec.encode(event, journal_topic)
+        size = record_size(key, value, headers)
+        if size > budget:
+            return self._too_large(job_id, too_large(type(event).__name__, journal_topic, size, budget))
+        return event, value
+
+    def _keep(
+        self,
+        job_id: str,
+        before: JobState,
+        after: JobState,
+        stats: CheckpointStats,
+        journal: list[JournalEvent],
+        epoch: int,
+    ) -> None:
+        """Take a decision's state, statistics, deadline memo and trigger epochs."""
+        self.states[job_id], self.stats[job_id] = after, stats
+        known = self._due_at.get(job_id)
+        if len(journal) == 1 and type(journal[0]) is TaskAcknowledged:
+            # The usual ack: it moves no deadline (see due()) and triggers or ends nothing.
+            if known is not None and known[0] is before:
+                self._due_at[job_id] = (after, known[1])
+            return
+        if known is not None and known[0] is before and all(type(e) is TaskAcknowledged for e in journal):
+            self._due_at[job_id] = (after, known[1])
+        for event in journal:
+            self._track_epoch(event, epoch)
 
     @staticmethod
     def _too_large(job_id: str, message: str) -> Outcome:
