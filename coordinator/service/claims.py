@@ -1,4 +1,4 @@
-"""Recovering a journal partition (docs/design.md, "Ownership and fencing"): the Kafka I/O.
+"""Recovering a journal partition (docs/coordinator.md, "N workers, claims and fencing"): the Kafka I/O.
 
 :mod:`coordinator.ownership` decides what a worker does with a partition; this module does the
 reading and writing each of its commands asks for, one blocking step at a time (a worker runs
