@@ -216,17 +216,18 @@ class Worker:
     def _carry_out(self, command: Command) -> None:
         match command:
             case ReadSnapshot(partition=p, generation=g, delay_s=delay):
-                recovery = self._new_recovery(p)
-                self._replace_recovery(p, recovery)
-                self._spawn(self._io(p, g, delay, lambda: recovery.read_snapshot(g)))
+                # A recovery it replaces is in the middle of a step: it closes itself after it.
+                recovery = self._recoveries[p] = self._new_recovery(p)
+                self._spawn(self._io(recovery, g, delay, lambda: recovery.read_snapshot(g)))
             case FoldJournal(partition=p, generation=g):
                 recovery = self._recoveries[p]
-                self._spawn(self._io(p, g, 0.0, lambda: recovery.fold_journal(g)))
+                self._spawn(self._io(recovery, g, 0.0, lambda: recovery.fold_journal(g)))
             case WriteClaim(partition=p, generation=g, epoch=epoch):
-                self._spawn(self._io(p, g, 0.0, lambda: self._claim(p, g, epoch)))
+                recovery = self._recoveries[p]
+                self._spawn(self._io(recovery, g, 0.0, lambda: self._claim(recovery, g, epoch)))
             case ReadToClaim(partition=p, generation=g, offset=offset):
                 recovery = self._recoveries[p]
-                self._spawn(self._io(p, g, 0.0, lambda: recovery.read_to_claim(g, offset)))
+                self._spawn(self._io(recovery, g, 0.0, lambda: recovery.read_to_claim(g, offset)))
             case ResendBarriers(partition=p, generation=g, epoch=epoch):
                 self._spawn(self._resend(p, g, epoch))
             case StartDeciding(partition=p, epoch=epoch, claim_offset=offset):
@@ -234,9 +235,10 @@ class Worker:
             case StopDeciding(partition=p, reason=reason, fenced_by=claim):
                 self._stop(p, reason, claim)
 
-    def _claim(self, partition: int, generation: int, epoch: int) -> Fact:
+    def _claim(self, recovery: PartitionRecovery, generation: int, epoch: int) -> Fact:
         """Write the claim, unless the generation it is for is gone by now (checked in the thread,
         just before the write: a claim queued behind others must not outlive its generation)."""
+        partition = recovery.partition
         hold = self.ownership.holds.get(partition)
         if hold is None or (hold.generation, hold.phase, hold.claim_epoch) != (
             generation,
@@ -244,9 +246,13 @@ class Worker:
             epoch,
         ):
             return ClaimWriteFailed(partition, generation, epoch, "abandoned: its generation is gone")
-        return self._recoveries[partition].write_claim(generation, epoch)
+        return recovery.write_claim(generation, epoch)
 
-    async def _io(self, partition: int, generation: int, delay: float, work: Callable[[], Fact]) -> None:
+    async def _io(
+        self, recovery: PartitionRecovery, generation: int, delay: float, work: Callable[[], Fact]
+    ) -> None:
+        """One recovery step in a thread; its fact told; the recovery closed if nothing follows."""
+        partition = recovery.partition
         if delay:
             await asyncio.sleep(delay)
         try:
@@ -255,12 +261,21 @@ class Worker:
             log.exception("recovering journal partition %d failed; trying again", partition)
             fact = RecoveryFailed(partition, generation, f"{type(exc).__name__}: {exc}")
         self.tell(fact)
+        hold = self.ownership.holds.get(partition)
+        if self._recoveries.get(partition) is not recovery:
+            await self._close(recovery)  # replaced (a new generation) or taken (deciding)
+        elif hold is None or hold.generation != generation or hold.phase is Phase.STEPPED_DOWN:
+            del self._recoveries[partition]  # abandoned, or lost to another worker's claim
+            await self._close(recovery)
 
     async def _resend(self, partition: int, generation: int, epoch: int) -> None:
         recovery = self._recoveries[partition]
         async with self._lock:
             hold = self.ownership.holds.get(partition)
             if hold is None or hold.generation != generation or hold.phase is not Phase.RESENDING:
+                if self._recoveries.get(partition) is recovery:
+                    del self._recoveries[partition]
+                await self._close(recovery)
                 return  # abandoned meanwhile
             self.runtime.merge(recovery.coordinator, partition)
             resent = self.runtime.resume(self._now_ms(), partition, epoch)
@@ -317,12 +332,6 @@ class Worker:
             await asyncio.sleep(0.02)
         if self.owners.get(partition) is owner and await self._write_snapshot(snapshot):
             owner.snapshot_offset = max(owner.snapshot_offset, snapshot.journal_offset)
-
-    def _replace_recovery(self, partition: int, recovery: PartitionRecovery) -> None:
-        previous = self._recoveries.get(partition)
-        self._recoveries[partition] = recovery
-        if previous is not None:
-            self._spawn(self._close(previous))
 
     async def _close(self, recovery: PartitionRecovery) -> None:
         await asyncio.get_running_loop().run_in_executor(None, recovery.close)
