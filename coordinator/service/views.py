@@ -123,7 +123,14 @@ async def get_jobs(web: Any, request: Any) -> Any:
             "jobs": [
                 job_overview(job_id, state, views.coordinator.stats.get(job_id))
                 for job_id, state in sorted(views.coordinator.states.items())
-            ]
+            ],
+            # Partitions the group assigns here that a newer claim fenced: their jobs are not
+            # listed, and get no checkpoints from this worker until the next assignment.
+            "stepped_down": [
+                {"partition": view.partition, **partition_json(view, views.worker)}
+                for view in views.worker.views()
+                if view.phase == Phase.STEPPED_DOWN
+            ],
         }
     )
 

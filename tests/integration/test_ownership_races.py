@@ -369,6 +369,7 @@ class TestRaces:
                 f"not each partition decided by one worker: {decided_by_one(a, b, c)}"
             )
             time.sleep(0.1)
+        assert [[], [], []] == [w.get("/jobs")["stepped_down"] for w in (a, b, c)]
 
 
 def decided_by_one(*workers: PausableWorker) -> list[str]:
