@@ -70,7 +70,7 @@ def is_secret(name: str) -> bool:
         return False
     if words[0] == "sasl" and words[-1] in FREE_FORM_SASL:
         return True
-    if any(pair in KEY_MATERIAL for pair in zip(words, words[1:])):
+    if any(pair in KEY_MATERIAL for pair in zip(words, words[1:], strict=False)):
         return True
     return not SECRET_WORDS.isdisjoint(words)
 
