@@ -158,6 +158,20 @@ def override(settings: list[str], environ: MutableMapping[str, str] | None = Non
         environ[variable_name(name.strip())] = value
 
 
+def command_line_warnings(settings: list[str]) -> list[str]:
+    """One warning per ``-X`` setting of a secret: a command line is readable by every user of the
+    host (``ps``, ``/proc/<pid>/cmdline``) for as long as the process runs; says what to use."""
+    names = sorted({setting.partition("=")[0].strip() for setting in settings})
+    return [
+        f"-X {name}=...: a secret on the command line is readable by every user of this host "
+        f"(ps, /proc/<pid>/cmdline) while cutline runs; put it in a properties file only you can "
+        f"read (--kafka-config FILE, chmod 600 FILE) or in the variable {variable_name(name)} instead "
+        "(docs/security.md)"
+        for name in names
+        if is_secret(name)
+    ]
+
+
 # ----------------------------------------------------------------- aiokafka and Faust
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
