@@ -120,7 +120,7 @@ def cutline(
     ] = "single-object",
 ) -> None:
     """Flink-style checkpoint coordination for Spark Structured Streaming and Kafka."""
-    from events.client_config import CONFIG_FILE_VARIABLE, ClientConfigError, override
+    from events.client_config import CONFIG_FILE_VARIABLE, ClientConfigError, command_line_warnings, override
     from events.schema_registry import (
         FORMAT_VARIABLE,
         URL_VARIABLE,
@@ -135,6 +135,8 @@ def cutline(
         override(kafka_properties or [])
     except ClientConfigError as exc:
         _fail(errors, str(exc))
+    for warning in command_line_warnings(kafka_properties or []):
+        errors.print(Text(f"warning: {warning}", "yellow"))
     # Environment variables, so that every process cutline starts reads and writes the same way.
     if schema_registry:
         os.environ[URL_VARIABLE] = schema_registry
@@ -666,7 +668,9 @@ def doctor(
     for column in ("check", "", "found", "what to do"):
         table.add_column(column, overflow="fold")
     for check in checks:
-        table.add_row(check.name, Text(check.verdict, colour[check.verdict]), check.found, check.fix)
+        # Text, not markup: a found value such as "[redacted]" is printed as it is.
+        verdict = Text(check.verdict, colour[check.verdict])
+        table.add_row(check.name, verdict, Text(check.found), Text(check.fix))
     Console(highlight=False).print(table)
     if any(check.verdict is Verdict.FAIL for check in checks):
         raise typer.Exit(VIOLATION)

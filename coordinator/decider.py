@@ -69,6 +69,7 @@ from events.records import (
     TaskStatusRecorded,
     TriggerRejected,
 )
+from events.sizes import excerpt
 from events.validation import (
     INLINE_BUDGET_BYTES,
     MAX_CHECKPOINT_ID,
@@ -376,7 +377,8 @@ def _decide(d: _Decision, command: Command) -> list[Decision]:
     state = d.state
     if command.job_id != state.job_id:
         return d.reject(
-            Rejection.UNKNOWN_JOB, f"a command of job {command.job_id!r} reached job {state.job_id!r}"
+            Rejection.UNKNOWN_JOB,
+            f"a command of job {excerpt(command.job_id)!r} reached job {excerpt(state.job_id)!r}",
         )
     match command:
         case ChangeJobStatus():
@@ -431,7 +433,7 @@ def _config_problem(config: CheckpointConfig | None) -> str | None:
         return "location (the checkpoint storage URI) must not be empty"
     root = _storage_uri(config.location)
     if isinstance(root, str):
-        return f"location is not a storage URI cutline accepts: {root}"
+        return f"location is not a storage URI cutline accepts: {excerpt(root)}"
     if root.scheme == "file" and not root.segments:
         return "location must not be the root of the file system"
     return None
@@ -443,7 +445,9 @@ def _job_dir_problem(job_id: str, location: str) -> str | None:
     root = _storage_uri(location)
     job_dir = _storage_uri(f"{location.rstrip('/')}/{job_id}")
     if isinstance(root, str) or isinstance(job_dir, str) or job_dir.segments != (*root.segments, job_id):
-        return f"job id {job_id!r} cannot name a directory of checkpoint location {location!r}"
+        return (
+            f"job id {excerpt(job_id)!r} cannot name a directory of checkpoint location {excerpt(location)!r}"
+        )
     return None
 
 
@@ -475,7 +479,7 @@ def _change_job_status(d: _Decision, command: ChangeJobStatus) -> list[Decision]
         if problem is None and changed.config is not None:
             problem = _job_dir_problem(changed.job_id, changed.config.location)
         if problem is None and len(set(changed.tasks)) != len(changed.tasks):
-            problem = f"task ids must be unique: {list(changed.tasks)}"
+            problem = f"task ids must be unique: {excerpt(list(changed.tasks))}"
         restored = changed.restored_checkpoint_id
         if problem is None and restored is not None and not 1 <= restored <= MAX_CHECKPOINT_ID:
             problem = f"restored_checkpoint_id must be in [1, {MAX_CHECKPOINT_ID}]: {restored}"
@@ -609,7 +613,9 @@ def _fail(
 def _record_heartbeat(d: _Decision, command: RecordHeartbeat) -> list[Decision]:
     heartbeat, state = command.heartbeat, d.state
     if not state.known:
-        return d.reject(Rejection.UNKNOWN_JOB, f"a heartbeat of job {heartbeat.job_id!r}, which never ran")
+        return d.reject(
+            Rejection.UNKNOWN_JOB, f"a heartbeat of job {excerpt(heartbeat.job_id)!r}, which never ran"
+        )
     if heartbeat.attempt < state.attempt:
         return d.reject(
             Rejection.STALE_ATTEMPT,
@@ -654,7 +660,7 @@ def _change_task_status(d: _Decision, command: ChangeTaskStatus) -> list[Decisio
                         checkpoint_id=checkpoint_id,
                         timestamp_ms=now,
                         reason=Reason.TASK_FAILURE,
-                        message=f"task {changed.task_id} is {changed.status}"
+                        message=f"task {excerpt(changed.task_id)} is {changed.status}"
                         + (f": {changed.error}" if changed.error else ""),
                         task_id=changed.task_id,
                     )
@@ -667,7 +673,9 @@ def _check_task(d: _Decision, attempt: int, task_id: str) -> list[Decision]:
     """Reject input from an unknown job, another attempt or an unknown task."""
     state = d.state
     if not state.known:
-        return d.reject(Rejection.UNKNOWN_JOB, f"no job status was ever reported for job {state.job_id!r}")
+        return d.reject(
+            Rejection.UNKNOWN_JOB, f"no job status was ever reported for job {excerpt(state.job_id)!r}"
+        )
     if attempt < state.attempt:
         return d.reject(
             Rejection.STALE_ATTEMPT, f"attempt {attempt} is older than the job's attempt {state.attempt}"
@@ -677,7 +685,9 @@ def _check_task(d: _Decision, attempt: int, task_id: str) -> list[Decision]:
             Rejection.UNKNOWN_ATTEMPT, f"attempt {attempt} is newer than the job's attempt {state.attempt}"
         )
     if task_id not in task_set(state.tasks):
-        return d.reject(Rejection.UNKNOWN_TASK, f"task {task_id!r} is not one of {list(state.tasks)}")
+        return d.reject(
+            Rejection.UNKNOWN_TASK, f"task {excerpt(task_id)!r} is not one of {excerpt(list(state.tasks))}"
+        )
     return []
 
 
@@ -699,7 +709,9 @@ def _check_checkpoint_id(d: _Decision, checkpoint_id: int) -> list[Decision]:
 def _request_checkpoint(d: _Decision, command: RequestCheckpoint) -> list[Decision]:
     request, now, state = command.request, command.now_ms, d.state
     if not state.known:
-        return d.reject(Rejection.UNKNOWN_JOB, f"no job status was ever reported for job {state.job_id!r}")
+        return d.reject(
+            Rejection.UNKNOWN_JOB, f"no job status was ever reported for job {excerpt(state.job_id)!r}"
+        )
     savepoint = request.kind is CheckpointKind.SAVEPOINT
     if not state.all_tasks_running:
         d.emit(_rejected_request(command, Reason.NOT_ALL_REQUIRED_TASKS_RUNNING, _not_running(state)))
@@ -751,18 +763,18 @@ def savepoint_roots(location: str, configured: tuple[str, ...]) -> tuple[Storage
 def _target_problem(state: JobState, target: str, configured: tuple[str, ...]) -> str | None:
     parsed = _storage_uri(target)
     if isinstance(parsed, str):
-        return f"savepoint target is not a storage URI cutline accepts: {parsed}"
+        return f"savepoint target is not a storage URI cutline accepts: {excerpt(parsed)}"
     roots = savepoint_roots(state.config.location if state.config else "", configured)
     if any(parsed.within(root, strict=False) for root in roots):
         return None
     names = ", ".join(str(r) for r in roots) or "none"
     if configured:
         return (
-            f"savepoint target {str(parsed)!r} is outside the savepoint roots ({names}); "
+            f"savepoint target {excerpt(str(parsed))!r} is outside the savepoint roots ({names}); "
             "start the coordinator with another --savepoint-root to allow it"
         )
     return (
-        f"savepoint target {str(parsed)!r} is outside {names}, where savepoints go when the "
+        f"savepoint target {excerpt(str(parsed))!r} is outside {names}, where savepoints go when the "
         "coordinator has no --savepoint-root (the parent of the checkpoint location); "
         "start the coordinator with --savepoint-root to allow other directories"
     )
@@ -1012,7 +1024,7 @@ def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]
     if ack.task_id not in task_set(pending.triggered.tasks):
         return d.reject(
             Rejection.UNKNOWN_TASK,
-            f"task {ack.task_id!r} is not part of checkpoint {ack.checkpoint_id}",
+            f"task {excerpt(ack.task_id)!r} is not part of checkpoint {ack.checkpoint_id}",
         )
     if ack.state is not None:
         if ack.state.size_bytes < 0:
@@ -1054,14 +1066,17 @@ def inline_problem(handle: StateHandle, limit: int) -> str | None:
     if size > limit or limit == 0:
         allowed = "no inline state" if limit == 0 else f"at most {limit} bytes inline"
         return (
-            f"inline state of {size} bytes for {handle.uri}: this checkpoint allows {allowed} "
+            f"inline state of {size} bytes for {excerpt(handle.uri)}: this checkpoint allows {allowed} "
             "(its barrier's inline_limit_bytes); write the snapshot to its uri and send no inline bytes"
         )
     if size != handle.size_bytes:
-        return f"inline state of {size} bytes for {handle.uri}, but its size_bytes says {handle.size_bytes}"
+        uri = excerpt(handle.uri)
+        return f"inline state of {size} bytes for {uri}, but its size_bytes says {handle.size_bytes}"
     digest = hashlib.sha256(handle.inline).hexdigest()
     if digest != handle.sha256.lower():
-        return f"inline state for {handle.uri} has sha256 {digest}, but its handle says {handle.sha256}"
+        return (
+            f"inline state for {excerpt(handle.uri)} has sha256 {digest}, but its handle says {handle.sha256}"
+        )
     return None
 
 
@@ -1073,7 +1088,7 @@ def _offsets_problem(offsets: Mapping[str, int]) -> str | None:
         if problem is not None:
             return problem
         if offset < 0:
-            return f"offset {offset} for {key} is negative"
+            return f"offset {offset} for {excerpt(key)} is negative"
     return None
 
 
@@ -1086,7 +1101,7 @@ def _offsets_key_problem(key: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     if partition > MAX_PARTITION or key.rpartition(":")[2] != str(partition):
-        return f"partition of offsets key {key!r} is not a Kafka partition number"
+        return f"partition of offsets key {excerpt(key)!r} is not a Kafka partition number"
     return None
 
 
@@ -1102,13 +1117,15 @@ def _outside_problem(uri: str, location: str) -> str | None:
     """
     root = _storage_uri(location)
     if isinstance(root, str):
-        return f"checkpoint location {location!r} is not a storage URI cutline accepts: {root}"
+        return (
+            f"checkpoint location {excerpt(location)!r} is not a storage URI cutline accepts: {excerpt(root)}"
+        )
     try:
         inner = parse_below(uri, location)
     except InvalidUri as exc:
-        return f"state URI is not a storage URI cutline accepts: {exc}"
+        return f"state URI is not a storage URI cutline accepts: {excerpt(exc)}"
     if not inner.within(root):
-        return f"state {uri!r} is outside checkpoint location {location!r}"
+        return f"state {excerpt(uri)!r} is outside checkpoint location {excerpt(location)!r}"
     return None
 
 
@@ -1162,7 +1179,7 @@ def _decline(d: _Decision, command: DeclineCheckpoint) -> list[Decision]:
         now,
         decline.checkpoint_id,
         Reason.CHECKPOINT_DECLINED,
-        f"task {decline.task_id} declined ({decline.reason}): {decline.message}",
+        f"task {excerpt(decline.task_id)} declined ({decline.reason}): {decline.message}",
         task_id=decline.task_id,
     )
     _poll_queue(d, now)

@@ -96,9 +96,19 @@ def check_java(environ: dict[str, str] | None = None) -> Check:
 
 
 def check_client_settings(environ: Mapping[str, str] | None = None) -> Check:
-    """The shared Kafka client properties (events/client_config.py), secrets redacted."""
-    from events.client_config import ClientConfigError, aiokafka_security, client_properties, redacted
+    """The shared Kafka client properties (events/client_config.py), secrets redacted; a warning if
+    the properties file holds a secret and others than its owner may read it."""
+    from events.client_config import (
+        CONFIG_FILE_VARIABLE,
+        ClientConfigError,
+        aiokafka_security,
+        client_properties,
+        is_secret,
+        parse_properties,
+        redacted,
+    )
 
+    environ = os.environ if environ is None else environ
     try:
         properties = client_properties(environ)
         protocol = aiokafka_security(properties)["security_protocol"]
@@ -108,7 +118,20 @@ def check_client_settings(environ: Mapping[str, str] | None = None) -> Check:
             "fix the file named by --kafka-config / CUTLINE_KAFKA_CONFIG, or the CUTLINE_KAFKA_* variables",
         )  # fmt: skip
     shown = ", ".join(f"{k}={v}" for k, v in sorted(redacted(properties).items())) or "none"
-    return Check("Kafka client settings", Verdict.OK, f"{protocol}; properties: {shown}")
+    found = f"{protocol}; properties: {shown}"
+    path = environ.get(CONFIG_FILE_VARIABLE)
+    if path:
+        file = Path(path)
+        secrets = sorted(name for name in parse_properties(file.read_text(), path) if is_secret(name))
+        mode = file.stat().st_mode & 0o777
+        if secrets and mode & 0o077:
+            return Check(
+                "Kafka client settings", Verdict.WARN,
+                f"{path} holds {', '.join(secrets)} and is readable by others than its owner "
+                f"(mode {mode:04o}); {found}",
+                f"chmod 600 {path} (docs/security.md)",
+            )  # fmt: skip
+    return Check("Kafka client settings", Verdict.OK, found)
 
 
 def check_broker(bootstrap: str | None) -> Check:

@@ -27,8 +27,29 @@ from typing import Any
 CONFIG_FILE_VARIABLE = "CUTLINE_KAFKA_CONFIG"
 VARIABLE_PREFIX = "CUTLINE_KAFKA_"
 
-SECRET_WORDS = ("password", "secret", "jaas", "key.pem", "token")
-"""A property whose name contains one of these is a secret."""
+REDACTED = "[redacted]"
+"""What a message shows instead of a secret's value."""
+
+SECRET_WORDS = frozenset({"password", "passphrase", "secret", "token", "jaas", "credentials"})
+"""Words (of a name split at ``.``, ``_`` and ``-``) that say the value is or yields a credential: a
+password, a private key's passphrase, an OAuth client secret, a token or what makes one (aiokafka's
+``sasl_oauth_token_provider``), a JAAS login line, Faust's ``broker_credentials``."""
+
+KEY_MATERIAL = (("ssl", "key"), ("private", "key"), ("oauth", "cb"))
+"""Word pairs naming a private key or a token callback: the value is the key itself
+(``ssl.key.pem``, librdkafka's ``ssl_key``, ``sasl.oauthbearer.assertion.private.key.pem``) or
+returns tokens (confluent-kafka's and Faust's ``oauth_cb``), unless a reference word ends the name."""
+
+FREE_FORM_SASL = frozenset({"config", "extensions", "cmd"})
+"""Last words of ``sasl.*`` settings whose value is free text handed to the login
+(``sasl.oauthbearer.config``, ``sasl.oauthbearer.extensions``, ``sasl.kerberos.kinit.cmd``): it
+may embed a password or a token, so it is never shown."""
+
+REFERENCE_WORDS = frozenset({"location", "file", "path", "paths", "url", "id", "name", "keytab"})
+"""Last words of names whose value *points at* a secret or names a principal, and holds none: a file
+path (``ssl.key.location``, ``sasl.oauthbearer.assertion.private.key.file``), an endpoint, an id
+(``sasl.oauthbearer.client.credentials.client.id``). Shown, except for a URL's password (see
+:func:`redacted_value`)."""
 
 
 class ClientConfigError(ValueError):
@@ -36,12 +57,40 @@ class ClientConfigError(ValueError):
 
 
 def is_secret(name: str) -> bool:
-    return any(word in name.lower() for word in SECRET_WORDS)
+    """Whether a client setting's value can hold a secret, for any name librdkafka (with
+    confluent-kafka), aiokafka or Faust accepts: the one rule every message and warning obeys.
+
+    The name is split into words at ``.``, ``_`` and ``-``. A name ending in a reference word
+    (:data:`REFERENCE_WORDS`: a path, a URL, an id) is not secret; otherwise it is if a word says
+    credential (:data:`SECRET_WORDS`), a word pair says private key or token callback
+    (:data:`KEY_MATERIAL`), or it is a free-form SASL setting (:data:`FREE_FORM_SASL`). Tested
+    against each library's full list of names (tests/client_properties/)."""
+    words = [word for word in re.split(r"[._\-]+", name.lower()) if word]
+    if not words or words[-1] in REFERENCE_WORDS:
+        return False
+    if words[0] == "sasl" and words[-1] in FREE_FORM_SASL:
+        return True
+    if any(pair in KEY_MATERIAL for pair in zip(words, words[1:], strict=False)):
+        return True
+    return not SECRET_WORDS.isdisjoint(words)
+
+
+_URL_PASSWORD = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/\s]*):[^@/\s]*@")
+
+
+def redacted_value(name: str, value: Any) -> Any:
+    """What a message may show of one setting: :data:`REDACTED` for a secret (:func:`is_secret`),
+    else the value with any URL's password (``scheme://user:password@``) replaced."""
+    if is_secret(name):
+        return REDACTED
+    if isinstance(value, str) and "@" in value:
+        return _URL_PASSWORD.sub(rf"\g<scheme>\g<user>:{REDACTED}@", value)
+    return value
 
 
 def redacted(properties: Mapping[str, Any]) -> dict[str, Any]:
     """``properties`` with every secret's value replaced: what a log line or an error may show."""
-    return {name: "[redacted]" if is_secret(name) else value for name, value in properties.items()}
+    return {name: redacted_value(name, value) for name, value in properties.items()}
 
 
 def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
@@ -107,6 +156,20 @@ def override(settings: list[str], environ: MutableMapping[str, str] | None = Non
         if not equals or not name.strip():
             raise ClientConfigError(f"-X {setting.split('=')[0]!r}...: expected -X name=value")
         environ[variable_name(name.strip())] = value
+
+
+def command_line_warnings(settings: list[str]) -> list[str]:
+    """One warning per ``-X`` setting of a secret: a command line is readable by every user of the
+    host (``ps``, ``/proc/<pid>/cmdline``) for as long as the process runs; says what to use."""
+    names = sorted({setting.partition("=")[0].strip() for setting in settings})
+    return [
+        f"-X {name}=...: a secret on the command line is readable by every user of this host "
+        f"(ps, /proc/<pid>/cmdline) while cutline runs; put it in a properties file only you can "
+        f"read (--kafka-config FILE, chmod 600 FILE) or in the variable {variable_name(name)} instead "
+        "(docs/security.md)"
+        for name in names
+        if is_secret(name)
+    ]
 
 
 # ----------------------------------------------------------------- aiokafka and Faust

@@ -32,6 +32,7 @@ from events.codec import CONFLUENT_HEADER_SIZE, HEADER_SIZE, MAGIC, Codec, Decod
 from events.fencing import VOID_EPOCH, Fence, epoch_of, epoch_problem
 from events.kafka import consume_available, consumer_config, find_ends, job_key, job_partition, read_to_end
 from events.records import CoordinatorClaimed, Record
+from events.sizes import excerpt
 
 __all__ = ["FeedRecord", "JobFeed", "JobRecords", "read_job_partition"]
 
@@ -134,7 +135,7 @@ class JobRecords:
             if epoch == VOID_EPOCH:
                 log.info(
                     "job %s: %s at %s[%d]@%d is void: %s",
-                    self.job_id, name, topic, partition, offset, epoch_problem(msg.headers()),
+                    self.job_id, name, topic, partition, offset, excerpt(epoch_problem(msg.headers())),
                 )  # fmt: skip
                 return None
             log.info(
@@ -169,7 +170,9 @@ class JobRecords:
 
     def _undecodable(self, topic: str, partition: int, offset: int, why: str) -> None:
         self.undecodable += 1
-        log.warning("job %s: undecodable record at %s[%d]@%d: %s", self.job_id, topic, partition, offset, why)
+        log.warning(
+            "job %s: undecodable record at %s[%d]@%d: %s", self.job_id, topic, partition, offset, excerpt(why)
+        )
 
 
 class JobFeed:

@@ -21,6 +21,7 @@ from events.fencing import VOID_EPOCH, Fence, HeaderDict, epoch_of, epoch_proble
 from events.kafka import consumer_config, partition_count
 from events.kafka import read_to_end as read_partition_to_end
 from events.records import JOURNAL_RECORDS, CoordinatorClaimed, JournalEvent
+from events.sizes import excerpt
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def _log_void(message: LogMessage, record: JournalRecord, epoch: int, current: i
             message.partition,
             message.offset,
             type(record).__name__,
-            epoch_problem(message.headers),
+            excerpt(epoch_problem(message.headers)),
         )
         return
     log.info(

@@ -68,6 +68,7 @@ from events.records import (
     StateHandle,
     TaskStatusChanged,
 )
+from events.sizes import excerpt
 from events.storage import UnsupportedLocation, local_path, write_atomic
 from events.topics import Topics
 from events.validation import parse_offsets, parse_offsets_key
@@ -284,9 +285,9 @@ def valid_completions(records: Iterable[Record]) -> list[CheckpointCompleted]:
         if problem is not None:
             log.warning(
                 "job %s: ignoring a completion of checkpoint %d in the journal: %s",
-                record.job_id,
+                excerpt(record.job_id),
                 record.checkpoint_id,
-                problem,
+                excerpt(problem),
             )
             continue
         seen.add(record.checkpoint_id)
@@ -560,7 +561,7 @@ class Participant:
             self.task_id,
             type(record).__name__,
             record.checkpoint_id,
-            why,
+            excerpt(why),
         )
 
     def _on_completed(self, completed: CheckpointCompleted) -> None:

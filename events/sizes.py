@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "EXCERPT_CHARS",
     "MAX_LOGGED_CHARS",
     "RECORD_OVERHEAD",
     "TopicLimits",
     "bounded",
+    "excerpt",
     "record_size",
 ]
 
@@ -65,6 +67,22 @@ class TopicLimits:
         """The record's size when it is over ``topic``'s limit; None when it fits."""
         size = record_size(key, value, headers)
         return size if size > self.of(topic) else None
+
+
+EXCERPT_CHARS = 200
+"""What a log line, a dead letter's message or a web view's error quotes of one input field (a
+job id, a task id, a path segment): :func:`excerpt`."""
+
+
+def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """One input field as a log line or an error message may quote it: on one line (control
+    characters escaped as ``repr`` does, so a field cannot forge a log line) and cut to ``limit``
+    characters, saying how long it was. Quote every field an input or a journal record brought
+    with it (``log.warning("task %s ...", excerpt(task_id))``), never the field itself."""
+    text = value if isinstance(value, str) else repr(value)
+    cut = text[:limit]
+    shown = cut if cut.isprintable() else repr(cut)[1:-1]
+    return shown if len(text) <= limit else f"{shown}... ({len(text)} characters)"
 
 
 def bounded(text: str, limit: int = MAX_LOGGED_CHARS) -> str:

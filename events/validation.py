@@ -61,6 +61,7 @@ from typing import Final
 from urllib.parse import quote, unquote
 
 from events.fast_init import fast_init
+from events.sizes import excerpt
 
 __all__ = [
     "INLINE_BUDGET_BYTES",
@@ -318,24 +319,26 @@ def parse_offsets_key(key: str) -> tuple[str, int]:
     topic, a partition in canonical ASCII decimal between 0 and 2**31 - 1.
     """
     if not isinstance(key, str):
-        raise ValueError(f"offsets key {key!r} is not a string")
+        raise ValueError(f"offsets key {excerpt(key)!r} is not a string")
     topic, colon, partition = key.rpartition(":")
     if not colon:
-        raise ValueError(f"offsets key {key!r} is not 'topic:partition': it has no ':'")
+        raise ValueError(f"offsets key {excerpt(key)!r} is not 'topic:partition': it has no ':'")
     if not topic:
-        raise ValueError(f"offsets key {key!r} is not 'topic:partition': the topic is empty")
+        raise ValueError(f"offsets key {excerpt(key)!r} is not 'topic:partition': the topic is empty")
     if not partition:
-        raise ValueError(f"offsets key {key!r} is not 'topic:partition': the partition is empty")
+        raise ValueError(f"offsets key {excerpt(key)!r} is not 'topic:partition': the partition is empty")
     if not set(partition) <= _DIGITS:
         raise ValueError(
-            f"offsets key {key!r}: partition {partition!r} is not a non-negative decimal number "
-            "(ASCII digits 0-9 only)"
+            f"offsets key {excerpt(key)!r}: partition {excerpt(partition)!r} is not a non-negative "
+            "decimal number (ASCII digits 0-9 only)"
         )
     if len(partition) > 1 and partition[0] == "0":
-        raise ValueError(f"offsets key {key!r}: partition {partition!r} has a leading zero")
+        raise ValueError(f"offsets key {excerpt(key)!r}: partition {excerpt(partition)!r} has a leading zero")
     number = int(partition)
     if number > MAX_PARTITION:
-        raise ValueError(f"offsets key {key!r}: partition {number} is above Kafka's maximum {MAX_PARTITION}")
+        raise ValueError(
+            f"offsets key {excerpt(key)!r}: partition {number} is above Kafka's maximum {MAX_PARTITION}"
+        )
     return topic, number
 
 
@@ -349,6 +352,6 @@ def parse_offsets(offsets: Mapping[str, int]) -> dict[tuple[str, int], int]:
     for key, offset in offsets.items():
         tp = parse_offsets_key(key)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset {offset!r} of {key!r} is not a non-negative int")
+            raise ValueError(f"offset {offset!r} of {excerpt(key)!r} is not a non-negative int")
         parsed[tp] = offset
     return parsed

@@ -95,7 +95,7 @@ from events.records import (
     TaskAcknowledged,
     TaskStatusChanged,
 )
-from events.sizes import TopicLimits, bounded, record_size
+from events.sizes import TopicLimits, bounded, excerpt, record_size
 from events.topics import Topics
 from events.validation import InvalidUri, StorageUri, parse_below, parse_uri
 
@@ -541,7 +541,7 @@ class Coordinator:
                 )
             return outcome
         except Exception as exc:
-            log.exception("tick of job %r at %d could not be handled", job_id, now_ms)
+            log.exception("tick of job %r at %d could not be handled", excerpt(job_id), now_ms)
             ticks = f"{self.topics.prefix}coordinator-ticks"
             key = job_id.encode("utf-8", "backslashreplace")
             return self._dead(ticks, -1, -1, key, None, now_ms, INTERNAL_ERROR, _describe(exc), job_id)
@@ -664,7 +664,7 @@ class Coordinator:
         try:
             event = write_completion_metadata(event, self.codec)
         except Exception as exc:  # the checkpoint stays pending: it expires, not half-written
-            log.exception("no metadata object for checkpoint %d of %r", event.checkpoint_id, job_id)
+            log.exception("no metadata object for checkpoint %d of %r", event.checkpoint_id, excerpt(job_id))
             return self._too_large(
                 job_id,
                 f"its decision completes checkpoint {event.checkpoint_id} with a completion of "

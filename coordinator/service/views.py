@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +22,14 @@ from coordinator.service.runtime import Coordinator
 from coordinator.service.worker import Worker
 from coordinator.state import JobState, state_json
 from coordinator.stats import CheckpointStats, checkpoints_json, config_json, entry_json
+from events.sizes import excerpt
 from events.topics import Topics
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_ID = re.compile(r"[0-9]{1,18}")
+"""A checkpoint id in a path: ASCII digits only (``str.isdigit`` takes ``²``, which ``int``
+refuses), and few enough that ``int`` is cheap and the number fits a long."""
 
 DASHBOARD = {
     path.name: path.read_bytes() for path in (Path(__file__).parent / "dashboard").iterdir() if path.is_file()
@@ -96,7 +106,45 @@ def register_views(
     metrics = registry_for(CoordinatorCollector(coordinator, worker.views, input_lag, collections))
     app.cutline_views = ViewContext(coordinator, worker, topics, recovered, metrics)  # type: ignore[attr-defined]
     for path, view in ROUTES:
-        app.page(path)(view)
+        app.page(path)(guarded(view))
+    logging.getLogger("aiohttp.server").addFilter(one_line_http_errors)
+
+
+def one_line_http_errors(record: logging.LogRecord) -> bool:
+    """aiohttp's "Error handling request" for a request it cannot parse (a path over 8 KB, a bad
+    escape) as one warning line, not an ERROR with a traceback: the client is at fault, and it is
+    answered with a 400 already."""
+    from aiohttp.http_exceptions import HttpProcessingError
+
+    problem = record.exc_info[1] if record.exc_info else None
+    if isinstance(problem, HttpProcessingError):
+        record.msg, record.args = "bad HTTP request: %s", (excerpt(problem),)
+        record.exc_info, record.exc_text = None, None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+    return True
+
+
+def not_found(web: Any, what: str) -> Any:
+    """A 404 with one error, quoting at most an excerpt of what the request named."""
+    return web.json({"errors": [what]}, status=404)
+
+
+def guarded(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``view``, answering a malformed request that it did not foresee with a one-line JSON 400
+    and one log line, never a 500 and a traceback. Views parse their path segments themselves
+    (a bad one is a 404 by design): this is the safety net for a ``ValueError`` (or
+    ``LookupError``, ``UnicodeError``) that escapes them anyway."""
+
+    @functools.wraps(view)
+    async def answer(web: Any, request: Any, **segments: str) -> Any:
+        try:
+            return await view(web, request, **segments)
+        except (ValueError, LookupError) as exc:  # UnicodeError is a ValueError
+            path = excerpt(getattr(request, "path", "?"))
+            log.warning("bad request %s: %s: %s", path, type(exc).__name__, excerpt(exc))
+            return web.json({"errors": [f"bad request: {type(exc).__name__}: {excerpt(exc)}"]}, status=400)
+
+    return answer
 
 
 async def get_ready(web: Any, request: Any) -> Any:
@@ -157,7 +205,7 @@ async def get_trend(web: Any, request: Any, job_id: str) -> Any:
     views = context(web)
     stats = views.coordinator.stats.get(job_id)
     if job_id not in views.coordinator.states:
-        return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
+        return not_found(web, f"job {excerpt(job_id)} is not known")
     return web.json(
         {
             "end_to_end_duration": list(stats.durations[-100:]) if stats else [],
@@ -172,14 +220,14 @@ async def get_root(web: Any, request: Any) -> Any:
 
 async def get_asset(web: Any, request: Any, name: str) -> Any:
     if name not in DASHBOARD:
-        return web.json({"errors": [f"no dashboard file {name!r}"]}, status=404)
+        return not_found(web, f"no dashboard file {excerpt(name)!r}")
     return web.bytes(DASHBOARD[name], headers={"Content-Type": ASSET_TYPES[Path(name).suffix]})
 
 
 async def get_checkpoints(web: Any, request: Any, job_id: str) -> Any:
     views = context(web)
     if job_id not in views.coordinator.states:
-        return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
+        return not_found(web, f"job {excerpt(job_id)} is not known")
     return web.json(checkpoints_json(views.coordinator.checkpoint_stats(job_id)))
 
 
@@ -187,7 +235,7 @@ async def get_state(web: Any, request: Any, job_id: str) -> Any:
     views = context(web)
     state = views.coordinator.states.get(job_id)
     if state is None:
-        return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
+        return not_found(web, f"job {excerpt(job_id)} is not known")
     return web.json(state_json(state))
 
 
@@ -195,17 +243,18 @@ async def get_checkpoint_config(web: Any, request: Any, job_id: str) -> Any:
     views = context(web)
     state = views.coordinator.states.get(job_id)
     if state is None:
-        return web.json({"errors": [f"job {job_id} is not known"]}, status=404)
+        return not_found(web, f"job {excerpt(job_id)} is not known")
     return web.json(config_json(state.config))
 
 
 async def get_checkpoint_details(web: Any, request: Any, job_id: str, checkpoint_id: str) -> Any:
     views = context(web)
     stats = views.coordinator.checkpoint_stats(job_id)
-    entry = stats.entry(int(checkpoint_id)) if stats and checkpoint_id.isdigit() else None
+    number = int(checkpoint_id) if CHECKPOINT_ID.fullmatch(checkpoint_id) else None
+    entry = stats.entry(number) if stats and number is not None else None
     if entry is None:
-        return web.json(
-            {"errors": [f"checkpoint {checkpoint_id} of {job_id} is not in the history"]}, status=404
+        return not_found(
+            web, f"checkpoint {excerpt(checkpoint_id)} of {excerpt(job_id)} is not in the history"
         )
     return web.json(entry_json(entry))
 

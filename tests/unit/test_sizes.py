@@ -224,3 +224,16 @@ class TestCompletionByReference:
             journaled.metadata.sha256,
         )
         assert "file:///c/j/chk-7/_metadata" == journaled.metadata.uri
+
+
+def test_an_excerpt_is_one_bounded_line_that_says_how_long_the_field_was() -> None:
+    """A 500 KB field with a newline is quoted as at most 200 characters on one line; a short one
+    as it is."""
+    from events.sizes import excerpt
+
+    huge = excerpt("a\nb" + "x" * 500_000)
+
+    assert "task-0" == excerpt("task-0")
+    assert 1 == len(huge.splitlines())
+    assert huge.endswith("(500003 characters)")
+    assert len(huge) < 250
