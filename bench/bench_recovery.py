@@ -261,6 +261,8 @@ class RebalanceHistory:
     """The snapshot messages the design before ae876e0 would have written, keyed as it keyed them."""
     generation: int = 0
     interrupted: int = 0
+    snapshot_bytes: list[int] = field(default_factory=list)
+    """Size of the snapshot each sample read (the last one written before it)."""
     build_s: float = 0.0
     samples: list[ClaimedPartition] = field(default_factory=list)
     old_read: list[int] = field(default_factory=list)
@@ -271,6 +273,7 @@ class RebalanceHistory:
     """Whether the old reader would have folded the journal from offset 0 (a claim intent newer
     than the newest snapshot)."""
     journal_end: list[int] = field(default_factory=list)
+    last_snapshot_bytes: int = 0
     events: Iterator[JournalEvent] = field(default_factory=lambda: simulate(Random(7), jobs=4))
     """The journal's events: the same simulation for every N."""
 
@@ -296,6 +299,7 @@ class RebalanceWriter:
 
     def snapshot(self, h: RebalanceHistory, holder: Coordinator, epoch: int, journal_offset: int) -> None:
         key, value, headers = snapshot_message(holder.snapshot(0, epoch, journal_offset, 0), 1)
+        h.last_snapshot_bytes = len(value)
         self.producer.produce(h.snapshots, key=key, value=value, headers=headers, partition=0)
         # the design before: one key per partition and epoch
         self.producer.produce(h.old_snapshots, key=b"0:%d" % epoch, value=value, headers=headers, partition=0)
@@ -364,6 +368,7 @@ def measure_recovery(bootstrap: str, writer: RebalanceWriter, h: RebalanceHistor
     h.generation += 1
     writer.old_intent(h, h.generation)
     h.journal_end.append(end_offsets(bootstrap, h.topics.checkpoints, {0})[0])
+    h.snapshot_bytes.append(h.last_snapshot_bytes)
     claimed = claim_partition(
         bootstrap, h.topics, h.snapshots, 1, 0, f"worker-m{len(h.samples)}", generation=h.generation
     )
@@ -406,9 +411,9 @@ def rebalance_table(histories: list[RebalanceHistory]) -> Table:
         f"after it), {EVENTS_PER_REBALANCE} events after each",
         title_justify="left",
     )
-    columns = ("N", "ms: median", "min–max", "every sample", "ratio to the first", "snapshot msgs read",
-               "journal records folded", "old design: snapshot msgs read", "distinct keys",
-               "old: read them (ms)", "old: fold from offset 0")  # fmt: skip
+    columns = ("N", "ms: median", "min–max", "every sample", "ratio to the first", "snapshot bytes",
+               "snapshot msgs read", "journal records folded", "old design: snapshot msgs read",
+               "distinct keys", "old: read them (ms)", "old: fold from offset 0")  # fmt: skip
     for col in columns:
         table.add_column(col, justify="left" if col == "every sample" else "right")
     base = statistics.median(c.seconds for c in histories[0].samples)
@@ -419,8 +424,9 @@ def rebalance_table(histories: list[RebalanceHistory]) -> Table:
             f"{h.rebalances}",
             f"{statistics.median(ms):.1f}",
             f"{min(ms):.1f}–{max(ms):.1f}",
-            " ".join(f"{v:.1f}" for v in ms),
+            " ".join(f"{v:.1f}" for v in ms) if len(ms) <= 6 else f"{len(ms)} samples",
             f"{statistics.median(ms) / 1000 / base:.2f}×",
+            span(h.snapshot_bytes),
             span(c.snapshots_read for c in h.samples),
             span(c.folded for c in h.samples),
             span(h.old_read),
