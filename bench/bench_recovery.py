@@ -185,8 +185,8 @@ def bench_length(
             result.with_snapshot.append(last.seconds)
             result.read_with_snapshot = max(result.read_with_snapshot, last.folded)
         console.print(f"  with a snapshot: {seconds_stats(result.with_snapshot)}, {runs} claims")
-        # Claims without a snapshot last: each leaves a claim intent newer than the newest snapshot,
-        # after which a claim folds from the start anyway.
+        # Claims without a snapshot last: they write no snapshot after their claims (the snapshot
+        # claims above would each fold them, as after an interrupted claim).
         for i in range(full_runs):
             full = claim_partition(bootstrap, TOPICS, SNAPSHOTS, 1, 0, f"worker-f{i}", load_snapshot=None)
             result.full_fold.append(full.seconds)
