@@ -1,6 +1,7 @@
 """Recovery and failover of the coordinator's journal partitions (DESIGN §7, "Failover").
 
-    uv run python bench/bench_recovery.py [--quick] [--skip journal|failover]
+    uv run python bench/bench_recovery.py [--quick] [--skip journal rebalances failover]
+                                          [--rebalances 200] [--samples 5]
                                           [--sizes 1000 100000 1000000] [--workers 3] [--kills 5]
                                           [--kill worker|watchdog|all]
 
@@ -36,6 +37,21 @@
    notices only after the session timeout. A new worker
    then replaces the killed one, and the next round waits until every job has completed three
    more checkpoints. The target: checkpoints complete again within the session timeout + 2 s.
+
+3. **Recovery after many rebalances** (``--skip rebalances`` leaves it out). Two
+   one-partition journals on one fresh embedded broker, each with the same 20,000 simulated events
+   and a snapshot of their fold, then 1 and ``--rebalances`` (200) rebalances as a worker does
+   them: ``claim_partition(..., generation=g)``, g increasing, then the snapshot of its fold
+   (``snapshot_message``), then 20 events under the claim's epoch. Every 5th claim is
+   *interrupted*: no snapshot follows it. Then ``--samples`` fresh claims of each, alternated,
+   each followed by its snapshot and 20 events as well (so the first sample after N = 200 is the
+   only one to find an interrupted claim last). Shown: seconds, snapshot messages read, journal records
+   folded; and what the reader before the redesign (ae876e0, keys ``<p>:<epoch>`` and
+   ``<p>:claim``) would have read: the same snapshots and claim intents, written to a second
+   snapshots topic under those keys, read whole, as it did (uncompacted: every message; distinct
+   keys: what full compaction would leave), and whether its rule (an intent newer than the newest
+   snapshot) would have folded the journal from offset 0. The target: after 200 within 1.2× of
+   after 1.
 """
 
 from __future__ import annotations
@@ -46,7 +62,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import islice
@@ -67,7 +83,7 @@ from coordinator.simulate import simulate
 from coordinator.state import state_json
 from events.broker import EmbeddedBroker, create_topics
 from events.codec import decode, encode
-from events.fencing import epoch_of
+from events.fencing import epoch_header, epoch_of
 from events.kafka import consumer_config, job_key, producer_config
 from events.log import read_to_end
 from events.participant import JobDriver
@@ -86,6 +102,7 @@ SNAPSHOTS = f"{TOPICS.prefix}coordinator-snapshots"
 FLAT_RATIO = 2.0
 """Recovery of the longest journal within this factor of the shortest (tests/integration/test_recovery.py)."""
 SESSION_TIMEOUT = Settings.session_timeout
+SECTIONS = ("journal", "rebalances", "failover")
 MARGIN_S = 2.0
 """DESIGN §7: checkpoints complete again within session timeout + 2 s."""
 
@@ -168,8 +185,8 @@ def bench_length(
             result.with_snapshot.append(last.seconds)
             result.read_with_snapshot = max(result.read_with_snapshot, last.folded)
         console.print(f"  with a snapshot: {seconds_stats(result.with_snapshot)}, {runs} claims")
-        # Claims without a snapshot last: each leaves a claim intent newer than the newest snapshot,
-        # after which a claim folds from the start anyway.
+        # Claims without a snapshot last: they write no snapshot after their claims (the snapshot
+        # claims above would each fold them, as after an interrupted claim).
         for i in range(full_runs):
             full = claim_partition(bootstrap, TOPICS, SNAPSHOTS, 1, 0, f"worker-f{i}", load_snapshot=None)
             result.full_fold.append(full.seconds)
@@ -221,6 +238,208 @@ def length_table(results: list[LengthResult]) -> Table:
             {None: "", True: "yes", False: "[bold red]NO[/]"}[r.same_state],
         )
     return table
+
+
+# ------------------------------------------------- 3. recovery after many rebalances
+
+
+REBALANCE_RATIO = 1.2
+"""Recovery after ``--rebalances`` rebalances within this factor of after one (the issue's target)."""
+HISTORY_EVENTS = 20_000
+EVENTS_PER_REBALANCE = 20
+INTERRUPTED_EVERY = 5
+
+
+@dataclass
+class RebalanceHistory:
+    """One journal partition with a history and ``rebalances`` claims on it, on its own topics."""
+
+    rebalances: int
+    topics: Topics
+    snapshots: str
+    old_snapshots: str
+    """The snapshot messages the design before ae876e0 would have written, keyed as it keyed them."""
+    generation: int = 0
+    interrupted: int = 0
+    snapshot_bytes: list[int] = field(default_factory=list)
+    """Size of the snapshot each sample read (the last one written before it)."""
+    build_s: float = 0.0
+    samples: list[ClaimedPartition] = field(default_factory=list)
+    old_read: list[int] = field(default_factory=list)
+    """Messages of ``old_snapshots`` read (all of them, as its reader did) before each sample."""
+    old_read_s: list[float] = field(default_factory=list)
+    old_keys: int = 0
+    old_from_zero: list[bool] = field(default_factory=list)
+    """Whether the old reader would have folded the journal from offset 0 (a claim intent newer
+    than the newest snapshot)."""
+    journal_end: list[int] = field(default_factory=list)
+    last_snapshot_bytes: int = 0
+    events: Iterator[JournalEvent] = field(default_factory=lambda: simulate(Random(7), jobs=4))
+    """The journal's events: the same simulation for every N."""
+
+
+class RebalanceWriter:
+    """Writes journal events, snapshots and the old design's keys, waiting for each batch."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = Producer(producer_config(bootstrap, {"linger.ms": 5}))
+
+    def journal(self, topic: str, events: Sequence[JournalEvent], epoch: int | None) -> None:
+        headers = [] if epoch is None else [epoch_header(epoch)]
+        for event in events:
+            while True:
+                try:
+                    self.producer.produce(
+                        topic, key=job_key(event.job_id), value=encode(event), partition=0, headers=headers
+                    )
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+        self.flush()
+
+    def snapshot(self, h: RebalanceHistory, holder: Coordinator, epoch: int, journal_offset: int) -> None:
+        key, value, headers = snapshot_message(holder.snapshot(0, epoch, journal_offset, 0), 1)
+        h.last_snapshot_bytes = len(value)
+        self.producer.produce(h.snapshots, key=key, value=value, headers=headers, partition=0)
+        # the design before: one key per partition and epoch
+        self.producer.produce(h.old_snapshots, key=b"0:%d" % epoch, value=value, headers=headers, partition=0)
+        self.flush()
+
+    def old_intent(self, h: RebalanceHistory, epoch: int) -> None:
+        """The claim intent the design before wrote to the snapshots topic before each claim."""
+        self.producer.produce(h.old_snapshots, key=b"0:claim", value=b"%d" % epoch, partition=0)
+        self.flush()
+
+    def flush(self) -> None:
+        if self.producer.flush(60):
+            raise RuntimeError("not written within 60 s")
+
+
+def old_reader(bootstrap: str, h: RebalanceHistory) -> tuple[int, float, int, bool]:
+    """What the reader before the redesign (ae876e0, ``read_snapshots``) read: every message of the
+    partition's snapshots, for the highest-epoch snapshot and the highest claim intent. Returns the
+    messages read, the seconds, the distinct keys (what full compaction would leave) and whether it
+    would have folded from offset 0 (an intent newer than the newest snapshot)."""
+    started = time.monotonic()
+    read, best, intent = 0, -1, 0
+    keys: set[bytes | None] = set()
+    for m in read_to_end(bootstrap, h.old_snapshots, [0], timeout=30):
+        read += 1
+        keys.add(m.key)
+        if m.key == b"0:claim" and m.value is not None:
+            intent = max(intent, int(m.value))
+        else:
+            best = max(best, epoch_of(m.headers))
+    return read, time.monotonic() - started, len(keys), intent > best
+
+
+def build_history(bootstrap: str, writer: RebalanceWriter, h: RebalanceHistory) -> None:
+    """The history, its snapshot, then ``h.rebalances`` rebalances as a worker does them."""
+    started = time.monotonic()
+    create_topics(bootstrap, [h.topics.checkpoints, h.snapshots, h.old_snapshots], partitions=1)
+    history = list(islice(h.events, HISTORY_EVENTS))
+    writer.journal(h.topics.checkpoints, history, None)
+    first = Coordinator(h.topics, partitions=1)
+    first.recover((event, None) for event in history)
+    writer.snapshot(h, first, 0, HISTORY_EVENTS - 1)
+    for n in range(1, h.rebalances + 1):
+        h.generation += 1
+        writer.old_intent(h, h.generation)  # epochs follow generations here: no claim is ever lost
+        claimed = claim_partition(
+            bootstrap, h.topics, h.snapshots, 1, 0, f"worker-r{n}", generation=h.generation
+        )
+        assert claimed.epoch == h.generation, (claimed.epoch, h.generation)
+        if n % INTERRUPTED_EVERY:
+            writer.snapshot(h, claimed.coordinator, claimed.epoch, claimed.claim_offset)
+        else:
+            h.interrupted += 1  # the worker lost the partition again before its first snapshot
+        writer.journal(h.topics.checkpoints, list(islice(h.events, EVENTS_PER_REBALANCE)), claimed.epoch)
+    h.build_s = time.monotonic() - started
+
+
+def measure_recovery(bootstrap: str, writer: RebalanceWriter, h: RebalanceHistory) -> ClaimedPartition:
+    """A fresh owner's claim (timed), then, as the rebalances before it, its snapshot and
+    ``EVENTS_PER_REBALANCE`` events: the next sample finds the partition as this one did, but
+    for the interrupted claim that may have come last."""
+    read, seconds, keys, from_zero = old_reader(bootstrap, h)
+    h.old_read.append(read)
+    h.old_read_s.append(seconds)
+    h.old_keys, h.old_from_zero = keys, [*h.old_from_zero, from_zero]
+    h.generation += 1
+    writer.old_intent(h, h.generation)
+    h.journal_end.append(end_offsets(bootstrap, h.topics.checkpoints, {0})[0])
+    h.snapshot_bytes.append(h.last_snapshot_bytes)
+    claimed = claim_partition(
+        bootstrap, h.topics, h.snapshots, 1, 0, f"worker-m{len(h.samples)}", generation=h.generation
+    )
+    h.samples.append(claimed)
+    writer.snapshot(h, claimed.coordinator, claimed.epoch, claimed.claim_offset)
+    writer.journal(h.topics.checkpoints, list(islice(h.events, EVENTS_PER_REBALANCE)), claimed.epoch)
+    return claimed
+
+
+def bench_rebalances(counts: Sequence[int], samples: int, console: Console) -> list[RebalanceHistory]:
+    with EmbeddedBroker() as embedded:
+        bootstrap = embedded.bootstrap
+        writer = RebalanceWriter(bootstrap)
+        histories = []
+        for n in counts:
+            topics = Topics(f"rebalances-{n}.")
+            h = RebalanceHistory(
+                n, topics, f"{topics.prefix}coordinator-snapshots", f"{topics.prefix}old-snapshots"
+            )
+            build_history(bootstrap, writer, h)
+            console.print(
+                f"  {HISTORY_EVENTS:,} events, a snapshot and {n} rebalances ({h.interrupted} interrupted) "
+                f"written in {h.build_s:.1f} s, load {load()}"
+            )
+            histories.append(h)
+        for i in range(samples):
+            for h in histories if i % 2 == 0 else histories[::-1]:  # alternated: A B, B A, ...
+                c = measure_recovery(bootstrap, writer, h)
+                console.print(
+                    f"  after {h.rebalances} rebalances, sample {i + 1}: {c.seconds * 1000:.1f} ms, "
+                    f"{c.snapshots_read} snapshot messages read, {c.folded} journal records folded"
+                )
+    return histories
+
+
+def rebalance_table(histories: list[RebalanceHistory]) -> Table:
+    table = Table(
+        title="3. Recovery of one journal partition after N rebalances (a fresh claim_partition): "
+        f"{HISTORY_EVENTS:,} events, then N claims (every {INTERRUPTED_EVERY}th interrupted: no snapshot "
+        f"after it), {EVENTS_PER_REBALANCE} events after each",
+        title_justify="left",
+    )
+    columns = ("N", "ms: median", "min–max", "every sample", "ratio to the first", "snapshot bytes",
+               "snapshot msgs read", "journal records folded", "old design: snapshot msgs read",
+               "distinct keys", "old: read them (ms)", "old: fold from offset 0")  # fmt: skip
+    for col in columns:
+        table.add_column(col, justify="left" if col == "every sample" else "right")
+    base = statistics.median(c.seconds for c in histories[0].samples)
+    for h in histories:
+        ms = [c.seconds * 1000 for c in h.samples]
+        zero = [end for end, z in zip(h.journal_end, h.old_from_zero, strict=True) if z]
+        table.add_row(
+            f"{h.rebalances}",
+            f"{statistics.median(ms):.1f}",
+            f"{min(ms):.1f}–{max(ms):.1f}",
+            " ".join(f"{v:.1f}" for v in ms) if len(ms) <= 6 else f"{len(ms)} samples",
+            f"{statistics.median(ms) / 1000 / base:.2f}×",
+            span(h.snapshot_bytes),
+            span(c.snapshots_read for c in h.samples),
+            span(c.folded for c in h.samples),
+            span(h.old_read),
+            f"{h.old_keys}",
+            f"{statistics.median(h.old_read_s) * 1000:.1f}",
+            f"{len(zero)} of {len(h.samples)} ({span(zero)} records)" if zero else "no",
+        )
+    return table
+
+
+def span(values: Iterable[int]) -> str:
+    ordered = sorted(values)
+    return f"{ordered[0]:,}" if ordered[0] == ordered[-1] else f"{ordered[0]:,}–{ordered[-1]:,}"
 
 
 # ------------------------------------------------------------- 2. failover
@@ -491,13 +710,19 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    parser.add_argument("--skip", choices=("journal", "failover"), help="leave one part out")
+    parser.add_argument(
+        "--skip", nargs="+", default=[], choices=SECTIONS, help="leave parts out: journal rebalances failover"
+    )
     parser.add_argument("--sizes", type=int, nargs="+", help="journal lengths (1000 100000 1000000)")
     parser.add_argument("--runs", type=int, default=5, help="claims with a snapshot per length")
     parser.add_argument("--full-runs", type=int, default=3, help="claims from the start per length")
     parser.add_argument(
         "--full-max", type=int, default=1_000_000, help="longest journal also folded from the start"
     )
+    parser.add_argument(
+        "--rebalances", type=int, default=200, help="rebalances before the recovery compared with after one"
+    )
+    parser.add_argument("--samples", type=int, default=5, help="recoveries measured after 1 and after N each")
     parser.add_argument("--workers", type=int, default=3, help="coordinator worker processes (3)")
     parser.add_argument(
         "--session-timeout",
@@ -538,13 +763,17 @@ def main() -> None:
     started = time.monotonic()
     lengths: list[LengthResult] = []
     kills: list[Kill] = []
-    if args.skip != "journal":
+    if "journal" not in args.skip:
         block = list(islice(simulate(Random(5), jobs=4), 1_000))
         for size in sizes:
             console.print(f"[bold]journal of {size:,} events[/], load {load()}")
             full_runs = args.full_runs if size <= args.full_max else 0
             lengths.append(bench_length(size, block, args.runs, full_runs, console))
-    if args.skip != "failover":
+    histories: list[RebalanceHistory] = []
+    if "rebalances" not in args.skip:
+        console.print(f"[bold]recovery after 1 and after {args.rebalances} rebalances[/], load {load()}")
+        histories = bench_rebalances([1, args.rebalances], args.samples, console)
+    if "failover" not in args.skip:
         console.print(f"[bold]failover[/], {args.workers} workers, {args.kills} kills ({KILLED[args.kill]})")
         kills = bench_failover(args, console)
     if lengths:
@@ -554,6 +783,14 @@ def main() -> None:
         console.print(
             f"recovery with a snapshot, {top.events:,} against {base.events:,} events: {ratio:.2f}× "
             f"(flat: ≤ {FLAT_RATIO:g}×) " + ("met" if ratio <= FLAT_RATIO else "[bold red]missed[/]")
+        )
+    if histories:
+        console.print(rebalance_table(histories))
+        one, many = (statistics.median(c.seconds for c in h.samples) for h in (histories[0], histories[-1]))
+        verdict = "met" if many / one <= REBALANCE_RATIO else "[bold red]missed[/]"
+        console.print(
+            f"recovery after {histories[-1].rebalances} rebalances against after 1: {many / one:.2f}× "
+            f"(target ≤ {REBALANCE_RATIO:g}×) {verdict}"
         )
     if kills:
         console.print(failover_table(kills, args.workers, args.session_timeout, args.kill))
