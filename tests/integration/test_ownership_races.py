@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from uuid import uuid4
 
@@ -28,10 +29,10 @@ from events.broker import create_topics
 from events.codec import decode
 from events.fencing import Fence, epoch_of
 from events.kafka import consumer_config, job_key, partition_for
+from events.log import LogMessage, read_journal_topic
 from events.participant import JobDriver, Participant
-from events.records import CheckpointBarrier, CheckpointConfig, CoordinatorClaimed
+from events.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, CoordinatorClaimed
 from events.topics import Topics
-from tests.integration.test_ownership import Jobs
 
 SESSION_TIMEOUT = float(os.environ["CUTLINE_SESSION_TIMEOUT"])
 MANY_PARTITIONS = 96
@@ -59,12 +60,20 @@ def pausing_write_claim(self, generation, epoch):
             os.kill(os.getpid(), signal.SIGSTOP)
     return write_claim(self, generation, epoch)
 claims.PartitionRecovery.write_claim = pausing_write_claim
+read_snapshot = claims.PartitionRecovery.read_snapshot
+def slow_read_snapshot(self, generation):
+    if os.path.exists(request + ".slow"):
+        import time
+        time.sleep(1.0)  # a slow broker: the executor's threads are busy, claims queue behind
+    return read_snapshot(self, generation)
+claims.PartitionRecovery.read_snapshot = slow_read_snapshot
 from coordinator.cli import main
 main()
 """
 
     def __init__(self, bootstrap: str, prefix: str) -> None:
-        super().__init__(bootstrap, prefix, watchdog=False)
+        # INFO: the test reads when the worker joins its group from aiokafka's log line
+        super().__init__(bootstrap, prefix, watchdog=False, extra_args=("--loglevel", "info"))
         self.request = self.log_path.parent / "pause-request"
 
     def command(self) -> list[str]:
@@ -73,6 +82,14 @@ main()
 
     def pause_in_next_claim(self) -> None:
         self.request.write_text("pause")
+
+    def slow_recoveries(self, slow: bool) -> None:
+        """Each recovery's first read takes a second more (or no longer)."""
+        marker = self.request.with_name(self.request.name + ".slow")
+        if slow:
+            marker.write_text("slow")
+        else:
+            marker.unlink(missing_ok=True)
 
     def paused(self) -> bool:
         try:
@@ -159,6 +176,10 @@ class Monitor:
                     )
 
 
+def _foreign(message: LogMessage, problem: str) -> None:
+    raise AssertionError(f"journal {message.partition}@{message.offset}: {problem}")
+
+
 def spread_jobs(count: int, partitions: int) -> list[str]:
     """Job ids that land on ``count`` different partitions of ``partitions``."""
     jobs: dict[int, str] = {}
@@ -173,7 +194,9 @@ def spread_jobs(count: int, partitions: int) -> list[str]:
 class Checkpointing:
     """A few jobs of two participants each that checkpoint every 200 ms."""
 
-    def __init__(self, bootstrap: str, topics: Topics, tmp: Path, job_ids: list[str]) -> None:
+    def __init__(
+        self, bootstrap: str, topics: Topics, tmp: Path, job_ids: list[str], partitions: int
+    ) -> None:
         self.bootstrap, self.topics, self.job_ids = bootstrap, topics, job_ids
         self.location = f"file://{tmp}/checkpoints"
         self.participants = [
@@ -184,8 +207,7 @@ class Checkpointing:
         for participant in self.participants:
             participant.run_in_thread()
         self.drivers = [JobDriver(bootstrap, job, topics) for job in job_ids]
-        self.completions = Jobs.__new__(Jobs)  # reuse its journal reading, not its participants
-        self.completions.bootstrap, self.completions.topics = bootstrap, topics
+        self.partitions = sorted({partition_for(job_key(job), partitions) for job in job_ids})
 
     @staticmethod
     def _snapshot(barrier: CheckpointBarrier) -> bytes:
@@ -198,25 +220,30 @@ class Checkpointing:
         for driver in self.drivers:
             driver.running(TASKS, config, attempt=1)
 
-    def completed(self) -> dict[str, int]:
-        counts = dict.fromkeys(self.job_ids, 0)
-        for event in self.completions.journal():
-            if type(event).__name__ == "CheckpointCompleted" and event.job_id in counts:
-                counts[event.job_id] += 1
-        return counts
+    def completions(self) -> dict[str, list[int]]:
+        """Each job's effective completions' timestamps (ms), read from its journal partition."""
+        found: dict[str, list[int]] = {job: [] for job in self.job_ids}
+        for event, _ in read_journal_topic(
+            self.bootstrap, self.topics.checkpoints, _foreign, partitions=self.partitions
+        ):
+            if isinstance(event, CheckpointCompleted) and event.job_id in found:
+                found[event.job_id].append(event.timestamp_ms)
+        return found
 
-    def wait_for_new_completions(self, since: dict[str, int], timeout: float) -> float:
-        """Seconds until every job completed a checkpoint more than ``since`` says."""
+    def wait_for_new_completions(self, since: float, timeout: float) -> float:
+        """Seconds from ``since`` (wall clock) until every job had completed a checkpoint after it,
+        by the completions' own timestamps (the coordinator's clock, on this host)."""
         started = time.monotonic()
         while True:
-            now = self.completed()
-            if all(now[j] > since[j] for j in self.job_ids):
-                return time.monotonic() - started
-            assert time.monotonic() - started < timeout, (
-                f"jobs without a new checkpoint after {timeout:g} s: "
-                f"{[j for j in self.job_ids if now[j] <= since[j]]}"
-            )
-            time.sleep(0.1)
+            firsts = {
+                j: min((t for t in ts if t >= since * 1000), default=None)
+                for j, ts in self.completions().items()
+            }
+            if all(t is not None for t in firsts.values()):
+                return max(t for t in firsts.values() if t is not None) / 1000 - since
+            missing = [j for j, t in firsts.items() if t is None]
+            assert time.monotonic() - started < timeout, f"no new checkpoint after {timeout:g} s: {missing}"
+            time.sleep(0.2)
 
     def close(self) -> None:
         for participant in self.participants:
@@ -262,9 +289,28 @@ def _monitor(
 
 @pytest.fixture(name="jobs")
 def _jobs(bootstrap: str, topics: Topics, partitions: int, tmp_path: Path) -> Iterator[Checkpointing]:
-    jobs = Checkpointing(bootstrap, topics, tmp_path, spread_jobs(6, partitions))
+    jobs = Checkpointing(bootstrap, topics, tmp_path, spread_jobs(6, partitions), partitions)
     yield jobs
     jobs.close()
+
+
+def joined_at(worker: PausableWorker, timeout: float = 30.0) -> float:
+    """When the worker asked to join its group (wall clock), from its log (aiokafka's INFO line)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in worker.log_path.read_text(errors="replace").splitlines():
+            if "(Re-)joining group" in line and line.startswith("["):
+                return datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        time.sleep(0.05)
+    raise AssertionError(f"the worker never joined its group; log:\n{worker.tail()}")
+
+
+def answers(worker: PausableWorker) -> bool:
+    try:
+        worker.get("/ready", timeout=0.5)
+    except OSError:
+        return False
+    return True
 
 
 def queued_claims(worker: PausableWorker) -> int:
@@ -291,6 +337,7 @@ class TestRaces:
         job completes checkpoints within the session timeout + 5 s of B's join."""
         a = PausableWorker(bootstrap, topics.prefix)
         workers.append(a)
+        a.slow_recoveries(True)
         a.launch()
         deadline = time.monotonic() + 60
         while queued_claims(a) < 64:
@@ -300,14 +347,21 @@ class TestRaces:
         workers.append(b)
         b.launch()
         jobs.start()
+        up = time.monotonic()
+        while not answers(b):  # its web server is up: it joins the group next
+            assert time.monotonic() - up < 60, f"B never started; log:\n{b.tail()}"
+            time.sleep(0.05)
+        assert queued_claims(a) >= 64, "A settled its claims before B joined: the race was not run"
+        a.slow_recoveries(False)
+        joined = joined_at(b)
 
-        took = jobs.wait_for_new_completions(dict.fromkeys(jobs.job_ids, 0), timeout=SESSION_TIMEOUT + 5 + 30)
+        took = jobs.wait_for_new_completions(joined, timeout=SESSION_TIMEOUT + 5 + 30)
         print(f"every job completed a checkpoint {took:.1f} s after B joined")
         settled = time.monotonic()
         while not (a.get("/ready")["recovered"] and b.get("/ready")["recovered"]):
             assert time.monotonic() - settled < 30, "the two workers never settled"
             time.sleep(0.1)
-        jobs.wait_for_new_completions(jobs.completed(), timeout=SESSION_TIMEOUT + 5)
+        jobs.wait_for_new_completions(time.time(), timeout=SESSION_TIMEOUT + 5)
 
         assert [] == monitor.stale
         assert monitor.checks > 0
@@ -337,7 +391,7 @@ class TestRaces:
         for worker in (a, b):
             worker.wait_ready(timeout=90)
         jobs.start()
-        jobs.wait_for_new_completions(dict.fromkeys(jobs.job_ids, 0), timeout=60)
+        jobs.wait_for_new_completions(0.0, timeout=60)
 
         a.pause_in_next_claim()
         c = PausableWorker(bootstrap, topics.prefix)
@@ -347,9 +401,8 @@ class TestRaces:
         while not a.paused():
             assert time.monotonic() < deadline, "A never claimed after C joined"
             time.sleep(0.02)
-        paused_at = time.monotonic()
-        before = jobs.completed()
-        took = jobs.wait_for_new_completions(before, timeout=SESSION_TIMEOUT + 5 + 10)
+        paused_at, paused_wall = time.monotonic(), time.time()
+        took = jobs.wait_for_new_completions(paused_wall, timeout=SESSION_TIMEOUT + 5 + 10)
         print(f"every job completed a checkpoint again {took:.1f} s after A paused")
         assert took <= SESSION_TIMEOUT + 5, f"jobs completed again only {took:.1f} s after A paused"
 
@@ -357,8 +410,7 @@ class TestRaces:
         time.sleep(max(0.0, paused_at + SESSION_TIMEOUT + 1 - time.monotonic()))
         monitor.resumed[a.pid] = time.monotonic()
         os.kill(a.pid, signal.SIGCONT)
-        resumed = jobs.completed()
-        jobs.wait_for_new_completions(resumed, timeout=SESSION_TIMEOUT + 5 + 10)
+        jobs.wait_for_new_completions(time.time(), timeout=SESSION_TIMEOUT + 5 + 10)
         time.sleep(2 * STALE_LIMIT_S)
 
         assert [] == monitor.stale
