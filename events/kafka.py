@@ -1,6 +1,7 @@
 """Small confluent-kafka helpers shared by job drivers, participants and tools.
 
-Two rules of DESIGN §3 live here. Every message is keyed by ``job_id`` (UTF-8),
+Two rules of DESIGN §3 live here. Every message of a job is keyed by ``job_id`` (UTF-8;
+claims have a null key, docs/wire-format.md),
 and every producer places keys as Faust, aiokafka and the Java client do
 (murmur2), so all events of one job share a partition number in every topic.
 confluent-kafka's default partitioner (CRC32) would scatter them.

@@ -12,7 +12,8 @@ DEFAULT_PARTITIONS = 8
 class Topics:
     """The seven topics of one cutline installation.
 
-    Every message is keyed by ``job_id``, and every topic has the same partition
+    Every message of a job is keyed by ``job_id`` (a ``CoordinatorClaimed``, about a journal
+    partition, has a null key), and every topic has the same partition
     count, so all events of one job share a partition number everywhere (Faust
     needs this to co-partition its table with its input streams).
     """

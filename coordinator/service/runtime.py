@@ -116,7 +116,8 @@ MAX_REMEMBERED_HOMES = 100_000
 """Job ids whose partition :meth:`Coordinator.partition_of` remembers (then it starts again)."""
 
 CAUSE_HEADER = "cutline-cause"
-"""Journal message header naming the input that caused the event: ``topic:partition:offset``."""
+"""Journal message header naming the input that caused the event: ``topic:partition:offset``. Only
+on events decided from an input: those of a tick (periodic triggers, expiries) have none."""
 
 ACCEPTED: Mapping[str, tuple[type[Record], ...]] = {
     "job_status": (JobStatusChanged, TaskStatusChanged, JobHeartbeat),
