@@ -2,7 +2,7 @@
 
 From one seed (``random.Random(seed)``: no wall clock, no threads, no I/O) it runs 2-4
 coordinator workers over a simulated consumer group and a simulated log, and checks the
-invariants of DESIGN §4a after every step. Each worker has its own
+invariants (docs/design.md, "Ownership and fencing") after every step. Each worker has its own
 :class:`~coordinator.ownership.Ownership`, driven only through :func:`coordinator.ownership.step`,
 and, for the partitions it decides, per-job states of the real checkpoint decider
 (:func:`coordinator.decider.decide` then :func:`~coordinator.decider.evolve`).

@@ -1,4 +1,4 @@
-"""Avro single-object encoding of cutline records (DESIGN §3).
+"""Avro single-object encoding of cutline records (docs/design.md, "Wire protocol").
 
 A frame is ``C3 01`` + the 8-byte little-endian CRC-64-AVRO fingerprint of the
 writer schema's parsing canonical form + the Avro binary body. Neither ``avro``
