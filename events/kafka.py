@@ -56,7 +56,7 @@ PARTITIONER = "murmur2_random"
 """librdkafka's name for the Java client's key hash (Faust and aiokafka use it too)."""
 
 FETCH_WAIT_MAX_MS = 5
-"""Low enough for a ~2-5 ms hop on the embedded broker, which parks fetches for half of it."""
+"""Low, because the embedded broker parks a fetch for half of it: a hop costs about that much."""
 
 PLACEHOLDER_GROUP = "cutline.unused"
 """librdkafka wants a ``group.id`` even for ``assign()``-only consumers that never commit."""

@@ -225,9 +225,9 @@ class _Listener:
             """Spark's Java listener interface, implemented over Py4J, reading only what the job needs.
 
             PySpark's own wrapper turns every event into Python objects field by field before the
-            listener sees it: about a hundred Py4J calls per progress event, which cost the job
-            3-4 % of a 2-core machine in ``bench/bench_spark.py`` (the JVM's listener thread and
-            its compiler threads). This one reads a run id until the query runs, then nothing.
+            listener sees it: about a hundred Py4J calls per progress event, which the job pays on
+            the JVM's listener thread and its compiler threads (``bench/bench_spark.py``).
+            This one reads a run id until the query runs, then nothing.
             """
 
             def onQueryStarted(self, jevent: Any) -> None:

@@ -176,9 +176,9 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 """Spark's default ``kafkaConsumer.pollTimeoutMs`` (``spark.network.timeout``)."""
 BACKGROUND_FETCH_WAIT_MAX_MS = 500
 """Fetch wait of the consumers that only watch (barriers on the driver, the journal): Kafka's own
-default. A barrier then reaches the driver up to ~250 ms later on the embedded broker (at once on
-Kafka, which answers a waiting fetch when data arrives); at 100 ms the two watchers kept the
-broker at 2.5 % of a core all the time, at 500 ms 0.6 % (docs/benchmarks.md, Spark)."""
+default. A barrier then reaches the driver up to half of it later on the embedded broker (at once
+on Kafka, which answers a waiting fetch when data arrives); a shorter wait keeps the broker busy
+answering the two watchers all the time (docs/benchmarks.md)."""
 
 # Kafka settings Spark's source rejects because the source manages them itself.
 _FORBIDDEN_KAFKA_OPTIONS = {
@@ -885,7 +885,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # (barrier alignment, docs/design.md, "Tasks and Spark").
         # Made at the first initialOffset/latestOffset, which only the query's source runner
         # calls: Spark also builds this reader in a planning worker for the first batch, where
-        # a feed (a consumer, and ~0.5 s to find the partition's end) would delay that batch.
+        # a feed (a consumer, and a round trip to find the partition's end) would delay that batch.
         self._barriers: BarrierFeed | None = None
 
     def _barrier_feed(self) -> BarrierFeed | None:

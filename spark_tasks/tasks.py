@@ -85,7 +85,7 @@ ACK_TIMEOUT_S = 10.0
 
 _producers: dict[tuple[str, tuple[tuple[str, Any], ...]], Producer] = {}
 """One producer per Python worker and cluster: Spark reuses its Python workers, so
-acks after the first do not pay for a connection (about 10 ms on loopback)."""
+acks after the first do not pay for a connection."""
 
 
 @dataclass(frozen=True)

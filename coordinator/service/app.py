@@ -649,7 +649,7 @@ def run(settings: Settings, loglevel: str = "warning") -> None:
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # Faust always makes a terminal spinner, and for it sets the root logger to DEBUG: every debug
     # call of aiokafka and Faust (several per message) then builds a LogRecord that the WARNING
-    # handler drops. No spinner keeps the root logger at ``loglevel`` (~10 % of the CPU per ack).
+    # handler drops. No spinner keeps the root logger at ``loglevel`` (that work is paid per ack).
     worker.spinner = None
     freeze_heap()
     gc.disable()  # from here on collections run on a clock: create_app's collect_garbage timer
@@ -660,11 +660,10 @@ def freeze_heap() -> None:
     """Take every object alive now out of the garbage collector's sight (``gc.freeze``).
 
     A started worker holds a few hundred thousand long-lived objects (Faust, aiokafka, mode, the
-    app) that every full collection walks again: during an ack flood, collections took about 15 %
-    of the worker's CPU. Frozen, they are never walked or collected; whatever of them becomes
-    garbage later is still freed by reference counting, and the collection first frees the cycles
-    that are garbage now. Three alternated runs each: 6.5-7.2k acks/s without, 8.6-9.2k with
-    (docs/benchmarks.md)."""
+    app) that every full collection walks again, a large share of the worker's CPU during an ack
+    flood. Frozen, they are never walked or collected; whatever of them becomes garbage later is
+    still freed by reference counting, and the collection first frees the cycles that are garbage
+    now (docs/benchmarks.md)."""
     gc.collect()
     gc.freeze()
 

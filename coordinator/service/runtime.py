@@ -553,7 +553,7 @@ class Coordinator:
         """Jobs for which a tick at ``now_ms`` can change something.
 
         ``due_at`` walks every pending checkpoint, and the shell asks every 10 ms: with hundreds
-        pending, that walk was 5 % of a worker's main thread in an ack flood. So each job's answer
+        pending, that walk is repeated work in an ack flood. So each job's answer
         is remembered with the state it was worked out for, and an acknowledgement (which moves no
         deadline: ``due_at`` of the state after a ``TaskAcknowledged`` is that of the state
         before, ``tests/property/test_decider_properties.py``) carries it on to the new state
