@@ -1,4 +1,4 @@
-"""Benchmark: the cost of one ack against the number of tasks (DESIGN §7, "Pure decider").
+"""Benchmark: the cost of one ack against the number of tasks (docs/design.md, "Performance targets").
 
     uv run python bench/bench_ack_cost.py [--acks 40000] [--rounds 5] [--sizes 10,100,1000,10000]
                                           [--pending 4] [--seed 1] [--check]

@@ -1,4 +1,5 @@
-"""Benchmark: one hop through the broker, against what else its fetches cover (DESIGN §6, §7).
+"""Benchmark: one hop through the broker, against what else its fetches cover (docs/embedded-broker.md;
+docs/design.md, "Performance targets").
 
     uv run python bench/bench_broker_hop.py [--samples 300] [--partitions 1,8,40]
                                              [--background 0,1,3] [--fetch-wait-ms 2]

@@ -1,4 +1,4 @@
-"""Benchmark of the coordinator service over Kafka (DESIGN §7, "Coordinator over Kafka").
+"""Benchmark of the coordinator service over Kafka (docs/design.md, "Performance targets").
 
     uv run python bench/bench_coordinator.py [--quick] [--mode both|thread|process] [--profile DIR]
                                              [--shell faust|plain|both]

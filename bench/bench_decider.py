@@ -1,4 +1,4 @@
-"""Benchmark of the pure decider and of offline replay (DESIGN §7, "Pure decider").
+"""Benchmark of the pure decider and of offline replay (docs/design.md, "Performance targets").
 
     uv run python bench/bench_decider.py [--events 1000000] [--jobs 4] [--seed 1] [--no-docs]
 
@@ -297,7 +297,8 @@ def write_docs(rows: list[Row], machine: str, n: int, args: argparse.Namespace, 
         "```",
         "",
         f"Date: {DATE}. Machine: {machine}. Wall-clock times are what the targets",
-        "(DESIGN §7) are judged on; CPU times are this process's (or the subprocess's),",
+        "(docs/design.md, Performance targets) are judged on; CPU times are this process's",
+        "(or the subprocess's),",
         "shown because the machine is shared with other work.",
         "",
         "| measure | rate | wall | CPU | target | |",
@@ -325,7 +326,7 @@ def write_docs(rows: list[Row], machine: str, n: int, args: argparse.Namespace, 
         "",
     ]
     section = "\n".join(lines)
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n\nFigures for the targets in DESIGN §7.\n\n"
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n\nFigures for docs/design.md's targets.\n\n"
     pattern = re.compile(r"^## Pure decider\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
     text = (
         pattern.sub(lambda _: section + "\n", text)

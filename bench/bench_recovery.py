@@ -1,4 +1,4 @@
-"""Recovery and failover of the coordinator's journal partitions (DESIGN §7, "Failover").
+"""Recovery and failover of the coordinator's journal partitions (docs/design.md, "Performance targets").
 
     uv run python bench/bench_recovery.py [--quick] [--skip journal rebalances failover]
                                           [--rebalances 200] [--samples 5]
@@ -104,7 +104,8 @@ FLAT_RATIO = 2.0
 SESSION_TIMEOUT = Settings.session_timeout
 SECTIONS = ("journal", "rebalances", "failover")
 MARGIN_S = 2.0
-"""DESIGN §7: checkpoints complete again within session timeout + 2 s."""
+"""The target (docs/design.md, "Performance targets"): checkpoints complete again within session timeout +
+2 s."""
 
 
 def load() -> str:

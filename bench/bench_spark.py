@@ -1,4 +1,5 @@
-"""Benchmark: the Spark word count with and without cutline checkpoints, side by side (DESIGN §7).
+"""Benchmark: the Spark word count with and without cutline checkpoints, side by side
+(docs/design.md, "Performance targets").
 
     uv run python bench/bench_spark.py [--records 300000] [--per-trigger 20000] [--rounds 2] [--quick]
                                        [--keyed 8] [--snapshots]
@@ -29,7 +30,8 @@ cutline the same route → ``repartitionById`` → keyed step with its state sto
 
 ``--snapshots`` measures, without Spark, the keyed snapshot of one partition holding 100,000
 keys when 0.1 %, 1 %, 10 % and 100 % of them changed since the previous one: the bytes of the
-piece written against the full piece (DESIGN §7: snapshot size follows the changed keys).
+piece written against the full piece
+(docs/design.md, "Performance targets": snapshot size follows the changed keys).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Checkpoint latency, cutline next to Flink's MiniCluster, side by side in one run (DESIGN §7).
+"""Checkpoint latency, cutline next to Flink's MiniCluster, side by side in one run
+(docs/design.md, "Performance targets").
 
     uv run python bench/bench_vs_flink.py [--quick] [--participants 2 8] [--checkpoints 100]
                                           [--modes thread shared] [--storage files inline]
@@ -29,7 +30,8 @@ For each size N (2 and 8), one after the other so that both systems see the same
   counts in it).
 
 Order: cutline 2 (each mode), Flink 2, cutline 8 (each mode), Flink 8 (``--rounds`` repeats it).
-The target (DESIGN §7): cutline's p50 and p99 at or below Flink's at the same size in the same run.
+The target (docs/design.md, "Performance targets"): cutline's p50 and p99 at or below Flink's at the same
+size in the same run.
 
 ``--flink-python`` names a Python with ``apache-flink==2.3.0``; without it the venv
 ``/tmp/cutline-flink-venv`` is made (``uv venv --python 3.11``) or reused. Java 11 or 17 must be on

@@ -1,4 +1,4 @@
-"""Which decisions fit their topics (DESIGN §4a "Sizes"): pure rules, no I/O.
+"""Which decisions fit their topics (docs/design.md, "Record sizes"): pure rules, no I/O.
 
 The shell (:mod:`coordinator.service.runtime`) encodes each decision's records and asks these
 rules before anything is journaled or the state changes: an input whose decision would not fit is

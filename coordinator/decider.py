@@ -3,7 +3,7 @@
 No clock, broker, file or random generator is touched here: commands bring the
 time and the jitter, events carry every decided fact (ids, deadlines, timer
 moves), so folding the journal reproduces the coordinator's state exactly.
-The rules are Flink's ``CheckpointCoordinator``'s (DESIGN §4).
+The rules are Flink's ``CheckpointCoordinator``'s (docs/design.md, "The checkpoint decider").
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class Rejection(StrEnum):
     INVALID_STATUS = "INVALID_STATUS"
     RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
     """Only the shell uses it: the input's decision would write a record over its topic's
-    ``max.message.bytes`` (DESIGN §4a "Sizes"); nothing of it is journaled."""
+    ``max.message.bytes`` (docs/design.md, "Record sizes"); nothing of it is journaled."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 Checks, in order: Python, Java (Spark jobs need 17 or later), the broker, the protocol topics
 (present, one partition count: a job's records must land in the same partition of each), the
-journal's retention (infinite, DESIGN §4a) and the coordinator's readiness. A check that cannot
+journal's retention (infinite, docs/design.md, "Ownership and fencing") and the coordinator's readiness. A
+check that cannot
 run because an earlier one failed says so instead of failing again.
 """
 

@@ -3,9 +3,9 @@
 Replay folds the file's events into job states; ``--verify`` also runs the invariants
 (:mod:`coordinator.invariants`) over the same events. Both are sequential, but they do not need
 each other: the check reads only the events. So for a file, a forked helper process reads the file
-itself and checks it while this process folds and prints. Each process decodes the file once (4 µs
-an event with cavro); the check (3 µs) and the fold (2 µs) no longer add up on one core. On a
-1M-event journal: 10.7 s in one process, 8.3 s in two (docs/benchmarks.md).
+itself and checks it while this process folds and prints. Each process decodes the file once;
+the check and the fold, each comparable to the decoding, no longer add up on one core
+(docs/benchmarks.md).
 
 Only the verdict crosses over: the first violation and where it stands in the file. If the helper
 cannot be started (not Linux, a threaded process), fails or dies, this process checks the file

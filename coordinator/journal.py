@@ -8,13 +8,12 @@ cutline's file still decodes here through Avro schema resolution.
 
 Replay reads the records of a file written with the current schema (or with an older one that
 only lacks event fields with plain defaults, which the decoders fill in) with cavro where it is
-installed (a compiled Avro reader: 2.5 µs a record against fastavro's 6.6 on this journal; it
+installed (a compiled Avro reader, faster than fastavro on this journal; it
 has wheels for CPython 3.11 and 3.12), else with fastavro, which also resolves files of other
 older schemas and writes every file. Both give the same entries (``tests/unit/test_journal.py``).
 
-Blocks are written with the ``null`` codec by default: on a 1M-event journal
-it reads back 10-15 % faster than ``deflate`` and writes about 10 % faster,
-but the file is about 4x larger (276 MB against 69 MB; see
+Blocks are written with the ``null`` codec by default: such a file reads back and
+writes faster than with ``deflate``, but is several times larger (see
 ``docs/benchmarks.md``). Pass ``codec="deflate"`` for files that travel.
 """
 
@@ -242,7 +241,7 @@ def _branch_decoders(schema_json: str) -> dict[tuple[str, ...], _Decoder] | None
 
     fastavro and cavro build each record's dict in schema field order and no two journal
     records have the same field names, so ``tuple(datum)`` names the branch: as
-    exact as ``return_record_name`` and about 5 % faster on a whole replay. Only
+    exact as ``return_record_name`` and cheaper on a whole replay. Only
     for files read as they were written (schema resolution may reorder and
     add fields); None (read by record name instead) if two records ever share
     their field names.
@@ -379,7 +378,7 @@ _READ_ERRORS: tuple[type[Exception], ...] = (
 
 def _read_errors() -> tuple[type[Exception], ...]:
     """What a damaged file raises while it is read (cavro's own errors too, once it is imported:
-    importing it takes numpy, about 0.2 s, so only replay does)."""
+    importing it takes numpy, which is slow to import, so only replay does)."""
     cavro = sys.modules.get("cavro")
     return _READ_ERRORS if cavro is None else (*_READ_ERRORS, cavro.CavroException)
 

@@ -1,4 +1,4 @@
-"""Restart strategies (DESIGN §4b): what one failure of a job leads to. Pure.
+"""Restart strategies (docs/design.md, "Job lifecycle"): what one failure of a job leads to. Pure.
 
 The rules are those of Flink's ``RestartBackoffTimeStrategy`` implementations
 (``NoRestart``, ``FixedDelay``, ``ExponentialDelay``, ``FailureRate``), turned

@@ -5,7 +5,7 @@
 rule: savepoints belong to the user, who disposes of them; checkpoints belong to the job,
 which retains and discards them itself. Here a savepoint may be disposed unless a restore may
 still need it: a restart restores the job's latest completed checkpoint, or, before the job
-completed one, what the attempt restored from (DESIGN §4b), so that savepoint stays.
+completed one, what the attempt restored from (docs/design.md, "Job lifecycle"), so that savepoint stays.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Snapshots of the coordinator's folded state, one per journal partition (DESIGN §4a).
+"""Snapshots of the coordinator's folded state, one per journal partition
+(docs/design.md, "Ownership and fencing").
 
 A worker periodically writes, for each journal partition it owns, what folding that
 partition gave: the job states, their checkpoint statistics, the input positions the

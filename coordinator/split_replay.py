@@ -3,10 +3,10 @@
 A job's events depend only on that job's earlier events: the fold (``evolve``) and the invariants
 (:mod:`coordinator.invariants`) keep one state per job. So ``cutline replay -f F --quiet`` of a
 whole file deals its jobs out in two shares: a forked helper takes one, this process the other.
-Each reads the whole file (the Avro reading, about 3.4 µs a record with cavro, cannot be split
-without moving events between processes, which costs about as much as decoding them:
-docs/benchmarks.md), but builds, folds and checks only its own jobs' events (about 6 µs an event
-with ``--verify``). Only the results cross over: the helper's final job states and its first
+Each reads the whole file (the Avro reading cannot be split without moving events between
+processes, which costs about as much as decoding them: docs/benchmarks.md), but builds, folds and
+checks only its own jobs' events, the larger part of the work with ``--verify``.
+Only the results cross over: the helper's final job states and its first
 violations, placed by their index in the file.
 
 The result is the one-process result: the same states, and the same first violation (an event's

@@ -85,7 +85,7 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
         case TaskAcknowledged():
             # The job's pending checkpoint holds every ack already: with_progress reads them there
             # when the statistics are shown, instead of counting each ack twice (it is the most
-            # frequent event; see docs/benchmarks.md, "The statistics read acks from the state").
+            # frequent event; see the git history of docs/benchmarks.md).
             return stats
         case CheckpointTriggered():
             entry = CheckpointEntry(

@@ -374,7 +374,8 @@ def record_json(
     }
     void = epoch_problem(headers)
     if void is not None:
-        body["void"] = void  # its epoch cannot be read: void for every reader (DESIGN §4a)
+        # its epoch cannot be read: void for every reader (docs/design.md, "Ownership and fencing")
+        body["void"] = void
     if value is None:
         return {**body, "type": None, "record": None}
     try:
@@ -431,7 +432,8 @@ def describe_record(
     headers: Headers = None,
 ) -> Text:
     """One line for any message on a cutline topic (``cutline tail``): decoded, or why not; marked
-    void, and why, when its ``cutline.epoch`` headers are doubled or malformed (DESIGN §4a)."""
+    void, and why, when its ``cutline.epoch`` headers are doubled or malformed
+    (docs/design.md, "Ownership and fencing")."""
     line = _describe_record(codec, partition, offset, value)
     void = epoch_problem(headers)
     if void is not None:

@@ -2,11 +2,11 @@
 
 Hand-written because fastavro interprets the schema on every call: ``schemaless_writer`` walks
 the parsed schema dict and resolves every union by validating the datum against its branches,
-and the record first has to become a dict (``codec.to_avro``). Measured 2026-11-24 on the
-coordinator's hot path (200 tasks): encoding one ``TaskAcknowledged`` cost ~29 µs in place and
-decoding one ``CheckpointAcknowledged`` ~24 µs, together a third of ``Coordinator.handle``.
-The functions compiled here (Python source generated from the schema, like
-``codec._compile_decoder``) do the same work in a fraction of that.
+and the record first has to become a dict (``codec.to_avro``). On the coordinator's hot path
+(one ``CheckpointAcknowledged`` decoded and one ``TaskAcknowledged`` encoded per ack) that was a
+large share of ``Coordinator.handle``. The functions compiled here (Python source generated from
+the schema, like ``codec._compile_decoder``) do the same work without walking the schema
+(docs/benchmarks.md).
 
 The bytes are fastavro's, byte for byte (``tests/property/test_avro_binary.py`` checks every
 record type against fastavro): zigzag varints for ``int`` and ``long``, length-prefixed UTF-8

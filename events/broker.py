@@ -137,7 +137,8 @@ def create_topics(
 ) -> list[str]:
     """Create the topics that do not exist yet and return their names.
 
-    Every topic gets an explicit ``max.message.bytes`` (DESIGN §4a "Sizes"): ``config``'s, or Apache
+    Every topic gets an explicit ``max.message.bytes`` (docs/design.md, "Record sizes"): ``config``'s, or
+    Apache
     Kafka's default (:data:`events.sizes.DEFAULT_MAX_MESSAGE_BYTES`), so that a cluster whose
     broker default differs does not change what the coordinator may write. Existing topics are left
     alone. Returns once every created topic shows

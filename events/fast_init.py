@@ -2,11 +2,11 @@
 its journal event, its outgoing message, its parsed state URI).
 
 A frozen dataclass's generated ``__init__`` sets each field with ``object.__setattr__`` (its own
-``__setattr__`` refuses), about 85 ns per field on this machine. :func:`fast_init` gives the class
+``__setattr__`` refuses), a full method call per field. :func:`fast_init` gives the class
 an ``__init__`` with the same signature that calls each slot's descriptor instead, as
 :func:`events.codec.avro_decoder` and :func:`coordinator.state.replacer` already build instances:
 what it leaves is exactly what the dataclass's ``__init__`` would (the instance stays frozen), in
-about 55 % of the time (8 fields: 435 against 772 ns). Written here rather than taken from a
+noticeably less time on the ack path (docs/benchmarks.md). Written here rather than taken from a
 library: attrs and dataclasses both set frozen fields through ``object.__setattr__``.
 """
 

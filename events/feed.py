@@ -5,11 +5,12 @@ journal reads and the bench's tail all read "the records of one job from its
 partition of a topic". They share three rules, which live here once:
 
 - **The end is where a fetch response says it is** (:func:`events.kafka.find_ends`), never
-  ListOffsets "latest" (short by up to one batch on the embedded broker, DESIGN §6)
+  ListOffsets "latest" (short by up to one batch on the embedded broker, docs/embedded-broker.md)
   and never a quiet spell.
 - **The job's records are the ones keyed by its id**, decoded by the codec; a frame
   that does not decode is counted and logged, never raised.
-- **The fencing rule** (DESIGN §4a, :mod:`events.fencing`): a ``CoordinatorClaimed``
+- **The fencing rule** (:mod:`events.fencing`; docs/design.md, "Ownership and fencing"): a
+``CoordinatorClaimed``
   on the journal raises the epoch; a record below the current epoch is void.
 
 :class:`JobRecords` is the filter (it only looks at messages); :class:`JobFeed` is a

@@ -1,4 +1,5 @@
-"""The fencing rule of the journal (DESIGN §4a), the one every journal reader applies.
+"""The fencing rule of the journal (docs/design.md, "Ownership and fencing"), the one every journal reader
+applies.
 
 A coordinator worker owns a journal partition from its ``CoordinatorClaimed``
 on: every record it writes to the journal or the barriers topic carries the
@@ -80,7 +81,8 @@ _ABSENT: Final = object()
 
 
 def header_epoch(headers: Headers) -> int | None:
-    """The epoch a record's headers name, the one reading every reader applies (DESIGN §4a).
+    """The epoch a record's headers name, the one reading every reader applies
+    (docs/design.md, "Ownership and fencing").
 
     - no ``cutline.epoch`` header: None (the record belongs to epoch 0: :func:`epoch_of`);
     - exactly one, of 1 to :data:`MAX_EPOCH_DIGITS` ASCII decimal digits: its value;

@@ -1,7 +1,7 @@
 """Small confluent-kafka helpers shared by job drivers, participants and tools.
 
-Two rules of DESIGN §3 live here. Every message of a job is keyed by ``job_id`` (UTF-8;
-claims have a null key, docs/wire-format.md),
+Two rules of the wire protocol (docs/design.md, "Wire protocol") live here. Every message of a
+job is keyed by ``job_id`` (UTF-8; claims have a null key, docs/wire-format.md),
 and every producer places keys as Faust, aiokafka and the Java client do
 (murmur2), so all events of one job share a partition number in every topic.
 confluent-kafka's default partitioner (CRC32) would scatter them.
@@ -56,7 +56,7 @@ PARTITIONER = "murmur2_random"
 """librdkafka's name for the Java client's key hash (Faust and aiokafka use it too)."""
 
 FETCH_WAIT_MAX_MS = 5
-"""Low enough for a ~2-5 ms hop on the embedded broker, which parks fetches for half of it."""
+"""Low, because the embedded broker parks a fetch for half of it: a hop costs about that much."""
 
 PLACEHOLDER_GROUP = "cutline.unused"
 """librdkafka wants a ``group.id`` even for ``assign()``-only consumers that never commit."""
@@ -250,7 +250,7 @@ def find_ends(
 ) -> dict[tuple[str, int], int]:
     """Where each ``(topic, partition)`` ends now, taken from a fetch response (partition EOF).
 
-    ListOffsets "latest" (short by up to one batch on the embedded broker, DESIGN §6) is
+    ListOffsets "latest" (short by up to one batch on the embedded broker, docs/embedded-broker.md) is
     only where the fetch starts; the end is where the consumer hits partition EOF, which
     a fetch answered for this assignment says (a cached high watermark could be an earlier
     assignment's). ``consumer`` must have ``enable.partition.eof`` on and be otherwise
@@ -302,7 +302,7 @@ def read_to_end(
     """Every message of one partition from ``start`` (default: its beginning) to its end.
 
     The end is the high watermark of the first fetch response after the assignment
-    (ListOffsets "latest" is wrong on the embedded broker, DESIGN §6), or, with
+    (ListOffsets "latest" is wrong on the embedded broker, docs/embedded-broker.md), or, with
     ``until``, the message at offset ``until`` (e.g. a record this process just wrote).
     Silence is never taken for the end: a paused broker only makes the read wait.
     ``timeout`` bounds a stall, not the read: TimeoutError when no message and no

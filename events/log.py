@@ -2,8 +2,8 @@
 
 Built on :func:`events.kafka.read_to_end` (one partition, ended by the high
 watermark a fetch reports, because the embedded broker's ListOffsets(latest)
-is wrong: DESIGN §6), one partition after another. :func:`read_journal_topic`
-and :func:`fenced_journal` apply the fencing rule of DESIGN §4a
+is wrong: docs/embedded-broker.md), one partition after another. :func:`read_journal_topic`
+and :func:`fenced_journal` apply the fencing rule (docs/design.md, "Ownership and fencing")
 (:mod:`events.fencing`): every reader of the journal goes through them.
 """
 
@@ -174,7 +174,7 @@ def read_journal_topic(
     timeout: float | None = 60.0,
 ) -> Iterator[tuple[JournalEvent, LogMessage]]:
     """The effective journal: its valid events from the start to the current end, decoded, with
-    each message (claims and void records left out, DESIGN §4a).
+    each message (claims and void records left out, docs/design.md, "Ownership and fencing").
 
     Only the coordinator writes there; a message that is not a journal event is
     handed to ``on_foreign`` with the reason (it may raise, or log and go on).

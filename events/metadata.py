@@ -1,4 +1,5 @@
-"""A completion too large for one journal record (DESIGN §4a "Sizes"), after Flink's ``_metadata``.
+"""A completion too large for one journal record (docs/design.md, "Record sizes"), after Flink's
+``_metadata``.
 
 When a ``CheckpointCompleted`` with its handles and offsets would not fit in the journal topic's
 ``max.message.bytes``, the coordinator writes that whole record, as one Avro single-object frame

@@ -1,4 +1,5 @@
-"""The participant library: plain Python Kafka apps take part in checkpoints (DESIGN §5).
+"""The participant library: plain Python Kafka apps take part in checkpoints
+(docs/design.md, "Tasks and Spark").
 
 A :class:`Participant` is one task. The app calls :meth:`Participant.poll` in its
 loop, between records. When a barrier of its job and attempt arrives, the
@@ -312,7 +313,8 @@ class ParticipantStats:
     ignored_barriers: int = 0
     """Barriers of this job for another attempt, or older than the last one handled."""
     void_barriers: int = 0
-    """Barriers of this job written under a superseded coordinator epoch (DESIGN §4a)."""
+    """Barriers of this job written under a superseded coordinator epoch
+    (docs/design.md, "Ownership and fencing")."""
     commit_failures: int = 0
     undecodable: int = 0
     ignored_records: int = 0
@@ -402,7 +404,8 @@ class Participant:
         self._closed = False
         self._producer = producer or Producer(producer_config(bootstrap, producer_extra))
         # Barriers and journal from their real ends; the journal's claims and every record's
-        # epoch fence out a superseded coordinator's barriers and journal records (DESIGN §4a).
+        # epoch fence out a superseded coordinator's barriers and journal records
+        # (docs/design.md, "Ownership and fencing").
         self._feed: JobFeed | FeedSubscription
         if feed is not None:
             if feed.job_id != job_id:
@@ -570,7 +573,7 @@ class Participant:
         if problem is None and checkpoint_id in self._aborted:
             problem = "the journal aborted it before"
         if problem is None and completed.metadata is not None and completed.attempt == self.attempt:
-            try:  # its handles and offsets are in its metadata object (DESIGN §4a "Sizes")
+            try:  # its handles and offsets are in its metadata object (docs/design.md, "Record sizes")
                 completed = resolve_completion(completed)
             except MetadataUnavailable as exc:
                 problem = str(exc)
@@ -837,7 +840,8 @@ class JobDriver:
         """This job's journal events of the given types, in journal order.
 
         Reads the job's journal partition from the beginning to its end, with the fencing rule
-        (records of a superseded coordinator epoch are left out, DESIGN §4a); only frames
+        (records of a superseded coordinator epoch are left out, docs/design.md, "Ownership and fencing");
+        only frames
         of those types are decoded.
         """
         found = read_job_partition(

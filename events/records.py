@@ -1,4 +1,4 @@
-"""The records of the wire protocol (DESIGN §3), one frozen dataclass per Avro record.
+"""The records of the wire protocol (docs/design.md, "Wire protocol"), one frozen dataclass per Avro record.
 
 Class and field names match ``schemas/cutline.<Name>.avsc`` exactly; the codec
 (:mod:`events.codec`) maps between the two. Input records are what jobs, tasks
@@ -349,7 +349,7 @@ class CheckpointCompleted:
     attempt: int = 0
     location: str = ""
     metadata: StateHandle | None = None
-    """Set when the completion did not fit in one journal record (DESIGN §4a "Sizes"): its handles
+    """Set when the completion did not fit in one journal record (docs/design.md, "Record sizes"): its handles
     and offsets are in this metadata object (``<location>/_metadata``, the full completion as one
     Avro single-object frame), and ``handles`` and ``offsets`` here are empty. Readers resolve it
     with :func:`events.participant.resolve_completion`."""
@@ -493,7 +493,8 @@ JOURNAL_RECORDS: tuple[type[JournalEvent], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorClaimed:
-    """A coordinator worker took over journal ``partition`` with ``epoch`` (DESIGN §4a).
+    """A coordinator worker took over journal ``partition`` with ``epoch``
+    (docs/design.md, "Ownership and fencing").
 
     Not a job's event (no ``job_id``): it fences the partition. Every later record of the
     partition whose ``cutline.epoch`` header is lower than ``epoch`` is void; a claim whose

@@ -1,6 +1,6 @@
 """The Confluent Schema Registry wire format for cutline's topics (optional, the ``registry`` extra).
 
-Single-object encoding (DESIGN §3) stays the default. With ``--schema-registry URL`` (or
+Single-object encoding (docs/design.md, "Wire protocol") stays the default. With ``--schema-registry URL`` (or
 ``CUTLINE_SCHEMA_REGISTRY_URL``) every reader also decodes Confluent frames (magic byte 0, a
 4-byte schema id, the Avro body); with ``--wire-format confluent`` (``CUTLINE_WIRE_FORMAT``) the
 writers write them, so kcat, Kafka UI, AKHQ, Redpanda Console and Kafdrop show the records.

@@ -1,4 +1,4 @@
-"""Record sizes and topic limits (DESIGN §4a "Sizes"): pure rules, no Kafka client.
+"""Record sizes and topic limits (docs/design.md, "Record sizes"): pure rules, no Kafka client.
 
 Every topic cutline creates has an explicit ``max.message.bytes``; a writer never produces a
 record over its topic's limit. What counts against the limit is the record batch the broker

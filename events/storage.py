@@ -77,8 +77,8 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
 
     Written with ``os`` calls rather than ``open()``, a ``mkdir`` and a ``uuid4`` per file: those
     cost six more system calls per file (``mkdir``, ``stat``, ``getrandom``, ``fstat``, ``ioctl``,
-    ``lseek``; strace), and each releases and takes back the GIL. With eight tasks of one process
-    writing their snapshots at once, that was a fifth of the time (docs/benchmarks.md).
+    ``lseek``; strace), and each releases and takes back the GIL, which the other tasks of the
+    process writing their snapshots at the same moment wait for (docs/benchmarks.md).
     """
     directory = path.parent
     tmp, fd = _create_temporary(path)

@@ -1,4 +1,4 @@
-"""Topic names of the wire protocol (DESIGN §3), all under one configurable prefix."""
+"""Topic names of the wire protocol (docs/design.md, "Wire protocol"), all under one configurable prefix."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ link* cannot be seen from the string: the coordinator's shell resolves it
 :func:`parse_offsets_key` parses the ``topic:partition`` keys of an ack's offsets.
 
 **Offsets keys.** Acks and completed checkpoints map ``topic:partition`` to the next offset to
-read (DESIGN §3). :func:`parse_offsets_key` is the one parser of such a key,
+read (docs/design.md, "Wire protocol"). :func:`parse_offsets_key` is the one parser of such a key,
 used by the Spark driver, the Spark tasks and the participants alike:
 
 - the key splits at its **last** colon: ``t:1:2`` is topic ``t:1``, partition 2.

@@ -1,4 +1,4 @@
-"""The driver side of a checkpointed Spark Structured Streaming job (DESIGN §5).
+"""The driver side of a checkpointed Spark Structured Streaming job (docs/design.md, "Tasks and Spark").
 
 ::
 
@@ -225,9 +225,9 @@ class _Listener:
             """Spark's Java listener interface, implemented over Py4J, reading only what the job needs.
 
             PySpark's own wrapper turns every event into Python objects field by field before the
-            listener sees it: about a hundred Py4J calls per progress event, which cost the job
-            3-4 % of a 2-core machine in ``bench/bench_spark.py`` (the JVM's listener thread and
-            its compiler threads). This one reads a run id until the query runs, then nothing.
+            listener sees it: about a hundred Py4J calls per progress event, which the job pays on
+            the JVM's listener thread and its compiler threads (``bench/bench_spark.py``).
+            This one reads a run id until the query runs, then nothing.
             """
 
             def onQueryStarted(self, jevent: Any) -> None:
@@ -846,7 +846,8 @@ class CheckpointedJob:
 
     def run(self, make_writer: Callable[[CheckpointedJob], Any]) -> None:
         """Run the query ``make_writer(self)`` builds (a DataStreamWriter of :meth:`stream`'s output)
-        and restart it in this SparkSession as the job's restart strategy decides (DESIGN §4b).
+        and restart it in this SparkSession as the job's restart strategy decides
+        (docs/design.md, "Job lifecycle").
 
         When the query fails the job reports FAILING and waits for the coordinator: on
         ``JobRestartScheduled`` it waits the delay and starts the next attempt, restored from the
@@ -1030,7 +1031,8 @@ class _JournalFollower:
         self.job = job
         settings = job.settings
         self.committer = Consumer(consumer_config(settings.bootstrap, settings.consumer_group))
-        # From the journal's real end, fenced by its claims (DESIGN §4a). Completions need no
+        # From the journal's real end, fenced by its claims (docs/design.md, "Ownership and fencing").
+        # Completions need no
         # millisecond latency: fetch rarely (see BACKGROUND_FETCH_WAIT_MAX_MS).
         self._feed = JobFeed(
             settings.bootstrap,

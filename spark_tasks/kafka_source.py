@@ -1,7 +1,7 @@
 """A Kafka source for Spark Structured Streaming on PySpark's Python Data Source API.
 
 The official Spark Kafka connector (``spark-sql-kafka-0-10``) cannot be installed
-here (DESIGN §5), so this source reads Kafka with confluent-kafka from Python. It
+here (docs/design.md, "Tasks and Spark"), so this source reads Kafka with confluent-kafka from Python. It
 speaks the built-in source's language, so a job can switch between the two by
 changing one word::
 
@@ -38,7 +38,7 @@ changing one word::
 - ``includeHeaders`` (default false): add the ``headers`` column.
 - ``kafkaConsumer.pollTimeoutMs`` (default 120000): how long a task waits without
   progress before it fails.
-- ``cutline.job`` (default unset): take part in barrier alignment (DESIGN §5) for this
+- ``cutline.job`` (default unset): take part in barrier alignment (docs/design.md, "Tasks and Spark") for this
   job id: barriers of the job, read from its partition of ``<cutline.topicPrefix>barriers``
   (prefix default ``cutline.``) on ``cutline.bootstrap`` (default
   ``kafka.bootstrap.servers``; ``cutline.attempt``, default 0, ignores barriers of
@@ -176,9 +176,9 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 """Spark's default ``kafkaConsumer.pollTimeoutMs`` (``spark.network.timeout``)."""
 BACKGROUND_FETCH_WAIT_MAX_MS = 500
 """Fetch wait of the consumers that only watch (barriers on the driver, the journal): Kafka's own
-default. A barrier then reaches the driver up to ~250 ms later on the embedded broker (at once on
-Kafka, which answers a waiting fetch when data arrives); at 100 ms the two watchers kept the
-broker at 2.5 % of a core all the time, at 500 ms 0.6 % (docs/benchmarks.md, Spark)."""
+default. A barrier then reaches the driver up to half of it later on the embedded broker (at once
+on Kafka, which answers a waiting fetch when data arrives); a shorter wait keeps the broker busy
+answering the two watchers all the time (docs/benchmarks.md)."""
 
 # Kafka settings Spark's source rejects because the source manages them itself.
 _FORBIDDEN_KAFKA_OPTIONS = {
@@ -208,7 +208,8 @@ _TIMESTAMP_TYPE = {0: -1, 1: 0, 2: 1}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 BARRIER_KEY = "__cutline_barrier__"
-"""Top-level key of an end offset that carries a folded checkpoint barrier (DESIGN §5)."""
+"""Top-level key of an end offset that carries a folded checkpoint barrier
+(docs/design.md, "Tasks and Spark")."""
 BARRIER_COLUMN = "cutline_barrier"
 """The extra column with ``cutline.job``: the barrier's JSON on barrier rows, null otherwise."""
 DEFAULT_TOPIC_PREFIX = "cutline."
@@ -289,7 +290,7 @@ def barrier_json(barrier: Mapping[str, Any]) -> str:
 
 def _barrier_entry(barrier: CheckpointBarrier, epoch: int = 0) -> dict[str, Any]:
     """A barrier as the batch's end offset holds it; ``epoch`` is the coordinator epoch that sent it
-    (the tasks name it on their acks, DESIGN §4a)."""
+    (the tasks name it on their acks, docs/design.md, "Ownership and fencing")."""
     return {
         "attempt": barrier.attempt,
         "epoch": epoch,
@@ -635,7 +636,8 @@ class BarrierFeed:
         self._pending: list[dict[str, Any]] = []
         self._seen: set[tuple[int, int, int]] = set()
         # From the partition's real end; the fence learns the coordinator epoch from the barriers
-        # (DESIGN §4a): a superseded epoch's barriers are a zombie's, and void. The feed's consumer
+        # (docs/design.md, "Ownership and fencing"): a superseded epoch's barriers are a zombie's, and
+        # void. The feed's consumer
         # is polled once per trigger, and a fetch every 5-10 ms would cost the driver and the
         # broker CPU all the time (see BACKGROUND_FETCH_WAIT_MAX_MS).
         extra = {k: v for k, v in (config or {}).items() if k != "bootstrap.servers"}
@@ -879,10 +881,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict[TopicPartitionKey, int] | None = None
         self._last_end: dict[TopicPartitionKey, int] | None = None
         self._last_barrier: dict[str, Any] | None = None
-        # With cutline.job: the barriers that arrive from now on (DESIGN §5, barrier alignment).
+        # With cutline.job: the barriers that arrive from now on
+        # (barrier alignment, docs/design.md, "Tasks and Spark").
         # Made at the first initialOffset/latestOffset, which only the query's source runner
         # calls: Spark also builds this reader in a planning worker for the first batch, where
-        # a feed (a consumer, and ~0.5 s to find the partition's end) would delay that batch.
+        # a feed (a consumer, and a round trip to find the partition's end) would delay that batch.
         self._barriers: BarrierFeed | None = None
 
     def _barrier_feed(self) -> BarrierFeed | None:

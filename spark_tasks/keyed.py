@@ -1,4 +1,5 @@
-"""Keyed state across a shuffle (DESIGN §5): key groups, incremental snapshots, rescaling.
+"""Keyed state across a shuffle (docs/design.md, "Tasks and Spark"): key groups, incremental snapshots,
+rescaling.
 
 A :class:`KeyedStep` is Flink's ``keyBy(...).process(...)`` for a checkpointed Spark job, and
 Spark's ``groupBy(...).applyInPandasWithState(...)`` in spirit::

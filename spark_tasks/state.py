@@ -2,7 +2,7 @@
 
 A :class:`StatefulStep` is what a job does with each Kafka partition: a function
 from the partition's state and its next records to the new state and output rows
-(DESIGN §5, "the stateful step"). Between micro-batches the state lives in a
+(docs/design.md, "Tasks and Spark": the stateful step). Between micro-batches the state lives in a
 :class:`PartitionStateStore`: one file per version, a version being the
 serialized state after every record below an offset. The executor task that
 reads a partition loads the version its first row needs, folds the batch's

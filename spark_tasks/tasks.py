@@ -22,7 +22,7 @@ attempt, the job run (:attr:`TaskSettings.run_id`) and the cut (the offset it is
 the state at); the location holds the checkpoint id. So a task re-uses a file only
 when it is a whole snapshot (atomic rename) of exactly the same cut of the same run:
 a retried task or a re-run batch hashes it and acknowledges it again, and the
-coordinator ignores an ack it already has (DESIGN §4). Files of another run or
+coordinator ignores an ack it already has (docs/design.md, "The checkpoint decider"). Files of another run or
 attempt that happen to share a checkpoint id (a journal that was reset, a reused
 location) are never paired with this cut's offsets.
 
@@ -85,7 +85,7 @@ ACK_TIMEOUT_S = 10.0
 
 _producers: dict[tuple[str, tuple[tuple[str, Any], ...]], Producer] = {}
 """One producer per Python worker and cluster: Spark reuses its Python workers, so
-acks after the first do not pay for a connection (about 10 ms on loopback)."""
+acks after the first do not pay for a connection."""
 
 
 @dataclass(frozen=True)

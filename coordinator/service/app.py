@@ -64,7 +64,8 @@ class Settings:
     partitions: int = DEFAULT_PARTITIONS
     tick_interval: float = 0.01
     snapshot_interval: float = 10.0
-    """Seconds between fold snapshots of an owned partition whose journal moved (DESIGN §4a)."""
+    """Seconds between fold snapshots of an owned partition whose journal moved
+    (docs/design.md, "Ownership and fencing")."""
     fetch_wait_ms: int = 2
     session_timeout: float = 6.0
     data_dir: Path = field(default_factory=lambda: Path(".cutline") / "coordinator")
@@ -82,7 +83,8 @@ class Settings:
 
     @property
     def snapshots_topic(self) -> str:
-        """Compacted: per journal partition, snapshots of its fold and claim intents (DESIGN §4a)."""
+        """Compacted: per journal partition, snapshots of its fold and claim intents
+        (docs/design.md, "Ownership and fencing")."""
         return f"{self.prefix}coordinator-snapshots"
 
     @property
@@ -144,13 +146,13 @@ def _patch_fetch_wait(wait_ms: int) -> None:
 
 MAX_RECORD_BYTES = DEFAULT_MAX_MESSAGE_BYTES
 """``max.message.bytes`` of the protocol topics, the journal and the ticks topic (Apache Kafka's
-default): the coordinator never writes a record over a topic's limit (DESIGN §4a "Sizes")."""
+default): the coordinator never writes a record over a topic's limit (docs/design.md, "Record sizes")."""
 
 TOPIC_CONFIG = {"max.message.bytes": str(MAX_RECORD_BYTES)}
 """Every protocol topic and the ticks topic."""
 
 JOURNAL_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", **TOPIC_CONFIG}
-"""The journal is the state: it is kept for ever (DESIGN §4a)."""
+"""The journal is the state: it is kept for ever (docs/design.md, "Ownership and fencing")."""
 
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 """A partition's snapshot grows with its jobs' tasks (about 4 MB for 100 jobs of 100 tasks)."""
@@ -160,7 +162,8 @@ SNAPSHOTS_CONFIG = {"cleanup.policy": "compact", "max.message.bytes": str(MAX_SN
 
 def _patch_idempotence(enabled: bool) -> None:
     """Faust asks aiokafka for an idempotent producer only inside transactions; the coordinator
-    wants one always (DESIGN §4a: a retried journal write must not land twice), where the broker
+    wants one always
+    (docs/design.md, "Ownership and fencing": a retried journal write must not land twice), where the broker
     supports it."""
     original = getattr(faust_aiokafka.Producer, "_cutline_original_extra", None)
     if original is None:
@@ -270,7 +273,8 @@ class JournalRetentionError(RuntimeError):
 
 
 def check_journal_retention(settings: Settings, config: dict[str, str] | None = None) -> None:
-    """Refuse a journal topic that loses records (DESIGN §4a), saying how to fix it: finite
+    """Refuse a journal topic that loses records (docs/design.md, "Ownership and fencing"), saying how to
+    fix it: finite
     retention deletes old records, and compaction (``cleanup.policy`` with ``compact``) keeps one
     record per key, and journal records are keyed by job id. ``config`` is the topic's config
     (default: asked of the broker)."""
@@ -645,7 +649,7 @@ def run(settings: Settings, loglevel: str = "warning") -> None:
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # Faust always makes a terminal spinner, and for it sets the root logger to DEBUG: every debug
     # call of aiokafka and Faust (several per message) then builds a LogRecord that the WARNING
-    # handler drops. No spinner keeps the root logger at ``loglevel`` (~10 % of the CPU per ack).
+    # handler drops. No spinner keeps the root logger at ``loglevel`` (that work is paid per ack).
     worker.spinner = None
     freeze_heap()
     gc.disable()  # from here on collections run on a clock: create_app's collect_garbage timer
@@ -656,11 +660,10 @@ def freeze_heap() -> None:
     """Take every object alive now out of the garbage collector's sight (``gc.freeze``).
 
     A started worker holds a few hundred thousand long-lived objects (Faust, aiokafka, mode, the
-    app) that every full collection walks again: during an ack flood, collections took about 15 %
-    of the worker's CPU. Frozen, they are never walked or collected; whatever of them becomes
-    garbage later is still freed by reference counting, and the collection first frees the cycles
-    that are garbage now. Three alternated runs each: 6.5-7.2k acks/s without, 8.6-9.2k with
-    (docs/benchmarks.md)."""
+    app) that every full collection walks again, a large share of the worker's CPU during an ack
+    flood. Frozen, they are never walked or collected; whatever of them becomes garbage later is
+    still freed by reference counting, and the collection first frees the cycles that are garbage
+    now (docs/benchmarks.md)."""
     gc.collect()
     gc.freeze()
 

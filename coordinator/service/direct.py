@@ -2,9 +2,8 @@
 
 Faust hands every fetched message to the conductor, which puts it on a stream's
 queue for an agent: several asyncio tasks, a decode and an ack chain per
-message, 130-155 µs of CPU per ack on this machine against 12-17 µs for the
-same batches handed straight to a handler (``docs/benchmarks.md``,
-``shared/reference/coordinator-scaleout-notes.md``). The coordinator decides a
+message, many times the CPU of the same batches handed straight to a handler
+(``docs/benchmarks.md``). The coordinator decides a
 batch as one unit anyway (one decision pass, one journal batch per partition),
 so :class:`DirectConsumer` gives it each fetched batch of its topics at once,
 as the records aiokafka fetched (no Faust message per record), and acks the
@@ -51,8 +50,8 @@ class DirectConsumer(faust_aiokafka.Consumer):
         """Faust's fetch loop (``Consumer._drain_messages``) with the direct batches taken out.
 
         A fetch is gone through as a list, not an async iterator: Faust's loop awaits each record
-        of its ``getmany`` (an async generator), about a microsecond per record that an 80,000-ack
-        flood paid on the main thread (docs/benchmarks.md)."""
+        of its ``getmany`` (an async generator), a cost per record that an ack flood pays on the
+        main thread (docs/benchmarks.md)."""
         callback = self.callback
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
@@ -108,7 +107,7 @@ class DirectConsumer(faust_aiokafka.Consumer):
         """Start fetching the next batch now. The handler calls this once it has decided a batch
         and waits for the broker to acknowledge its journal writes: the consumer thread then turns
         the next fetched records into Python objects while this thread has nothing to do, rather
-        than after (about 40 ms per 7,500 records, docs/benchmarks.md). Offsets are acked, and
+        than after (docs/benchmarks.md). Offsets are acked, and
         the next batch decided, only after the handler returns, as before."""
         if self._prefetch is None and not self.should_stop:
             self._prefetch = asyncio.ensure_future(self._fetch_direct(timeout=1.0))
@@ -123,8 +122,8 @@ class DirectConsumer(faust_aiokafka.Consumer):
         """Faust's ``Consumer.getmany``, as a list, except that a record of ``direct_topics`` comes
         as aiokafka fetched it (topic, partition, offset, timestamp in ms, key, value, headers), not
         made into a Faust message, and the high watermark Faust's monitor shows is noted once per
-        partition and fetch rather than per record. Faust's per-record work came to about 6 % of
-        the worker's main thread in an ack flood (docs/benchmarks.md)."""
+        partition and fetch rather than per record: Faust's per-record work is paid on the
+        worker's main thread in an ack flood (docs/benchmarks.md)."""
         records, active_partitions = await self._wait_next_records(timeout)
         generation_id = self.app.consumer_generation_id
         if records is None or self.should_stop:

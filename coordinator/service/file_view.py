@@ -1,11 +1,10 @@
 """One view of the file system per decided batch, for the symbolic-link check (docs/security.md).
 
 The check walks the names below a checkpoint's root and asks of each whether it is a symbolic
-link, something else, or not there. Asked with one ``lstat`` per name and ack, that cost 6-10 µs
-of CPU per call inside the worker during an ack flood (system calls are dear on this machine,
-however cheap in a tight loop), and each ack asks two or three names (the job's directory, the
-checkpoint's, the state file): with the check switched off, the worker decided 16.4-18.6k
-acks/s against 13.0-14.5k/s (docs/benchmarks.md).
+link, something else, or not there. Asked with one ``lstat`` per name and ack, that is a system
+call inside the worker per name during an ack flood (far dearer there than in a tight loop), and
+each ack asks two or three names (the job's directory, the checkpoint's, the state file): enough
+to lower the worker's acks per second visibly (docs/benchmarks.md).
 
 A :class:`BatchFileView` answers for the inputs of one batch:
 

@@ -2,9 +2,8 @@
 
 By default a young collection starts every 700 net allocations and an older one every tenth of
 those. A worker deciding an ack flood keeps a batch's messages, outcomes and new states alive
-while it decides, so it ran about 200 collections a second, walking those objects again and
-again. Measured with ``bench/bench_coordinator.py`` (80,000-ack floods, alternated): 12.4-13.5k
-acks/s with the automatic collector and 13.7-15.2k/s with this schedule (docs/benchmarks.md).
+while it decides, so it ran collections many times a second, walking those objects again and
+again. ``bench/bench_coordinator.py`` compares the two (docs/benchmarks.md).
 
 A worker switches the automatic collector off once it has started (``app.run``) and a timer
 calls :meth:`ScheduledCollections.collect` every ``GC_INTERVAL_S``: the young generations each
@@ -14,8 +13,8 @@ about a minute once it is old.
 
 A collection that falls due while a fetched batch is being decided waits for the batch to end
 (:meth:`ScheduledCollections.defer`, then :meth:`ScheduledCollections.collect_deferred` from the
-fetch loop): the batch's messages, outcomes and encoded records are then freed, not walked. In an
-80,000-ack flood, collections in the middle of a batch took 40-130 ms each and found nothing.
+fetch loop): the batch's messages, outcomes and encoded records are then freed, not walked. A
+collection in the middle of a batch walks all of them and finds nothing to free.
 """
 
 from __future__ import annotations

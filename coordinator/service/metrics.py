@@ -1,4 +1,4 @@
-"""Prometheus metrics of a coordinator worker, at ``GET /metrics`` (DESIGN §9).
+"""Prometheus metrics of a coordinator worker, at ``GET /metrics`` (docs/coordinator.md, "Metrics").
 
 Per job, Flink's checkpoint metrics under Flink's names (``lastCheckpointDuration``,
 ``numberOfCompletedCheckpoints`` ...), prefixed ``cutline_job_`` and labelled ``job_id``;

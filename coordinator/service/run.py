@@ -1,4 +1,5 @@
-"""``cutline run``: supervise a job's driver process and carry out what the journal decides (DESIGN §4b).
+"""``cutline run``: supervise a job's driver process and carry out what the journal decides
+(docs/design.md, "Job lifecycle").
 
 The supervisor starts attempt N of the job's driver (``CMD ...``) with the attempt
 and the checkpoint to restore in its environment, and follows the job's journal

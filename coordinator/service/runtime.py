@@ -11,7 +11,7 @@ crash in between, the input comes again and is recognised by its position).
 The Faust app (:mod:`coordinator.service.app`) is a thin loop around this class; the
 tests and the benchmarks drive it directly too.
 
-Epochs (DESIGN §4a): the caller says under which claim epoch it decides; every
+Epochs (docs/design.md, "Ownership and fencing"): the caller says under which claim epoch it decides; every
 journal record and barrier it gets back carries that epoch in the
 ``cutline.epoch`` header. The runtime remembers the epoch of each pending
 checkpoint's trigger, so an ack or decline that answers a barrier of an older,
@@ -19,7 +19,8 @@ superseded epoch (a zombie's) is refused with STALE_EPOCH instead of counting,
 and one whose epoch header is doubled or malformed (void, as every reader reads it:
 :func:`events.fencing.header_epoch`) with VOID_EPOCH.
 
-Bad input is never fatal (DESIGN §4): every input is decided inside its own guard.
+Bad input is never fatal (docs/design.md, "The checkpoint decider"): every input is decided inside its own
+guard.
 Whatever goes wrong for one message (it cannot be decoded, the decider refuses
 it, or decoding, deciding or encoding raises) ends in one dead letter with the
 reason; the per-job state stays what it was before that message, and the rest
@@ -200,7 +201,8 @@ class Coordinator:
         """Partition count of the protocol topics (for :meth:`partition_of`); None: not known."""
         self.savepoint_roots = savepoint_roots
         self.limits = limits or TopicLimits()
-        """The ``max.message.bytes`` of the topics this coordinator writes to (DESIGN §4a "Sizes"):
+        """The ``max.message.bytes`` of the topics this coordinator writes to
+        (docs/design.md, "Record sizes"):
         no decision whose records would not fit is admitted."""
         self.states: dict[str, JobState] = {}
         self.stats: dict[str, CheckpointStats] = {}
@@ -447,7 +449,8 @@ class Coordinator:
         if answered == VOID_EPOCH:
             return VOID_EPOCH_REASON, (
                 f"the {what} of checkpoint {record.checkpoint_id} has {epoch_problem(headers)}: "
-                "it is void (DESIGN §4a); answer with the one epoch header of the barrier"
+                "it is void (docs/design.md, Ownership and fencing); "
+                "answer with the one epoch header of the barrier"
             )
         if triggered is not None:
             return STALE_EPOCH, (
@@ -551,7 +554,7 @@ class Coordinator:
         """Jobs for which a tick at ``now_ms`` can change something.
 
         ``due_at`` walks every pending checkpoint, and the shell asks every 10 ms: with hundreds
-        pending, that walk was 5 % of a worker's main thread in an ack flood. So each job's answer
+        pending, that walk is repeated work in an ack flood. So each job's answer
         is remembered with the state it was worked out for, and an acknowledgement (which moves no
         deadline: ``due_at`` of the state after a ``TaskAcknowledged`` is that of the state
         before, ``tests/property/test_decider_properties.py``) carries it on to the new state

@@ -19,7 +19,8 @@ without its watchdog, and killing either process moves the jobs at once.
 
 This is safe because the member is certainly dead: the watchdog has reaped its process (the
 small process has seen it gone), so it can neither heartbeat nor write again. Any record a dead
-member's last writes left half-way is fenced by the epochs of DESIGN §4a as before. What neither
+member's last writes left half-way is fenced by the epochs (docs/design.md, "Ownership and fencing") as
+before. What neither
 can see still takes the session timeout: a whole machine lost, the watchdog and its worker
 killed at the same moment (a container's processes), a network partition, a worker that hangs
 without dying (the group notices that one by its missing heartbeats).

@@ -4,8 +4,8 @@ Faust's own producer is aiokafka's: it builds each record batch in Python on the
 it sends only when the loop turns, one request at a time. The coordinator decides on that same
 loop, so the broker stored a batch of journal records while the loop waited for it, and the
 loop decided while the broker waited. librdkafka sends from its own threads: ``produce()`` hands
-a record over in about a microsecond, the request goes out at once, and the loop decides the
-next inputs meanwhile (``docs/benchmarks.md``, "Journal writes through librdkafka").
+a record to its queue and returns, the request goes out at once, and the loop decides the
+next inputs meanwhile (``docs/benchmarks.md`` and its git history).
 
 Order is kept as the journal needs it: records to one partition are sent in the order they were
 handed over, and a retried request cannot overtake a later one (idempotence where the broker

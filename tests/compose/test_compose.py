@@ -123,7 +123,8 @@ def test_the_other_worker_completes_the_jobs_checkpoints_after_a_sigkill_of_its_
     """On Apache Kafka, which answers a rebalance as soon as the remaining members have rejoined
     (unlike the embedded broker, docs/embedded-broker.md), a SIGKILL of the worker that owns the
     Spark job hands the job to the other worker: a checkpoint completes there within the session
-    timeout + 5 s (the issue's bound; DESIGN §7's target is + 2 s, and the time is printed)."""
+    timeout + 5 s (the issue's bound; the target in docs/design.md, "Performance targets", is + 2 s, and
+    the time is printed)."""
     owner, survivor = owner_and_survivor()
     service = SERVICE_OF[owner]
 

@@ -1,4 +1,5 @@
-"""N coordinator workers with fencing (DESIGN §4a), with real worker processes and participants.
+"""N coordinator workers with fencing (docs/design.md, "Ownership and fencing"), with real worker processes
+and participants.
 
 Three ``cutline coordinator`` processes on one prefix form one Faust app; each
 owns the jobs of its partitions. The tests kill one in the middle of a

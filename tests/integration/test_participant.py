@@ -685,7 +685,7 @@ def test_example_word_count_restores_from_its_checkpoint_and_ends_with_exact_cou
     assert cut == committed_tp.offset
 
 
-# ---------------------------------------------------------------- fencing (DESIGN §4a)
+# ------------------------------------------ fencing (docs/design.md, "Ownership and fencing")
 
 
 def test_the_driver_reads_the_journal_through_the_fencing_rule(bootstrap: str, topics: Topics) -> None:

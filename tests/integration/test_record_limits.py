@@ -1,4 +1,4 @@
-"""Sizes against a real broker (DESIGN §4a): no record over its topic's max.message.bytes.
+"""Sizes against a real broker (docs/design.md, "Record sizes"): no record over its topic's max.message.bytes.
 
 The embedded broker enforces no limit, so the topics are created with Apache Kafka's default
 (1,048,588 bytes, as ``cutline topics create`` makes them), the coordinator reads it at start, and

@@ -4,7 +4,7 @@ The strategy draws *abstract* actions ("acknowledge pending checkpoint #i by
 task #j", "let time jump past the timeout", "restart from the latest
 savepoint", some garbage) and maps each onto a concrete command against the
 state the coordinator holds at that moment, so checkpoints really complete,
-expire, get subsumed and fail jobs. Each test states one property (DESIGN §4,
+expire, get subsumed and fail jobs. Each test states one property (docs/design.md, "The checkpoint decider";
 style anchors lessons 11-13); ``coordinator.invariants`` states the journal
 rules once, for these tests and for ``cutline replay --verify``.
 

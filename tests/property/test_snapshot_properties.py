@@ -1,4 +1,5 @@
-"""Bounded recovery (DESIGN §4a): a decoded snapshot plus the journal tail is the whole journal.
+"""Bounded recovery (docs/design.md, "Ownership and fencing"): a decoded snapshot plus the journal tail is
+the whole journal.
 
 The scenarios are the decider properties' (realistic command sequences of a few jobs);
 each property snapshots the coordinator's folded state at a drawn point of the journal,

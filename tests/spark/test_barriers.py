@@ -1,4 +1,5 @@
-"""Barrier alignment in the ``cutline-kafka`` source (DESIGN §5): barriers of the job are
+"""Barrier alignment in the ``cutline-kafka`` source (docs/design.md, "Tasks and Spark"): barriers of the
+job are
 folded into a micro-batch's end offset and emitted in-band by every partition's task."""
 
 from __future__ import annotations
@@ -284,7 +285,8 @@ def test_the_feed_ignores_barriers_of_older_attempts(bootstrap: str, topic_prefi
 
 
 def test_the_barrier_feed_drops_a_superseded_epochs_barriers(bootstrap: str, topic_prefix: str) -> None:
-    """The driver's barrier feed applies the fencing rule (DESIGN §4a): after a barrier of epoch 2, a
+    """The driver's barrier feed applies the fencing rule (docs/design.md, "Ownership and fencing"): after
+    a barrier of epoch 2, a
     zombie's barrier of epoch 1 is dropped; the entries it queues name their epoch for the tasks'
     acks, and a newer epoch may send an id again."""
     barriers_topic = topic_prefix + "barriers"

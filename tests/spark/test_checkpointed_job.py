@@ -1,4 +1,5 @@
-"""Spark jobs that checkpoint with cutline (DESIGN §5): a real local Spark, a real broker and a
+"""Spark jobs that checkpoint with cutline (docs/design.md, "Tasks and Spark"): a real local Spark, a real
+broker and a
 real coordinator process. The job is the word count of spark_tasks/wordcount.py."""
 
 from __future__ import annotations

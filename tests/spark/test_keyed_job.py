@@ -1,4 +1,5 @@
-"""Keyed Spark jobs (spark_tasks/keyed.py, DESIGN §5): the word count keyed by word across a
+"""Keyed Spark jobs (spark_tasks/keyed.py, docs/design.md, "Tasks and Spark"): the word count keyed by word
+across a
 shuffle, with a real local Spark, a real broker and a real coordinator process.
 
 4 input partitions feed 8 shuffle partitions; each shuffle partition keeps the counts of its key

@@ -1,4 +1,5 @@
-"""The work of one ack does not grow with the job's tasks (DESIGN §7), counted in bytes, not time.
+"""The work of one ack does not grow with the job's tasks (docs/design.md, "Performance targets"), counted
+in bytes, not time.
 
 Copying a map of n acks allocates memory in proportion to n, so the most memory that handling
 one ack has allocated at any moment (``tracemalloc``'s peak) shows such a copy in a way a

@@ -1,4 +1,5 @@
-"""The single-object codec (events/codec.py) and the schema files it reads (DESIGN §3)."""
+"""The single-object codec (events/codec.py) and the schema files it reads
+(docs/design.md, "Wire protocol")."""
 
 from __future__ import annotations
 
@@ -684,7 +685,7 @@ class TestSchemaResolution:
 
 # ---------------------------------------------------------------- schema files
 
-# The fields DESIGN.md §3 names for each record, with the Avro type where the
+# The fields docs/design.md ("Records") names for each record, with the Avro type where the
 # design gives one (None: name only). This is the contract: every
 # implementation keeps these; more fields may be added, each with a default.
 DESIGN_FIELDS: dict[str, dict[str, Any]] = {
@@ -845,7 +846,8 @@ class TestSchemaFiles:
 
     @pytest.mark.parametrize("record", DESIGN_FIELDS, ids=str)
     def test_every_field_the_design_names_exists_with_its_type(self, record: str) -> None:
-        """DESIGN §3 lists the fields every implementation must keep; the schema has them all."""
+        """docs/design.md ("Records") lists the fields every implementation must keep; the schema has them
+        all."""
         schema_fields = {f["name"]: f["type"] for f in _avsc(record)["fields"]}
         for name, avro_type in DESIGN_FIELDS[record].items():
             assert name in schema_fields, f"{record}.{name} is missing"
@@ -868,7 +870,7 @@ class TestSchemaFiles:
         assert DESIGN_CONFIG_DEFAULTS == {k: python_defaults[k] for k in DESIGN_CONFIG_DEFAULTS}
 
     def test_job_status_has_flinks_statuses(self) -> None:
-        """JobStatus holds every status DESIGN §3 lists, in its order."""
+        """JobStatus holds every status docs/design.md ("Records") lists, in its order."""
         symbols = _avsc("JobStatus")["symbols"]
 
         assert DESIGN_JOB_STATUSES == [s for s in symbols if s in DESIGN_JOB_STATUSES]
@@ -879,6 +881,6 @@ class TestSchemaFiles:
 
     @pytest.mark.parametrize("record", DESIGN_JOURNAL_RECORDS, ids=str)
     def test_every_journal_record_the_design_names_is_a_record_type(self, record: str) -> None:
-        """Each journal record of DESIGN §3 is in RECORD_TYPES with a schema file."""
+        """Each journal record docs/design.md ("Records") names is in RECORD_TYPES with a schema file."""
         assert record in [cls.__name__ for cls in RECORD_TYPES]
         assert (SCHEMAS_DIR / f"cutline.{record}.avsc").is_file()

@@ -1,4 +1,4 @@
-"""The journal's fencing rule (DESIGN §4a), as every reader applies it."""
+"""The journal's fencing rule (docs/design.md, "Ownership and fencing"), as every reader applies it."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from events.records import CheckpointConfig, CoordinatorClaimed, JobStatus, Sche
 
 
 class TestHeaderEpoch:
-    """One function reads a record's epoch for every reader (DESIGN §4a)."""
+    """One function reads a record's epoch for every reader (docs/design.md, "Ownership and fencing")."""
 
     @pytest.mark.parametrize("headers", [None, [], {}, [("other", b"7")], {"other": b"7"}, HeaderDict()])
     def test_no_epoch_header_is_epoch_0(self, headers: Headers) -> None:

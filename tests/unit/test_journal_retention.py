@@ -1,4 +1,5 @@
-"""The journal keeps every record (DESIGN §4a): the coordinator refuses a journal topic that
+"""The journal keeps every record (docs/design.md, "Ownership and fencing"): the coordinator refuses a
+journal topic that
 deletes old records or compacts them, and says how to fix it (a topic config, no broker)."""
 
 from __future__ import annotations

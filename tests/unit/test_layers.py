@@ -1,4 +1,4 @@
-"""The layers of DESIGN §2 and issue 11: a pure core that imports no I/O framework."""
+"""The layers (docs/design.md, "Layout") and issue 11: a pure core that imports no I/O framework."""
 
 from __future__ import annotations
 

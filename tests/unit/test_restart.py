@@ -1,4 +1,4 @@
-"""Heartbeats and restart strategies (DESIGN §4b), rule by rule.
+"""Heartbeats and restart strategies (docs/design.md, "Job lifecycle"), rule by rule.
 
 The strategy tests mirror Flink's ``FixedDelayRestartBackoffTimeStrategyTest``,
 ``ExponentialDelayRestartBackoffTimeStrategyTest`` and

@@ -1,4 +1,4 @@
-"""Schema evolution against the golden vectors (tests/vectors/v*/, DESIGN §3).
+"""Schema evolution against the golden vectors (tests/vectors/v*/, docs/design.md, "Wire protocol").
 
 Every vector directory is a schema version some writer or reader may still
 run. The current schemas must read what each version wrote (backward), each

@@ -1,4 +1,5 @@
-"""Sizes (DESIGN §4a): no record over its topic's max.message.bytes, an oversize input refused
+"""Sizes (docs/design.md, "Record sizes"): no record over its topic's max.message.bytes, an oversize input
+refused
 without changing state, a completion too large for one record kept in its metadata object."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Coordinator snapshots (coordinator/snapshot.py, DESIGN §4a): exact round trips, the frame, bad bytes."""
+"""Coordinator snapshots (coordinator/snapshot.py, docs/design.md, "Ownership and fencing"): exact round
+trips, the frame, bad bytes."""
 
 from __future__ import annotations
 
