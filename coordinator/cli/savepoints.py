@@ -17,6 +17,15 @@ from coordinator.cli.common import (
     fail,
     need_bootstrap,
 )
+from coordinator.savepoints import (
+    Disposal,
+    Refused,
+    Root,
+    plan_disposal,
+    real_below,
+    refuse_needed,
+    refuse_outside_roots,
+)
 from coordinator.state import JobState
 from coordinator.timeline import format_bytes, format_time
 from events.log import read_journal_topic
@@ -197,9 +206,7 @@ def savepoints_dispose(
 ) -> None:
     """Delete a savepoint's files: only inside a savepoint root, only a savepoint, and never one a
     restore may still need (the journal says which)."""
-    from coordinator.savepoints import why_needed
-    from events.participant import METADATA_FILE, MetadataProblem, read_checkpoint_metadata
-    from events.records import CheckpointKind
+    from events.participant import MetadataProblem, read_checkpoint_metadata
     from events.validation import InvalidUri, parse_uri
 
     errors = Console(stderr=True, highlight=False)
@@ -207,55 +214,39 @@ def savepoints_dispose(
     roots = []
     for root in savepoint_roots:
         try:
-            roots.append(parse_uri(as_uri(root)))
+            uri = parse_uri(as_uri(root))
         except InvalidUri as exc:
             fail(errors, f"--savepoint-root {root!r}: {exc}")
+        roots.append(Root(uri, os.path.realpath(uri.path)))
     path = Path(where.path)
     real = os.path.realpath(path)
-    inside = [r for r in roots if where.within(r) and _real_below(real, os.path.realpath(r.path))]
-    if not inside:
-        fail(
-            errors,
-            f"{where} is not inside a savepoint root ({', '.join(map(str, roots)) or 'none given'}, symbolic "
-            "links resolved): cutline disposes of savepoints only there",
-        )
+    _refuse(errors, refuse_outside_roots(where, real, roots))
     try:
         completed = read_checkpoint_metadata(str(where))
     except MetadataProblem as exc:
         fail(errors, str(exc))
-    if completed.kind is not CheckpointKind.SAVEPOINT:
-        fail(
-            errors,
-            f"{where} holds checkpoint {completed.checkpoint_id} of job {completed.job_id}: a job retains "
-            "and discards its own checkpoints (CheckpointConfig.retained); dispose only of savepoints",
-        )
-    location = completed.location or str(where)
-    try:
-        base = parse_uri(location)
-    except InvalidUri as exc:
-        fail(errors, f"{path / METADATA_FILE} names location {location!r}, which is not a storage URI: {exc}")
-    files = []
-    for task, handle in sorted(completed.handles.items()):
-        try:
-            handle_uri = parse_uri(handle.uri)
-        except InvalidUri as exc:
-            fail(errors, f"the state handle of {task} is not a storage URI ({exc}); nothing was deleted")
-        if not handle_uri.within(base):
-            fail(
-                errors,
-                f"the state handle of {task} ({handle.uri}) is outside {location}; nothing was deleted",
-            )
-        if handle.inline is None:  # inline state lives in _metadata and the journal: no file of its own
-            files.append(path.joinpath(*handle_uri.segments[len(base.segments) :]))
+    disposal = plan_disposal(where, completed)
+    if isinstance(disposal, Refused):
+        fail(errors, disposal.reason)
     _, states = _journal_states(errors, bootstrap, topic_prefix)
-    for candidate in {location, str(where)}:
-        reason = why_needed(candidate, states)
-        if reason is not None:
-            fail(errors, f"{where} is still needed: {reason}. Nothing was deleted.")
+    _refuse(errors, refuse_needed(where, disposal, states))
+    _dispose(where, real, disposal, errors)
 
+
+def _refuse(errors: Console, refused: Refused | None) -> None:
+    if refused is not None:
+        fail(errors, refused.reason)
+
+
+def _dispose(where: StorageUri, real: str, disposal: Disposal, errors: Console) -> None:
+    """Delete the savepoint's state files (not through a symbolic link out of ``where``), its
+    ``_metadata``, and its directory if nothing else is left in it."""
+    from events.participant import METADATA_FILE
+
+    path = Path(where.path)
     deleted = deleted_bytes = 0
-    for file in files:
-        if not _real_below(os.path.realpath(file), real):
+    for file in (path.joinpath(*segments) for segments in disposal.files):
+        if not real_below(os.path.realpath(file), real):
             fail(errors, f"{file} leads outside {where} through a symbolic link; stopped")
         try:
             size = file.stat().st_size
@@ -269,12 +260,8 @@ def savepoints_dispose(
     if not left:
         path.rmdir()
     console.print(
-        f"disposed of savepoint {completed.checkpoint_id} of job {completed.job_id}: {deleted} state files "
+        f"disposed of savepoint {disposal.checkpoint_id} of job {disposal.job_id}: {deleted} state files "
         f"({format_bytes(deleted_bytes)}) and {METADATA_FILE} deleted"
         + (f"; left in place (not the savepoint's): {', '.join(left)}" if left else f"; {path} removed"),
         soft_wrap=True,
     )
-
-
-def _real_below(real: str, root: str) -> bool:
-    return real.startswith(root.rstrip("/") + "/")
