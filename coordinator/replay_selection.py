@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 
 from events.records import JournalEvent
 
-__all__ = ["Cut", "Selection", "parse_until"]
+__all__ = ["Cut", "JournalSource", "Selection", "journal_source", "parse_until"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,31 @@ def parse_until(text: str | None) -> Cut:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return Cut(time_ms=round(moment.timestamp() * 1000))
+
+
+class JournalSource(Enum):
+    """How ``cutline replay`` reads the journal."""
+
+    SPLIT = "split"
+    """A whole journal file, split by job over the process and a helper (coordinator/split_replay.py)."""
+    ONE_JOB = "one-job"
+    """One job's records of a journal file: the other jobs' records are not built into events."""
+    FILE = "file"
+    """Every record of a journal file, in order (for a cut, a timeline or a plot)."""
+    TOPIC = "topic"
+    """The journal topic, from its start to its current end."""
+
+
+def journal_source(*, from_file: bool, selection: Selection, quiet: bool, plot: bool) -> JournalSource:
+    """How to read the journal for ``selection``: a whole file, quiet and without a plot, is split by
+    job; a file is otherwise read whole, or only one job's records; the topic is read whole."""
+    if not from_file:
+        return JournalSource.TOPIC
+    if selection.job is not None:
+        return JournalSource.ONE_JOB
+    if quiet and not plot and selection.cut == Cut():
+        return JournalSource.SPLIT
+    return JournalSource.FILE
 
 
 def _utc(timestamp_ms: int) -> str:

@@ -8,6 +8,7 @@ import random
 from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, TypeAlias
@@ -35,7 +36,7 @@ from coordinator.journal import (
     write_journal,
 )
 from coordinator.plot import CheckpointOutcomes, write_plot
-from coordinator.replay_selection import Cut, Selection, parse_until
+from coordinator.replay_selection import JournalSource, Selection, journal_source, parse_until
 from coordinator.simulate import simulate
 from coordinator.split_replay import replay_file
 from coordinator.state import JobState, initial_state
@@ -216,6 +217,51 @@ def replay(
         cut = parse_until(until)
     except ValueError as exc:
         fail(errors, str(exc))
+    _check_options(errors, from_file, bootstrap, plot)
+    origin = str(from_file) if from_file is not None else f"{Topics(topic_prefix).checkpoints} at {bootstrap}"
+    timeline = None if quiet else _Timeline(console, print_all=print_all)
+    result = _Replay()
+    selection = Selection(cut, job)
+    source = journal_source(
+        from_file=from_file is not None, selection=selection, quiet=quiet, plot=plot is not None
+    )
+    split = source is JournalSource.SPLIT
+    # A whole file, quiet, is split by job over this process and a helper (coordinator/split_replay.py);
+    # otherwise a file is checked by a helper process while this one folds it (coordinator/file_check.py).
+    check = FileCheck(from_file, selection) if verify and from_file is not None and not split else None
+    check_here = verify and not split and (check is None or not check.in_helper)
+    outcomes = CheckpointOutcomes() if plot is not None else None
+    with _journal_errors(errors, from_file):
+        try:
+            verdict = Verdict(None)
+            events: Iterator[JournalEvent] = iter(())
+            if split and from_file is not None:
+                verdict = _replay_split(from_file, result, verify=verify)
+            else:
+                journal = _journal(source, from_file, job, bootstrap, topic_prefix, result)
+                events = _replay(journal, selection, timeline, result, track=check_here)
+            if outcomes is not None:
+                events = _plotted(events, outcomes)
+            if check_here:
+                verdict = first_verdict(events, result.partitions, result.offsets)
+            for _ in events:  # the rest, after a violation (or everything, without --verify)
+                pass
+            if check is not None and check.in_helper:
+                verdict = check.verdict()
+        finally:
+            if check is not None:
+                check.close()
+    _print_replayed(console, errors, result, selection, origin, timeline)
+    if plot is not None and outcomes is not None:
+        _write_plot(console, errors, outcomes, plot, origin)
+    if verify:
+        if verdict.violation is not None:
+            _print_violation(console, verdict)
+            raise typer.Exit(VIOLATION)
+        console.print(Text(f"verified: {result.selected:,} events, no violation", "green"), soft_wrap=True)
+
+
+def _check_options(errors: Console, from_file: Path | None, bootstrap: str | None, plot: Path | None) -> None:
     if from_file is None and not bootstrap:
         fail(
             errors,
@@ -226,38 +272,13 @@ def replay(
         fail(errors, f"--plot writes .png, .svg or .html files, not {plot.name!r}")
     if from_file is None and bootstrap:
         check_broker(errors, bootstrap)
-    origin = str(from_file) if from_file is not None else f"{Topics(topic_prefix).checkpoints} at {bootstrap}"
-    timeline = None if quiet else _Timeline(console, print_all=print_all)
-    result = _Replay()
-    selection = Selection(cut, job)
-    # A whole file, quiet, is split by job over this process and a helper (coordinator/split_replay.py);
-    # otherwise a file is checked by a helper process while this one folds it (coordinator/file_check.py).
-    whole_file = from_file is not None and quiet and plot is None and job is None and cut == Cut()
-    check = FileCheck(from_file, selection) if verify and from_file is not None and not whole_file else None
-    check_here = verify and not whole_file and (check is None or not check.in_helper)
-    verdict = Verdict(None)
+
+
+@contextmanager
+def _journal_errors(errors: Console, from_file: Path | None) -> Iterator[None]:
+    """Fail, saying what to do, when the journal (the file or the topic) cannot be read."""
     try:
-        source: Iterable[tuple[JournalEvent, int, int]]
-        if whole_file and from_file is not None:
-            split = replay_file(from_file, verify=verify)
-            result.states, result.jobs_in_file, verdict = split.states, split.jobs, split.verdict
-            result.total = result.selected = split.records
-            source = ()  # replayed
-        elif from_file is not None and job is not None:
-            source = _one_job(from_file, job, result)  # the other jobs' records are not built into events
-        elif from_file is not None:
-            source = read_journal_events(from_file)
-        else:
-            source = _journal_topic(str(bootstrap), topic_prefix)
-        events = _replay(source, selection, timeline, result, track=check_here)
-        if plot is not None:
-            events = _plotted(events, outcomes := CheckpointOutcomes())
-        if check_here:
-            verdict = first_verdict(events, result.partitions, result.offsets)
-        for _ in events:  # the rest, after a violation (or everything, without --verify)
-            pass
-        if check is not None and check.in_helper:
-            verdict = check.verdict()
+        yield
     except FileNotFoundError:
         fail(errors, f"{from_file}: no such file; give the path of a journal file to --from-file")
     except IsADirectoryError:
@@ -268,9 +289,41 @@ def replay(
         fail(errors, str(exc))
     except (KafkaException, TimeoutError) as exc:
         fail(errors, f"cannot read the journal topic: {exc}")
-    finally:
-        if check is not None:
-            check.close()
+
+
+def _replay_split(from_file: Path, result: _Replay, *, verify: bool) -> Verdict:
+    """The whole file, split by job over this process and a helper: its states, in ``result``."""
+    split = replay_file(from_file, verify=verify)
+    result.states, result.jobs_in_file = split.states, split.jobs
+    result.total = result.selected = split.records
+    return split.verdict
+
+
+def _journal(
+    source: JournalSource,
+    from_file: Path | None,
+    job: str | None,
+    bootstrap: str | None,
+    topic_prefix: str,
+    result: _Replay,
+) -> Iterable[tuple[JournalEvent, int, int]]:
+    """The journal's events with their partitions and offsets, read as ``source`` says."""
+    if source is JournalSource.ONE_JOB and from_file is not None and job is not None:
+        return _one_job(from_file, job, result)  # the other jobs' records are not built into events
+    if source is JournalSource.FILE and from_file is not None:
+        return read_journal_events(from_file)
+    return _journal_topic(str(bootstrap), topic_prefix)
+
+
+def _print_replayed(
+    console: Console,
+    errors: Console,
+    result: _Replay,
+    selection: Selection,
+    origin: str,
+    timeline: _Timeline | None,
+) -> None:
+    job = selection.job
     if job is not None and job not in result.jobs_in_file:
         known = ", ".join(sorted(result.jobs_in_file)) or "none"
         fail(errors, f"job {job!r} has no events in {origin}; its jobs are: {known}")
@@ -279,20 +332,19 @@ def replay(
     _print_states(console, result, job)
     scope = f" of job {job}" if job else ""
     console.print(
-        f"replayed {result.selected:,} of {result.total:,} events{scope} up to {cut} from {origin}",
+        f"replayed {result.selected:,} of {result.total:,} events{scope} up to {selection.cut} from {origin}",
         soft_wrap=True,
     )
-    if plot is not None:
-        try:
-            write_plot(outcomes.outcomes, plot, title=f"checkpoints in {origin}")
-        except OSError as exc:
-            fail(errors, f"cannot write {plot}: {exc.strerror or exc}")
-        console.print(f"plotted {len(outcomes.outcomes):,} checkpoints to {plot}", soft_wrap=True)
-    if verify:
-        if verdict.violation is not None:
-            _print_violation(console, verdict)
-            raise typer.Exit(VIOLATION)
-        console.print(Text(f"verified: {result.selected:,} events, no violation", "green"), soft_wrap=True)
+
+
+def _write_plot(
+    console: Console, errors: Console, outcomes: CheckpointOutcomes, plot: Path, origin: str
+) -> None:
+    try:
+        write_plot(outcomes.outcomes, plot, title=f"checkpoints in {origin}")
+    except OSError as exc:
+        fail(errors, f"cannot write {plot}: {exc.strerror or exc}")
+    console.print(f"plotted {len(outcomes.outcomes):,} checkpoints to {plot}", soft_wrap=True)
 
 
 def _plotted(events: Iterator[JournalEvent], outcomes: CheckpointOutcomes) -> Iterator[JournalEvent]:
