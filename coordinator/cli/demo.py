@@ -1,12 +1,13 @@
-"""``cutline demo``: the Spark word count that checkpoints with cutline, crashes and restores."""
+"""``cutline demo``: checks its options and becomes ``python -m spark_tasks.demo`` (the demo, composed
+with its Spark job in spark_tasks/demo.py)."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 
 def demo(
@@ -44,50 +45,14 @@ def demo(
 ) -> None:
     """The main job: a keyed Spark word count that checkpoints with cutline, crashes, restores, and
     checks exactly-once."""
-    from coordinator.demo import DemoError, DemoOptions, run_demo, summary
-    from events.stopping import StopRequested, StopSignals
+    from events.extras import require
 
-    console = Console(highlight=False)
-    # SIGTERM, like Ctrl-C, stops everything the demo started (the Spark driver in its own session)
-    try:
-        with StopSignals() as stop:
-            result = run_demo(
-                DemoOptions(
-                    duration=duration,
-                    bootstrap=bootstrap,
-                    partitions=partitions,
-                    interval_ms=interval,
-                    keyed=keyed,
-                ),
-                console,
-                stop,
-            )
-    except StopRequested:
-        console.print(Text("interrupted: everything the demo started was stopped", "yellow"))
-        raise typer.Exit(130) from None
-    except DemoError as exc:
-        console.print(Text(f"demo failed: {exc}", "bold red"), soft_wrap=True)
-        console.print(Text("exactly-once: not checked", "bold red"))
-        raise typer.Exit(1) from None
-    console.print(summary(result))
-    if result.exactly_once:
-        console.print(
-            Text(
-                f"exactly-once: OK, {result.counted.total():,} words counted = "
-                f"{result.produced.total():,} produced, and every word's final count is right, across a "
-                f"crash and a restore from checkpoint {result.restored_from}",
-                "bold green",
-            ),
-            soft_wrap=True,
-        )
-        return
-    console.print(Text("exactly-once: FAILED", "bold red"), soft_wrap=True)
-    if result.restored_from is None:
-        console.print("  the restarted job did not restore from a checkpoint")
-    for word in sorted(set(result.produced) | set(result.counted)):
-        if result.produced[word] != result.counted[word] or result.final.get(word) != result.produced[word]:
-            console.print(
-                f"  {word}: produced {result.produced[word]}, counted {result.counted[word]}, "
-                f"final count {result.final.get(word)}"
-            )
-    raise typer.Exit(1)
+    require("spark", "cutline's Spark integration (spark_tasks)")
+    args = ["--duration", str(duration), "--partitions", str(partitions)]
+    args += ["--interval", str(interval), "--keyed", str(keyed)]
+    args += ["--bootstrap", bootstrap] if bootstrap else []
+    # This process becomes the demo (same pid, terminal, signals and exit status): the demo is
+    # composed with its Spark job in spark_tasks/, which nothing in coordinator/ imports.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "spark_tasks.demo", *args])
