@@ -1,6 +1,6 @@
 """Savepoints as the journal has them, and what a restore may still need (pure: no I/O).
 
-``cutline savepoints list/show/dispose`` (coordinator/cli.py) read the journal and the
+``cutline savepoints list/show/dispose`` (coordinator/cli/savepoints.py) read the journal and the
 ``_metadata`` files and ask these functions what to print and what may be deleted. Flink's
 rule: savepoints belong to the user, who disposes of them; checkpoints belong to the job,
 which retains and discards them itself. Here a savepoint may be disposed unless a restore may
@@ -10,12 +10,13 @@ completed one, what the attempt restored from (docs/design.md, "Job lifecycle"),
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from coordinator.state import JobState
+from events.metadata import METADATA_FILE
 from events.records import CheckpointCompleted, CheckpointKind, JournalEvent
-from events.validation import InvalidUri, canonical_uri
+from events.validation import InvalidUri, StorageUri, canonical_uri, parse_uri
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +100,91 @@ def canonical_location(location: str) -> str:
         return canonical_uri(location)
     except InvalidUri:
         return location.rstrip("/")
+
+
+# -------------------------------------------------------------- disposing of one
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A disposal refused, and why (nothing is deleted)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """A savepoint root as given, and its real path (symbolic links resolved by the caller)."""
+
+    uri: StorageUri
+    real: str
+
+
+@dataclass(frozen=True, slots=True)
+class Disposal:
+    """What disposing of the savepoint in a directory deletes: its state files, then its ``_metadata``."""
+
+    job_id: str
+    checkpoint_id: int
+    location: str
+    """The location its ``_metadata`` names (a restore may name it so)."""
+    files: tuple[tuple[str, ...], ...]
+    """Its own state files, as path segments below the directory; inline state has none (it lives
+    in ``_metadata`` and the journal)."""
+
+
+def refuse_outside_roots(where: StorageUri, real: str, roots: Sequence[Root]) -> Refused | None:
+    """Only a directory inside a savepoint root may be disposed of, as given and as ``real`` (its
+    real path) lies: a symbolic link does not lead out."""
+    if any(where.within(root.uri) and real_below(real, root.real) for root in roots):
+        return None
+    given = ", ".join(str(root.uri) for root in roots) or "none given"
+    return Refused(
+        f"{where} is not inside a savepoint root ({given}, symbolic links resolved): cutline disposes "
+        "of savepoints only there"
+    )
+
+
+def plan_disposal(where: StorageUri, completed: CheckpointCompleted) -> Disposal | Refused:
+    """What disposing of ``where``, whose ``_metadata`` holds ``completed``, deletes: only a savepoint
+    (a job retains and discards its own checkpoints), and only state files below its location."""
+    if completed.kind is not CheckpointKind.SAVEPOINT:
+        return Refused(
+            f"{where} holds checkpoint {completed.checkpoint_id} of job {completed.job_id}: a job retains "
+            "and discards its own checkpoints (CheckpointConfig.retained); dispose only of savepoints"
+        )
+    location = completed.location or str(where)
+    try:
+        base = parse_uri(location)
+    except InvalidUri as exc:
+        return Refused(
+            f"{where.path.rstrip('/')}/{METADATA_FILE} names location {location!r}, which is not a "
+            f"storage URI: {exc}"
+        )
+    files = []
+    for task, handle in sorted(completed.handles.items()):
+        try:
+            handle_uri = parse_uri(handle.uri)
+        except InvalidUri as exc:
+            return Refused(f"the state handle of {task} is not a storage URI ({exc}); nothing was deleted")
+        if not handle_uri.within(base):
+            return Refused(
+                f"the state handle of {task} ({handle.uri}) is outside {location}; nothing was deleted"
+            )
+        if handle.inline is None:
+            files.append(handle_uri.segments[len(base.segments) :])
+    return Disposal(completed.job_id, completed.checkpoint_id, location, tuple(files))
+
+
+def refuse_needed(where: StorageUri, disposal: Disposal, states: Mapping[str, JobState]) -> Refused | None:
+    """A savepoint a restore may still need (:func:`needed_locations`) stays, under either name."""
+    for candidate in sorted({disposal.location, str(where)}):
+        reason = why_needed(candidate, states)
+        if reason is not None:
+            return Refused(f"{where} is still needed: {reason}. Nothing was deleted.")
+    return None
+
+
+def real_below(real: str, root: str) -> bool:
+    """Whether the real path ``real`` lies below the real path ``root``."""
+    return real.startswith(root.rstrip("/") + "/")

@@ -14,7 +14,7 @@ violation comes before any end-of-journal one, the earliest in the file first; a
 end-of-journal ones, the earliest trigger first, as :func:`~coordinator.invariants.violations`
 orders them). If the helper cannot be started (not Linux, a threaded process), fails or dies,
 this process replays the other share itself afterwards. A replay of one job, up to a cut, with a
-timeline or a plot goes the one-process way (``coordinator/cli.py``).
+timeline or a plot goes the one-process way (``coordinator/cli/replay.py``).
 """
 
 from __future__ import annotations

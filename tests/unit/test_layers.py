@@ -16,6 +16,8 @@ PURE = [
     "coordinator.stats",
     "coordinator.journal",
     "coordinator.snapshot",
+    "coordinator.savepoints",
+    "coordinator.replay_selection",
     "events.fencing",
     "events.records",
     "events.codec",
@@ -42,6 +44,26 @@ def test_the_service_is_not_pure() -> None:
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
 
     assert json.loads(loaded.stdout) is True
+
+
+def test_no_coordinator_module_imports_spark_tasks() -> None:
+    """The coordinator and its CLI run without the spark extra: no module of coordinator/ imports
+    spark_tasks, at module level or inside a function (the demo is composed in spark_tasks/demo.py)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "coordinator"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            found += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] == "spark_tasks"]
+
+    assert [] == found
 
 
 def test_test_modules_have_unique_basenames() -> None:

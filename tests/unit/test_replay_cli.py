@@ -1,4 +1,5 @@
-"""``cutline replay`` and ``cutline journal-demo`` (coordinator/cli.py), end to end on journal files."""
+"""``cutline replay`` and ``cutline journal-demo`` (coordinator/cli/replay.py), end to end on journal
+files."""
 
 from __future__ import annotations
 

@@ -1,8 +1,21 @@
-"""Which savepoints the journal lists, and which locations a restore may still need."""
+"""Which savepoints the journal lists, which locations a restore may still need, and which
+savepoints may be disposed of (only inside a savepoint root, never a checkpoint, never one a
+restore may need)."""
 
 from __future__ import annotations
 
-from coordinator.savepoints import needed_locations, savepoints, why_needed
+from coordinator.savepoints import (
+    Disposal,
+    Refused,
+    Root,
+    needed_locations,
+    plan_disposal,
+    real_below,
+    refuse_needed,
+    refuse_outside_roots,
+    savepoints,
+    why_needed,
+)
 from coordinator.state import JobState
 from events.records import (
     CheckpointCompleted,
@@ -10,7 +23,9 @@ from events.records import (
     CheckpointRestored,
     JobRestartScheduled,
     JobStatus,
+    StateHandle,
 )
+from events.validation import parse_uri
 
 
 def completed(job: str, checkpoint_id: int, kind: CheckpointKind, location: str) -> CheckpointCompleted:
@@ -67,3 +82,132 @@ def test_the_restore_point_of_a_scheduled_restart_is_needed() -> None:
     state = JobState("c", JobStatus.RESTARTING, attempt=1, restart=restart)
 
     assert "job c's scheduled restart (attempt 2) restores it" == why_needed("file:///x/7", {"c": state})
+
+
+def root(uri: str, real: str | None = None) -> Root:
+    parsed = parse_uri(uri)
+    return Root(parsed, real if real is not None else parsed.path)
+
+
+def with_handles(
+    location: str, kind: CheckpointKind = CheckpointKind.SAVEPOINT, **uris: str
+) -> CheckpointCompleted:
+    handles = {task: StateHandle(uri, 10, "0" * 64) for task, uri in uris.items()}
+    return CheckpointCompleted("a", 7, kind, 7_000, 10, handles, 20, {}, attempt=1, location=location)
+
+
+class TestRefuseOutsideRoots:
+    def test_a_directory_inside_a_root_may_be_disposed_of(self) -> None:
+        """Given a root, a directory below it (as given and as its real path lies) passes."""
+        where = parse_uri("file:///sp/a7")
+
+        assert refuse_outside_roots(where, "/sp/a7", [root("file:///other"), root("file:///sp")]) is None
+
+    def test_a_directory_outside_every_root_is_refused(self) -> None:
+        """The refusal names the roots, and says that symbolic links were resolved."""
+        refused = refuse_outside_roots(parse_uri("file:///data/a7"), "/data/a7", [root("file:///sp")])
+
+        assert isinstance(refused, Refused)
+        assert "file:///data/a7 is not inside a savepoint root (file:///sp, symbolic links resolved)" in (
+            refused.reason
+        )
+
+    def test_no_root_given_refuses_everything(self) -> None:
+        refused = refuse_outside_roots(parse_uri("file:///sp/a7"), "/sp/a7", [])
+
+        assert refused is not None and "none given" in refused.reason
+
+    def test_a_symbolic_link_out_of_the_root_is_refused(self) -> None:
+        """Given a directory inside the root whose real path lies elsewhere, it is refused."""
+        refused = refuse_outside_roots(parse_uri("file:///sp/a7"), "/etc/a7", [root("file:///sp")])
+
+        assert refused is not None
+
+    def test_the_root_itself_is_not_inside_it(self) -> None:
+        assert refuse_outside_roots(parse_uri("file:///sp"), "/sp", [root("file:///sp")]) is not None
+
+
+class TestPlanDisposal:
+    def test_a_savepoint_disposes_of_its_own_state_files(self) -> None:
+        """Given a savepoint with a file handle and an inline one, only the file is deleted (inline
+        state lives in _metadata and the journal)."""
+        completed = with_handles("file:///sp/a7", t0="file:///sp/a7/t0/state", t1="file:///sp/a7/t1")
+        inline = StateHandle("file:///sp/a7/t2", 3, "0" * 64, inline=b"abc")
+        completed = CheckpointCompleted(
+            "a", 7, CheckpointKind.SAVEPOINT, 7_000, 10, {**completed.handles, "t2": inline}, 20, {},
+            attempt=1, location="file:///sp/a7",
+        )  # fmt: skip
+
+        plan = plan_disposal(parse_uri("file:///sp/a7"), completed)
+
+        assert Disposal("a", 7, "file:///sp/a7", (("t0", "state"), ("t1",))) == plan
+
+    def test_a_checkpoint_is_refused(self) -> None:
+        """A job retains and discards its own checkpoints."""
+        completed = with_handles("file:///ck/a/chk-7", CheckpointKind.CHECKPOINT)
+
+        plan = plan_disposal(parse_uri("file:///ck/a/chk-7"), completed)
+
+        assert isinstance(plan, Refused)
+        assert "holds checkpoint 7 of job a" in plan.reason and "dispose only of savepoints" in plan.reason
+
+    def test_a_state_handle_outside_the_location_is_refused(self) -> None:
+        """Nothing outside the savepoint's location is ever deleted, even if its _metadata names it."""
+        completed = with_handles("file:///sp/a7", t0="file:///sp/a7/t0", t1="file:///etc/passwd")
+
+        plan = plan_disposal(parse_uri("file:///sp/a7"), completed)
+
+        assert (
+            Refused(
+                "the state handle of t1 (file:///etc/passwd) is outside file:///sp/a7; nothing was deleted"
+            )
+            == plan
+        )
+
+    def test_a_location_that_is_not_a_storage_uri_is_refused(self) -> None:
+        plan = plan_disposal(parse_uri("file:///sp/a7"), with_handles("file:///sp/../a7"))
+
+        assert isinstance(plan, Refused) and "/sp/a7/_metadata names location" in plan.reason
+
+    def test_without_a_location_the_directory_is_the_location(self) -> None:
+        plan = plan_disposal(parse_uri("file:///sp/a7"), with_handles("", t0="file:///sp/a7/t0"))
+
+        assert Disposal("a", 7, "file:///sp/a7", (("t0",),)) == plan
+
+
+class TestRefuseNeeded:
+    def test_a_savepoint_no_restore_needs_may_go(self) -> None:
+        state = JobState(
+            "a", JobStatus.RUNNING, attempt=1, restored=CheckpointRestored("a", 3, 1, 0, "file:///sp/a3")
+        )
+        disposal = Disposal("a", 9, "file:///sp/a9", ())
+
+        assert refuse_needed(parse_uri("file:///sp/a9"), disposal, {"a": state}) is None
+
+    def test_the_savepoint_a_restart_would_restore_stays(self) -> None:
+        """Given a job that restored a savepoint and completed no checkpoint since, it stays."""
+        state = JobState(
+            "a", JobStatus.RUNNING, attempt=1, restored=CheckpointRestored("a", 3, 1, 0, "file:///sp/a3")
+        )
+        disposal = Disposal("a", 3, "file:///sp/a3", ())
+
+        refused = refuse_needed(parse_uri("file:///sp/a3"), disposal, {"a": state})
+
+        assert refused is not None
+        assert refused.reason.startswith("file:///sp/a3 is still needed: job a restored it in attempt 1")
+        assert refused.reason.endswith("Nothing was deleted.")
+
+    def test_a_savepoint_moved_since_is_needed_under_its_recorded_location(self) -> None:
+        """The location its _metadata names counts as well as the directory it is found in."""
+        state = JobState(
+            "a", JobStatus.RUNNING, attempt=1, restored=CheckpointRestored("a", 3, 1, 0, "file:///old/a3")
+        )
+        disposal = Disposal("a", 3, "file:///old/a3", ())
+
+        assert refuse_needed(parse_uri("file:///sp/a3"), disposal, {"a": state}) is not None
+
+
+def test_real_below_is_strictly_below() -> None:
+    assert real_below("/sp/a7", "/sp/")
+    assert not real_below("/sp", "/sp")
+    assert not real_below("/spare/a7", "/sp")

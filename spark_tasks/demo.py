@@ -20,12 +20,18 @@ counts, nothing is summed outside Spark.
 The driver runs in its own process group, so the crash is a real one (the
 Python driver, its JVM and its Python workers die at once) and the terminal's
 Ctrl-C reaches only the demo, which then stops everything it started in order.
+
+``cutline demo`` (coordinator/cli/demo.py) checks its options and becomes ``python -m
+spark_tasks.demo`` with them: the demo is composed here, with the Spark job, so that nothing
+in ``coordinator/`` imports ``spark_tasks``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import random
+import sys
 import tempfile
 import threading
 import time
@@ -546,3 +552,69 @@ def summary(result: DemoResult) -> Table:
     table.add_row("words counted", f"{result.counted.total():,}")
     table.add_row("took", f"{result.seconds:.0f} s")
     return table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m spark_tasks.demo``: ``cutline demo``'s options (its help)."""
+    parser = argparse.ArgumentParser(prog="python -m spark_tasks.demo", description=__doc__.split("\n")[0])
+    defaults = DemoOptions()
+    parser.add_argument("--duration", type=float, default=defaults.duration)
+    parser.add_argument("--bootstrap", default=defaults.bootstrap)
+    parser.add_argument("--partitions", type=int, default=defaults.partitions)
+    parser.add_argument("--interval", type=int, default=defaults.interval_ms)
+    parser.add_argument("--keyed", type=int, default=defaults.keyed)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo and print its summary and the exactly-once check: 0 when it holds, 1 when it
+    does not or the demo failed, 130 when stopped (SIGTERM, Ctrl-C)."""
+    args = build_parser().parse_args(argv)
+    console = Console(highlight=False)
+    # SIGTERM, like Ctrl-C, stops everything the demo started (the Spark driver in its own session)
+    try:
+        with StopSignals() as stop:
+            result = run_demo(
+                DemoOptions(
+                    duration=args.duration,
+                    bootstrap=args.bootstrap,
+                    partitions=args.partitions,
+                    interval_ms=args.interval,
+                    keyed=args.keyed,
+                ),
+                console,
+                stop,
+            )
+    except StopRequested:
+        console.print(Text("interrupted: everything the demo started was stopped", "yellow"))
+        return 130
+    except DemoError as exc:
+        console.print(Text(f"demo failed: {exc}", "bold red"), soft_wrap=True)
+        console.print(Text("exactly-once: not checked", "bold red"))
+        return 1
+    console.print(summary(result))
+    if result.exactly_once:
+        console.print(
+            Text(
+                f"exactly-once: OK, {result.counted.total():,} words counted = "
+                f"{result.produced.total():,} produced, and every word's final count is right, across a "
+                f"crash and a restore from checkpoint {result.restored_from}",
+                "bold green",
+            ),
+            soft_wrap=True,
+        )
+        return 0
+    console.print(Text("exactly-once: FAILED", "bold red"), soft_wrap=True)
+    if result.restored_from is None:
+        console.print("  the restarted job did not restore from a checkpoint")
+    for word in sorted(set(result.produced) | set(result.counted)):
+        if result.produced[word] != result.counted[word] or result.final.get(word) != result.produced[word]:
+            console.print(
+                f"  {word}: produced {result.produced[word]}, counted {result.counted[word]}, "
+                f"final count {result.final.get(word)}"
+            )
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

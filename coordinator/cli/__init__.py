@@ -1,0 +1,126 @@
+"""The ``cutline`` command line (DESIGN §8).
+
+``cutline replay`` folds a journal into the coordinator's state at any offset
+or time, prints what happened, and checks the journal against the named
+invariants; ``cutline journal-demo`` writes a realistic journal to try it on.
+The broker, coordinator, status and trigger commands join this app as they land.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from coordinator.cli import broker, demo, doctor, jobs, replay, savepoints, topics
+from coordinator.cli.common import USAGE_ERROR, fail
+from coordinator.cli.service import _worker_command as _worker_command  # the watchdog's tests
+from coordinator.cli.service import coordinator as coordinator
+from coordinator.replay_selection import Cut, parse_until
+from coordinator.replay_selection import Selection as _Selection  # noqa: F401 (tests use it)
+
+__all__ = ["Cut", "app", "main", "parse_until"]
+
+app = typer.Typer(
+    name="cutline",
+    help="Flink-style checkpoint coordination for Spark Structured Streaming and Kafka.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# One module per command group; the commands in the order `cutline --help` lists them.
+app.command()(replay.replay)
+app.command("journal-demo", hidden=True)(replay.journal_demo)
+app.command()(broker.broker)
+app.add_typer(topics.topics_app, name="topics")
+app.command()(doctor.doctor)
+app.add_typer(savepoints.savepoints_app, name="savepoints")
+app.command()(coordinator)
+app.command(context_settings={"allow_interspersed_args": False})(jobs.run)
+app.command()(jobs.status)
+app.command()(jobs.trigger)
+app.command()(jobs.tail)
+app.command()(demo.demo)
+
+
+@app.callback()
+def cutline(
+    kafka_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--kafka-config",
+            exists=True,
+            dir_okay=False,
+            help="Kafka client properties (kcat/Java style name=value: security.protocol, sasl.*, ssl.*) "
+            "for every Kafka client cutline starts; also $CUTLINE_KAFKA_CONFIG.",
+        ),
+    ] = None,
+    kafka_properties: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-X",
+            "--kafka-property",
+            metavar="NAME=VALUE",
+            help="One Kafka client property (repeatable), over the file and $CUTLINE_KAFKA_<NAME> variables.",
+        ),
+    ] = None,
+    schema_registry: Annotated[
+        str | None,
+        typer.Option(
+            "--schema-registry",
+            envvar="CUTLINE_SCHEMA_REGISTRY_URL",
+            help="Confluent Schema Registry URL: read Confluent-framed records too (the registry extra).",
+        ),
+    ] = None,
+    wire_format: Annotated[
+        str,
+        typer.Option(
+            "--wire-format",
+            envvar="CUTLINE_WIRE_FORMAT",
+            help="How records are written: single-object (Avro's, the default) or confluent "
+            "(magic 0 + schema id, subjects <topic>-cutline.<Record>; needs --schema-registry).",
+        ),
+    ] = "single-object",
+) -> None:
+    """Flink-style checkpoint coordination for Spark Structured Streaming and Kafka."""
+    from events.client_config import CONFIG_FILE_VARIABLE, ClientConfigError, command_line_warnings, override
+    from events.schema_registry import (
+        FORMAT_VARIABLE,
+        URL_VARIABLE,
+        WireFormatError,
+        framing_from_environment,
+    )
+
+    errors = Console(stderr=True, highlight=False)
+    if kafka_config is not None:
+        os.environ[CONFIG_FILE_VARIABLE] = str(kafka_config.resolve())
+    try:
+        override(kafka_properties or [])
+    except ClientConfigError as exc:
+        fail(errors, str(exc))
+    for warning in command_line_warnings(kafka_properties or []):
+        errors.print(Text(f"warning: {warning}", "yellow"))
+    # Environment variables, so that every process cutline starts reads and writes the same way.
+    if schema_registry:
+        os.environ[URL_VARIABLE] = schema_registry
+    os.environ[FORMAT_VARIABLE] = wire_format
+    try:
+        framing_from_environment()
+    except WireFormatError as exc:
+        fail(errors, str(exc))
+
+
+def main() -> None:
+    """The ``cutline`` console script."""
+    from events.extras import MissingExtra
+
+    try:
+        app()
+    except MissingExtra as exc:
+        Console(stderr=True, highlight=False).print(Text(str(exc), "red"), soft_wrap=True)
+        raise SystemExit(USAGE_ERROR) from None

@@ -1,0 +1,58 @@
+"""``cutline demo``: checks its options and becomes ``python -m spark_tasks.demo`` (the demo, composed
+with its Spark job in spark_tasks/demo.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+
+def demo(
+    duration: Annotated[
+        float,
+        typer.Option(
+            "--duration",
+            min=10,
+            help="Seconds of input to produce, at least (the input goes on until the restarted job "
+            "has completed two checkpoints).",
+        ),
+    ] = 40.0,
+    bootstrap: Annotated[
+        str | None,
+        typer.Option(
+            "--bootstrap",
+            envvar="CUTLINE_BOOTSTRAP",
+            help="A real Kafka cluster instead of the embedded broker (fresh topics each run).",
+        ),
+    ] = None,
+    partitions: Annotated[
+        int, typer.Option("--partitions", min=1, help="Partitions (tasks) of the input.")
+    ] = 4,
+    interval: Annotated[int, typer.Option("--interval", min=100, help="Checkpoint interval in ms.")] = 1000,
+    keyed: Annotated[
+        int,
+        typer.Option(
+            "--keyed",
+            min=0,
+            max=128,
+            help="Shuffle partitions of the keyed word count (one task and ack each); 0 keeps state "
+            "per input partition instead.",
+        ),
+    ] = 8,
+) -> None:
+    """The main job: a keyed Spark word count that checkpoints with cutline, crashes, restores, and
+    checks exactly-once."""
+    from events.extras import require
+
+    require("spark", "cutline's Spark integration (spark_tasks)")
+    args = ["--duration", str(duration), "--partitions", str(partitions)]
+    args += ["--interval", str(interval), "--keyed", str(keyed)]
+    args += ["--bootstrap", bootstrap] if bootstrap else []
+    # This process becomes the demo (same pid, terminal, signals and exit status): the demo is
+    # composed with its Spark job in spark_tasks/, which nothing in coordinator/ imports.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "spark_tasks.demo", *args])

@@ -1,0 +1,52 @@
+"""``cutline doctor``: what cutline needs here, and what to fix."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from coordinator.cli.common import (
+    VIOLATION,
+    Bootstrap,
+    TopicPrefix,
+)
+from events.topics import DEFAULT_PREFIX
+
+
+def doctor(
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
+    url: Annotated[
+        str, typer.Option("--url", help="A coordinator worker's web views.")
+    ] = "http://127.0.0.1:6066",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per check and line.")] = False,
+) -> None:
+    """Check what cutline needs here: Python, Java, the broker, the topics, the journal's
+    retention and the coordinator; say what to fix. Exits 1 if a check failed."""
+    import dataclasses
+    import json
+
+    from rich.table import Table
+
+    from coordinator.doctor import Verdict, diagnose
+
+    with Console(stderr=True).status("checking..."):
+        checks = diagnose(bootstrap, topic_prefix, url)
+    if as_json:
+        for check in checks:
+            print(json.dumps(dataclasses.asdict(check)))
+        raise typer.Exit(VIOLATION if any(check.verdict is Verdict.FAIL for check in checks) else 0)
+    colour = {Verdict.OK: "green", Verdict.WARN: "yellow", Verdict.FAIL: "red", Verdict.SKIPPED: "dim"}
+    table = Table(title="cutline doctor", show_lines=True)
+    for column in ("check", "", "found", "what to do"):
+        table.add_column(column, overflow="fold")
+    for check in checks:
+        # Text, not markup: a found value such as "[redacted]" is printed as it is.
+        verdict = Text(check.verdict, colour[check.verdict])
+        table.add_row(check.name, verdict, Text(check.found), Text(check.fix))
+    Console(highlight=False).print(table)
+    if any(check.verdict is Verdict.FAIL for check in checks):
+        raise typer.Exit(VIOLATION)
