@@ -1,4 +1,4 @@
-"""The ``cutline`` command line (DESIGN §8).
+"""The ``cutline`` command line (docs/design.md, "Command line").
 
 ``cutline replay`` folds a journal into the coordinator's state at any offset
 or time, prints what happened, and checks the journal against the named
