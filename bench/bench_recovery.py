@@ -98,7 +98,7 @@ from events.topics import Topics
 
 COMMAND = "uv run python bench/bench_recovery.py"
 TOPICS = Topics("recovery.")
-SNAPSHOTS = f"{TOPICS.prefix}coordinator-snapshots"
+SNAPSHOTS = TOPICS.snapshots
 FLAT_RATIO = 2.0
 """Recovery of the longest journal within this factor of the shortest (tests/integration/test_recovery.py)."""
 SESSION_TIMEOUT = Settings.session_timeout
@@ -386,9 +386,7 @@ def bench_rebalances(counts: Sequence[int], samples: int, console: Console) -> l
         histories = []
         for n in counts:
             topics = Topics(f"rebalances-{n}.")
-            h = RebalanceHistory(
-                n, topics, f"{topics.prefix}coordinator-snapshots", f"{topics.prefix}old-snapshots"
-            )
+            h = RebalanceHistory(n, topics, topics.snapshots, f"{topics.prefix}old-snapshots")
             build_history(bootstrap, writer, h)
             console.print(
                 f"  {HISTORY_EVENTS:,} events, a snapshot and {n} rebalances ({h.interrupted} interrupted) "

@@ -158,7 +158,7 @@ def check_topics(bootstrap: str, prefix: str) -> Check:
     from events.broker import partition_counts
 
     topics = Topics(prefix)
-    names = [*topics.all, f"{prefix}coordinator-ticks", f"{prefix}coordinator-snapshots"]
+    names = [*topics.all, *topics.internal]
     counts = partition_counts(bootstrap, names)
     missing = [name for name in names if name not in counts]
     create = f"cutline topics create --bootstrap {bootstrap} --topic-prefix {prefix}"

@@ -10,7 +10,8 @@ DEFAULT_PARTITIONS = 8
 
 @dataclass(frozen=True, slots=True)
 class Topics:
-    """The seven topics of one cutline installation.
+    """The topics of one cutline installation: the seven of the wire protocol (``all``) and the
+    coordinator's two internal ones (``internal``).
 
     Every message of a job is keyed by ``job_id`` (a ``CoordinatorClaimed``, about a journal
     partition, has a null key), and every topic has the same partition
@@ -27,6 +28,11 @@ class Topics:
     checkpoints: str = field(init=False, repr=False, compare=False)
     """The journal: every event the coordinator decided, in order."""
     dead_letters: str = field(init=False, repr=False, compare=False)
+    ticks: str = field(init=False, repr=False, compare=False)
+    """Internal: ticks travel through Kafka so they reach the worker that owns the job."""
+    snapshots: str = field(init=False, repr=False, compare=False)
+    """Internal, compacted: per journal partition, snapshots of its fold and claim intents
+    (docs/design.md, "Ownership and fencing")."""
 
     def __post_init__(self) -> None:
         # Spelled out once, not per access: the coordinator asks for these names for every
@@ -41,7 +47,13 @@ class Topics:
 
     @property
     def all(self) -> tuple[str, ...]:
+        """The seven topics of the wire protocol."""
         return (*self.inputs, self.barriers, self.checkpoints, self.dead_letters)
+
+    @property
+    def internal(self) -> tuple[str, ...]:
+        """The coordinator's own topics: nobody else reads or writes them."""
+        return (self.ticks, self.snapshots)
 
 
 _SUFFIXES = {
@@ -52,5 +64,7 @@ _SUFFIXES = {
     "barriers": "barriers",
     "checkpoints": "checkpoints",
     "dead_letters": "dead-letters",
+    "ticks": "coordinator-ticks",
+    "snapshots": "coordinator-snapshots",
 }
 """Each topic's name after the prefix."""

@@ -389,7 +389,7 @@ def run_demo(
         bootstrap = stack.enter_context(broker_at(options.bootstrap))
         console.print(f"broker: {bootstrap}" + ("" if options.bootstrap else " (embedded, memory only)"))
         check()
-        create_topics(bootstrap, [*topics.all, f"{options.prefix}coordinator-ticks"])
+        create_topics(bootstrap, [*topics.all, topics.ticks])
         create_topics(bootstrap, [topic], partitions=options.partitions)
         coordinator = CoordinatorProcess(bootstrap, options.prefix, log_path=workdir / "coordinator.log")
         stack.callback(coordinator.stop)

@@ -45,7 +45,7 @@ def topics_create(
         settle_partitions(settings)  # someone else may have created some at the same time
     except TopicLayoutError as exc:
         fail(errors, str(exc))
-    names = [*settings.topics.all, settings.ticks_topic, settings.snapshots_topic]
+    names = [*settings.topics.all, *settings.topics.internal]
     counts = partition_counts(bootstrap, names)
     console = Console(highlight=False)
     for name in names:

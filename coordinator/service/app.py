@@ -25,6 +25,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
@@ -73,24 +74,14 @@ class Settings:
     """Storage URIs savepoint targets must lie in (``--savepoint-root``); none: the parent of each
     job's checkpoint location (docs/security.md)."""
 
-    @property
+    @cached_property
     def topics(self) -> Topics:
+        """Every topic name of ``prefix``, the coordinator's internal ones too."""
         return Topics(self.prefix)
 
     @property
     def app_id(self) -> str:
         return f"{self.prefix}coordinator"
-
-    @property
-    def snapshots_topic(self) -> str:
-        """Compacted: per journal partition, snapshots of its fold and claim intents
-        (docs/design.md, "Ownership and fencing")."""
-        return f"{self.prefix}coordinator-snapshots"
-
-    @property
-    def ticks_topic(self) -> str:
-        """Internal: ticks travel through Kafka so they reach the worker that owns the job."""
-        return f"{self.prefix}coordinator-ticks"
 
 
 def now_ms() -> int:
@@ -217,7 +208,7 @@ def settle_partitions(settings: Settings) -> Settings:
     created with (``cutline topics create --partitions N``). ``settings.partitions`` applies only
     when none of them exists yet, and they are then created with it. Raises
     :class:`TopicLayoutError` when existing topics differ."""
-    names = [*settings.topics.all, settings.ticks_topic, settings.snapshots_topic]
+    names = [*settings.topics.all, *settings.topics.internal]
     counts = partition_counts(settings.bootstrap, names)
     found = sorted(set(counts.values()))
     if not found:
@@ -244,13 +235,13 @@ def ensure_topics(settings: Settings) -> list[str]:
     the journal with infinite retention, the snapshots compacted; each with an explicit
     ``max.message.bytes`` (the snapshots' larger)."""
     topics = settings.topics
-    others = [n for n in (*topics.all, settings.ticks_topic) if n != topics.checkpoints]
+    others = [n for n in (*topics.all, settings.topics.ticks) if n != topics.checkpoints]
     created = create_topics(
         settings.bootstrap, [topics.checkpoints], partitions=settings.partitions, config=JOURNAL_CONFIG
     )
     created += create_topics(
         settings.bootstrap,
-        [settings.snapshots_topic],
+        [settings.topics.snapshots],
         partitions=settings.partitions,
         config=SNAPSHOTS_CONFIG,
     )
@@ -376,9 +367,9 @@ class Shell:
             limits=self.limits,
         )
         self.publish_lock = asyncio.Lock()
-        self.input_topics = {*topics.inputs, settings.ticks_topic}
+        self.input_topics = {*topics.inputs, settings.topics.ticks}
         self.member_file = os.environ.get(MEMBER_FILE_ENV)
-        self.ticks_topic = raw_topic(app, settings.ticks_topic, settings.partitions)
+        self.ticks_topic = raw_topic(app, settings.topics.ticks, settings.partitions)
         self.ticked: dict[str, int] = {}
         self._writer: Writer | None = None
         self._claim_producer: Producer | None = None
@@ -442,7 +433,7 @@ class Shell:
         producer = cast(Any, self.app.producer)._ensure_producer()
         try:
             future = await producer.send(
-                self.settings.snapshots_topic,
+                self.settings.topics.snapshots,
                 value=value,
                 key=key,
                 partition=snapshot.partition,
@@ -461,7 +452,7 @@ class Shell:
         return PartitionRecovery(
             self.settings.bootstrap,
             self.topics,
-            self.settings.snapshots_topic,
+            self.settings.topics.snapshots,
             self.settings.partitions,
             partition,
             self.worker.worker_id,
@@ -529,7 +520,7 @@ class Shell:
         return outcomes
 
     def decide(self, message: Any, epoch: int) -> Outcome | None:
-        if message.topic == self.settings.ticks_topic:
+        if message.topic == self.settings.topics.ticks:
             return self.decide_tick(message, epoch)
         if self.coordinator.already_decided(message.topic, message.partition, message.offset):
             return None

@@ -531,7 +531,7 @@ class Coordinator:
             outcome = self._decide(Tick(job_id, now_ms, jitter=self.rng.random()), None, epoch, None)
             if outcome.rejected is not None:  # a decision that would not fit (RUNNING's headroom
                 # makes that rare): nothing journaled, the job's state is as it was
-                ticks = f"{self.topics.prefix}coordinator-ticks"
+                ticks = self.topics.ticks
                 return self._dead(
                     ticks,
                     -1,
@@ -546,7 +546,7 @@ class Coordinator:
             return outcome
         except Exception as exc:
             log.exception("tick of job %r at %d could not be handled", excerpt(job_id), now_ms)
-            ticks = f"{self.topics.prefix}coordinator-ticks"
+            ticks = self.topics.ticks
             key = job_id.encode("utf-8", "backslashreplace")
             return self._dead(ticks, -1, -1, key, None, now_ms, INTERNAL_ERROR, _describe(exc), job_id)
 

@@ -55,7 +55,7 @@ def _service(
 ) -> Iterator[CoordinatorProcess]:
     """A coordinator with one running job of one participant task."""
     topics = Topics(prefix)
-    create_topics(bootstrap, [*topics.all, f"{prefix}coordinator-ticks"])
+    create_topics(bootstrap, [*topics.all, topics.ticks])
     process = CoordinatorProcess(bootstrap, prefix).start()
     location = f"file://{tmp_path_factory.mktemp('checkpoints')}"
 
@@ -117,30 +117,30 @@ class TestTopics:
         assert 0 == first.returncode, first.stderr
         assert 9 == first.stdout.count("created")
         assert 9 == second.stdout.count("exists")
-        assert "-1" == topic_config(bootstrap, f"{prefix}checkpoints")["retention.ms"]
-        assert "compact" == topic_config(bootstrap, f"{prefix}coordinator-snapshots")["cleanup.policy"]
+        assert "-1" == topic_config(bootstrap, Topics(prefix).checkpoints)["retention.ms"]
+        assert "compact" == topic_config(bootstrap, Topics(prefix).snapshots)["cleanup.policy"]
 
     def test_missing_topics_get_the_count_of_the_existing_ones(self, bootstrap: str) -> None:
         """Topics made earlier with 2 partitions, then `topics create --partitions 4`: the missing ones
         are made with 2 as well, and it says so (a prefix has one count)."""
         prefix = f"some{os.getpid()}."
-        create_topics(bootstrap, [f"{prefix}acks", f"{prefix}checkpoints"], partitions=2)
+        create_topics(bootstrap, [Topics(prefix).acks, Topics(prefix).checkpoints], partitions=2)
 
         result = cutline(
             "topics", "create", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--partitions", "4"
         )
 
         assert 0 == result.returncode, result.stderr
-        assert f"exists   {prefix}acks  (2 partitions)" in result.stdout
-        assert f"created  {prefix}barriers  (2 partitions)" in result.stdout
+        assert f"exists   {Topics(prefix).acks}  (2 partitions)" in result.stdout
+        assert f"created  {Topics(prefix).barriers}  (2 partitions)" in result.stdout
         assert "the missing ones get 2 too" in result.stderr
 
     def test_existing_topics_of_different_counts_are_refused(self, bootstrap: str) -> None:
         """Existing topics of 2 and 3 partitions: it creates nothing, and says the counts differ and
         what to do."""
         prefix = f"mixed{os.getpid()}."
-        create_topics(bootstrap, [f"{prefix}acks"], partitions=2)
-        create_topics(bootstrap, [f"{prefix}checkpoints"], partitions=3)
+        create_topics(bootstrap, [Topics(prefix).acks], partitions=2)
+        create_topics(bootstrap, [Topics(prefix).checkpoints], partitions=3)
 
         result = cutline("topics", "create", "--bootstrap", bootstrap, "--topic-prefix", prefix)
 
@@ -284,7 +284,7 @@ class TestTail:
         lines = [json.loads(line) for line in result.stdout.splitlines()]
         # 40 messages: the claims of the 8 partitions, the job's partition from its claim on
         assert 40 == len(lines)
-        assert all(line["topic"] == f"{prefix}checkpoints" for line in lines)
+        assert all(line["topic"] == Topics(prefix).checkpoints for line in lines)
         claim = next(line for line in lines if line["type"] == "CoordinatorClaimed")
         assert claim["record"]["epoch"] >= 1 and "cutline.epoch" in claim["headers"]
         started = next(line for line in lines if line["type"] == "SchedulerStarted")
@@ -311,7 +311,7 @@ class TestReplayFromKafka:
 
         assert 0 == result.returncode, result.stderr + result.stdout
         assert "verified:" in result.stdout
-        assert f"{prefix}checkpoints at {bootstrap}" in result.stdout
+        assert f"{Topics(prefix).checkpoints} at {bootstrap}" in result.stdout
 
     def test_an_unknown_job(self, bootstrap: str, prefix: str, service: CoordinatorProcess) -> None:
         """A job with no events in the journal topic names the jobs it has."""

@@ -30,7 +30,7 @@ def test_the_coordinator_runs_with_a_client_config_and_logs_no_secret(
     config = tmp_path / "client.properties"
     config.write_text(f"security.protocol=PLAINTEXT\nsasl.username=alice\nsasl.password={SECRET}\n")
     monkeypatch.setenv("CUTLINE_KAFKA_CONFIG", str(config))
-    create_topics(bootstrap, [*Topics(topic_prefix).all, f"{topic_prefix}coordinator-ticks"])
+    create_topics(bootstrap, [*Topics(topic_prefix).all, Topics(topic_prefix).ticks])
 
     with CoordinatorProcess(bootstrap, topic_prefix, extra_args=("--loglevel", "info")) as coordinator:
         assert coordinator.get("/ready")["recovered"]

@@ -49,7 +49,7 @@ GROUP = "wordcount-app"
 @pytest.fixture(name="topics")
 def _topics(bootstrap: str, topic_prefix: str) -> Topics:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks", f"{topic_prefix}{INPUT}"])
+    create_topics(bootstrap, [*topics.all, topics.ticks, f"{topic_prefix}{INPUT}"])
     return topics
 
 

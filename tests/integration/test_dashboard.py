@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(name="checkpointing")
 def _checkpointing(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[CoordinatorProcess]:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+    create_topics(bootstrap, [*topics.all, topics.ticks])
     coordinator = CoordinatorProcess(bootstrap, topic_prefix).start()
     participants = []
 

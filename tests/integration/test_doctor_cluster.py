@@ -24,7 +24,7 @@ def doctor(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str
 
 
 def all_topics(prefix: str) -> list[str]:
-    return [*Topics(prefix).all, f"{prefix}coordinator-ticks", f"{prefix}coordinator-snapshots"]
+    return [*Topics(prefix).all, *Topics(prefix).internal]
 
 
 def test_a_missing_java_fails_and_says_how_to_install_it(bootstrap: str, topic_prefix: str) -> None:
@@ -49,7 +49,7 @@ def test_missing_topics_fail_and_say_how_to_create_them(bootstrap: str, topic_pr
 
     assert 1 == code
     assert "fail" == checks["topics"]["verdict"]
-    assert f"{topic_prefix}acks" in checks["topics"]["found"]
+    assert Topics(topic_prefix).acks in checks["topics"]["found"]
     assert (
         f"cutline topics create --bootstrap {bootstrap} --topic-prefix {topic_prefix}"
         in checks["topics"]["fix"]

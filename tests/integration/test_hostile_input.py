@@ -102,7 +102,7 @@ class Sent:
 @pytest.fixture(name="topics")
 def _topics(bootstrap: str, topic_prefix: str) -> Topics:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+    create_topics(bootstrap, [*topics.all, topics.ticks])
     return topics
 
 
@@ -379,7 +379,7 @@ def test_hostile_input_on_every_edge(
 
     for name, attr, key, value, reason in hostile_table(tree):
         produce(producer, sent, name, getattr(topics, attr), key, value, reason)
-    ticks = f"{topics.prefix}coordinator-ticks"
+    ticks = topics.ticks
     produce(producer, sent, "tick without key", ticks, None, b"0", None)
     produce(producer, sent, "tick with a key that is not UTF-8", ticks, b"\xff\xfe", b"0", None)
     outside = tree.secret.parent.as_uri()

@@ -45,7 +45,7 @@ BOUND = 2_000
 @pytest.fixture(scope="module", name="topics")
 def _topics(bootstrap: str) -> Topics:
     topics = Topics(f"t{uuid4().hex[:8]}.")
-    create_topics(bootstrap, [*topics.all, f"{topics.prefix}coordinator-ticks"])
+    create_topics(bootstrap, [*topics.all, topics.ticks])
     return topics
 
 

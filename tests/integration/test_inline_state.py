@@ -30,7 +30,7 @@ def test_small_state_rides_in_the_acks_and_restores_from_the_completion(
     bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+    create_topics(bootstrap, [*topics.all, topics.ticks])
     participants = []
     for task in (*SMALL, LARGE):
 

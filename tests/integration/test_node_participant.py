@@ -44,7 +44,7 @@ def test_node_participant_completes_checkpoints_and_decodes_the_journal(
     node_example: Path, bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+    create_topics(bootstrap, [*topics.all, topics.ticks])
     coordinator = CoordinatorProcess(bootstrap, topic_prefix)
     coordinator.start()
     try:

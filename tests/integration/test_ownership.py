@@ -60,7 +60,7 @@ TASKS = ("task-0", "task-1", "task-2")
 @pytest.fixture(name="topics")
 def _topics(bootstrap: str, topic_prefix: str) -> Topics:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+    create_topics(bootstrap, [*topics.all, topics.ticks])
     return topics
 
 
@@ -167,7 +167,7 @@ class Cluster:
 @pytest.fixture(name="cluster", scope="class")
 def _cluster(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     topics = Topics(f"t{uuid4().hex[:8]}.")
-    create_topics(bootstrap, [*topics.all, f"{topics.prefix}coordinator-ticks"])
+    create_topics(bootstrap, [*topics.all, topics.ticks])
     workers = [CoordinatorProcess(bootstrap, topics.prefix) for _ in range(3)]
     jobs: Jobs | None = None
     try:
@@ -505,7 +505,7 @@ class TestRetention:
         """The coordinator exits non-zero and says how to keep the journal for ever."""
         topics = Topics(topic_prefix)
         create_topics(bootstrap, [topics.checkpoints], config={"retention.ms": "604800000"})
-        create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+        create_topics(bootstrap, [*topics.all, topics.ticks])
         worker = CoordinatorProcess(bootstrap, topic_prefix)
 
         with pytest.raises(RuntimeError, match="exited with") as failure:
@@ -519,7 +519,7 @@ class TestRetention:
         topics = Topics(topic_prefix)
         config = {"cleanup.policy": "compact", "retention.ms": "-1"}
         create_topics(bootstrap, [topics.checkpoints], config=config)
-        create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+        create_topics(bootstrap, [*topics.all, topics.ticks])
         worker = CoordinatorProcess(bootstrap, topic_prefix)
 
         with pytest.raises(RuntimeError, match="exited with") as failure:
@@ -543,7 +543,7 @@ class TestPartitionCount:
         topics = Topics(topic_prefix)
         create_topics(
             bootstrap,
-            [*topics.all, f"{topic_prefix}coordinator-ticks", f"{topic_prefix}coordinator-snapshots"],
+            [*topics.all, *topics.internal],
             2,
         )
         moved = [job for job in JOBS if partition_for(job_key(job), 8) != partition_for(job_key(job), 2)]
@@ -571,7 +571,7 @@ class TestPartitionCount:
     def test_it_takes_the_count_of_the_existing_topics(self, bootstrap: str, topic_prefix: str) -> None:
         settings = Settings(bootstrap, topic_prefix)
         assert settle_partitions(settings) == settings  # no topics yet: they are made with its count
-        create_topics(bootstrap, [*settings.topics.all, settings.ticks_topic, settings.snapshots_topic], 3)
+        create_topics(bootstrap, [*settings.topics.all, *settings.topics.internal], 3)
 
         assert settle_partitions(settings).partitions == 3
 
@@ -581,7 +581,7 @@ class TestPartitionCount:
         """The coordinator exits non-zero, names the counts and says how to fix it."""
         topics = Topics(topic_prefix)
         create_topics(bootstrap, [topics.checkpoints], partitions=2, config={"retention.ms": "-1"})
-        create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"], partitions=8)
+        create_topics(bootstrap, [*topics.all, topics.ticks], partitions=8)
         with pytest.raises(TopicLayoutError, match="different partition counts") as refused:
             settle_partitions(Settings(bootstrap, topic_prefix))
         assert f"2 partitions: {topics.checkpoints}" in str(refused.value)

@@ -261,7 +261,7 @@ def _partitions(request: pytest.FixtureRequest) -> int:
 @pytest.fixture(name="topics")
 def _topics(bootstrap: str, partitions: int) -> Topics:
     topics = Topics(f"t{uuid4().hex[:8]}.")
-    create_topics(bootstrap, [*topics.all, f"{topics.prefix}coordinator-ticks"], partitions=partitions)
+    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=partitions)
     return topics
 
 

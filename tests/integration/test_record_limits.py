@@ -68,7 +68,7 @@ def _wait_for(what: Callable[[], object], timeout: float, process: CoordinatorPr
 def _assert_every_record_fits(settings: Settings) -> None:
     """Every record of every topic the coordinator and its inputs use is within its topic's limit."""
     topics = settings.topics
-    names = [*topics.all, settings.ticks_topic]
+    names = [*topics.all, settings.topics.ticks]
     limits = max_message_bytes(settings.bootstrap, names)
     assert {LIMIT} == set(limits.values()), limits
     for name in names:

@@ -38,7 +38,7 @@ from events.records import JournalEvent
 from events.topics import Topics
 
 TOPICS = Topics("r.")
-SNAPSHOTS = "r.coordinator-snapshots"
+SNAPSHOTS = TOPICS.snapshots
 
 
 @pytest.fixture(name="own_broker")

@@ -79,7 +79,7 @@ DRIVER = textwrap.dedent(
 @pytest.fixture(name="topics")
 def _topics(bootstrap: str, topic_prefix: str) -> Iterator[Topics]:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+    create_topics(bootstrap, [*topics.all, topics.ticks])
     coordinator = CoordinatorProcess(bootstrap, topic_prefix)
     coordinator.start()
     yield topics

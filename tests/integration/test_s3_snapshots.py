@@ -25,7 +25,7 @@ def test_snapshots_on_s3_complete_are_retained_and_restore(
     s3: s3fs.S3FileSystem, bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, f"{topic_prefix}coordinator-ticks"])
+    create_topics(bootstrap, [*topics.all, topics.ticks])
     participants = []
     for task in TASKS:
 

@@ -452,7 +452,7 @@ class TestIsolation:
         monkeypatch.setattr(runtime, "decide_steps", decide)
 
         letter = letter_of(outcome)
-        assert ("INTERNAL_ERROR", JOB, f"{TOPICS.prefix}coordinator-ticks") == (
+        assert ("INTERNAL_ERROR", JOB, TOPICS.ticks) == (
             letter.reason,
             letter.job_id,
             letter.topic,
