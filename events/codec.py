@@ -39,6 +39,7 @@ from events.avro_binary import (
     read_long,
 )
 from events.records import RECORD_TYPES, CheckpointAcknowledged, Record, TaskAcknowledged
+from events.wire import DeadLetterReason
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
@@ -52,30 +53,30 @@ T = TypeVar("T")
 class DecodeError(ValueError):
     """A frame could not be turned into a record. ``reason`` is a stable code for dead letters."""
 
-    reason = "UNDECODABLE"
+    reason: str = DeadLetterReason.UNDECODABLE
 
 
 class TruncatedFrame(DecodeError):
-    reason = "TRUNCATED_FRAME"
+    reason: str = DeadLetterReason.TRUNCATED_FRAME
 
 
 class BadMagic(DecodeError):
-    reason = "BAD_MAGIC"
+    reason: str = DeadLetterReason.BAD_MAGIC
 
 
 class UnknownFingerprint(DecodeError):
-    reason = "UNKNOWN_SCHEMA"
+    reason: str = DeadLetterReason.UNKNOWN_SCHEMA
 
 
 class BodyMismatch(DecodeError):
-    reason = "BODY_MISMATCH"
+    reason: str = DeadLetterReason.BODY_MISMATCH
 
 
 class UnknownSchemaId(DecodeError):
     """A Confluent-framed value whose schema id the registry does not know, or whose schema is
     not one of cutline's."""
 
-    reason = "UNKNOWN_SCHEMA_ID"
+    reason: str = DeadLetterReason.UNKNOWN_SCHEMA_ID
 
 
 class UnknownRecordType(TypeError):

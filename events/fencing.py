@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, cast
 
+from events.wire import EPOCH_HEADER
+
 __all__ = [
     "EPOCH_HEADER",
     "VOID_EPOCH",
@@ -35,9 +37,6 @@ __all__ = [
     "epoch_value",
     "header_epoch",
 ]
-
-EPOCH_HEADER: Final = "cutline.epoch"
-"""Kafka header of every journal and barrier record: the writer's claim epoch, ASCII decimal."""
 
 MAX_EPOCH_DIGITS: Final = 18
 """An epoch header longer than this is malformed (a long's range, and no parser surprises)."""

@@ -73,6 +73,7 @@ from events.sizes import excerpt
 from events.storage import UnsupportedLocation, local_path, write_atomic
 from events.topics import Topics
 from events.validation import parse_offsets, parse_offsets_key
+from events.wire import DeclineReason
 
 __all__ = [
     "JobDriver",
@@ -96,8 +97,6 @@ Offsets = Callable[[], Mapping[str, int]]
 OnComplete = Callable[[CheckpointCompleted], None]
 Reply = CheckpointAcknowledged | CheckpointDeclined
 
-REASON_TASK_FAILURE = "TASK_CHECKPOINT_FAILURE"
-REASON_IO = "IO_EXCEPTION"
 REMEMBERED_REPLIES = 64
 """How many recent acks/declines a participant keeps to answer re-sent barriers."""
 
@@ -146,7 +145,7 @@ def declined_for(
 ) -> CheckpointDeclined:
     """The decline a task sends when taking or writing its snapshot raised ``exc`` (logged)."""
     log.warning("task %s declines checkpoint %d: %r", task_id, checkpoint_id, exc)
-    reason = REASON_IO if isinstance(exc, OSError) else REASON_TASK_FAILURE
+    reason = DeclineReason.IO_EXCEPTION if isinstance(exc, OSError) else DeclineReason.TASK_CHECKPOINT_FAILURE
     return declined(job_id, checkpoint_id, attempt, task_id, reason, f"{type(exc).__name__}: {exc}")
 
 

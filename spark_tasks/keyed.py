@@ -65,6 +65,7 @@ from events import storage
 from events.participant import SnapshotCorrupted, acknowledged, declined, declined_for, load_snapshot
 from events.records import CheckpointAcknowledged, CheckpointDeclined, StateHandle
 from events.topics import Topics
+from events.wire import DeclineReason
 from spark_tasks.kafka_source import BARRIER_COLUMN
 from spark_tasks.state import KafkaRecord, StateLost, _json_dumps, _json_loads
 
@@ -662,20 +663,20 @@ def _on_barriers(
     task = keyed_task_id(index)
     if len(entries) != 1:
         return declined(
-            settings.job_id, checkpoint_id, attempt, task, "TASK_CHECKPOINT_FAILURE",
+            settings.job_id, checkpoint_id, attempt, task, DeclineReason.TASK_CHECKPOINT_FAILURE,
             f"partition {index} got barriers of different checkpoints in batch {batch_id}",
         )  # fmt: skip
     absent = sorted(settings.inputs - set(barriers))
     if absent:
         names = ", ".join(f"{t}[{p}]" for t, p in absent)
         return declined(
-            settings.job_id, checkpoint_id, attempt, task, "TASK_CHECKPOINT_FAILURE",
+            settings.job_id, checkpoint_id, attempt, task, DeclineReason.TASK_CHECKPOINT_FAILURE,
             f"partition {index} got the barrier of checkpoint {checkpoint_id} from {len(barriers)} of "
             f"{len(settings.inputs)} input partitions (none from {names}): not aligned",
         )  # fmt: skip
     if state is None:
         return declined(
-            settings.job_id, checkpoint_id, attempt, task, "TASK_CHECKPOINT_FAILURE", str(missing)
+            settings.job_id, checkpoint_id, attempt, task, DeclineReason.TASK_CHECKPOINT_FAILURE, str(missing)
         )
     # Only partition 0 records the cut's source offsets: once per checkpoint, as Flink's sources do.
     offsets = {f"{t}:{p}": cut for (t, p), (_, cut) in sorted(barriers.items())} if index == 0 else {}

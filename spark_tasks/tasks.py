@@ -57,7 +57,6 @@ from confluent_kafka import KafkaException, Producer
 from events.fencing import epoch_header
 from events.kafka import deliver, produce_record, producer_config
 from events.participant import (
-    REASON_TASK_FAILURE,
     acknowledged,
     declined,
     declined_for,
@@ -67,6 +66,7 @@ from events.participant import (
 )
 from events.records import CheckpointAcknowledged, CheckpointDeclined
 from events.topics import Topics
+from events.wire import DeclineReason
 from spark_tasks.kafka_source import BARRIER_COLUMN
 from spark_tasks.state import KafkaRecord, PartitionStateStore, StatefulStep, StateLost, task_id
 
@@ -316,7 +316,11 @@ def partition_step(
                     entry = json.loads(barrier)
                     if current.missing is not None:
                         reply: CheckpointAcknowledged | CheckpointDeclined = _declined(
-                            settings, entry, task_id(topic, partition), REASON_TASK_FAILURE, current.missing
+                            settings,
+                            entry,
+                            task_id(topic, partition),
+                            DeclineReason.TASK_CHECKPOINT_FAILURE,
+                            current.missing,
                         )
                     else:
                         reply = snapshot_reply(

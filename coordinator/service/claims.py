@@ -56,7 +56,7 @@ from coordinator.ownership import (
     WriteClaim,
     step,
 )
-from coordinator.service.runtime import CAUSE_HEADER, Coordinator
+from coordinator.service.runtime import Coordinator
 from coordinator.snapshot import PartitionSnapshot, SnapshotError, decode_snapshot, encode_snapshot
 from events.codec import encode
 from events.fencing import Fence, epoch_header, epoch_of
@@ -65,12 +65,9 @@ from events.kafka import read_to_end as read_partition_to_end
 from events.log import LogMessage, fenced_journal, log_message
 from events.records import CoordinatorClaimed
 from events.topics import DEFAULT_PARTITIONS, Topics
+from events.wire import CAUSE_HEADER, GENERATION_HEADER, SNAPSHOT_OFFSET_HEADER, SNAPSHOT_PARTITIONS_HEADER
 
 log = logging.getLogger("cutline.coordinator")
-
-GENERATION_HEADER = "cutline.generation"
-"""Header of a ``CoordinatorClaimed``: the consumer-group generation its worker claimed for
-(ASCII decimal). A claim without it is of an unknown generation."""
 
 MISPLACED_RETRY_S = 30.0
 """Seconds between recoveries of a partition whose jobs belong elsewhere (only an operator can fix
@@ -111,12 +108,6 @@ class StoredSnapshot:
 
 SnapshotLoader = Callable[[Coordinator, bytes], tuple[int, int]]
 """Loads a snapshot's value into a fresh coordinator; returns (epoch, journal offset covered)."""
-
-SNAPSHOT_OFFSET_HEADER = "cutline.journal-offset"
-"""Header of a snapshot message: the last journal offset it covers (ASCII decimal)."""
-SNAPSHOT_PARTITIONS_HEADER = "cutline.partitions"
-"""The partition count the snapshot's writer worked jobs' partitions out with: a snapshot holds the
-jobs that hash to its partition under that count, so under another count it may lack some."""
 
 
 def load_snapshot(coordinator: Coordinator, value: bytes) -> tuple[int, int]:

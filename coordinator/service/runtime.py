@@ -15,7 +15,7 @@ Epochs (docs/design.md, "Ownership and fencing"): the caller says under which cl
 journal record and barrier it gets back carries that epoch in the
 ``cutline.epoch`` header. The runtime remembers the epoch of each pending
 checkpoint's trigger, so an ack or decline that answers a barrier of an older,
-superseded epoch (a zombie's) is refused with STALE_EPOCH instead of counting,
+superseded epoch (a zombie's) is refused with ``STALE_EPOCH`` instead of counting,
 and one whose epoch header is doubled or malformed (void, as every reader reads it:
 :func:`events.fencing.header_epoch`) with VOID_EPOCH.
 
@@ -99,26 +99,12 @@ from events.records import (
 from events.sizes import TopicLimits, bounded, excerpt, record_size
 from events.topics import Topics
 from events.validation import InvalidUri, StorageUri, parse_below, parse_uri
+from events.wire import CAUSE_HEADER, DeadLetterReason
 
 log = logging.getLogger("cutline.coordinator")
 
-STALE_EPOCH = "STALE_EPOCH"
-"""Dead-letter reason of an ack or decline answering a barrier of a superseded coordinator epoch."""
-
-VOID_EPOCH_REASON = "VOID_EPOCH"
-"""Dead-letter reason of an ack or decline whose ``cutline.epoch`` headers are doubled or malformed:
-void under the fencing rule, it answers no barrier anyone can name."""
-
-WRONG_PARTITION = "WRONG_PARTITION"
-"""Dead-letter reason of an input in another partition than its job's (a producer that does not hash
-keys with murmur2): the worker that owns the job would never see it."""
-
 MAX_REMEMBERED_HOMES = 100_000
 """Job ids whose partition :meth:`Coordinator.partition_of` remembers (then it starts again)."""
-
-CAUSE_HEADER = "cutline-cause"
-"""Journal message header naming the input that caused the event: ``topic:partition:offset``. Only
-on events decided from an input: those of a tick (periodic triggers, expiries) have none."""
 
 ACCEPTED: Mapping[str, tuple[type[Record], ...]] = {
     "job_status": (JobStatusChanged, TaskStatusChanged, JobHeartbeat),
@@ -127,9 +113,6 @@ ACCEPTED: Mapping[str, tuple[type[Record], ...]] = {
     "declines": (CheckpointDeclined,),
 }
 """Which records each input topic may carry."""
-
-INTERNAL_ERROR = "INTERNAL_ERROR"
-"""Dead-letter reason of an input whose handling raised: a bug, or input no check foresaw."""
 
 MAX_DEAD_LETTER_VALUE = 512 * 1024
 """A dead letter keeps at most this many bytes of the input's value (and says so), so that it
@@ -364,10 +347,21 @@ class Coordinator:
             log.exception("input %s[%d]@%d could not be handled", topic, partition, offset)
             message = _describe(exc)
             try:
-                return self._dead(topic, partition, offset, key, value, now_ms, INTERNAL_ERROR, message)
+                return self._dead(
+                    topic, partition, offset, key, value, now_ms, DeadLetterReason.INTERNAL_ERROR, message
+                )
             except Exception:  # pragma: no cover - a dead letter of plain bytes and ASCII always encodes
                 log.exception("no dead letter for %s[%d]@%d either", topic, partition, offset)
-                return self._dead(topic, partition, offset, None, None, now_ms, INTERNAL_ERROR, "see the log")
+                return self._dead(
+                    topic,
+                    partition,
+                    offset,
+                    None,
+                    None,
+                    now_ms,
+                    DeadLetterReason.INTERNAL_ERROR,
+                    "see the log",
+                )
 
     def _handle(
         self,
@@ -384,7 +378,7 @@ class Coordinator:
             return self._dead(topic, partition, offset, key, value, now_ms, reason, message, job_id)
 
         if value is None:
-            return dead("EMPTY_MESSAGE", "the message has no value (a tombstone?)")
+            return dead(DeadLetterReason.EMPTY_MESSAGE, "the message has no value (a tombstone?)")
         try:
             record = self.codec.decode(value)
         except DecodeError as exc:
@@ -393,26 +387,27 @@ class Coordinator:
         if not isinstance(record, accepted):
             names = ", ".join(k.__name__ for k in accepted) or "nothing"
             return dead(
-                "WRONG_TOPIC", f"{type(record).__name__} does not belong on {topic} (it takes {names})"
+                DeadLetterReason.WRONG_TOPIC,
+                f"{type(record).__name__} does not belong on {topic} (it takes {names})",
             )
         # Every kind a topic accepts (ACCEPTED) is an input record: a cast, not a second isinstance.
         job_id = cast(InputRecord, record).job_id
         if key is None:
             return dead(
-                "MISSING_KEY",
+                DeadLetterReason.MISSING_KEY,
                 f"the message has no key; key every message by its job id ({job_id!r}), so that it "
                 "reaches the partition, and the coordinator worker, that owns the job",
                 job_id,
             )
         if key != job_id.encode():
             return dead(
-                "KEY_MISMATCH",
+                DeadLetterReason.KEY_MISMATCH,
                 f"message key {key!r} is not the record's job id {job_id!r}; key every message by job_id",
                 job_id,
             )
         if self.partitions is not None and partition >= 0 and partition != self.partition_of(job_id):
             return dead(
-                WRONG_PARTITION,
+                DeadLetterReason.WRONG_PARTITION,
                 f"a {type(record).__name__} of job {job_id!r} arrived in partition {partition}, but the "
                 f"job's partition is {self.partition_of(job_id)} of {self.partitions}: its key hashed with "
                 "murmur2, as Java's client and Faust hash it, so that every event of a job reaches the "
@@ -447,13 +442,13 @@ class Coordinator:
             return None  # the usual answer, to the barrier of the epoch that triggered it
         what = "ack" if isinstance(record, CheckpointAcknowledged) else "decline"
         if answered == VOID_EPOCH:
-            return VOID_EPOCH_REASON, (
+            return DeadLetterReason.VOID_EPOCH, (
                 f"the {what} of checkpoint {record.checkpoint_id} has {epoch_problem(headers)}: "
                 "it is void (docs/design.md, Ownership and fencing); "
                 "answer with the one epoch header of the barrier"
             )
         if triggered is not None:
-            return STALE_EPOCH, (
+            return DeadLetterReason.STALE_EPOCH, (
                 f"the {what} of checkpoint {record.checkpoint_id} answers a barrier of coordinator epoch "
                 f"{answered}, but the checkpoint was triggered in epoch {triggered}: that barrier came "
                 "from a superseded coordinator (its trigger is void); answer the current barrier"
@@ -464,7 +459,7 @@ class Coordinator:
             # An id the valid journal has not reached: only a void trigger can have sent that
             # barrier. A late or repeated answer to a valid checkpoint that is over (completed,
             # aborted, answered again after a resent barrier) is the decider's to reject.
-            return STALE_EPOCH, (
+            return DeadLetterReason.STALE_EPOCH, (
                 f"the {what} of checkpoint {record.checkpoint_id} answers a barrier of coordinator epoch "
                 f"{answered}; the journal's epoch is {epoch} and has no such pending checkpoint "
                 "(the barrier came from a superseded coordinator)"
@@ -548,7 +543,9 @@ class Coordinator:
             log.exception("tick of job %r at %d could not be handled", excerpt(job_id), now_ms)
             ticks = self.topics.ticks
             key = job_id.encode("utf-8", "backslashreplace")
-            return self._dead(ticks, -1, -1, key, None, now_ms, INTERNAL_ERROR, _describe(exc), job_id)
+            return self._dead(
+                ticks, -1, -1, key, None, now_ms, DeadLetterReason.INTERNAL_ERROR, _describe(exc), job_id
+            )
 
     def due(self, now_ms: int) -> list[str]:
         """Jobs for which a tick at ``now_ms`` can change something.

@@ -20,7 +20,6 @@ from confluent_kafka import Producer
 
 from coordinator.decider import fold_jobs
 from coordinator.service.claims import (
-    SNAPSHOT_PARTITIONS_HEADER,
     ClaimedPartition,
     PartitionCountChanged,
     claim_partition,
@@ -36,6 +35,7 @@ from events.kafka import job_key, producer_config
 from events.log import read_to_end
 from events.records import JournalEvent
 from events.topics import Topics
+from events.wire import SNAPSHOT_PARTITIONS_HEADER
 
 TOPICS = Topics("r.")
 SNAPSHOTS = TOPICS.snapshots

@@ -15,11 +15,12 @@ from coordinator.service.runtime import Coordinator
 from coordinator.timeline import record_json
 from events.codec import default_codec, encode
 from events.feed import JobRecords
-from events.fencing import EPOCH_HEADER, MAX_EPOCH_DIGITS, VOID_EPOCH, HeaderValue, epoch_of, header_epoch
+from events.fencing import MAX_EPOCH_DIGITS, VOID_EPOCH, HeaderValue, epoch_of, header_epoch
 from events.kafka import job_key
 from events.log import fenced_journal, log_message
 from events.records import CheckpointAcknowledged, JobStatus, SchedulerStopped, StateHandle
 from events.topics import Topics
+from events.wire import EPOCH_HEADER
 
 JOB = "job-1"
 TOPICS = Topics("t.")

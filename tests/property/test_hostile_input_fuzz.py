@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator.decider import fold_jobs
-from coordinator.service.runtime import INTERNAL_ERROR, Coordinator, Outcome
+from coordinator.service.runtime import Coordinator, Outcome
 from events.codec import decode, encode
 from events.records import (
     CheckpointAcknowledged,
@@ -38,6 +38,7 @@ from events.records import (
     TaskStatusChanged,
 )
 from events.topics import Topics
+from events.wire import DeadLetterReason
 
 TOPICS = Topics("fuzz.")
 JOB = "job"
@@ -246,7 +247,7 @@ class TestDamagedFrames:
         outcome = coordinator.handle(topic, 0, 1, JOB.encode(), damaged, 20_000)
 
         assert answered(outcome)
-        assert INTERNAL_ERROR != reason(outcome)
+        assert DeadLetterReason.INTERNAL_ERROR != reason(outcome)
 
 
 def suffixes() -> st.SearchStrategy[str]:
@@ -296,7 +297,7 @@ class TestHostileStateHandles:
         outcome = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), value, 20_000)
 
         assert answered(outcome)
-        assert INTERNAL_ERROR != reason(outcome)
+        assert DeadLetterReason.INTERNAL_ERROR != reason(outcome)
         if outcome.journal:
             path = uri.removeprefix("file://")
             for _ in range(4):
@@ -323,12 +324,12 @@ class TestHostileRecords:
             key = getattr(record, "job_id", JOB).encode("utf-8", "surrogatepass")
             outcome = coordinator.handle(topic, 0, offset, key, value, 20_000 + offset)
             assert answered(outcome)
-            assert INTERNAL_ERROR != reason(outcome), outcome
+            assert DeadLetterReason.INTERNAL_ERROR != reason(outcome), outcome
             journal += outcome.journal
         for now in times:
             for job_id in list(coordinator.states):
                 outcome = coordinator.tick(job_id, min(now, 2**50))
-                assert INTERNAL_ERROR != reason(outcome), outcome
+                assert DeadLetterReason.INTERNAL_ERROR != reason(outcome), outcome
                 journal += outcome.journal
 
         assert fold_jobs(journal) == coordinator.states

@@ -12,7 +12,7 @@ import pytest
 from coordinator.commands import AcknowledgeCheckpoint
 from coordinator.decider import due_at, fold_jobs
 from coordinator.service import runtime
-from coordinator.service.runtime import CAUSE_HEADER, Coordinator, Outcome, parse_cause
+from coordinator.service.runtime import Coordinator, Outcome, parse_cause
 from events.codec import decode, encode
 from events.records import (
     CheckpointAcknowledged,
@@ -30,6 +30,7 @@ from events.records import (
     TaskAcknowledged,
 )
 from events.topics import Topics
+from events.wire import CAUSE_HEADER
 
 TOPICS = Topics("t.")
 JOB = "job"
