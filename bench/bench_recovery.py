@@ -14,7 +14,7 @@
      ``Coordinator.snapshot`` + ``snapshot_message``), then the journal after it, then its claim.
      Each claim writes its own snapshot afterwards, as a worker does, so the next one reads only
      the claims since (the figure a failover pays);
-   - *from the start, no snapshot* (``load_snapshot=None``): reads and folds the whole journal.
+   - *from the start, no snapshot* (``load_fold_snapshot=None``): reads and folds the whole journal.
 
    The journals repeat one simulated block of 1,000 events (``coordinator.simulate.simulate``, 4
    jobs), as ``tests/integration/test_recovery.py`` does: simulating and encoding a million
@@ -189,7 +189,9 @@ def bench_length(
         # Claims without a snapshot last: they write no snapshot after their claims (the snapshot
         # claims above would each fold them, as after an interrupted claim).
         for i in range(full_runs):
-            full = claim_partition(bootstrap, TOPICS, SNAPSHOTS, 1, 0, f"worker-f{i}", load_snapshot=None)
+            full = claim_partition(
+                bootstrap, TOPICS, SNAPSHOTS, 1, 0, f"worker-f{i}", load_fold_snapshot=None
+            )
             result.full_fold.append(full.seconds)
             result.read_full = max(result.read_full, full.folded)
             if last is not None and result.same_state is None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from events.topics import Topics
 
 
-class Verdict(StrEnum):
+class CheckStatus(StrEnum):
     OK = "ok"
     WARN = "warn"
     FAIL = "fail"
@@ -38,7 +38,7 @@ class Check:
     """One thing checked: what was found, and what to do when it is not right."""
 
     name: str
-    verdict: Verdict
+    verdict: CheckStatus
     found: str
     fix: str = ""
 
@@ -50,8 +50,8 @@ MIN_JAVA = 17
 def check_python(version: tuple[int, int, int] = sys.version_info[:3]) -> Check:
     found = ".".join(map(str, version))
     if version[:2] >= MIN_PYTHON:
-        return Check("Python", Verdict.OK, f"{found} ({sys.executable})")
-    return Check("Python", Verdict.FAIL, found, "install Python 3.11 or later (uv python install 3.11)")
+        return Check("Python", CheckStatus.OK, f"{found} ({sys.executable})")
+    return Check("Python", CheckStatus.FAIL, found, "install Python 3.11 or later (uv python install 3.11)")
 
 
 _JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
@@ -77,23 +77,23 @@ def check_java(environ: dict[str, str] | None = None) -> Check:
     if java_home:
         java = str(Path(java_home) / "bin" / "java")
         if not os.access(java, os.X_OK):
-            return Check("Java", Verdict.FAIL, f"JAVA_HOME={java_home} has no bin/java", fix)
+            return Check("Java", CheckStatus.FAIL, f"JAVA_HOME={java_home} has no bin/java", fix)
     else:
         found = shutil.which("java", path=environ.get("PATH", ""))
         if found is None:
-            return Check("Java", Verdict.FAIL, "no java on PATH and JAVA_HOME is not set", fix)
+            return Check("Java", CheckStatus.FAIL, "no java on PATH and JAVA_HOME is not set", fix)
         java = found
     try:
         result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, env=environ)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("Java", Verdict.FAIL, f"{java} -version failed: {exc}", fix)
+        return Check("Java", CheckStatus.FAIL, f"{java} -version failed: {exc}", fix)
     major = java_major(result.stderr + result.stdout)
     where = f"{java}" + (f" (JAVA_HOME={java_home})" if java_home else "")
     if major is None:
-        return Check("Java", Verdict.FAIL, f"{where} does not say its version", fix)
+        return Check("Java", CheckStatus.FAIL, f"{where} does not say its version", fix)
     if major < MIN_JAVA:
-        return Check("Java", Verdict.FAIL, f"Java {major} at {where}", fix)
-    return Check("Java", Verdict.OK, f"Java {major} at {where}")
+        return Check("Java", CheckStatus.FAIL, f"Java {major} at {where}", fix)
+    return Check("Java", CheckStatus.OK, f"Java {major} at {where}")
 
 
 def check_client_settings(environ: Mapping[str, str] | None = None) -> Check:
@@ -115,7 +115,7 @@ def check_client_settings(environ: Mapping[str, str] | None = None) -> Check:
         protocol = aiokafka_security(properties)["security_protocol"]
     except (ClientConfigError, OSError, ssl.SSLError) as exc:
         return Check(
-            "Kafka client settings", Verdict.FAIL, str(exc),
+            "Kafka client settings", CheckStatus.FAIL, str(exc),
             "fix the file named by --kafka-config / CUTLINE_KAFKA_CONFIG, or the CUTLINE_KAFKA_* variables",
         )  # fmt: skip
     shown = ", ".join(f"{k}={v}" for k, v in sorted(redacted(properties).items())) or "none"
@@ -127,12 +127,12 @@ def check_client_settings(environ: Mapping[str, str] | None = None) -> Check:
         mode = file.stat().st_mode & 0o777
         if secrets and mode & 0o077:
             return Check(
-                "Kafka client settings", Verdict.WARN,
+                "Kafka client settings", CheckStatus.WARN,
                 f"{path} holds {', '.join(secrets)} and is readable by others than its owner "
                 f"(mode {mode:04o}); {found}",
                 f"chmod 600 {path} (docs/security.md)",
             )  # fmt: skip
-    return Check("Kafka client settings", Verdict.OK, found)
+    return Check("Kafka client settings", CheckStatus.OK, found)
 
 
 def check_broker(bootstrap: str | None) -> Check:
@@ -140,18 +140,18 @@ def check_broker(bootstrap: str | None) -> Check:
 
     if not bootstrap:
         return Check(
-            "broker", Verdict.FAIL, "no bootstrap servers given",
+            "broker", CheckStatus.FAIL, "no bootstrap servers given",
             "pass --bootstrap HOST:PORT or set CUTLINE_BOOTSTRAP (`cutline broker` starts an embedded one)",
         )  # fmt: skip
     try:
         cluster_id = wait_for_broker(bootstrap, timeout=10)
     except TimeoutError as exc:
         return Check(
-            "broker", Verdict.FAIL, str(exc),
+            "broker", CheckStatus.FAIL, str(exc),
             "start the broker or fix the address (and its listeners: advertised.listeners must be "
             "reachable from here)",
         )  # fmt: skip
-    return Check("broker", Verdict.OK, f"{bootstrap} (cluster {cluster_id or 'without an id'})")
+    return Check("broker", CheckStatus.OK, f"{bootstrap} (cluster {cluster_id or 'without an id'})")
 
 
 def check_topics(bootstrap: str, prefix: str) -> Check:
@@ -163,18 +163,18 @@ def check_topics(bootstrap: str, prefix: str) -> Check:
     missing = [name for name in names if name not in counts]
     create = f"cutline topics create --bootstrap {bootstrap} --topic-prefix {prefix}"
     if missing:
-        return Check("topics", Verdict.FAIL, f"missing: {', '.join(missing)}", f"create them: {create}")
+        return Check("topics", CheckStatus.FAIL, f"missing: {', '.join(missing)}", f"create them: {create}")
     by_count: dict[int, list[str]] = {}
     for name in names:
         by_count.setdefault(counts[name], []).append(name)
     if len(by_count) > 1:
         found = "; ".join(f"{n} partitions: {', '.join(ts)}" for n, ts in sorted(by_count.items()))
         return Check(
-            "topics", Verdict.FAIL, found,
+            "topics", CheckStatus.FAIL, found,
             "every cutline topic needs the same partition count (a job's records go to the same "
             "partition of each); recreate the odd ones, or all with a new --topic-prefix",
         )  # fmt: skip
-    return Check("topics", Verdict.OK, f"{len(names)} topics with {counts[names[0]]} partitions each")
+    return Check("topics", CheckStatus.OK, f"{len(names)} topics with {counts[names[0]]} partitions each")
 
 
 def check_retention(bootstrap: str, prefix: str) -> Check:
@@ -185,8 +185,10 @@ def check_retention(bootstrap: str, prefix: str) -> Check:
     except JournalRetentionError as exc:
         # The refusal is the coordinator's own: finite retention, compaction, or both.
         found, _, fix = str(exc).partition(". Keep every record for ever:")
-        return Check("journal retention", Verdict.FAIL, found, "keep every record for ever:" + fix)
-    return Check("journal retention", Verdict.OK, f"{Topics(prefix).checkpoints} keeps its records for ever")
+        return Check("journal retention", CheckStatus.FAIL, found, "keep every record for ever:" + fix)
+    return Check(
+        "journal retention", CheckStatus.OK, f"{Topics(prefix).checkpoints} keeps its records for ever"
+    )
 
 
 def check_coordinator(url: str) -> Check:
@@ -196,17 +198,20 @@ def check_coordinator(url: str) -> Check:
             ready = json.load(response)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return Check(
-            "coordinator", Verdict.WARN, f"no coordinator answers at {base} ({exc})",
+            "coordinator", CheckStatus.WARN, f"no coordinator answers at {base} ({exc})",
             "start one (`cutline coordinator`), or pass --url with its web port",
         )  # fmt: skip
     if not ready.get("recovered"):
         waiting = [p for p, v in ready.get("partitions", {}).items() if not v.get("ready")]
         return Check(
-            "coordinator", Verdict.WARN, f"{base} is still claiming journal partitions {', '.join(waiting)}",
+            "coordinator", CheckStatus.WARN,
+            f"{base} is still claiming journal partitions {', '.join(waiting)}",
             "wait; if it stays so, its log says why the claim or the fold does not finish",
         )  # fmt: skip
     return Check(
-        "coordinator", Verdict.OK, f"{base}: worker {ready.get('worker')}, {ready.get('jobs', 0)} jobs, ready"
+        "coordinator",
+        CheckStatus.OK,
+        f"{base}: worker {ready.get('worker')}, {ready.get('jobs', 0)} jobs, ready",
     )
 
 
@@ -215,17 +220,17 @@ def diagnose(bootstrap: str | None, prefix: str, url: str) -> list[Check]:
     checks = [check_python(), check_java(), check_client_settings()]
     broker = check_broker(bootstrap)
     checks.append(broker)
-    if broker.verdict is Verdict.OK and bootstrap:
+    if broker.verdict is CheckStatus.OK and bootstrap:
         topics = check_topics(bootstrap, prefix)
         checks.append(topics)
-        if topics.verdict is Verdict.OK or Topics(prefix).checkpoints not in topics.found:
+        if topics.verdict is CheckStatus.OK or Topics(prefix).checkpoints not in topics.found:
             checks.append(check_retention(bootstrap, prefix))
         else:
-            checks.append(Check("journal retention", Verdict.SKIPPED, "the journal topic is missing"))
+            checks.append(Check("journal retention", CheckStatus.SKIPPED, "the journal topic is missing"))
     else:
         checks += [
-            Check("topics", Verdict.SKIPPED, "no broker"),
-            Check("journal retention", Verdict.SKIPPED, "no broker"),
+            Check("topics", CheckStatus.SKIPPED, "no broker"),
+            Check("journal retention", CheckStatus.SKIPPED, "no broker"),
         ]
     checks.append(check_coordinator(url))
     return checks

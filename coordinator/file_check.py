@@ -45,7 +45,7 @@ class Selection(Protocol):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class FirstViolation:
     """The first violation among the selected events (None: none), and the file position of the
     event it names (partition, offset; None when it names no event, as at the end of the file)."""
 
@@ -53,7 +53,7 @@ class Verdict:
     position: tuple[int, int] | None = None
 
 
-def check_file(path: Path, selection: Selection) -> Verdict:
+def check_file(path: Path, selection: Selection) -> FirstViolation:
     """The invariants over the selected events of the journal file at ``path``."""
     partitions, offsets = array("i"), array("q")  # not objects: nothing for the collector to walk
 
@@ -73,13 +73,17 @@ def check_file(path: Path, selection: Selection) -> Verdict:
     return first_verdict(selected(), partitions, offsets)
 
 
-def first_verdict(events: Iterator[JournalEvent], partitions: array[int], offsets: array[int]) -> Verdict:
+def first_verdict(
+    events: Iterator[JournalEvent], partitions: array[int], offsets: array[int]
+) -> FirstViolation:
     """The first violation of the invariants over ``events``, placed by the file positions that
     whoever yields the events appends to ``partitions`` and ``offsets`` as each one passes."""
     for violation in violations(events):
         index = violation.index
-        return Verdict(violation, (partitions[index], offsets[index]) if 0 <= index < len(offsets) else None)
-    return Verdict(None)
+        return FirstViolation(
+            violation, (partitions[index], offsets[index]) if 0 <= index < len(offsets) else None
+        )
+    return FirstViolation(None)
 
 
 def can_fork() -> bool:
@@ -145,7 +149,7 @@ class FileCheck:
     def __init__(self, path: Path, selection: Selection) -> None:
         self._path = path
         self._selection = selection
-        self._helper: ForkedCall[Verdict] | None = (
+        self._helper: ForkedCall[FirstViolation] | None = (
             ForkedCall(lambda: check_file(path, selection), "cutline-verify") if can_fork() else None
         )
 
@@ -154,11 +158,11 @@ class FileCheck:
         """Whether the check runs in a helper process (else :meth:`verdict` runs it here)."""
         return self._helper is not None
 
-    def verdict(self) -> Verdict:
+    def verdict(self) -> FirstViolation:
         if self._helper is not None:
             answer = self._helper.answer()  # None if the helper died: check here (the verdict is the same)
             self.close()
-            if isinstance(answer, Verdict):
+            if isinstance(answer, FirstViolation):
                 return answer
         return check_file(self._path, self._selection)  # also raises what reading the file raises
 

@@ -49,7 +49,7 @@ __all__ = [
 
 JOURNAL_SCHEMA_NAME: Final = "cutline.JournalEntry"
 
-Codec: TypeAlias = Literal["null", "deflate"]
+ContainerCodec: TypeAlias = Literal["null", "deflate"]
 """The Avro block codecs a journal file may be written with (both are in every Avro library)."""
 
 StrPath: TypeAlias = str | os.PathLike[str]
@@ -84,7 +84,7 @@ def _canonical_schema() -> str:
 
 
 def write_journal(
-    path: StrPath, entries: Iterable[JournalEntry | JournalEvent], *, codec: Codec = "null"
+    path: StrPath, entries: Iterable[JournalEntry | JournalEvent], *, codec: ContainerCodec = "null"
 ) -> int:
     """Write ``entries`` to a new journal file at ``path``; how many were written.
 

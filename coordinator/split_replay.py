@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from coordinator.decider import fold_jobs
-from coordinator.file_check import ForkedCall, Verdict, can_fork
+from coordinator.file_check import FirstViolation, ForkedCall, can_fork
 from coordinator.invariants import END_RULE, Violation, violations
 from coordinator.journal import FileTally, read_journal_share
 from coordinator.state import JobState
@@ -56,19 +56,19 @@ class ShareReplay:
 
     states: dict[str, JobState] = field(default_factory=dict)
     tally: FileTally = field(default_factory=FileTally)
-    first_at_event: Verdict | None = None
-    first_at_end: Verdict | None = None
+    first_at_event: FirstViolation | None = None
+    first_at_end: FirstViolation | None = None
 
 
 @dataclass(frozen=True)
 class SplitReplay:
     """A whole file's replay: every job's final state, the file's records and job ids, and the
-    verdict of the invariants (``Verdict(None)`` without ``verify``)."""
+    verdict of the invariants (``FirstViolation(None)`` without ``verify``)."""
 
     states: dict[str, JobState]
     records: int
     jobs: set[str]
-    verdict: Verdict
+    verdict: FirstViolation
 
 
 def replay_share(path: Path, share: int | None, *, verify: bool) -> ShareReplay:
@@ -88,9 +88,9 @@ def replay_share(path: Path, share: int | None, *, verify: bool) -> ShareReplay:
             offsets.append(offset)
             yield event
 
-    def placed(violation: Violation) -> Verdict:
+    def placed(violation: Violation) -> FirstViolation:
         at = violation.index
-        return Verdict(replace(violation, index=indices[at]), (partitions[at], offsets[at]))
+        return FirstViolation(replace(violation, index=indices[at]), (partitions[at], offsets[at]))
 
     for violation in violations(taken(), folded=states):  # every one: the states come at the end
         if violation.rule == END_RULE:
@@ -126,7 +126,7 @@ def replay_file(path: Path, *, verify: bool) -> SplitReplay:
     return SplitReplay(states, passes[0].tally.records, passes[0].tally.jobs, _first(passes))
 
 
-def _first(passes: list[ShareReplay]) -> Verdict:
+def _first(passes: list[ShareReplay]) -> FirstViolation:
     """The one-process verdict from the shares': an event's violation before any end-of-journal one,
     the earliest in the file first."""
     for found in (
@@ -135,8 +135,8 @@ def _first(passes: list[ShareReplay]) -> Verdict:
     ):
         if found:
             return min(found, key=_index)
-    return Verdict(None)
+    return FirstViolation(None)
 
 
-def _index(verdict: Verdict) -> int:
+def _index(verdict: FirstViolation) -> int:
     return verdict.violation.index if verdict.violation is not None else -1

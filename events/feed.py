@@ -31,7 +31,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from events.codec import CONFLUENT_HEADER_SIZE, HEADER_SIZE, MAGIC, Codec, DecodeError, default_codec
 from events.fencing import VOID_EPOCH, Fence, epoch_of, epoch_problem
-from events.kafka import consume_available, consumer_config, find_ends, job_key, job_partition, read_to_end
+from events.kafka import (
+    consume_available,
+    consumer_config,
+    find_ends,
+    job_key,
+    job_partition,
+    read_partition_to_end,
+)
 from events.records import CoordinatorClaimed, Record
 from events.sizes import excerpt
 
@@ -261,14 +268,14 @@ def read_job_partition(
 ) -> Iterator[FeedRecord]:
     """The valid records of ``job_id`` in its partition of ``topic``, from the beginning to the end.
 
-    The end is the high watermark of the first fetch (:func:`events.kafka.read_to_end`);
+    The end is the high watermark of the first fetch (:func:`events.kafka.read_partition_to_end`);
     a journal read names itself as ``claims_topic`` so that its claims fence it.
     """
     consumer = Consumer(consumer_config(bootstrap, extra=config))
     try:
         records = JobRecords(job_id, claims_topic=claims_topic, kinds=kinds)
         partition = job_partition(consumer, topic, job_id, 10.0 if timeout is None else timeout)
-        for msg in read_to_end(consumer, topic, partition, timeout):
+        for msg in read_partition_to_end(consumer, topic, partition, timeout):
             record = records.admit(msg)
             if record is not None:
                 yield record

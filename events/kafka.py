@@ -46,7 +46,7 @@ __all__ = [
     "partition_for",
     "produce_record",
     "producer_config",
-    "read_to_end",
+    "read_partition_to_end",
     "record_key",
 ]
 
@@ -290,7 +290,7 @@ def find_ends(
     return {tp: ends[tp] for tp in wanted}
 
 
-def read_to_end(
+def read_partition_to_end(
     consumer: Consumer,
     topic: str,
     partition: int,

@@ -1,6 +1,6 @@
 """Read a whole topic to its current end, as plain messages with positions; read the journal fenced.
 
-Built on :func:`events.kafka.read_to_end` (one partition, ended by the high
+Built on :func:`events.kafka.read_partition_to_end` (one partition, ended by the high
 watermark a fetch reports, because the embedded broker's ListOffsets(latest)
 is wrong: docs/embedded-broker.md), one partition after another. :func:`read_journal_topic`
 and :func:`fenced_journal` apply the fencing rule (docs/design.md, "Ownership and fencing")
@@ -18,8 +18,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from events.codec import DecodeError, default_codec
 from events.fencing import VOID_EPOCH, Fence, HeaderDict, epoch_of, epoch_problem, header_epoch
-from events.kafka import consumer_config, partition_count
-from events.kafka import read_to_end as read_partition_to_end
+from events.kafka import consumer_config, partition_count, read_partition_to_end
 from events.records import JOURNAL_RECORDS, CoordinatorClaimed, JournalEvent
 from events.sizes import excerpt
 
@@ -59,7 +58,7 @@ def read_to_end(
 ) -> Iterator[LogMessage]:
     """Every message of ``topic`` (or of ``partitions``) up to its end as of now, partition by
     partition, in offset order within each. ``start``/``until`` (offsets) and ``timeout`` (a stall,
-    not the read) as in :func:`events.kafka.read_to_end`."""
+    not the read) as in :func:`events.kafka.read_partition_to_end`."""
     consumer = Consumer(consumer_config(bootstrap))
     try:
         chosen = sorted(partitions) if partitions is not None else partitions_of(consumer, topic)

@@ -31,15 +31,20 @@ def doctor(
 
     from rich.table import Table
 
-    from coordinator.doctor import Verdict, diagnose
+    from coordinator.doctor import CheckStatus, diagnose
 
     with Console(stderr=True).status("checking..."):
         checks = diagnose(bootstrap, topic_prefix, url)
     if as_json:
         for check in checks:
             print(json.dumps(dataclasses.asdict(check)))
-        raise typer.Exit(VIOLATION if any(check.verdict is Verdict.FAIL for check in checks) else 0)
-    colour = {Verdict.OK: "green", Verdict.WARN: "yellow", Verdict.FAIL: "red", Verdict.SKIPPED: "dim"}
+        raise typer.Exit(VIOLATION if any(check.verdict is CheckStatus.FAIL for check in checks) else 0)
+    colour = {
+        CheckStatus.OK: "green",
+        CheckStatus.WARN: "yellow",
+        CheckStatus.FAIL: "red",
+        CheckStatus.SKIPPED: "dim",
+    }
     table = Table(title="cutline doctor", show_lines=True)
     for column in ("check", "", "found", "what to do"):
         table.add_column(column, overflow="fold")
@@ -48,5 +53,5 @@ def doctor(
         verdict = Text(check.verdict, colour[check.verdict])
         table.add_row(check.name, verdict, Text(check.found), Text(check.fix))
     Console(highlight=False).print(table)
-    if any(check.verdict is Verdict.FAIL for check in checks):
+    if any(check.verdict is CheckStatus.FAIL for check in checks):
         raise typer.Exit(VIOLATION)

@@ -26,9 +26,9 @@ from coordinator.cli.common import (
     fail,
 )
 from coordinator.decider import evolve
-from coordinator.file_check import FileCheck, Verdict, first_verdict
+from coordinator.file_check import FileCheck, FirstViolation, first_verdict
 from coordinator.journal import (
-    Codec,
+    ContainerCodec,
     FileTally,
     JournalFileError,
     read_journal_events,
@@ -233,7 +233,7 @@ def replay(
     outcomes = CheckpointOutcomes() if plot is not None else None
     with _journal_errors(errors, from_file):
         try:
-            verdict = Verdict(None)
+            verdict = FirstViolation(None)
             events: Iterator[JournalEvent] = iter(())
             if split and from_file is not None:
                 verdict = _replay_split(from_file, result, verify=verify)
@@ -291,7 +291,7 @@ def _journal_errors(errors: Console, from_file: Path | None) -> Iterator[None]:
         fail(errors, f"cannot read the journal topic: {exc}")
 
 
-def _replay_split(from_file: Path, result: _Replay, *, verify: bool) -> Verdict:
+def _replay_split(from_file: Path, result: _Replay, *, verify: bool) -> FirstViolation:
     """The whole file, split by job over this process and a helper: its states, in ``result``."""
     split = replay_file(from_file, verify=verify)
     result.states, result.jobs_in_file = split.states, split.jobs
@@ -359,7 +359,7 @@ def _print_states(console: Console, result: _Replay, job: str | None) -> None:
         console.print(job_summary(result.states.get(job_id) or initial_state(job_id)))
 
 
-def _print_violation(console: Console, verdict: Verdict) -> None:
+def _print_violation(console: Console, verdict: FirstViolation) -> None:
     violation = verdict.violation
     assert violation is not None
     index = violation.index
@@ -385,7 +385,7 @@ def journal_demo(
     events: Annotated[int, typer.Option("--events", "-n", min=1, help="How many events.")] = 10_000,
     jobs: Annotated[int, typer.Option("--jobs", "-k", min=1, help="How many jobs.")] = 4,
     seed: Annotated[int, typer.Option("--seed", "-s", help="Random seed (same seed, same journal).")] = 0,
-    codec: Annotated[Codec, typer.Option("--codec", help="Avro block codec.")] = "null",
+    codec: Annotated[ContainerCodec, typer.Option("--codec", help="Avro block codec.")] = "null",
 ) -> None:
     """Write a journal of simulated coordinator traffic (the real decider, simulated jobs and tasks)."""
     console = Console(stderr=True, highlight=False)

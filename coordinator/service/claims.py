@@ -60,8 +60,7 @@ from coordinator.service.runtime import Coordinator
 from coordinator.snapshot import PartitionSnapshot, SnapshotError, decode_snapshot, encode_snapshot
 from events.codec import encode
 from events.fencing import Fence, epoch_header, epoch_of
-from events.kafka import consumer_config, job_key, partition_for, producer_config
-from events.kafka import read_to_end as read_partition_to_end
+from events.kafka import consumer_config, job_key, partition_for, producer_config, read_partition_to_end
 from events.log import LogMessage, fenced_journal, log_message
 from events.records import CoordinatorClaimed
 from events.topics import DEFAULT_PARTITIONS, Topics
@@ -110,7 +109,7 @@ SnapshotLoader = Callable[[Coordinator, bytes], tuple[int, int]]
 """Loads a snapshot's value into a fresh coordinator; returns (epoch, journal offset covered)."""
 
 
-def load_snapshot(coordinator: Coordinator, value: bytes) -> tuple[int, int]:
+def load_fold_snapshot(coordinator: Coordinator, value: bytes) -> tuple[int, int]:
     """:data:`SnapshotLoader` of :mod:`coordinator.snapshot` frames."""
     snapshot = decode_snapshot(value)
     coordinator.load(snapshot)
@@ -222,7 +221,7 @@ class PartitionRecovery:
         partition: int,
         worker_id: str,
         *,
-        load: SnapshotLoader | None = load_snapshot,
+        load: SnapshotLoader | None = load_fold_snapshot,
         timeout: float | None = 30.0,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         producer: Producer | None = None,
@@ -390,7 +389,7 @@ def claim_partition(
     partitions: int,
     partition: int,
     worker_id: str,
-    load_snapshot: SnapshotLoader | None = load_snapshot,
+    load_fold_snapshot: SnapshotLoader | None = load_fold_snapshot,
     timeout: float | None = 30.0,
     now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     generation: int = 1,
@@ -405,7 +404,7 @@ def claim_partition(
         partitions,
         partition,
         worker_id,
-        load=load_snapshot,
+        load=load_fold_snapshot,
         timeout=timeout,
         now_ms=now_ms,
     )

@@ -9,7 +9,7 @@ from confluent_kafka import Consumer
 from coordinator.service.runtime import Outgoing
 from coordinator.service.writer import Writer, Written
 from events.broker import create_topics, max_message_bytes
-from events.kafka import consumer_config, partition_for, read_to_end
+from events.kafka import consumer_config, partition_for, read_partition_to_end
 from events.sizes import TopicLimits
 
 PARTITIONS = 4
@@ -22,7 +22,7 @@ def _home(key: bytes | None) -> int:
 def _read(bootstrap: str, topic: str, partition: int) -> list[tuple[bytes | None, bytes | None]]:
     consumer = Consumer(consumer_config(bootstrap))
     try:
-        return [(m.key(), m.value()) for m in read_to_end(consumer, topic, partition, 30.0)]
+        return [(m.key(), m.value()) for m in read_partition_to_end(consumer, topic, partition, 30.0)]
     finally:
         consumer.close()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.doctor import Verdict, check_java, check_python, java_major
+from coordinator.doctor import CheckStatus, check_java, check_python, java_major
 
 
 @pytest.mark.parametrize(
@@ -27,15 +27,15 @@ def test_the_java_major_version_is_read_from_java_dash_version(output: str, majo
 def test_python_older_than_3_11_fails_and_says_what_to_install() -> None:
     check = check_python((3, 10, 12))
 
-    assert (Verdict.FAIL, "3.10.12") == (check.verdict, check.found)
+    assert (CheckStatus.FAIL, "3.10.12") == (check.verdict, check.found)
     assert "3.11" in check.fix
-    assert Verdict.OK == check_python((3, 11, 7)).verdict
+    assert CheckStatus.OK == check_python((3, 11, 7)).verdict
 
 
 def test_no_java_on_path_and_no_java_home_fails_and_says_how_to_install_it(tmp_path: Path) -> None:
     check = check_java({"PATH": str(tmp_path)})
 
-    assert Verdict.FAIL == check.verdict
+    assert CheckStatus.FAIL == check.verdict
     assert "no java on PATH and JAVA_HOME is not set" == check.found
     assert "openjdk-17-jre-headless" in check.fix and "JAVA_HOME" in check.fix
 
@@ -43,7 +43,7 @@ def test_no_java_on_path_and_no_java_home_fails_and_says_how_to_install_it(tmp_p
 def test_a_java_home_without_java_fails(tmp_path: Path) -> None:
     check = check_java({"PATH": "", "JAVA_HOME": str(tmp_path)})
 
-    assert Verdict.FAIL == check.verdict
+    assert CheckStatus.FAIL == check.verdict
     assert f"JAVA_HOME={tmp_path} has no bin/java" == check.found
 
 
@@ -60,7 +60,7 @@ def test_java_11_is_too_old_for_spark(tmp_path: Path) -> None:
 
     check = check_java({"PATH": os.environ.get("PATH", ""), "JAVA_HOME": str(tmp_path)})
 
-    assert (Verdict.FAIL, f"Java 11 at {tmp_path}/bin/java (JAVA_HOME={tmp_path})") == (
+    assert (CheckStatus.FAIL, f"Java 11 at {tmp_path}/bin/java (JAVA_HOME={tmp_path})") == (
         check.verdict,
         check.found,
     )
@@ -69,4 +69,4 @@ def test_java_11_is_too_old_for_spark(tmp_path: Path) -> None:
 def test_java_17_from_java_home_is_fine(tmp_path: Path) -> None:
     fake_java(tmp_path, "17.0.9")
 
-    assert Verdict.OK == check_java({"PATH": "", "JAVA_HOME": str(tmp_path)}).verdict
+    assert CheckStatus.OK == check_java({"PATH": "", "JAVA_HOME": str(tmp_path)}).verdict

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from coordinator.cli import app
-from coordinator.doctor import Verdict, check_client_settings
+from coordinator.doctor import CheckStatus, check_client_settings
 from events.client_config import REDACTED
 
 LISTS = Path(__file__).parent.parent / "client_properties"
@@ -59,7 +59,7 @@ def test_every_secret_property_of_the_three_libraries_is_shown_as_redacted(tmp_p
 
     assert len(names) > 15
     settings = next(c for c in map(json.loads, lines) if c["name"] == "Kafka client settings")
-    assert Verdict.OK == settings["verdict"]
+    assert CheckStatus.OK == settings["verdict"]
     for output in (table.output, "\n".join(lines)):
         assert [] == [name for name, value in values.items() if value in output]
         assert "hunter2" not in output
@@ -78,7 +78,7 @@ def test_a_properties_file_with_a_secret_others_may_read_is_a_warning(tmp_path: 
     config.chmod(0o600)
     private = check_client_settings({"CUTLINE_KAFKA_CONFIG": str(config)})
 
-    assert (Verdict.WARN, Verdict.OK) == (readable.verdict, private.verdict)
+    assert (CheckStatus.WARN, CheckStatus.OK) == (readable.verdict, private.verdict)
     assert "sasl.password" in readable.found and "0644" in readable.found
     assert f"chmod 600 {config}" in readable.fix
     assert "hunter2" not in readable.found + private.found

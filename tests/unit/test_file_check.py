@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import Cut, _Selection
-from coordinator.file_check import FileCheck, Verdict, check_file
+from coordinator.file_check import FileCheck, FirstViolation, check_file
 from coordinator.invariants import first_violation
 from coordinator.journal import write_journal
 from coordinator.simulate import simulate
@@ -49,7 +49,7 @@ class TestCheckFile:
         path = tmp_path / "good.avro"
         write_journal(path, events)
 
-        assert Verdict(None) == check_file(path, _Selection(Cut()))
+        assert FirstViolation(None) == check_file(path, _Selection(Cut()))
 
     def test_a_violation_is_the_in_memory_one_and_says_where_it_stands(
         self, bad_journal: tuple[Path, int, TaskAcknowledged], events: list[JournalEvent]
@@ -69,8 +69,8 @@ class TestCheckFile:
         path, at, dropped = bad_journal
         other = next(j for j in ("job-1", "job-2", "job-3") if j != dropped.job_id)
 
-        assert Verdict(None) == check_file(path, _Selection(Cut(), other))
-        assert Verdict(None) == check_file(path, _Selection(Cut(offset=at - 1)))
+        assert FirstViolation(None) == check_file(path, _Selection(Cut(), other))
+        assert FirstViolation(None) == check_file(path, _Selection(Cut(offset=at - 1)))
         own = check_file(path, _Selection(Cut(), dropped.job_id))
         assert own.violation is not None and (-1, at) == own.position
 

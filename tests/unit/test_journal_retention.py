@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.doctor import Verdict, check_retention
+from coordinator.doctor import CheckStatus, check_retention
 from coordinator.service.app import JournalRetentionError, Settings, check_journal_retention
 
 SETTINGS = Settings("broker:9092", "t.")
@@ -80,7 +80,7 @@ class TestDoctor:
 
         check = check_retention("broker:9092", "t.")
 
-        assert Verdict.FAIL == check.verdict
+        assert CheckStatus.FAIL == check.verdict
         assert "compaction keeps one record per key" in check.found
         assert check.fix.startswith("keep every record for ever:")
         assert "cleanup.policy=delete,retention.ms=-1,retention.bytes=-1" in check.fix
@@ -91,4 +91,4 @@ class TestDoctor:
             "coordinator.service.app.topic_config", lambda bootstrap, topic: {"retention.ms": "-1"}
         )
 
-        assert Verdict.OK == check_retention("broker:9092", "t.").verdict
+        assert CheckStatus.OK == check_retention("broker:9092", "t.").verdict

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from coordinator.cli import Cut, _Selection
 from coordinator.decider import fold_jobs
-from coordinator.file_check import Verdict, check_file
+from coordinator.file_check import FirstViolation, check_file
 from coordinator.journal import FileTally, read_journal_share, write_journal
 from coordinator.simulate import simulate
 from coordinator.split_replay import _first, replay_file, replay_share, share_taker
@@ -56,7 +56,7 @@ def without_an_ack_of(events: list[JournalEvent], job_id: str, after: int = 0) -
     return events[:dropped] + events[dropped + 1 :]
 
 
-def one_process_verdict(path: Path) -> Verdict:
+def one_process_verdict(path: Path) -> FirstViolation:
     return check_file(path, _Selection(Cut()))
 
 
@@ -96,7 +96,7 @@ class TestReplayFile:
             assert folded(events) == replayed.states
             assert len(events) == replayed.records
             assert {e.job_id for e in events} == replayed.jobs
-            assert Verdict(None) == replayed.verdict
+            assert FirstViolation(None) == replayed.verdict
 
     def test_a_violation_in_either_share_is_the_one_process_verdict(
         self, tmp_path: Path, events: list[JournalEvent]
