@@ -19,7 +19,6 @@ __all__ = [
     "Restart",
     "RestartHistory",
     "failure_window",
-    "history_after",
     "on_failure",
     "strategy_problem",
 ]
@@ -110,15 +109,6 @@ def failure_window(strategy: RestartStrategy, failure_times: tuple[int, ...], no
     """The failures failure-rate looks at after one at ``now_ms``: the latest
     ``max_failures_per_interval + 1`` (Flink's bounded queue of failure timestamps)."""
     return (*failure_times, now_ms)[-(max(strategy.max_failures_per_interval, 0) + 1) :]
-
-
-def history_after(
-    strategy: RestartStrategy, history: RestartHistory, now_ms: int, restart: Restart
-) -> RestartHistory:
-    """The history once the job failed at ``now_ms`` and ``restart`` was decided (what folding the
-    journaled ``JobRestartScheduled`` gives)."""
-    window = failure_window(strategy, history.failure_times, now_ms)
-    return RestartHistory(restart.restarts, restart.backoff_ms, now_ms, window)
 
 
 def strategy_problem(strategy: RestartStrategy) -> str | None:

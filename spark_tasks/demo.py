@@ -38,7 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.service.run import EXIT_CANCELED
+from coordinator.service.job_runner import EXIT_CANCELED
 from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import broker_at, create_topics
 from events.feed import JobFeed
@@ -121,7 +121,6 @@ class DemoResult:
     restored_from: int | None
     crashed: bool
     seconds: float
-    notes: list[str] = field(default_factory=list)
 
     @property
     def exactly_once(self) -> bool:
@@ -193,9 +192,6 @@ class WordStream:
         if self._thread.is_alive():
             self._thread.join(10)
         self._producer.flush(30)
-
-
-# -------------------------------------------------------------- the Spark job
 
 
 # --------------------------------------------------------------------- the demo

@@ -68,6 +68,7 @@ from events.topics import Topics
 from events.wire import DeclineReason
 from spark_tasks.kafka_source import BARRIER_COLUMN
 from spark_tasks.state import KafkaRecord, StateLost, _json_dumps, _json_loads
+from spark_tasks.tasks import snapshot_name
 
 __all__ = [
     "FULL_EVERY",
@@ -695,13 +696,6 @@ def _on_barriers(
     return acknowledged(settings.job_id, checkpoint_id, attempt, task, manifest_uri, data, offsets, metrics)
 
 
-def snapshot_name(task: str, attempt: int, run_id: str, batch: int) -> str:
-    """A keyed snapshot's manifest name (its pieces add ``.full`` or ``.delta``): bound to the
-    attempt, the run and the cut (the barrier's micro-batch), as in :mod:`spark_tasks.tasks`."""
-    run = f"-{run_id}" if run_id else ""
-    return f"{task}.a{attempt}{run}.cut-{batch}"
-
-
 def write_snapshot(
     store: KeyedStateStore,
     state: KeyedState,
@@ -716,6 +710,8 @@ def write_snapshot(
     then the manifest. Returns the manifest's URI and bytes and the piece written (None when this
     run had written this very snapshot before: a re-run of the batch acks it again)."""
     location = str(barrier["location"]).rstrip("/")
+    # the manifest takes the name a task's snapshot would (the cut: the barrier's micro-batch); its
+    # pieces add ``.full`` or ``.delta``
     name = quote(snapshot_name(task, int(barrier["attempt"]), settings.run_id, batch_id), safe=":@=+,")
     manifest_uri = f"{location}/{name}"
     if storage.exists(manifest_uri):

@@ -134,7 +134,7 @@ def _emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, "pid": os.getpid(), **fields}), flush=True)
 
 
-def run(
+def run_wordcount(
     spark: Any,
     settings: JobSettings,
     out: Path,
@@ -437,7 +437,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         try:
             if stop.requested:  # while the JVM started: no job to start, nor to report CANCELED
                 return 0
-            job = run(
+            job = run_wordcount(
                 spark,
                 settings,
                 args.out,

@@ -68,7 +68,7 @@ def run(
     --attempts 3 -- python -m spark_tasks.wordcount ...
     """
     from coordinator.restart import strategy_problem
-    from coordinator.service.run import RunSettings, supervise
+    from coordinator.service.job_runner import RunSettings, supervise
     from events.records import RestartStrategy
 
     errors = Console(stderr=True, highlight=False)

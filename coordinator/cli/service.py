@@ -125,7 +125,7 @@ def coordinator(
         )
         raise typer.Exit(_watch_worker(errors, bootstrap, child))
     # The worker's imports (Faust, aiokafka): not in the watchdog, which only waits.
-    from coordinator.service.app import JournalRetentionError, Settings, TopicLayoutError, run
+    from coordinator.service.app import JournalRetentionError, Settings, TopicLayoutError, run_coordinator
     from coordinator.service.watchdog import die_with_watchdog
 
     die_with_watchdog(bootstrap=bootstrap)
@@ -144,7 +144,7 @@ def coordinator(
         partitions=partitions,
     )
     try:
-        run(settings, loglevel)
+        run_coordinator(settings, loglevel)
     except (JournalRetentionError, TopicLayoutError) as exc:
         fail(errors, str(exc))
 

@@ -614,7 +614,7 @@ def raw_topic(app: faust.App, name: str, partitions: int) -> faust.TopicT:
     )
 
 
-def run(settings: Settings, loglevel: str = "warning") -> None:
+def run_coordinator(settings: Settings, loglevel: str = "warning") -> None:
     """Create missing topics and run the coordinator worker until interrupted.
 
     With ``CUTLINE_PROFILE=<dir>`` in the environment (``bench/bench_coordinator.py --profile``),
@@ -686,4 +686,4 @@ def _profile_threads(directory: Path) -> None:
     profilers["main"].enable()
 
 
-__all__ = ["Settings", "create_app", "ensure_topics", "run"]
+__all__ = ["Settings", "create_app", "ensure_topics", "run_coordinator"]

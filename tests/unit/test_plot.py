@@ -9,12 +9,12 @@ from typer.testing import CliRunner
 
 from coordinator.cli import app
 from coordinator.plot import CheckpointOutcomes, write_plot
-from coordinator.testing import ack, decline, run, running, tick
+from coordinator.testing import ack, decline, run_commands, running, tick
 from events.records import CheckpointKind
 
 
 def outcomes_of_a_small_job() -> CheckpointOutcomes:
-    _, events = run(
+    _, events = run_commands(
         [
             running(at=0),
             tick(1000),

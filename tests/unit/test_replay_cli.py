@@ -20,7 +20,7 @@ from coordinator.decider import fold_jobs
 from coordinator.journal import read_journal_events, write_journal
 from coordinator.simulate import Rates, simulate
 from coordinator.state import JobState
-from coordinator.testing import config, heartbeat, run, running, tick
+from coordinator.testing import config, heartbeat, run_commands, running, tick
 from coordinator.timeline import format_time, job_summary
 from events.records import (
     CheckpointCompleted,
@@ -284,7 +284,7 @@ def test_console_script_replays_and_verifies(journal: Path) -> None:
 def test_the_job_panel_shows_the_restart_strategy_and_a_scheduled_restart() -> None:
     """After a missed heartbeat the panel names the strategy, its count and the restart it scheduled."""
     cfg = config(restart_strategy=RestartStrategy(RestartStrategyKind.FIXED_DELAY, attempts=2, delay_ms=500))
-    state, _ = run([running(cfg=cfg, at=0), heartbeat(at=10), tick(50_010)])
+    state, _ = run_commands([running(cfg=cfg, at=0), heartbeat(at=10), tick(50_010)])
 
     out = io.StringIO()
     Console(file=out, width=400, highlight=False).print(job_summary(state))  # wide: nothing wraps

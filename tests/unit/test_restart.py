@@ -16,7 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from coordinator.decider import Rejection, due_at
-from coordinator.restart import GiveUp, Restart, RestartHistory, history_after, on_failure, strategy_problem
+from coordinator.restart import GiveUp, Restart, RestartHistory, failure_window, on_failure, strategy_problem
 from coordinator.state import Reason
 from coordinator.testing import (
     JOB,
@@ -49,14 +49,16 @@ FAILURE_RATE = RestartStrategyKind.FAILURE_RATE
 
 
 def failures(strategy: RestartStrategy, times: list[int], jitter: float = 0.5) -> list[Restart | GiveUp]:
-    """What each failure at ``times`` leads to, the history carried from one to the next."""
+    """What each failure at ``times`` leads to, the history carried from one to the next as the
+    decider's fold of ``JobRestartScheduled`` carries it."""
     history, out = RestartHistory(), []
     for now in times:
         decision = on_failure(strategy, history, now, jitter)
         out.append(decision)
         if isinstance(decision, GiveUp):
             break
-        history = history_after(strategy, history, now, decision)
+        window = failure_window(strategy, history.failure_times, now)
+        history = RestartHistory(decision.restarts, decision.backoff_ms, now, window)
     return out
 
 

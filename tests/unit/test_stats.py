@@ -5,13 +5,13 @@ from __future__ import annotations
 from coordinator.decider import evolve
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, checkpoints_json, config_json, track, with_progress
-from coordinator.testing import JOB, LOCATION, ack, config, decline, request, run, running, tick
+from coordinator.testing import JOB, LOCATION, ack, config, decline, request, run_commands, running, tick
 from events.records import CheckpointKind, StateHandle
 
 
 def stats_of(*commands: object) -> CheckpointStats | None:
     """The statistics as the views show them after ``commands``."""
-    _, events = run(commands)  # type: ignore[arg-type]
+    _, events = run_commands(commands)  # type: ignore[arg-type]
     state: JobState = initial_state(JOB)
     stats: CheckpointStats | None = None
     for event in events:
