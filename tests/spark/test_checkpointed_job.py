@@ -27,7 +27,7 @@ from events.kafka import (
     job_partition,
     produce_record,
     producer_config,
-    read_to_end,
+    read_partition_to_end,
 )
 from events.participant import JobDriver, local_path
 from events.records import (
@@ -300,7 +300,7 @@ def _journal_epoch(bootstrap: str, prefix: str, job_id: str) -> int:
     consumer = Consumer(consumer_config(bootstrap))
     try:
         fence = Fence()
-        for msg in read_to_end(consumer, topic, job_partition(consumer, topic, job_id), 30):
+        for msg in read_partition_to_end(consumer, topic, job_partition(consumer, topic, job_id), 30):
             if msg.value() and isinstance(claim := decode(msg.value()), CoordinatorClaimed):
                 _, fence = fence.claim(claim.epoch)
         return fence.epoch
