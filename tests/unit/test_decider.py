@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.decider import Rejection, due_at, inline_limit
-from coordinator.state import MAX_QUEUED_REQUESTS, Reason, task_set
+from coordinator.state import MAX_QUEUED_REQUESTS, Reason
 from coordinator.testing import (
     JOB,
     LOCATION,
@@ -774,26 +774,20 @@ class TestBadInput:
 
 
 class TestTaskSet:
-    def test_membership_follows_the_tuple_not_its_identity(self) -> None:
-        """Equal task tuples that are different objects give the same set; another tuple its own."""
-        first = tuple(f"t{i}" for i in range(3))
-        again = tuple(f"t{i}" for i in range(3))
+    def test_the_task_set_follows_the_tasks(self) -> None:
+        """The state keeps its tasks as a set too, and each pending checkpoint the set of its own."""
+        state = given(running(tasks=("t0", "t1", "t2"), at=0), tick(1000)).state
 
-        assert frozenset({"t0", "t1", "t2"}) == task_set(first) == task_set(again)
-        assert frozenset({"x"}) == task_set(("x",))
+        assert frozenset({"t0", "t1", "t2"}) == state.task_ids == state.pending[1].task_ids
 
-    def test_a_remembered_set_is_the_same_object(self) -> None:
-        """The second lookup of one tuple costs a dict lookup: it returns the set built the first time."""
-        tasks = ("a", "b")
+    def test_a_new_attempt_has_the_set_of_its_own_tasks(self) -> None:
+        """A RUNNING status of a new attempt with other tasks replaces the set; the old tasks are refused."""
+        when = given(running(tasks=("a", "b"), at=0)).when(running(tasks=("x",), attempt=2, at=5))
 
-        assert task_set(tasks) is task_set(tasks)
-
-    def test_ack_from_a_task_outside_the_checkpoint_after_many_jobs(self) -> None:
-        """Past the memo's size the sets are built again, and unknown tasks are still refused."""
-        for i in range(1100):
-            task_set((f"other-{i}",))
-
-        given(running(at=0), tick(1000)).when(ack(1, "nobody")).then_rejected(Rejection.UNKNOWN_TASK)
+        assert frozenset({"x"}) == when.state.task_ids
+        given(running(tasks=("a", "b"), at=0), running(tasks=("x",), attempt=2, at=5), tick(1000)).when(
+            ack(1, "a", attempt=2)
+        ).then_rejected(Rejection.UNKNOWN_TASK)
 
 
 class TestSavepointTargets:

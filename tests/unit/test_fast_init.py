@@ -21,7 +21,7 @@ import coordinator.commands
 import coordinator.service.runtime
 import events.records
 import events.validation
-from events.fast_init import fast_init
+from events.codegen import fast_init
 
 SCANNED = (events.records, events.validation, coordinator.commands, coordinator.service.runtime)
 USERS = sorted(
