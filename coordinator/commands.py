@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from events.fast_init import fast_init
+from events.codegen import fast_init
 from events.records import (
     CheckpointAcknowledged,
     CheckpointDeclined,

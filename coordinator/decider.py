@@ -8,13 +8,11 @@ The rules are Flink's ``CheckpointCoordinator``'s (docs/design.md, "The checkpoi
 
 from __future__ import annotations
 
-import functools
-import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import TypeAlias, TypeVar, assert_never
 
+from coordinator import checks
+from coordinator.checks import InputRejected, Rejection, inline_problem, storage_uri
 from coordinator.commands import (
     AcknowledgeCheckpoint,
     ChangeJobStatus,
@@ -25,14 +23,7 @@ from coordinator.commands import (
     RequestCheckpoint,
     Tick,
 )
-from coordinator.restart import (
-    GiveUp,
-    Restart,
-    RestartHistory,
-    failure_window,
-    on_failure,
-    strategy_problem,
-)
+from coordinator.restart import GiveUp, Restart, RestartHistory, failure_window, on_failure
 from coordinator.state import (
     COUNTED_REASONS,
     MAX_QUEUED_REQUESTS,
@@ -43,9 +34,8 @@ from coordinator.state import (
     Scheduler,
     frozen_map,
     initial_state,
-    replacer,
-    task_set,
 )
+from events.codegen import replacer
 from events.records import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -72,16 +62,7 @@ from events.records import (
 from events.sizes import excerpt
 from events.validation import (
     INLINE_BUDGET_BYTES,
-    MAX_CHECKPOINT_ID,
-    MAX_DURATION_MS,
-    MAX_INLINE_THRESHOLD_BYTES,
-    MAX_MAP_ENTRIES,
-    MAX_TASKS,
-    InvalidUri,
     StorageUri,
-    parse_below,
-    parse_offsets_key,
-    parse_uri,
 )
 
 __all__ = [
@@ -99,41 +80,6 @@ __all__ = [
     "inline_problem",
     "savepoint_roots",
 ]
-
-
-class Rejection(StrEnum):
-    """Why an input was refused and sent to the dead-letter topic."""
-
-    UNKNOWN_JOB = "UNKNOWN_JOB"
-    STALE_ATTEMPT = "STALE_ATTEMPT"
-    UNKNOWN_ATTEMPT = "UNKNOWN_ATTEMPT"
-    UNKNOWN_TASK = "UNKNOWN_TASK"
-    INVALID_ID = "INVALID_ID"
-    UNKNOWN_CHECKPOINT = "UNKNOWN_CHECKPOINT"
-    INVALID_OFFSETS = "INVALID_OFFSETS"
-    STATE_OUTSIDE_LOCATION = "STATE_OUTSIDE_LOCATION"
-    INVALID_STATE_HANDLE = "INVALID_STATE_HANDLE"
-    INVALID_METRICS = "INVALID_METRICS"
-    SAVEPOINT_TARGET_NOT_ALLOWED = "SAVEPOINT_TARGET_NOT_ALLOWED"
-    """Only the shell's symbolic-link check uses it; the decider's own refusal is a journaled
-    ``TriggerRejected`` with the same name."""
-    INVALID_CONFIG = "INVALID_CONFIG"
-    INVALID_STATUS = "INVALID_STATUS"
-    RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
-    """Only the shell uses it: the input's decision would write a record over its topic's
-    ``max.message.bytes`` (docs/design.md, "Record sizes"); nothing of it is journaled."""
-
-
-@dataclass(frozen=True, slots=True)
-class InputRejected:
-    """The command's input was not acceptable; the shell sends it to dead letters.
-
-    Not a journal event: it changes nothing, and ``evolve`` ignores it.
-    """
-
-    job_id: str
-    reason: Rejection
-    message: str
 
 
 Decision: TypeAlias = JournalEvent | InputRejected
@@ -167,59 +113,13 @@ def evolve(state: JobState, event: Decision) -> JobState:
         case CheckpointTriggered():
             return _replace_state(
                 state,
-                pending=state.pending.set(event.checkpoint_id, PendingCheckpoint(event)),
+                pending=state.pending.set(event.checkpoint_id, _pending(state, event)),
                 next_checkpoint_id=max(state.next_checkpoint_id, event.checkpoint_id + 1),
                 queue=_dequeued(state.queue, event.periodic, event.request_id),
                 scheduler=_moved(state.scheduler, event.next_trigger_ms),
             )
         case CheckpointCompleted():
-            pending = _without(state.pending, event.checkpoint_id)
-            if event.kind is CheckpointKind.SAVEPOINT:
-                return _replace_state(
-                    state,
-                    pending=pending,
-                    latest_savepoint=event,
-                    last_completion_ms=event.timestamp_ms,
-                    last_completed_id=max(state.last_completed_id, event.checkpoint_id),
-                    failures=0,
-                )
-            retained = state.config.retained if state.config else 1
-            return _replace_state(
-                state,
-                pending=pending,
-                completed=(*state.completed, event)[-max(1, retained) :],
-                last_completion_ms=event.timestamp_ms,
-                last_completed_id=max(state.last_completed_id, event.checkpoint_id),
-                failures=0,
-            )
-        case SchedulerStarted():
-            return _replace_state(
-                state,
-                status=JobStatus.RUNNING,
-                attempt=event.attempt,
-                tasks=event.tasks,
-                config=event.config,
-                tasks_not_running=frozen_map(),
-                scheduler=Scheduler(event.next_trigger_ms),
-                queue=(),
-                heartbeat_deadline_ms=None,
-                restart=None,
-            )
-        case SchedulerStopped():
-            return _replace_state(
-                state,
-                status=event.status,
-                attempt=event.attempt,
-                scheduler=None,
-                queue=(),
-                heartbeat_deadline_ms=None,
-            )
-        case TaskStatusRecorded():
-            if event.status is ExecutionState.RUNNING:
-                not_running = _without(state.tasks_not_running, event.task_id)
-            else:
-                not_running = state.tasks_not_running.set(event.task_id, event.status)
-            return _replace_state(state, tasks_not_running=not_running)
+            return _completed(state, event)
         case CheckpointRequestQueued():
             waiting = [q for q in state.queue if not (event.periodic and q.periodic)]
             queue = tuple(sorted((*waiting, event), key=_priority))
@@ -243,6 +143,53 @@ def evolve(state: JobState, event: Decision) -> JobState:
                 restored=event,
                 next_checkpoint_id=max(state.next_checkpoint_id, event.checkpoint_id + 1),
             )
+        case _:
+            return _evolve_job(state, event)
+
+
+_JobEvent: TypeAlias = (
+    SchedulerStarted
+    | SchedulerStopped
+    | TaskStatusRecorded
+    | JobHeartbeatRecorded
+    | JobRestartScheduled
+    | JobFailedPermanently
+    | InputRejected
+)
+
+
+def _evolve_job(state: JobState, event: _JobEvent) -> JobState:
+    """``evolve`` of the job's and its tasks' lifecycle (the checkpoints' events are in ``evolve``)."""
+    match event:
+        case SchedulerStarted():
+            return _replace_state(
+                state,
+                status=JobStatus.RUNNING,
+                attempt=event.attempt,
+                tasks=event.tasks,
+                task_ids=frozenset(event.tasks),
+                config=event.config,
+                tasks_not_running=frozen_map(),
+                scheduler=Scheduler(event.next_trigger_ms),
+                queue=(),
+                heartbeat_deadline_ms=None,
+                restart=None,
+            )
+        case SchedulerStopped():
+            return _replace_state(
+                state,
+                status=event.status,
+                attempt=event.attempt,
+                scheduler=None,
+                queue=(),
+                heartbeat_deadline_ms=None,
+            )
+        case TaskStatusRecorded():
+            if event.status is ExecutionState.RUNNING:
+                not_running = _without(state.tasks_not_running, event.task_id)
+            else:
+                not_running = state.tasks_not_running.set(event.task_id, event.status)
+            return _replace_state(state, tasks_not_running=not_running)
         case JobHeartbeatRecorded():
             return _replace_state(state, heartbeat_deadline_ms=event.deadline_ms)
         case JobRestartScheduled():
@@ -264,6 +211,34 @@ def evolve(state: JobState, event: Decision) -> JobState:
             return state
         case _:
             assert_never(event)
+
+
+def _pending(state: JobState, triggered: CheckpointTriggered) -> PendingCheckpoint:
+    """The new pending checkpoint, sharing the state's task set when it has the state's tasks."""
+    same = triggered.tasks == state.tasks
+    return PendingCheckpoint(triggered, task_ids=state.task_ids if same else frozenset(triggered.tasks))
+
+
+def _completed(state: JobState, event: CheckpointCompleted) -> JobState:
+    pending = _without(state.pending, event.checkpoint_id)
+    if event.kind is CheckpointKind.SAVEPOINT:
+        return _replace_state(
+            state,
+            pending=pending,
+            latest_savepoint=event,
+            last_completion_ms=event.timestamp_ms,
+            last_completed_id=max(state.last_completed_id, event.checkpoint_id),
+            failures=0,
+        )
+    retained = state.config.retained if state.config else 1
+    return _replace_state(
+        state,
+        pending=pending,
+        completed=(*state.completed, event)[-max(1, retained) :],
+        last_completion_ms=event.timestamp_ms,
+        last_completed_id=max(state.last_completed_id, event.checkpoint_id),
+        failures=0,
+    )
 
 
 def _without(mapping: FrozenMap[_K, _V], key: _K) -> FrozenMap[_K, _V]:
@@ -327,7 +302,11 @@ def due_at(state: JobState) -> int | None:
 
 
 class _Decision:
-    """Collects events and keeps the state they lead to, so later rules see earlier facts."""
+    """Collects a command's decisions and the state after each, so later rules see earlier facts.
+
+    Every rule records what it decides here and returns nothing: a refusal of the input is one
+    :class:`InputRejected` (from :mod:`coordinator.checks`), a no-op records nothing.
+    """
 
     __slots__ = ("events", "state", "states")
 
@@ -341,8 +320,12 @@ class _Decision:
         self.state = evolve(self.state, event)
         self.states.append(self.state)
 
-    def reject(self, reason: Rejection, message: str) -> list[Decision]:
-        return [InputRejected(self.state.job_id, reason, message)]
+    def refused(self, refusal: InputRejected | None) -> bool:
+        """Record ``refusal``, if the checks made one: then the rule decides nothing else."""
+        if refusal is None:
+            return False
+        self.emit(refusal)
+        return True
 
 
 def decide(state: JobState, command: Command) -> list[Decision]:
@@ -353,7 +336,9 @@ def decide(state: JobState, command: Command) -> list[Decision]:
     repeat (a duplicate ack, a late ack, a repeated decline) gives ``[]``; an
     unacceptable input gives one :class:`InputRejected`.
     """
-    return _decide(_Decision(state), command)
+    d = _Decision(state)
+    _decide(d, command)
+    return d.events
 
 
 def decide_steps(state: JobState, command: Command) -> list[tuple[Decision, JobState]]:
@@ -363,164 +348,77 @@ def decide_steps(state: JobState, command: Command) -> list[tuple[Decision, JobS
     instead of evolving each decision a second time.
     """
     d = _Decision(state)
-    decisions = _decide(d, command)
-    if decisions is d.events:
-        return list(zip(decisions, d.states, strict=True))
-    steps = []  # a refusal or nothing: no decision was evolved
-    for decision in decisions:
-        state = evolve(state, decision)
-        steps.append((decision, state))
-    return steps
+    _decide(d, command)
+    return list(zip(d.events, d.states, strict=True))
 
 
-def _decide(d: _Decision, command: Command) -> list[Decision]:
-    state = d.state
-    if command.job_id != state.job_id:
-        return d.reject(
-            Rejection.UNKNOWN_JOB,
-            f"a command of job {excerpt(command.job_id)!r} reached job {excerpt(state.job_id)!r}",
-        )
+def _decide(d: _Decision, command: Command) -> None:
+    if d.refused(checks.job_of(d.state, command.job_id)):
+        return
     match command:
         case ChangeJobStatus():
-            return _change_job_status(d, command)
+            _change_job_status(d, command)
         case ChangeTaskStatus():
-            return _change_task_status(d, command)
+            _change_task_status(d, command)
         case RequestCheckpoint():
-            return _request_checkpoint(d, command)
+            _request_checkpoint(d, command)
         case AcknowledgeCheckpoint():
-            return _acknowledge(d, command)
+            _acknowledge(d, command)
         case DeclineCheckpoint():
-            return _decline(d, command)
+            _decline(d, command)
         case RecordHeartbeat():
-            return _record_heartbeat(d, command)
+            _record_heartbeat(d, command)
         case Tick():
-            return _tick(d, command)
+            _tick(d, command)
         case _:
             assert_never(command)
 
 
-def _config_problem(config: CheckpointConfig | None) -> str | None:
-    if config is None:
-        return "a RUNNING job status must carry its checkpoint config"
-    if config.timeout_ms <= 0:
-        return f"timeout_ms must be positive, got {config.timeout_ms}"
-    if config.min_pause_ms < 0:
-        return f"min_pause_ms must not be negative, got {config.min_pause_ms}"
-    if config.max_concurrent < 1:
-        return f"max_concurrent must be at least 1, got {config.max_concurrent}"
-    if config.tolerable_failures < 0:
-        return f"tolerable_failures must not be negative, got {config.tolerable_failures}"
-    if config.retained < 1:
-        return f"retained must be at least 1, got {config.retained}"
-    if not 0 <= config.inline_threshold_bytes <= MAX_INLINE_THRESHOLD_BYTES:
-        return (
-            f"inline_threshold_bytes must be between 0 and {MAX_INLINE_THRESHOLD_BYTES} "
-            f"(Flink's memory threshold is at most 1 MiB too), got {config.inline_threshold_bytes}"
-        )
-    for name in ("interval_ms", "timeout_ms", "min_pause_ms"):
-        value = getattr(config, name)
-        if value > MAX_DURATION_MS:
-            return f"{name} must be at most {MAX_DURATION_MS}, got {value}"
-    if not 0 < config.heartbeat_interval_ms <= config.heartbeat_timeout_ms <= MAX_DURATION_MS:
-        return (
-            f"heartbeats need 0 < heartbeat_interval_ms <= heartbeat_timeout_ms <= {MAX_DURATION_MS}, got "
-            f"{config.heartbeat_interval_ms} and {config.heartbeat_timeout_ms}"
-        )
-    problem = strategy_problem(config.restart_strategy)
-    if problem is not None:
-        return problem
-    if not config.location:
-        return "location (the checkpoint storage URI) must not be empty"
-    root = _storage_uri(config.location)
-    if isinstance(root, str):
-        return f"location is not a storage URI cutline accepts: {excerpt(root)}"
-    if root.scheme == "file" and not root.segments:
-        return "location must not be the root of the file system"
-    return None
-
-
-def _job_dir_problem(job_id: str, location: str) -> str | None:
-    """Does ``job_id`` name exactly one directory below ``location`` (checkpoints go to
-    ``<location>/<job_id>/chk-<id>``)? A job id such as ``..`` or ``a/b`` would put them elsewhere."""
-    root = _storage_uri(location)
-    job_dir = _storage_uri(f"{location.rstrip('/')}/{job_id}")
-    if isinstance(root, str) or isinstance(job_dir, str) or job_dir.segments != (*root.segments, job_id):
-        return (
-            f"job id {excerpt(job_id)!r} cannot name a directory of checkpoint location {excerpt(location)!r}"
-        )
-    return None
-
-
-@functools.lru_cache(maxsize=1024)
-def _storage_uri(uri: str) -> StorageUri | str:
-    """``parse_uri``, or the reason it refused ``uri``. A memo: a location is parsed for every ack
-    of its checkpoint; ``parse_uri`` is pure, so remembering it changes no decision."""
-    try:
-        return parse_uri(uri)
-    except InvalidUri as exc:
-        return str(exc)
-
-
-def _change_job_status(d: _Decision, command: ChangeJobStatus) -> list[Decision]:
+def _change_job_status(d: _Decision, command: ChangeJobStatus) -> None:
     changed, now, state = command.changed, command.now_ms, d.state
-    if changed.attempt < 0:
-        return d.reject(Rejection.INVALID_STATUS, f"attempt must not be negative: {changed.attempt}")
-    if changed.attempt < state.attempt:
-        return d.reject(
-            Rejection.STALE_ATTEMPT,
-            f"status {changed.status} of attempt {changed.attempt}; the job is at {state.attempt}",
-        )
+    if d.refused(checks.job_status(state, changed)):
+        return
     if changed.status is JobStatus.RUNNING:
-        problem = _config_problem(changed.config)
-        if problem is None and not changed.tasks:
-            problem = "a RUNNING job status must list the tasks that acknowledge checkpoints"
-        if problem is None and len(changed.tasks) > MAX_TASKS:
-            problem = f"a job may have at most {MAX_TASKS} tasks, got {len(changed.tasks)}"
-        if problem is None and changed.config is not None:
-            problem = _job_dir_problem(changed.job_id, changed.config.location)
-        if problem is None and len(set(changed.tasks)) != len(changed.tasks):
-            problem = f"task ids must be unique: {excerpt(list(changed.tasks))}"
-        restored = changed.restored_checkpoint_id
-        if problem is None and restored is not None and not 1 <= restored <= MAX_CHECKPOINT_ID:
-            problem = f"restored_checkpoint_id must be in [1, {MAX_CHECKPOINT_ID}]: {restored}"
-        if problem is not None:
-            return d.reject(Rejection.INVALID_CONFIG, problem)
-        if state.status is JobStatus.RUNNING and changed.attempt == state.attempt:
-            return []
-        if state.scheduler is not None:
-            _stop(d, now, JobStatus.RESTARTING, f"attempt {changed.attempt} started")
-        assert changed.config is not None
-        if changed.restored_checkpoint_id is not None:
-            d.emit(
-                CheckpointRestored(
-                    job_id=changed.job_id,
-                    checkpoint_id=changed.restored_checkpoint_id,
-                    attempt=changed.attempt,
-                    timestamp_ms=now,
-                    location=changed.restored_location,
-                )
-            )
-        d.emit(
-            SchedulerStarted(
-                job_id=changed.job_id,
-                attempt=changed.attempt,
-                timestamp_ms=now,
-                tasks=tuple(changed.tasks),
-                config=changed.config,
-                next_trigger_ms=_first_trigger(changed.config, now, command.jitter),
-            )
-        )
-        return d.events
+        if state.status is not JobStatus.RUNNING or changed.attempt != state.attempt:
+            _start(d, command)
+        return
     if changed.status is state.status and changed.attempt == state.attempt:
-        return []
+        return
     if changed.status is JobStatus.FAILING:
         if changed.attempt == state.attempt and state.status in FAILED_OR_RESTARTING:
-            return []  # that attempt's failure was decided already (a heartbeat expired, say)
+            return  # that attempt's failure was decided already (a heartbeat expired, say)
         _fail(d, now, changed.error or f"attempt {changed.attempt} reported FAILING", command.jitter,
               Reason.CHECKPOINT_COORDINATOR_SUSPEND, attempt=changed.attempt)  # fmt: skip
-        return d.events
+        return
     _stop(d, now, changed.status, changed.error, attempt=changed.attempt)
-    return d.events
+
+
+def _start(d: _Decision, command: ChangeJobStatus) -> None:
+    """A new attempt runs: stop the old one's scheduler, note what it restored, start the scheduler."""
+    changed, now = command.changed, command.now_ms
+    assert changed.config is not None  # checks.job_status admits no RUNNING status without one
+    if d.state.scheduler is not None:
+        _stop(d, now, JobStatus.RESTARTING, f"attempt {changed.attempt} started")
+    if changed.restored_checkpoint_id is not None:
+        d.emit(
+            CheckpointRestored(
+                job_id=changed.job_id,
+                checkpoint_id=changed.restored_checkpoint_id,
+                attempt=changed.attempt,
+                timestamp_ms=now,
+                location=changed.restored_location,
+            )
+        )
+    d.emit(
+        SchedulerStarted(
+            job_id=changed.job_id,
+            attempt=changed.attempt,
+            timestamp_ms=now,
+            tasks=tuple(changed.tasks),
+            config=changed.config,
+            next_trigger_ms=_first_trigger(changed.config, now, command.jitter),
+        )
+    )
 
 
 def _first_trigger(config: CheckpointConfig, now: int, jitter: float) -> int | None:
@@ -610,37 +508,23 @@ def _fail(
     )
 
 
-def _record_heartbeat(d: _Decision, command: RecordHeartbeat) -> list[Decision]:
-    heartbeat, state = command.heartbeat, d.state
-    if not state.known:
-        return d.reject(
-            Rejection.UNKNOWN_JOB, f"a heartbeat of job {excerpt(heartbeat.job_id)!r}, which never ran"
-        )
-    if heartbeat.attempt < state.attempt:
-        return d.reject(
-            Rejection.STALE_ATTEMPT,
-            f"a heartbeat of attempt {heartbeat.attempt}; the job is at {state.attempt}",
-        )
-    if heartbeat.attempt > state.attempt:
-        return d.reject(
-            Rejection.UNKNOWN_ATTEMPT,
-            f"a heartbeat of attempt {heartbeat.attempt}, which never reported RUNNING (at {state.attempt})",
-        )
+def _record_heartbeat(d: _Decision, command: RecordHeartbeat) -> None:
+    state = d.state
+    if d.refused(checks.heartbeat(state, command.heartbeat)):
+        return
     if state.status is not JobStatus.RUNNING or state.config is None:
-        return []  # late: the attempt failed or stopped already
+        return  # late: the attempt failed or stopped already
     deadline = command.now_ms + state.config.heartbeat_timeout_ms
     d.emit(JobHeartbeatRecorded(state.job_id, state.attempt, command.now_ms, deadline))
-    return d.events
 
 
-def _change_task_status(d: _Decision, command: ChangeTaskStatus) -> list[Decision]:
+def _change_task_status(d: _Decision, command: ChangeTaskStatus) -> None:
     changed, now, state = command.changed, command.now_ms, d.state
-    rejected = _check_task(d, changed.attempt, changed.task_id)
-    if rejected:
-        return rejected
+    if d.refused(checks.task_input(state, changed.attempt, changed.task_id)):
+        return
     recorded = state.tasks_not_running.get(changed.task_id, ExecutionState.RUNNING)
     if changed.status is recorded:
-        return []
+        return
     d.emit(
         TaskStatusRecorded(
             job_id=changed.job_id,
@@ -666,61 +550,21 @@ def _change_task_status(d: _Decision, command: ChangeTaskStatus) -> list[Decisio
                     )
                 )
         _poll_queue(d, now)
-    return d.events
 
 
-def _check_task(d: _Decision, attempt: int, task_id: str) -> list[Decision]:
-    """Reject input from an unknown job, another attempt or an unknown task."""
-    state = d.state
-    if not state.known:
-        return d.reject(
-            Rejection.UNKNOWN_JOB, f"no job status was ever reported for job {excerpt(state.job_id)!r}"
-        )
-    if attempt < state.attempt:
-        return d.reject(
-            Rejection.STALE_ATTEMPT, f"attempt {attempt} is older than the job's attempt {state.attempt}"
-        )
-    if attempt > state.attempt:
-        return d.reject(
-            Rejection.UNKNOWN_ATTEMPT, f"attempt {attempt} is newer than the job's attempt {state.attempt}"
-        )
-    if task_id not in task_set(state.tasks):
-        return d.reject(
-            Rejection.UNKNOWN_TASK, f"task {excerpt(task_id)!r} is not one of {excerpt(list(state.tasks))}"
-        )
-    return []
-
-
-def _check_checkpoint_id(d: _Decision, checkpoint_id: int) -> list[Decision]:
-    if checkpoint_id < 1:
-        return d.reject(Rejection.INVALID_ID, f"checkpoint ids start at 1, got {checkpoint_id}")
-    if checkpoint_id > MAX_CHECKPOINT_ID:
-        return d.reject(
-            Rejection.INVALID_ID, f"checkpoint ids end at {MAX_CHECKPOINT_ID}, got {checkpoint_id}"
-        )
-    if checkpoint_id >= d.state.next_checkpoint_id:
-        return d.reject(
-            Rejection.UNKNOWN_CHECKPOINT,
-            f"checkpoint {checkpoint_id} was never triggered (the next id is {d.state.next_checkpoint_id})",
-        )
-    return []
-
-
-def _request_checkpoint(d: _Decision, command: RequestCheckpoint) -> list[Decision]:
+def _request_checkpoint(d: _Decision, command: RequestCheckpoint) -> None:
     request, now, state = command.request, command.now_ms, d.state
-    if not state.known:
-        return d.reject(
-            Rejection.UNKNOWN_JOB, f"no job status was ever reported for job {excerpt(state.job_id)!r}"
-        )
+    if d.refused(checks.known_job(state)):
+        return
     savepoint = request.kind is CheckpointKind.SAVEPOINT
     if not state.all_tasks_running:
         d.emit(_rejected_request(command, Reason.NOT_ALL_REQUIRED_TASKS_RUNNING, _not_running(state)))
-        return d.events
+        return
     if savepoint and request.target is not None:
         problem = _target_problem(state, request.target, command.savepoint_roots)
         if problem is not None:
             d.emit(_rejected_request(command, Reason.SAVEPOINT_TARGET_NOT_ALLOWED, problem))
-            return d.events
+            return
     if not savepoint and state.pending_checkpoints >= _max_concurrent(state):
         if len(state.queue) >= MAX_QUEUED_REQUESTS:
             d.emit(_rejected_request(command, Reason.TOO_MANY_CHECKPOINT_REQUESTS, "queue is full"))
@@ -735,9 +579,8 @@ def _request_checkpoint(d: _Decision, command: RequestCheckpoint) -> list[Decisi
                     target=request.target,
                 )
             )
-        return d.events
+        return
     _trigger(d, now, request.kind, periodic=False, request_id=request.request_id, target=request.target)
-    return d.events
 
 
 def savepoint_roots(location: str, configured: tuple[str, ...]) -> tuple[StorageUri, ...]:
@@ -750,8 +593,8 @@ def savepoint_roots(location: str, configured: tuple[str, ...]) -> tuple[Storage
     location right below ``/`` has no such parent: then only the location itself.
     """
     if configured:
-        return tuple(r for r in map(_storage_uri, configured) if not isinstance(r, str))
-    root = _storage_uri(location)
+        return tuple(r for r in map(storage_uri, configured) if not isinstance(r, str))
+    root = storage_uri(location)
     if isinstance(root, str):
         return ()
     parent = root.parent
@@ -761,7 +604,7 @@ def savepoint_roots(location: str, configured: tuple[str, ...]) -> tuple[Storage
 
 
 def _target_problem(state: JobState, target: str, configured: tuple[str, ...]) -> str | None:
-    parsed = _storage_uri(target)
+    parsed = storage_uri(target)
     if isinstance(parsed, str):
         return f"savepoint target is not a storage URI cutline accepts: {excerpt(parsed)}"
     roots = savepoint_roots(state.config.location if state.config else "", configured)
@@ -843,7 +686,7 @@ def inline_limit(threshold: int, tasks: int) -> int:
 def _location(state: JobState, checkpoint_id: int, kind: CheckpointKind, target: str | None) -> str:
     assert state.config is not None
     if kind is CheckpointKind.SAVEPOINT:
-        parsed = _storage_uri(target) if target else None
+        parsed = storage_uri(target) if target else None
         if isinstance(parsed, StorageUri):  # checked by _target_problem when it was requested
             return f"{str(parsed).rstrip('/')}/savepoint-{checkpoint_id}"
         return f"{state.config.location.rstrip('/')}/{state.job_id}/savepoint-{checkpoint_id}"
@@ -897,14 +740,14 @@ def _rejected_periodic(
     )
 
 
-def _tick(d: _Decision, command: Tick) -> list[Decision]:
+def _tick(d: _Decision, command: Tick) -> None:
     now, state = command.now_ms, d.state
     deadline = state.heartbeat_deadline_ms
     if state.status is JobStatus.RUNNING and deadline is not None and now >= deadline:
         timeout = state.config.heartbeat_timeout_ms if state.config else 0
         failure = f"no heartbeat of attempt {state.attempt} for {timeout} ms (heartbeat_timeout_ms)"
         _fail(d, now, failure, command.jitter, Reason.TASK_FAILURE)
-        return d.events
+        return
     expired = sorted(cid for cid, p in d.state.pending.items() if p.triggered.deadline_ms <= now)
     for checkpoint_id in expired:
         _abort(
@@ -918,7 +761,7 @@ def _tick(d: _Decision, command: Tick) -> list[Decision]:
         _poll_queue(d, now)
     scheduler, state = d.state.scheduler, d.state
     if scheduler is None or scheduler.next_trigger_ms is None or now < scheduler.next_trigger_ms:
-        return d.events
+        return
     assert state.config is not None
     interval = state.config.base_interval_ms
     missed = (now - scheduler.next_trigger_ms) // interval
@@ -934,18 +777,18 @@ def _tick(d: _Decision, command: Tick) -> list[Decision]:
                 next_trigger_ms=next_trigger,
             )
         )
-        return d.events
+        return
     resume_at = _pause_ends(state)
     if resume_at is not None and resume_at > now:
         d.emit(_rejected_periodic(state, now, Reason.MINIMUM_TIME_BETWEEN_CHECKPOINTS, resume_at))
-        return d.events
+        return
     if not state.all_tasks_running:
         d.emit(
             _rejected_periodic(
                 state, now, Reason.NOT_ALL_REQUIRED_TASKS_RUNNING, next_trigger, _not_running(state)
             )
         )
-        return d.events
+        return
     _trigger(
         d,
         now,
@@ -955,7 +798,6 @@ def _tick(d: _Decision, command: Tick) -> list[Decision]:
         target=None,
         next_trigger_ms=next_trigger,
     )
-    return d.events
 
 
 def _missing(pending: PendingCheckpoint) -> str:
@@ -1002,43 +844,15 @@ def _abort(
         )
 
 
-def _check_ack_or_decline(d: _Decision, checkpoint_id: int, attempt: int, task_id: str) -> list[Decision]:
-    return _check_task(d, attempt, task_id) or _check_checkpoint_id(d, checkpoint_id)
-
-
-def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]:
+def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> None:
     ack, now = command.ack, command.now_ms
-    rejected = _check_ack_or_decline(d, ack.checkpoint_id, ack.attempt, ack.task_id)
-    if rejected:
-        return rejected
-    problem = _offsets_problem(ack.offsets)
-    if problem:
-        return d.reject(Rejection.INVALID_OFFSETS, problem)
-    if len(ack.metrics) > MAX_MAP_ENTRIES:
-        return d.reject(
-            Rejection.INVALID_METRICS, f"{len(ack.metrics)} metrics; at most {MAX_MAP_ENTRIES} are accepted"
-        )
+    if d.refused(checks.acknowledgement(d.state, ack)):
+        return
     pending = d.state.pending.get(ack.checkpoint_id)
     if pending is None:
-        return []  # late: the checkpoint completed or aborted already (Flink logs and discards)
-    if ack.task_id not in task_set(pending.triggered.tasks):
-        return d.reject(
-            Rejection.UNKNOWN_TASK,
-            f"task {excerpt(ack.task_id)!r} is not part of checkpoint {ack.checkpoint_id}",
-        )
-    if ack.state is not None:
-        if ack.state.size_bytes < 0:
-            size = ack.state.size_bytes
-            return d.reject(Rejection.INVALID_STATE_HANDLE, f"state size_bytes must not be negative: {size}")
-        problem = _outside_problem(ack.state.uri, pending.triggered.location)
-        if problem:
-            return d.reject(Rejection.STATE_OUTSIDE_LOCATION, problem)
-        if ack.state.inline is not None:
-            problem = inline_problem(ack.state, pending.triggered.inline_limit_bytes)
-            if problem:
-                return d.reject(Rejection.INVALID_STATE_HANDLE, problem)
+        return  # late: the checkpoint completed or aborted already (Flink logs and discards)
     if ack.task_id in pending.acks:
-        return []  # duplicate: a retried task or a re-run batch acknowledged twice
+        return  # duplicate: a retried task or a re-run batch acknowledged twice
     d.emit(
         TaskAcknowledged(
             job_id=ack.job_id,
@@ -1051,82 +865,9 @@ def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> list[Decision]
             metrics=dict(ack.metrics),
         )
     )
-    completed = d.state.pending[ack.checkpoint_id]
-    if completed.fully_acknowledged:
-        _complete(d, now, completed)
-    return d.events
-
-
-def inline_problem(handle: StateHandle, limit: int) -> str | None:
-    """Why the inline state of ``handle`` is not acceptable for a checkpoint that allows ``limit``
-    bytes inline (None: it is). The size and digest are checked here, once, so that every reader
-    of the journal can trust the bytes it restores."""
-    assert handle.inline is not None
-    size = len(handle.inline)
-    if size > limit or limit == 0:
-        allowed = "no inline state" if limit == 0 else f"at most {limit} bytes inline"
-        return (
-            f"inline state of {size} bytes for {excerpt(handle.uri)}: this checkpoint allows {allowed} "
-            "(its barrier's inline_limit_bytes); write the snapshot to its uri and send no inline bytes"
-        )
-    if size != handle.size_bytes:
-        uri = excerpt(handle.uri)
-        return f"inline state of {size} bytes for {uri}, but its size_bytes says {handle.size_bytes}"
-    digest = hashlib.sha256(handle.inline).hexdigest()
-    if digest != handle.sha256.lower():
-        return (
-            f"inline state for {excerpt(handle.uri)} has sha256 {digest}, but its handle says {handle.sha256}"
-        )
-    return None
-
-
-def _offsets_problem(offsets: Mapping[str, int]) -> str | None:
-    if len(offsets) > MAX_MAP_ENTRIES:
-        return f"{len(offsets)} offsets; at most {MAX_MAP_ENTRIES} are accepted"
-    for key, offset in offsets.items():
-        problem = _offsets_key_problem(key)
-        if problem is not None:
-            return problem
-        if offset < 0:
-            return f"offset {offset} for {excerpt(key)} is negative"
-    return None
-
-
-@functools.lru_cache(maxsize=4096, typed=True)
-def _offsets_key_problem(key: str) -> str | None:
-    """Why ``key`` is not an offsets key (None: it is). A memo, as ``_storage_uri``: every ack of a
-    task names the same ``topic:partition`` keys again; the check is pure."""
-    try:
-        _, partition = parse_offsets_key(key)
-    except ValueError as exc:
-        return str(exc)
-    if partition > MAX_PARTITION or key.rpartition(":")[2] != str(partition):
-        return f"partition of offsets key {excerpt(key)!r} is not a Kafka partition number"
-    return None
-
-
-MAX_PARTITION = 2**31 - 1
-"""Kafka's partition numbers are 32-bit."""
-
-
-def _outside_problem(uri: str, location: str) -> str | None:
-    """Why a state handle's ``uri`` is not strictly inside checkpoint ``location`` (None when it is).
-
-    Both are parsed by :func:`events.validation.parse_uri`: a URI that does not parse cannot be
-    shown to be inside, so it is refused the same way. Symbolic links are the shell's to resolve.
-    """
-    root = _storage_uri(location)
-    if isinstance(root, str):
-        return (
-            f"checkpoint location {excerpt(location)!r} is not a storage URI cutline accepts: {excerpt(root)}"
-        )
-    try:
-        inner = parse_below(uri, location)
-    except InvalidUri as exc:
-        return f"state URI is not a storage URI cutline accepts: {excerpt(exc)}"
-    if not inner.within(root):
-        return f"state {excerpt(uri)!r} is outside checkpoint location {excerpt(location)!r}"
-    return None
+    acknowledged = d.state.pending[ack.checkpoint_id]
+    if acknowledged.fully_acknowledged:
+        _complete(d, now, acknowledged)
 
 
 def _complete(d: _Decision, now: int, pending: PendingCheckpoint) -> None:
@@ -1167,13 +908,12 @@ def _complete(d: _Decision, now: int, pending: PendingCheckpoint) -> None:
     _poll_queue(d, now)
 
 
-def _decline(d: _Decision, command: DeclineCheckpoint) -> list[Decision]:
+def _decline(d: _Decision, command: DeclineCheckpoint) -> None:
     decline, now = command.decline, command.now_ms
-    rejected = _check_ack_or_decline(d, decline.checkpoint_id, decline.attempt, decline.task_id)
-    if rejected:
-        return rejected
+    if d.refused(checks.declination(d.state, decline)):
+        return
     if decline.checkpoint_id not in d.state.pending:
-        return []  # already aborted or completed: repeated declines are no-ops
+        return  # already aborted or completed: repeated declines are no-ops
     _abort(
         d,
         now,
@@ -1183,4 +923,3 @@ def _decline(d: _Decision, command: DeclineCheckpoint) -> list[Decision]:
         task_id=decline.task_id,
     )
     _poll_queue(d, now)
-    return d.events

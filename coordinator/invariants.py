@@ -16,14 +16,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from coordinator.decider import evolve, inline_problem
+from coordinator.checks import inline_problem
+from coordinator.decider import evolve
 from coordinator.state import (
     COUNTED_REASONS,
     JobState,
     PendingCheckpoint,
     Reason,
     initial_state,
-    task_set,
 )
 from events.records import (
     CheckpointAborted,
@@ -116,7 +116,7 @@ def _ack_from_required_task(job: _Job, event: TaskAcknowledged) -> str | None:
     """Only a task the checkpoint was triggered for acknowledges it."""
     state = job.state
     pending = _pending(state, event.checkpoint_id)
-    if pending is None or event.task_id in task_set(pending.triggered.tasks):
+    if pending is None or event.task_id in pending.task_ids:
         return None
     return f"task {event.task_id} acknowledged checkpoint {event.checkpoint_id} but is not one of its tasks"
 

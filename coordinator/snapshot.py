@@ -271,39 +271,34 @@ def decode_snapshot(frame: bytes) -> PartitionSnapshot:
 
 
 def _snapshot(d: Mapping[str, Any]) -> PartitionSnapshot:
-    shared: dict[tuple[str, ...], tuple[str, ...]] = {}
     return PartitionSnapshot(
         partition=d["partition"],
         epoch=d["epoch"],
         journal_offset=d["journal_offset"],
         positions=dict(d["positions"]),
         trigger_epochs=dict(d["trigger_epochs"]),
-        states={job_id: _state(state, shared) for job_id, state in d["states"].items()},
+        states={job_id: _state(state) for job_id, state in d["states"].items()},
         stats={job_id: _stats(stats) for job_id, stats in d["stats"].items()},
         timestamp_ms=d["timestamp_ms"],
     )
 
 
-def _tasks(tasks: list[str], shared: dict[tuple[str, ...], tuple[str, ...]]) -> tuple[str, ...]:
-    """One tuple for equal task lists, as in a folded state, where every trigger of an attempt
-    shares the attempt's tuple (and ``state.task_set`` remembers one set for it)."""
-    as_tuple = tuple(tasks)
-    return shared.setdefault(as_tuple, as_tuple)
-
-
-def _state(d: dict[str, Any], shared: dict[tuple[str, ...], tuple[str, ...]]) -> JobState:
+def _state(d: dict[str, Any]) -> JobState:
     status, config, scheduler = d["status"], d["config"], d["scheduler"]
+    tasks = tuple(d["tasks"])
+    task_ids = frozenset(tasks)
     savepoint, restored = d["latest_savepoint"], d["restored"]
     return JobState(
         job_id=d["job_id"],
         status=None if status is None else JobStatus(status),
         attempt=d["attempt"],
-        tasks=_tasks(d["tasks"], shared),
+        tasks=tasks,
+        task_ids=task_ids,
         config=None if config is None else _config(config),
         tasks_not_running=_mapping((t, ExecutionState(s)) for t, s in d["tasks_not_running"].items()),
         scheduler=None if scheduler is None else _scheduler(scheduler),
         next_checkpoint_id=d["next_checkpoint_id"],
-        pending=_mapping((p.checkpoint_id, p) for p in (_pending(x, shared) for x in d["pending"])),
+        pending=_mapping((p.checkpoint_id, p) for p in (_pending(x, tasks, task_ids) for x in d["pending"])),
         queue=tuple(map(_queued, d["queue"])),
         completed=tuple(map(_completed, d["completed"])),
         latest_savepoint=None if savepoint is None else _completed(savepoint),
@@ -320,11 +315,12 @@ def _state(d: dict[str, Any], shared: dict[tuple[str, ...], tuple[str, ...]]) ->
     )
 
 
-def _pending(d: dict[str, Any], shared: dict[tuple[str, ...], tuple[str, ...]]) -> PendingCheckpoint:
-    triggered = d["triggered"]
-    triggered["tasks"] = _tasks(triggered["tasks"], shared)  # tuple() of a tuple is that tuple
+def _pending(d: dict[str, Any], tasks: tuple[str, ...], task_ids: frozenset[str]) -> PendingCheckpoint:
+    """A pending checkpoint; one of the job's own tasks shares the job's task set, as in a fold."""
+    triggered = _triggered(d["triggered"])
     acks = _mapping((a.task_id, a) for a in map(_acknowledged, d["acks"]))
-    return PendingCheckpoint(_triggered(triggered), acks)
+    same = triggered.tasks == tasks
+    return PendingCheckpoint(triggered, acks, task_ids=task_ids if same else frozenset(triggered.tasks))
 
 
 def _stats(d: Mapping[str, Any]) -> CheckpointStats:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
-from types import MemberDescriptorType
 from typing import Any, TypeAlias, TypeVar, cast
 
 from immutables import Map
@@ -88,6 +87,9 @@ class PendingCheckpoint:
 
     triggered: CheckpointTriggered
     acks: FrozenMap[str, TaskAcknowledged] = field(default_factory=frozen_map)
+    task_ids: frozenset[str] = field(kw_only=True, metadata={"derived": True})
+    """``triggered.tasks`` as a set, for the membership test of every ack in O(1) (derived, as
+    :attr:`JobState.task_ids`)."""
 
     @property
     def checkpoint_id(self) -> int:
@@ -146,6 +148,9 @@ class JobState:
     """failure-rate: the times of the latest failures (at most ``max_failures_per_interval + 1``)."""
     restart: JobRestartScheduled | None = None
     """The restart the strategy scheduled, until an attempt runs again."""
+    task_ids: frozenset[str] = field(default=frozenset(), kw_only=True, metadata={"derived": True})
+    """``tasks`` as a set, set with ``tasks`` (every ack's membership test in O(1)). Derived: not
+    shown by :func:`state_json` and not in a snapshot, which builds it again from ``tasks``."""
 
     @property
     def known(self) -> bool:
@@ -166,68 +171,17 @@ class JobState:
         return self.status is JobStatus.RUNNING and not self.tasks_not_running
 
 
-_TASK_SETS: dict[int, tuple[tuple[str, ...], frozenset[str]]] = {}
+def pending_checkpoint(
+    triggered: CheckpointTriggered, acks: FrozenMap[str, TaskAcknowledged] | None = None
+) -> PendingCheckpoint:
+    """A :class:`PendingCheckpoint` of ``triggered`` with its task set built from its tasks."""
+    acks = frozen_map() if acks is None else acks
+    return PendingCheckpoint(triggered, acks, task_ids=frozenset(triggered.tasks))
 
 
-def task_set(tasks: tuple[str, ...]) -> frozenset[str]:
-    """``tasks`` as a set, for membership tests in O(1) rather than a scan per ack.
-
-    Remembered by the tuple's identity: every state evolved from one ``SchedulerStarted`` and
-    every ``CheckpointTriggered`` decided from it share one tuple, so each ack of a job costs a
-    dict lookup. The entry keeps the tuple alive, so its id cannot be reused while remembered.
-    A pure function: the memo only saves building the same set again.
-    """
-    hit = _TASK_SETS.get(id(tasks))
-    if hit is not None and hit[0] is tasks:
-        return hit[1]
-    members = frozenset(tasks)
-    if len(_TASK_SETS) >= 1024:
-        _TASK_SETS.clear()
-    _TASK_SETS[id(tasks)] = (tasks, members)
-    return members
-
-
-_T = TypeVar("_T")
-_KEEP: Any = object()
-
-
-def replacer(cls: type[_T]) -> Callable[..., _T]:
-    """``dataclasses.replace`` for one dataclass, compiled from its fields.
-
-    ``evolve`` runs once per journal event (millions in a replay), and the
-    generic ``replace`` walks every field through ``getattr``, a kwargs dict and
-    the frozen ``__init__`` (one ``object.__setattr__`` per field). For a slotted
-    class without ``__post_init__`` this sets the slots directly, which leaves
-    exactly what ``__init__`` would; about three times as fast for ``JobState``.
-    """
-    cls_fields = fields(cls)  # type: ignore[arg-type]
-    names = [f.name for f in cls_fields if f.init]
-    params = ", ".join(f"{n}=_KEEP" for n in names)
-    values = [f"s.{n} if {n} is _KEEP else {n}" for n in names]
-    namespace: dict[str, Any] = {"_KEEP": _KEEP, "_cls": cls, "_new": object.__new__}
-    slots = [getattr(cls, n, None) for n in names]
-    plain = len(names) == len(cls_fields) and not hasattr(cls, "__post_init__")
-    if plain and "__slots__" not in cls.__dict__:
-        # A wide class without slots (JobState, the statistics): copy the instance's dict in one
-        # call, then the changed fields, instead of one slot at a time (cheaper for JobState's
-        # many fields, and an ack replaces it once).
-        lines = ["    o = _new(_cls)", "    d = o.__dict__", "    d.update(s.__dict__)"]
-        lines += [f"    if {n} is not _KEEP: d[{n!r}] = {n}" for n in names]
-        body = "\n".join([*lines, "    return o"])
-    elif (
-        len(names) == len(cls_fields)
-        and not hasattr(cls, "__post_init__")
-        and all(isinstance(slot, MemberDescriptorType) for slot in slots)
-    ):
-        lines = ["    o = _new(_cls)"]
-        for i, (slot, value) in enumerate(zip(slots, values, strict=True)):
-            namespace[f"_set{i}"] = slot.__set__  # type: ignore[union-attr]
-            lines.append(f"    _set{i}(o, {value})")
-        body = "\n".join([*lines, "    return o"])
-    else:
-        body = f"    return _cls({', '.join(f'{n}={v}' for n, v in zip(names, values, strict=True))})"
-    exec(f"def replace(s, *, {params}):\n{body}", namespace)  # noqa: S102
-    return namespace["replace"]  # type: ignore[no-any-return]
+def with_tasks(tasks: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of a :class:`JobState` that hold its tasks: ``JobState(job_id, **with_tasks(t))``."""
+    return {"tasks": tasks, "task_ids": frozenset(tasks)}
 
 
 def initial_state(job_id: str) -> JobState:
@@ -246,7 +200,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+        shown = (f for f in fields(value) if not f.metadata.get("derived"))
+        return {f.name: _plain(getattr(value, f.name)) for f in shown}
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

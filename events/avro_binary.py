@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
+from events.codegen import compile_into
+
 Encoder = Callable[[Any, bytes], bytes]
 """``(record, header)`` -> ``header`` followed by the record's Avro binary body."""
 
@@ -163,7 +165,7 @@ class _Compiler:
                 self._register(schema["values"])
 
     def build(self) -> dict[str, Any]:
-        exec("\n\n".join(self.sources), self.namespace)  # noqa: S102 - source generated from our schemas
+        compile_into("\n\n".join(self.sources), self.namespace)
         return self.namespace
 
     # ---------------------------------------------------------------- encoder

@@ -38,6 +38,7 @@ from events.avro_binary import (
     long_bytes,
     read_long,
 )
+from events.codegen import define, slot_setters
 from events.records import RECORD_TYPES, CheckpointAcknowledged, Record, TaskAcknowledged
 from events.wire import DeadLetterReason
 
@@ -192,18 +193,14 @@ def _compile_decoder(cls: type) -> Callable[[Mapping[str, Any]], Any]:
             lines.append(f"        v{i} = d[{f.name!r}]")
     lines += ["    except KeyError:", "        return _fields(d)"]
     args = [_decode_expr(hints[f.name], f"v{i}", namespace, cls) for i, f in enumerate(fields)]
-    slots = [getattr(cls, f.name, None) for f in fields]
-    if (
-        all(f.init for f in fields)
-        and not hasattr(cls, "__post_init__")
-        and all(isinstance(slot, types.MemberDescriptorType) for slot in slots)
-    ):
+    setters = slot_setters(cls, [f.name for f in fields])
+    if all(f.init for f in fields) and not hasattr(cls, "__post_init__") and setters is not None:
         # Set the slots directly: what the frozen __init__ leaves (one object.__setattr__
         # per field), in half the time.
         namespace["_new"] = object.__new__
         lines.append("    o = _new(_cls)")
-        for i, (slot, arg) in enumerate(zip(slots, args, strict=True)):
-            namespace[f"_set{i}"] = slot.__set__  # type: ignore[union-attr]
+        for i, (setter, arg) in enumerate(zip(setters, args, strict=True)):
+            namespace[f"_set{i}"] = setter
             lines.append(f"    _set{i}(o, {arg})")
         lines.append("    return o")
     elif all(f.init and not f.kw_only for f in fields):
@@ -211,8 +208,7 @@ def _compile_decoder(cls: type) -> Callable[[Mapping[str, Any]], Any]:
     else:
         keywords = [f"{f.name}={arg}" for f, arg in zip(fields, args, strict=True)]
         lines.append(f"    return _cls({', '.join(keywords)})")
-    exec("\n".join(lines), namespace)  # noqa: S102 - source built above from the class's own fields
-    decoder = cast(Callable[[Mapping[str, Any]], Any], namespace["decode"])
+    decoder = cast(Callable[[Mapping[str, Any]], Any], define("decode", "\n".join(lines), namespace))
     _DECODERS[cls] = decoder
     return decoder
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias
 
-from events.fast_init import fast_init
+from events.codegen import fast_init
 
 
 class JobStatus(StrEnum):

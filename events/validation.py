@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote, unquote
 
-from events.fast_init import fast_init
+from events.codegen import fast_init
 from events.sizes import excerpt
 
 __all__ = [

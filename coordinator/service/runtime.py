@@ -74,7 +74,7 @@ from coordinator.snapshot import PartitionSnapshot, trigger_key
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track, with_progress
 from events.codec import Codec, DecodeError, default_codec
-from events.fast_init import fast_init
+from events.codegen import fast_init
 from events.fencing import VOID_EPOCH, epoch_header, epoch_problem, header_epoch
 from events.kafka import job_key, partition_for
 from events.metadata import write_completion_metadata

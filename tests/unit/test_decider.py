@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.decider import Rejection, due_at, inline_limit
-from coordinator.state import MAX_QUEUED_REQUESTS, Reason, task_set
+from coordinator.state import MAX_QUEUED_REQUESTS, Reason
 from coordinator.testing import (
     JOB,
     LOCATION,
@@ -107,7 +107,19 @@ class TestScheduler:
         no_interval = given(running(cfg=config(interval_ms=0), at=0))
 
         no_interval.when(tick(10**9)).then_nothing()
-        no_interval.when(request(at=5)).then_types(CheckpointTriggered)
+        no_interval.when(request(at=5)).then(
+            CheckpointTriggered(
+                job_id=JOB,
+                checkpoint_id=1,
+                attempt=1,
+                kind=CheckpointKind.CHECKPOINT,
+                timestamp_ms=5,
+                location="file:///tmp/cutline-checkpoints/job-1/chk-1",
+                tasks=("t0", "t1"),
+                deadline_ms=10005,
+                request_id="r1",
+            )
+        )
 
     def test_ticks_do_nothing_before_they_are_due(self) -> None:
         """Ticks between triggers decide nothing, and due_at says when the next one matters."""
@@ -130,7 +142,23 @@ class TestScheduler:
             job_status(JobStatus.CANCELED, at=1200)
         )
 
-        when.then_types(CheckpointAborted, TriggerRejected, SchedulerStopped)
+        when.then(
+            CheckpointAborted(
+                job_id=JOB,
+                checkpoint_id=1,
+                timestamp_ms=1200,
+                reason=Reason.CHECKPOINT_COORDINATOR_SUSPEND,
+                message="job is CANCELED",
+            ),
+            TriggerRejected(
+                job_id=JOB,
+                reason=Reason.CHECKPOINT_COORDINATOR_SUSPEND,
+                request_id="r1",
+                timestamp_ms=1200,
+                message="job is CANCELED",
+            ),
+            SchedulerStopped(job_id=JOB, attempt=1, timestamp_ms=1200, status=JobStatus.CANCELED),
+        )
         assert when.state.queue == ()
 
     def test_stopped_scheduler_does_not_trigger(self) -> None:
@@ -153,7 +181,30 @@ class TestScheduler:
         """RUNNING with a new attempt restarts the scheduler; checkpoints of the old attempt abort."""
         when = given(running(at=0), tick(1000)).when(running(attempt=2, at=1500))
 
-        when.then_types(CheckpointAborted, SchedulerStopped, SchedulerStarted)
+        when.then(
+            CheckpointAborted(
+                job_id=JOB,
+                checkpoint_id=1,
+                timestamp_ms=1500,
+                reason=Reason.CHECKPOINT_COORDINATOR_SUSPEND,
+                message="job is RESTARTING: attempt 2 started",
+            ),
+            SchedulerStopped(
+                job_id=JOB,
+                attempt=1,
+                timestamp_ms=1500,
+                status=JobStatus.RESTARTING,
+                error="attempt 2 started",
+            ),
+            SchedulerStarted(
+                job_id=JOB,
+                attempt=2,
+                timestamp_ms=1500,
+                tasks=("t0", "t1"),
+                config=config(),
+                next_trigger_ms=1500,
+            ),
+        )
         assert when.state.attempt == 2
         assert dict(when.state.pending) == {}
 
@@ -223,7 +274,19 @@ class TestTriggerPreChecks:
                 next_trigger_ms=2900,
             )
         )
-        done.when(request(at=2000)).then_types(CheckpointTriggered)
+        done.when(request(at=2000)).then(
+            CheckpointTriggered(
+                job_id=JOB,
+                checkpoint_id=2,
+                attempt=1,
+                kind=CheckpointKind.CHECKPOINT,
+                timestamp_ms=2000,
+                location="file:///tmp/cutline-checkpoints/job-1/chk-2",
+                tasks=("t0", "t1"),
+                deadline_ms=12000,
+                request_id="r1",
+            )
+        )
 
     def test_min_checkpoint_pause_for_a_queued_request(self) -> None:
         """testMinCheckpointPause: a periodic request queued behind a pending checkpoint waits out
@@ -305,7 +368,28 @@ class TestAcknowledgements:
 
         when = half.when(ack(2, "t1", at=2300))
 
-        when.then_types(TaskAcknowledged, CheckpointCompleted, CheckpointAborted)
+        when.then(
+            TaskAcknowledged(job_id=JOB, checkpoint_id=2, attempt=1, task_id="t1", timestamp_ms=2300),
+            CheckpointCompleted(
+                job_id=JOB,
+                checkpoint_id=2,
+                kind=CheckpointKind.CHECKPOINT,
+                timestamp_ms=2300,
+                duration_ms=300,
+                handles={},
+                size_bytes=0,
+                offsets={},
+                attempt=1,
+                location="file:///tmp/cutline-checkpoints/job-1/chk-2",
+            ),
+            CheckpointAborted(
+                job_id=JOB,
+                checkpoint_id=1,
+                timestamp_ms=2300,
+                reason=Reason.CHECKPOINT_SUBSUMED,
+                message="subsumed by checkpoint 2",
+            ),
+        )
         aborted = when.events[-1]
         assert isinstance(aborted, CheckpointAborted)
         assert (
@@ -343,7 +427,9 @@ class TestAcknowledgements:
 
         restarted.when(ack(2, "t0", attempt=1, at=2001)).then_rejected(Rejection.STALE_ATTEMPT)
         restarted.when(ack(2, "t0", attempt=3, at=2001)).then_rejected(Rejection.UNKNOWN_ATTEMPT)
-        restarted.when(ack(2, "t0", attempt=2, at=2001)).then_types(TaskAcknowledged)
+        restarted.when(ack(2, "t0", attempt=2, at=2001)).then(
+            TaskAcknowledged(job_id=JOB, checkpoint_id=2, attempt=2, task_id="t0", timestamp_ms=2001)
+        )
 
     @pytest.mark.parametrize(
         "uri",
@@ -440,7 +526,17 @@ class TestDeclinesAndFailures:
         cfg = config(max_concurrent=2, tolerable_failures=5)
         when = given(running(cfg=cfg, at=0), tick(1000), tick(2000)).when(decline(1, "t0", at=2001))
 
-        when.then_types(CheckpointAborted)
+        when.then(
+            CheckpointAborted(
+                job_id=JOB,
+                checkpoint_id=1,
+                timestamp_ms=2001,
+                reason=Reason.CHECKPOINT_DECLINED,
+                message="task t0 declined (TASK_CHECKPOINT_FAILURE): disk full",
+                task_id="t0",
+                counts_as_failure=True,
+            )
+        )
         assert list(when.state.pending) == [2]
 
     def test_checkpoint_timeout_isolated(self) -> None:
@@ -467,7 +563,24 @@ class TestDeclinesAndFailures:
         cfg = config(timeout_ms=500)
         when = given(running(cfg=cfg, at=0, jitter=0.999), tick(1000)).when(tick(1500))
 
-        when.then_types(CheckpointAborted, CheckpointFailureThresholdExceeded)
+        when.then(
+            CheckpointAborted(
+                job_id=JOB,
+                checkpoint_id=1,
+                timestamp_ms=1500,
+                reason=Reason.CHECKPOINT_EXPIRED,
+                message="not acknowledged by t0, t1 before its deadline",
+                counts_as_failure=True,
+            ),
+            CheckpointFailureThresholdExceeded(
+                job_id=JOB,
+                checkpoint_id=1,
+                timestamp_ms=1500,
+                failures=1,
+                tolerable=0,
+                reason=Reason.CHECKPOINT_EXPIRED,
+            ),
+        )
 
     def test_abort_cancels_the_timeout(self) -> None:
         """PendingCheckpointTest.testSetCanceller: an aborted checkpoint never expires later."""
@@ -523,7 +636,19 @@ class TestDeclinesAndFailures:
             task_status("t0", ExecutionState.FAILED, at=2001)
         )
 
-        when.then_types(TaskStatusRecorded, CheckpointAborted)
+        when.then(
+            TaskStatusRecorded(
+                job_id=JOB, task_id="t0", attempt=1, status=ExecutionState.FAILED, timestamp_ms=2001
+            ),
+            CheckpointAborted(
+                job_id=JOB,
+                checkpoint_id=2,
+                timestamp_ms=2001,
+                reason=Reason.TASK_FAILURE,
+                message="task t0 is FAILED",
+                task_id="t0",
+            ),
+        )
         assert list(when.state.pending) == [1]
 
 
@@ -632,7 +757,21 @@ class TestSavepoints:
         assert list(when.state.pending) == [1]
         sp_done = Given(when.state).when(ack(1, "t0", at=2300)).state
         last = Given(sp_done).when(ack(1, "t1", at=2400))
-        last.then_types(TaskAcknowledged, CheckpointCompleted)
+        last.then(
+            TaskAcknowledged(job_id=JOB, checkpoint_id=1, attempt=1, task_id="t1", timestamp_ms=2400),
+            CheckpointCompleted(
+                job_id=JOB,
+                checkpoint_id=1,
+                kind=CheckpointKind.SAVEPOINT,
+                timestamp_ms=2400,
+                duration_ms=2390,
+                handles={},
+                size_bytes=0,
+                offsets={},
+                attempt=1,
+                location="file:///tmp/cutline-checkpoints/job-1/savepoint-1",
+            ),
+        )
 
     def test_concurrent_savepoints_skip_pause_and_max_concurrent(self) -> None:
         """testConcurrentSavepoints / testMinDelayBetweenSavepoints: with max 1 and a huge pause,
@@ -651,13 +790,34 @@ class TestSavepoints:
         savepoint request still runs at once."""
         waiting = given(running(at=0), tick(1000), tick(2000), tick(3000))
 
-        waiting.when(request(SAVEPOINT, at=3100)).then_types(CheckpointTriggered)
+        waiting.when(request(SAVEPOINT, at=3100)).then(
+            CheckpointTriggered(
+                job_id=JOB,
+                checkpoint_id=2,
+                attempt=1,
+                kind=CheckpointKind.SAVEPOINT,
+                timestamp_ms=3100,
+                location="file:///tmp/cutline-checkpoints/job-1/savepoint-2",
+                tasks=("t0", "t1"),
+                deadline_ms=13100,
+                request_id="r1",
+            )
+        )
 
     def test_savepoint_failures_are_not_counted(self) -> None:
         """A declined savepoint aborts but never counts towards tolerable_failures."""
         when = given(running(at=0), request(SAVEPOINT, at=10)).when(decline(1, "t0", at=20))
 
-        when.then_types(CheckpointAborted)
+        when.then(
+            CheckpointAborted(
+                job_id=JOB,
+                checkpoint_id=1,
+                timestamp_ms=20,
+                reason=Reason.CHECKPOINT_DECLINED,
+                message="task t0 declined (TASK_CHECKPOINT_FAILURE): disk full",
+                task_id="t0",
+            )
+        )
         assert when.state.failures == 0
 
 
@@ -677,7 +837,12 @@ class TestIdsAndRestore:
         records it and the next id is 43."""
         when = given().when(running(restored_from=42, at=0))
 
-        when.then_types(CheckpointRestored, SchedulerStarted)
+        when.then(
+            CheckpointRestored(job_id=JOB, checkpoint_id=42, attempt=1, timestamp_ms=0),
+            SchedulerStarted(
+                job_id=JOB, attempt=1, timestamp_ms=0, tasks=("t0", "t1"), config=config(), next_trigger_ms=0
+            ),
+        )
         assert when.state.next_checkpoint_id == 43
         assert when.state.restored.checkpoint_id == 42 if when.state.restored else None
 
@@ -774,26 +939,20 @@ class TestBadInput:
 
 
 class TestTaskSet:
-    def test_membership_follows_the_tuple_not_its_identity(self) -> None:
-        """Equal task tuples that are different objects give the same set; another tuple its own."""
-        first = tuple(f"t{i}" for i in range(3))
-        again = tuple(f"t{i}" for i in range(3))
+    def test_the_task_set_follows_the_tasks(self) -> None:
+        """The state keeps its tasks as a set too, and each pending checkpoint the set of its own."""
+        state = given(running(tasks=("t0", "t1", "t2"), at=0), tick(1000)).state
 
-        assert frozenset({"t0", "t1", "t2"}) == task_set(first) == task_set(again)
-        assert frozenset({"x"}) == task_set(("x",))
+        assert frozenset({"t0", "t1", "t2"}) == state.task_ids == state.pending[1].task_ids
 
-    def test_a_remembered_set_is_the_same_object(self) -> None:
-        """The second lookup of one tuple costs a dict lookup: it returns the set built the first time."""
-        tasks = ("a", "b")
+    def test_a_new_attempt_has_the_set_of_its_own_tasks(self) -> None:
+        """A RUNNING status of a new attempt with other tasks replaces the set; the old tasks are refused."""
+        when = given(running(tasks=("a", "b"), at=0)).when(running(tasks=("x",), attempt=2, at=5))
 
-        assert task_set(tasks) is task_set(tasks)
-
-    def test_ack_from_a_task_outside_the_checkpoint_after_many_jobs(self) -> None:
-        """Past the memo's size the sets are built again, and unknown tasks are still refused."""
-        for i in range(1100):
-            task_set((f"other-{i}",))
-
-        given(running(at=0), tick(1000)).when(ack(1, "nobody")).then_rejected(Rejection.UNKNOWN_TASK)
+        assert frozenset({"x"}) == when.state.task_ids
+        given(running(tasks=("a", "b"), at=0), running(tasks=("x",), attempt=2, at=5), tick(1000)).when(
+            ack(1, "a", attempt=2)
+        ).then_rejected(Rejection.UNKNOWN_TASK)
 
 
 class TestSavepointTargets:
@@ -805,7 +964,19 @@ class TestSavepointTargets:
         """Without roots, a target below the checkpoint location's parent triggers the savepoint."""
         when = self.started().when(request(SAVEPOINT, target="file:///data/savepoints/", at=5))
 
-        when.then_types(CheckpointTriggered)
+        when.then(
+            CheckpointTriggered(
+                job_id=JOB,
+                checkpoint_id=1,
+                attempt=1,
+                kind=CheckpointKind.SAVEPOINT,
+                timestamp_ms=5,
+                location="file:///data/savepoints/savepoint-1",
+                tasks=("t0", "t1"),
+                deadline_ms=10005,
+                request_id="r1",
+            )
+        )
         assert "file:///data/savepoints/savepoint-1" == when.events[0].location  # type: ignore[union-attr]
 
     @pytest.mark.parametrize(
@@ -841,11 +1012,31 @@ class TestSavepointTargets:
         roots = ("file:///backups", "s3://bucket/savepoints")
         started = self.started()
 
-        started.when(request(SAVEPOINT, target="s3://bucket/savepoints/a", savepoint_roots=roots)).then_types(
-            CheckpointTriggered
+        started.when(request(SAVEPOINT, target="s3://bucket/savepoints/a", savepoint_roots=roots)).then(
+            CheckpointTriggered(
+                job_id=JOB,
+                checkpoint_id=1,
+                attempt=1,
+                kind=CheckpointKind.SAVEPOINT,
+                timestamp_ms=0,
+                location="s3://bucket/savepoints/a/savepoint-1",
+                tasks=("t0", "t1"),
+                deadline_ms=10000,
+                request_id="r1",
+            )
         )
-        started.when(request(SAVEPOINT, target="file:///backups", savepoint_roots=roots)).then_types(
-            CheckpointTriggered
+        started.when(request(SAVEPOINT, target="file:///backups", savepoint_roots=roots)).then(
+            CheckpointTriggered(
+                job_id=JOB,
+                checkpoint_id=1,
+                attempt=1,
+                kind=CheckpointKind.SAVEPOINT,
+                timestamp_ms=0,
+                location="file:///backups/savepoint-1",
+                tasks=("t0", "t1"),
+                deadline_ms=10000,
+                request_id="r1",
+            )
         )
         (rejected,) = started.when(
             request(SAVEPOINT, target="file:///data/savepoints", savepoint_roots=roots)
@@ -857,15 +1048,49 @@ class TestSavepointTargets:
         """No target: the savepoint goes to <location>/<job>/savepoint-N, whatever the roots."""
         when = self.started().when(request(SAVEPOINT, savepoint_roots=("file:///backups",)))
 
-        when.then_types(CheckpointTriggered)
+        when.then(
+            CheckpointTriggered(
+                job_id=JOB,
+                checkpoint_id=1,
+                attempt=1,
+                kind=CheckpointKind.SAVEPOINT,
+                timestamp_ms=0,
+                location="file:///data/checkpoints/job-1/savepoint-1",
+                tasks=("t0", "t1"),
+                deadline_ms=10000,
+                request_id="r1",
+            )
+        )
         assert f"{ROOTED}/{JOB}/savepoint-1" == when.events[0].location  # type: ignore[union-attr]
 
     def test_a_location_right_below_the_root_allows_only_itself(self) -> None:
         """A file: location one level below / allows savepoints only inside itself by default."""
         started = given(running(cfg=config(interval_ms=0, location="file:///ckpt"), at=0))
 
-        started.when(request(SAVEPOINT, target="file:///ckpt/sp")).then_types(CheckpointTriggered)
-        started.when(request(SAVEPOINT, target="file:///etc")).then_types(TriggerRejected)
+        started.when(request(SAVEPOINT, target="file:///ckpt/sp")).then(
+            CheckpointTriggered(
+                job_id=JOB,
+                checkpoint_id=1,
+                attempt=1,
+                kind=CheckpointKind.SAVEPOINT,
+                timestamp_ms=0,
+                location="file:///ckpt/sp/savepoint-1",
+                tasks=("t0", "t1"),
+                deadline_ms=10000,
+                request_id="r1",
+            )
+        )
+        started.when(request(SAVEPOINT, target="file:///etc")).then(
+            TriggerRejected(
+                job_id=JOB,
+                reason=Reason.SAVEPOINT_TARGET_NOT_ALLOWED,
+                request_id="r1",
+                kind=CheckpointKind.SAVEPOINT,
+                message="savepoint target 'file:///etc' is outside file:///ckpt, where savepoints go when "
+                "the coordinator has no --savepoint-root (the parent of the checkpoint location); "
+                "start the coordinator with --savepoint-root to allow other directories",
+            )
+        )
 
 
 ROOTED = "file:///data/checkpoints"

@@ -25,7 +25,11 @@ def thawed(state: JobState) -> JobState:
 
 def json_as_before(state: JobState) -> dict[str, Any]:
     """``state_json`` as it was written before the frozen maps: ``asdict`` through JSON."""
-    result: dict[str, Any] = json.loads(json.dumps(asdict(thawed(state)), sort_keys=True))
+    before = asdict(thawed(state))
+    before.pop("task_ids")  # derived from the tasks, and not shown
+    for pending in before["pending"].values():
+        pending.pop("task_ids")
+    result: dict[str, Any] = json.loads(json.dumps(before, sort_keys=True))
     return result
 
 

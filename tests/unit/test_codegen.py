@@ -1,9 +1,17 @@
-"""``fast_init`` (events/fast_init.py): an instance it makes is the one the dataclass's ``__init__`` makes.
+"""The generated code of ``events/codegen.py``, each generator against what it stands in for.
 
-Checked on every class that uses it (the modules that apply it are scanned, so a class added to
+``fast_init``: an instance it makes is the one the dataclass's ``__init__`` makes. Checked on
+every class that uses it (the modules that apply it are scanned, so a class added to
 one of them is not left out; a module that starts applying it goes into ``SCANNED``) and on
 sample classes with each kind of field it accepts; and it refuses the classes it could not keep
 exact for.
+
+``replacer``: what ``dataclasses.replace`` gives, for each shape of class it compiles for (a
+wide class without slots, a slotted one, one with ``__post_init__``), on the state classes.
+
+The record decoders (``events.codec.avro_decoder``) and the Avro schema compiler
+(``events.avro_binary``) are compiled through ``define``/``compile_into`` too: their round
+trips are ``tests/unit/test_codec.py``; here, that they give what the generic path gives.
 """
 
 from __future__ import annotations
@@ -21,7 +29,11 @@ import coordinator.commands
 import coordinator.service.runtime
 import events.records
 import events.validation
-from events.fast_init import fast_init
+from coordinator.state import JobState, PendingCheckpoint, Scheduler, pending_checkpoint, with_tasks
+from coordinator.testing import run, running, tick
+from events.codec import _from_avro_fields, avro_decoder, to_avro
+from events.codegen import compile_into, define, fast_init, replacer, slot_setters
+from events.records import CheckpointConfig, CheckpointTriggered, StateHandle
 
 SCANNED = (events.records, events.validation, coordinator.commands, coordinator.service.runtime)
 USERS = sorted(
@@ -174,3 +186,111 @@ def test_it_refuses_a_class_it_could_not_keep_exact_for(declare: Any) -> None:
     declared = declare()  # declared outside the check: only fast_init may raise
     with pytest.raises(TypeError, match="fast_init"):
         fast_init(declared)
+
+
+# ------------------------------------------------------------------ define, compile_into
+
+
+def test_define_gives_the_named_definition_and_keeps_the_others() -> None:
+    """``define`` returns the function named; every other definition stays in the namespace."""
+    namespace: dict[str, Any] = {"k": 3}
+
+    triple = define(
+        "triple", "def helper(x):\n    return k * x\n\ndef triple(x):\n    return helper(x)", namespace
+    )
+
+    assert 12 == triple(4)
+    assert "helper" in namespace
+
+
+def test_compile_into_defines_many_functions_at_once() -> None:
+    """The schema compiler's use: a batch of sources, each function seeing the others."""
+    namespace: dict[str, Any] = {}
+
+    compile_into("def a():\n    return b()\n\ndef b():\n    return 'b'", namespace)
+
+    assert "b" == namespace["a"]()
+
+
+def test_slot_setters_only_for_slots() -> None:
+    """Setters of a slotted class's fields; None when one of the names is no slot."""
+    assert slot_setters(Scheduler, ["next_trigger_ms"]) is not None
+    assert slot_setters(JobState, ["job_id"]) is None
+
+
+# ------------------------------------------------------------------ replacer
+
+
+@dataclass(frozen=True)
+class _Posted:
+    a: int
+    b: int = 0
+
+    def __post_init__(self) -> None:
+        if self.a < 0:
+            raise ValueError("a must not be negative")
+
+
+def _busy() -> JobState:
+    state, _ = run([running(at=0), tick(1000), tick(2000)])
+    return state
+
+
+@pytest.mark.parametrize(
+    ("instance", "changes"),
+    [
+        pytest.param(_busy(), {"attempt": 7, "failures": 2}, id="JobState, no slots"),
+        pytest.param(_busy(), {}, id="JobState, nothing changed"),
+        pytest.param(Scheduler(5), {"next_trigger_ms": None}, id="Scheduler, slots"),
+        pytest.param(_busy().pending[1], {"acks": _busy().pending[1].acks}, id="PendingCheckpoint, kw-only"),
+        pytest.param(_Posted(1, 2), {"b": 5}, id="__post_init__"),
+    ],
+)
+def test_a_replacer_gives_what_dataclasses_replace_gives(instance: Any, changes: dict[str, Any]) -> None:
+    """Equal, of the same type, field by field identical values, and the original left as it was."""
+    before = field_values(instance)
+
+    replaced = replacer(type(instance))(instance, **changes)
+    expected = dataclasses.replace(instance, **changes)
+
+    assert type(expected) is type(replaced)
+    assert field_values(expected) == field_values(replaced)
+    assert before == field_values(instance)
+
+
+def test_a_replacer_runs_post_init() -> None:
+    """A class with ``__post_init__`` goes through its ``__init__``, so its checks still run."""
+    with pytest.raises(ValueError, match="negative"):
+        replacer(_Posted)(_Posted(1), a=-1)
+
+
+def test_state_helpers_build_the_task_sets() -> None:
+    """``with_tasks`` and ``pending_checkpoint`` set the derived task sets from the tasks."""
+    state = JobState("j", **with_tasks(("a", "b")))
+    triggered = CheckpointTriggered(
+        "j", 1, 1, _busy().pending[1].triggered.kind, 0, "file:///x/j/chk-1", ("a",), 9
+    )
+
+    assert frozenset({"a", "b"}) == state.task_ids
+    assert PendingCheckpoint(triggered, task_ids=frozenset({"a"})) == pending_checkpoint(triggered)
+
+
+# ------------------------------------------------------------------ record decoders
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        pytest.param(CheckpointConfig(interval_ms=5, location="file:///x"), id="CheckpointConfig"),
+        pytest.param(StateHandle("file:///x/a", 3, "ab" * 32, b"abc"), id="StateHandle"),
+        pytest.param(_busy().pending[1].triggered, id="CheckpointTriggered"),
+    ],
+)
+def test_a_compiled_decoder_gives_what_the_field_by_field_path_gives(record: Any) -> None:
+    """``avro_decoder`` (generated) and ``_from_avro_fields`` (generic) agree on a record's datum."""
+    datum = to_avro(record)
+
+    assert field_values(_from_avro_fields(type(record), datum)) == field_values(
+        avro_decoder(type(record))(datum)
+    )
+    assert record == avro_decoder(type(record))(datum)

@@ -1,0 +1,412 @@
+"""What the decider admits: the input checks, apart from the rules (docs/design.md, "The checkpoint decider").
+
+Each check is pure and looks at one input in one state. It gives None when the input is
+acceptable, else the :class:`InputRejected` decision that refuses it: never journaled, the
+shell sends the input to the dead-letter topic with its :class:`Rejection` and message.
+The rules in :mod:`coordinator.decider` run only on what these checks admit.
+
+A refusal here is about the input (a malformed id, another attempt, a task the job does not
+have, state outside its checkpoint); a refusal the rules make (``TriggerRejected``: tasks not
+running, ``min_pause``, a savepoint target outside the roots) is a journaled fact, not this.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from coordinator.restart import strategy_problem
+from coordinator.state import JobState
+from events.records import (
+    CheckpointAcknowledged,
+    CheckpointConfig,
+    CheckpointDeclined,
+    JobHeartbeat,
+    JobStatus,
+    JobStatusChanged,
+    StateHandle,
+)
+from events.sizes import excerpt
+from events.validation import (
+    MAX_CHECKPOINT_ID,
+    MAX_DURATION_MS,
+    MAX_INLINE_THRESHOLD_BYTES,
+    MAX_MAP_ENTRIES,
+    MAX_TASKS,
+    InvalidUri,
+    StorageUri,
+    parse_below,
+    parse_offsets_key,
+    parse_uri,
+)
+
+__all__ = [
+    "MAX_PARTITION",
+    "InputRejected",
+    "Rejection",
+    "acknowledgement",
+    "declination",
+    "heartbeat",
+    "inline_problem",
+    "job_of",
+    "job_status",
+    "known_job",
+    "storage_uri",
+    "task_input",
+]
+
+
+class Rejection(StrEnum):
+    """Why an input was refused and sent to the dead-letter topic."""
+
+    UNKNOWN_JOB = "UNKNOWN_JOB"
+    STALE_ATTEMPT = "STALE_ATTEMPT"
+    UNKNOWN_ATTEMPT = "UNKNOWN_ATTEMPT"
+    UNKNOWN_TASK = "UNKNOWN_TASK"
+    INVALID_ID = "INVALID_ID"
+    UNKNOWN_CHECKPOINT = "UNKNOWN_CHECKPOINT"
+    INVALID_OFFSETS = "INVALID_OFFSETS"
+    STATE_OUTSIDE_LOCATION = "STATE_OUTSIDE_LOCATION"
+    INVALID_STATE_HANDLE = "INVALID_STATE_HANDLE"
+    INVALID_METRICS = "INVALID_METRICS"
+    SAVEPOINT_TARGET_NOT_ALLOWED = "SAVEPOINT_TARGET_NOT_ALLOWED"
+    """Only the shell's symbolic-link check uses it; the decider's own refusal is a journaled
+    ``TriggerRejected`` with the same name."""
+    INVALID_CONFIG = "INVALID_CONFIG"
+    INVALID_STATUS = "INVALID_STATUS"
+    RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
+    """Only the shell uses it: the input's decision would write a record over its topic's
+    ``max.message.bytes`` (docs/design.md, "Record sizes"); nothing of it is journaled."""
+
+
+@dataclass(frozen=True, slots=True)
+class InputRejected:
+    """The command's input was not acceptable; the shell sends it to dead letters.
+
+    Not a journal event: it changes nothing, and ``evolve`` ignores it.
+    """
+
+    job_id: str
+    reason: Rejection
+    message: str
+
+
+MAX_PARTITION = 2**31 - 1
+"""Kafka's partition numbers are 32-bit."""
+
+
+def _refuse(state: JobState, reason: Rejection, message: str) -> InputRejected:
+    return InputRejected(state.job_id, reason, message)
+
+
+# ------------------------------------------------------------------ every input
+
+
+def job_of(state: JobState, job_id: str) -> InputRejected | None:
+    """A command reaches the state of its own job only."""
+    if job_id != state.job_id:
+        return _refuse(
+            state,
+            Rejection.UNKNOWN_JOB,
+            f"a command of job {excerpt(job_id)!r} reached job {excerpt(state.job_id)!r}",
+        )
+    return None
+
+
+def known_job(state: JobState) -> InputRejected | None:
+    """Requests, acks, declines and task statuses need a job that reported a status."""
+    if not state.known:
+        return _refuse(
+            state, Rejection.UNKNOWN_JOB, f"no job status was ever reported for job {excerpt(state.job_id)!r}"
+        )
+    return None
+
+
+# ------------------------------------------------------------------ job status
+
+
+def job_status(state: JobState, changed: JobStatusChanged) -> InputRejected | None:
+    """A status of an attempt not older than the job's; a RUNNING one with a valid config and tasks."""
+    if changed.attempt < 0:
+        return _refuse(state, Rejection.INVALID_STATUS, f"attempt must not be negative: {changed.attempt}")
+    if changed.attempt < state.attempt:
+        return _refuse(
+            state,
+            Rejection.STALE_ATTEMPT,
+            f"status {changed.status} of attempt {changed.attempt}; the job is at {state.attempt}",
+        )
+    if changed.status is JobStatus.RUNNING:
+        problem = _running_problem(changed)
+        if problem is not None:
+            return _refuse(state, Rejection.INVALID_CONFIG, problem)
+    return None
+
+
+def _running_problem(changed: JobStatusChanged) -> str | None:
+    problem = _config_problem(changed.config)
+    if problem is None and not changed.tasks:
+        problem = "a RUNNING job status must list the tasks that acknowledge checkpoints"
+    if problem is None and len(changed.tasks) > MAX_TASKS:
+        problem = f"a job may have at most {MAX_TASKS} tasks, got {len(changed.tasks)}"
+    if problem is None and changed.config is not None:
+        problem = _job_dir_problem(changed.job_id, changed.config.location)
+    if problem is None and len(set(changed.tasks)) != len(changed.tasks):
+        problem = f"task ids must be unique: {excerpt(list(changed.tasks))}"
+    restored = changed.restored_checkpoint_id
+    if problem is None and restored is not None and not 1 <= restored <= MAX_CHECKPOINT_ID:
+        problem = f"restored_checkpoint_id must be in [1, {MAX_CHECKPOINT_ID}]: {restored}"
+    return problem
+
+
+def _config_problem(config: CheckpointConfig | None) -> str | None:
+    if config is None:
+        return "a RUNNING job status must carry its checkpoint config"
+    return _bounds_problem(config) or _location_problem(config)
+
+
+def _bounds_problem(config: CheckpointConfig) -> str | None:
+    if config.timeout_ms <= 0:
+        return f"timeout_ms must be positive, got {config.timeout_ms}"
+    if config.min_pause_ms < 0:
+        return f"min_pause_ms must not be negative, got {config.min_pause_ms}"
+    if config.max_concurrent < 1:
+        return f"max_concurrent must be at least 1, got {config.max_concurrent}"
+    if config.tolerable_failures < 0:
+        return f"tolerable_failures must not be negative, got {config.tolerable_failures}"
+    if config.retained < 1:
+        return f"retained must be at least 1, got {config.retained}"
+    if not 0 <= config.inline_threshold_bytes <= MAX_INLINE_THRESHOLD_BYTES:
+        return (
+            f"inline_threshold_bytes must be between 0 and {MAX_INLINE_THRESHOLD_BYTES} "
+            f"(Flink's memory threshold is at most 1 MiB too), got {config.inline_threshold_bytes}"
+        )
+    for name in ("interval_ms", "timeout_ms", "min_pause_ms"):
+        value = getattr(config, name)
+        if value > MAX_DURATION_MS:
+            return f"{name} must be at most {MAX_DURATION_MS}, got {value}"
+    if not 0 < config.heartbeat_interval_ms <= config.heartbeat_timeout_ms <= MAX_DURATION_MS:
+        return (
+            f"heartbeats need 0 < heartbeat_interval_ms <= heartbeat_timeout_ms <= {MAX_DURATION_MS}, got "
+            f"{config.heartbeat_interval_ms} and {config.heartbeat_timeout_ms}"
+        )
+    return strategy_problem(config.restart_strategy)
+
+
+def _location_problem(config: CheckpointConfig) -> str | None:
+    if not config.location:
+        return "location (the checkpoint storage URI) must not be empty"
+    root = storage_uri(config.location)
+    if isinstance(root, str):
+        return f"location is not a storage URI cutline accepts: {excerpt(root)}"
+    if root.scheme == "file" and not root.segments:
+        return "location must not be the root of the file system"
+    return None
+
+
+def _job_dir_problem(job_id: str, location: str) -> str | None:
+    """Does ``job_id`` name exactly one directory below ``location`` (checkpoints go to
+    ``<location>/<job_id>/chk-<id>``)? A job id such as ``..`` or ``a/b`` would put them elsewhere."""
+    root = storage_uri(location)
+    job_dir = storage_uri(f"{location.rstrip('/')}/{job_id}")
+    if isinstance(root, str) or isinstance(job_dir, str) or job_dir.segments != (*root.segments, job_id):
+        return (
+            f"job id {excerpt(job_id)!r} cannot name a directory of checkpoint location {excerpt(location)!r}"
+        )
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def storage_uri(uri: str) -> StorageUri | str:
+    """``parse_uri``, or the reason it refused ``uri``. A memo: a location is parsed for every ack
+    of its checkpoint; ``parse_uri`` is pure, so remembering it changes no decision."""
+    try:
+        return parse_uri(uri)
+    except InvalidUri as exc:
+        return str(exc)
+
+
+def heartbeat(state: JobState, beat: JobHeartbeat) -> InputRejected | None:
+    """A heartbeat of the job's current attempt, of a job that ran."""
+    if not state.known:
+        return _refuse(
+            state, Rejection.UNKNOWN_JOB, f"a heartbeat of job {excerpt(beat.job_id)!r}, which never ran"
+        )
+    if beat.attempt < state.attempt:
+        return _refuse(
+            state,
+            Rejection.STALE_ATTEMPT,
+            f"a heartbeat of attempt {beat.attempt}; the job is at {state.attempt}",
+        )
+    if beat.attempt > state.attempt:
+        return _refuse(
+            state,
+            Rejection.UNKNOWN_ATTEMPT,
+            f"a heartbeat of attempt {beat.attempt}, which never reported RUNNING (at {state.attempt})",
+        )
+    return None
+
+
+# ------------------------------------------------------------------ task input
+
+
+def task_input(state: JobState, attempt: int, task_id: str) -> InputRejected | None:
+    """Input of a known job's current attempt from one of its tasks."""
+    unknown = known_job(state)
+    if unknown is not None:
+        return unknown
+    if attempt < state.attempt:
+        return _refuse(
+            state,
+            Rejection.STALE_ATTEMPT,
+            f"attempt {attempt} is older than the job's attempt {state.attempt}",
+        )
+    if attempt > state.attempt:
+        return _refuse(
+            state,
+            Rejection.UNKNOWN_ATTEMPT,
+            f"attempt {attempt} is newer than the job's attempt {state.attempt}",
+        )
+    if task_id not in state.task_ids:
+        return _refuse(
+            state,
+            Rejection.UNKNOWN_TASK,
+            f"task {excerpt(task_id)!r} is not one of {excerpt(list(state.tasks))}",
+        )
+    return None
+
+
+def _checkpoint_id(state: JobState, checkpoint_id: int) -> InputRejected | None:
+    if checkpoint_id < 1:
+        return _refuse(state, Rejection.INVALID_ID, f"checkpoint ids start at 1, got {checkpoint_id}")
+    if checkpoint_id > MAX_CHECKPOINT_ID:
+        return _refuse(
+            state, Rejection.INVALID_ID, f"checkpoint ids end at {MAX_CHECKPOINT_ID}, got {checkpoint_id}"
+        )
+    if checkpoint_id >= state.next_checkpoint_id:
+        return _refuse(
+            state,
+            Rejection.UNKNOWN_CHECKPOINT,
+            f"checkpoint {checkpoint_id} was never triggered (the next id is {state.next_checkpoint_id})",
+        )
+    return None
+
+
+def declination(state: JobState, decline: CheckpointDeclined) -> InputRejected | None:
+    """A decline from a task of the current attempt, of a checkpoint id that was triggered."""
+    return task_input(state, decline.attempt, decline.task_id) or _checkpoint_id(state, decline.checkpoint_id)
+
+
+def acknowledgement(state: JobState, ack: CheckpointAcknowledged) -> InputRejected | None:
+    """An ack as :func:`declination`, with well-formed offsets and metrics; for a pending
+    checkpoint, from one of its tasks, with state inside its location (inline state checked)."""
+    refused = task_input(state, ack.attempt, ack.task_id) or _checkpoint_id(state, ack.checkpoint_id)
+    if refused is not None:
+        return refused
+    problem = _offsets_problem(ack.offsets)
+    if problem:
+        return _refuse(state, Rejection.INVALID_OFFSETS, problem)
+    if len(ack.metrics) > MAX_MAP_ENTRIES:
+        return _refuse(
+            state,
+            Rejection.INVALID_METRICS,
+            f"{len(ack.metrics)} metrics; at most {MAX_MAP_ENTRIES} are accepted",
+        )
+    pending = state.pending.get(ack.checkpoint_id)
+    if pending is None:
+        return None  # late: nothing of it is used, so nothing more to check
+    if ack.task_id not in pending.task_ids:
+        return _refuse(
+            state,
+            Rejection.UNKNOWN_TASK,
+            f"task {excerpt(ack.task_id)!r} is not part of checkpoint {ack.checkpoint_id}",
+        )
+    if ack.state is None:
+        return None
+    return _handle_problem(state, ack.state, pending.triggered.location, pending.triggered.inline_limit_bytes)
+
+
+def _handle_problem(state: JobState, handle: StateHandle, location: str, limit: int) -> InputRejected | None:
+    if handle.size_bytes < 0:
+        size = handle.size_bytes
+        return _refuse(
+            state, Rejection.INVALID_STATE_HANDLE, f"state size_bytes must not be negative: {size}"
+        )
+    problem = _outside_problem(handle.uri, location)
+    if problem:
+        return _refuse(state, Rejection.STATE_OUTSIDE_LOCATION, problem)
+    if handle.inline is not None:
+        problem = inline_problem(handle, limit)
+        if problem:
+            return _refuse(state, Rejection.INVALID_STATE_HANDLE, problem)
+    return None
+
+
+def inline_problem(handle: StateHandle, limit: int) -> str | None:
+    """Why the inline state of ``handle`` is not acceptable for a checkpoint that allows ``limit``
+    bytes inline (None: it is). The size and digest are checked here, once, so that every reader
+    of the journal can trust the bytes it restores."""
+    assert handle.inline is not None
+    size = len(handle.inline)
+    if size > limit or limit == 0:
+        allowed = "no inline state" if limit == 0 else f"at most {limit} bytes inline"
+        return (
+            f"inline state of {size} bytes for {excerpt(handle.uri)}: this checkpoint allows {allowed} "
+            "(its barrier's inline_limit_bytes); write the snapshot to its uri and send no inline bytes"
+        )
+    if size != handle.size_bytes:
+        uri = excerpt(handle.uri)
+        return f"inline state of {size} bytes for {uri}, but its size_bytes says {handle.size_bytes}"
+    digest = hashlib.sha256(handle.inline).hexdigest()
+    if digest != handle.sha256.lower():
+        return (
+            f"inline state for {excerpt(handle.uri)} has sha256 {digest}, but its handle says {handle.sha256}"
+        )
+    return None
+
+
+def _offsets_problem(offsets: Mapping[str, int]) -> str | None:
+    if len(offsets) > MAX_MAP_ENTRIES:
+        return f"{len(offsets)} offsets; at most {MAX_MAP_ENTRIES} are accepted"
+    for key, offset in offsets.items():
+        problem = _offsets_key_problem(key)
+        if problem is not None:
+            return problem
+        if offset < 0:
+            return f"offset {offset} for {excerpt(key)} is negative"
+    return None
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _offsets_key_problem(key: str) -> str | None:
+    """Why ``key`` is not an offsets key (None: it is). A memo, as ``storage_uri``: every ack of a
+    task names the same ``topic:partition`` keys again; the check is pure."""
+    try:
+        _, partition = parse_offsets_key(key)
+    except ValueError as exc:
+        return str(exc)
+    if partition > MAX_PARTITION or key.rpartition(":")[2] != str(partition):
+        return f"partition of offsets key {excerpt(key)!r} is not a Kafka partition number"
+    return None
+
+
+def _outside_problem(uri: str, location: str) -> str | None:
+    """Why a state handle's ``uri`` is not strictly inside checkpoint ``location`` (None when it is).
+
+    Both are parsed by :func:`events.validation.parse_uri`: a URI that does not parse cannot be
+    shown to be inside, so it is refused the same way. Symbolic links are the shell's to resolve.
+    """
+    root = storage_uri(location)
+    if isinstance(root, str):
+        return (
+            f"checkpoint location {excerpt(location)!r} is not a storage URI cutline accepts: {excerpt(root)}"
+        )
+    try:
+        inner = parse_below(uri, location)
+    except InvalidUri as exc:
+        return f"state URI is not a storage URI cutline accepts: {excerpt(exc)}"
+    if not inner.within(root):
+        return f"state {excerpt(uri)!r} is outside checkpoint location {excerpt(location)!r}"
+    return None
