@@ -19,7 +19,7 @@ UV = os.environ.get("UV") or shutil.which("uv")
 @pytest.fixture(scope="module", name="python")
 def _python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if UV is None:
-        pytest.skip("uv is not on PATH here (`uv run pytest` puts it there)")
+        pytest.skip(reason="uv is not on PATH here (`uv run pytest` puts it there)")
     venv = tmp_path_factory.mktemp("lean") / "venv"
     subprocess.run([UV, "venv", "--quiet", "--python", sys.executable, str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"

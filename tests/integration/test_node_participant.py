@@ -29,7 +29,7 @@ def node_example() -> Path:
     """The example with its npm packages installed (``npm ci`` from the committed lock file)."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        pytest.skip("node and npm are not on this machine: the Node.js participant cannot run")
+        pytest.skip(reason="node and npm are not on this machine: the Node.js participant cannot run")
     if (
         not (EXAMPLE / "node_modules" / "kafkajs").is_dir()
         or not (EXAMPLE / "node_modules" / "avsc").is_dir()
