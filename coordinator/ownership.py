@@ -444,8 +444,7 @@ def _recovery_step(state: Ownership, partition: int, hold: Hold, fact: Fact) -> 
             )
         case ResendFailed() | JournalWriteFailed(), Phase.RESENDING | Phase.DECIDING:
             stop = StopDeciding(partition, f"a write failed ({fact.error}); recovering again")
-            restarted = _restart(state, partition, hold, RETRY_DELAY_S)
-            return Step(restarted.state, (stop, *restarted.commands))
+            return _restart(state, partition, hold, RETRY_DELAY_S, stop)
         case RecoveryFailed(), (Phase.RECOVERING | Phase.CLAIMING):
             return _restart(state, partition, hold, fact.retry_after_s)
     return Step(state)
@@ -483,8 +482,7 @@ def _claim_read(state: Ownership, fact: ClaimRead) -> Step:
         claim,
     )
     if _older(claim, hold.generation):
-        restarted = _restart(state, partition, raised, 0.0)
-        return Step(restarted.state, (stop, *restarted.commands))
+        return _restart(state, partition, raised, 0.0, stop)
     down = replace(raised, phase=Phase.STEPPED_DOWN, fenced_by=claim)
     return _with(state, partition, down, stop)
 
@@ -494,10 +492,10 @@ def _older(claim: Claim, generation: int) -> bool:
     return claim.generation != UNKNOWN_GENERATION and claim.generation < generation
 
 
-def _restart(state: Ownership, partition: int, hold: Hold, delay_s: float) -> Step:
-    """Recover the partition again from its snapshot, for the same generation."""
+def _restart(state: Ownership, partition: int, hold: Hold, delay_s: float, *first: Command) -> Step:
+    """Recover the partition again from its snapshot, for the same generation (after ``first``)."""
     again = Hold(hold.generation, Phase.RECOVERING, highest_epoch=hold.highest_epoch)
-    return _with(state, partition, again, ReadSnapshot(partition, hold.generation, delay_s))
+    return _with(state, partition, again, *first, ReadSnapshot(partition, hold.generation, delay_s))
 
 
 def _with(state: Ownership, partition: int, hold: Hold, *commands: Command) -> Step:

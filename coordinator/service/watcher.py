@@ -28,7 +28,7 @@ from collections.abc import Callable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from coordinator.ownership import Claim
-from coordinator.service.claims import generation_of
+from coordinator.service.claims import claim_of
 from events.codec import DecodeError, default_codec
 from events.fencing import epoch_of
 from events.kafka import consumer_config
@@ -119,7 +119,7 @@ class JournalWatcher:
             except DecodeError:
                 continue
             if isinstance(record, CoordinatorClaimed) and epoch_of(message.headers) >= 0:
-                claim = Claim(record.epoch, record.worker_id, generation_of(message.headers), message.offset)
+                claim = claim_of(record, message)
                 claims.setdefault(message.partition, []).append(claim)
         for partition, position in positions.items():
             watched[partition] = position
