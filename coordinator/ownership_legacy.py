@@ -56,19 +56,29 @@ def legacy_step(state: Ownership, fact: Fact) -> Step:
     """The old rules: assignments as today, recovery results of any generation, no watching."""
     match fact:
         case PartitionsAssigned() | PartitionsRevoked():
-            made = step(state, fact)
-            # The old shell did not cancel a claim under way: it goes on for a partition taken away.
-            holds = dict(made.state.holds)
-            for partition, under_way in state.holds.items():
-                if under_way.phase is Phase.CLAIMING and partition not in holds:
-                    holds[partition] = under_way
-            return Step(replace(made.state, holds=holds), made.commands)
+            return _legacy_assignment(state, fact)
         case ClaimRead():
             return Step(state)  # the old shell never read claims while deciding
     hold = state.holds.get(fact.partition)
     if hold is None:
         return Step(state)
-    p, g = fact.partition, hold.generation
+    return _legacy_recovery(state, fact, fact.partition, hold)
+
+
+def _legacy_assignment(state: Ownership, fact: PartitionsAssigned | PartitionsRevoked) -> Step:
+    """Assignments as today, but the old shell did not cancel a claim under way: it goes on for a
+    partition taken away."""
+    made = step(state, fact)
+    holds = dict(made.state.holds)
+    for partition, under_way in state.holds.items():
+        if under_way.phase is Phase.CLAIMING and partition not in holds:
+            holds[partition] = under_way
+    return Step(replace(made.state, holds=holds), made.commands)
+
+
+def _legacy_recovery(state: Ownership, fact: Fact, p: int, hold: Hold) -> Step:
+    """Recovery results of any generation are taken (the bug of regression seed 979)."""
+    g = hold.generation
     match fact, hold.phase:
         case SnapshotRead(), Phase.RECOVERING:
             return _with(

@@ -43,6 +43,7 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 _PRIMITIVES = frozenset({"int", "long", "string", "bytes", "boolean", "double"})
+_SCALAR_KINDS = _PRIMITIVES | {"null"}
 
 
 class Unusual(Exception):
@@ -196,24 +197,30 @@ class _Compiler:
         kind = schema if isinstance(schema, str) else schema["type"]
         if isinstance(schema, dict) and kind in _PRIMITIVES and set(schema) != {"type"}:
             raise Unsupported(f"annotated {kind} (logical types are not compiled)")
+        if kind in _SCALAR_KINDS:
+            return self._encode_scalar(kind, var, pad)
+        if kind == "enum":
+            return self._encode_enum(schema, var, hint, pad)
+        if kind == "record":
+            if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+                raise Unsupported(f"record {schema['name']} without a dataclass")
+            return [f"{pad}{self.encoder(schema, hint)}({var}, out)"]
+        if kind in ("array", "map"):
+            return self._encode_block(schema, kind == "map", var, hint, pad)
+        raise Unsupported(f"Avro type {kind!r}")
+
+    def _encode_scalar(self, kind: str, var: str, pad: str) -> list[str]:
         if kind in ("int", "long"):
             return [
                 f"{pad}if type({var}) is not int: {var} = _as_int({var})",
                 f"{pad}if 0 <= {var} < 64: out.append({var} << 1)",
                 f"{pad}else: out += _long({var})",
             ]
-        if kind == "string":
+        if kind in ("string", "bytes"):
             n = self.name("n")
+            encoded = [f"{pad}{var} = {var}.encode()"] if kind == "string" else []
             return [
-                f"{pad}{var} = {var}.encode()",
-                f"{pad}{n} = len({var})",
-                f"{pad}if {n} < 64: out.append({n} << 1)",
-                f"{pad}else: out += _long({n})",
-                f"{pad}out += {var}",
-            ]
-        if kind == "bytes":
-            n = self.name("n")
-            return [
+                *encoded,
                 f"{pad}{n} = len({var})",
                 f"{pad}if {n} < 64: out.append({n} << 1)",
                 f"{pad}else: out += _long({n})",
@@ -223,54 +230,50 @@ class _Compiler:
             return [f"{pad}out.append(1 if {var} else 0)"]
         if kind == "double":
             return [f"{pad}out += _pack_double({var})"]
-        if kind == "null":
-            return [f"{pad}if {var} is not None: raise ValueError('a null field holds ' + repr({var}))"]
-        if kind == "enum":
-            symbols = list(schema["symbols"])
-            index: dict[Any, int] = {s: i for i, s in enumerate(symbols)}
-            if isinstance(hint, type) and issubclass(hint, Enum):
-                for member in hint:
-                    if member.value in index:
-                        index[member] = index[member.value]
-            table, names = self.constant(index), self.constant(symbols)
-            i = self.name("i")
-            return [
-                f"{pad}{i} = {table}.get({var})",
-                f"{pad}if {i} is None: {i} = _bad_enum({var}, {names})",
-                f"{pad}out.append({i} << 1)",
+        return [f"{pad}if {var} is not None: raise ValueError('a null field holds ' + repr({var}))"]
+
+    def _encode_enum(self, schema: dict[str, Any], var: str, hint: Any, pad: str) -> list[str]:
+        symbols = list(schema["symbols"])
+        index: dict[Any, int] = {s: i for i, s in enumerate(symbols)}
+        if isinstance(hint, type) and issubclass(hint, Enum):
+            for member in hint:
+                if member.value in index:
+                    index[member] = index[member.value]
+        table, names = self.constant(index), self.constant(symbols)
+        i = self.name("i")
+        return [
+            f"{pad}{i} = {table}.get({var})",
+            f"{pad}if {i} is None: {i} = _bad_enum({var}, {names})",
+            f"{pad}out.append({i} << 1)",
+        ]
+
+    def _encode_block(self, schema: dict[str, Any], is_map: bool, var: str, hint: Any, pad: str) -> list[str]:
+        """An array or a map: one block of all its items, then the empty block."""
+        item_schema = schema["values"] if is_map else schema["items"]
+        item_hint = _item_hint(hint, is_map)
+        k, x, s, n = self.name("k"), self.name("x"), self.name("s"), self.name("n")
+        lines = [
+            f"{pad}if {var}:",
+            f"{pad}    {n} = len({var})",
+            f"{pad}    if {n} < 64: out.append({n} << 1)",
+            f"{pad}    else: out += _long({n})",
+        ]
+        if is_map:
+            lines += [
+                f"{pad}    for {k}, {x} in {var}.items():",
+                f"{pad}        if type({k}) is not str and not isinstance({k}, str):",
+                f"{pad}            raise TypeError('a map key must be a string')",
+                f"{pad}        {s} = {k}.encode()",
+                f"{pad}        {n} = len({s})",
+                f"{pad}        if {n} < 64: out.append({n} << 1)",
+                f"{pad}        else: out += _long({n})",
+                f"{pad}        out += {s}",
             ]
-        if kind == "record":
-            if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
-                raise Unsupported(f"record {schema['name']} without a dataclass")
-            return [f"{pad}{self.encoder(schema, hint)}({var}, out)"]
-        if kind in ("array", "map"):
-            is_map = kind == "map"
-            item_schema = schema["values"] if is_map else schema["items"]
-            item_hint = _item_hint(hint, is_map)
-            k, x, s, n = self.name("k"), self.name("x"), self.name("s"), self.name("n")
-            lines = [
-                f"{pad}if {var}:",
-                f"{pad}    {n} = len({var})",
-                f"{pad}    if {n} < 64: out.append({n} << 1)",
-                f"{pad}    else: out += _long({n})",
-            ]
-            if is_map:
-                lines += [
-                    f"{pad}    for {k}, {x} in {var}.items():",
-                    f"{pad}        if type({k}) is not str and not isinstance({k}, str):",
-                    f"{pad}            raise TypeError('a map key must be a string')",
-                    f"{pad}        {s} = {k}.encode()",
-                    f"{pad}        {n} = len({s})",
-                    f"{pad}        if {n} < 64: out.append({n} << 1)",
-                    f"{pad}        else: out += _long({n})",
-                    f"{pad}        out += {s}",
-                ]
-            else:
-                lines.append(f"{pad}    for {x} in {var}:")
-            lines += self.encode(item_schema, x, item_hint, pad + "        ")
-            lines.append(f"{pad}out.append(0)")
-            return lines
-        raise Unsupported(f"Avro type {kind!r}")
+        else:
+            lines.append(f"{pad}    for {x} in {var}:")
+        lines += self.encode(item_schema, x, item_hint, pad + "        ")
+        lines.append(f"{pad}out.append(0)")
+        return lines
 
     def _encode_union(self, branches: list[Any], var: str, hint: Any, pad: str) -> list[str]:
         resolved = [self.resolve(b) for b in branches]

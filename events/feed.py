@@ -130,26 +130,12 @@ class JobRecords:
             return None
         if name == CLAIM:
             if topic == self.claims_topic:
-                claim = self._decoded(value, topic, partition, offset)
-                if isinstance(claim, CoordinatorClaimed) and epoch_of(msg.headers()) != VOID_EPOCH:
-                    _, self.fence = self.fence.claim(claim.epoch)
+                self._learn_claim(msg, value, topic, partition, offset)
             return None
         if key is None:
             return None
         epoch = epoch_of(msg.headers())
-        valid, self.fence = self.fence.admit(epoch)
-        if not valid:
-            self.void[topic] += 1
-            if epoch == VOID_EPOCH:
-                log.info(
-                    "job %s: %s at %s[%d]@%d is void: %s",
-                    self.job_id, name, topic, partition, offset, excerpt(epoch_problem(msg.headers())),
-                )  # fmt: skip
-                return None
-            log.info(
-                "job %s: %s at %s[%d]@%d is void: written under coordinator epoch %d, now %d",
-                self.job_id, name, topic, partition, offset, epoch, self.fence.epoch,
-            )  # fmt: skip
+        if not self._admitted(msg, epoch, name, topic, partition, offset):
             return None
         if self.kinds is not None and name not in self.kinds:
             return None
@@ -159,6 +145,29 @@ class JobRecords:
             if record is None or getattr(record, "job_id", None) != self.job_id:
                 return None
         return FeedRecord(topic, partition, offset, epoch, name, value, msg.timestamp()[1], record)
+
+    def _learn_claim(self, msg: Message, value: bytes, topic: str, partition: int, offset: int) -> None:
+        claim = self._decoded(value, topic, partition, offset)
+        if isinstance(claim, CoordinatorClaimed) and epoch_of(msg.headers()) != VOID_EPOCH:
+            _, self.fence = self.fence.claim(claim.epoch)
+
+    def _admitted(self, msg: Message, epoch: int, name: str, topic: str, partition: int, offset: int) -> bool:
+        """Whether the fence admits a record written under ``epoch``; a void record is counted and logged."""
+        valid, self.fence = self.fence.admit(epoch)
+        if valid:
+            return True
+        self.void[topic] += 1
+        if epoch == VOID_EPOCH:
+            log.info(
+                "job %s: %s at %s[%d]@%d is void: %s",
+                self.job_id, name, topic, partition, offset, excerpt(epoch_problem(msg.headers())),
+            )  # fmt: skip
+        else:
+            log.info(
+                "job %s: %s at %s[%d]@%d is void: written under coordinator epoch %d, now %d",
+                self.job_id, name, topic, partition, offset, epoch, self.fence.epoch,
+            )  # fmt: skip
+        return False
 
     def _name(self, value: bytes) -> str | None:
         header = value[:HEADER_SIZE] if value[:2] == MAGIC else value[:CONFLUENT_HEADER_SIZE]
