@@ -35,6 +35,7 @@ from events.validation import (
     MAX_DURATION_MS,
     MAX_INLINE_THRESHOLD_BYTES,
     MAX_MAP_ENTRIES,
+    MAX_PARTITION,
     MAX_TASKS,
     InvalidUri,
     StorageUri,
@@ -44,7 +45,6 @@ from events.validation import (
 )
 
 __all__ = [
-    "MAX_PARTITION",
     "InputRejected",
     "Rejection",
     "acknowledgement",
@@ -92,10 +92,6 @@ class InputRejected:
     job_id: str
     reason: Rejection
     message: str
-
-
-MAX_PARTITION = 2**31 - 1
-"""Kafka's partition numbers are 32-bit."""
 
 
 def _refuse(state: JobState, reason: Rejection, message: str) -> InputRejected:

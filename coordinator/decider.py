@@ -301,7 +301,7 @@ def due_at(state: JobState) -> int | None:
 # ----------------------------------------------------------------------- decide
 
 
-class _Decision:
+class _Deciding:
     """Collects a command's decisions and the state after each, so later rules see earlier facts.
 
     Every rule records what it decides here and returns nothing: a refusal of the input is one
@@ -336,7 +336,7 @@ def decide(state: JobState, command: Command) -> list[Decision]:
     repeat (a duplicate ack, a late ack, a repeated decline) gives ``[]``; an
     unacceptable input gives one :class:`InputRejected`.
     """
-    d = _Decision(state)
+    d = _Deciding(state)
     _decide(d, command)
     return d.events
 
@@ -347,12 +347,12 @@ def decide_steps(state: JobState, command: Command) -> list[tuple[Decision, JobS
     ``decide`` evolves every decision into an interim state anyway; the shell takes those states
     instead of evolving each decision a second time.
     """
-    d = _Decision(state)
+    d = _Deciding(state)
     _decide(d, command)
     return list(zip(d.events, d.states, strict=True))
 
 
-def _decide(d: _Decision, command: Command) -> None:
+def _decide(d: _Deciding, command: Command) -> None:
     if d.refused(checks.job_of(d.state, command.job_id)):
         return
     match command:
@@ -374,7 +374,7 @@ def _decide(d: _Decision, command: Command) -> None:
             assert_never(command)
 
 
-def _change_job_status(d: _Decision, command: ChangeJobStatus) -> None:
+def _change_job_status(d: _Deciding, command: ChangeJobStatus) -> None:
     changed, now, state = command.changed, command.now_ms, d.state
     if d.refused(checks.job_status(state, changed)):
         return
@@ -393,7 +393,7 @@ def _change_job_status(d: _Decision, command: ChangeJobStatus) -> None:
     _stop(d, now, changed.status, changed.error, attempt=changed.attempt)
 
 
-def _start(d: _Decision, command: ChangeJobStatus) -> None:
+def _start(d: _Deciding, command: ChangeJobStatus) -> None:
     """A new attempt runs: stop the old one's scheduler, note what it restored, start the scheduler."""
     changed, now = command.changed, command.now_ms
     assert changed.config is not None  # checks.job_status admits no RUNNING status without one
@@ -431,7 +431,7 @@ def _first_trigger(config: CheckpointConfig, now: int, jitter: float) -> int | N
 
 
 def _stop(
-    d: _Decision,
+    d: _Deciding,
     now: int,
     status: JobStatus,
     error: str | None,
@@ -478,18 +478,19 @@ FAILED_OR_RESTARTING = frozenset({JobStatus.FAILING, JobStatus.RESTARTING, JobSt
 
 
 def _fail(
-    d: _Decision, now: int, failure: str, jitter: float, reason: Reason, attempt: int | None = None
+    d: _Deciding, now: int, failure: str, jitter: float, reason: Reason, attempt: int | None = None
 ) -> None:
     """The job failed: stop it (FAILING), then the restart strategy restarts it or gives up."""
     _stop(d, now, JobStatus.FAILING, failure, attempt=attempt, reason=reason)
     state = d.state
     history = RestartHistory(state.restarts, state.backoff_ms, state.last_failure_ms, state.failure_times)
     if state.config is None:
-        decision: Restart | GiveUp = GiveUp("the job never ran with a configuration (no restart strategy)")
+        never_ran = "the job never ran with a configuration (no restart strategy)"
+        restart_plan: Restart | GiveUp = GiveUp(never_ran)
     else:
-        decision = on_failure(state.config.restart_strategy, history, now, jitter)
-    if isinstance(decision, GiveUp):
-        d.emit(JobFailedPermanently(state.job_id, state.attempt, now, decision.reason, failure))
+        restart_plan = on_failure(state.config.restart_strategy, history, now, jitter)
+    if isinstance(restart_plan, GiveUp):
+        d.emit(JobFailedPermanently(state.job_id, state.attempt, now, restart_plan.reason, failure))
         return
     # Flink restores the latest completed checkpoint, or what the attempt itself started from.
     restore = state.latest_completed or state.restored
@@ -498,17 +499,17 @@ def _fail(
             job_id=state.job_id,
             attempt=state.attempt + 1,
             timestamp_ms=now,
-            delay_ms=decision.delay_ms,
+            delay_ms=restart_plan.delay_ms,
             failure=failure,
-            restarts=decision.restarts,
-            backoff_ms=decision.backoff_ms,
+            restarts=restart_plan.restarts,
+            backoff_ms=restart_plan.backoff_ms,
             restore_checkpoint_id=None if restore is None else restore.checkpoint_id,
             restore_location=None if restore is None else restore.location or None,
         )
     )
 
 
-def _record_heartbeat(d: _Decision, command: RecordHeartbeat) -> None:
+def _record_heartbeat(d: _Deciding, command: RecordHeartbeat) -> None:
     state = d.state
     if d.refused(checks.heartbeat(state, command.heartbeat)):
         return
@@ -518,7 +519,7 @@ def _record_heartbeat(d: _Decision, command: RecordHeartbeat) -> None:
     d.emit(JobHeartbeatRecorded(state.job_id, state.attempt, command.now_ms, deadline))
 
 
-def _change_task_status(d: _Decision, command: ChangeTaskStatus) -> None:
+def _change_task_status(d: _Deciding, command: ChangeTaskStatus) -> None:
     changed, now, state = command.changed, command.now_ms, d.state
     if d.refused(checks.task_input(state, changed.attempt, changed.task_id)):
         return
@@ -552,7 +553,7 @@ def _change_task_status(d: _Decision, command: ChangeTaskStatus) -> None:
         _poll_queue(d, now)
 
 
-def _request_checkpoint(d: _Decision, command: RequestCheckpoint) -> None:
+def _request_checkpoint(d: _Deciding, command: RequestCheckpoint) -> None:
     request, now, state = command.request, command.now_ms, d.state
     if d.refused(checks.known_job(state)):
         return
@@ -646,7 +647,7 @@ def _max_concurrent(state: JobState) -> int:
 
 
 def _trigger(
-    d: _Decision,
+    d: _Deciding,
     now: int,
     kind: CheckpointKind,
     *,
@@ -693,7 +694,7 @@ def _location(state: JobState, checkpoint_id: int, kind: CheckpointKind, target:
     return f"{state.config.location.rstrip('/')}/{state.job_id}/chk-{checkpoint_id}"
 
 
-def _poll_queue(d: _Decision, now: int) -> None:
+def _poll_queue(d: _Deciding, now: int) -> None:
     """Run queued requests while there is room (Flink re-polls after every abort or completion)."""
     while d.state.queue and d.state.pending_checkpoints < _max_concurrent(d.state):
         head = d.state.queue[0]
@@ -740,7 +741,7 @@ def _rejected_periodic(
     )
 
 
-def _tick(d: _Decision, command: Tick) -> None:
+def _tick(d: _Deciding, command: Tick) -> None:
     now, state = command.now_ms, d.state
     deadline = state.heartbeat_deadline_ms
     if state.status is JobStatus.RUNNING and deadline is not None and now >= deadline:
@@ -806,7 +807,7 @@ def _missing(pending: PendingCheckpoint) -> str:
 
 
 def _abort(
-    d: _Decision,
+    d: _Deciding,
     now: int,
     checkpoint_id: int,
     reason: Reason,
@@ -844,7 +845,7 @@ def _abort(
         )
 
 
-def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> None:
+def _acknowledge(d: _Deciding, command: AcknowledgeCheckpoint) -> None:
     ack, now = command.ack, command.now_ms
     if d.refused(checks.acknowledgement(d.state, ack)):
         return
@@ -870,7 +871,7 @@ def _acknowledge(d: _Decision, command: AcknowledgeCheckpoint) -> None:
         _complete(d, now, acknowledged)
 
 
-def _complete(d: _Decision, now: int, pending: PendingCheckpoint) -> None:
+def _complete(d: _Deciding, now: int, pending: PendingCheckpoint) -> None:
     triggered = pending.triggered
     handles: dict[str, StateHandle] = {}
     offsets: dict[str, int] = {}
@@ -908,7 +909,7 @@ def _complete(d: _Decision, now: int, pending: PendingCheckpoint) -> None:
     _poll_queue(d, now)
 
 
-def _decline(d: _Decision, command: DeclineCheckpoint) -> None:
+def _decline(d: _Deciding, command: DeclineCheckpoint) -> None:
     decline, now = command.decline, command.now_ms
     if d.refused(checks.declination(d.state, decline)):
         return

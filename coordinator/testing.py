@@ -173,11 +173,6 @@ def run_commands(
     return state, decisions
 
 
-run = run_commands
-"""The name ``run_commands`` had first: tests/unit/test_decider.py still imports it (another change
-edits that file); remove once it imports ``run_commands``."""
-
-
 @dataclass(frozen=True)
 class Given:
     """The state after some commands (decided and evolved, as the coordinator would)."""
@@ -227,7 +222,7 @@ class When:
 
 def given(*commands: Command, job_id: str = JOB) -> Given:
     """The state after ``commands``; ``given()`` is a job nothing is known about."""
-    state, _ = run(commands, initial_state(job_id))
+    state, _ = run_commands(commands, initial_state(job_id))
     return Given(state)
 
 

@@ -199,8 +199,9 @@ class Coordinator:
         """Dead letters made, by reason: for metrics."""
         self._files: BatchFileView | None = None
         """The file system as seen by the batch being decided (:meth:`batch`); None: ask it per ack."""
-        self._due_at: dict[str, tuple[JobState, int | None]] = {}
-        """job -> (a state of it, ``due_at`` of that state): see :meth:`due`."""
+        self._due_at: dict[str, int | None] = {}
+        """job -> ``due_at`` of its current state, where known: see :meth:`due`. Every change of
+        a state goes through :meth:`_set_state`, which forgets it unless the change keeps it."""
         self._homes: dict[str, int] = {}
         """job -> :meth:`partition_of` (murmur2 in Python costs microseconds; every input asks)."""
 
@@ -267,6 +268,7 @@ class Coordinator:
         jobs = set(self.jobs_of(partition))
         for job_id in jobs:
             self.states.pop(job_id, None)
+            self._due_at.pop(job_id, None)
             self.stats.pop(job_id, None)
         for key in [k for k in self.trigger_epochs if k[0] in jobs]:
             del self.trigger_epochs[key]
@@ -278,7 +280,7 @@ class Coordinator:
         of that partition made elsewhere), replacing what this one had of it."""
         self.drop_partition(partition)
         for job_id in other.jobs_of(partition):
-            self.states[job_id] = other.states[job_id]
+            self._set_state(job_id, other.states[job_id])
             if job_id in other.stats:
                 self.stats[job_id] = other.stats[job_id]
         jobs = set(other.jobs_of(partition))
@@ -555,20 +557,18 @@ class Coordinator:
         is remembered with the state it was worked out for, and an acknowledgement (which moves no
         deadline: ``due_at`` of the state after a ``TaskAcknowledged`` is that of the state
         before, ``tests/property/test_decider_properties.py``) carries it on to the new state
-        (:meth:`_decide`).
-        Any other change of the state is a different object, and is worked out again."""
+        (:meth:`_keep`). Any other change of the state forgets it (:meth:`_set_state`), and it is
+        worked out again."""
         remembered = self._due_at
         if len(remembered) > len(self.states):
             for job_id in remembered.keys() - self.states.keys():
                 del remembered[job_id]
         due = []
         for job_id, state in self.states.items():
-            known = remembered.get(job_id)
-            if known is not None and known[0] is state:
-                at = known[1]
+            if job_id in remembered:
+                at = remembered[job_id]
             else:
-                at = due_at(state)
-                remembered[job_id] = (state, at)
+                at = remembered[job_id] = due_at(state)
             if at is not None and at <= now_ms:
                 due.append(job_id)
         return due
@@ -640,7 +640,7 @@ class Coordinator:
         outcome.messages.extend(barriers)
         if steps:
             assert stats is not None
-            self._keep(job_id, state, after, stats, outcome.journal, epoch)
+            self._keep(job_id, after, stats, outcome.journal, epoch)
         if position is not None:
             tp, offset = position[:2], position[2]
             if offset > self.positions.get(tp, -1):
@@ -681,24 +681,27 @@ class Coordinator:
     def _keep(
         self,
         job_id: str,
-        before: JobState,
         after: JobState,
         stats: CheckpointStats,
         journal: list[JournalEvent],
         epoch: int,
     ) -> None:
         """Take a decision's state, statistics, deadline memo and trigger epochs."""
-        self.states[job_id], self.stats[job_id] = after, stats
-        known = self._due_at.get(job_id)
+        self.stats[job_id] = stats
         if len(journal) == 1 and type(journal[0]) is TaskAcknowledged:
             # The usual ack: it moves no deadline (see due()) and triggers or ends nothing.
-            if known is not None and known[0] is before:
-                self._due_at[job_id] = (after, known[1])
+            self._set_state(job_id, after, keeps_deadline=True)
             return
-        if known is not None and known[0] is before and all(type(e) is TaskAcknowledged for e in journal):
-            self._due_at[job_id] = (after, known[1])
+        self._set_state(job_id, after, keeps_deadline=all(type(e) is TaskAcknowledged for e in journal))
         for event in journal:
             self._track_epoch(event, epoch)
+
+    def _set_state(self, job_id: str, state: JobState, *, keeps_deadline: bool = False) -> None:
+        """The one way a job's state changes: forgets its remembered ``due_at`` unless the change
+        is known to move no deadline (acknowledgements only)."""
+        self.states[job_id] = state
+        if not keeps_deadline:
+            self._due_at.pop(job_id, None)
 
     @staticmethod
     def _too_large(job_id: str, message: str) -> Outcome:
@@ -742,7 +745,7 @@ class Coordinator:
     def _apply(self, event: JournalEvent) -> None:
         job_id = event.job_id
         state = self.states.get(job_id) or initial_state(job_id)
-        self.states[job_id] = evolve(state, event)
+        self._set_state(job_id, evolve(state, event))
         self.stats[job_id] = track(self.stats.get(job_id), state, event)
 
     def _barrier(self, triggered: CheckpointTriggered, now_ms: int, epoch: int = 0) -> Outgoing:

@@ -30,7 +30,7 @@ import coordinator.service.runtime
 import events.records
 import events.validation
 from coordinator.state import JobState, PendingCheckpoint, Scheduler, pending_checkpoint, with_tasks
-from coordinator.testing import run, running, tick
+from coordinator.testing import run_commands, running, tick
 from events.codec import _from_avro_fields, avro_decoder, to_avro
 from events.codegen import compile_into, define, fast_init, replacer, slot_setters
 from events.records import CheckpointConfig, CheckpointTriggered, StateHandle
@@ -232,7 +232,7 @@ class _Posted:
 
 
 def _busy() -> JobState:
-    state, _ = run([running(at=0), tick(1000), tick(2000)])
+    state, _ = run_commands([running(at=0), tick(1000), tick(2000)])
     return state
 
 

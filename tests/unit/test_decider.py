@@ -23,7 +23,7 @@ from coordinator.testing import (
     given,
     job_status,
     request,
-    run,
+    run_commands,
     running,
     task_status,
     tick,
@@ -86,7 +86,7 @@ class TestScheduler:
         commands += [job_status(JobStatus.RESTARTING, at=3500), tick(4000), tick(5000)]
         commands += [running(attempt=2, at=6000), tick(6000)]
 
-        _, events = run(commands)
+        _, events = run_commands(commands)
 
         assert triggered(events) == [1, 2, 3, 4]
         times = [e.timestamp_ms for e in events if isinstance(e, CheckpointTriggered)]
@@ -240,7 +240,7 @@ class TestTriggerPreChecks:
         commands = [running(at=0), task_status("t0", ExecutionState.INITIALIZING), tick(1000)]
         commands += [task_status("t0", ExecutionState.RUNNING, at=1500), tick(2000)]
 
-        state, events = run(commands)
+        state, events = run_commands(commands)
 
         assert triggered(events) == [1]
         assert list(state.pending) == [1]
@@ -252,7 +252,7 @@ class TestTriggerPreChecks:
         commands = [running(cfg=cfg, at=0), tick(50), ack(1, "t0", at=60), ack(1, "t1", at=70)]
         commands += [tick(t) for t in range(71, 200)]
 
-        _, events = run(commands)
+        _, events = run_commands(commands)
 
         second = [e for e in events if isinstance(e, CheckpointTriggered)][1]
         assert second.timestamp_ms >= 70 + 50
@@ -295,7 +295,7 @@ class TestTriggerPreChecks:
         commands = [running(cfg=cfg, at=0, jitter=0.999), tick(500), tick(1000)]
         commands += [ack(1, "t0", at=1050), ack(1, "t1", at=1100)]
 
-        state, events = run(commands)
+        state, events = run_commands(commands)
 
         assert isinstance(events[-1], TriggerRejected)
         assert events[-1].reason == Reason.MINIMUM_TIME_BETWEEN_CHECKPOINTS
@@ -336,7 +336,7 @@ class TestAcknowledgements:
         for n in (1, 2, 3):
             commands += [tick(n * 1000), ack(n, "t0", at=n * 1000), ack(n, "t1", at=n * 1000)]
 
-        state, _ = run(commands)
+        state, _ = run_commands(commands)
 
         assert [c.checkpoint_id for c in state.completed] == [3]
 
@@ -352,7 +352,7 @@ class TestAcknowledgements:
             ack(2, "t1", at=2400),
         ]
 
-        state, events = run(commands)
+        state, events = run_commands(commands)
 
         completions = [e.checkpoint_id for e in events if isinstance(e, CheckpointCompleted)]
         assert completions == [1, 2]
@@ -599,7 +599,7 @@ class TestDeclinesAndFailures:
         commands += [task_status("t1", ExecutionState.RUNNING, at=3500)]
         commands += [tick(4000), decline(4, "t0", at=4001)]
 
-        _, events = run(commands)
+        _, events = run_commands(commands)
 
         failures = [e for e in events if isinstance(e, CheckpointFailureThresholdExceeded)]
         assert [(e.checkpoint_id, e.failures) for e in failures] == [(4, 3)]
@@ -613,7 +613,7 @@ class TestDeclinesAndFailures:
         commands += [tick(2000), ack(2, "t0", at=2001), ack(2, "t1", at=2002)]
         commands += [tick(3000), decline(3, "t0", at=3001)]
 
-        state, events = run(commands)
+        state, events = run_commands(commands)
 
         assert not any(isinstance(e, CheckpointFailureThresholdExceeded) for e in events)
         assert state.failures == 1
@@ -624,7 +624,7 @@ class TestDeclinesAndFailures:
         cfg = config(max_concurrent=2, tolerable_failures=0)
         commands = [running(cfg=cfg, at=0), tick(1000), tick(2000), ack(2, "t0"), ack(2, "t1")]
 
-        state, events = run(commands)
+        state, events = run_commands(commands)
 
         assert state.failures == 0
         assert not any(isinstance(e, CheckpointFailureThresholdExceeded) for e in events)
@@ -686,7 +686,7 @@ class TestConcurrency:
         commands = [running(cfg=cfg, at=0), tick(1000), tick(2000), ack(2, "t0"), ack(2, "t1")]
         commands += [tick(3000), tick(4000)]
 
-        state, _ = run(commands)
+        state, _ = run_commands(commands)
 
         assert sorted(state.pending) == [3, 4]
 
@@ -707,7 +707,7 @@ class TestConcurrency:
         commands = [running(at=0), tick(1000), tick(2000), request(request_id="m1", at=2100)]
         commands += [ack(1, "t0", at=2200), ack(1, "t1", at=2300)]
 
-        state, events = run(commands)
+        state, events = run_commands(commands)
 
         assert state.pending[2].triggered.request_id == "m1"
         assert [q.periodic for q in state.queue] == [True]
@@ -736,7 +736,7 @@ class TestSavepoints:
         sp = StateHandle(f"{location}/t0", 3, "x")
         commands += [ack(1, "t0", at=20, state=sp), ack(1, "t1", at=30)]
 
-        state, events = run(commands)
+        state, events = run_commands(commands)
 
         assert location == state.latest_savepoint.location if state.latest_savepoint else None
         assert state.completed == ()
@@ -781,7 +781,7 @@ class TestSavepoints:
         commands += [request(SAVEPOINT, request_id=f"s{i}", at=i) for i in range(1, 4)]
         commands += [ack(i, t, at=100 + i) for i in range(1, 4) for t in ("t0", "t1")]
 
-        _, events = run(commands)
+        _, events = run_commands(commands)
 
         assert [e.checkpoint_id for e in events if isinstance(e, CheckpointCompleted)] == [1, 2, 3]
 
@@ -828,7 +828,7 @@ class TestIdsAndRestore:
         commands = [running(cfg=config(max_concurrent=3), at=0), tick(1000)]
         commands += [request(SAVEPOINT, at=1001), request(at=1002)]
 
-        _, events = run(commands)
+        _, events = run_commands(commands)
 
         assert triggered(events) == [1, 2, 3]
 
@@ -851,7 +851,7 @@ class TestIdsAndRestore:
         commands = [running(at=0, cfg=config(max_concurrent=3)), tick(1000), tick(2000), tick(3000)]
         commands += [running(attempt=2, restored_from=1, at=3500), tick(4000)]
 
-        _, events = run(commands)
+        _, events = run_commands(commands)
 
         assert triggered(events) == [1, 2, 3, 4]
 
