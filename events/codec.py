@@ -725,14 +725,65 @@ class Codec:
         return record
 
 
-@cache
-def default_codec() -> Codec:
-    """A process-wide codec over the installed schemas; it reads and writes the Confluent wire
-    format too when ``CUTLINE_SCHEMA_REGISTRY_URL`` / ``CUTLINE_WIRE_FORMAT`` say so
-    (:func:`events.schema_registry.framing_from_environment`)."""
-    from events.schema_registry import framing_from_environment
+WIRE_FORMATS = ("single-object", "confluent")
 
-    return Codec(confluent=framing_from_environment())
+
+class WireFormatError(ValueError):
+    """The wire format settings do not fit together; says how to fix them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WireSettings:
+    """How a process frames records: single-object (the default), or Confluent frames through a
+    schema registry (docs/wire-format.md, "Confluent framing").
+
+    Set by a process's caller: the ``cutline`` command from its options, a job from
+    ``JobSettings.wire``, a program from :func:`events.schema_registry.wire_from_environment`,
+    then made the process's with :func:`use_wire`. Tasks carry their driver's settings.
+    """
+
+    schema_registry_url: str | None = None
+    """Every reader also decodes Confluent frames through this registry."""
+    wire_format: str = "single-object"
+    """How records are written: ``single-object`` or ``confluent`` (needs the registry)."""
+
+    def __post_init__(self) -> None:
+        if self.wire_format not in WIRE_FORMATS:
+            raise WireFormatError(f"wire format {self.wire_format!r}: use one of {', '.join(WIRE_FORMATS)}")
+        if self.wire_format == "confluent" and not self.schema_registry_url:
+            raise WireFormatError(
+                "the confluent wire format needs a schema registry: pass --schema-registry URL "
+                "(or set CUTLINE_SCHEMA_REGISTRY_URL)"
+            )
+
+
+@cache
+def codec_for(wire: WireSettings) -> Codec:
+    """The codec of ``wire`` (one per settings in a process: it caches compiled schemas and ids)."""
+    if not wire.schema_registry_url:
+        return Codec()
+    from events.schema_registry import RegistryFraming
+
+    return Codec(confluent=RegistryFraming(wire.schema_registry_url, writes=wire.wire_format == "confluent"))
+
+
+_process_wire = WireSettings()
+
+
+def use_wire(wire: WireSettings) -> None:
+    """Make ``wire`` the settings of this process's :func:`default_codec`."""
+    global _process_wire
+    _process_wire = wire
+
+
+def process_wire() -> WireSettings:
+    """The settings :func:`use_wire` last set (single-object framing unless a caller chose)."""
+    return _process_wire
+
+
+def default_codec() -> Codec:
+    """The process's codec: of the settings :func:`use_wire` set, single-object framing otherwise."""
+    return codec_for(_process_wire)
 
 
 def encode(record: Record, topic: str | None = None) -> bytes:

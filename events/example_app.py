@@ -27,9 +27,11 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from events.codec import use_wire
 from events.kafka import consumer_config
 from events.participant import JobDriver, Participant, load_snapshot
 from events.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, JobStatus
+from events.schema_registry import wire_from_environment
 from events.stopping import Stop, StopSignals
 from events.topics import DEFAULT_PREFIX, Topics
 
@@ -222,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--idle-exit", type=float, help="stop after this many seconds without input")
     parser.add_argument("--output", type=Path, help="write the final counts here as JSON")
     args = parser.parse_args(argv)
+    use_wire(wire_from_environment())  # as `cutline run` exported them
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     app = WordCount(

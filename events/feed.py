@@ -215,6 +215,7 @@ class JobFeed:
         kinds: Collection[str] | None = None,
         decode: bool = True,
         timeout: float = 30.0,
+        codec: Codec | None = None,
     ) -> None:
         self.job_id = job_id
         short_wait = {**(config or {}), "fetch.wait.max.ms": END_PROBE_FETCH_WAIT_MS}
@@ -233,6 +234,7 @@ class JobFeed:
             kinds=kinds,
             decode=decode,
             starts=self.starts,
+            codec=codec,
         )
         self._consumer = Consumer(consumer_config(bootstrap, extra=config))
         self._consumer.assign(

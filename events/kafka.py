@@ -28,7 +28,7 @@ from confluent_kafka import (
 )
 
 from events.client_config import client_properties
-from events.codec import encode
+from events.codec import Codec, default_codec
 from events.records import Record
 
 __all__ = [
@@ -155,12 +155,15 @@ def produce_record(
     record: Record,
     on_delivery: DeliveryCallback | None = None,
     headers: Sequence[tuple[str, bytes]] = (),
+    codec: Codec | None = None,
 ) -> None:
-    """Encode ``record`` with the codec and produce it to ``topic``, keyed by its ``job_id``.
+    """Encode ``record`` with ``codec`` (the process's by default) and produce it to ``topic``,
+    keyed by its ``job_id``.
 
     Serves delivery callbacks of earlier messages (``poll(0)``) but does not wait.
     """
-    kwargs: dict[str, Any] = {"key": record_key(record), "value": encode(record, topic)}
+    value = (codec or default_codec()).encode(record, topic)
+    kwargs: dict[str, Any] = {"key": record_key(record), "value": value}
     if on_delivery is not None:
         kwargs["on_delivery"] = on_delivery
     if headers:
@@ -179,6 +182,7 @@ def deliver(
     record: Record,
     timeout: float,
     headers: Sequence[tuple[str, bytes]] = (),
+    codec: Codec | None = None,
 ) -> None:
     """Produce ``record`` and wait until the broker has it.
 
@@ -194,7 +198,7 @@ def deliver(
         else:
             delivered.append(msg)
 
-    produce_record(producer, topic, record, on_delivery=on_delivery, headers=headers)
+    produce_record(producer, topic, record, on_delivery=on_delivery, headers=headers, codec=codec)
     producer.flush(timeout)
     if errors:
         raise KafkaException(errors[0])

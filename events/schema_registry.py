@@ -1,8 +1,8 @@
 """The Confluent Schema Registry wire format for cutline's topics (optional, the ``registry`` extra).
 
-Single-object encoding (docs/design.md, "Wire protocol") stays the default. With ``--schema-registry URL`` (or
-``CUTLINE_SCHEMA_REGISTRY_URL``) every reader also decodes Confluent frames (magic byte 0, a
-4-byte schema id, the Avro body); with ``--wire-format confluent`` (``CUTLINE_WIRE_FORMAT``) the
+Single-object encoding (docs/design.md, "Wire protocol") stays the default. With a registry URL
+(:class:`events.codec.WireSettings`, ``--schema-registry URL``) every reader also decodes Confluent
+frames (magic byte 0, a 4-byte schema id, the Avro body); with the ``confluent`` wire format the
 writers write them, so kcat, Kafka UI, AKHQ, Redpanda Console and Kafdrop show the records.
 A topic carries several record types, so subjects follow Confluent's TopicRecordNameStrategy:
 ``<topic>-cutline.<Record>``, registered on first use. The registry is asked once per schema
@@ -16,16 +16,20 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from events.codec import NAMESPACE, ConfluentFraming, WriterSchema
+from events.codec import NAMESPACE, WIRE_FORMATS, WireFormatError, WireSettings, WriterSchema
 from events.extras import require
 
 URL_VARIABLE = "CUTLINE_SCHEMA_REGISTRY_URL"
 FORMAT_VARIABLE = "CUTLINE_WIRE_FORMAT"
-WIRE_FORMATS = ("single-object", "confluent")
-
-
-class WireFormatError(ValueError):
-    """The wire format settings do not fit together; says how to fix them."""
+__all__ = [
+    "FORMAT_VARIABLE",
+    "URL_VARIABLE",
+    "WIRE_FORMATS",
+    "RegistryFraming",
+    "WireFormatError",
+    "subject",
+    "wire_from_environment",
+]
 
 
 def subject(topic: str, writer: WriterSchema) -> str:
@@ -70,18 +74,21 @@ class RegistryFraming:
         return parsed
 
 
-def framing_from_environment(environ: Mapping[str, str] | None = None) -> ConfluentFraming | None:
-    """The Confluent framing the environment asks for, or None (single-object only)."""
+def wire_from_environment(environ: Mapping[str, str] | None = None) -> WireSettings:
+    """The wire settings that ``CUTLINE_SCHEMA_REGISTRY_URL`` and ``CUTLINE_WIRE_FORMAT`` name: for a
+    program's entry point (the ``cutline`` command exports them to the processes it starts)."""
     environ = os.environ if environ is None else environ
-    url = environ.get(URL_VARIABLE, "").strip()
-    wire_format = environ.get(FORMAT_VARIABLE, "single-object").strip() or "single-object"
-    if wire_format not in WIRE_FORMATS:
-        raise WireFormatError(f"{FORMAT_VARIABLE}={wire_format}: use one of {', '.join(WIRE_FORMATS)}")
-    if wire_format == "confluent" and not url:
-        raise WireFormatError(
-            "the confluent wire format needs a schema registry: pass --schema-registry URL "
-            f"(or set {URL_VARIABLE})"
-        )
-    if not url:
-        return None
-    return RegistryFraming(url, writes=wire_format == "confluent")
+    url = environ.get(URL_VARIABLE, "").strip() or None
+    wire_format = environ.get(FORMAT_VARIABLE, "").strip() or "single-object"
+    try:
+        return WireSettings(url, wire_format)
+    except WireFormatError as exc:
+        raise WireFormatError(f"{FORMAT_VARIABLE}={wire_format}, {URL_VARIABLE}={url or ''}: {exc}") from None
+
+
+def wire_environment(wire: WireSettings) -> dict[str, str]:
+    """The variables :func:`wire_from_environment` reads back as ``wire``."""
+    variables = {FORMAT_VARIABLE: wire.wire_format}
+    if wire.schema_registry_url:
+        variables[URL_VARIABLE] = wire.schema_registry_url
+    return variables

@@ -51,9 +51,11 @@ from rich.text import Text
 from coordinator.service.job_runner import EXIT_CANCELED
 from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import broker_at, create_topics
+from events.codec import use_wire
 from events.feed import JobFeed
 from events.kafka import producer_config
 from events.records import JobFailedPermanently, JobRestartScheduled, SchedulerStarted, SchedulerStopped
+from events.schema_registry import wire_from_environment
 from events.stopping import StopRequested, StopSignals
 from events.topics import Topics
 from spark_tasks.wordcount import SparkDriver, final_counts, read_counts
@@ -566,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the demo and print its summary and the exactly-once check: 0 when it holds, 1 when it
     does not or the demo failed, 130 when stopped (SIGTERM, Ctrl-C)."""
     args = build_parser().parse_args(argv)
+    use_wire(wire_from_environment())  # as `cutline demo` exported them
     console = Console(highlight=False)
     # SIGTERM, like Ctrl-C, stops everything the demo started (the Spark driver in its own session)
     try:

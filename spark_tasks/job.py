@@ -63,7 +63,7 @@ from urllib.parse import quote
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from events import storage
-from events.codec import encode
+from events.codec import WireSettings, codec_for, process_wire, use_wire
 from events.feed import JobFeed
 from events.kafka import commit_offsets, consumer_config
 from events.metadata import MetadataUnavailable, resolve_completion
@@ -198,6 +198,9 @@ class JobSettings:
     state_location: str | None = None
     """Where a keyed job's state store lives: any fsspec URL (``s3://…``) or path that every
     executor sees. Default: ``work_dir``."""
+    wire: WireSettings = field(default_factory=process_wire)
+    """How the job's records are framed (its driver, source and tasks alike): by default the
+    process's (:func:`events.codec.use_wire`)."""
 
     @property
     def consumer_group(self) -> str:
@@ -306,6 +309,7 @@ class CheckpointedJob:
         self.spark = spark
         self.settings = settings
         self.timeout = timeout
+        use_wire(settings.wire)  # the driver's own records (status, heartbeats, requests) too
         self.topics = Topics(settings.topic_prefix)
         self.run_id = uuid.uuid4().hex[:8]
         """Names this run's snapshot files (with the attempt and the cut): see spark_tasks.tasks."""
@@ -525,6 +529,12 @@ class CheckpointedJob:
             "cutline.job": self.settings.job_id,
             "cutline.topicPrefix": self.settings.topic_prefix,
             "cutline.attempt": self.attempt,
+            "cutline.wireFormat": self.settings.wire.wire_format,
+            **(
+                {"cutline.schemaRegistryUrl": self.settings.wire.schema_registry_url}
+                if self.settings.wire.schema_registry_url
+                else {}
+            ),
         }
         reader = self.spark.readStream.format(FORMAT)
         for key, value in options.items():
@@ -562,6 +572,7 @@ class CheckpointedJob:
             topic_prefix=self.settings.topic_prefix,
             run_id=self.run_id,
             seeded=frozenset(self.tasks),
+            wire=self.settings.wire,
         )
         return source.mapInArrow(partition_step(step, settings, to_arrow_schema(schema)), schema)
 
@@ -590,6 +601,7 @@ class CheckpointedJob:
             topic_prefix=self.settings.topic_prefix,
             run_id=self.run_id,
             attempt=self.attempt,
+            wire=self.settings.wire,
         )
         return (
             self._source(source_options)
@@ -788,7 +800,9 @@ class CheckpointedJob:
                 )
                 return
         try:
-            storage.write_bytes(storage.join(directory, METADATA_FILE), encode(completed))
+            storage.write_bytes(
+                storage.join(directory, METADATA_FILE), codec_for(self.settings.wire).encode(completed)
+            )
         except (OSError, ValueError, ImportError) as exc:
             log.warning(
                 "could not write %s of checkpoint %d: %s", METADATA_FILE, completed.checkpoint_id, exc

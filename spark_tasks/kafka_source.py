@@ -110,6 +110,7 @@ from pyspark.sql.types import (
 )
 
 from events.client_config import client_properties
+from events.codec import WireSettings, codec_for
 from events.feed import JobFeed
 from events.kafka import find_ends
 from events.records import CheckpointBarrier
@@ -377,6 +378,8 @@ class KafkaSourceOptions:
     """``cutline.attempt``: barriers of older attempts of the job are ignored."""
     barrier_fetch_wait_ms: int = BACKGROUND_FETCH_WAIT_MAX_MS
     """``cutline.barrierFetchWaitMs``: ``fetch.wait.max.ms`` of the driver's barrier consumer."""
+    wire: WireSettings = WireSettings()
+    """``cutline.wireFormat`` and ``cutline.schemaRegistryUrl``: how barriers are framed."""
 
     @property
     def barriers_topic(self) -> str:
@@ -445,6 +448,10 @@ class KafkaSourceOptions:
             barrier_fetch_wait_ms=_as_positive_int(
                 "cutline.barrierFetchWaitMs",
                 opts.get("cutline.barrierfetchwaitms", BACKGROUND_FETCH_WAIT_MAX_MS),
+            ),
+            wire=WireSettings(
+                str(opts.get("cutline.schemaregistryurl", "")).strip() or None,
+                str(opts.get("cutline.wireformat", "single-object")).strip(),
             ),
         )
 
@@ -629,6 +636,7 @@ class BarrierFeed:
         *,
         min_attempt: int = 0,
         fetch_wait_ms: int = BACKGROUND_FETCH_WAIT_MAX_MS,
+        wire: WireSettings | None = None,
     ) -> None:
         self.topic = topic
         self.job_id = job_id
@@ -648,6 +656,7 @@ class BarrierFeed:
             config={**extra, "fetch.wait.max.ms": fetch_wait_ms},
             kinds=(CheckpointBarrier.__name__,),
             timeout=timeout,
+            codec=codec_for(wire or WireSettings()),
         )
         self.partition = self._feed.partitions[topic]
         self.start = self._feed.starts[(topic, self.partition)]
@@ -902,6 +911,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 extra,
                 min_attempt=options.attempt,
                 fetch_wait_ms=options.barrier_fetch_wait_ms,
+                wire=options.wire,
             )
         return self._barriers
 

@@ -62,6 +62,7 @@ import mmh3
 import pyarrow as pa
 
 from events import storage
+from events.codec import WireSettings, process_wire
 from events.participant import SnapshotCorrupted, acknowledged, declined, declined_for, load_snapshot
 from events.records import CheckpointAcknowledged, CheckpointDeclined, StateHandle
 from events.topics import Topics
@@ -492,6 +493,8 @@ class KeyedSettings:
     producer_extra: Mapping[str, Any] = field(default_factory=dict)
     run_id: str = ""
     attempt: int = 0
+    wire: WireSettings = field(default_factory=process_wire)
+    """The framing of the replies: the driver's."""
 
     @property
     def topics(self) -> Topics:
@@ -751,6 +754,7 @@ def _task_settings(settings: KeyedSettings) -> Any:
         state_dir="",
         topic_prefix=settings.topic_prefix,
         producer_extra=settings.producer_extra,
+        wire=settings.wire,
     )
 
 

@@ -54,6 +54,7 @@ from urllib.parse import quote
 import pyarrow as pa
 from confluent_kafka import KafkaException, Producer
 
+from events.codec import WireSettings, codec_for, process_wire
 from events.fencing import epoch_header
 from events.kafka import deliver, produce_record, producer_config
 from events.participant import (
@@ -106,6 +107,8 @@ class TaskSettings:
     producer_extra: Mapping[str, Any] = field(default_factory=dict)
     run_id: str = ""
     seeded: frozenset[str] = frozenset()
+    wire: WireSettings = field(default_factory=process_wire)
+    """The framing of the replies: the driver's (an executor is not configured by anyone else)."""
 
     @property
     def topics(self) -> Topics:
@@ -153,10 +156,17 @@ def send_reply(
                     reply.task_id, type(reply).__name__, reply.checkpoint_id, topic, error,
                 )  # fmt: skip
 
-        produce_record(_producer(settings), topic, reply, on_delivery=delivered, headers=headers)
+        produce_record(
+            _producer(settings),
+            topic,
+            reply,
+            on_delivery=delivered,
+            headers=headers,
+            codec=codec_for(settings.wire),
+        )
         return
     try:
-        deliver(_producer(settings), topic, reply, ACK_TIMEOUT_S, headers)
+        deliver(_producer(settings), topic, reply, ACK_TIMEOUT_S, headers, codec_for(settings.wire))
     except (KafkaException, TimeoutError) as exc:
         # The checkpoint then expires on the coordinator; failing the task would only
         # make Spark fail the query, and a retry could not do better than the broker.

@@ -38,7 +38,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from events.codec import use_wire
 from events.records import CheckpointConfig
+from events.schema_registry import wire_from_environment
 from events.stopping import Stop, StopSignals
 from events.topics import DEFAULT_PREFIX
 from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
@@ -402,6 +404,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    use_wire(wire_from_environment())  # as `cutline run` exported them
 
     restore: Restore = "latest"
     if args.no_restore:

@@ -89,12 +89,8 @@ def cutline(
 ) -> None:
     """Flink-style checkpoint coordination for Spark Structured Streaming and Kafka."""
     from events.client_config import CONFIG_FILE_VARIABLE, ClientConfigError, command_line_warnings, override
-    from events.schema_registry import (
-        FORMAT_VARIABLE,
-        URL_VARIABLE,
-        WireFormatError,
-        framing_from_environment,
-    )
+    from events.codec import WireFormatError, WireSettings, use_wire
+    from events.schema_registry import wire_environment
 
     errors = Console(stderr=True, highlight=False)
     if kafka_config is not None:
@@ -105,14 +101,14 @@ def cutline(
         fail(errors, str(exc))
     for warning in command_line_warnings(kafka_properties or []):
         errors.print(Text(f"warning: {warning}", "yellow"))
-    # Environment variables, so that every process cutline starts reads and writes the same way.
-    if schema_registry:
-        os.environ[URL_VARIABLE] = schema_registry
-    os.environ[FORMAT_VARIABLE] = wire_format
     try:
-        framing_from_environment()
+        wire = WireSettings(schema_registry or None, wire_format)
     except WireFormatError as exc:
         fail(errors, str(exc))
+    use_wire(wire)
+    # The processes cutline starts (a job under `cutline run`, the demo's Spark job) take the same
+    # settings from their entry points (events.schema_registry.wire_from_environment).
+    os.environ.update(wire_environment(wire))
 
 
 def main() -> None:

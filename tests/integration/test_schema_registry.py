@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import create_topics
-from events.codec import Codec, UnknownSchemaId, default_codec
+from events.codec import Codec, UnknownSchemaId, WireSettings, default_codec, process_wire, use_wire
 from events.kafka import producer_config
 from events.log import read_journal_topic, read_to_end
 from events.participant import Participant
@@ -36,7 +36,7 @@ from events.records import (
     JobStatus,
     JobStatusChanged,
 )
-from events.schema_registry import RegistryFraming
+from events.schema_registry import RegistryFraming, wire_environment
 from events.topics import Topics
 
 JOB = "registry-job"
@@ -122,15 +122,18 @@ def test_a_record_round_trips_through_the_registry(registry: RegistryStub) -> No
 
 @pytest.fixture(name="confluent_environment")
 def _confluent_environment(registry: RegistryStub, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """This process and the processes it starts write Confluent frames through the stub."""
-    monkeypatch.setenv("CUTLINE_SCHEMA_REGISTRY_URL", registry.url)
-    monkeypatch.setenv("CUTLINE_WIRE_FORMAT", "confluent")
-    default_codec.cache_clear()
+    """This process (its caller's settings) and the processes it starts (the variables the
+    ``cutline`` command exports) write Confluent frames through the stub."""
+    wire = WireSettings(registry.url, "confluent")
+    for name, value in wire_environment(wire).items():
+        monkeypatch.setenv(name, value)
+    before = process_wire()
+    use_wire(wire)
     try:
         yield
     finally:
+        use_wire(before)
         monkeypatch.undo()
-        default_codec.cache_clear()
 
 
 def test_a_job_checkpoints_with_confluent_frames_and_tail_shows_them(
