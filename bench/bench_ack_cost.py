@@ -32,9 +32,9 @@ from rich.table import Table
 
 from bench.cpu import machine_line
 from coordinator.service.runtime import Coordinator
-from events.codec import encode
-from events.kafka import job_key
-from events.records import (
+from events.kafka.clients import job_key
+from events.wire.codec import encode
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointCompleted,
     CheckpointConfig,
@@ -45,7 +45,7 @@ from events.records import (
     JobStatusChanged,
     StateHandle,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 
 COMMAND = "uv run python bench/bench_ack_cost.py"
 RATIO_TARGET = 1.3

@@ -5,7 +5,7 @@ docs/design.md, "Performance targets").
                                              [--background 0,1,3] [--fetch-wait-ms 2]
 
 A hop is ``produce()`` of one record by a confluent-kafka producer (``linger.ms`` 0, the
-producer config of ``events.kafka``) until ``poll()`` of an assigned consumer returns it, one
+producer config of ``events.kafka.clients``) until ``poll()`` of an assigned consumer returns it, one
 record at a time, 11-17 ms apart (below the latency benchmarks' checkpoint rate). Two series:
 
 1. **Partitions in the consumer's own fetch.** The consumer is assigned 1, 8 or 40 partitions
@@ -37,8 +37,8 @@ from rich.table import Table
 
 from bench.bench_coordinator import broker
 from bench.cpu import machine_line, process_cpu
-from events.broker import create_topics
-from events.kafka import consumer_config, producer_config
+from events.dev.broker import create_topics
+from events.kafka.clients import consumer_config, producer_config
 
 COMMAND = "uv run python bench/bench_broker_hop.py"
 TOPICS = 5

@@ -69,11 +69,8 @@ from bench.cpu import code_checked, machine_busy, machine_line, main_thread_cpu,
 from coordinator.decider import due_at
 from coordinator.service.runtime import Coordinator
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import EmbeddedBroker, partition_counts, wait_for_broker
-from events.codec import decode, encode
-from events.feed import JobFeed, SharedJobFeed
-from events.fencing import epoch_header
-from events.kafka import (
+from events.dev.broker import EmbeddedBroker, partition_counts, wait_for_broker
+from events.kafka.clients import (
     consume_available,
     consumer_config,
     job_key,
@@ -82,9 +79,13 @@ from events.kafka import (
     produce_record,
     producer_config,
 )
-from events.log import read_to_end
-from events.participant import JobDriver, Participant
-from events.records import (
+from events.kafka.feed import JobFeed, SharedJobFeed
+from events.kafka.log import read_to_end
+from events.task.participant import JobDriver, Participant
+from events.task.storage import local_path
+from events.wire.codec import decode, encode
+from events.wire.fencing import epoch_header
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointBarrier,
     CheckpointCompleted,
@@ -97,8 +98,7 @@ from events.records import (
     StateHandle,
     TaskAcknowledged,
 )
-from events.storage import local_path
-from events.topics import DEFAULT_PARTITIONS, Topics
+from events.wire.topics import DEFAULT_PARTITIONS, Topics
 
 COMMAND = "uv run python bench/bench_coordinator.py"
 ACKS_TARGET = 20_000
@@ -1172,7 +1172,7 @@ def main() -> None:
     parser.add_argument(
         "--plain-fetch-wait-ms",
         type=int,
-        help="fetch.wait.max.ms of the plain shell's consumer (default: events.kafka's)",
+        help="fetch.wait.max.ms of the plain shell's consumer (default: events.kafka.clients's)",
     )
     args = parser.parse_args()
     quick = args.quick

@@ -48,7 +48,7 @@ from coordinator.invariants import first_violation
 from coordinator.journal import AvroReader, _cavro, read_journal_events, write_journal
 from coordinator.simulate import Step, simulate_steps
 from coordinator.state import JobState, initial_state
-from events.records import JournalEvent
+from events.wire.records import JournalEvent
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "benchmarks.md"

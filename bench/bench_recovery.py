@@ -81,20 +81,20 @@ from coordinator.service.runtime import Coordinator
 from coordinator.service.supervisor import CoordinatorProcess
 from coordinator.simulate import simulate
 from coordinator.state import state_json
-from events.broker import EmbeddedBroker, create_topics
-from events.codec import decode, encode
-from events.fencing import epoch_header, epoch_of
-from events.kafka import consumer_config, job_key, producer_config
-from events.log import read_to_end
-from events.participant import JobDriver
-from events.records import (
+from events.dev.broker import EmbeddedBroker, create_topics
+from events.kafka.clients import consumer_config, job_key, producer_config
+from events.kafka.log import read_to_end
+from events.task.participant import JobDriver
+from events.wire.codec import decode, encode
+from events.wire.fencing import epoch_header, epoch_of
+from events.wire.records import (
     CheckpointCompleted,
     CheckpointConfig,
     CoordinatorClaimed,
     JobStatus,
     JournalEvent,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 
 COMMAND = "uv run python bench/bench_recovery.py"
 TOPICS = Topics("recovery.")

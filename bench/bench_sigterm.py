@@ -8,7 +8,7 @@ running: ``cutline broker`` in 0-1.5 s, ``cutline coordinator`` (its watchdog an
 on a broker this script starts) in 0-6 s, ``cutline run`` (a driver that started a child of its
 own) in 0-3 s, ``cutline demo`` (its own broker, coordinator, ``cutline run`` and Spark driver)
 in 0-25 s. One run at a time. For each it records the time from the SIGTERM to the exit and the
-processes left behind (``events.stop_check``); the target is every exit within 10 s and nothing
+processes left behind (``events.dev.stop_check``); the target is every exit within 10 s and nothing
 left. ``tests/integration/test_sigterm.py`` runs fewer moments of the same.
 """
 
@@ -27,9 +27,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.cpu import machine_line
-from events.broker import EmbeddedBroker, create_topics, free_port
-from events.stop_check import StopResult, sigterm_at
-from events.topics import Topics
+from events.dev.broker import EmbeddedBroker, create_topics, free_port
+from events.dev.stop_check import StopResult, sigterm_at
+from events.wire.topics import Topics
 
 CUTLINE = str(Path(sys.executable).parent / "cutline")
 LIMIT_S = 10.0

@@ -59,10 +59,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cpu import TreeMeter, code_checked, machine_line, summed  # noqa: E402
 from coordinator.service.supervisor import CoordinatorProcess  # noqa: E402
-from events.broker import broker_at, create_topics  # noqa: E402
-from events.kafka import producer_config  # noqa: E402
-from events.participant import write_atomic  # noqa: E402
-from events.records import CheckpointCompleted, CheckpointConfig  # noqa: E402
+from events.dev.broker import broker_at, create_topics  # noqa: E402
+from events.kafka.clients import producer_config  # noqa: E402
+from events.task.participant import write_atomic  # noqa: E402
+from events.wire.records import CheckpointCompleted, CheckpointConfig  # noqa: E402
 from spark_tasks.job import CheckpointedJob, JobSettings  # noqa: E402
 from spark_tasks.kafka_source import BARRIER_KEY, FORMAT  # noqa: E402
 from spark_tasks.keyed import (  # noqa: E402

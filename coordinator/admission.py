@@ -3,7 +3,7 @@
 The shell (:mod:`coordinator.service.runtime`) encodes each decision's records and asks these
 rules before anything is journaled or the state changes: an input whose decision would not fit is
 refused (``RECORD_TOO_LARGE``, a dead letter), and a completion too large for the journal goes to
-a metadata object instead (:mod:`events.metadata`).
+a metadata object instead (:mod:`events.wire.metadata`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.commands import ChangeJobStatus, Command
-from events.sizes import MAX_LOGGED_CHARS
+from events.wire.sizes import MAX_LOGGED_CHARS
 
 __all__ = [
     "DEAD_LETTER_ROOM",

@@ -20,7 +20,7 @@ from enum import StrEnum
 
 from coordinator.restart import strategy_problem
 from coordinator.state import JobState
-from events.records import (
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointConfig,
     CheckpointDeclined,
@@ -29,8 +29,8 @@ from events.records import (
     JobStatusChanged,
     StateHandle,
 )
-from events.sizes import excerpt
-from events.validation import (
+from events.wire.sizes import excerpt
+from events.wire.validation import (
     MAX_CHECKPOINT_ID,
     MAX_DURATION_MS,
     MAX_INLINE_THRESHOLD_BYTES,

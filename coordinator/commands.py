@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from events.codegen import fast_init
-from events.records import (
+from events.wire.codegen import fast_init
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointDeclined,
     CheckpointRequested,

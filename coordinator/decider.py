@@ -35,8 +35,8 @@ from coordinator.state import (
     frozen_map,
     initial_state,
 )
-from events.codegen import replacer
-from events.records import (
+from events.wire.codegen import replacer
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointConfig,
@@ -59,8 +59,8 @@ from events.records import (
     TaskStatusRecorded,
     TriggerRejected,
 )
-from events.sizes import excerpt
-from events.validation import (
+from events.wire.sizes import excerpt
+from events.wire.validation import (
     INLINE_BUDGET_BYTES,
     StorageUri,
 )

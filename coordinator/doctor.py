@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from events.topics import Topics
+from events.wire.topics import Topics
 
 
 class CheckStatus(StrEnum):
@@ -97,9 +97,9 @@ def check_java(environ: dict[str, str] | None = None) -> Check:
 
 
 def check_client_settings(environ: Mapping[str, str] | None = None) -> Check:
-    """The shared Kafka client properties (events/client_config.py), secrets redacted; a warning if
+    """The shared Kafka client properties (events/kafka/client_config.py), secrets redacted; a warning if
     the properties file holds a secret and others than its owner may read it."""
-    from events.client_config import (
+    from events.kafka.client_config import (
         CONFIG_FILE_VARIABLE,
         ClientConfigError,
         aiokafka_security,
@@ -136,7 +136,7 @@ def check_client_settings(environ: Mapping[str, str] | None = None) -> Check:
 
 
 def check_broker(bootstrap: str | None) -> Check:
-    from events.broker import wait_for_broker
+    from events.dev.broker import wait_for_broker
 
     if not bootstrap:
         return Check(
@@ -155,7 +155,7 @@ def check_broker(bootstrap: str | None) -> Check:
 
 
 def check_topics(bootstrap: str, prefix: str) -> Check:
-    from events.broker import partition_counts
+    from events.dev.broker import partition_counts
 
     topics = Topics(prefix)
     names = [*topics.all, *topics.internal]

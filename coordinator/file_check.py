@@ -28,7 +28,7 @@ from typing import Generic, Protocol, TypeVar, cast
 
 from coordinator.invariants import Violation, violations
 from coordinator.journal import FileTally, read_journal_events, read_journal_share
-from events.records import JournalEvent
+from events.wire.records import JournalEvent
 
 T = TypeVar("T")
 

@@ -25,7 +25,7 @@ from coordinator.state import (
     Reason,
     initial_state,
 )
-from events.records import (
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointFailureThresholdExceeded,

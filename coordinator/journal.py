@@ -32,8 +32,8 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import load_schema, to_parsing_canonical_form
 
-from events.codec import PLAIN_DEFAULTS, SCHEMAS_DIR, avro_decoder, from_avro, to_avro
-from events.records import JOURNAL_RECORDS, JournalEvent
+from events.wire.codec import PLAIN_DEFAULTS, SCHEMAS_DIR, avro_decoder, from_avro, to_avro
+from events.wire.records import JOURNAL_RECORDS, JournalEvent
 
 __all__ = [
     "JOURNAL_SCHEMA_NAME",

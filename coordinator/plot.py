@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from events.extras import require
-from events.records import (
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointKind,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 
-from events.records import JournalEvent
+from events.wire.records import JournalEvent
 
 __all__ = ["Cut", "JournalSource", "Selection", "journal_source", "parse_until"]
 

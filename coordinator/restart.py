@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from events.records import RestartStrategy, RestartStrategyKind
+from events.wire.records import RestartStrategy, RestartStrategyKind
 
 __all__ = [
     "GiveUp",

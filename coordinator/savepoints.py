@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from coordinator.state import JobState
-from events.metadata import METADATA_FILE
-from events.records import CheckpointCompleted, CheckpointKind, JournalEvent
-from events.validation import InvalidUri, StorageUri, canonical_uri, parse_uri
+from events.wire.metadata import METADATA_FILE
+from events.wire.records import CheckpointCompleted, CheckpointKind, JournalEvent
+from events.wire.validation import InvalidUri, StorageUri, canonical_uri, parse_uri
 
 
 @dataclass(frozen=True, slots=True)

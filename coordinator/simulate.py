@@ -36,7 +36,7 @@ from coordinator.commands import (
 )
 from coordinator.decider import Decision, InputRejected, decide, due_at, evolve
 from coordinator.state import JobState, initial_state
-from events.records import (
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointConfig,
     CheckpointDeclined,

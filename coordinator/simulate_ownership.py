@@ -93,8 +93,8 @@ from coordinator.decider import InputRejected, decide, evolve
 from coordinator.ownership_legacy import legacy_step
 from coordinator.state import JobState, initial_state
 from coordinator.testing import config, running
-from events.fencing import Fence
-from events.records import (
+from events.wire.fencing import Fence
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointCompleted,
     CheckpointTriggered,

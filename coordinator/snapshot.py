@@ -9,7 +9,7 @@ journal after ``journal_offset``, so it no longer grows with the journal's histo
 
 This module is the pure part: :func:`encode_snapshot` and :func:`decode_snapshot`, bytes
 in and bytes out. A snapshot is framed like every cutline record (single-object Avro,
-:mod:`events.codec`) with the schema ``schemas/cutline.CoordinatorSnapshot.avsc``, whose
+:mod:`events.wire.codec`) with the schema ``schemas/cutline.CoordinatorSnapshot.avsc``, whose
 states hold the journal's own record types. Decoding gives back states and statistics
 equal to the written ones, field types included, so folding the journal tail from a
 decoded snapshot gives what folding the whole journal gives.
@@ -32,7 +32,7 @@ from fastavro.schema import load_schema, parse_schema
 
 from coordinator.state import FrozenMap, JobState, PendingCheckpoint, Scheduler, frozen_map
 from coordinator.stats import CheckpointEntry, CheckpointStats
-from events.codec import (
+from events.wire.codec import (
     HEADER_SIZE,
     NAMESPACE,
     SCHEMAS_DIR,
@@ -46,7 +46,7 @@ from events.codec import (
     to_avro,
     write_frame,
 )
-from events.records import (
+from events.wire.records import (
     CheckpointCompleted,
     CheckpointConfig,
     CheckpointRequestQueued,

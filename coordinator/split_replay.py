@@ -30,7 +30,7 @@ from coordinator.file_check import FirstViolation, ForkedCall, can_fork
 from coordinator.invariants import END_RULE, Violation, violations
 from coordinator.journal import FileTally, read_journal_share
 from coordinator.state import JobState
-from events.records import JournalEvent
+from events.wire.records import JournalEvent
 
 SHARES = 2
 """Processes a whole-file replay is split over (two cores: this one and a helper)."""

@@ -15,7 +15,7 @@ from typing import Any, TypeAlias, TypeVar, cast
 
 from immutables import Map
 
-from events.records import (
+from events.wire.records import (
     CheckpointCompleted,
     CheckpointConfig,
     CheckpointKind,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from coordinator.state import JobState, PendingCheckpoint
-from events.records import (
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointConfig,

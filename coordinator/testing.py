@@ -21,7 +21,7 @@ from coordinator.commands import (
 )
 from coordinator.decider import Decision, InputRejected, Rejection, decide, fold
 from coordinator.state import JobState, initial_state
-from events.records import (
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointConfig,
     CheckpointDeclined,

@@ -20,9 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.state import JobState, PendingCheckpoint
-from events.codec import Codec, DecodeError, to_avro
-from events.fencing import Headers, epoch_problem
-from events.records import (
+from events.wire.codec import Codec, DecodeError, to_avro
+from events.wire.fencing import Headers, epoch_problem
+from events.wire.records import (
     JOURNAL_RECORDS,
     CheckpointAborted,
     CheckpointCompleted,

@@ -50,14 +50,14 @@ from rich.text import Text
 
 from coordinator.service.job_runner import EXIT_CANCELED
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import broker_at, create_topics
-from events.codec import use_wire
-from events.feed import JobFeed
-from events.kafka import producer_config
-from events.records import JobFailedPermanently, JobRestartScheduled, SchedulerStarted, SchedulerStopped
-from events.schema_registry import wire_from_environment
+from events.dev.broker import broker_at, create_topics
+from events.kafka.clients import producer_config
+from events.kafka.feed import JobFeed
 from events.stopping import StopRequested, StopSignals
-from events.topics import Topics
+from events.wire.codec import use_wire
+from events.wire.records import JobFailedPermanently, JobRestartScheduled, SchedulerStarted, SchedulerStopped
+from events.wire.schema_registry import wire_from_environment
+from events.wire.topics import Topics
 from spark_tasks.wordcount import SparkDriver, final_counts, read_counts
 
 JOB = "wordcount"

@@ -62,12 +62,10 @@ from urllib.parse import quote
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from events import storage
-from events.codec import WireSettings, codec_for, process_wire, use_wire
-from events.feed import JobFeed
-from events.kafka import commit_offsets, consumer_config
-from events.metadata import MetadataUnavailable, resolve_completion
-from events.participant import (
+from events.kafka.clients import commit_offsets, consumer_config
+from events.kafka.feed import JobFeed
+from events.task import storage
+from events.task.participant import (
     METADATA_FILE,
     JobDriver,
     MetadataProblem,
@@ -77,7 +75,9 @@ from events.participant import (
     read_checkpoint_metadata,
     valid_completions,
 )
-from events.records import (
+from events.wire.codec import WireSettings, codec_for, process_wire, use_wire
+from events.wire.metadata import MetadataUnavailable, resolve_completion
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointConfig,
@@ -92,8 +92,8 @@ from events.records import (
     SchedulerStarted,
     TriggerRejected,
 )
-from events.topics import DEFAULT_PREFIX, Topics
-from events.validation import parse_uri
+from events.wire.topics import DEFAULT_PREFIX, Topics
+from events.wire.validation import parse_uri
 from spark_tasks.kafka_source import (
     BACKGROUND_FETCH_WAIT_MAX_MS,
     FORMAT,

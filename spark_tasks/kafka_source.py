@@ -109,11 +109,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from events.client_config import client_properties
-from events.codec import WireSettings, codec_for
-from events.feed import JobFeed
-from events.kafka import find_ends
-from events.records import CheckpointBarrier
+from events.kafka.client_config import client_properties
+from events.kafka.clients import find_ends
+from events.kafka.feed import JobFeed
+from events.wire.codec import WireSettings, codec_for
+from events.wire.records import CheckpointBarrier
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (

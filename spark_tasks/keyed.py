@@ -61,12 +61,12 @@ from urllib.parse import quote
 import mmh3
 import pyarrow as pa
 
-from events import storage
-from events.codec import WireSettings, process_wire
-from events.participant import SnapshotCorrupted, acknowledged, declined, declined_for, load_snapshot
-from events.records import CheckpointAcknowledged, CheckpointDeclined, StateHandle
-from events.topics import Topics
-from events.wire import DeclineReason
+from events.task import storage
+from events.task.participant import SnapshotCorrupted, acknowledged, declined, declined_for, load_snapshot
+from events.wire.codec import WireSettings, process_wire
+from events.wire.records import CheckpointAcknowledged, CheckpointDeclined, StateHandle
+from events.wire.topics import Topics
+from events.wire.vocabulary import DeclineReason
 from spark_tasks.kafka_source import BARRIER_COLUMN
 from spark_tasks.state import KafkaRecord, StateLost, _json_dumps, _json_loads
 from spark_tasks.tasks import snapshot_name

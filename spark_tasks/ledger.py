@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from events.participant import completion_problem
-from events.records import (
+from events.task.participant import completion_problem
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointConfig,
@@ -35,7 +35,7 @@ from events.records import (
     CheckpointKind,
     CheckpointTriggered,
 )
-from events.validation import InvalidUri, StorageUri, parse_offsets, parse_uri
+from events.wire.validation import InvalidUri, StorageUri, parse_offsets, parse_uri
 
 __all__ = ["Abort", "Complete", "Discard", "Fail", "Ignore", "JobLedger"]
 

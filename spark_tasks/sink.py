@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from events.participant import write_atomic
-from events.validation import parse_offsets
+from events.task.participant import write_atomic
+from events.wire.validation import parse_offsets
 from spark_tasks.kafka_source import TopicPartitionKey, from_offsets
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Generic, NamedTuple, TypeVar
 from urllib.parse import quote
 
-from events.participant import write_atomic
+from events.task.participant import write_atomic
 
 __all__ = [
     "KafkaRecord",

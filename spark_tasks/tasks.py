@@ -54,10 +54,8 @@ from urllib.parse import quote
 import pyarrow as pa
 from confluent_kafka import KafkaException, Producer
 
-from events.codec import WireSettings, codec_for, process_wire
-from events.fencing import epoch_header
-from events.kafka import deliver, produce_record, producer_config
-from events.participant import (
+from events.kafka.clients import deliver, produce_record, producer_config
+from events.task.participant import (
     acknowledged,
     declined,
     declined_for,
@@ -65,9 +63,11 @@ from events.participant import (
     snapshot_uri,
     write_atomic,
 )
-from events.records import CheckpointAcknowledged, CheckpointDeclined
-from events.topics import Topics
-from events.wire import DeclineReason
+from events.wire.codec import WireSettings, codec_for, process_wire
+from events.wire.fencing import epoch_header
+from events.wire.records import CheckpointAcknowledged, CheckpointDeclined
+from events.wire.topics import Topics
+from events.wire.vocabulary import DeclineReason
 from spark_tasks.kafka_source import BARRIER_COLUMN
 from spark_tasks.state import KafkaRecord, PartitionStateStore, StatefulStep, StateLost, task_id
 

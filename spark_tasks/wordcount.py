@@ -38,11 +38,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from events.codec import use_wire
-from events.records import CheckpointConfig
-from events.schema_registry import wire_from_environment
 from events.stopping import Stop, StopSignals
-from events.topics import DEFAULT_PREFIX
+from events.wire.codec import use_wire
+from events.wire.records import CheckpointConfig
+from events.wire.schema_registry import wire_from_environment
+from events.wire.topics import DEFAULT_PREFIX
 from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
 from spark_tasks.keyed import KeyedStep
 from spark_tasks.sink import CutFileSink, read_rows

@@ -16,7 +16,7 @@ from uuid import uuid4
 
 import pytest
 
-from events.broker import EmbeddedBroker, wait_for_broker
+from events.dev.broker import EmbeddedBroker, wait_for_broker
 
 HERE = Path(__file__).resolve().parent
 MARKED_DIRECTORIES = ("integration", "spark", "e2e", "compose")
@@ -71,7 +71,7 @@ def _s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     s3fs = pytest.importorskip("s3fs")
     from moto.server import ThreadedMotoServer
 
-    from events.broker import free_port
+    from events.dev.broker import free_port
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

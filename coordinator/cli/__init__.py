@@ -88,9 +88,14 @@ def cutline(
     ] = "single-object",
 ) -> None:
     """Flink-style checkpoint coordination for Spark Structured Streaming and Kafka."""
-    from events.client_config import CONFIG_FILE_VARIABLE, ClientConfigError, command_line_warnings, override
-    from events.codec import WireFormatError, WireSettings, use_wire
-    from events.schema_registry import wire_environment
+    from events.kafka.client_config import (
+        CONFIG_FILE_VARIABLE,
+        ClientConfigError,
+        command_line_warnings,
+        override,
+    )
+    from events.wire.codec import WireFormatError, WireSettings, use_wire
+    from events.wire.schema_registry import wire_environment
 
     errors = Console(stderr=True, highlight=False)
     if kafka_config is not None:

@@ -19,7 +19,7 @@ def broker(
     ] = None,
 ) -> None:
     """Run the embedded Kafka-protocol broker (Tansu, memory only) until Ctrl-C or SIGTERM."""
-    from events.broker import BrokerError, EmbeddedBroker
+    from events.dev.broker import BrokerError, EmbeddedBroker
     from events.stopping import StopSignals
 
     console = Console(highlight=False)

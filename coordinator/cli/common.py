@@ -43,7 +43,7 @@ def need_bootstrap(console: Console, bootstrap: str | None) -> str:
 
 
 def check_broker(console: Console, bootstrap: str) -> None:
-    from events.broker import wait_for_broker
+    from events.dev.broker import wait_for_broker
 
     try:
         wait_for_broker(bootstrap, timeout=5)

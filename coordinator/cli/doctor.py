@@ -13,7 +13,7 @@ from coordinator.cli.common import (
     Bootstrap,
     TopicPrefix,
 )
-from events.topics import DEFAULT_PREFIX
+from events.wire.topics import DEFAULT_PREFIX
 
 
 def doctor(

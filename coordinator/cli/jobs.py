@@ -15,9 +15,9 @@ from coordinator.cli.common import (
     fail,
     need_bootstrap,
 )
-from events.codec import default_codec
-from events.records import RestartStrategyKind
-from events.topics import DEFAULT_PREFIX, Topics
+from events.wire.codec import default_codec
+from events.wire.records import RestartStrategyKind
+from events.wire.topics import DEFAULT_PREFIX, Topics
 
 STRATEGY_NAMES = {kind.flink_name: kind for kind in RestartStrategyKind}
 
@@ -69,7 +69,7 @@ def run(
     """
     from coordinator.restart import strategy_problem
     from coordinator.service.job_runner import RunSettings, supervise
-    from events.records import RestartStrategy
+    from events.wire.records import RestartStrategy
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)
@@ -135,8 +135,8 @@ def trigger(
     import time
     import uuid
 
-    from events.participant import JobDriver
-    from events.records import CheckpointKind, CheckpointRequested
+    from events.task.participant import JobDriver
+    from events.wire.records import CheckpointKind, CheckpointRequested
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)
@@ -185,8 +185,8 @@ def tail(
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
     from coordinator.timeline import describe_record, record_json
-    from events.kafka import consumer_config
-    from events.log import partitions_of
+    from events.kafka.clients import consumer_config
+    from events.kafka.log import partitions_of
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)

@@ -41,9 +41,9 @@ from coordinator.simulate import simulate
 from coordinator.split_replay import replay_file
 from coordinator.state import JobState, initial_state
 from coordinator.timeline import Acks, ack_progress, format_bytes, job_summary, timeline_line
-from events.log import LogMessage, read_journal_topic
-from events.records import JournalEvent, TaskAcknowledged
-from events.topics import DEFAULT_PREFIX, Topics
+from events.kafka.log import LogMessage, read_journal_topic
+from events.wire.records import JournalEvent, TaskAcknowledged
+from events.wire.topics import DEFAULT_PREFIX, Topics
 
 FULL_TIMELINE_MAX = 10_000
 """Longer timelines print only their first and last lines (unless --all)."""

@@ -28,10 +28,10 @@ from coordinator.savepoints import (
 )
 from coordinator.state import JobState
 from coordinator.timeline import format_bytes, format_time
-from events.log import read_journal_topic
-from events.records import JournalEvent
-from events.topics import DEFAULT_PREFIX, Topics
-from events.validation import StorageUri
+from events.kafka.log import read_journal_topic
+from events.wire.records import JournalEvent
+from events.wire.topics import DEFAULT_PREFIX, Topics
+from events.wire.validation import StorageUri
 
 savepoints_app = typer.Typer(
     help="List, inspect and dispose of savepoints (Flink's `flink savepoint --dispose`).",
@@ -61,7 +61,7 @@ def _journal_states(
 
 
 def _directory_uri(console: Console, directory: str) -> StorageUri:
-    from events.validation import InvalidUri, parse_uri
+    from events.wire.validation import InvalidUri, parse_uri
 
     uri = as_uri(directory)
     try:
@@ -84,7 +84,7 @@ def savepoints_list(
     from rich.table import Table
 
     from coordinator.savepoints import canonical_location, needed_locations, savepoints
-    from events.participant import METADATA_FILE, UnsupportedLocation, local_path
+    from events.task.participant import METADATA_FILE, UnsupportedLocation, local_path
 
     errors = Console(stderr=True, highlight=False)
     events, states = _journal_states(errors, bootstrap, topic_prefix)
@@ -143,7 +143,7 @@ def savepoints_show(
     """What a savepoint's _metadata holds: job, id, offsets, and every task's state handle."""
     from rich.table import Table
 
-    from events.participant import MetadataProblem, read_checkpoint_metadata
+    from events.task.participant import MetadataProblem, read_checkpoint_metadata
 
     errors = Console(stderr=True, highlight=False)
     where = _directory_uri(errors, directory)
@@ -180,7 +180,7 @@ def savepoints_show(
 
 
 def _present(uri: str, size: int) -> str:
-    from events.participant import UnsupportedLocation, local_path
+    from events.task.participant import UnsupportedLocation, local_path
 
     try:
         actual = local_path(uri).stat().st_size
@@ -206,8 +206,8 @@ def savepoints_dispose(
 ) -> None:
     """Delete a savepoint's files: only inside a savepoint root, only a savepoint, and never one a
     restore may still need (the journal says which)."""
-    from events.participant import MetadataProblem, read_checkpoint_metadata
-    from events.validation import InvalidUri, parse_uri
+    from events.task.participant import MetadataProblem, read_checkpoint_metadata
+    from events.wire.validation import InvalidUri, parse_uri
 
     errors = Console(stderr=True, highlight=False)
     where = _directory_uri(errors, directory)
@@ -241,7 +241,7 @@ def _refuse(errors: Console, refused: Refused | None) -> None:
 def _dispose(where: StorageUri, real: str, disposal: Disposal, errors: Console) -> None:
     """Delete the savepoint's state files (not through a symbolic link out of ``where``), its
     ``_metadata``, and its directory if nothing else is left in it."""
-    from events.participant import METADATA_FILE
+    from events.task.participant import METADATA_FILE
 
     path = Path(where.path)
     deleted = deleted_bytes = 0

@@ -15,7 +15,7 @@ from coordinator.cli.common import (
     fail,
     need_bootstrap,
 )
-from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
+from events.wire.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 
 
 def _need_free_port(console: Console, host: str, port: int) -> None:
@@ -97,7 +97,7 @@ def coordinator(
     Start it N times with the same prefix for N workers: each owns the jobs of its partitions."""
     import logging
 
-    from events.validation import InvalidUri, canonical_uri
+    from events.wire.validation import InvalidUri, canonical_uri
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)

@@ -13,7 +13,7 @@ from coordinator.cli.common import (
     fail,
     need_bootstrap,
 )
-from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
+from events.wire.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 
 topics_app = typer.Typer(help="Manage cutline's topics.", no_args_is_help=True)
 
@@ -29,7 +29,7 @@ def topics_create(
     """Create every topic of the protocol with one partition count (existing ones are kept, and the
     missing ones get their count; fails, saying what to do, if existing ones differ)."""
     from coordinator.service.app import Settings, TopicLayoutError, ensure_topics, settle_partitions
-    from events.broker import partition_counts
+    from events.dev.broker import partition_counts
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)

@@ -45,11 +45,11 @@ from coordinator.service.watcher import JournalWatcher
 from coordinator.service.worker import Worker
 from coordinator.service.writer import Writer, Written
 from coordinator.snapshot import PartitionSnapshot
-from events.broker import create_topics, max_message_bytes, partition_counts, topic_config
-from events.client_config import aiokafka_security, client_properties, faust_credentials
-from events.kafka import producer_config
-from events.sizes import DEFAULT_MAX_MESSAGE_BYTES, TopicLimits
-from events.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
+from events.dev.broker import create_topics, max_message_bytes, partition_counts, topic_config
+from events.kafka.client_config import aiokafka_security, client_properties, faust_credentials
+from events.kafka.clients import producer_config
+from events.wire.sizes import DEFAULT_MAX_MESSAGE_BYTES, TopicLimits
+from events.wire.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 log = logging.getLogger("cutline.coordinator")
 

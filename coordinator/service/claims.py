@@ -58,13 +58,24 @@ from coordinator.ownership import (
 )
 from coordinator.service.runtime import Coordinator
 from coordinator.snapshot import PartitionSnapshot, SnapshotError, decode_snapshot, encode_snapshot
-from events.codec import encode
-from events.fencing import Fence, epoch_header, epoch_of
-from events.kafka import consumer_config, job_key, partition_for, producer_config, read_partition_to_end
-from events.log import LogMessage, fenced_journal, log_message
-from events.records import CoordinatorClaimed
-from events.topics import DEFAULT_PARTITIONS, Topics
-from events.wire import CAUSE_HEADER, GENERATION_HEADER, SNAPSHOT_OFFSET_HEADER, SNAPSHOT_PARTITIONS_HEADER
+from events.kafka.clients import (
+    consumer_config,
+    job_key,
+    partition_for,
+    producer_config,
+    read_partition_to_end,
+)
+from events.kafka.log import LogMessage, fenced_journal, log_message
+from events.wire.codec import encode
+from events.wire.fencing import Fence, epoch_header, epoch_of
+from events.wire.records import CoordinatorClaimed
+from events.wire.topics import DEFAULT_PARTITIONS, Topics
+from events.wire.vocabulary import (
+    CAUSE_HEADER,
+    GENERATION_HEADER,
+    SNAPSHOT_OFFSET_HEADER,
+    SNAPSHOT_PARTITIONS_HEADER,
+)
 
 log = logging.getLogger("cutline.coordinator")
 

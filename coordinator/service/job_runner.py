@@ -40,10 +40,11 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
-from events.codec import to_avro
-from events.feed import JobFeed, read_job_partition
-from events.participant import RESTART_STRATEGY_ENV, JobDriver
-from events.records import (
+from events.kafka.feed import JobFeed, read_job_partition
+from events.stopping import StopSignals
+from events.task.participant import RESTART_STRATEGY_ENV, JobDriver
+from events.wire.codec import to_avro
+from events.wire.records import (
     CheckpointCompleted,
     JobFailedPermanently,
     JobRestartScheduled,
@@ -52,8 +53,7 @@ from events.records import (
     SchedulerStarted,
     SchedulerStopped,
 )
-from events.stopping import StopSignals
-from events.topics import Topics
+from events.wire.topics import Topics
 
 __all__ = ["EXIT_CANCELED", "EXIT_FAILED", "RunSettings", "next_attempt", "supervise"]
 

@@ -73,12 +73,12 @@ from coordinator.service.file_view import SCAN_AFTER, BatchFileView, is_link
 from coordinator.snapshot import PartitionSnapshot, trigger_key
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track, with_progress
-from events.codec import Codec, DecodeError, default_codec
-from events.codegen import fast_init
-from events.fencing import VOID_EPOCH, epoch_header, epoch_problem, header_epoch
-from events.kafka import job_key, partition_for
-from events.metadata import write_completion_metadata
-from events.records import (
+from events.kafka.clients import job_key, partition_for
+from events.wire.codec import Codec, DecodeError, default_codec
+from events.wire.codegen import fast_init
+from events.wire.fencing import VOID_EPOCH, epoch_header, epoch_problem, header_epoch
+from events.wire.metadata import write_completion_metadata
+from events.wire.records import (
     CheckpointAborted,
     CheckpointAcknowledged,
     CheckpointBarrier,
@@ -96,10 +96,10 @@ from events.records import (
     TaskAcknowledged,
     TaskStatusChanged,
 )
-from events.sizes import TopicLimits, bounded, excerpt, record_size
-from events.topics import Topics
-from events.validation import InvalidUri, StorageUri, parse_below, parse_uri
-from events.wire import CAUSE_HEADER, DeadLetterReason
+from events.wire.sizes import TopicLimits, bounded, excerpt, record_size
+from events.wire.topics import Topics
+from events.wire.validation import InvalidUri, StorageUri, parse_below, parse_uri
+from events.wire.vocabulary import CAUSE_HEADER, DeadLetterReason
 
 log = logging.getLogger("cutline.coordinator")
 

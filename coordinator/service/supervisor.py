@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Self
 
-from events.broker import free_port
+from events.dev.broker import free_port
 
 
 class CoordinatorProcess:

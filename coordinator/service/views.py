@@ -22,8 +22,8 @@ from coordinator.service.runtime import Coordinator
 from coordinator.service.worker import Worker
 from coordinator.state import JobState, state_json
 from coordinator.stats import CheckpointStats, checkpoints_json, config_json, entry_json
-from events.sizes import excerpt
-from events.topics import Topics
+from events.wire.sizes import excerpt
+from events.wire.topics import Topics
 
 log = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from types import FrameType
 from typing import Any
 
 from events.stopping import StopSignals
-from events.storage import write_atomic
+from events.task.storage import write_atomic
 
 log = logging.getLogger("cutline.coordinator")
 
@@ -211,7 +211,7 @@ async def leave_group(
 def group_leaver(bootstrap: str) -> Leave:
     """:func:`leave_group` through the broker at ``bootstrap``, with the client settings (TLS, SASL)
     of this process's environment, as the worker's own."""
-    from events.client_config import aiokafka_security, client_properties
+    from events.kafka.client_config import aiokafka_security, client_properties
 
     security = aiokafka_security(client_properties())
 

@@ -29,11 +29,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 
 from coordinator.ownership import Claim
 from coordinator.service.claims import claim_of
-from events.codec import DecodeError, default_codec
-from events.fencing import epoch_of
-from events.kafka import consumer_config
-from events.log import log_message
-from events.records import CoordinatorClaimed
+from events.kafka.clients import consumer_config
+from events.kafka.log import log_message
+from events.wire.codec import DecodeError, default_codec
+from events.wire.fencing import epoch_of
+from events.wire.records import CoordinatorClaimed
 
 log = logging.getLogger("cutline.coordinator")
 

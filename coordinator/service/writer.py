@@ -30,8 +30,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from coordinator.service.runtime import Outgoing
-from events.kafka import producer_config
-from events.sizes import TopicLimits
+from events.kafka.clients import producer_config
+from events.wire.sizes import TopicLimits
 
 log = logging.getLogger("cutline.coordinator")
 

@@ -91,7 +91,7 @@ def read(path: Path) -> dict[str, str]:
 
 
 def write(path: Path, names: list[str]) -> None:
-    from events.client_config import is_secret
+    from events.kafka.client_config import is_secret
 
     known = read(path)
     header = f"# written by tests/client_properties/generate.py, verdicts reviewed by hand: {path.stem}\n"

@@ -23,7 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-expo
     ResourceType,
 )
 
-from events.broker import BrokerError, EmbeddedBroker, create_topics, wait_for_broker
+from events.dev.broker import BrokerError, EmbeddedBroker, create_topics, wait_for_broker
 
 Record = tuple[str, int, int, bytes, bytes]  # topic, partition, offset, key, value
 

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics, free_port, topic_config, wait_for_broker
-from events.codec import decode
-from events.log import read_to_end
-from events.participant import JobDriver, Participant
-from events.records import CheckpointBarrier, CheckpointConfig, CheckpointKind, CheckpointTriggered
-from events.topics import Topics
+from events.dev.broker import create_topics, free_port, topic_config, wait_for_broker
+from events.kafka.log import read_to_end
+from events.task.participant import JobDriver, Participant
+from events.wire.codec import decode
+from events.wire.records import CheckpointBarrier, CheckpointConfig, CheckpointKind, CheckpointTriggered
+from events.wire.topics import Topics
 
 JOB = "cli-job"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics
-from events.topics import Topics
+from events.dev.broker import create_topics
+from events.wire.topics import Topics
 
 SECRET = "hunter2-never-print-me"
 

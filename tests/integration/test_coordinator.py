@@ -21,12 +21,12 @@ from coordinator.decider import fold_jobs
 from coordinator.invariants import first_violation
 from coordinator.service.supervisor import CoordinatorProcess
 from coordinator.state import state_json
-from events.broker import create_topics
-from events.codec import decode, encode
-from events.kafka import consumer_config, producer_config
-from events.log import read_journal_topic, read_to_end
-from events.participant import JobDriver, Participant
-from events.records import (
+from events.dev.broker import create_topics
+from events.kafka.clients import consumer_config, producer_config
+from events.kafka.log import read_journal_topic, read_to_end
+from events.task.participant import JobDriver, Participant
+from events.wire.codec import decode, encode
+from events.wire.records import (
     CheckpointAborted,
     CheckpointAcknowledged,
     CheckpointBarrier,
@@ -39,7 +39,7 @@ from events.records import (
     JournalEvent,
     SchedulerStopped,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 
 JOB = "wordcount"
 INPUT = "words"

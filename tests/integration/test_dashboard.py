@@ -15,10 +15,10 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics
-from events.participant import JobDriver, Participant
-from events.records import CheckpointBarrier, CheckpointConfig
-from events.topics import Topics
+from events.dev.broker import create_topics
+from events.task.participant import JobDriver, Participant
+from events.wire.records import CheckpointBarrier, CheckpointConfig
+from events.wire.topics import Topics
 
 CHROMIUM = Path("/usr/bin/chromium")
 JOB = "clicks"

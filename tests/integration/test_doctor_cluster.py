@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 
-from events.broker import create_topics
-from events.topics import Topics
+from events.dev.broker import create_topics
+from events.wire.topics import Topics
 
 
 def doctor(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, dict[str, str]]]:

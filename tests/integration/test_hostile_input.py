@@ -26,12 +26,12 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics
-from events.codec import decode, encode
-from events.kafka import producer_config
-from events.log import read_journal_topic, read_to_end
-from events.participant import JobDriver, Participant
-from events.records import (
+from events.dev.broker import create_topics
+from events.kafka.clients import producer_config
+from events.kafka.log import read_journal_topic, read_to_end
+from events.task.participant import JobDriver, Participant
+from events.wire.codec import decode, encode
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointBarrier,
     CheckpointCompleted,
@@ -49,7 +49,7 @@ from events.records import (
     StateHandle,
     TriggerRejected,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 
 HEALTHY = "healthy"
 VICTIM = "victim"

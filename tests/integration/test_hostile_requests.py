@@ -21,12 +21,12 @@ from confluent_kafka import Producer
 
 from coordinator.service.supervisor import CoordinatorProcess
 from coordinator.service.views import ROUTES
-from events.broker import create_topics
-from events.codec import decode, encode
-from events.kafka import producer_config
-from events.log import read_to_end
-from events.participant import JobDriver
-from events.records import (
+from events.dev.broker import create_topics
+from events.kafka.clients import producer_config
+from events.kafka.log import read_to_end
+from events.task.participant import JobDriver
+from events.wire.codec import decode, encode
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointConfig,
     CheckpointDeclined,
@@ -34,7 +34,7 @@ from events.records import (
     JobStatus,
     JobStatusChanged,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 
 JOB = "known"
 HUGE = 500_000

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics
-from events.log import read_journal_topic
-from events.participant import JobDriver, Participant, load_snapshot
-from events.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, TaskAcknowledged
-from events.topics import Topics
+from events.dev.broker import create_topics
+from events.kafka.log import read_journal_topic
+from events.task.participant import JobDriver, Participant, load_snapshot
+from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, TaskAcknowledged
+from events.wire.topics import Topics
 
 JOB = "inline-job"
 SMALL, LARGE = ("task-0", "task-1"), "task-2"

@@ -5,11 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from events.broker import create_topics
-from events.codec import encode
-from events.feed import JobFeed, read_job_partition
-from events.fencing import epoch_header
-from events.kafka import (
+from events.dev.broker import create_topics
+from events.kafka.clients import (
     commit_offsets,
     consumer_config,
     deliver,
@@ -18,8 +15,11 @@ from events.kafka import (
     produce_record,
     producer_config,
 )
-from events.records import CheckpointBarrier, CheckpointKind, CoordinatorClaimed
-from events.topics import Topics
+from events.kafka.feed import JobFeed, read_job_partition
+from events.wire.codec import encode
+from events.wire.fencing import epoch_header
+from events.wire.records import CheckpointBarrier, CheckpointKind, CoordinatorClaimed
+from events.wire.topics import Topics
 
 JOB = "job-feed"
 

@@ -49,7 +49,7 @@ def test_the_core_install_has_neither_pyspark_nor_matplotlib(python: Path) -> No
 
 def test_the_coordinator_and_the_participant_library_work_without_them(python: Path) -> None:
     coordinator = run(python, "-m", "coordinator.cli", "coordinator", "--help")
-    library = run(python, "-c", "import events.participant, coordinator.service.app, coordinator.cli")
+    library = run(python, "-c", "import events.task.participant, coordinator.service.app, coordinator.cli")
 
     assert 0 == coordinator.returncode, coordinator.stderr
     assert "--savepoint-root" in coordinator.stdout
@@ -78,6 +78,6 @@ def test_a_command_that_needs_an_extra_names_it(python: Path, tmp_path: Path) ->
     assert 2 == demo.returncode
     assert "needs the 'spark' extra" in demo.stderr and "pip install 'cutline[spark]'" in demo.stderr
     s3 = run(
-        python, "-c", "from events import storage; storage.write_bytes('s3://bucket/chk-1/task-0', b'x')"
+        python, "-c", "from events.task import storage; storage.write_bytes('s3://bucket/chk-1/task-0', b'x')"
     )
     assert "needs the 's3' extra" in s3.stderr and "pip install 'cutline[s3]'" in s3.stderr

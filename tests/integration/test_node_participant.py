@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics
-from events.codec import default_codec
-from events.log import read_journal_topic, read_to_end
-from events.records import CheckpointCompleted
-from events.topics import Topics
+from events.dev.broker import create_topics
+from events.kafka.log import read_journal_topic, read_to_end
+from events.wire.codec import default_codec
+from events.wire.records import CheckpointCompleted
+from events.wire.topics import Topics
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node-participant"
 JOB = "node-job"

@@ -30,13 +30,13 @@ from coordinator.invariants import first_violation
 from coordinator.service.app import Settings, TopicLayoutError, settle_partitions
 from coordinator.service.supervisor import CoordinatorProcess, stop_all
 from coordinator.service.watchdog import process_state, running
-from events.broker import create_topics
-from events.codec import decode
-from events.fencing import epoch_of
-from events.kafka import job_key, partition_for, producer_config
-from events.log import LogMessage, read_journal_topic, read_to_end
-from events.participant import JobDriver, Participant
-from events.records import (
+from events.dev.broker import create_topics
+from events.kafka.clients import job_key, partition_for, producer_config
+from events.kafka.log import LogMessage, read_journal_topic, read_to_end
+from events.task.participant import JobDriver, Participant
+from events.wire.codec import decode
+from events.wire.fencing import epoch_of
+from events.wire.records import (
     JOURNAL_RECORDS,
     CheckpointAcknowledged,
     CheckpointBarrier,
@@ -48,7 +48,7 @@ from events.records import (
     DeadLetter,
     JournalEvent,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 
 SESSION_TIMEOUT = float(os.environ["CUTLINE_SESSION_TIMEOUT"])
 """The workers' ``--session-timeout`` (its ``envvar``, set for every test by ``tests/conftest.py``)."""

@@ -25,14 +25,14 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from coordinator.service.supervisor import CoordinatorProcess, stop_all
-from events.broker import create_topics
-from events.codec import decode
-from events.fencing import Fence, epoch_of
-from events.kafka import consumer_config, job_key, partition_for
-from events.log import LogMessage, read_journal_topic
-from events.participant import JobDriver, Participant
-from events.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, CoordinatorClaimed
-from events.topics import Topics
+from events.dev.broker import create_topics
+from events.kafka.clients import consumer_config, job_key, partition_for
+from events.kafka.log import LogMessage, read_journal_topic
+from events.task.participant import JobDriver, Participant
+from events.wire.codec import decode
+from events.wire.fencing import Fence, epoch_of
+from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, CoordinatorClaimed
+from events.wire.topics import Topics
 
 SESSION_TIMEOUT = float(os.environ["CUTLINE_SESSION_TIMEOUT"])
 MANY_PARTITIONS = 96

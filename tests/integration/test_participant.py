@@ -12,12 +12,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
-from events.broker import create_topics
-from events.codec import decode, encode
-from events.example_app import WordCount
-from events.feed import SharedJobFeed, read_job_partition
-from events.fencing import epoch_header, epoch_of
-from events.kafka import (
+from events.dev.broker import create_topics
+from events.dev.example_app import WordCount
+from events.kafka.clients import (
     consumer_config,
     job_key,
     murmur2,
@@ -25,7 +22,8 @@ from events.kafka import (
     produce_record,
     producer_config,
 )
-from events.participant import (
+from events.kafka.feed import SharedJobFeed, read_job_partition
+from events.task.participant import (
     JobDriver,
     Participant,
     SnapshotCorrupted,
@@ -34,7 +32,9 @@ from events.participant import (
     snapshot_uri,
     write_atomic,
 )
-from events.records import (
+from events.wire.codec import decode, encode
+from events.wire.fencing import epoch_header, epoch_of
+from events.wire.records import (
     CheckpointAborted,
     CheckpointAcknowledged,
     CheckpointBarrier,
@@ -52,7 +52,7 @@ from events.records import (
     StateHandle,
     TaskAcknowledged,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 
 JOB = "job-1"
 TASK = "task-0"
@@ -310,7 +310,7 @@ def test_failed_snapshots_are_declined_with_a_reason_and_the_next_barrier_is_ack
     with app.participant(bootstrap, topics) as participant:
         coordinator.barrier(1, (blocker / "chk-1").as_uri())  # parent is a regular file, even for root
         coordinator.collect(participant, 1)
-        coordinator.barrier(2, "gs://bucket/chk-2")  # s3 works (events/storage.py); gcsfs is not here
+        coordinator.barrier(2, "gs://bucket/chk-2")  # s3 works (events/task/storage.py); gcsfs is not here
         coordinator.collect(participant, 2)
         app.fail = RuntimeError("state backend exploded")
         coordinator.barrier(3, (tmp_path / "chk-3").as_uri())

@@ -16,13 +16,13 @@ from confluent_kafka import Producer
 
 from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import max_message_bytes
-from events.codec import decode, encode
-from events.kafka import producer_config
-from events.log import read_to_end
-from events.metadata import resolve_completion
-from events.participant import JobDriver
-from events.records import (
+from events.dev.broker import max_message_bytes
+from events.kafka.clients import producer_config
+from events.kafka.log import read_to_end
+from events.task.participant import JobDriver
+from events.wire.codec import decode, encode
+from events.wire.metadata import resolve_completion
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointCompleted,
     CheckpointConfig,
@@ -30,8 +30,8 @@ from events.records import (
     DeadLetter,
     Record,
 )
-from events.sizes import DEFAULT_MAX_MESSAGE_BYTES, record_size
-from events.topics import Topics
+from events.wire.sizes import DEFAULT_MAX_MESSAGE_BYTES, record_size
+from events.wire.topics import Topics
 
 LIMIT = DEFAULT_MAX_MESSAGE_BYTES
 

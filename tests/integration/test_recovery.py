@@ -28,14 +28,14 @@ from coordinator.service.claims import (
 from coordinator.service.runtime import Coordinator
 from coordinator.simulate import simulate
 from coordinator.state import state_json
-from events.broker import EmbeddedBroker, create_topics
-from events.codec import encode
-from events.fencing import epoch_header
-from events.kafka import job_key, producer_config
-from events.log import read_to_end
-from events.records import JournalEvent
-from events.topics import Topics
-from events.wire import SNAPSHOT_PARTITIONS_HEADER
+from events.dev.broker import EmbeddedBroker, create_topics
+from events.kafka.clients import job_key, producer_config
+from events.kafka.log import read_to_end
+from events.wire.codec import encode
+from events.wire.fencing import epoch_header
+from events.wire.records import JournalEvent
+from events.wire.topics import Topics
+from events.wire.vocabulary import SNAPSHOT_PARTITIONS_HEADER
 
 TOPICS = Topics("r.")
 SNAPSHOTS = TOPICS.snapshots

@@ -24,10 +24,10 @@ import pytest
 from confluent_kafka import Producer
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics
-from events.feed import read_job_partition
-from events.kafka import producer_config
-from events.records import (
+from events.dev.broker import create_topics
+from events.kafka.clients import producer_config
+from events.kafka.feed import read_job_partition
+from events.wire.records import (
     CheckpointCompleted,
     CheckpointRestored,
     JobFailedPermanently,
@@ -37,16 +37,16 @@ from events.records import (
     SchedulerStarted,
     SchedulerStopped,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 
 JOB = "supervised"
 
 DRIVER = textwrap.dedent(
     """
     import os, sys, time
-    from events.participant import JobDriver
-    from events.records import CheckpointConfig, JobStatus
-    from events.topics import Topics
+    from events.task.participant import JobDriver
+    from events.wire.records import CheckpointConfig, JobStatus
+    from events.wire.topics import Topics
 
     mode, location, log = sys.argv[1:4]
     attempt = int(os.environ["CUTLINE_ATTEMPT"])
@@ -182,7 +182,8 @@ def test_a_sigkilled_driver_is_restarted_from_its_latest_checkpoint_and_counts_s
     command = [
         sys.executable, "-m", "coordinator.cli", "run", "--job", JOB, "--bootstrap", bootstrap,
         "--topic-prefix", topics.prefix, "--restart-strategy", "fixed-delay", "--delay-ms", "500", "--",
-        sys.executable, "-m", "events.example_app", "--bootstrap", bootstrap, "--job", JOB, "--task", "t0",
+        sys.executable, "-m", "events.dev.example_app", "--bootstrap", bootstrap, "--job", JOB,
+        "--task", "t0",
         "--topic", words_topic, "--partition", "0", "--prefix", topics.prefix, "--driver",
         "--location", (tmp_path / "checkpoints").as_uri(), "--interval-ms", "200", "--idle-exit", "6",
         "--output", str(out), "--inline-threshold-bytes", str(inline_threshold),

@@ -1,4 +1,4 @@
-"""Participant snapshots on S3 (events/storage.py, the ``s3`` extra): s3fs against moto's S3 server,
+"""Participant snapshots on S3 (events/task/storage.py, the ``s3`` extra): s3fs against moto's S3 server,
 started by the test, as s3fs's own tests do. A real coordinator decides; two participants write
 their snapshots to ``s3://``, old ones are discarded, and a restore reads the latest back."""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import s3fs
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics
-from events.log import read_journal_topic
-from events.participant import JobDriver, Participant, load_snapshot
-from events.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig
-from events.topics import Topics
+from events.dev.broker import create_topics
+from events.kafka.log import read_journal_topic
+from events.task.participant import JobDriver, Participant, load_snapshot
+from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig
+from events.wire.topics import Topics
 
 BUCKET = "cutline-checkpoints"
 JOB = "s3-job"

@@ -20,11 +20,11 @@ import pytest
 from confluent_kafka import Producer
 
 from coordinator.service.runtime import Coordinator, Outcome
-from events.broker import create_topics
-from events.codec import encode
-from events.kafka import producer_config
-from events.participant import METADATA_FILE, local_path
-from events.records import (
+from events.dev.broker import create_topics
+from events.kafka.clients import producer_config
+from events.task.participant import METADATA_FILE, local_path
+from events.wire.codec import encode
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointCompleted,
     CheckpointConfig,
@@ -37,7 +37,7 @@ from events.records import (
     Record,
     StateHandle,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 
 JOB = "orders"
 RESTORED_JOB = "orders-v2"

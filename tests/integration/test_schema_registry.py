@@ -23,12 +23,12 @@ import pytest
 from confluent_kafka import Producer
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics
-from events.codec import Codec, UnknownSchemaId, WireSettings, default_codec, process_wire, use_wire
-from events.kafka import producer_config
-from events.log import read_journal_topic, read_to_end
-from events.participant import Participant
-from events.records import (
+from events.dev.broker import create_topics
+from events.kafka.clients import producer_config
+from events.kafka.log import read_journal_topic, read_to_end
+from events.task.participant import Participant
+from events.wire.codec import Codec, UnknownSchemaId, WireSettings, default_codec, process_wire, use_wire
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointBarrier,
     CheckpointCompleted,
@@ -36,8 +36,8 @@ from events.records import (
     JobStatus,
     JobStatusChanged,
 )
-from events.schema_registry import RegistryFraming, wire_environment
-from events.topics import Topics
+from events.wire.schema_registry import RegistryFraming, wire_environment
+from events.wire.topics import Topics
 
 JOB = "registry-job"
 

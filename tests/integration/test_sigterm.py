@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from events.broker import create_topics, free_port
-from events.stop_check import StopResult, sigterm_at
-from events.topics import Topics
+from events.dev.broker import create_topics, free_port
+from events.dev.stop_check import StopResult, sigterm_at
+from events.wire.topics import Topics
 
 CUTLINE = str(Path(sys.executable).parent / "cutline")
 LIMIT_S = 10.0

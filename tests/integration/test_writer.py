@@ -8,9 +8,9 @@ from confluent_kafka import Consumer
 
 from coordinator.service.runtime import Outgoing
 from coordinator.service.writer import Writer, Written
-from events.broker import create_topics, max_message_bytes
-from events.kafka import consumer_config, partition_for, read_partition_to_end
-from events.sizes import TopicLimits
+from events.dev.broker import create_topics, max_message_bytes
+from events.kafka.clients import consumer_config, partition_for, read_partition_to_end
+from events.wire.sizes import TopicLimits
 
 PARTITIONS = 4
 

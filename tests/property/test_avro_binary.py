@@ -1,4 +1,4 @@
-"""The compiled Avro bodies (events/avro_binary.py) are fastavro's, byte for byte and datum for datum.
+"""The compiled Avro bodies (events/wire/avro_binary.py) are fastavro's, byte for byte and datum for datum.
 
 Data are drawn from the schemas themselves, so every field of every record type (and every
 older writer schema in ``schemas/history``) is covered without a list to keep up to date.
@@ -16,8 +16,8 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from events.avro_binary import Unusual, compile_decoder, compile_encoder
-from events.codec import (
+from events.wire.avro_binary import Unusual, compile_decoder, compile_encoder
+from events.wire.codec import (
     MAGIC,
     SCHEMAS_DIR,
     BodyMismatch,
@@ -29,7 +29,7 @@ from events.codec import (
     schema_fingerprint,
     to_avro,
 )
-from events.records import RECORD_TYPES, CheckpointAcknowledged, JobHeartbeat, Record, TaskAcknowledged
+from events.wire.records import RECORD_TYPES, CheckpointAcknowledged, JobHeartbeat, Record, TaskAcknowledged
 
 REGISTRY = SchemaRegistry()
 CODEC = Codec(REGISTRY)

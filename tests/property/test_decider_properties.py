@@ -56,7 +56,7 @@ from coordinator.testing import (
     task_status,
     tick,
 )
-from events.records import (
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointConfig,
@@ -74,7 +74,7 @@ from events.records import (
     TaskAcknowledged,
     TriggerRejected,
 )
-from events.validation import INLINE_BUDGET_BYTES, MAX_INLINE_THRESHOLD_BYTES, MAX_TASKS
+from events.wire.validation import INLINE_BUDGET_BYTES, MAX_INLINE_THRESHOLD_BYTES, MAX_TASKS
 
 settings.register_profile(
     "cutline-quick",

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from coordinator.service.runtime import Coordinator
 from coordinator.timeline import record_json
-from events.codec import default_codec, encode
-from events.feed import JobRecords
-from events.fencing import MAX_EPOCH_DIGITS, VOID_EPOCH, HeaderValue, epoch_of, header_epoch
-from events.kafka import job_key
-from events.log import fenced_journal, log_message
-from events.records import CheckpointAcknowledged, JobStatus, SchedulerStopped, StateHandle
-from events.topics import Topics
-from events.wire import EPOCH_HEADER
+from events.kafka.clients import job_key
+from events.kafka.feed import JobRecords
+from events.kafka.log import fenced_journal, log_message
+from events.wire.codec import default_codec, encode
+from events.wire.fencing import MAX_EPOCH_DIGITS, VOID_EPOCH, HeaderValue, epoch_of, header_epoch
+from events.wire.records import CheckpointAcknowledged, JobStatus, SchedulerStopped, StateHandle
+from events.wire.topics import Topics
+from events.wire.vocabulary import EPOCH_HEADER
 
 JOB = "job-1"
 TOPICS = Topics("t.")

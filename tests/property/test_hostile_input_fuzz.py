@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from coordinator.decider import fold_jobs
 from coordinator.service.runtime import Coordinator, Outcome
-from events.codec import decode, encode
-from events.records import (
+from events.wire.codec import decode, encode
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointConfig,
     CheckpointDeclined,
@@ -37,8 +37,8 @@ from events.records import (
     StateHandle,
     TaskStatusChanged,
 )
-from events.topics import Topics
-from events.wire import DeadLetterReason
+from events.wire.topics import Topics
+from events.wire.vocabulary import DeadLetterReason
 
 TOPICS = Topics("fuzz.")
 JOB = "job"

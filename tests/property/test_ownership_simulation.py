@@ -35,7 +35,7 @@ from coordinator.simulate_ownership import (
 )
 from coordinator.state import JobState, initial_state
 from coordinator.testing import ack, running, tick
-from events.records import CheckpointKind, CheckpointTriggered
+from events.wire.records import CheckpointKind, CheckpointTriggered
 
 SEEDS = 2_000
 BUDGET_S = 60.0

@@ -19,8 +19,8 @@ from coordinator.snapshot import PartitionSnapshot, decode_snapshot, encode_snap
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track
 from coordinator.testing import differences
-from events.codec import default_codec
-from events.records import JournalEvent
+from events.wire.codec import default_codec
+from events.wire.records import JournalEvent
 
 Folded = tuple[dict[str, JobState], dict[str, CheckpointStats]]
 

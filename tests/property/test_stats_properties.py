@@ -8,7 +8,7 @@ from test_decider_properties import PROPERTY, Scenario, scenarios
 from test_snapshot_properties import fold_with_stats
 
 from coordinator.stats import with_progress
-from events.records import TaskAcknowledged
+from events.wire.records import TaskAcknowledged
 
 
 class TestShownStatistics:

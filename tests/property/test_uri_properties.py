@@ -1,4 +1,4 @@
-"""``parse_below`` is ``parse_uri`` (events/validation.py): the shortcut for a state handle below its
+"""``parse_below`` is ``parse_uri`` (events/wire/validation.py): the shortcut for a state handle below its
 checkpoint location gives the same answer, and the same refusal, for any string."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from events.validation import MAX_URI_LENGTH, InvalidUri, StorageUri, parse_below, parse_uri
+from events.wire.validation import MAX_URI_LENGTH, InvalidUri, StorageUri, parse_below, parse_uri
 
 # Names as tasks write them, and the pieces hostile ones are made of: traversal, escapes, empty
 # segments, forbidden and control characters, a trailing slash.

@@ -18,7 +18,7 @@ import pytest
 from wordfeed import PARTITIONS, Input, Words
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics
+from events.dev.broker import create_topics
 
 
 @pytest.fixture(scope="session")

@@ -14,10 +14,10 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from events.broker import create_topics
-from events.fencing import epoch_header
-from events.kafka import job_key, partition_for, produce_record, producer_config
-from events.records import CheckpointBarrier, CheckpointKind
+from events.dev.broker import create_topics
+from events.kafka.clients import job_key, partition_for, produce_record, producer_config
+from events.wire.fencing import epoch_header
+from events.wire.records import CheckpointBarrier, CheckpointKind
 from spark_tasks.kafka_source import (
     BARRIER_KEY,
     FORMAT,

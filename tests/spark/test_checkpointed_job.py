@@ -20,17 +20,17 @@ from wordfeed import every as _every
 from wordfeed import wait as _wait
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.codec import decode
-from events.fencing import Fence, epoch_header
-from events.kafka import (
+from events.kafka.clients import (
     consumer_config,
     job_partition,
     produce_record,
     producer_config,
     read_partition_to_end,
 )
-from events.participant import JobDriver, local_path
-from events.records import (
+from events.task.participant import JobDriver, local_path
+from events.wire.codec import decode
+from events.wire.fencing import Fence, epoch_header
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointConfig,
@@ -50,7 +50,7 @@ from events.records import (
     StateHandle,
     TaskAcknowledged,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 from spark_tasks.job import METADATA_FILE, CheckpointedJob, CheckpointFailuresExceeded, JobSettings
 from spark_tasks.sink import ROLLED_BACK_DIR, CutFileSink, read_rows
 from spark_tasks.state import StatefulStep

@@ -12,9 +12,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from events.broker import create_topics
-from events.kafka import producer_config
-from events.log import read_to_end
+from events.dev.broker import create_topics
+from events.kafka.clients import producer_config
+from events.kafka.log import read_to_end
 from spark_tasks.kafka_source import (
     FORMAT,
     KafkaInputPartition,

@@ -21,9 +21,9 @@ import pytest
 from wordfeed import PARTITIONS, Input, every, wait
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.participant import JobDriver, local_path
-from events.records import CheckpointCompleted, CheckpointConfig, CheckpointKind, TaskAcknowledged
-from events.topics import Topics
+from events.task.participant import JobDriver, local_path
+from events.wire.records import CheckpointCompleted, CheckpointConfig, CheckpointKind, TaskAcknowledged
+from events.wire.topics import Topics
 from spark_tasks.job import CheckpointedJob, JobSettings
 from spark_tasks.keyed import MAX_CHAIN, key_group_range, keyed_task_id, read_manifest
 from spark_tasks.sink import CutFileSink

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
-from events.kafka import producer_config
+from events.kafka.clients import producer_config
 
 PARTITIONS = 4
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")

@@ -14,8 +14,8 @@ import tracemalloc
 
 from coordinator.decider import fold
 from coordinator.service.runtime import Coordinator
-from events.codec import encode
-from events.records import (
+from events.wire.codec import encode
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointConfig,
     CheckpointKind,
@@ -26,7 +26,7 @@ from events.records import (
     StateHandle,
     TaskAcknowledged,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 
 TOPICS = Topics("t.")
 JOB = "job"

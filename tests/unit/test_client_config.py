@@ -1,4 +1,4 @@
-"""Kafka client settings for secured clusters (events/client_config.py): from a properties file,
+"""Kafka client settings for secured clusters (events/kafka/client_config.py): from a properties file,
 CUTLINE_KAFKA_* variables and -X; given to each kind of client in its own terms; secrets hidden."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import faust
 import pytest
 
-from events.client_config import (
+from events.kafka.client_config import (
     ClientConfigError,
     aiokafka_security,
     client_properties,
@@ -18,7 +18,7 @@ from events.client_config import (
     parse_properties,
     redacted,
 )
-from events.kafka import consumer_config, producer_config
+from events.kafka.clients import consumer_config, producer_config
 from spark_tasks.kafka_source import KafkaSourceOptions
 
 SASL = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice"}

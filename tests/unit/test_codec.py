@@ -1,4 +1,4 @@
-"""The single-object codec (events/codec.py) and the schema files it reads
+"""The single-object codec (events/wire/codec.py) and the schema files it reads
 (docs/design.md, "Wire protocol")."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events.avro_binary import long_bytes
-from events.codec import (
+from events.wire.avro_binary import long_bytes
+from events.wire.codec import (
     HEADER_SIZE,
     MAGIC,
     PREVIOUS_WRITES,
@@ -40,7 +40,7 @@ from events.codec import (
     read_body,
     to_avro,
 )
-from events.records import (
+from events.wire.records import (
     RECORD_TYPES,
     CheckpointAcknowledged,
     CheckpointCompleted,

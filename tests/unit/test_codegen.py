@@ -1,4 +1,4 @@
-"""The generated code of ``events/codegen.py``, each generator against what it stands in for.
+"""The generated code of ``events/wire/codegen.py``, each generator against what it stands in for.
 
 ``fast_init``: an instance it makes is the one the dataclass's ``__init__`` makes. Checked on
 every class that uses it (the modules that apply it are scanned, so a class added to
@@ -10,7 +10,7 @@ exact for.
 wide class without slots, a slotted one, one with ``__post_init__``), on the state classes.
 
 The record decoders (``events.codec.avro_decoder``) and the Avro schema compiler
-(``events.avro_binary``) are compiled through ``define``/``compile_into`` too: their round
+(``events.wire.avro_binary``) are compiled through ``define``/``compile_into`` too: their round
 trips are ``tests/unit/test_codec.py``; here, that they give what the generic path gives.
 """
 
@@ -27,15 +27,15 @@ from hypothesis import strategies as st
 
 import coordinator.commands
 import coordinator.service.runtime
-import events.records
-import events.validation
+import events.wire.records
+import events.wire.validation
 from coordinator.state import JobState, PendingCheckpoint, Scheduler, pending_checkpoint, with_tasks
 from coordinator.testing import run_commands, running, tick
-from events.codec import _from_avro_fields, avro_decoder, to_avro
-from events.codegen import compile_into, define, fast_init, replacer, slot_setters
-from events.records import CheckpointConfig, CheckpointTriggered, StateHandle
+from events.wire.codec import _from_avro_fields, avro_decoder, to_avro
+from events.wire.codegen import compile_into, define, fast_init, replacer, slot_setters
+from events.wire.records import CheckpointConfig, CheckpointTriggered, StateHandle
 
-SCANNED = (events.records, events.validation, coordinator.commands, coordinator.service.runtime)
+SCANNED = (events.wire.records, events.wire.validation, coordinator.commands, coordinator.service.runtime)
 USERS = sorted(
     {
         cls

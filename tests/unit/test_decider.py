@@ -28,7 +28,7 @@ from coordinator.testing import (
     task_status,
     tick,
 )
-from events.records import (
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointFailureThresholdExceeded,
@@ -45,7 +45,7 @@ from events.records import (
     TaskStatusRecorded,
     TriggerRejected,
 )
-from events.validation import INLINE_BUDGET_BYTES, MAX_INLINE_THRESHOLD_BYTES
+from events.wire.validation import INLINE_BUDGET_BYTES, MAX_INLINE_THRESHOLD_BYTES
 
 SAVEPOINT = CheckpointKind.SAVEPOINT
 
@@ -461,7 +461,7 @@ class TestAcknowledgements:
         ],
     )
     def test_state_uris_that_are_not_canonical_are_refused(self, uri: str) -> None:
-        """A state URI that does not parse by events.validation's rules cannot be inside the location."""
+        """A state URI that does not parse by events.wire.validation's rules cannot be inside the location."""
         refused = given(running(at=0), tick(1000)).when(ack(1, "t0", state=StateHandle(uri, 1, "x")))
 
         assert "is not a storage URI" in refused.then_rejected(Rejection.STATE_OUTSIDE_LOCATION).message

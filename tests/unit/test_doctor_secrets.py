@@ -12,7 +12,7 @@ from typer.testing import CliRunner, Result
 
 from coordinator.cli import app
 from coordinator.doctor import CheckStatus, check_client_settings
-from events.client_config import REDACTED
+from events.kafka.client_config import REDACTED
 
 LISTS = Path(__file__).parent.parent / "client_properties"
 

@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.decider import fold_jobs
-from events.codec import encode
-from events.fencing import (
+from events.kafka.log import LogMessage, fenced_journal, log_message
+from events.wire.codec import encode
+from events.wire.fencing import (
     VOID_EPOCH,
     Fence,
     HeaderDict,
@@ -20,8 +21,13 @@ from events.fencing import (
     epoch_problem,
     header_epoch,
 )
-from events.log import LogMessage, fenced_journal, log_message
-from events.records import CheckpointConfig, CoordinatorClaimed, JobStatus, SchedulerStarted, SchedulerStopped
+from events.wire.records import (
+    CheckpointConfig,
+    CoordinatorClaimed,
+    JobStatus,
+    SchedulerStarted,
+    SchedulerStopped,
+)
 
 
 class TestHeaderEpoch:

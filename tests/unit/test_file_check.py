@@ -18,7 +18,7 @@ from coordinator.file_check import FileCheck, FirstViolation, check_file
 from coordinator.invariants import first_violation
 from coordinator.journal import write_journal
 from coordinator.simulate import simulate
-from events.records import CheckpointCompleted, JournalEvent, TaskAcknowledged
+from events.wire.records import CheckpointCompleted, JournalEvent, TaskAcknowledged
 
 ROOT = Path(__file__).resolve().parents[2]
 

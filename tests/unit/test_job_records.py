@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from events.codec import encode
-from events.feed import JobRecords
-from events.fencing import epoch_header
-from events.kafka import job_key
-from events.records import CheckpointAborted, CheckpointBarrier, CheckpointKind, CoordinatorClaimed
+from events.kafka.clients import job_key
+from events.kafka.feed import JobRecords
+from events.wire.codec import encode
+from events.wire.fencing import epoch_header
+from events.wire.records import CheckpointAborted, CheckpointBarrier, CheckpointKind, CoordinatorClaimed
 
 JOB = "job-1"
 JOURNAL, BARRIERS = "cutline.checkpoints", "cutline.barriers"

@@ -35,8 +35,8 @@ from coordinator.journal import (
     write_journal,
 )
 from coordinator.simulate import START_MS, Rates, simulate, simulate_steps
-from events.codec import SCHEMAS_DIR, _from_avro_fields, from_avro, to_avro
-from events.records import (
+from events.wire.codec import SCHEMAS_DIR, _from_avro_fields, from_avro, to_avro
+from events.wire.records import (
     JOURNAL_RECORDS,
     CheckpointAborted,
     CheckpointCompleted,

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 pytest.importorskip("pyarrow")
 pytest.importorskip("mmh3")
 
-from events.participant import SnapshotCorrupted  # noqa: E402
-from events.records import StateHandle  # noqa: E402
+from events.task.participant import SnapshotCorrupted  # noqa: E402
+from events.wire.records import StateHandle  # noqa: E402
 from spark_tasks.keyed import (  # noqa: E402
     FULL_EVERY,
     MAX_CHAIN,

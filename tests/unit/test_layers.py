@@ -18,9 +18,9 @@ PURE = [
     "coordinator.snapshot",
     "coordinator.savepoints",
     "coordinator.replay_selection",
-    "events.fencing",
-    "events.records",
-    "events.codec",
+    "events.wire.fencing",
+    "events.wire.records",
+    "events.wire.codec",
 ]
 FORBIDDEN = ("faust", "aiokafka", "confluent_kafka", "rich", "typer", "matplotlib", "pyspark", "mode")
 

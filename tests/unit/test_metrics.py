@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from coordinator.service.gc_schedule import ScheduledCollections
 from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
 from coordinator.service.runtime import Coordinator
-from events.codec import encode
-from events.records import (
+from events.wire.codec import encode
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointConfig,
     CheckpointTriggered,
@@ -22,7 +22,7 @@ from events.records import (
     JobStatusChanged,
     StateHandle,
 )
-from events.topics import Topics
+from events.wire.topics import Topics
 
 TOPICS = Topics("t.")
 JOB = "job"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from events.validation import MAX_PARTITION, parse_offsets, parse_offsets_key
+from events.wire.validation import MAX_PARTITION, parse_offsets, parse_offsets_key
 
 
 class TestParseOffsetsKey:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from coordinator.cli import app
 from coordinator.plot import CheckpointOutcomes, write_plot
 from coordinator.testing import ack, decline, run_commands, running, tick
-from events.records import CheckpointKind
+from events.wire.records import CheckpointKind
 
 
 def outcomes_of_a_small_job() -> CheckpointOutcomes:

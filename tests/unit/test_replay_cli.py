@@ -22,7 +22,7 @@ from coordinator.simulate import Rates, simulate
 from coordinator.state import JobState
 from coordinator.testing import config, heartbeat, run_commands, running, tick
 from coordinator.timeline import format_time, job_summary
-from events.records import (
+from events.wire.records import (
     CheckpointCompleted,
     JournalEvent,
     RestartStrategy,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.replay_selection import Cut, JournalSource, Selection, journal_source
-from events.records import CheckpointKind, CheckpointTriggered
+from events.wire.records import CheckpointKind, CheckpointTriggered
 
 
 def triggered(job: str, timestamp_ms: int) -> CheckpointTriggered:

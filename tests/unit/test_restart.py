@@ -29,7 +29,7 @@ from coordinator.testing import (
     running,
     tick,
 )
-from events.records import (
+from events.wire.records import (
     CheckpointAborted,
     CheckpointRestored,
     CheckpointTriggered,

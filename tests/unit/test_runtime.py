@@ -13,8 +13,8 @@ from coordinator.commands import AcknowledgeCheckpoint
 from coordinator.decider import due_at, fold_jobs
 from coordinator.service import runtime
 from coordinator.service.runtime import Coordinator, Outcome, parse_cause
-from events.codec import decode, encode
-from events.records import (
+from events.wire.codec import decode, encode
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointBarrier,
     CheckpointCompleted,
@@ -29,8 +29,8 @@ from events.records import (
     StateHandle,
     TaskAcknowledged,
 )
-from events.topics import Topics
-from events.wire import CAUSE_HEADER
+from events.wire.topics import Topics
+from events.wire.vocabulary import CAUSE_HEADER
 
 TOPICS = Topics("t.")
 JOB = "job"

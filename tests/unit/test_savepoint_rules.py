@@ -17,7 +17,7 @@ from coordinator.savepoints import (
     why_needed,
 )
 from coordinator.state import JobState
-from events.records import (
+from events.wire.records import (
     CheckpointCompleted,
     CheckpointKind,
     CheckpointRestored,
@@ -25,7 +25,7 @@ from events.records import (
     JobStatus,
     StateHandle,
 )
-from events.validation import parse_uri
+from events.wire.validation import parse_uri
 
 
 def completed(job: str, checkpoint_id: int, kind: CheckpointKind, location: str) -> CheckpointCompleted:

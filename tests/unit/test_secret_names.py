@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from events.client_config import REDACTED, is_secret, redacted, redacted_value
+from events.kafka.client_config import REDACTED, is_secret, redacted, redacted_value
 
 LISTS = Path(__file__).parent.parent / "client_properties"
 _spec = importlib.util.spec_from_file_location("client_properties_generate", LISTS / "generate.py")

@@ -20,9 +20,9 @@ from coordinator.admission import (
 from coordinator.commands import ChangeJobStatus, Tick
 from coordinator.decider import fold_jobs
 from coordinator.service.runtime import Coordinator, Outcome
-from events.codec import decode, encode
-from events.metadata import MetadataUnavailable, by_reference, resolve_completion
-from events.records import (
+from events.wire.codec import decode, encode
+from events.wire.metadata import MetadataUnavailable, by_reference, resolve_completion
+from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointCompleted,
     CheckpointConfig,
@@ -32,8 +32,8 @@ from events.records import (
     JobStatusChanged,
     JournalEvent,
 )
-from events.sizes import DEFAULT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, TopicLimits, bounded, record_size
-from events.topics import Topics
+from events.wire.sizes import DEFAULT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, TopicLimits, bounded, record_size
+from events.wire.topics import Topics
 
 TOPICS = Topics("s.")
 JOB = "job"
@@ -230,7 +230,7 @@ class TestCompletionByReference:
 def test_an_excerpt_is_one_bounded_line_that_says_how_long_the_field_was() -> None:
     """A 500 KB field with a newline is quoted as at most 200 characters on one line; a short one
     as it is."""
-    from events.sizes import excerpt
+    from events.wire.sizes import excerpt
 
     huge = excerpt("a\nb" + "x" * 500_000)
 

@@ -37,8 +37,8 @@ from coordinator.state import (
 )
 from coordinator.stats import CheckpointEntry, CheckpointStats, track
 from coordinator.testing import ack, config, decline, differences, request, running, tick
-from events.codec import HEADER_SIZE, MAGIC, SCHEMAS_DIR, DecodeError, default_codec, schema_fingerprint
-from events.records import (
+from events.wire.codec import HEADER_SIZE, MAGIC, SCHEMAS_DIR, DecodeError, default_codec, schema_fingerprint
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointKind,

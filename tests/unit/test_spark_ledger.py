@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from events.records import (
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointConfig,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from events.records import CheckpointCompleted, CheckpointKind
+from events.wire.records import CheckpointCompleted, CheckpointKind
 from spark_tasks.sink import (
     CUTS_DIR,
     ROLLED_BACK_DIR,

@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from events.participant import write_atomic
-from events.records import CheckpointAcknowledged, CheckpointDeclined
+from events.task.participant import write_atomic
+from events.wire.records import CheckpointAcknowledged, CheckpointDeclined
 from spark_tasks import tasks
 from spark_tasks.kafka_source import kafka_schema
 from spark_tasks.state import VERSIONS_KEPT, PartitionStateStore, StateLost

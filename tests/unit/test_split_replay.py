@@ -24,7 +24,7 @@ from coordinator.journal import FileTally, read_journal_share, write_journal
 from coordinator.simulate import simulate
 from coordinator.split_replay import _first, replay_file, replay_share, share_taker
 from coordinator.state import JobState
-from events.records import CheckpointCompleted, JournalEvent, TaskAcknowledged
+from events.wire.records import CheckpointCompleted, JournalEvent, TaskAcknowledged
 
 ROOT = Path(__file__).resolve().parents[2]
 

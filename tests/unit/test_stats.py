@@ -6,7 +6,7 @@ from coordinator.decider import evolve
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, checkpoints_json, config_json, track, with_progress
 from coordinator.testing import JOB, LOCATION, ack, config, decline, request, run_commands, running, tick
-from events.records import CheckpointKind, StateHandle
+from events.wire.records import CheckpointKind, StateHandle
 
 
 def stats_of(*commands: object) -> CheckpointStats | None:

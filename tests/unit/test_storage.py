@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from events.storage import write_atomic
+from events.task.storage import write_atomic
 
 
 def test_a_file_is_written_with_its_missing_directories_and_no_temporary_file(tmp_path: Path) -> None:

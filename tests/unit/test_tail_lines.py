@@ -7,8 +7,8 @@ import base64
 import hashlib
 
 from coordinator.timeline import describe_record, record_json
-from events.codec import Codec
-from events.records import CheckpointAcknowledged, StateHandle
+from events.wire.codec import Codec
+from events.wire.records import CheckpointAcknowledged, StateHandle
 
 CODEC = Codec()
 STATE = bytes(range(256)) * 80  # 20 KiB, the size Flink's default memory threshold allows

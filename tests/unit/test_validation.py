@@ -1,10 +1,10 @@
-"""Storage URIs and offsets keys at the coordinator's boundary (events.validation)."""
+"""Storage URIs and offsets keys at the coordinator's boundary (events.wire.validation)."""
 
 from __future__ import annotations
 
 import pytest
 
-from events.validation import (
+from events.wire.validation import (
     MAX_URI_LENGTH,
     InvalidUri,
     StorageUri,

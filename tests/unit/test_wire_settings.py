@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from events.codec import WireFormatError, WireSettings, codec_for, default_codec, process_wire, use_wire
-from events.schema_registry import wire_environment, wire_from_environment
+from events.wire.codec import WireFormatError, WireSettings, codec_for, default_codec, process_wire, use_wire
+from events.wire.schema_registry import wire_environment, wire_from_environment
 
 
 def test_the_default_is_single_object_framing_whatever_the_environment_says(

@@ -39,8 +39,8 @@ from typing import Any
 from fastavro import json_reader, json_writer, schemaless_writer
 from fastavro.schema import parse_schema, to_parsing_canonical_form
 
-from events.codec import MAGIC, NAMESPACE, SCHEMAS_DIR, Codec, schema_fingerprint, to_avro
-from events.records import (
+from events.wire.codec import MAGIC, NAMESPACE, SCHEMAS_DIR, Codec, schema_fingerprint, to_avro
+from events.wire.records import (
     RECORD_TYPES,
     CheckpointAborted,
     CheckpointAcknowledged,

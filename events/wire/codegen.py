@@ -9,9 +9,9 @@ methods would:
 - :func:`fast_init`: an ``__init__`` for the frozen, slotted dataclasses made once per input;
 - :func:`replacer`: ``dataclasses.replace`` for one class (``evolve`` runs once per event);
 - :func:`slot_setters`: the slot descriptors a generated constructor calls, shared by the
-  record decoders of :mod:`events.codec`;
+  record decoders of :mod:`events.wire.codec`;
 - :func:`compile_into` (the only ``exec``) and :func:`define`, used by the above and by the
-  Avro schema compiler of :mod:`events.avro_binary` (encoders and decoders from our schemas).
+  Avro schema compiler of :mod:`events.wire.avro_binary` (encoders and decoders from our schemas).
 
 Nothing here compiles text that came from input: the sources are built from a class's own
 field names or from the schemas in ``schemas/``. Tests: ``tests/unit/test_codegen.py``.

@@ -37,20 +37,23 @@ from urllib.parse import quote, urlsplit
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from events import storage
-from events.codec import DecodeError, avro_decoder, decode
 from events.extras import MissingExtra
-from events.feed import FeedRecord, FeedSubscription, JobFeed, SharedJobFeed, read_job_partition
-from events.fencing import epoch_header
-from events.kafka import (
+from events.kafka.clients import (
     commit_offsets,
     deliver,
     produce_record,
     producer_config,
 )
-from events.metadata import METADATA_FILE as METADATA_FILE  # re-exported: its home before events.metadata
-from events.metadata import MetadataUnavailable, resolve_completion
-from events.records import (
+from events.kafka.feed import FeedRecord, FeedSubscription, JobFeed, SharedJobFeed, read_job_partition
+from events.task import storage
+from events.task.storage import UnsupportedLocation, local_path, write_atomic
+from events.wire.codec import DecodeError, avro_decoder, decode
+from events.wire.fencing import epoch_header
+from events.wire.metadata import (
+    METADATA_FILE as METADATA_FILE,  # re-exported: its home before events.wire.metadata
+)
+from events.wire.metadata import MetadataUnavailable, resolve_completion
+from events.wire.records import (
     CheckpointAborted,
     CheckpointAcknowledged,
     CheckpointBarrier,
@@ -69,11 +72,10 @@ from events.records import (
     StateHandle,
     TaskStatusChanged,
 )
-from events.sizes import excerpt
-from events.storage import UnsupportedLocation, local_path, write_atomic
-from events.topics import Topics
-from events.validation import parse_offsets, parse_offsets_key
-from events.wire import DeclineReason
+from events.wire.sizes import excerpt
+from events.wire.topics import Topics
+from events.wire.validation import parse_offsets, parse_offsets_key
+from events.wire.vocabulary import DeclineReason
 
 __all__ = [
     "JobDriver",
@@ -242,7 +244,7 @@ def completion_problem(completed: CheckpointCompleted, known: set[int] | frozens
 
 # ``METADATA_FILE`` (``_metadata``) is written into a completed checkpoint's or savepoint's location
 # (by a Spark job's driver, or by the coordinator for a completion too large for one journal
-# record: events/metadata.py): its ``CheckpointCompleted``, so that the directory alone is enough to
+# record: events/wire/metadata.py): its ``CheckpointCompleted``, so that the directory alone is enough to
 # restore from or to inspect.
 
 

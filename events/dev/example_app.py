@@ -1,6 +1,6 @@
 """A word count over one Kafka partition that takes part in checkpoints (the participant library's demo).
 
-    python -m events.example_app --bootstrap 127.0.0.1:9092 --job wc --task wc-0 \\
+    python -m events.dev.example_app --bootstrap 127.0.0.1:9092 --job wc --task wc-0 \\
         --topic words --partition 0 [--driver --location file:///tmp/cutline --interval-ms 1000]
 
 State is a Counter of lower-cased words, snapshotted as JSON. On start the app
@@ -27,13 +27,13 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from events.codec import use_wire
-from events.kafka import consumer_config
-from events.participant import JobDriver, Participant, load_snapshot
-from events.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, JobStatus
-from events.schema_registry import wire_from_environment
+from events.kafka.clients import consumer_config
 from events.stopping import Stop, StopSignals
-from events.topics import DEFAULT_PREFIX, Topics
+from events.task.participant import JobDriver, Participant, load_snapshot
+from events.wire.codec import use_wire
+from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, JobStatus
+from events.wire.schema_registry import wire_from_environment
+from events.wire.topics import DEFAULT_PREFIX, Topics
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,9 @@ class WordCount:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m events.example_app", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m events.dev.example_app", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--job", required=True)
     parser.add_argument("--task", required=True)

@@ -25,8 +25,8 @@ from typing import IO, Any, Self
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # not re-exported
 
-from events.client_config import client_properties
-from events.sizes import DEFAULT_MAX_MESSAGE_BYTES
+from events.kafka.client_config import client_properties
+from events.wire.sizes import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = [
     "BrokerError",

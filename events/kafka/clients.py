@@ -27,9 +27,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from events.client_config import client_properties
-from events.codec import Codec, default_codec
-from events.records import Record
+from events.kafka.client_config import client_properties
+from events.wire.codec import Codec, default_codec
+from events.wire.records import Record
 
 __all__ = [
     "FETCH_WAIT_MAX_MS",

@@ -60,8 +60,8 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote, unquote
 
-from events.codegen import fast_init
-from events.sizes import excerpt
+from events.wire.codegen import fast_init
+from events.wire.sizes import excerpt
 
 __all__ = [
     "INLINE_BUDGET_BYTES",

@@ -1,13 +1,13 @@
 """The wire vocabulary: every header name and every reason code cutline puts on Kafka, each defined once.
 
-Topic names are in :mod:`events.topics` (:class:`~events.topics.Topics`); the bytes of a record are
-in :mod:`events.codec` and docs/wire-format.md. This module holds the remaining words a reader of
+Topic names are in :mod:`events.wire.topics` (:class:`~events.topics.Topics`); the bytes of a record are
+in :mod:`events.wire.codec` and docs/wire-format.md. This module holds the remaining words a reader of
 the topics meets: the Kafka headers, the reasons of dead letters, and the reasons tasks decline with.
 
 The decider's own reasons for refusing an input, :class:`coordinator.decider.Rejection`, stay
 defined next to the decider that decides them (the pure core names its refusals itself, and
 ``events`` does not import ``coordinator`` at import time); this module re-exports the enum, so
-``from events.wire import Rejection`` names every dead-letter reason from one place. The re-export
+``from events.wire.vocabulary import Rejection`` names every dead-letter reason from one place. The re-export
 is lazy (PEP 562), so importing this module loads nothing but the standard library.
 
 Pure: the standard library only (tests/unit/test_layers.py).
@@ -65,7 +65,7 @@ class DeadLetterReason(StrEnum):
     """Why the coordinator's shell sent an input to the dead-letter topic, before or around the
     decider. The decider's own refusals are :class:`Rejection` (re-exported here)."""
 
-    # A frame that is not a record (events.codec's DecodeError and its kinds)
+    # A frame that is not a record (events.wire.codec's DecodeError and its kinds)
     UNDECODABLE = "UNDECODABLE"
     TRUNCATED_FRAME = "TRUNCATED_FRAME"
     BAD_MAGIC = "BAD_MAGIC"

@@ -16,8 +16,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from events.codec import NAMESPACE, WIRE_FORMATS, WireFormatError, WireSettings, WriterSchema
 from events.extras import require
+from events.wire.codec import NAMESPACE, WIRE_FORMATS, WireFormatError, WireSettings, WriterSchema
 
 URL_VARIABLE = "CUTLINE_SCHEMA_REGISTRY_URL"
 FORMAT_VARIABLE = "CUTLINE_WIRE_FORMAT"

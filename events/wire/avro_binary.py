@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
-from events.codegen import compile_into
+from events.wire.codegen import compile_into
 
 Encoder = Callable[[Any, bytes], bytes]
 """``(record, header)`` -> ``header`` followed by the record's Avro binary body."""

@@ -28,7 +28,7 @@ from typing import Any, Protocol, TypeVar, cast
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, load_schema, parse_schema, to_parsing_canonical_form
 
-from events.avro_binary import (
+from events.wire.avro_binary import (
     Decoder,
     Encoder,
     Unsupported,
@@ -38,14 +38,14 @@ from events.avro_binary import (
     long_bytes,
     read_long,
 )
-from events.codegen import define, slot_setters
-from events.records import RECORD_TYPES, CheckpointAcknowledged, Record, TaskAcknowledged
-from events.wire import DeadLetterReason
+from events.wire.codegen import define, slot_setters
+from events.wire.records import RECORD_TYPES, CheckpointAcknowledged, Record, TaskAcknowledged
+from events.wire.vocabulary import DeadLetterReason
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
 NAMESPACE = "cutline"
-SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 R = TypeVar("R", bound=Record)
 T = TypeVar("T")
@@ -325,7 +325,7 @@ _BODY_DECODERS: dict[bytes, Decoder | None] = {}
 
 
 def body_encoder(writer: WriterSchema, cls: type) -> Encoder | None:
-    """The compiled body encoder of ``cls`` under ``writer`` (:mod:`events.avro_binary`), compiled
+    """The compiled body encoder of ``cls`` under ``writer`` (:mod:`events.wire.avro_binary`), compiled
     on first use; None when the schema has what it does not compile (fastavro writes it then)."""
     key = (writer.fingerprint, cls)
     try:
@@ -427,7 +427,7 @@ def read_body(frame: bytes, start: int, writer: WriterSchema, reader: WriterSche
 
 
 class ConfluentFraming(Protocol):
-    """The Confluent Schema Registry wire format (``events/schema_registry.py``): magic byte 0, a
+    """The Confluent Schema Registry wire format (``events/wire/schema_registry.py``): magic byte 0, a
     4-byte big-endian schema id, the Avro body. Ids come from a registry, so this is I/O."""
 
     writes: bool
@@ -762,7 +762,7 @@ def codec_for(wire: WireSettings) -> Codec:
     """The codec of ``wire`` (one per settings in a process: it caches compiled schemas and ids)."""
     if not wire.schema_registry_url:
         return Codec()
-    from events.schema_registry import RegistryFraming
+    from events.wire.schema_registry import RegistryFraming
 
     return Codec(confluent=RegistryFraming(wire.schema_registry_url, writes=wire.wire_format == "confluent"))
 

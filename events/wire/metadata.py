@@ -3,7 +3,7 @@
 
 When a ``CheckpointCompleted`` with its handles and offsets would not fit in the journal topic's
 ``max.message.bytes``, the coordinator writes that whole record, as one Avro single-object frame
-(the format of every cutline record, :mod:`events.codec`), to ``<location>/_metadata`` (temporary
+(the format of every cutline record, :mod:`events.wire.codec`), to ``<location>/_metadata`` (temporary
 name, then rename; one PUT on object stores), and journals the same completion with empty
 ``handles`` and ``offsets`` and ``metadata`` = the object's ``StateHandle(uri, size_bytes,
 sha256)``. The fold keeps that reference as data; a reader that needs the handles or offsets
@@ -18,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from events import storage
-from events.codec import Codec, DecodeError, default_codec
-from events.records import CheckpointCompleted, StateHandle
+from events.task import storage
+from events.wire.codec import Codec, DecodeError, default_codec
+from events.wire.records import CheckpointCompleted, StateHandle
 
 __all__ = [
     "METADATA_FILE",

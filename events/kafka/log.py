@@ -4,7 +4,7 @@ Built on :func:`events.kafka.read_partition_to_end` (one partition, ended by the
 watermark a fetch reports, because the embedded broker's ListOffsets(latest)
 is wrong: docs/embedded-broker.md), one partition after another. :func:`read_journal_topic`
 and :func:`fenced_journal` apply the fencing rule (docs/design.md, "Ownership and fencing")
-(:mod:`events.fencing`): every reader of the journal goes through them.
+(:mod:`events.wire.fencing`): every reader of the journal goes through them.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any, TypeAlias, cast
 
 from confluent_kafka import Consumer, KafkaException
 
-from events.codec import DecodeError, default_codec
-from events.fencing import VOID_EPOCH, Fence, HeaderDict, epoch_of, epoch_problem, header_epoch
-from events.kafka import consumer_config, partition_count, read_partition_to_end
-from events.records import JOURNAL_RECORDS, CoordinatorClaimed, JournalEvent
-from events.sizes import excerpt
+from events.kafka.clients import consumer_config, partition_count, read_partition_to_end
+from events.wire.codec import DecodeError, default_codec
+from events.wire.fencing import VOID_EPOCH, Fence, HeaderDict, epoch_of, epoch_problem, header_epoch
+from events.wire.records import JOURNAL_RECORDS, CoordinatorClaimed, JournalEvent
+from events.wire.sizes import excerpt
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def fenced_journal(
 ) -> Iterator[tuple[JournalRecord, LogMessage]]:
     """The valid records among journal ``messages`` (in offset order per partition), decoded.
 
-    Applies the fencing rule (:mod:`events.fencing`) per partition: void records go to
+    Applies the fencing rule (:mod:`events.wire.fencing`) per partition: void records go to
     ``on_void`` (default: an INFO log line; the epoch is :data:`~events.fencing.VOID_EPOCH` for
     a record whose epoch header is doubled or malformed) and are not yielded; valid claims are.
     ``fences`` holds each partition's fence and is updated as the read goes on (pass

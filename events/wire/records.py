@@ -1,7 +1,7 @@
 """The records of the wire protocol (docs/design.md, "Wire protocol"), one frozen dataclass per Avro record.
 
 Class and field names match ``schemas/cutline.<Name>.avsc`` exactly; the codec
-(:mod:`events.codec`) maps between the two. Input records are what jobs, tasks
+(:mod:`events.wire.codec`) maps between the two. Input records are what jobs, tasks
 and operators send; journal records are what the coordinator decided. Past
 tense throughout: every record states a fact.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias
 
-from events.codegen import fast_init
+from events.wire.codegen import fast_init
 
 
 class JobStatus(StrEnum):

@@ -9,7 +9,7 @@ partition of a topic". They share three rules, which live here once:
   and never a quiet spell.
 - **The job's records are the ones keyed by its id**, decoded by the codec; a frame
   that does not decode is counted and logged, never raised.
-- **The fencing rule** (:mod:`events.fencing`; docs/design.md, "Ownership and fencing"): a
+- **The fencing rule** (:mod:`events.wire.fencing`; docs/design.md, "Ownership and fencing"): a
 ``CoordinatorClaimed``
   on the journal raises the epoch; a record below the current epoch is void.
 
@@ -29,9 +29,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from events.codec import CONFLUENT_HEADER_SIZE, HEADER_SIZE, MAGIC, Codec, DecodeError, default_codec
-from events.fencing import VOID_EPOCH, Fence, epoch_of, epoch_problem
-from events.kafka import (
+from events.kafka.clients import (
     consume_available,
     consumer_config,
     find_ends,
@@ -39,8 +37,10 @@ from events.kafka import (
     job_partition,
     read_partition_to_end,
 )
-from events.records import CoordinatorClaimed, Record
-from events.sizes import excerpt
+from events.wire.codec import CONFLUENT_HEADER_SIZE, HEADER_SIZE, MAGIC, Codec, DecodeError, default_codec
+from events.wire.fencing import VOID_EPOCH, Fence, epoch_of, epoch_problem
+from events.wire.records import CoordinatorClaimed, Record
+from events.wire.sizes import excerpt
 
 __all__ = ["FeedRecord", "JobFeed", "JobRecords", "read_job_partition"]
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, cast
 
-from events.wire import EPOCH_HEADER
+from events.wire.vocabulary import EPOCH_HEADER
 
 __all__ = [
     "EPOCH_HEADER",
