@@ -46,11 +46,11 @@ async function getJson(path) {
   return (await getJsonFrom(path)).body;
 }
 
-// A worker's web address: a link only when the coordinator says it may be one (an http(s) URL;
-// a member of the group could advertise javascript:), plain text otherwise.
+// A worker's web address: a link to another worker only when the coordinator says it may be one
+// (an http(s) URL: a member of the group could advertise javascript:), plain text otherwise.
 function workerAddress(url, link, self) {
-  const address = link ? el("a", { href: link }, url) : el("span", {}, url ?? "-");
-  return url === self ? el("span", {}, address, " (this worker)") : address;
+  if (url === self) return el("span", {}, url, " (this worker)");
+  return link ? el("a", { href: link }, url) : el("span", {}, url ?? "-");
 }
 
 function status(text) {
