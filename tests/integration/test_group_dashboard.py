@@ -36,6 +36,8 @@ from events.topics import DEFAULT_PARTITIONS, Topics
 
 CHROMIUM = Path("/usr/bin/chromium")
 HOUR_MS = 3_600_000
+ALLOWED_NAME = "dashboard.example"
+"""A name the first worker is told to answer to (``--web-allowed-host``), as behind a proxy."""
 
 
 def now_ms() -> int:
@@ -98,7 +100,10 @@ def local_owners(workers: list[CoordinatorProcess], pending: bool) -> dict[str, 
 def _group(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
     topics = Topics(f"g{uuid.uuid4().hex[:8]}.")
     create_topics(bootstrap, [*topics.all, topics.ticks])
-    workers = [CoordinatorProcess(bootstrap, topics.prefix) for _ in range(3)]
+    allowed = ("--web-allowed-host", ALLOWED_NAME)
+    workers = [
+        CoordinatorProcess(bootstrap, topics.prefix, extra_args=allowed if i == 0 else ()) for i in range(3)
+    ]
     location = f"file://{tmp_path_factory.mktemp('group')}/checkpoints"
     # No periodic trigger for an hour, no participant: one manual checkpoint per job stays pending.
     config = CheckpointConfig(
@@ -172,15 +177,17 @@ def test_cutline_status_answers_on_any_worker(group: Group) -> None:
 
 def test_a_request_for_another_host_name_is_refused(group: Group) -> None:
     """DNS rebinding: a request whose Host header is not a name of the coordinator gets a 421 that
-    says which option allows a name; localhost is answered."""
+    says which option allows a name; localhost and a name given with that option are answered."""
     url = group.workers[0].url + "/jobs?local=1"
 
     status, _, answer = get(url, host="attacker.example")
-    allowed, _, _ = get(url, host="localhost")
+    local, _, _ = get(url, host="localhost")
+    allowed, _, _ = get(url, host=f"{ALLOWED_NAME}:80")
+    elsewhere, _, _ = get(group.workers[1].url + "/jobs?local=1", host=ALLOWED_NAME)
 
     assert 421 == status
     assert "--web-allowed-host attacker.example" in answer["errors"][0]
-    assert 200 == allowed
+    assert (200, 200, 421) == (local, allowed, elsewhere)
 
 
 @pytest.fixture(name="page")
