@@ -523,7 +523,7 @@ class Cluster:
         while time.monotonic() < deadline:
             for worker in self.workers:
                 try:
-                    held = [j["id"] for j in worker.get("/jobs")["jobs"]]
+                    held = [j["id"] for j in worker.get("/jobs?local=1")["jobs"]]
                 except OSError:
                     continue
                 if job in held:

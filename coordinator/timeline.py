@@ -469,10 +469,15 @@ def _describe_record(codec: Codec, partition: int | None, offset: int | None, va
     )
 
 
-def render_status(job_id: str, stats: Mapping[str, Any], config: Mapping[str, Any]) -> Group:
-    """``cutline status``: Flink's checkpoint overview (counts, latest, summary, history, config)."""
+def render_status(
+    job_id: str, stats: Mapping[str, Any], config: Mapping[str, Any], owner: str | None = None
+) -> Group:
+    """``cutline status``: Flink's checkpoint overview (counts, latest, summary, history, config),
+    and the web address of the coordinator worker that owns the job."""
     counts = stats.get("counts", {})
     overview = Table(title=f"checkpoints of {job_id}", show_header=False)
+    if owner:
+        overview.add_row("owner", Text(owner))  # a peer's address: no markup
     for key in ("total", "completed", "failed", "in_progress", "restored"):
         overview.add_row(key.replace("_", " "), str(counts.get(key, 0)))
     latest = stats.get("latest", {})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from confluent_kafka import KafkaException
@@ -97,7 +97,9 @@ def status(
     job: Annotated[str, typer.Argument(help="The job id.")],
     url: Annotated[str, typer.Option("--url", help="The coordinator's web views.")] = "http://127.0.0.1:6066",
 ) -> None:
-    """Print a job's checkpoint statistics (the coordinator's /jobs/JOB/checkpoints) as tables."""
+    """Print a job's checkpoint statistics (the coordinator's /jobs/JOB/checkpoints) as tables.
+
+    Any worker of the coordinator group answers: one that does not own JOB asks the owner."""
     import json
     import urllib.error
     import urllib.request
@@ -109,18 +111,32 @@ def status(
     try:
         with urllib.request.urlopen(f"{base}/jobs/{job}/checkpoints", timeout=10) as response:
             stats = json.load(response)
+            owner = response.headers.get("Cutline-Owner")
         with urllib.request.urlopen(f"{base}/jobs/{job}/checkpoints/config", timeout=10) as response:
             config = json.load(response)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            fail(errors, f"the coordinator at {base} knows no job {job!r}; `curl {base}/jobs` lists them")
-        fail(errors, f"the coordinator at {base} answered {exc.code}: {exc.reason}")
+            fail(
+                errors,
+                f"the coordinator group at {base} knows no job {job!r}; `curl {base}/jobs` lists its jobs",
+            )
+        fail(errors, f"the coordinator at {base} answered {exc.code}: {_errors_of(exc) or exc.reason}")
     except (urllib.error.URLError, OSError) as exc:
         fail(
             errors,
             f"no coordinator answers at {base} ({exc}); start one with `cutline coordinator` or pass --url",
         )
-    Console(highlight=False).print(render_status(job, stats, config))
+    Console(highlight=False).print(render_status(job, stats, config, owner))
+
+
+def _errors_of(answer: Any) -> str:
+    """The ``errors`` of a coordinator's JSON error answer, joined; empty when it has none."""
+    import json
+
+    try:
+        return "; ".join(str(e) for e in json.load(answer).get("errors", []))
+    except (ValueError, AttributeError, OSError):
+        return ""
 
 
 def trigger(

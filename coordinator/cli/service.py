@@ -41,6 +41,23 @@ def coordinator(
     topic_prefix: TopicPrefix = DEFAULT_PREFIX,
     web_host: Annotated[str, typer.Option("--web-host", help="Address of the web views.")] = "127.0.0.1",
     web_port: Annotated[int, typer.Option("--web-port", help="Port of the web views.")] = 6066,
+    web_advertised_host: Annotated[
+        str | None,
+        typer.Option(
+            "--web-advertised-host",
+            help="Host name of this worker's web address as the other workers and the dashboard use it "
+            "(default: --web-host; set it when --web-host is 0.0.0.0).",
+        ),
+    ] = None,
+    web_allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--web-allowed-host",
+            metavar="NAME",
+            help="A Host name the web views answer besides localhost, the advertised host and "
+            "--web-host (a guard against DNS rebinding); repeatable.",
+        ),
+    ] = None,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Faust's working directory.")] = Path(
         ".cutline/coordinator"
     ),
@@ -116,6 +133,8 @@ def coordinator(
             topic_prefix=topic_prefix,
             web_host=web_host,
             web_port=web_port,
+            web_advertised_host=web_advertised_host or web_host,
+            web_allowed_host=web_allowed_host or [],
             data_dir=data_dir,
             loglevel=loglevel,
             snapshot_interval=snapshot_interval,
@@ -130,13 +149,17 @@ def coordinator(
 
     die_with_watchdog(bootstrap=bootstrap)
     errors.print(
-        f"coordinator: topics {topic_prefix}*, dashboard on http://{web_host}:{web_port}/", soft_wrap=True
+        f"coordinator: topics {topic_prefix}*, "
+        f"dashboard on http://{web_advertised_host or web_host}:{web_port}/",
+        soft_wrap=True,
     )
     settings = Settings(
         bootstrap,
         topic_prefix,
         web_host=web_host,
         web_port=web_port,
+        web_advertised_host=web_advertised_host,
+        web_allowed_hosts=tuple(web_allowed_host or ()),
         data_dir=data_dir,
         snapshot_interval=snapshot_interval,
         savepoint_roots=tuple(roots),

@@ -39,12 +39,13 @@ from coordinator.service.direct import DirectConsumer, use_direct_consumer
 from coordinator.service.gc_schedule import GC_INTERVAL_S, ScheduledCollections
 from coordinator.service.metrics import InputLag
 from coordinator.service.runtime import Coordinator, Outcome
-from coordinator.service.views import register_views
+from coordinator.service.views import host_guard, register_views
 from coordinator.service.watchdog import MEMBER_FILE_ENV, membership_of, record_membership
 from coordinator.service.watcher import JournalWatcher
 from coordinator.service.worker import Worker
 from coordinator.service.writer import Writer, Written
 from coordinator.snapshot import PartitionSnapshot
+from coordinator.web_trust import allowed_hosts
 from events.dev.broker import create_topics, max_message_bytes, partition_counts, topic_config
 from events.kafka.client_config import aiokafka_security, client_properties, faust_credentials
 from events.kafka.clients import producer_config
@@ -61,7 +62,14 @@ class Settings:
     bootstrap: str
     prefix: str = DEFAULT_PREFIX
     web_host: str = "127.0.0.1"
+    """The address the web views listen on."""
     web_port: int = 6066
+    web_advertised_host: str | None = None
+    """The host name in the web address this worker advertises to its group (the dashboard links
+    to it, and the other workers ask it for its jobs); None: ``web_host``."""
+    web_allowed_hosts: tuple[str, ...] = ()
+    """Host names the web views answer besides localhost, the advertised host and ``web_host``
+    (a guard against DNS rebinding: docs/security.md)."""
     partitions: int = DEFAULT_PARTITIONS
     tick_interval: float = 0.01
     snapshot_interval: float = 10.0
@@ -82,6 +90,10 @@ class Settings:
     @property
     def app_id(self) -> str:
         return f"{self.prefix}coordinator"
+
+    @property
+    def advertised_host(self) -> str:
+        return self.web_advertised_host or self.web_host
 
 
 def now_ms() -> int:
@@ -322,8 +334,15 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
         consumer_auto_offset_reset="earliest",
         web_enabled=True,
         web_bind=settings.web_host,
-        web_host=settings.web_host,
+        web_host=settings.advertised_host,
         web_port=settings.web_port,
+        web_application_options={
+            "middlewares": [
+                host_guard(
+                    allowed_hosts(settings.advertised_host, settings.web_host, settings.web_allowed_hosts)
+                )
+            ]
+        },
         producer_linger=0.0,
         producer_max_request_size=MAX_SNAPSHOT_BYTES,
         stream_wait_empty=False,

@@ -1,9 +1,17 @@
-"""The coordinator's web views: the dashboard, its JSON views and Prometheus metrics (read-only)."""
+"""The coordinator's web views: the dashboard, its JSON views and Prometheus metrics (read-only).
+
+Any worker shows the whole group: ``/jobs`` asks the other members of the group for their own
+jobs (``?local=1``) and merges the answers (coordinator/group_view.py), and a job's views on a
+worker that does not own the job answer with the owner's. Peers are asked on the event loop with
+short timeouts; one that is down or slow is shown as unreachable, never an error.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import json
 import logging
 import os
 import re
@@ -12,9 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import aiohttp
 import faust
+from aiohttp import web as aiohttp_web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from coordinator.group_view import (
+    LOCAL_ONLY,
+    PeerAnswer,
+    PeerAnswered,
+    PeerFailed,
+    group_view,
+    owner_of,
+    peers_to_ask,
+)
 from coordinator.ownership import Phase
 from coordinator.service.gc_schedule import ScheduledCollections
 from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
@@ -22,6 +41,7 @@ from coordinator.service.runtime import Coordinator
 from coordinator.service.worker import Worker
 from coordinator.state import JobState, state_json
 from coordinator.stats import CheckpointStats, checkpoints_json, config_json, entry_json
+from coordinator.web_trust import host_refusal, linkable
 from events.wire.sizes import excerpt
 from events.wire.topics import Topics
 
@@ -35,6 +55,13 @@ DASHBOARD = {
     path.name: path.read_bytes() for path in (Path(__file__).parent / "dashboard").iterdir() if path.is_file()
 }
 """The web dashboard's static files (coordinator/service/dashboard/), served at ``/``."""
+PEER_TIMEOUT_S = 1.0
+"""How long a view waits for a peer's answer: the dashboard asks every second."""
+MAX_PEER_ANSWER_BYTES = 16 * 1024 * 1024
+"""A peer's answer larger than this is not read (a member of the group is not trusted that far)."""
+OWNER_HEADER = "Cutline-Owner"
+"""The response header of a job's views that names the web address of the worker owning the job."""
+
 ASSET_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -164,40 +191,155 @@ async def get_ready(web: Any, request: Any) -> Any:
     )
 
 
+def membership(web: Any, views: ViewContext) -> tuple[str, dict[str, set[int]]]:
+    """This worker's web address, and every member of the group with the journal partitions it
+    holds (Faust's assignor knows each member's web address); before an assignment, only this one."""
+    self_url = str(web.app.conf.canonical_url)
+    held: dict[str, set[int]] = {self_url: set()}
+    with contextlib.suppress(Exception):  # no assignment yet: only this worker
+        for url, by_topic in web.app.router.external_topics_metadata().items():
+            held.setdefault(str(url), set()).update(by_topic.get(views.topics.job_status, ()))
+    return self_url, held
+
+
+class PeerError(Exception):
+    """A peer did not answer, in time or at all; the message says why."""
+
+
+async def fetch(session: aiohttp.ClientSession, url: str) -> tuple[int, object]:
+    """GET a peer's JSON view within ``PEER_TIMEOUT_S``, following no redirect and reading at most
+    ``MAX_PEER_ANSWER_BYTES``: its status and decoded body, or :class:`PeerError`."""
+    timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT_S)
+    try:
+        async with session.get(url, timeout=timeout, allow_redirects=False) as response:
+            body = bytearray()
+            async for chunk in response.content.iter_chunked(64 * 1024):
+                body += chunk
+                if len(body) > MAX_PEER_ANSWER_BYTES:
+                    raise PeerError(f"its answer is over {MAX_PEER_ANSWER_BYTES} bytes")
+            return response.status, json.loads(body)
+    except TimeoutError:
+        raise PeerError(f"no answer within {PEER_TIMEOUT_S:g} s") from None
+    except (aiohttp.ClientError, ValueError) as exc:  # a refused connection, not JSON
+        raise PeerError(f"{type(exc).__name__}: {excerpt(exc)}") from None
+
+
+async def ask(session: aiohttp.ClientSession, url: str) -> PeerAnswer:
+    """A peer's own jobs (its ``/jobs?local=1``), or why they are missing."""
+    try:
+        status, body = await fetch(session, f"{url.rstrip('/')}/jobs?{LOCAL_ONLY}=1")
+    except PeerError as exc:
+        return PeerFailed(url, str(exc))
+    return PeerAnswered(url, body) if status == 200 else PeerFailed(url, f"it answered HTTP {status}")
+
+
+def local_jobs(views: ViewContext) -> list[dict[str, Any]]:
+    """The jobs this worker owns, as ``/jobs`` shows them."""
+    return [
+        job_overview(job_id, state, views.coordinator.stats.get(job_id))
+        for job_id, state in sorted(views.coordinator.states.items())
+    ]
+
+
+def linked(url: str) -> str | None:
+    """``url`` when the dashboard may link it (an http(s) URL, coordinator/web_trust.py), else None."""
+    return url if linkable(url) else None
+
+
 async def get_jobs(web: Any, request: Any) -> Any:
+    """Every job of the group, each with the web address of the worker that owns it, and the peers
+    that could not be asked; with ``?local=1``, only this worker's jobs (what its peers ask)."""
     views = context(web)
+    self_url, held = membership(web, views)
+    jobs = local_jobs(views)
+    # Partitions the group assigns here that a newer claim fenced: their jobs are not listed, and
+    # get no checkpoints from this worker until the next assignment.
+    stepped_down = [
+        {"partition": view.partition, **partition_json(view, views.worker)}
+        for view in views.worker.views()
+        if view.phase == Phase.STEPPED_DOWN
+    ]
+    if LOCAL_ONLY in request.query:
+        return web.json({"self": self_url, "jobs": jobs, "stepped_down": stepped_down})
+    asked, refused = peers_to_ask(self_url, held)
+    answers = await asyncio.gather(*(ask(web.app.http_client, url) for url in asked))
+    group = group_view(
+        self_url,
+        jobs,
+        [*answers, *refused],
+        lambda job_id: owner_of(views.coordinator.partition_of(job_id), held),
+    )
     return web.json(
         {
-            "jobs": [
-                job_overview(job_id, state, views.coordinator.stats.get(job_id))
-                for job_id, state in sorted(views.coordinator.states.items())
+            "self": self_url,
+            "jobs": [{**o.job, "owner": o.owner, "owner_link": linked(o.owner)} for o in group.jobs],
+            "unreachable": [
+                {"url": p.url, "link": linked(p.url), "reason": p.reason} for p in group.unreachable
             ],
-            # Partitions the group assigns here that a newer claim fenced: their jobs are not
-            # listed, and get no checkpoints from this worker until the next assignment.
-            "stepped_down": [
-                {"partition": view.partition, **partition_json(view, views.worker)}
-                for view in views.worker.views()
-                if view.phase == Phase.STEPPED_DOWN
-            ],
+            "stepped_down": stepped_down,
         }
     )
 
 
 async def get_workers(web: Any, request: Any) -> Any:
-    """This views.worker and every member of the group with the journal partitions it owns (Faust's
-    assignor knows each member's web URL): the dashboard links to the others."""
-    views = context(web)
-    self_url = str(web.app.conf.canonical_url)
-    held: dict[str, set[int]] = {self_url: set()}
-    with contextlib.suppress(Exception):  # no assignment yet: only this views.worker
-        for url, by_topic in web.app.router.external_topics_metadata().items():
-            held.setdefault(str(url), set()).update(by_topic.get(views.topics.job_status, ()))
+    """This worker and every member of the group with the journal partitions it owns; ``link`` is
+    the address when the dashboard may link it (http or https), else null."""
+    self_url, held = membership(web, context(web))
     return web.json(
         {
             "self": self_url,
-            "workers": [{"url": u, "partitions": sorted(p)} for u, p in sorted(held.items())],
+            "workers": [
+                {"url": url, "link": linked(url), "partitions": sorted(partitions)}
+                for url, partitions in sorted(held.items())
+            ],
         }
     )
+
+
+def answered_by_owner(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``view`` of one job, answered by the worker owning the job (the group's assignment says which)
+    when that is not this one: the owner's own view, asked with ``?local=1``. The response names the
+    owner's web address in the ``Cutline-Owner`` header."""
+
+    @functools.wraps(view)
+    async def answer(web: Any, request: Any, job_id: str, **segments: str) -> Any:
+        views = context(web)
+        if job_id in views.coordinator.states:
+            response = await view(web, request, job_id=job_id, **segments)
+            response.headers[OWNER_HEADER] = str(web.app.conf.canonical_url)
+            return response
+        if LOCAL_ONLY in request.query:
+            return await view(web, request, job_id=job_id, **segments)  # its own "not known"
+        self_url, held = membership(web, views)
+        owner = owner_of(views.coordinator.partition_of(job_id), held)
+        if owner is None or owner == self_url:
+            return await view(web, request, job_id=job_id, **segments)
+        return await from_owner(web, request, job_id, owner)
+
+    return answer
+
+
+async def from_owner(web: Any, request: Any, job_id: str, owner: str) -> Any:
+    """The owner's answer to ``request`` (re-encoded as JSON, never passed through as it came), or a
+    502 saying why there is none."""
+    problem = None
+    if not linkable(owner):
+        problem = "its advertised address is not an http(s) URL"
+    else:
+        separator = "&" if "?" in request.raw_path else "?"
+        try:
+            status, body = await fetch(
+                web.app.http_client, f"{owner.rstrip('/')}{request.raw_path}{separator}{LOCAL_ONLY}=1"
+            )
+            if 200 <= status < 500:
+                return web.json(body, status=status, headers={OWNER_HEADER: owner})
+            problem = f"it answered HTTP {status}"
+        except PeerError as exc:
+            problem = str(exc)
+    why = (
+        f"job {excerpt(job_id)} is owned by the worker at {excerpt(owner)}, which cannot be asked: {problem}"
+    )
+    return web.json({"errors": [why]}, status=502, headers={OWNER_HEADER: owner})
 
 
 async def get_trend(web: Any, request: Any, job_id: str) -> Any:
@@ -269,13 +411,35 @@ ROUTES: tuple[tuple[str, Callable[..., Awaitable[Any]]], ...] = (
     ("/ready", get_ready),
     ("/jobs", get_jobs),
     ("/workers", get_workers),
-    ("/jobs/{job_id}/checkpoints/trend", get_trend),
+    ("/jobs/{job_id}/checkpoints/trend", answered_by_owner(get_trend)),
     ("/", get_root),
     ("/dashboard/{name}", get_asset),
-    ("/jobs/{job_id}/checkpoints", get_checkpoints),
-    ("/jobs/{job_id}/state", get_state),
-    ("/jobs/{job_id}/checkpoints/config", get_checkpoint_config),
-    ("/jobs/{job_id}/checkpoints/details/{checkpoint_id}", get_checkpoint_details),
+    ("/jobs/{job_id}/checkpoints", answered_by_owner(get_checkpoints)),
+    ("/jobs/{job_id}/state", answered_by_owner(get_state)),
+    ("/jobs/{job_id}/checkpoints/config", answered_by_owner(get_checkpoint_config)),
+    ("/jobs/{job_id}/checkpoints/details/{checkpoint_id}", answered_by_owner(get_checkpoint_details)),
     ("/metrics", get_metrics),
 )
-"""Every view, by path."""
+"""Every view, by path (a job's views are answered by the job's owner: :func:`answered_by_owner`)."""
+
+
+REFUSED_NAMES_LOGGED = 100
+"""Refused Host names are logged once each, up to this many (a rebinding page may retry for ever)."""
+
+
+def host_guard(allowed: frozenset[str]) -> Callable[..., Awaitable[aiohttp_web.StreamResponse]]:
+    """An aiohttp middleware that answers 421 to a request whose Host header does not name this
+    coordinator (DNS rebinding, coordinator/web_trust.py), saying which option allows a name."""
+    logged: set[str] = set()
+
+    @aiohttp_web.middleware
+    async def check_host(request: aiohttp_web.Request, handler: Any) -> aiohttp_web.StreamResponse:
+        refusal = host_refusal(request.headers.get("Host"), allowed)
+        if refusal is None:
+            return cast(aiohttp_web.StreamResponse, await handler(request))
+        if len(logged) < REFUSED_NAMES_LOGGED and refusal not in logged:
+            logged.add(refusal)
+            log.warning("refused a request for %s: %s", excerpt(request.path), refusal)
+        return aiohttp_web.json_response({"errors": [refusal]}, status=421)
+
+    return check_host

@@ -82,9 +82,10 @@ def test_the_spark_job_checkpoints_on_apache_kafka_and_prometheus_sees_it(stack:
 
 
 def job_view(worker: str, job: str) -> dict[str, Any] | None:
-    """``job`` as ``worker`` reports it on /jobs; None when the worker does not own it (or is down)."""
+    """``job`` as ``worker`` reports it on /jobs?local=1; None when the worker does not own it (or is
+    down)."""
     try:
-        with urllib.request.urlopen(f"{worker}/jobs", timeout=5) as response:
+        with urllib.request.urlopen(f"{worker}/jobs?local=1", timeout=5) as response:
             jobs: list[dict[str, Any]] = json.load(response)["jobs"]
     except OSError:
         return None

@@ -192,7 +192,7 @@ def owner_of(workers: list[W], job_id: str) -> W:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         for worker in workers:
-            if _alive(worker) and job_id in {j["id"] for j in worker.get("/jobs")["jobs"]}:
+            if _alive(worker) and job_id in {j["id"] for j in worker.get("/jobs?local=1")["jobs"]}:
                 return worker
         time.sleep(0.2)
     raise AssertionError(f"no worker holds {job_id}")
@@ -238,7 +238,7 @@ class TestThreeWorkers:
                     for sample in family.samples:
                         if sample.name == "cutline_job_numberOfCompletedCheckpoints":
                             reported[sample.labels["job_id"]].append((worker.url, sample.value))
-            owned = {j["id"] for j in worker.get("/jobs")["jobs"]}
+            owned = {j["id"] for j in worker.get("/jobs?local=1")["jobs"]}
             assert owned == {job for job, seen in reported.items() if any(u == worker.url for u, _ in seen)}
         after = jobs.completed()
 
@@ -259,7 +259,7 @@ class TestThreeWorkers:
         workers, jobs, topics = cluster.workers, cluster.jobs, cluster.topics
         jobs.wait_for(lambda c: all(len(ids) >= 3 for ids in c.values()), timeout=90)
         victim = owner_of(workers, JOBS[0])
-        victims_jobs = {j["id"] for j in victim.get("/jobs")["jobs"]}
+        victims_jobs = {j["id"] for j in victim.get("/jobs?local=1")["jobs"]}
         deadline = time.monotonic() + 10
         while not victim.get(f"/jobs/{JOBS[0]}/state")["pending"] and time.monotonic() < deadline:
             time.sleep(0.01)  # kill it while a checkpoint of the job is pending
@@ -322,7 +322,7 @@ class TestWatchdog:
             jobs.start()
             jobs.wait_for(lambda c: all(len(ids) >= 3 for ids in c.values()), timeout=120)
             victim = owner_of(workers, JOBS[0])
-            victims_jobs = {j["id"] for j in victim.get("/jobs")["jobs"]}
+            victims_jobs = {j["id"] for j in victim.get("/jobs?local=1")["jobs"]}
             before = jobs.completed()
             killed_at = time.monotonic()
 
@@ -443,7 +443,7 @@ class TestZombie:
 
         zombie.stop_in_tick_of(JOBS[0])
         deadline = time.monotonic() + SESSION_TIMEOUT + 30
-        while JOBS[0] not in {j["id"] for w in others for j in w.get("/jobs")["jobs"]}:
+        while JOBS[0] not in {j["id"] for w in others for j in w.get("/jobs?local=1")["jobs"]}:
             assert time.monotonic() < deadline, "the group never reassigned the stopped worker's partitions"
             time.sleep(0.2)
         before = jobs.completed()
@@ -562,7 +562,7 @@ class TestPartitionCount:
             second.start(timeout=90)
             jobs.wait_for(lambda c: all(max(c[j]) > max(before[j]) for j in JOBS), timeout=60)
 
-            assert {j["id"] for j in second.get("/jobs")["jobs"]} == set(JOBS)
+            assert {j["id"] for j in second.get("/jobs?local=1")["jobs"]} == set(JOBS)
             assert_effective_journal_is_sound(jobs, bootstrap, topics)
         finally:
             jobs.close()

@@ -18,6 +18,8 @@ PURE = [
     "coordinator.snapshot",
     "coordinator.savepoints",
     "coordinator.replay_selection",
+    "coordinator.group_view",
+    "coordinator.web_trust",
     "events.wire.fencing",
     "events.wire.records",
     "events.wire.codec",

@@ -31,10 +31,26 @@ function formatBytes(n) {
 
 const formatMs = (ms) => (ms === null || ms === undefined ? "-" : `${ms} ms`);
 
-async function getJson(path) {
+// A JSON view and the worker that answered for the job (a job's views on another worker than its
+// owner are the owner's: the Cutline-Owner header names it).
+async function getJsonFrom(path) {
   const response = await fetch(path, { cache: "no-store" });
-  if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
-  return response.json();
+  if (!response.ok) {
+    const why = await response.json().then((body) => body.errors?.[0], () => undefined);
+    throw new Error(`${path}: HTTP ${response.status}${why ? `: ${why}` : ""}`);
+  }
+  return { body: await response.json(), owner: response.headers.get("Cutline-Owner") };
+}
+
+async function getJson(path) {
+  return (await getJsonFrom(path)).body;
+}
+
+// A worker's web address: a link to another worker only when the coordinator says it may be one
+// (an http(s) URL: a member of the group could advertise javascript:), plain text otherwise.
+function workerAddress(url, link, self) {
+  if (url === self) return el("span", {}, url, " (this worker)");
+  return link ? el("a", { href: link }, url) : el("span", {}, url ?? "-");
 }
 
 function status(text) {
@@ -47,7 +63,7 @@ function route() {
 }
 
 async function renderJobs() {
-  const { jobs } = await getJson("/jobs");
+  const { jobs, unreachable, self } = await getJson("/jobs");
   const body = $("#jobs tbody");
   body.replaceChildren(
     ...jobs.map((job) => {
@@ -64,19 +80,26 @@ async function renderJobs() {
         el("td", { class: "num completed" }, counts.completed ?? 0),
         el("td", { class: "num in-progress" }, counts.in_progress ?? 0),
         el("td", { class: "num failed" }, counts.failed ?? 0),
+        el("td", { class: "owner" }, workerAddress(job.owner, job.owner_link, self)),
       );
     }),
   );
   $("#no-jobs").hidden = jobs.length > 0;
-  const { self, workers } = await getJson("/workers");
+  $("#unreachable").hidden = !unreachable?.length;
+  $("#unreachable").replaceChildren(
+    ...(unreachable ?? []).map((peer) =>
+      el("li", { "data-worker": peer.url }, "worker ", workerAddress(peer.url, peer.link, self),
+        ` not asked or no answer (${peer.reason}): its jobs are missing`),
+    ),
+  );
+  const { workers } = await getJson("/workers");
   $("#worker").textContent = `worker ${self}`;
   $("#workers").replaceChildren(
     ...workers.map((worker) =>
       el(
         "li",
         {},
-        el("a", { href: worker.url }, worker.url),
-        worker.url === self ? " (this worker)" : "",
+        workerAddress(worker.url, worker.link, self),
         worker.partitions.length ? ` · journal partitions ${worker.partitions.join(", ")}` : "",
       ),
     ),
@@ -138,8 +161,9 @@ function barChart(svg, values, format) {
 
 async function renderJob(job) {
   const path = `/jobs/${encodeURIComponent(job)}/checkpoints`;
-  const [stats, trend] = await Promise.all([getJson(path), getJson(`${path}/trend`)]);
+  const [{ body: stats, owner }, trend] = await Promise.all([getJsonFrom(path), getJson(`${path}/trend`)]);
   $("#job-id").textContent = job;
+  $("#job-owner").textContent = owner ?? "-";
   const counts = stats.counts;
   $("#counts").replaceChildren(
     card("completed", counts.completed, "completed"),
