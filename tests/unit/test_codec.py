@@ -44,7 +44,6 @@ from events.records import (
     RECORD_TYPES,
     CheckpointAcknowledged,
     CheckpointBarrier,
-    CheckpointCompleted,
     CheckpointConfig,
     CheckpointKind,
     CheckpointRestored,
