@@ -15,8 +15,10 @@ from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointDeclined,
     CheckpointRequested,
+    JobCancelRequested,
     JobHeartbeat,
     JobStatusChanged,
+    JobStopRequested,
     TaskStatusChanged,
 )
 
@@ -63,6 +65,32 @@ class RequestCheckpoint:
     request: CheckpointRequested
     now_ms: int
     savepoint_roots: tuple[str, ...] = ()
+
+    @property
+    def job_id(self) -> str:
+        return self.request.job_id
+
+
+@dataclass(frozen=True, slots=True)
+class StopJob:
+    """Stop the job with a savepoint (Flink's stop-with-savepoint): ``savepoint_roots`` as in
+    :class:`RequestCheckpoint`."""
+
+    request: JobStopRequested
+    now_ms: int
+    savepoint_roots: tuple[str, ...] = ()
+
+    @property
+    def job_id(self) -> str:
+        return self.request.job_id
+
+
+@dataclass(frozen=True, slots=True)
+class CancelJob:
+    """Cancel the job: its driver stops and reports CANCELED."""
+
+    request: JobCancelRequested
+    now_ms: int
 
     @property
     def job_id(self) -> str:
@@ -120,6 +148,8 @@ Command: TypeAlias = (
     ChangeJobStatus
     | ChangeTaskStatus
     | RequestCheckpoint
+    | StopJob
+    | CancelJob
     | AcknowledgeCheckpoint
     | DeclineCheckpoint
     | RecordHeartbeat

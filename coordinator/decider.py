@@ -15,12 +15,14 @@ from coordinator import checks
 from coordinator.checks import InputRejected, Rejection, inline_problem, storage_uri
 from coordinator.commands import (
     AcknowledgeCheckpoint,
+    CancelJob,
     ChangeJobStatus,
     ChangeTaskStatus,
     Command,
     DeclineCheckpoint,
     RecordHeartbeat,
     RequestCheckpoint,
+    StopJob,
     Tick,
 )
 from coordinator.restart import GiveUp, Restart, RestartHistory, failure_window, on_failure
@@ -42,6 +44,7 @@ from events.wire.records import (
     CheckpointConfig,
     CheckpointFailureThresholdExceeded,
     CheckpointKind,
+    CheckpointRequested,
     CheckpointRequestQueued,
     CheckpointRestored,
     CheckpointTriggered,
@@ -117,6 +120,7 @@ def evolve(state: JobState, event: Decision) -> JobState:
                 next_checkpoint_id=max(state.next_checkpoint_id, event.checkpoint_id + 1),
                 queue=_dequeued(state.queue, event.periodic, event.request_id),
                 scheduler=_moved(state.scheduler, event.next_trigger_ms),
+                stop=event if event.stop else state.stop,
             )
         case CheckpointCompleted():
             return _completed(state, event)
@@ -128,7 +132,10 @@ def evolve(state: JobState, event: Decision) -> JobState:
         case CheckpointAborted():
             pending = _without(state.pending, event.checkpoint_id)
             failures = state.failures + 1 if event.counts_as_failure else state.failures
-            return _replace_state(state, pending=pending, failures=failures)
+            stop = state.stop
+            if stop is not None and stop.checkpoint_id == event.checkpoint_id:
+                stop = None  # the stop-with-savepoint failed: the job keeps running
+            return _replace_state(state, pending=pending, failures=failures, stop=stop)
         case TriggerRejected():
             return _replace_state(
                 state,
@@ -174,6 +181,7 @@ def _evolve_job(state: JobState, event: _JobEvent) -> JobState:
                 queue=(),
                 heartbeat_deadline_ms=None,
                 restart=None,
+                stop=None,
             )
         case SchedulerStopped():
             return _replace_state(
@@ -183,6 +191,7 @@ def _evolve_job(state: JobState, event: _JobEvent) -> JobState:
                 scheduler=None,
                 queue=(),
                 heartbeat_deadline_ms=None,
+                stop=None,
             )
         case TaskStatusRecorded():
             if event.status is ExecutionState.RUNNING:
@@ -293,8 +302,9 @@ def due_at(state: JobState) -> int | None:
     times = [p.triggered.deadline_ms for p in state.pending.values()]
     if state.status is JobStatus.RUNNING and state.heartbeat_deadline_ms is not None:
         times.append(state.heartbeat_deadline_ms)
-    if state.scheduler is not None and state.scheduler.next_trigger_ms is not None:
-        times.append(state.scheduler.next_trigger_ms)
+    scheduler = state.scheduler
+    if scheduler is not None and scheduler.next_trigger_ms is not None and state.stop is None:
+        times.append(scheduler.next_trigger_ms)
     return min(times, default=None)
 
 
@@ -362,6 +372,10 @@ def _decide(d: _Deciding, command: Command) -> None:
             _change_task_status(d, command)
         case RequestCheckpoint():
             _request_checkpoint(d, command)
+        case StopJob():
+            _stop_with_savepoint(d, command)
+        case CancelJob():
+            _cancel(d, command)
         case AcknowledgeCheckpoint():
             _acknowledge(d, command)
         case DeclineCheckpoint():
@@ -383,6 +397,10 @@ def _change_job_status(d: _Deciding, command: ChangeJobStatus) -> None:
             _start(d, command)
         return
     if changed.status is state.status and changed.attempt == state.attempt:
+        return
+    if changed.status is JobStatus.FAILING and state.status is JobStatus.CANCELLING:
+        # Flink: a job that fails while it is being canceled ends CANCELED; nothing restarts it.
+        _stop(d, now, JobStatus.CANCELED, changed.error, attempt=changed.attempt)
         return
     if changed.status is JobStatus.FAILING:
         if changed.attempt == state.attempt and state.status in FAILED_OR_RESTARTING:
@@ -441,6 +459,24 @@ def _stop(
     """Stop the scheduler: abort pending checkpoints (``reason``) and queued requests (SUSPEND)."""
     state = d.state
     message = f"job is {status}" + (f": {error}" if error else "")
+    _abort_pending_and_queued(d, now, message, reason)
+    d.emit(
+        SchedulerStopped(
+            job_id=state.job_id,
+            attempt=state.attempt if attempt is None else attempt,
+            timestamp_ms=now,
+            status=status,
+            error=error,
+        )
+    )
+
+
+def _abort_pending_and_queued(
+    d: _Decision, now: int, message: str, reason: Reason = Reason.CHECKPOINT_COORDINATOR_SUSPEND
+) -> None:
+    """Flink's ``abortPendingAndQueuedCheckpoints``: every pending checkpoint (``reason``) and every
+    queued request (SUSPEND)."""
+    state = d.state
     for checkpoint_id in sorted(state.pending):
         d.emit(
             CheckpointAborted(
@@ -463,15 +499,6 @@ def _stop(
                 message=message,
             )
         )
-    d.emit(
-        SchedulerStopped(
-            job_id=state.job_id,
-            attempt=state.attempt if attempt is None else attempt,
-            timestamp_ms=now,
-            status=status,
-            error=error,
-        )
-    )
 
 
 FAILED_OR_RESTARTING = frozenset({JobStatus.FAILING, JobStatus.RESTARTING, JobStatus.FAILED})
@@ -558,6 +585,9 @@ def _request_checkpoint(d: _Deciding, command: RequestCheckpoint) -> None:
     if d.refused(checks.known_job(state)):
         return
     savepoint = request.kind is CheckpointKind.SAVEPOINT
+    if state.stop is not None:
+        d.emit(_rejected_request(command, Reason.JOB_STOPPING, _stopping(state.stop)))
+        return
     if not state.all_tasks_running:
         d.emit(_rejected_request(command, Reason.NOT_ALL_REQUIRED_TASKS_RUNNING, _not_running(state)))
         return
@@ -624,15 +654,74 @@ def _target_problem(state: JobState, target: str, configured: tuple[str, ...]) -
     )
 
 
-def _rejected_request(command: RequestCheckpoint, reason: Reason, message: str) -> TriggerRejected:
+def _rejected_request(command: RequestCheckpoint | StopJob, reason: Reason, message: str) -> TriggerRejected:
+    request = command.request
     return TriggerRejected(
         job_id=command.job_id,
         reason=reason,
-        request_id=command.request.request_id,
+        request_id=request.request_id,
         timestamp_ms=command.now_ms,
-        kind=command.request.kind,
+        kind=request.kind if isinstance(request, CheckpointRequested) else CheckpointKind.SAVEPOINT,
         message=message,
     )
+
+
+def _stopping(stop: CheckpointTriggered) -> str:
+    return f"the job is stopping with savepoint {stop.checkpoint_id} (cutline stop)"
+
+
+def _stop_with_savepoint(d: _Decision, command: StopJob) -> None:
+    """Flink's stop-with-savepoint: stop the scheduler (pending checkpoints and queued requests are
+    aborted, so that only the savepoint's data is committed), then trigger a savepoint whose barrier
+    tells the tasks to read nothing after its cut. Its completion leaves the job to its driver, which
+    stops and reports FINISHED; its abort resumes the scheduler (``evolve`` clears ``stop``)."""
+    request, now, state = command.request, command.now_ms, d.state
+    if d.refused(checks.known_job(state)):
+        return
+    if state.stop is not None:
+        d.emit(_rejected_request(command, Reason.JOB_STOPPING, _stopping(state.stop)))
+        return
+    if not state.all_tasks_running:
+        d.emit(_rejected_request(command, Reason.NOT_ALL_REQUIRED_TASKS_RUNNING, _not_running(state)))
+        return
+    if request.target is not None:
+        problem = _target_problem(state, request.target, command.savepoint_roots)
+        if problem is not None:
+            d.emit(_rejected_request(command, Reason.SAVEPOINT_TARGET_NOT_ALLOWED, problem))
+            return
+    message = f"the job is stopping with a savepoint (request {excerpt(request.request_id)})"
+    _abort_pending_and_queued(d, now, message)
+    _trigger(
+        d,
+        now,
+        CheckpointKind.SAVEPOINT,
+        periodic=False,
+        request_id=request.request_id,
+        target=request.target,
+        stop=True,
+        drain=request.drain,
+    )
+
+
+def _cancel(d: _Decision, command: CancelJob) -> None:
+    """Flink's cancel: the scheduler stops (pending checkpoints abort) and the job is CANCELLING until
+    its driver, which reads this in the journal, stops and reports CANCELED."""
+    state = d.state
+    if d.refused(checks.known_job(state)):
+        return
+    if state.status in ENDED_OR_CANCELLING:
+        return  # nothing left to cancel, or a repeated request
+    _stop(
+        d,
+        command.now_ms,
+        JobStatus.CANCELLING,
+        f"cancel requested (request {excerpt(command.request.request_id)})",
+    )
+
+
+ENDED_OR_CANCELLING = frozenset(
+    {JobStatus.CANCELLING, JobStatus.CANCELED, JobStatus.FINISHED, JobStatus.FAILED}
+)
 
 
 def _not_running(state: JobState) -> str:
@@ -655,6 +744,8 @@ def _trigger(
     request_id: str | None,
     target: str | None,
     next_trigger_ms: int | None = None,
+    stop: bool = False,
+    drain: bool = False,
 ) -> None:
     state = d.state
     assert state.config is not None
@@ -673,6 +764,8 @@ def _trigger(
             request_id=request_id,
             next_trigger_ms=next_trigger_ms,
             inline_limit_bytes=inline_limit(state.config.inline_threshold_bytes, len(state.tasks)),
+            stop=stop,
+            drain=drain,
         )
     )
 
@@ -763,6 +856,8 @@ def _tick(d: _Deciding, command: Tick) -> None:
     scheduler, state = d.state.scheduler, d.state
     if scheduler is None or scheduler.next_trigger_ms is None or now < scheduler.next_trigger_ms:
         return
+    if state.stop is not None:
+        return  # Flink stops the scheduler for a stop-with-savepoint; it resumes if that fails
     assert state.config is not None
     interval = state.config.base_interval_ms
     missed = (now - scheduler.next_trigger_ms) // interval

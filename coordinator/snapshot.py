@@ -200,6 +200,7 @@ def _state_datum(state: JobState) -> dict[str, Any]:
         "last_failure_ms": state.last_failure_ms,
         "failure_times": state.failure_times,
         "restart": _optional(state.restart),
+        "stop": _optional(state.stop),
     }
 
 
@@ -312,6 +313,7 @@ def _state(d: dict[str, Any]) -> JobState:
         last_failure_ms=d["last_failure_ms"],
         failure_times=tuple(d["failure_times"]),
         restart=None if d["restart"] is None else _restart(d["restart"]),
+        stop=None if d["stop"] is None else _triggered(d["stop"]),
     )
 
 

@@ -49,6 +49,9 @@ class Reason(StrEnum):
     EXCEEDED_TOLERABLE_FAILURES = "EXCEEDED_CHECKPOINT_TOLERABLE_FAILURE_THRESHOLD"
     SAVEPOINT_TARGET_NOT_ALLOWED = "SAVEPOINT_TARGET_NOT_ALLOWED"
     """Not Flink's: the target is outside the coordinator's savepoint roots (docs/security.md)."""
+    JOB_STOPPING = "JOB_STOPPING"
+    """Not Flink's: a stop-with-savepoint is under way, so nothing else is triggered (Flink stops its
+    scheduler for it the same way)."""
 
 
 COUNTED_REASONS = frozenset(
@@ -148,6 +151,10 @@ class JobState:
     """failure-rate: the times of the latest failures (at most ``max_failures_per_interval + 1``)."""
     restart: JobRestartScheduled | None = None
     """The restart the strategy scheduled, until an attempt runs again."""
+    stop: CheckpointTriggered | None = None
+    """The trigger of the stop-with-savepoint under way (``cutline stop``), until it aborts (the job
+    keeps running) or the job leaves RUNNING: meanwhile nothing else is triggered, and after the
+    savepoint completes the job only waits for its driver to report FINISHED."""
     task_ids: frozenset[str] = field(default=frozenset(), kw_only=True, metadata={"derived": True})
     """``tasks`` as a set, set with ``tasks`` (every ack's membership test in O(1)). Derived: not
     shown by :func:`state_json` and not in a snapshot, which builds it again from ``tasks``."""

@@ -11,12 +11,14 @@ from dataclasses import dataclass, fields, is_dataclass
 
 from coordinator.commands import (
     AcknowledgeCheckpoint,
+    CancelJob,
     ChangeJobStatus,
     ChangeTaskStatus,
     Command,
     DeclineCheckpoint,
     RecordHeartbeat,
     RequestCheckpoint,
+    StopJob,
     Tick,
 )
 from coordinator.decider import Decision, InputRejected, Rejection, decide, fold
@@ -28,9 +30,11 @@ from events.wire.records import (
     CheckpointKind,
     CheckpointRequested,
     ExecutionState,
+    JobCancelRequested,
     JobHeartbeat,
     JobStatus,
     JobStatusChanged,
+    JobStopRequested,
     StateHandle,
     TaskStatusChanged,
 )
@@ -105,6 +109,26 @@ def request(
         now_ms=at,
         savepoint_roots=savepoint_roots,
     )
+
+
+def stop(
+    *,
+    job_id: str = JOB,
+    request_id: str = "stop-1",
+    target: str | None = None,
+    drain: bool = False,
+    at: int = 0,
+    savepoint_roots: tuple[str, ...] = (),
+) -> StopJob:
+    """Ask to stop the job with a savepoint (``cutline stop``)."""
+    return StopJob(
+        JobStopRequested(job_id, at, request_id, target, drain), now_ms=at, savepoint_roots=savepoint_roots
+    )
+
+
+def cancel(*, job_id: str = JOB, request_id: str = "cancel-1", at: int = 0) -> CancelJob:
+    """Ask to cancel the job (``cutline cancel``)."""
+    return CancelJob(JobCancelRequested(job_id, at, request_id), now_ms=at)
 
 
 def ack(

@@ -90,6 +90,7 @@ from events.wire.records import (
     JobStatus,
     Record,
     SchedulerStarted,
+    SchedulerStopped,
     TriggerRejected,
 )
 from events.wire.topics import DEFAULT_PREFIX, Topics
@@ -351,6 +352,8 @@ class CheckpointedJob:
         self._listener: _Listener | None = None
         self._follower: _JournalFollower | None = None
         self._stopping = False
+        self._stop_savepoint: int | None = None
+        """The id of this attempt's stop-with-savepoint under way (``cutline stop``)."""
         self._lock = threading.Lock()
         self._completion = threading.Condition(self._lock)
         self._begin_attempt(attempt, settings.restore, history)
@@ -693,6 +696,25 @@ class CheckpointedJob:
             self._on_aborted(decision)
         elif isinstance(decision, Fail):
             self._on_threshold(decision.exceeded)
+        self._follow_stop(record)  # after the ledger: a completion's offsets and _metadata first
+
+    def _follow_stop(self, record: Record) -> None:
+        """Stop with a savepoint and cancel (docs/spark.md, "Stop with a savepoint"): when this
+        attempt's stop savepoint completes the query stops and the job is FINISHED; when the job is
+        CANCELLING it stops and is CANCELED. The source already reads nothing after the stop's cut."""
+        ending: bool | None = None  # finished?
+        if isinstance(record, CheckpointTriggered) and record.stop and record.attempt == self.attempt:
+            self._stop_savepoint = record.checkpoint_id
+        elif isinstance(record, CheckpointAborted) and record.checkpoint_id == self._stop_savepoint:
+            self._stop_savepoint = None  # it failed: the job keeps running
+        elif isinstance(record, CheckpointCompleted) and record.checkpoint_id == self._stop_savepoint:
+            ending = True
+        elif isinstance(record, SchedulerStopped) and record.attempt == self.attempt:
+            ending = False if record.status is JobStatus.CANCELLING else None
+        if ending is not None and self.query is not None:
+            log.info("job %s attempt %d stops (%s)", self.settings.job_id, self.attempt,
+                     "its stop savepoint completed" if ending else "canceled")  # fmt: skip
+            threading.Thread(target=self.stop, kwargs={"finished": ending}, daemon=True).start()
 
     def _decides_this(self, record: JobRestartScheduled | JobFailedPermanently) -> bool:
         """Is ``record`` the strategy's decision on this attempt's failure? (A restart names the

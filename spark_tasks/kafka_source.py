@@ -292,7 +292,7 @@ def barrier_json(barrier: Mapping[str, Any]) -> str:
 def _barrier_entry(barrier: CheckpointBarrier, epoch: int = 0) -> dict[str, Any]:
     """A barrier as the batch's end offset holds it; ``epoch`` is the coordinator epoch that sent it
     (the tasks name it on their acks, docs/design.md, "Ownership and fencing")."""
-    return {
+    entry = {
         "attempt": barrier.attempt,
         "epoch": epoch,
         "id": barrier.checkpoint_id,
@@ -300,6 +300,9 @@ def _barrier_entry(barrier: CheckpointBarrier, epoch: int = 0) -> dict[str, Any]
         "location": barrier.location,
         "timestamp_ms": barrier.timestamp_ms,
     }
+    if barrier.stop:  # only then, so that every other barrier's offset JSON stays as it was
+        entry.update(stop=True, drain=barrier.drain)
+    return entry
 
 
 def _entry_key(entry: Mapping[str, Any]) -> tuple[int, int, int]:
@@ -890,6 +893,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict[TopicPartitionKey, int] | None = None
         self._last_end: dict[TopicPartitionKey, int] | None = None
         self._last_barrier: dict[str, Any] | None = None
+        self._stopped = False
+        """A stop-with-savepoint barrier was folded: no new offsets until a newer barrier comes (its
+        savepoint failed, the scheduler resumed) or the query stops (it completed)."""
         # With cutline.job: the barriers that arrive from now on
         # (barrier alignment, docs/design.md, "Tasks and Spark").
         # Made at the first initialOffset/latestOffset, which only the query's source runner
@@ -1005,7 +1011,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {**end, **rate_limit(limit.max_rows, {**known, **begin}, end)}
         elif limit is not None and not isinstance(limit, ReadAllAvailable):
             raise ValueError(f"{FORMAT} supports maxOffsetsPerTrigger (ReadMaxRows) only, got {limit!r}")
+        if self._stopped_at_barrier(feed):
+            end = dict(begin)  # read nothing after the stop savepoint's cut
         barrier = feed.take() if feed is not None else None
+        if barrier is not None and barrier.get("stop"):
+            # The barrier batch holds no records: its cut (the batch's start) is the end of the
+            # output, and the sink's last file ends exactly at the savepoint's offsets.
+            end, self._stopped = dict(begin), True
+            log.info("%s stops reading at %s for stop-with-savepoint %s", FORMAT, end, barrier["id"])
         if barrier is None and end == begin:
             # Nothing new: answer the start itself (with its barrier, if it has one), so no
             # batch runs. A barrier is folded into exactly one batch's end offset.
@@ -1015,6 +1028,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_end = end
         self._last_barrier = barrier
         return to_offsets(end, barrier)
+
+    def _stopped_at_barrier(self, feed: BarrierFeed | None) -> bool:
+        """Still stopped at a stop-with-savepoint's cut? A newer barrier ends it: the savepoint failed
+        and the coordinator's scheduler resumed (docs/spark.md, "Stop with a savepoint")."""
+        newer = feed.peek() if self._stopped and feed is not None else None
+        if newer is not None and not newer.get("stop"):
+            log.info("%s reads on: the stop-with-savepoint failed", FORMAT)
+            self._stopped = False
+        return self._stopped
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
         return None if self._latest is None else to_offsets(self._latest)

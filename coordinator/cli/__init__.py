@@ -44,6 +44,8 @@ app.command()(coordinator)
 app.command(context_settings={"allow_interspersed_args": False})(jobs.run)
 app.command()(jobs.status)
 app.command()(jobs.trigger)
+app.command()(jobs.stop)
+app.command()(jobs.cancel)
 app.command()(jobs.tail)
 app.command()(demo.demo)
 

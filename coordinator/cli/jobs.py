@@ -174,6 +174,91 @@ def trigger(
     )
 
 
+StopTimeout = Annotated[
+    float, typer.Option("--timeout", help="Seconds to wait for the savepoint, then for the job's end.")
+]
+
+
+def stop(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    savepoint: Annotated[
+        str | None,
+        typer.Option("--savepoint", help="The savepoint's directory (a URI); default: by the checkpoints."),
+    ] = None,
+    drain: Annotated[
+        bool, typer.Option("--drain", help="The job treats the savepoint's cut as the end of its input.")
+    ] = False,
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
+    timeout: StopTimeout = 120.0,
+) -> None:
+    """Stop JOB with a savepoint (Flink's `flink stop`): its tasks read nothing after the savepoint's
+    cut, the savepoint completes, the job ends FINISHED. If the savepoint fails the job keeps running,
+    and this command says why and exits 1."""
+    import time
+    import uuid
+
+    from events.records import JobStopRequested
+
+    errors = Console(stderr=True, highlight=False)
+    bootstrap = need_bootstrap(errors, bootstrap)
+    request = JobStopRequested(
+        job_id=job,
+        timestamp_ms=time.time_ns() // 1_000_000,
+        request_id=uuid.uuid4().hex,
+        target=None if savepoint is None else as_uri(savepoint),
+        drain=drain,
+    )
+    raise typer.Exit(_follow_stop(bootstrap, Topics(topic_prefix), request, timeout))
+
+
+def _follow_stop(bootstrap: str, topics: Topics, request: Any, timeout: float) -> int:
+    """Send ``request`` (a stop or a cancel) and follow the job's journal to its outcome; the exit code."""
+    import time
+
+    from coordinator.stop_outcome import StopFollower
+    from events.feed import JobFeed
+    from events.participant import JobDriver
+
+    console = Console(highlight=False)
+    follower = StopFollower(request)
+    feed = JobFeed(bootstrap, request.job_id, (topics.checkpoints,), claims_topic=topics.checkpoints)
+    try:
+        with JobDriver(bootstrap, request.job_id, topics) as driver:
+            driver.request(request)
+        deadline = time.monotonic() + timeout
+        while follower.exit_code is None and time.monotonic() < deadline:
+            for entry in feed.poll(0.2):
+                if entry.record is None:
+                    continue
+                for line in follower.read(entry.record):
+                    console.print(line, soft_wrap=True)
+    finally:
+        feed.close()
+    if follower.exit_code is None:
+        console.print(follower.timed_out(timeout), soft_wrap=True)
+        return 1
+    return follower.exit_code
+
+
+def cancel(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
+    timeout: StopTimeout = 60.0,
+) -> None:
+    """Cancel JOB (Flink's `flink cancel`): no savepoint; its driver stops and the job ends CANCELED."""
+    import time
+    import uuid
+
+    from events.records import JobCancelRequested
+
+    errors = Console(stderr=True, highlight=False)
+    bootstrap = need_bootstrap(errors, bootstrap)
+    request = JobCancelRequested(job, time.time_ns() // 1_000_000, uuid.uuid4().hex)
+    raise typer.Exit(_follow_stop(bootstrap, Topics(topic_prefix), request, timeout))
+
+
 def tail(
     topic: Annotated[
         str, typer.Argument(help="A topic name, or a short name: checkpoints, acks, barriers, ...")

@@ -202,9 +202,10 @@ def _loop(
                 + f", exit code {code}"
             )
             return 0 if final.status is JobStatus.FINISHED else FINAL_STATUSES[final.status]
-        if stops.requested or stop_requested():
+        if stops.requested or stop_requested() or decided.canceled is not None:
             stopped = current.stop(settings.stop_timeout_s, stops)
-            driver.status(JobStatus.CANCELED, "canceled by cutline run", attempt=current.attempt)
+            why = "canceled by cutline run" if decided.canceled is None else decided.canceled.error
+            driver.status(JobStatus.CANCELED, why, attempt=current.attempt)
             console.print(f"job {job} canceled: attempt {current.attempt} stopped (exit code {stopped})")
             return EXIT_CANCELED
         if scheduled is not None:
@@ -250,6 +251,8 @@ class _Decided:
     """The restart the strategy scheduled."""
     final: SchedulerStopped | None = None
     """The job's final status (the driver ended it itself: no strategy runs)."""
+    canceled: SchedulerStopped | None = None
+    """``cutline cancel``: the job is CANCELLING; the driver is stopped as after Ctrl-C."""
 
 
 def _read_decisions(
@@ -291,6 +294,8 @@ def _read_decisions(
             and record.status in FINAL_STATUSES
         ):
             decided.final = record
+        elif isinstance(record, SchedulerStopped) and record.status is JobStatus.CANCELLING:
+            decided.canceled = record
     return None
 
 

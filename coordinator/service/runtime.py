@@ -52,12 +52,14 @@ from typing import Literal, cast
 from coordinator.admission import journal_budget, preview, too_large
 from coordinator.commands import (
     AcknowledgeCheckpoint,
+    CancelJob,
     ChangeJobStatus,
     ChangeTaskStatus,
     Command,
     DeclineCheckpoint,
     RecordHeartbeat,
     RequestCheckpoint,
+    StopJob,
     Tick,
 )
 from coordinator.decider import (
@@ -89,8 +91,10 @@ from events.wire.records import (
     CheckpointTriggered,
     DeadLetter,
     InputRecord,
+    JobCancelRequested,
     JobHeartbeat,
     JobStatusChanged,
+    JobStopRequested,
     JournalEvent,
     Record,
     TaskAcknowledged,
@@ -108,7 +112,7 @@ MAX_REMEMBERED_HOMES = 100_000
 
 ACCEPTED: Mapping[str, tuple[type[Record], ...]] = {
     "job_status": (JobStatusChanged, TaskStatusChanged, JobHeartbeat),
-    "requests": (CheckpointRequested,),
+    "requests": (CheckpointRequested, JobStopRequested, JobCancelRequested),
     "acks": (CheckpointAcknowledged,),
     "declines": (CheckpointDeclined,),
 }
@@ -515,6 +519,10 @@ class Coordinator:
                 return ChangeTaskStatus(record, now_ms)
             case CheckpointRequested():
                 return RequestCheckpoint(record, now_ms, self.savepoint_roots)
+            case JobStopRequested():
+                return StopJob(record, now_ms, self.savepoint_roots)
+            case JobCancelRequested():
+                return CancelJob(record, now_ms)
             case CheckpointDeclined():
                 return DeclineCheckpoint(record, now_ms)
             case JobHeartbeat():
@@ -757,6 +765,8 @@ class Coordinator:
             timestamp_ms=now_ms,
             location=triggered.location,
             inline_limit_bytes=triggered.inline_limit_bytes,
+            stop=triggered.stop,
+            drain=triggered.drain,
         )
         return Outgoing(
             self.topics.barriers,

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import quote, urlsplit
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -63,12 +63,15 @@ from events.wire.records import (
     CheckpointKind,
     CheckpointRequested,
     ExecutionState,
+    JobCancelRequested,
     JobHeartbeat,
     JobStatus,
     JobStatusChanged,
+    JobStopRequested,
     Record,
     RestartStrategy,
     SchedulerStarted,
+    SchedulerStopped,
     StateHandle,
     TaskStatusChanged,
 )
@@ -97,7 +100,11 @@ log = logging.getLogger(__name__)
 Snapshot = Callable[[CheckpointBarrier], bytes]
 Offsets = Callable[[], Mapping[str, int]]
 OnComplete = Callable[[CheckpointCompleted], None]
+OnStop = Callable[[JobStatus, bool], None]
+"""Called once when the job stops: with FINISHED after its stop savepoint completed, or CANCELED
+after a cancel; and whether the stop drains (Flink's ``--drain``: the input ends at the cut)."""
 Reply = CheckpointAcknowledged | CheckpointDeclined
+_Request = TypeVar("_Request", CheckpointRequested, JobStopRequested, JobCancelRequested)
 
 REMEMBERED_REPLIES = 64
 """How many recent acks/declines a participant keeps to answer re-sent barriers."""
@@ -370,6 +377,7 @@ class Participant:
         retained: int | None = None,
         feed: SharedJobFeed | None = None,
         producer: Producer | None = None,
+        on_stop: OnStop | None = None,
     ) -> None:
         if retained is not None and retained < 1:
             raise ValueError(f"retained must be at least 1, got {retained}")
@@ -383,6 +391,12 @@ class Participant:
         self._snapshot = snapshot
         self._offsets = offsets
         self._on_complete = on_complete
+        self._on_stop = on_stop
+        self.stopping: CheckpointBarrier | None = None
+        """The stop-with-savepoint barrier this task acknowledged, until its savepoint completes or
+        fails: meanwhile the app reads no more records, so that the cut stays the end of its input."""
+        self.stopped: JobStatus | None = None
+        """FINISHED once its stop savepoint completed, CANCELED once the job was canceled."""
         self._commit_consumer = commit_consumer
         self._last_id = 0
         self._last_epoch = 0
@@ -451,6 +465,10 @@ class Participant:
         elif isinstance(record, CheckpointAborted):
             self._on_aborted(record)
             return 1
+        elif isinstance(record, SchedulerStopped):
+            if record.attempt == self.attempt and record.status is JobStatus.CANCELLING:
+                self._stop_with(JobStatus.CANCELED, drain=False)
+            return 0
         elif (
             isinstance(record, SchedulerStarted)
             and record.attempt == self.attempt
@@ -490,6 +508,8 @@ class Participant:
             self._replies.popitem(last=False)
         if isinstance(reply, CheckpointAcknowledged):
             self.stats.acked.append(checkpoint_id)
+            if barrier.stop:
+                self.stopping = barrier
         else:
             self.stats.declined.append(checkpoint_id)
         self._send(reply, epoch)
@@ -601,6 +621,17 @@ class Participant:
             self._retain(checkpoint_id)
         if self._on_complete is not None:
             self._on_complete(completed)
+        if self.stopping is not None and self.stopping.checkpoint_id == checkpoint_id:
+            self._stop_with(JobStatus.FINISHED, drain=self.stopping.drain)
+
+    def _stop_with(self, status: JobStatus, *, drain: bool) -> None:
+        """The job stops (its stop savepoint completed, or it was canceled): tell the app, once."""
+        if self.stopped is not None:
+            return
+        self.stopped, self.stopping = status, None
+        log.info("task %s/%s: the job stops (%s)", self.job_id, self.task_id, status)
+        if self._on_stop is not None:
+            self._on_stop(status, drain)
 
     def _commit(self, completed: CheckpointCompleted) -> None:
         """Commit the completed checkpoint's offsets of this task's partitions to the group."""
@@ -653,6 +684,8 @@ class Participant:
             self._ignore(aborted, "it completed already; its snapshot stays")
             return
         self._aborted.add(checkpoint_id)
+        if self.stopping is not None and self.stopping.checkpoint_id == checkpoint_id:
+            self.stopping = None  # the stop savepoint failed: the job keeps running
         self._replies.pop(checkpoint_id, None)  # a barrier re-sent for it now counts as stale
         if self._discard(checkpoint_id):
             self.stats.aborted.append(checkpoint_id)
@@ -828,8 +861,9 @@ class JobDriver:
         self._publish(self.topics.job_status, event)
         return event
 
-    def request(self, request: CheckpointRequested) -> CheckpointRequested:
-        """Ask the coordinator for a manual checkpoint or a savepoint of this job."""
+    def request(self, request: _Request) -> _Request:
+        """Ask the coordinator for a manual checkpoint or a savepoint of this job, or to stop
+        (with a savepoint) or cancel it."""
         self._publish(self.topics.requests, request)
         return request
 

@@ -451,21 +451,21 @@ CONFLUENT_MAGIC = b"\x00"
 CONFLUENT_HEADER_SIZE = 5
 
 
-def _completion_inline(record: Any) -> bool:
-    """The completion carries its handles and offsets itself (no metadata object)."""
-    return record.metadata is None
+def _no_stop(record: Any) -> bool:
+    """The trigger or barrier is not a stop-with-savepoint's."""
+    return not (record.stop or record.drain)
 
 
 PREVIOUS_WRITES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "CheckpointCompleted": ("574d6f50330550bd", _completion_inline),
+    "CheckpointTriggered": ("2c29e7e517c4c776", _no_stop),
+    "CheckpointBarrier": ("70b525cf8e22dc85", _no_stop),
 }
 """Records written with the previous schema version's writer schema (fingerprint, in hex) while
 they use nothing that version lacks (the predicate): then a reader of that version, during a rolling
 upgrade, still reads them, and readers of this version read them as they read any older writer.
-Schema v5 added ``CheckpointCompleted.metadata`` (a completion too large for one journal record
-refers to its metadata object); a completion that carries its handles and offsets inline is written
-as v4. (Schema v4 had added inline state; v5's writers write it with the v4 schemas, which every
-v4 reader reads.) A schema change updates this table to the version before it
+Schema v6 added stop-with-savepoint (``stop`` and ``drain`` of triggers and barriers, and the
+requests ``JobStopRequested`` and ``JobCancelRequested``); every other trigger and barrier is
+written as v5. A schema change updates this table to the version before it
 (``tests/unit/test_codec.py`` checks that every record changed since the previous vector version is
 here)."""
 

@@ -190,6 +190,32 @@ class CheckpointRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class JobStopRequested:
+    """An operator asks to stop the job with a savepoint into ``target`` (Flink's ``flink stop``).
+
+    The coordinator triggers a savepoint whose barrier tells the tasks to read nothing after its
+    cut; when it completes the job stops (FINISHED), when it fails the job keeps running. With
+    ``drain`` the tasks treat the cut as the end of their input (Flink's ``--drain``).
+    """
+
+    job_id: str
+    timestamp_ms: int
+    request_id: str
+    target: str | None = None
+    drain: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobCancelRequested:
+    """An operator asks to cancel the job (Flink's ``flink cancel``): no savepoint; the job's
+    driver stops and reports CANCELED."""
+
+    job_id: str
+    timestamp_ms: int
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointBarrier:
     """Tells every task of a job to snapshot for checkpoint ``checkpoint_id`` into ``location``."""
 
@@ -201,6 +227,11 @@ class CheckpointBarrier:
     location: str
     inline_limit_bytes: int = 0
     """A snapshot up to this size may ride inline in the ack (``StateHandle.inline``); 0: none."""
+    stop: bool = False
+    """A stop-with-savepoint (Flink's synchronous savepoint): the tasks read nothing after this cut;
+    when it completes the job stops and reports FINISHED, when it fails the job keeps running."""
+    drain: bool = False
+    """With ``stop``: the tasks treat the cut as the end of their input (Flink's ``--drain``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +274,8 @@ InputRecord: TypeAlias = (
     JobStatusChanged
     | TaskStatusChanged
     | CheckpointRequested
+    | JobStopRequested
+    | JobCancelRequested
     | CheckpointAcknowledged
     | CheckpointDeclined
     | JobHeartbeat
@@ -317,6 +350,11 @@ class CheckpointTriggered:
     next_trigger_ms: int | None = None
     inline_limit_bytes: int = 0
     """The largest snapshot a task may send inline for this checkpoint (its barrier says so)."""
+    stop: bool = False
+    """A stop-with-savepoint (Flink's synchronous savepoint): the tasks read nothing after this cut;
+    when it completes the job stops and reports FINISHED, when it fails the job keeps running."""
+    drain: bool = False
+    """With ``stop``: the tasks treat the cut as the end of their input (Flink's ``--drain``)."""
 
 
 @fast_init
@@ -536,4 +574,6 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     *JOURNAL_RECORDS,
     DeadLetter,
     CoordinatorClaimed,
+    JobStopRequested,
+    JobCancelRequested,
 )

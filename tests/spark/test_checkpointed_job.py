@@ -42,6 +42,7 @@ from events.wire.records import (
     CoordinatorClaimed,
     JobRestartScheduled,
     JobStatus,
+    JobStopRequested,
     Record,
     RestartStrategy,
     RestartStrategyKind,
@@ -512,3 +513,52 @@ def test_a_query_that_fails_is_restarted_in_the_same_driver_and_counts_stay_exac
     (restored,) = _journal(bootstrap, topic_prefix, job_id, CheckpointRestored)
     assert (2, restart.restore_checkpoint_id) == (restored.attempt, restored.checkpoint_id)
     _assert_exactly_once(words.produced, out)
+
+
+def test_stop_with_a_savepoint_ends_the_output_at_its_cut_and_the_restore_rolls_nothing_back(
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
+) -> None:
+    """``cutline stop`` (its request) while words keep arriving: the query stops FINISHED, the sink's
+    last file ends at the savepoint's offsets, and the job restored from it starts its output right
+    there with nothing rolled back; every word counted once across both."""
+    words, old, new = given.words, given.job_id, "wc2-" + given.job_id
+    words.produce(50)
+    producing = threading.Event()
+    feeder = threading.Thread(target=lambda: _every(0.05, producing, lambda: words.produce(5)), daemon=True)
+    with CheckpointedJob(spark, _settings(bootstrap, topic_prefix, given.topic, tmp_path, old)) as job:
+        _start(spark, job, tmp_path / "out-old")
+        job.wait_for_running(60)
+        _wait(lambda: read_counts(tmp_path / "out-old") == words.produced, "the first words counted")
+        feeder.start()
+        stop = JobStopRequested(old, int(time.time() * 1000), uuid.uuid4().hex, (tmp_path / "sp").as_uri())
+        job.driver.request(stop)
+        assert job.await_termination(60)
+    producing.set()
+    feeder.join(10)
+    (savepoint,) = [c for c in job.completed if c.kind is CheckpointKind.SAVEPOINT]
+    ended = _journal(bootstrap, topic_prefix, old, SchedulerStopped)
+    assert JobStatus.FINISHED in [e.status for e in ended]
+    cuts = [json.loads(p.read_text()) for p in (tmp_path / "out-old" / "_cuts").glob("*.json")]
+    assert dict(savepoint.offsets) == max(cuts, key=lambda c: sum(c["end"].values()))["end"]
+
+    settings = replace(
+        _settings(bootstrap, topic_prefix, given.topic, tmp_path, new), restore=savepoint.location
+    )
+    out = tmp_path / "out-new"
+    with CheckpointedJob(spark, settings) as job:
+        sink = CutFileSink(job, out)
+        assert [] == sink.rolled_back
+        job.start(
+            job.stream(WORD_COUNT).writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds")
+        )
+        _wait(lambda: read_counts(tmp_path / "out-old", out) == words.produced, "the rest counted")
+        job.stop()
+    first = min((json.loads(p.read_text()) for p in (out / "_cuts").glob("*.json")), key=lambda c: c["batch"])
+    assert dict(savepoint.offsets) == first["start"]
+    assert not (tmp_path / "out-old" / ROLLED_BACK_DIR).exists()
+    _assert_exactly_once(words.produced, tmp_path / "out-old", out)

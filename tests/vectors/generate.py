@@ -57,12 +57,14 @@ from events.wire.records import (
     CoordinatorClaimed,
     DeadLetter,
     ExecutionState,
+    JobCancelRequested,
     JobFailedPermanently,
     JobHeartbeat,
     JobHeartbeatRecorded,
     JobRestartScheduled,
     JobStatus,
     JobStatusChanged,
+    JobStopRequested,
     Record,
     RestartStrategy,
     RestartStrategyKind,
@@ -162,6 +164,8 @@ FULL: dict[type[Record], Record] = {
         timestamp_ms=T0 + 20,
         location=f"{ROOT}/{JOB}/chk-42",
         inline_limit_bytes=20_480,
+        stop=True,
+        drain=True,
     ),
     CheckpointAcknowledged: CheckpointAcknowledged(
         job_id=JOB,
@@ -227,6 +231,8 @@ FULL: dict[type[Record], Record] = {
         request_id="req-7f3b",
         next_trigger_ms=T0 + 1_020,
         inline_limit_bytes=20_480,
+        stop=True,
+        drain=True,
     ),
     TaskAcknowledged: TaskAcknowledged(
         job_id=JOB,
@@ -304,6 +310,14 @@ FULL: dict[type[Record], Record] = {
         partition=3, epoch=7, worker_id="coordinator-host-4242-9f1c", timestamp_ms=T0 + 3_000
     ),
     JobHeartbeat: JobHeartbeat(job_id=JOB, attempt=2, timestamp_ms=T0 + 4_000),
+    JobStopRequested: JobStopRequested(
+        job_id=JOB,
+        timestamp_ms=T0 + 11,
+        request_id="req-7f3c",
+        target="file:///var/lib/cutline/savepoints/before-upgrade",
+        drain=True,
+    ),
+    JobCancelRequested: JobCancelRequested(job_id=JOB, timestamp_ms=T0 + 12, request_id="req-7f3d"),
     JobHeartbeatRecorded: JobHeartbeatRecorded(
         job_id=JOB, attempt=2, timestamp_ms=T0 + 4_001, deadline_ms=T0 + 34_001
     ),
@@ -390,6 +404,7 @@ MINIMAL: dict[type[Record], Record] = {
     DeadLetter: DeadLetter(
         topic="cutline.acks", partition=0, offset=0, reason="BAD_MAGIC", message="", timestamp_ms=T0
     ),
+    JobStopRequested: JobStopRequested(job_id=JOB, timestamp_ms=T0, request_id="req-2"),
 }
 
 
