@@ -472,7 +472,7 @@ def _stop(
 
 
 def _abort_pending_and_queued(
-    d: _Decision, now: int, message: str, reason: Reason = Reason.CHECKPOINT_COORDINATOR_SUSPEND
+    d: _Deciding, now: int, message: str, reason: Reason = Reason.CHECKPOINT_COORDINATOR_SUSPEND
 ) -> None:
     """Flink's ``abortPendingAndQueuedCheckpoints``: every pending checkpoint (``reason``) and every
     queued request (SUSPEND)."""
@@ -670,7 +670,7 @@ def _stopping(stop: CheckpointTriggered) -> str:
     return f"the job is stopping with savepoint {stop.checkpoint_id} (cutline stop)"
 
 
-def _stop_with_savepoint(d: _Decision, command: StopJob) -> None:
+def _stop_with_savepoint(d: _Deciding, command: StopJob) -> None:
     """Flink's stop-with-savepoint: stop the scheduler (pending checkpoints and queued requests are
     aborted, so that only the savepoint's data is committed), then trigger a savepoint whose barrier
     tells the tasks to read nothing after its cut. Its completion leaves the job to its driver, which
@@ -703,7 +703,7 @@ def _stop_with_savepoint(d: _Decision, command: StopJob) -> None:
     )
 
 
-def _cancel(d: _Decision, command: CancelJob) -> None:
+def _cancel(d: _Deciding, command: CancelJob) -> None:
     """Flink's cancel: the scheduler stops (pending checkpoints abort) and the job is CANCELLING until
     its driver, which reads this in the journal, stops and reports CANCELED."""
     state = d.state

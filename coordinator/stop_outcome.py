@@ -8,7 +8,7 @@ ends it FINISHED. A cancel makes the job CANCELLING, then its driver ends it CAN
 
 from __future__ import annotations
 
-from events.records import (
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointTriggered,

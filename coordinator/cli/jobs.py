@@ -198,7 +198,7 @@ def stop(
     import time
     import uuid
 
-    from events.records import JobStopRequested
+    from events.wire.records import JobStopRequested
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)
@@ -217,8 +217,8 @@ def _follow_stop(bootstrap: str, topics: Topics, request: Any, timeout: float) -
     import time
 
     from coordinator.stop_outcome import StopFollower
-    from events.feed import JobFeed
-    from events.participant import JobDriver
+    from events.kafka.feed import JobFeed
+    from events.task.participant import JobDriver
 
     console = Console(highlight=False)
     follower = StopFollower(request)
@@ -251,7 +251,7 @@ def cancel(
     import time
     import uuid
 
-    from events.records import JobCancelRequested
+    from events.wire.records import JobCancelRequested
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.broker import create_topics
-from events.participant import JobDriver, Participant
-from events.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, JobStatus
-from events.topics import Topics
+from events.dev.broker import create_topics
+from events.task.participant import JobDriver, Participant
+from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, JobStatus
+from events.wire.topics import Topics
 
 
 @pytest.fixture(scope="module", name="topics")

@@ -10,7 +10,7 @@ from coordinator.commands import Command
 from coordinator.decider import Decision, decide, fold
 from coordinator.state import JobState, initial_state
 from coordinator.testing import JOB, ack, cancel, decline, request, running, stop, tick
-from events.records import (
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointKind,

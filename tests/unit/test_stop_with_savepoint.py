@@ -18,7 +18,7 @@ from coordinator.testing import (
     stop,
     tick,
 )
-from events.records import (
+from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointKind,
