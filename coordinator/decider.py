@@ -393,6 +393,8 @@ def _change_job_status(d: _Deciding, command: ChangeJobStatus) -> None:
     if d.refused(checks.job_status(state, changed)):
         return
     if changed.status is JobStatus.RUNNING:
+        if state.status is JobStatus.CANCELLING and changed.attempt <= state.attempt:
+            return  # a late report of the attempt being canceled starts nothing again
         if state.status is not JobStatus.RUNNING or changed.attempt != state.attempt:
             _start(d, command)
         return

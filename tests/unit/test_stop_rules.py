@@ -24,6 +24,7 @@ from events.wire.records import (
     CheckpointKind,
     CheckpointTriggered,
     JobStatus,
+    SchedulerStarted,
     SchedulerStopped,
     TriggerRejected,
 )
@@ -182,6 +183,13 @@ class TestCancel:
         given(running(at=0), cancel(at=10)).when(job_status(JobStatus.FAILING, at=20, error="killed")).then(
             SchedulerStopped(JOB, 1, 20, JobStatus.CANCELED, "killed")
         )
+
+    def test_a_late_running_report_of_the_canceled_attempt_starts_nothing(self) -> None:
+        given(running(at=0), cancel(at=10)).when(running(at=20)).then_nothing()
+
+    def test_a_new_attempt_reported_running_after_a_cancel_runs(self) -> None:
+        """A job started again under the same id (a new attempt) is a new run, as after CANCELED."""
+        given(running(at=0), cancel(at=10)).when(running(attempt=2, at=20)).then_types(SchedulerStarted)
 
     def test_a_repeated_cancel_and_a_cancel_of_an_ended_job_change_nothing(self) -> None:
         given(running(at=0), cancel(at=10)).when(cancel(request_id="cancel-2", at=20)).then_nothing()
