@@ -28,7 +28,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from events.kafka import consumer_config
-from events.participant import JobDriver, Participant, load_snapshot
+from events.participant import JobDriver, Participant, load_task_snapshot
 from events.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, JobStatus
 from events.stopping import Stop, StopSignals
 from events.topics import DEFAULT_PREFIX, Topics
@@ -93,7 +93,7 @@ class WordCount:
         handle = completed.handles.get(self.task_id)
         if handle is None:
             raise LookupError(f"checkpoint {completed.checkpoint_id} has no snapshot of task {self.task_id}")
-        state = json.loads(load_snapshot(handle))
+        state = json.loads(load_task_snapshot(handle))
         self.counts = Counter({str(word): int(n) for word, n in state["counts"].items()})
         self.next_offset = int(completed.offsets.get(self.key, state["offset"]))
         self.restored = completed

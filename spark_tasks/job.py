@@ -37,7 +37,7 @@ What it does:
   (never savepoints); an aborted checkpoint's snapshots are deleted;
   ``CheckpointFailureThresholdExceeded`` stops the query, and :meth:`await_termination`
   raises :class:`CheckpointFailuresExceeded`. What each record makes the job do is
-  decided by a :class:`~spark_tasks.ledger.JobLedger`, which acts on a completion
+  decided by a :class:`~events.ledger.JobLedger`, which acts on a completion
   once, never deletes the latest completed checkpoint nor anything outside the job's
   checkpoint location, and ignores (with one log line, kept in
   :attr:`CheckpointedJob.ignored`) records that contradict what it knows.
@@ -66,6 +66,18 @@ from events import storage
 from events.codec import encode
 from events.feed import JobFeed
 from events.kafka import commit_offsets, consumer_config
+from events.ledger import (
+    Abort,
+    Complete,
+    ConfirmRunning,
+    Discard,
+    Fail,
+    GiveUp,
+    Ignore,
+    JobLedger,
+    Restart,
+    attempt_after,
+)
 from events.metadata import MetadataUnavailable, resolve_completion
 from events.participant import (
     METADATA_FILE,
@@ -73,7 +85,7 @@ from events.participant import (
     MetadataProblem,
     SnapshotCorrupted,
     UnsupportedLocation,
-    load_snapshot,
+    load_task_snapshot,
     read_checkpoint_metadata,
     valid_completions,
 )
@@ -84,7 +96,6 @@ from events.records import (
     CheckpointFailureThresholdExceeded,
     CheckpointKind,
     CheckpointRequested,
-    CheckpointTriggered,
     JobFailedPermanently,
     JobRestartScheduled,
     JobStatus,
@@ -116,7 +127,6 @@ from spark_tasks.keyed import (
     read_manifest,
     route_step,
 )
-from spark_tasks.ledger import Abort, Complete, Discard, Fail, Ignore, JobLedger
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
 from spark_tasks.tasks import TaskSettings, partition_step, snapshot_names
 
@@ -311,15 +321,8 @@ class CheckpointedJob:
         """Names this run's snapshot files (with the attempt and the cut): see spark_tasks.tasks."""
         self.query_name = f"cutline-{settings.job_id}-{self.run_id}"
         self.driver = JobDriver(settings.bootstrap, settings.job_id, self.topics, timeout=timeout)
-        history = self.driver.journal((SchedulerStarted, CheckpointCompleted))
-        attempt = max(
-            1
-            + max(
-                (r.attempt for r in history if isinstance(r, SchedulerStarted | CheckpointCompleted)),
-                default=0,
-            ),
-            int(os.environ.get("CUTLINE_ATTEMPT", "0")),  # the attempt cutline run starts
-        )
+        history = self.driver.journal((SchedulerStarted, CheckpointCompleted, JobRestartScheduled))
+        attempt = max(attempt_after(history), int(os.environ.get("CUTLINE_ATTEMPT", "0")))  # cutline run's
         with OffsetProbe(settings.bootstrap, {}, timeout) as probe:
             self.partitions: list[tuple[str, int]] = probe.partitions(settings.topics)
         if not self.partitions:
@@ -367,10 +370,11 @@ class CheckpointedJob:
             self.ledger = JobLedger(
                 self.settings.job_id,
                 attempt,
-                self.settings.config,
-                self.tasks,
-                self.partitions,
-                self._history,
+                retained=self.settings.config.retained,
+                location=self.settings.config.location,
+                tasks=self.tasks,
+                partitions=self.partitions,
+                history=self._history,
             )
             self.completed: list[CheckpointCompleted] = []
             self.aborted: list[CheckpointAborted] = []
@@ -457,7 +461,7 @@ class CheckpointedJob:
             offset = completed.offsets.get(f"{topic}:{partition}")
             handle = completed.handles.get(task_id(topic, partition))
             if offset is not None and handle is not None:
-                state[(topic, partition)] = offset, load_snapshot(handle)
+                state[(topic, partition)] = offset, load_task_snapshot(handle)
         return state
 
     def _load_keyed(self, completed: CheckpointCompleted) -> dict[tuple[str, int], tuple[int, bytes]]:
@@ -649,30 +653,18 @@ class CheckpointedJob:
 
     def _on_journal_record(self, record: Record) -> None:
         """Act on one decoded journal record of this job, as the ledger decides."""
-        decision: Complete | Abort | Fail | Ignore | None = None
-        if isinstance(record, CheckpointTriggered):
-            decision = self.ledger.triggered(record)
-        elif isinstance(record, SchedulerStarted):
-            if record.attempt == self.attempt:
-                self._scheduled.set()
-        elif isinstance(record, TriggerRejected):
+        if isinstance(record, TriggerRejected):
             if record.request_id is not None:
                 with self._completion:
                     self.rejected[record.request_id] = record
                     self._completion.notify_all()
-        elif isinstance(record, CheckpointCompleted):
-            try:  # a completion too large for one journal record: its metadata object has the rest
-                decision = self.ledger.completed(resolve_completion(record))
-            except MetadataUnavailable as exc:
-                decision = Ignore(str(exc))
-        elif isinstance(record, CheckpointAborted):
-            decision = self.ledger.aborted(record)
-        elif isinstance(record, CheckpointFailureThresholdExceeded):
-            decision = self.ledger.threshold(record)
-        elif isinstance(record, JobRestartScheduled | JobFailedPermanently) and self._decides_this(record):
-            with self._completion:
-                self._decision = record
-                self._completion.notify_all()
+            return
+        try:  # a completion too large for one journal record: its metadata object has the rest
+            decision = self.ledger.fold(
+                resolve_completion(record) if isinstance(record, CheckpointCompleted) else record
+            )
+        except MetadataUnavailable as exc:
+            decision = Ignore(str(exc))
         if isinstance(decision, Ignore):
             self._ignore(record, decision.reason)
         elif isinstance(decision, Complete):
@@ -681,13 +673,12 @@ class CheckpointedJob:
             self._on_aborted(decision)
         elif isinstance(decision, Fail):
             self._on_threshold(decision.exceeded)
-
-    def _decides_this(self, record: JobRestartScheduled | JobFailedPermanently) -> bool:
-        """Is ``record`` the strategy's decision on this attempt's failure? (A restart names the
-        attempt it starts; the one that started this attempt is about the one before.)"""
-        if isinstance(record, JobRestartScheduled):
-            return record.attempt > self.attempt
-        return record.attempt >= self.attempt
+        elif isinstance(decision, Restart | GiveUp):
+            with self._completion:
+                self._decision = decision.scheduled if isinstance(decision, Restart) else decision.failed
+                self._completion.notify_all()
+        elif isinstance(decision, ConfirmRunning):
+            self._scheduled.set()
 
     def _ignore(self, record: Record, reason: str) -> None:
         checkpoint_id = getattr(record, "checkpoint_id", None)
@@ -819,6 +810,8 @@ class CheckpointedJob:
         checkpoint's pieces wait until a later checkpoint completes (a chain pending now may list them).
         """
         directory = discard.directory
+        if directory is None:  # not inside the job's checkpoint location: nothing of it is the job's
+            return
         for name in snapshot_names(_names(directory), self.tasks, self.attempt, self.run_id):
             _delete(storage.join(directory, name))
         _delete(storage.join(directory, METADATA_FILE))

@@ -112,7 +112,7 @@ from pyspark.sql.types import (
 from events.client_config import client_properties
 from events.feed import JobFeed
 from events.kafka import find_ends
-from events.records import CheckpointBarrier
+from events.records import CheckpointBarrier, CheckpointKind
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -299,6 +299,19 @@ def _barrier_entry(barrier: CheckpointBarrier, epoch: int = 0) -> dict[str, Any]
         "location": barrier.location,
         "timestamp_ms": barrier.timestamp_ms,
     }
+
+
+def entry_barrier(job_id: str, entry: Mapping[str, Any]) -> CheckpointBarrier:
+    """The barrier of job ``job_id`` that a barrier entry (``cutline_barrier``'s JSON) holds: the
+    inverse of :func:`_barrier_entry` (its epoch stays in ``entry["epoch"]``)."""
+    return CheckpointBarrier(
+        job_id=job_id,
+        checkpoint_id=int(entry["id"]),
+        attempt=int(entry["attempt"]),
+        kind=CheckpointKind(entry.get("kind", CheckpointKind.CHECKPOINT.value)),
+        timestamp_ms=int(entry.get("timestamp_ms", 0)),
+        location=str(entry["location"]),
+    )
 
 
 def _entry_key(entry: Mapping[str, Any]) -> tuple[int, int, int]:
