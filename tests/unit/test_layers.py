@@ -21,6 +21,8 @@ PURE = [
     "events.fencing",
     "events.records",
     "events.codec",
+    "events.ledger",
+    "events.reply",
 ]
 FORBIDDEN = ("faust", "aiokafka", "confluent_kafka", "rich", "typer", "matplotlib", "pyspark", "mode")
 

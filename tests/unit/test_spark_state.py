@@ -14,10 +14,11 @@ import pytest
 
 from events.participant import write_atomic
 from events.records import CheckpointAcknowledged, CheckpointDeclined
+from events.reply import Reply, answer
 from spark_tasks import tasks
-from spark_tasks.kafka_source import kafka_schema
+from spark_tasks.kafka_source import entry_barrier, kafka_schema
 from spark_tasks.state import VERSIONS_KEPT, PartitionStateStore, StateLost
-from spark_tasks.tasks import TaskSettings, partition_step, snapshot_files, snapshot_reply
+from spark_tasks.tasks import TaskSettings, partition_step, snapshot_files, write_partition_snapshot
 from spark_tasks.wordcount import WORD_COUNT
 
 BARRIER = {"attempt": 2, "id": 7, "kind": "CHECKPOINT", "location": "", "timestamp_ms": 1_700_000_000_000}
@@ -31,6 +32,15 @@ def _settings(tmp_path: Path, **changes: Any) -> TaskSettings:
     return TaskSettings(
         job_id="wc", bootstrap="unused:9092", state_dir=str(tmp_path / "state"), run_id=RUN, **changes
     )
+
+
+def snapshot_reply(
+    settings: TaskSettings, entry: dict[str, Any], topic: str, partition: int, cut: int, data: bytes
+) -> Reply:
+    """What a task answers to the barrier ``entry`` after writing ``data``, the state at ``cut``."""
+    barrier = entry_barrier(settings.job_id, entry)
+    outcome = write_partition_snapshot(settings, barrier, topic, partition, cut, data)
+    return answer(barrier, None, f"{topic}-{partition}", outcome, 1).reply
 
 
 def _snapshot(tmp_path: Path, task: str, cut: int, attempt: int = 2, run: str = RUN) -> Path:
@@ -172,7 +182,7 @@ def _run(
     tmp_path: Path, batches: list[pa.RecordBatch], monkeypatch: pytest.MonkeyPatch, **settings: Any
 ) -> tuple[list[dict[str, Any]], list[Any]]:
     sent: list[Any] = []
-    monkeypatch.setattr(tasks, "send_reply", lambda settings, reply, epoch=0: sent.append(reply))
+    monkeypatch.setattr(tasks, "send_reply", lambda settings, answered: sent.append(answered.reply))
     step = partition_step(WORD_COUNT, _settings(tmp_path, **settings), OUTPUT)
     rows = [row for batch in step(batches) for row in batch.to_pylist()]
     return rows, sent
