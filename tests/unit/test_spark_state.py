@@ -34,7 +34,7 @@ def _settings(tmp_path: Path, **changes: Any) -> TaskSettings:
     )
 
 
-def snapshot_reply(
+def _reply_after_writing(
     settings: TaskSettings, entry: dict[str, Any], topic: str, partition: int, cut: int, data: bytes
 ) -> Reply:
     """What a task answers to the barrier ``entry`` after writing ``data``, the state at ``cut``."""
@@ -79,7 +79,7 @@ def test_the_store_keeps_only_the_newest_versions(tmp_path: Path) -> None:
 def test_a_snapshot_is_written_under_the_location_and_acknowledged(tmp_path: Path) -> None:
     barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
 
-    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"a":1}')
+    reply = _reply_after_writing(_settings(tmp_path), barrier, "words", 1, 42, b'{"a":1}')
 
     assert isinstance(reply, CheckpointAcknowledged)
     assert (reply.job_id, reply.checkpoint_id, reply.attempt, reply.task_id) == ("wc", 7, 2, "words-1")
@@ -91,9 +91,9 @@ def test_a_snapshot_is_written_under_the_location_and_acknowledged(tmp_path: Pat
 
 def test_a_retried_task_acknowledges_the_snapshot_already_written(tmp_path: Path) -> None:
     barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
-    first = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"a":1}')
+    first = _reply_after_writing(_settings(tmp_path), barrier, "words", 1, 42, b'{"a":1}')
 
-    again = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"a": 1}')  # other bytes
+    again = _reply_after_writing(_settings(tmp_path), barrier, "words", 1, 42, b'{"a": 1}')  # other bytes
 
     assert isinstance(first, CheckpointAcknowledged) and isinstance(again, CheckpointAcknowledged)
     assert again.state == first.state
@@ -112,7 +112,7 @@ def test_a_snapshot_of_another_cut_run_or_attempt_is_never_reused(tmp_path: Path
     for path in others:
         write_atomic(path, b'{"old":1}')
 
-    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"new":1}')
+    reply = _reply_after_writing(_settings(tmp_path), barrier, "words", 1, 42, b'{"new":1}')
 
     assert isinstance(reply, CheckpointAcknowledged) and reply.state is not None
     assert reply.state.sha256 == hashlib.sha256(b'{"new":1}').hexdigest()
@@ -127,7 +127,7 @@ def test_a_snapshot_that_cannot_be_written_is_declined(tmp_path: Path) -> None:
     (tmp_path / "blocked").write_text("a file where the checkpoint directory should be")
     barrier = {**BARRIER, "location": (tmp_path / "blocked" / "chk-7").as_uri()}
 
-    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 0, 3, b"{}")
+    reply = _reply_after_writing(_settings(tmp_path), barrier, "words", 0, 3, b"{}")
 
     assert isinstance(reply, CheckpointDeclined)
     assert (reply.checkpoint_id, reply.attempt, reply.task_id) == (7, 2, "words-0")
@@ -137,7 +137,7 @@ def test_a_snapshot_that_cannot_be_written_is_declined(tmp_path: Path) -> None:
 def test_a_location_that_is_not_a_file_uri_is_declined(tmp_path: Path) -> None:
     barrier = {**BARRIER, "location": "s3://bucket/chk-7"}
 
-    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 0, 3, b"{}")
+    reply = _reply_after_writing(_settings(tmp_path), barrier, "words", 0, 3, b"{}")
 
     assert isinstance(reply, CheckpointDeclined) and "s3" in reply.message
 
