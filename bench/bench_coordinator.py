@@ -18,7 +18,7 @@ as a child process (``coordinator.service.supervisor.CoordinatorProcess``, the
    in this process, without Kafka or Faust (the floor of the decode → decide →
    evolve → encode work), and CPU per ack of the coordinator and the broker.
 2. **Checkpoint latency, trigger → completed**, with 2 and 8 real
-   :class:`events.participant.Participant` tasks (one thread each in this
+   :class:`events.task.participant.Participant` tasks (one thread each in this
    process, and one process each), periodic checkpoints every ``--interval-ms``;
    latency is ``CheckpointCompleted.duration_ms`` (coordinator clock). Then where
    the time goes along each checkpoint's critical path (the task acknowledged

@@ -15,7 +15,7 @@ For each size N (2 and 8), one after the other so that both systems see the same
   part of ``bench/bench_coordinator.py``. The broker and the coordinator are stopped after the row.
   Two rows per size (``--modes``): each participant with a consumer and a producer of its own
   (``thread``), and the participants sharing one feed and one producer (``shared``,
-  :class:`events.feed.SharedJobFeed`), as the subtasks of one Flink TaskManager share its network
+  :class:`events.kafka.feed.SharedJobFeed`), as the subtasks of one Flink TaskManager share its network
   stack. ``--storage`` chooses how the participants' 1 KiB snapshots are kept: an fsynced file
   each (``files``, the default), or inline in the ack (``inline``: the job's
   ``inline_threshold_bytes`` is 20 KiB, Flink's default memory threshold, below which Flink too

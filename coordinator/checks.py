@@ -391,7 +391,7 @@ def _offsets_key_problem(key: str) -> str | None:
 def _outside_problem(uri: str, location: str) -> str | None:
     """Why a state handle's ``uri`` is not strictly inside checkpoint ``location`` (None when it is).
 
-    Both are parsed by :func:`events.validation.parse_uri`: a URI that does not parse cannot be
+    Both are parsed by :func:`events.wire.validation.parse_uri`: a URI that does not parse cannot be
     shown to be inside, so it is refused the same way. Symbolic links are the shell's to resolve.
     """
     root = storage_uri(location)

@@ -94,7 +94,7 @@ def why_needed(location: str, states: Mapping[str, JobState]) -> str | None:
 
 
 def canonical_location(location: str) -> str:
-    """``location``'s one spelling (:func:`events.validation.canonical_uri`), or itself if it is not a
+    """``location``'s one spelling (:func:`events.wire.validation.canonical_uri`), or itself if it is not a
     storage URI cutline accepts."""
     try:
         return canonical_uri(location)

@@ -37,7 +37,7 @@ What it does:
   (never savepoints); an aborted checkpoint's snapshots are deleted;
   ``CheckpointFailureThresholdExceeded`` stops the query, and :meth:`await_termination`
   raises :class:`CheckpointFailuresExceeded`. What each record makes the job do is
-  decided by a :class:`~spark_tasks.ledger.JobLedger`, which acts on a completion
+  decided by a :class:`~events.task.ledger.JobLedger`, which acts on a completion
   once, never deletes the latest completed checkpoint nor anything outside the job's
   checkpoint location, and ignores (with one log line, kept in
   :attr:`CheckpointedJob.ignored`) records that contradict what it knows.
@@ -65,13 +65,26 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from events.kafka.clients import commit_offsets, consumer_config
 from events.kafka.feed import JobFeed
 from events.task import storage
+from events.task.ledger import (
+    Abort,
+    Complete,
+    ConfirmRunning,
+    Discard,
+    Fail,
+    GiveUp,
+    Ignore,
+    JobLedger,
+    Restart,
+    Stop,
+    attempt_after,
+)
 from events.task.participant import (
     METADATA_FILE,
     JobDriver,
     MetadataProblem,
     SnapshotCorrupted,
     UnsupportedLocation,
-    load_snapshot,
+    load_task_snapshot,
     read_checkpoint_metadata,
     valid_completions,
 )
@@ -84,13 +97,11 @@ from events.wire.records import (
     CheckpointFailureThresholdExceeded,
     CheckpointKind,
     CheckpointRequested,
-    CheckpointTriggered,
     JobFailedPermanently,
     JobRestartScheduled,
     JobStatus,
     Record,
     SchedulerStarted,
-    SchedulerStopped,
     TriggerRejected,
 )
 from events.wire.topics import DEFAULT_PREFIX, Topics
@@ -117,7 +128,6 @@ from spark_tasks.keyed import (
     read_manifest,
     route_step,
 )
-from spark_tasks.ledger import Abort, Complete, Discard, Fail, Ignore, JobLedger
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
 from spark_tasks.tasks import TaskSettings, partition_step, snapshot_names
 
@@ -201,7 +211,7 @@ class JobSettings:
     executor sees. Default: ``work_dir``."""
     wire: WireSettings = field(default_factory=process_wire)
     """How the job's records are framed (its driver, source and tasks alike): by default the
-    process's (:func:`events.codec.use_wire`)."""
+    process's (:func:`events.wire.codec.use_wire`)."""
 
     @property
     def consumer_group(self) -> str:
@@ -316,15 +326,8 @@ class CheckpointedJob:
         """Names this run's snapshot files (with the attempt and the cut): see spark_tasks.tasks."""
         self.query_name = f"cutline-{settings.job_id}-{self.run_id}"
         self.driver = JobDriver(settings.bootstrap, settings.job_id, self.topics, timeout=timeout)
-        history = self.driver.journal((SchedulerStarted, CheckpointCompleted))
-        attempt = max(
-            1
-            + max(
-                (r.attempt for r in history if isinstance(r, SchedulerStarted | CheckpointCompleted)),
-                default=0,
-            ),
-            int(os.environ.get("CUTLINE_ATTEMPT", "0")),  # the attempt cutline run starts
-        )
+        history = self.driver.journal((SchedulerStarted, CheckpointCompleted, JobRestartScheduled))
+        attempt = max(attempt_after(history), int(os.environ.get("CUTLINE_ATTEMPT", "0")))  # cutline run's
         with OffsetProbe(settings.bootstrap, {}, timeout) as probe:
             self.partitions: list[tuple[str, int]] = probe.partitions(settings.topics)
         if not self.partitions:
@@ -352,8 +355,6 @@ class CheckpointedJob:
         self._listener: _Listener | None = None
         self._follower: _JournalFollower | None = None
         self._stopping = False
-        self._stop_savepoint: int | None = None
-        """The id of this attempt's stop-with-savepoint under way (``cutline stop``)."""
         self._lock = threading.Lock()
         self._completion = threading.Condition(self._lock)
         self._begin_attempt(attempt, settings.restore, history)
@@ -374,10 +375,11 @@ class CheckpointedJob:
             self.ledger = JobLedger(
                 self.settings.job_id,
                 attempt,
-                self.settings.config,
-                self.tasks,
-                self.partitions,
-                self._history,
+                retained=self.settings.config.retained,
+                location=self.settings.config.location,
+                tasks=self.tasks,
+                partitions=self.partitions,
+                history=self._history,
             )
             self.completed: list[CheckpointCompleted] = []
             self.aborted: list[CheckpointAborted] = []
@@ -464,7 +466,7 @@ class CheckpointedJob:
             offset = completed.offsets.get(f"{topic}:{partition}")
             handle = completed.handles.get(task_id(topic, partition))
             if offset is not None and handle is not None:
-                state[(topic, partition)] = offset, load_snapshot(handle)
+                state[(topic, partition)] = offset, load_task_snapshot(handle)
         return state
 
     def _load_keyed(self, completed: CheckpointCompleted) -> dict[tuple[str, int], tuple[int, bytes]]:
@@ -664,30 +666,18 @@ class CheckpointedJob:
 
     def _on_journal_record(self, record: Record) -> None:
         """Act on one decoded journal record of this job, as the ledger decides."""
-        decision: Complete | Abort | Fail | Ignore | None = None
-        if isinstance(record, CheckpointTriggered):
-            decision = self.ledger.triggered(record)
-        elif isinstance(record, SchedulerStarted):
-            if record.attempt == self.attempt:
-                self._scheduled.set()
-        elif isinstance(record, TriggerRejected):
+        if isinstance(record, TriggerRejected):
             if record.request_id is not None:
                 with self._completion:
                     self.rejected[record.request_id] = record
                     self._completion.notify_all()
-        elif isinstance(record, CheckpointCompleted):
-            try:  # a completion too large for one journal record: its metadata object has the rest
-                decision = self.ledger.completed(resolve_completion(record))
-            except MetadataUnavailable as exc:
-                decision = Ignore(str(exc))
-        elif isinstance(record, CheckpointAborted):
-            decision = self.ledger.aborted(record)
-        elif isinstance(record, CheckpointFailureThresholdExceeded):
-            decision = self.ledger.threshold(record)
-        elif isinstance(record, JobRestartScheduled | JobFailedPermanently) and self._decides_this(record):
-            with self._completion:
-                self._decision = record
-                self._completion.notify_all()
+            return
+        try:  # a completion too large for one journal record: its metadata object has the rest
+            decision = self.ledger.fold(
+                resolve_completion(record) if isinstance(record, CheckpointCompleted) else record
+            )
+        except MetadataUnavailable as exc:
+            decision = Ignore(str(exc))
         if isinstance(decision, Ignore):
             self._ignore(record, decision.reason)
         elif isinstance(decision, Complete):
@@ -696,32 +686,25 @@ class CheckpointedJob:
             self._on_aborted(decision)
         elif isinstance(decision, Fail):
             self._on_threshold(decision.exceeded)
-        self._follow_stop(record)  # after the ledger: a completion's offsets and _metadata first
+        elif isinstance(decision, Restart | GiveUp):
+            with self._completion:
+                self._decision = decision.scheduled if isinstance(decision, Restart) else decision.failed
+                self._completion.notify_all()
+        elif isinstance(decision, ConfirmRunning):
+            self._scheduled.set()
+        elif isinstance(decision, Stop):
+            self._end_with(decision)
 
-    def _follow_stop(self, record: Record) -> None:
+    def _end_with(self, stop: Stop) -> None:
         """Stop with a savepoint and cancel (docs/spark.md, "Stop with a savepoint"): when this
-        attempt's stop savepoint completes the query stops and the job is FINISHED; when the job is
+        attempt's stop savepoint completed the query stops and the job is FINISHED; when the job is
         CANCELLING it stops and is CANCELED. The source already reads nothing after the stop's cut."""
-        ending: bool | None = None  # finished?
-        if isinstance(record, CheckpointTriggered) and record.stop and record.attempt == self.attempt:
-            self._stop_savepoint = record.checkpoint_id
-        elif isinstance(record, CheckpointAborted) and record.checkpoint_id == self._stop_savepoint:
-            self._stop_savepoint = None  # it failed: the job keeps running
-        elif isinstance(record, CheckpointCompleted) and record.checkpoint_id == self._stop_savepoint:
-            ending = True
-        elif isinstance(record, SchedulerStopped) and record.attempt == self.attempt:
-            ending = False if record.status is JobStatus.CANCELLING else None
-        if ending is not None and self.query is not None:
-            log.info("job %s attempt %d stops (%s)", self.settings.job_id, self.attempt,
-                     "its stop savepoint completed" if ending else "canceled")  # fmt: skip
-            threading.Thread(target=self.stop, kwargs={"finished": ending}, daemon=True).start()
-
-    def _decides_this(self, record: JobRestartScheduled | JobFailedPermanently) -> bool:
-        """Is ``record`` the strategy's decision on this attempt's failure? (A restart names the
-        attempt it starts; the one that started this attempt is about the one before.)"""
-        if isinstance(record, JobRestartScheduled):
-            return record.attempt > self.attempt
-        return record.attempt >= self.attempt
+        if self.query is None:
+            return
+        finished = stop.status is JobStatus.FINISHED
+        log.info("job %s attempt %d stops (%s)", self.settings.job_id, self.attempt,
+                 "its stop savepoint completed" if finished else "canceled")  # fmt: skip
+        threading.Thread(target=self.stop, kwargs={"finished": finished}, daemon=True).start()
 
     def _ignore(self, record: Record, reason: str) -> None:
         checkpoint_id = getattr(record, "checkpoint_id", None)
@@ -751,6 +734,8 @@ class CheckpointedJob:
             self._discard(discard)
         if keyed and completed.kind is CheckpointKind.CHECKPOINT:
             self._sweep_aborted(completed.checkpoint_id)
+        if decision.stop is not None:  # the stop savepoint: its offsets and _metadata first
+            self._end_with(decision.stop)
 
     def _pieces_needed_by(self, completed: CheckpointCompleted) -> set[str]:
         """The pieces (canonical URIs) a keyed checkpoint's manifests list (a chain reaches into older
@@ -855,6 +840,8 @@ class CheckpointedJob:
         checkpoint's pieces wait until a later checkpoint completes (a chain pending now may list them).
         """
         directory = discard.directory
+        if directory is None:  # not inside the job's checkpoint location: nothing of it is the job's
+            return
         for name in snapshot_names(_names(directory), self.tasks, self.attempt, self.run_id):
             _delete(storage.join(directory, name))
         _delete(storage.join(directory, METADATA_FILE))
@@ -1123,5 +1110,5 @@ def _delete(uri: str) -> None:
 
 
 def _canonical(uri: str) -> str:
-    """``uri`` as the ledger spells directories (:func:`events.validation.parse_uri`)."""
+    """``uri`` as the ledger spells directories (:func:`events.wire.validation.parse_uri`)."""
     return str(parse_uri(uri))

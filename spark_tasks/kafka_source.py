@@ -113,7 +113,7 @@ from events.kafka.client_config import client_properties
 from events.kafka.clients import find_ends
 from events.kafka.feed import JobFeed
 from events.wire.codec import WireSettings, codec_for
-from events.wire.records import CheckpointBarrier
+from events.wire.records import CheckpointBarrier, CheckpointKind
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -303,6 +303,19 @@ def _barrier_entry(barrier: CheckpointBarrier, epoch: int = 0) -> dict[str, Any]
     if barrier.stop:  # only then, so that every other barrier's offset JSON stays as it was
         entry.update(stop=True, drain=barrier.drain)
     return entry
+
+
+def entry_barrier(job_id: str, entry: Mapping[str, Any]) -> CheckpointBarrier:
+    """The barrier of job ``job_id`` that a barrier entry (``cutline_barrier``'s JSON) holds: the
+    inverse of :func:`_barrier_entry` (its epoch stays in ``entry["epoch"]``)."""
+    return CheckpointBarrier(
+        job_id=job_id,
+        checkpoint_id=int(entry["id"]),
+        attempt=int(entry["attempt"]),
+        kind=CheckpointKind(entry.get("kind", CheckpointKind.CHECKPOINT.value)),
+        timestamp_ms=int(entry.get("timestamp_ms", 0)),
+        location=str(entry["location"]),
+    )
 
 
 def _entry_key(entry: Mapping[str, Any]) -> tuple[int, int, int]:
@@ -621,7 +634,7 @@ def end_offsets(
 class BarrierFeed:
     """The checkpoint barriers of one job, read on the driver from its partition of the barriers topic.
 
-    A :class:`events.feed.JobFeed` from the partition's current end (the high watermark of a
+    A :class:`events.kafka.feed.JobFeed` from the partition's current end (the high watermark of a
     fetch, not ListOffsets "latest", short on the embedded broker): everything below that
     end is ignored, so after a restart barriers already folded into checkpointed offsets
     are not seen again (and barriers sent while the query was down are missed).

@@ -61,13 +61,15 @@ from urllib.parse import quote
 import mmh3
 import pyarrow as pa
 
+from events.clock import now_ms
 from events.task import storage
-from events.task.participant import SnapshotCorrupted, acknowledged, declined, declined_for, load_snapshot
+from events.task.participant import SnapshotCorrupted, load_task_snapshot
+from events.task.reply import Answer, Failed, Outcome, Snapshotted, answer, failure
 from events.wire.codec import WireSettings, process_wire
-from events.wire.records import CheckpointAcknowledged, CheckpointDeclined, StateHandle
+from events.wire.records import StateHandle
 from events.wire.topics import Topics
 from events.wire.vocabulary import DeclineReason
-from spark_tasks.kafka_source import BARRIER_COLUMN
+from spark_tasks.kafka_source import BARRIER_COLUMN, entry_barrier
 from spark_tasks.state import KafkaRecord, StateLost, _json_dumps, _json_loads
 from spark_tasks.tasks import snapshot_name
 
@@ -319,7 +321,7 @@ def pieces_root(manifest_uri: str) -> str:
 
 def read_manifest(handle: StateHandle) -> Manifest:
     """The manifest a keyed task's state handle names, checked against the handle's size and sha256."""
-    return Manifest.from_bytes(load_snapshot(handle), handle.uri)
+    return Manifest.from_bytes(load_task_snapshot(handle), handle.uri)
 
 
 def read_keyed_state(
@@ -606,8 +608,10 @@ def process_step(
         except StateLost as lost:
             state, missing = None, str(lost)
         if barriers:
-            reply = _on_barriers(step, settings, store, index, groups, batch_id, barriers, state, missing)
-            _send(settings, reply, barriers)
+            outcome = _on_barriers(step, settings, store, index, groups, batch_id, barriers, state, missing)
+            entry = json.loads(next(iter(barriers.values()))[0])
+            checkpoint = entry_barrier(settings.job_id, entry)
+            _send(settings, answer(checkpoint, entry.get("epoch"), task, outcome, now_ms()))
         if state is None:
             if missing is not None:
                 log.error("task %s skips batch %d: %s", task, batch_id, missing)
@@ -659,29 +663,28 @@ def _on_barriers(
     barriers: Mapping[tuple[str, int], tuple[str, int]],
     state: KeyedState | None,
     missing: str | None,
-) -> CheckpointAcknowledged | CheckpointDeclined:
-    """Snapshot the state at the cut once a barrier has come from every input partition."""
+) -> Outcome:
+    """Snapshot the state at the cut once a barrier has come from every input partition; what came
+    of it (the answer to the barrier is :func:`events.task.reply.answer`'s)."""
     entries = {json.dumps(json.loads(raw), sort_keys=True) for raw, _ in barriers.values()}
     entry = json.loads(next(iter(barriers.values()))[0])
-    checkpoint_id, attempt = int(entry["id"]), int(entry["attempt"])
+    checkpoint_id = int(entry["id"])
     task = keyed_task_id(index)
     if len(entries) != 1:
-        return declined(
-            settings.job_id, checkpoint_id, attempt, task, DeclineReason.TASK_CHECKPOINT_FAILURE,
+        return Failed(
+            DeclineReason.TASK_CHECKPOINT_FAILURE,
             f"partition {index} got barriers of different checkpoints in batch {batch_id}",
-        )  # fmt: skip
+        )
     absent = sorted(settings.inputs - set(barriers))
     if absent:
         names = ", ".join(f"{t}[{p}]" for t, p in absent)
-        return declined(
-            settings.job_id, checkpoint_id, attempt, task, DeclineReason.TASK_CHECKPOINT_FAILURE,
+        return Failed(
+            DeclineReason.TASK_CHECKPOINT_FAILURE,
             f"partition {index} got the barrier of checkpoint {checkpoint_id} from {len(barriers)} of "
             f"{len(settings.inputs)} input partitions (none from {names}): not aligned",
-        )  # fmt: skip
-    if state is None:
-        return declined(
-            settings.job_id, checkpoint_id, attempt, task, DeclineReason.TASK_CHECKPOINT_FAILURE, str(missing)
         )
+    if state is None:
+        return Failed(DeclineReason.TASK_CHECKPOINT_FAILURE, str(missing))
     # Only partition 0 records the cut's source offsets: once per checkpoint, as Flink's sources do.
     offsets = {f"{t}:{p}": cut for (t, p), (_, cut) in sorted(barriers.items())} if index == 0 else {}
     started = time.perf_counter()
@@ -690,13 +693,14 @@ def _on_barriers(
             store, state, groups, step.max_parallelism, task, settings, entry, batch_id
         )
     except Exception as exc:
-        return declined_for(settings.job_id, checkpoint_id, attempt, task, exc)
+        log.warning("task %s declines checkpoint %d: %r", task, checkpoint_id, exc)
+        return failure(exc)
     metrics = {
         "write_ms": round((time.perf_counter() - started) * 1000),
         "bytes": piece.size if piece is not None else 0,
         "keys": piece.keys if piece is not None else 0,
     }
-    return acknowledged(settings.job_id, checkpoint_id, attempt, task, manifest_uri, data, offsets, metrics)
+    return Snapshotted(manifest_uri, data, offsets, metrics)
 
 
 def write_snapshot(
@@ -758,16 +762,11 @@ def _task_settings(settings: KeyedSettings) -> Any:
     )
 
 
-def _send(
-    settings: KeyedSettings,
-    reply: CheckpointAcknowledged | CheckpointDeclined,
-    barriers: Mapping[tuple[str, int], tuple[str, int]],
-) -> None:
+def _send(settings: KeyedSettings, answered: Answer) -> None:
     """Hand the ack or decline to the producer; the task awaits it before it ends (:func:`_await`)."""
-    from spark_tasks.tasks import _barrier_epoch, send_reply
+    from spark_tasks.tasks import send_reply
 
-    entry = json.loads(next(iter(barriers.values()))[0])
-    send_reply(_task_settings(settings), reply, _barrier_epoch(entry), wait=False)
+    send_reply(_task_settings(settings), answered, wait=False)
 
 
 def _await(settings: KeyedSettings) -> None:

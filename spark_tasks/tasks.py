@@ -11,9 +11,9 @@ partition of a micro-batch (the source makes one task per partition, and
 2. on a barrier row (the first row of a barrier batch, at the batch's start
    offset): copies that version atomically to
    ``<location>/<topic>-<partition>.a<attempt>-<run>.cut-<offset>`` (see
-   :func:`snapshot_name`) and sends ``CheckpointAcknowledged`` with the handle and
-   the offset, from this task; if the snapshot cannot be written it sends
-   ``CheckpointDeclined`` and the batch goes on;
+   :func:`snapshot_name`) and sends the answer :func:`events.task.reply.answer` makes of it:
+   ``CheckpointAcknowledged`` with the handle and the offset, from this task, or, if the snapshot
+   cannot be written, ``CheckpointDeclined``, and the batch goes on;
 3. folds the records through the step's ``update`` and yields its output rows;
 4. saves the version at the end of the partition's records.
 
@@ -54,21 +54,15 @@ from urllib.parse import quote
 import pyarrow as pa
 from confluent_kafka import KafkaException, Producer
 
+from events.clock import now_ms
 from events.kafka.clients import deliver, produce_record, producer_config
-from events.task.participant import (
-    acknowledged,
-    declined,
-    declined_for,
-    local_path,
-    snapshot_uri,
-    write_atomic,
-)
+from events.task.participant import local_path, snapshot_uri, write_atomic
+from events.task.reply import Answer, Failed, Outcome, Snapshotted, answer, failure
 from events.wire.codec import WireSettings, codec_for, process_wire
-from events.wire.fencing import epoch_header
-from events.wire.records import CheckpointAcknowledged, CheckpointDeclined
+from events.wire.records import CheckpointBarrier
 from events.wire.topics import Topics
 from events.wire.vocabulary import DeclineReason
-from spark_tasks.kafka_source import BARRIER_COLUMN
+from spark_tasks.kafka_source import BARRIER_COLUMN, entry_barrier
 from spark_tasks.state import KafkaRecord, PartitionStateStore, StatefulStep, StateLost, task_id
 
 __all__ = [
@@ -78,6 +72,7 @@ __all__ = [
     "snapshot_files",
     "snapshot_name",
     "snapshot_names",
+    "write_partition_snapshot",
 ]
 
 log = logging.getLogger(__name__)
@@ -115,10 +110,6 @@ class TaskSettings:
         return Topics(self.topic_prefix)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _producer(settings: TaskSettings) -> Producer:
     key = (settings.bootstrap, tuple(sorted(settings.producer_extra.items())))
     producer = _producers.get(key)
@@ -127,26 +118,13 @@ def _producer(settings: TaskSettings) -> Producer:
     return producer
 
 
-def _barrier_epoch(entry: Mapping[str, Any]) -> int | None:
-    epoch = entry.get("epoch")
-    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else None
-
-
-def send_reply(
-    settings: TaskSettings,
-    reply: CheckpointAcknowledged | CheckpointDeclined,
-    epoch: int | None = None,
-    *,
-    wait: bool = True,
-) -> None:
-    """Send an ack or a decline and wait until the broker has it (or log why not). ``epoch`` is the
-    coordinator epoch of the barrier it answers (the ``cutline.epoch`` header; None: not known).
+def send_reply(settings: TaskSettings, answered: Answer, *, wait: bool = True) -> None:
+    """Send an ack or a decline, naming the coordinator epoch of the barrier it answers, and wait
+    until the broker has it (or log why not).
 
     ``wait=False`` only hands it to the producer: the task goes on with its records and calls
     :func:`await_replies` before it ends (the ack's round trip overlaps the task's work)."""
-    topics = settings.topics
-    topic = topics.acks if isinstance(reply, CheckpointAcknowledged) else topics.declines
-    headers = [epoch_header(epoch)] if epoch is not None else []
+    reply, topic, headers = answered.reply, answered.topic(settings.topics), answered.headers
     if not wait:
 
         def delivered(error: Any, message: Any) -> None:
@@ -186,7 +164,7 @@ def await_replies(settings: TaskSettings) -> None:
 
 
 _SNAPSHOT_SAFE = ":@=+,"
-"""Characters :func:`events.participant.snapshot_uri` keeps in a file name."""
+"""Characters :func:`events.task.participant.snapshot_uri` keeps in a file name."""
 
 
 def snapshot_name(task: str, attempt: int, run_id: str, cut: int) -> str:
@@ -225,32 +203,26 @@ def _is_decimal(text: str) -> bool:
     return bool(text) and set(text) <= set("0123456789")
 
 
-def _declined(
-    settings: TaskSettings, barrier: Mapping[str, Any], task: str, reason: str, message: str
-) -> CheckpointDeclined:
-    return declined(settings.job_id, int(barrier["id"]), int(barrier["attempt"]), task, reason, message)
+def write_partition_snapshot(
+    settings: TaskSettings, barrier: CheckpointBarrier, topic: str, partition: int, cut: int, data: bytes
+) -> Outcome:
+    """Write ``data`` (the state at offset ``cut``) under the barrier's location; what came of it.
 
-
-def snapshot_reply(
-    settings: TaskSettings, barrier: Mapping[str, Any], topic: str, partition: int, cut: int, data: bytes
-) -> CheckpointAcknowledged | CheckpointDeclined:
-    """Write ``data`` (the state at offset ``cut``) under the barrier's location; the ack, or a decline."""
+    A retried task or a re-run batch finds this run's snapshot of this very cut and takes its bytes."""
     task = task_id(topic, partition)
-    checkpoint_id, attempt = int(barrier["id"]), int(barrier["attempt"])
     started = time.perf_counter()
     try:
-        uri = snapshot_uri(str(barrier["location"]), snapshot_name(task, attempt, settings.run_id, cut))
+        uri = snapshot_uri(barrier.location, snapshot_name(task, barrier.attempt, settings.run_id, cut))
         path = local_path(uri)
-        if path.is_file():  # a retried task or a re-run batch: this run's snapshot of this very cut
+        if path.is_file():
             data = path.read_bytes()
         else:
             write_atomic(path, data)
     except Exception as exc:
-        return declined_for(settings.job_id, checkpoint_id, attempt, task, exc)
+        log.warning("task %s declines checkpoint %d: %r", task, barrier.checkpoint_id, exc)
+        return failure(exc)
     metrics = {"write_ms": round((time.perf_counter() - started) * 1000), "bytes": len(data)}
-    return acknowledged(
-        settings.job_id, checkpoint_id, attempt, task, uri, data, {f"{topic}:{partition}": cut}, metrics
-    )
+    return Snapshotted(uri, data, {f"{topic}:{partition}": cut}, metrics)
 
 
 class _Partition:
@@ -324,19 +296,16 @@ def partition_step(
                             "emit a batch's barrier first (spark_tasks.kafka_source)"
                         )
                     entry = json.loads(barrier)
-                    if current.missing is not None:
-                        reply: CheckpointAcknowledged | CheckpointDeclined = _declined(
-                            settings,
-                            entry,
-                            task_id(topic, partition),
-                            DeclineReason.TASK_CHECKPOINT_FAILURE,
-                            current.missing,
+                    checkpoint = entry_barrier(settings.job_id, entry)
+                    outcome = (
+                        Failed(DeclineReason.TASK_CHECKPOINT_FAILURE, current.missing)
+                        if current.missing is not None
+                        else write_partition_snapshot(
+                            settings, checkpoint, topic, partition, offset, current.snapshot_bytes(step)
                         )
-                    else:
-                        reply = snapshot_reply(
-                            settings, entry, topic, partition, offset, current.snapshot_bytes(step)
-                        )
-                    send_reply(settings, reply, _barrier_epoch(entry))
+                    )
+                    task = task_id(topic, partition)
+                    send_reply(settings, answer(checkpoint, entry.get("epoch"), task, outcome, now_ms()))
                     continue
                 if current.missing is not None:
                     current.next_offset = offset + 1

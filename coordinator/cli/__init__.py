@@ -114,7 +114,7 @@ def cutline(
         fail(errors, str(exc))
     use_wire(wire)
     # The processes cutline starts (a job under `cutline run`, the demo's Spark job) take the same
-    # settings from their entry points (events.schema_registry.wire_from_environment).
+    # settings from their entry points (events.wire.schema_registry.wire_from_environment).
     os.environ.update(wire_environment(wire))
 
 

@@ -3,7 +3,8 @@
 
 The supervisor starts attempt N of the job's driver (``CMD ...``) with the attempt
 and the checkpoint to restore in its environment, and follows the job's journal
-(from its end, fenced, :class:`events.feed.JobFeed`). The coordinator decides
+(from its end, fenced, :class:`events.kafka.feed.JobFeed`) through the attempt's
+:class:`events.task.ledger.JobLedger`, as every task-side reader does. The coordinator decides
 restarts, never the supervisor: when the driver exits with an error the
 supervisor reports the attempt FAILING; when the driver stops sending heartbeats
 the coordinator notices by itself. Either way the restart strategy journals
@@ -42,11 +43,11 @@ from rich.console import Console
 
 from events.kafka.feed import JobFeed, read_job_partition
 from events.stopping import StopSignals
+from events.task.ledger import ConfirmRunning, Finish, GiveUp, JobLedger, Restart, Stop, attempt_after
 from events.task.participant import RESTART_STRATEGY_ENV, JobDriver
 from events.wire.codec import to_avro
 from events.wire.records import (
     CheckpointCompleted,
-    JobFailedPermanently,
     JobRestartScheduled,
     JobStatus,
     RestartStrategy,
@@ -61,8 +62,8 @@ EXIT_FAILED = 1
 """``cutline run``'s exit code when the restart strategy gave up."""
 EXIT_CANCELED = 130
 """``cutline run``'s exit code after Ctrl-C or SIGTERM (the job is CANCELED)."""
-FINAL_STATUSES = {JobStatus.FINISHED: 0, JobStatus.FAILED: EXIT_FAILED, JobStatus.CANCELED: EXIT_CANCELED}
-"""Statuses with which a driver ends its job itself, and the exit code each gives ``cutline run``."""
+EXIT_CODES = {JobStatus.FINISHED: 0, JobStatus.FAILED: EXIT_FAILED, JobStatus.CANCELED: EXIT_CANCELED}
+"""The exit code each final status of a job (:data:`events.task.ledger.FINAL_STATUSES`) gives ``cutline run``."""
 FINAL_STATUS_WAIT_S = 5.0
 """After a clean exit, how long to wait for the driver's own final status in the journal."""
 DECISION_HINT_S = 30.0
@@ -87,14 +88,7 @@ def next_attempt(bootstrap: str, prefix: str, job_id: str, timeout: float = 30.0
     topic = Topics(prefix).checkpoints
     kinds = {SchedulerStarted.__name__, JobRestartScheduled.__name__, CheckpointCompleted.__name__}
     records = read_job_partition(bootstrap, job_id, topic, claims_topic=topic, kinds=kinds, timeout=timeout)
-    latest = 0
-    for entry in records:
-        record = entry.record
-        if isinstance(record, JobRestartScheduled):
-            latest = max(latest, record.attempt - 1)
-        elif isinstance(record, SchedulerStarted | CheckpointCompleted):
-            latest = max(latest, record.attempt)
-    return latest + 1
+    return attempt_after(entry.record for entry in records)
 
 
 class _Attempt:
@@ -102,6 +96,8 @@ class _Attempt:
 
     def __init__(self, settings: RunSettings, attempt: int, restore: JobRestartScheduled | None) -> None:
         self.attempt = attempt
+        self.ledger = JobLedger(settings.job_id, attempt)
+        """What the journal decided about this attempt (its lifecycle: running, restart, give up)."""
         env = {
             **os.environ,
             "CUTLINE_JOB": settings.job_id,
@@ -201,10 +197,10 @@ def _loop(
                 + (f" ({final.error})" if final.error else "")
                 + f", exit code {code}"
             )
-            return 0 if final.status is JobStatus.FINISHED else FINAL_STATUSES[final.status]
+            return EXIT_CODES[final.status]
         if stops.requested or stop_requested() or decided.canceled is not None:
             stopped = current.stop(settings.stop_timeout_s, stops)
-            why = "canceled by cutline run" if decided.canceled is None else decided.canceled.error
+            why = "canceled by cutline run" if decided.canceled is None else decided.canceled
             driver.status(JobStatus.CANCELED, why, attempt=current.attempt)
             console.print(f"job {job} canceled: attempt {current.attempt} stopped (exit code {stopped})")
             return EXIT_CANCELED
@@ -251,8 +247,8 @@ class _Decided:
     """The restart the strategy scheduled."""
     final: SchedulerStopped | None = None
     """The job's final status (the driver ended it itself: no strategy runs)."""
-    canceled: SchedulerStopped | None = None
-    """``cutline cancel``: the job is CANCELLING; the driver is stopped as after Ctrl-C."""
+    canceled: str | None = None
+    """``cutline cancel``: why the job is CANCELLING; the driver is stopped as after Ctrl-C."""
 
 
 def _read_decisions(
@@ -266,8 +262,9 @@ def _read_decisions(
     """Note the journal's news for the running attempt in ``decided``; the exit code of a job that
     failed for good."""
     for entry in feed.poll(0.1):
-        record = entry.record
-        if isinstance(record, JobRestartScheduled) and record.attempt > current.attempt:
+        decision = current.ledger.lifecycle(entry.record)
+        if isinstance(decision, Restart):
+            record = decision.scheduled
             decided.scheduled, current.reported = record, True
             restore = (
                 "nothing"
@@ -278,24 +275,22 @@ def _read_decisions(
                 f"[yellow]attempt {current.attempt} failed[/] ({record.failure}): the restart strategy "
                 f"starts attempt {record.attempt} in {record.delay_ms / 1000:.1f} s, restoring {restore}"
             )
-        elif isinstance(record, JobFailedPermanently) and record.attempt >= current.attempt:
+        elif isinstance(decision, GiveUp):
             current.stop(settings.stop_timeout_s, stops)
+            failed = decision.failed
             console.print(
-                f"[red]job {settings.job_id} failed for good[/] after attempt {record.attempt} "
-                f"({record.failure}): {record.reason}. Fix the cause, then start it again with `cutline "
+                f"[red]job {settings.job_id} failed for good[/] after attempt {failed.attempt} "
+                f"({failed.failure}): {failed.reason}. Fix the cause, then start it again with `cutline "
                 "run`; it restores the latest completed checkpoint."
             )
             return EXIT_FAILED
-        elif isinstance(record, SchedulerStarted) and record.attempt == current.attempt:
-            console.print(f"attempt {record.attempt} is [green]RUNNING[/] with {len(record.tasks)} tasks")
-        elif (
-            isinstance(record, SchedulerStopped)
-            and record.attempt == current.attempt
-            and record.status in FINAL_STATUSES
-        ):
-            decided.final = record
-        elif isinstance(record, SchedulerStopped) and record.status is JobStatus.CANCELLING:
-            decided.canceled = record
+        elif isinstance(decision, ConfirmRunning):
+            started = decision.started
+            console.print(f"attempt {started.attempt} is [green]RUNNING[/] with {len(started.tasks)} tasks")
+        elif isinstance(decision, Finish):
+            decided.final = decision.stopped
+        elif isinstance(decision, Stop) and decision.status is JobStatus.CANCELED:
+            decided.canceled = "canceled (cutline cancel)"
     return None
 
 

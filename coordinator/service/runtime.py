@@ -17,7 +17,7 @@ journal record and barrier it gets back carries that epoch in the
 checkpoint's trigger, so an ack or decline that answers a barrier of an older,
 superseded epoch (a zombie's) is refused with ``STALE_EPOCH`` instead of counting,
 and one whose epoch header is doubled or malformed (void, as every reader reads it:
-:func:`events.fencing.header_epoch`) with VOID_EPOCH.
+:func:`events.wire.fencing.header_epoch`) with VOID_EPOCH.
 
 Bad input is never fatal (docs/design.md, "The checkpoint decider"): every input is decided inside its own
 guard.
@@ -418,7 +418,7 @@ class Coordinator:
                 f"job's partition is {self.partition_of(job_id)} of {self.partitions}: its key hashed with "
                 "murmur2, as Java's client and Faust hash it, so that every event of a job reaches the "
                 'worker that owns it. Produce with a murmur2 partitioner (confluent-kafka: "partitioner": '
-                '"murmur2_random", as events.kafka.producer_config sets it)',
+                '"murmur2_random", as events.kafka.clients.producer_config sets it)',
                 job_id,
             )
         if isinstance(record, (CheckpointAcknowledged, CheckpointDeclined)) and headers:
@@ -778,7 +778,7 @@ class Coordinator:
 
 @functools.lru_cache(maxsize=64)
 def _epoch_header(epoch: int) -> tuple[str, bytes]:
-    """:func:`events.fencing.epoch_header`, remembered: a worker writes under a few epochs only."""
+    """:func:`events.wire.fencing.epoch_header`, remembered: a worker writes under a few epochs only."""
     return epoch_header(epoch)
 
 
@@ -911,7 +911,7 @@ def _linked_out(
 
 
 _PLAIN_NAME = re.compile(r"[^/%\\?#\x00-\x1f\x7f]+")
-"""A path segment :func:`events.validation.parse_uri` keeps as written (no escape, no separator,
+"""A path segment :func:`events.wire.validation.parse_uri` keeps as written (no escape, no separator,
 no character it refuses); ``.`` and ``..`` are plain by this pattern and are excluded apart."""
 
 
@@ -941,7 +941,7 @@ def _checkpoint_directory(
 
 
 def _file_handle(uri: str, location: str) -> StorageUri | None:
-    """A state handle's ``file:`` URI parsed (:func:`events.validation.parse_below` its checkpoint
+    """A state handle's ``file:`` URI parsed (:func:`events.wire.validation.parse_below` its checkpoint
     location, as the decider parsed it); None when it is not a ``file:`` URI or does not parse."""
     try:
         parsed = parse_below(uri, location)

@@ -139,7 +139,7 @@ def create_topics(
 
     Every topic gets an explicit ``max.message.bytes`` (docs/design.md, "Record sizes"): ``config``'s, or
     Apache
-    Kafka's default (:data:`events.sizes.DEFAULT_MAX_MESSAGE_BYTES`), so that a cluster whose
+    Kafka's default (:data:`events.wire.sizes.DEFAULT_MAX_MESSAGE_BYTES`), so that a cluster whose
     broker default differs does not change what the coordinator may write. Existing topics are left
     alone. Returns once every created topic shows
     ``partitions`` partitions in the cluster metadata.

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from events.kafka.clients import consumer_config
 from events.stopping import Stop, StopSignals
-from events.task.participant import JobDriver, Participant, load_snapshot
+from events.task.participant import JobDriver, Participant, load_task_snapshot
 from events.wire.codec import use_wire
 from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, JobStatus
 from events.wire.schema_registry import wire_from_environment
@@ -95,7 +95,7 @@ class WordCount:
         handle = completed.handles.get(self.task_id)
         if handle is None:
             raise LookupError(f"checkpoint {completed.checkpoint_id} has no snapshot of task {self.task_id}")
-        state = json.loads(load_snapshot(handle))
+        state = json.loads(load_task_snapshot(handle))
         self.counts = Counter({str(word): int(n) for word, n in state["counts"].items()})
         self.next_offset = int(completed.offsets.get(self.key, state["offset"]))
         self.restored = completed

@@ -4,7 +4,7 @@ A participant, the Spark driver's journal follower and barrier feed, ``JobDriver
 journal reads and the bench's tail all read "the records of one job from its
 partition of a topic". They share three rules, which live here once:
 
-- **The end is where a fetch response says it is** (:func:`events.kafka.find_ends`), never
+- **The end is where a fetch response says it is** (:func:`events.kafka.clients.find_ends`), never
   ListOffsets "latest" (short by up to one batch on the embedded broker, docs/embedded-broker.md)
   and never a quiet spell.
 - **The job's records are the ones keyed by its id**, decoded by the codec; a frame
@@ -72,7 +72,7 @@ class JobRecords:
     """Which messages of a job's partitions count, and as what (no I/O: it is handed messages).
 
     ``claims_topic`` is the journal: its claims move the fence. ``learning`` is for a
-    reader that starts in the middle of a partition (see :class:`events.fencing.Fence`).
+    reader that starts in the middle of a partition (see :class:`events.wire.fencing.Fence`).
     ``kinds`` (schema names) keeps only those records; others are skipped undecoded.
     ``starts`` maps ``(topic, partition)`` to the first offset that counts. Counts what it
     drops: ``undecodable``, and ``void`` records by topic.
@@ -279,7 +279,7 @@ def read_job_partition(
 ) -> Iterator[FeedRecord]:
     """The valid records of ``job_id`` in its partition of ``topic``, from the beginning to the end.
 
-    The end is the high watermark of the first fetch (:func:`events.kafka.read_partition_to_end`);
+    The end is the high watermark of the first fetch (:func:`events.kafka.clients.read_partition_to_end`);
     a journal read names itself as ``claims_topic`` so that its claims fence it.
     """
     consumer = Consumer(consumer_config(bootstrap, extra=config))

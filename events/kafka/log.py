@@ -1,6 +1,6 @@
 """Read a whole topic to its current end, as plain messages with positions; read the journal fenced.
 
-Built on :func:`events.kafka.read_partition_to_end` (one partition, ended by the high
+Built on :func:`events.kafka.clients.read_partition_to_end` (one partition, ended by the high
 watermark a fetch reports, because the embedded broker's ListOffsets(latest)
 is wrong: docs/embedded-broker.md), one partition after another. :func:`read_journal_topic`
 and :func:`fenced_journal` apply the fencing rule (docs/design.md, "Ownership and fencing")
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class LogMessage:
-    """One message of a topic, with its position and headers (a :class:`~events.fencing.HeaderDict`
+    """One message of a topic, with its position and headers (a :class:`~events.wire.fencing.HeaderDict`
     when read from Kafka: by name, and every header as the message carried them)."""
 
     topic: str
@@ -58,7 +58,7 @@ def read_to_end(
 ) -> Iterator[LogMessage]:
     """Every message of ``topic`` (or of ``partitions``) up to its end as of now, partition by
     partition, in offset order within each. ``start``/``until`` (offsets) and ``timeout`` (a stall,
-    not the read) as in :func:`events.kafka.read_partition_to_end`."""
+    not the read) as in :func:`events.kafka.clients.read_partition_to_end`."""
     consumer = Consumer(consumer_config(bootstrap))
     try:
         chosen = sorted(partitions) if partitions is not None else partitions_of(consumer, topic)
@@ -124,10 +124,10 @@ def fenced_journal(
     """The valid records among journal ``messages`` (in offset order per partition), decoded.
 
     Applies the fencing rule (:mod:`events.wire.fencing`) per partition: void records go to
-    ``on_void`` (default: an INFO log line; the epoch is :data:`~events.fencing.VOID_EPOCH` for
+    ``on_void`` (default: an INFO log line; the epoch is :data:`~events.wire.fencing.VOID_EPOCH` for
     a record whose epoch header is doubled or malformed) and are not yielded; valid claims are.
     ``fences`` holds each partition's fence and is updated as the read goes on (pass
-    :class:`~events.fencing.Fence` ``(epoch, learning=True)`` to start in the middle).
+    :class:`~events.wire.fencing.Fence` ``(epoch, learning=True)`` to start in the middle).
     A message that is not a journal record goes to ``on_foreign`` with the reason.
     """
     codec = default_codec()

@@ -11,8 +11,12 @@ the consumer group and calls ``on_complete``) and aborts (it deletes its
 snapshot).
 
 A :class:`JobDriver` publishes the job's status and finds completed checkpoints
-in the journal, to restore from; :func:`load_snapshot` reads a snapshot back and
+in the journal, to restore from; :func:`load_task_snapshot` reads a task's snapshot back and
 checks its digest.
+
+What a barrier makes a participant send is :func:`events.task.reply.answer`'s; what a journal record
+makes it do (commit, discard, ignore) is its :class:`events.task.ledger.JobLedger`'s, the same as for a
+Spark job's driver.
 
 Start the participants before the driver publishes RUNNING: a participant only
 sees barriers and journal events written after it started.
@@ -37,6 +41,7 @@ from urllib.parse import quote, urlsplit
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from events.clock import now_ms
 from events.extras import MissingExtra
 from events.kafka.clients import (
     commit_offsets,
@@ -46,9 +51,10 @@ from events.kafka.clients import (
 )
 from events.kafka.feed import FeedRecord, FeedSubscription, JobFeed, SharedJobFeed, read_job_partition
 from events.task import storage
+from events.task.ledger import Abort, Complete, Discard, Ignore, JobLedger, Stop, completion_problem
+from events.task.reply import Answer, Reply, Snapshotted, answer, failure, fits_inline
 from events.task.storage import UnsupportedLocation, local_path, write_atomic
 from events.wire.codec import DecodeError, avro_decoder, decode
-from events.wire.fencing import epoch_header
 from events.wire.metadata import (
     METADATA_FILE as METADATA_FILE,  # re-exported: its home before events.wire.metadata
 )
@@ -59,7 +65,6 @@ from events.wire.records import (
     CheckpointBarrier,
     CheckpointCompleted,
     CheckpointConfig,
-    CheckpointDeclined,
     CheckpointKind,
     CheckpointRequested,
     ExecutionState,
@@ -70,15 +75,11 @@ from events.wire.records import (
     JobStopRequested,
     Record,
     RestartStrategy,
-    SchedulerStarted,
-    SchedulerStopped,
     StateHandle,
     TaskStatusChanged,
 )
 from events.wire.sizes import excerpt
 from events.wire.topics import Topics
-from events.wire.validation import parse_offsets, parse_offsets_key
-from events.wire.vocabulary import DeclineReason
 
 __all__ = [
     "JobDriver",
@@ -86,9 +87,7 @@ __all__ = [
     "ParticipantStats",
     "SnapshotCorrupted",
     "UnsupportedLocation",
-    "completion_problem",
-    "fits_inline",
-    "load_snapshot",
+    "load_task_snapshot",
     "local_path",
     "snapshot_uri",
     "valid_completions",
@@ -103,7 +102,6 @@ OnComplete = Callable[[CheckpointCompleted], None]
 OnStop = Callable[[JobStatus, bool], None]
 """Called once when the job stops: with FINISHED after its stop savepoint completed, or CANCELED
 after a cancel; and whether the stop drains (Flink's ``--drain``: the input ends at the cut)."""
-Reply = CheckpointAcknowledged | CheckpointDeclined
 _Request = TypeVar("_Request", CheckpointRequested, JobStopRequested, JobCancelRequested)
 
 REMEMBERED_REPLIES = 64
@@ -111,10 +109,6 @@ REMEMBERED_REPLIES = 64
 
 SLOW_DELIVERY_S = 1.0
 """An ack or decline the broker acknowledged later than this after ``produce()`` is logged."""
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # ------------------------------------------------------------ environment
@@ -131,63 +125,6 @@ def with_restart_strategy_from_environment(config: CheckpointConfig) -> Checkpoi
     return dataclasses.replace(config, restart_strategy=avro_decoder(RestartStrategy)(json.loads(text)))
 
 
-# --------------------------------------------------------------- answers
-
-
-def declined(
-    job_id: str, checkpoint_id: int, attempt: int, task_id: str, reason: str, message: str
-) -> CheckpointDeclined:
-    """The decline of ``task_id`` for a checkpoint, with a Flink failure ``reason`` and what to fix."""
-    return CheckpointDeclined(
-        job_id=job_id,
-        checkpoint_id=checkpoint_id,
-        attempt=attempt,
-        task_id=task_id,
-        timestamp_ms=_now_ms(),
-        reason=reason,
-        message=message,
-    )
-
-
-def declined_for(
-    job_id: str, checkpoint_id: int, attempt: int, task_id: str, exc: BaseException
-) -> CheckpointDeclined:
-    """The decline a task sends when taking or writing its snapshot raised ``exc`` (logged)."""
-    log.warning("task %s declines checkpoint %d: %r", task_id, checkpoint_id, exc)
-    reason = DeclineReason.IO_EXCEPTION if isinstance(exc, OSError) else DeclineReason.TASK_CHECKPOINT_FAILURE
-    return declined(job_id, checkpoint_id, attempt, task_id, reason, f"{type(exc).__name__}: {exc}")
-
-
-def acknowledged(
-    job_id: str,
-    checkpoint_id: int,
-    attempt: int,
-    task_id: str,
-    uri: str,
-    data: bytes,
-    offsets: Mapping[str, int],
-    metrics: Mapping[str, int],
-    *,
-    inline: bool = False,
-) -> CheckpointAcknowledged:
-    """The ack of ``task_id``: the snapshot ``data`` written at ``uri`` (size, sha256) and its cut.
-
-    ``inline``: ``data`` was not written; it rides in the handle itself (see
-    :func:`fits_inline`), and ``uri`` only names it.
-    """
-    digest = hashlib.sha256(data).hexdigest()
-    return CheckpointAcknowledged(
-        job_id=job_id,
-        checkpoint_id=checkpoint_id,
-        attempt=attempt,
-        task_id=task_id,
-        timestamp_ms=_now_ms(),
-        state=StateHandle(uri=uri, size_bytes=len(data), sha256=digest, inline=data if inline else None),
-        offsets=dict(offsets),
-        metrics=dict(metrics),
-    )
-
-
 # ------------------------------------------------------------------- storage
 
 
@@ -195,32 +132,22 @@ class SnapshotCorrupted(ValueError):
     """A snapshot's bytes do not match the size or sha256 of its state handle."""
 
 
-def snapshot_uri(location: str, task_id: str) -> str:
-    """The URI of ``task_id``'s snapshot in checkpoint ``location``: ``<location>/<task_id>``.
+def snapshot_uri(location: str, name: str) -> str:
+    """The URI of the snapshot file ``name`` in checkpoint ``location``: ``<location>/<name>``.
 
-    The task id becomes one file name: characters that could leave the
-    directory (``/``) are percent-encoded in the name.
+    A participant names its snapshot after its task id; a Spark task after its task, attempt, run
+    and cut (:func:`spark_tasks.tasks.snapshot_name`). The name stays one file name: characters that
+    could leave the directory (``/``) are percent-encoded in it.
     """
-    if task_id in ("", ".", ".."):
-        raise ValueError(f"task id {task_id!r} cannot name a snapshot file")
-    name = quote(task_id, safe=":@=+,")
+    if name in ("", ".", ".."):
+        raise ValueError(f"{name!r} cannot name a snapshot file")
+    quoted = quote(name, safe=":@=+,")
     scheme = urlsplit(location).scheme
-    tail = quote(name, safe=":@=+,") if scheme else name
+    tail = quote(quoted, safe=":@=+,") if scheme else quoted
     return f"{location.rstrip('/')}/{tail}"
 
 
-def fits_inline(data: bytes, barrier: CheckpointBarrier) -> bool:
-    """May ``data`` ride inline in the ack to ``barrier`` instead of being written to a file?
-
-    The coordinator allows it up to the barrier's ``inline_limit_bytes`` (the job's
-    ``inline_threshold_bytes``, shared out among its tasks), as Flink keeps state below its memory
-    threshold in the checkpoint's metadata. The coordinator's journal makes the bytes durable once
-    it accepts the ack; no file, no fsync.
-    """
-    return 0 < barrier.inline_limit_bytes and len(data) <= barrier.inline_limit_bytes
-
-
-def load_snapshot(handle: StateHandle) -> bytes:
+def load_task_snapshot(handle: StateHandle) -> bytes:
     """The bytes of a task's snapshot, after checking them against the handle's size and sha256:
     the handle's inline bytes when it has them, else the file at its URI.
 
@@ -235,18 +162,6 @@ def load_snapshot(handle: StateHandle) -> bytes:
             f"{handle.sha256}, found {len(data)} bytes with sha256 {digest}"
         )
     return data
-
-
-def completion_problem(completed: CheckpointCompleted, known: set[int] | frozenset[int]) -> str | None:
-    """Why a journal reader must ignore ``completed``, or None: its id is ``known`` as completed
-    already, or its offsets are malformed (:func:`events.validation.parse_offsets`)."""
-    if completed.checkpoint_id in known:
-        return "it completed already (a duplicate record)"
-    try:
-        parse_offsets(completed.offsets)
-    except ValueError as exc:
-        return f"malformed offsets: {exc}"
-    return None
 
 
 # ``METADATA_FILE`` (``_metadata``) is written into a completed checkpoint's or savepoint's location
@@ -342,7 +257,7 @@ class Participant:
     thread of :meth:`run_in_thread`, where they must be thread-safe).
     ``offsets`` maps ``topic:partition`` to the next offset to read. Exceptions of
     ``snapshot`` and ``offsets`` during a checkpoint become a decline (so does an
-    offsets key that :func:`~events.validation.parse_offsets_key` refuses); an
+    offsets key that :func:`~events.wire.validation.parse_offsets_key` refuses); an
     exception of ``on_complete`` propagates out of :meth:`poll` (after the commit).
 
     ``retained`` is how many completed checkpoints' snapshots the participant
@@ -352,7 +267,7 @@ class Participant:
     savepoints are never deleted once complete.
 
     The participants of one job in one process may share a ``feed``
-    (:class:`~events.feed.SharedJobFeed`, one consumer for all of them; the owner closes it)
+    (:class:`~events.kafka.feed.SharedJobFeed`, one consumer for all of them; the owner closes it)
     and a ``producer`` (librdkafka's is thread-safe; each participant flushes it on close but
     the owner keeps it): a barrier then reaches all of them after one fetch instead of one
     each, and their acks can leave in one request. ``consumer_extra`` and ``start_timeout``
@@ -400,19 +315,11 @@ class Participant:
         self._commit_consumer = commit_consumer
         self._last_id = 0
         self._last_epoch = 0
-        self._last_committed = 0
         self._replies: OrderedDict[int, Reply] = OrderedDict()
         self._files: dict[int, str] = {}
-        """Checkpoint id -> the URI of this participant's snapshot of it."""
-        """The snapshot this participant wrote for each checkpoint it acknowledged, until discarded."""
-        self._completed: set[int] = set()
-        """Ids the journal says completed (any attempt): a second completion or an abort contradicts."""
-        self._aborted: set[int] = set()
-        self._retained_checkpoints: list[int] = []
-        """Completed checkpoints (not savepoints) of this attempt whose snapshot is kept, ascending."""
-        self._retained_option = retained
-        self.retained = retained or 1
-        """Completed checkpoints whose snapshots are kept (see the class docstring)."""
+        """The snapshot this participant wrote for each checkpoint (checkpoint id -> URI), until discarded."""
+        self.ledger = JobLedger(job_id, attempt, retained=retained)
+        """What this participant makes of its job's journal: what to commit, keep and discard."""
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -453,28 +360,25 @@ class Participant:
             self._producer.poll(0)
             return handled
 
+    @property
+    def retained(self) -> int:
+        """Completed checkpoints whose snapshots are kept (see the class docstring)."""
+        return self.ledger.retained
+
     def _handle(self, feed: FeedRecord) -> int:
         record = feed.record
         if feed.topic == self.topics.barriers:
             if isinstance(record, CheckpointBarrier):
                 self._on_barrier(record, feed.epoch)
                 return 1
-        elif isinstance(record, CheckpointCompleted):
-            self._on_completed(record)
-            return 1
-        elif isinstance(record, CheckpointAborted):
-            self._on_aborted(record)
-            return 1
-        elif isinstance(record, SchedulerStopped):
-            if record.attempt == self.attempt and record.status is JobStatus.CANCELLING:
-                self._stop_with(JobStatus.CANCELED, drain=False)
             return 0
-        elif (
-            isinstance(record, SchedulerStarted)
-            and record.attempt == self.attempt
-            and self._retained_option is None
-        ):
-            self.retained = max(1, record.config.retained)
+        if isinstance(record, CheckpointCompleted | CheckpointAborted):
+            self._on_journal(record)
+            return 1
+        # Triggers, the scheduler's start (this attempt's config.retained, unless given) and stop.
+        decision = self.ledger.fold(record)
+        if isinstance(decision, Stop):
+            self._stop_with(decision.status, drain=decision.drain)
         return 0
 
     # ---------------------------------------------------------- barriers
@@ -494,7 +398,7 @@ class Participant:
         previous = self._replies.get(checkpoint_id)
         if previous is not None:  # a re-sent barrier: answer the same, never snapshot twice
             self.stats.resent.append(checkpoint_id)
-            self._send(previous, epoch)
+            self._send(Answer(previous, epoch))
             return
         # A newer coordinator epoch may trigger ids a superseded one (a zombie) already used.
         if checkpoint_id <= self._last_id and epoch <= self._last_epoch:
@@ -502,25 +406,26 @@ class Participant:
             log.info("task %s ignores stale barrier %d (last %d)", self.task_id, checkpoint_id, self._last_id)
             return
         self._last_id, self._last_epoch = checkpoint_id, epoch
-        reply = self._checkpoint(barrier)
-        self._replies[checkpoint_id] = reply
+        reply = self._checkpoint(barrier, epoch)
+        self._replies[checkpoint_id] = reply.reply
         while len(self._replies) > REMEMBERED_REPLIES:
             self._replies.popitem(last=False)
-        if isinstance(reply, CheckpointAcknowledged):
+        if isinstance(reply.reply, CheckpointAcknowledged):
             self.stats.acked.append(checkpoint_id)
             if barrier.stop:
                 self.stopping = barrier
         else:
             self.stats.declined.append(checkpoint_id)
-        self._send(reply, epoch)
+        self._send(reply)
 
-    def _checkpoint(self, barrier: CheckpointBarrier) -> Reply:
-        """Take the cut, write it and build the ack, or the decline saying why not."""
+    def _checkpoint(self, barrier: CheckpointBarrier, epoch: int) -> Answer:
+        """Take the cut and write it; the answer to the barrier (an ack, or the decline saying why not).
+
+        A snapshot written for a checkpoint that is declined all the same is deleted on its abort."""
         started = time.perf_counter()
         try:
             data = self._snapshot(barrier)
             offsets = {str(key): int(value) for key, value in self._offsets().items()}
-            parse_offsets(offsets)  # a key the coordinator and the readers would refuse: decline now
             if not isinstance(data, bytes | bytearray | memoryview):
                 raise TypeError(f"snapshot() returned {type(data).__name__}, not bytes")
             data = bytes(data)
@@ -529,35 +434,29 @@ class Participant:
             inline = fits_inline(data, barrier)
             if not inline:
                 storage.write_bytes(uri, data)
+                self._files[barrier.checkpoint_id] = uri
             written = time.perf_counter()
         except Exception as exc:
-            return declined_for(self.job_id, barrier.checkpoint_id, self.attempt, self.task_id, exc)
-        if not inline:
-            self._files[barrier.checkpoint_id] = uri
+            log.warning("task %s declines checkpoint %d: %r", self.task_id, barrier.checkpoint_id, exc)
+            return answer(barrier, epoch, self.task_id, failure(exc), now_ms())
         metrics = {
             "snapshot_ms": round((snapshotted - started) * 1000),
             "write_ms": round((written - snapshotted) * 1000),
             "bytes": len(data),
             "inline_bytes": len(data) if inline else 0,
         }
-        return acknowledged(
-            self.job_id,
-            barrier.checkpoint_id,
-            self.attempt,
-            self.task_id,
-            uri,
-            data,
-            offsets,
-            metrics,
-            inline=inline,
-        )
+        snapshot = Snapshotted(uri, data, offsets, metrics, inline=inline)
+        return answer(barrier, epoch, self.task_id, snapshot, now_ms())
 
-    def _send(self, reply: Reply, epoch: int) -> None:
-        """Send ``reply`` to the barrier of coordinator ``epoch``, naming that epoch (the coordinator
+    def _send(self, reply: Answer) -> None:
+        """Send ``reply``, naming the coordinator epoch of the barrier it answers (the coordinator
         refuses answers to a superseded coordinator's barriers)."""
-        topic = self.topics.acks if isinstance(reply, CheckpointAcknowledged) else self.topics.declines
         produce_record(
-            self._producer, topic, reply, on_delivery=self._delivered, headers=[epoch_header(epoch)]
+            self._producer,
+            reply.topic(self.topics),
+            reply.reply,
+            on_delivery=self._delivered,
+            headers=reply.headers,
         )
 
     def _delivered(self, error: KafkaError | None, msg: Message) -> None:
@@ -588,41 +487,42 @@ class Participant:
             excerpt(why),
         )
 
-    def _on_completed(self, completed: CheckpointCompleted) -> None:
-        checkpoint_id = completed.checkpoint_id
-        problem = completion_problem(completed, self._completed)
-        if problem is None and checkpoint_id in self._aborted:
-            problem = "the journal aborted it before"
-        if problem is None and completed.metadata is not None and completed.attempt == self.attempt:
+    def _on_journal(self, record: CheckpointCompleted | CheckpointAborted) -> None:
+        """Carry out what the ledger decides on a completion or an abort."""
+        if isinstance(record, CheckpointCompleted) and record.by_reference and record.attempt == self.attempt:
             try:  # its handles and offsets are in its metadata object (docs/design.md, "Record sizes")
-                completed = resolve_completion(completed)
+                record = resolve_completion(record)
             except MetadataUnavailable as exc:
-                problem = str(exc)
-            else:
-                problem = completion_problem(completed, self._completed)
-        if problem is not None:
-            self._ignore(completed, problem)
-            return
-        self._completed.add(checkpoint_id)
-        if completed.attempt != self.attempt:
+                self._ignore(record, str(exc))
+                return
+        decision = self.ledger.fold(record)
+        if isinstance(decision, Ignore):
+            self._ignore(record, decision.reason)
+        elif isinstance(decision, Complete):
+            self._on_completed(decision)
+        elif isinstance(decision, Abort):
+            self._on_aborted(decision)
+        elif isinstance(record, CheckpointCompleted):  # another attempt's
             log.info(
                 "task %s/%s: checkpoint %d completed for attempt %d (this is attempt %d): not committed",
                 self.job_id,
                 self.task_id,
-                checkpoint_id,
-                completed.attempt,
+                record.checkpoint_id,
+                record.attempt,
                 self.attempt,
             )
-            return
-        self.stats.completed.append(checkpoint_id)
-        if checkpoint_id > self._last_committed:
-            self._commit(completed)
-        if completed.kind is not CheckpointKind.SAVEPOINT:
-            self._retain(checkpoint_id)
+
+    def _on_completed(self, decision: Complete) -> None:
+        completed = decision.completed
+        self.stats.completed.append(completed.checkpoint_id)
+        self._commit(completed.checkpoint_id, decision.commit)
+        for discard in decision.discard:
+            if self._discard(discard):
+                self.stats.discarded.append(discard.checkpoint_id)
         if self._on_complete is not None:
             self._on_complete(completed)
-        if self.stopping is not None and self.stopping.checkpoint_id == checkpoint_id:
-            self._stop_with(JobStatus.FINISHED, drain=self.stopping.drain)
+        if decision.stop is not None:
+            self._stop_with(decision.stop.status, drain=decision.stop.drain)
 
     def _stop_with(self, status: JobStatus, *, drain: bool) -> None:
         """The job stops (its stop savepoint completed, or it was canceled): tell the app, once."""
@@ -633,43 +533,27 @@ class Participant:
         if self._on_stop is not None:
             self._on_stop(status, drain)
 
-    def _commit(self, completed: CheckpointCompleted) -> None:
+    def _commit(self, checkpoint_id: int, commit: tuple[tuple[str, int, int], ...]) -> None:
         """Commit the completed checkpoint's offsets of this task's partitions to the group."""
-        if self._commit_consumer is None:
+        if self._commit_consumer is None or not commit:
             return
         own = set(self._offsets())
-        reply = self._replies.get(completed.checkpoint_id)
+        reply = self._replies.get(checkpoint_id)
         if isinstance(reply, CheckpointAcknowledged):
             own.update(reply.offsets)
-        offsets = []
-        for key in sorted(own & set(completed.offsets)):
-            topic, partition = parse_offsets_key(key)  # the completion's keys were checked
-            offsets.append(TopicPartition(topic, partition, completed.offsets[key]))
+        offsets = [TopicPartition(t, p, offset) for t, p, offset in commit if f"{t}:{p}" in own]
         if not offsets:
             return
         problem = commit_offsets(self._commit_consumer, offsets)
         if problem is not None:
             self.stats.commit_failures += 1
-            log.warning(
-                "task %s could not commit checkpoint %d: %s", self.task_id, completed.checkpoint_id, problem
-            )
+            log.warning("task %s could not commit checkpoint %d: %s", self.task_id, checkpoint_id, problem)
             return
-        self._last_committed = completed.checkpoint_id
-        self.stats.committed.append(completed.checkpoint_id)
+        self.stats.committed.append(checkpoint_id)
 
-    def _retain(self, checkpoint_id: int) -> None:
-        """Keep the snapshots of the newest ``retained`` completed checkpoints; delete older ones."""
-        kept = self._retained_checkpoints
-        kept.append(checkpoint_id)
-        kept.sort()
-        while len(kept) > max(1, self.retained):  # the latest completed one is never deleted
-            old = kept.pop(0)
-            if self._discard(old):
-                self.stats.discarded.append(old)
-
-    def _discard(self, checkpoint_id: int) -> bool:
-        """Delete this participant's own snapshot of ``checkpoint_id``, if it wrote one; did it?"""
-        uri = self._files.pop(checkpoint_id, None)
+    def _discard(self, discard: Discard) -> bool:
+        """Delete this participant's own snapshot of the checkpoint, if it wrote one; did it?"""
+        uri = self._files.pop(discard.checkpoint_id, None)
         if uri is None:
             return False
         try:
@@ -678,16 +562,12 @@ class Participant:
             log.warning("task %s could not discard %s: %s", self.task_id, uri, exc)
         return True
 
-    def _on_aborted(self, aborted: CheckpointAborted) -> None:
-        checkpoint_id = aborted.checkpoint_id
-        if checkpoint_id in self._completed:
-            self._ignore(aborted, "it completed already; its snapshot stays")
-            return
-        self._aborted.add(checkpoint_id)
+    def _on_aborted(self, decision: Abort) -> None:
+        checkpoint_id = decision.aborted.checkpoint_id
         if self.stopping is not None and self.stopping.checkpoint_id == checkpoint_id:
             self.stopping = None  # the stop savepoint failed: the job keeps running
         self._replies.pop(checkpoint_id, None)  # a barrier re-sent for it now counts as stale
-        if self._discard(checkpoint_id):
+        if decision.discard is not None and self._discard(decision.discard):
             self.stats.aborted.append(checkpoint_id)
 
     # --------------------------------------------------------- lifecycle
@@ -790,7 +670,7 @@ class JobDriver:
         event = JobStatusChanged(
             job_id=self.job_id,
             status=JobStatus.RUNNING,
-            timestamp_ms=_now_ms(),
+            timestamp_ms=now_ms(),
             attempt=attempt,
             tasks=tuple(tasks),
             config=config,
@@ -804,7 +684,7 @@ class JobDriver:
 
     def heartbeat(self, attempt: int | None = None) -> JobHeartbeat:
         """Send one ``JobHeartbeat`` of ``attempt`` (default: the running one) without waiting."""
-        beat = JobHeartbeat(self.job_id, self.attempt if attempt is None else attempt, _now_ms())
+        beat = JobHeartbeat(self.job_id, self.attempt if attempt is None else attempt, now_ms())
         produce_record(self._producer, self.topics.job_status, beat, on_delivery=self._heartbeat_delivered)
         return beat
 
@@ -839,7 +719,7 @@ class JobDriver:
         event = JobStatusChanged(
             job_id=self.job_id,
             status=status,
-            timestamp_ms=_now_ms(),
+            timestamp_ms=now_ms(),
             attempt=self.attempt if attempt is None else attempt,
             error=error,
         )
@@ -855,7 +735,7 @@ class JobDriver:
             task_id=task_id,
             attempt=self.attempt,
             status=status,
-            timestamp_ms=_now_ms(),
+            timestamp_ms=now_ms(),
             error=error,
         )
         self._publish(self.topics.job_status, event)
@@ -902,7 +782,7 @@ class JobDriver:
     ) -> CheckpointCompleted | None:
         """The completed checkpoint with the highest id (of ``kind``; None: any), to restore from,
         with its handles and offsets (read from its metadata object when it was journaled by
-        reference: :class:`events.metadata.MetadataUnavailable` when that cannot be read)."""
+        reference: :class:`events.wire.metadata.MetadataUnavailable` when that cannot be read)."""
         candidates = [c for c in self.completions(timeout) if kind is None or c.kind == kind]
         latest = max(candidates, key=lambda c: c.checkpoint_id, default=None)
         return None if latest is None else resolve_completion(latest)

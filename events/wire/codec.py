@@ -738,7 +738,7 @@ class WireSettings:
     schema registry (docs/wire-format.md, "Confluent framing").
 
     Set by a process's caller: the ``cutline`` command from its options, a job from
-    ``JobSettings.wire``, a program from :func:`events.schema_registry.wire_from_environment`,
+    ``JobSettings.wire``, a program from :func:`events.wire.schema_registry.wire_from_environment`,
     then made the process's with :func:`use_wire`. Tasks carry their driver's settings.
     """
 

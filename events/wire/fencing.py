@@ -66,7 +66,7 @@ class HeaderDict(dict[str, bytes]):
 
     A dict cannot hold two ``cutline.epoch`` headers, nor one without a value, and either makes
     the record void: :func:`header_epoch` reads ``pairs``, so a reader of the dict (such as
-    :class:`events.log.LogMessage`'s) reads the record's epoch as every other reader does.
+    :class:`events.kafka.log.LogMessage`'s) reads the record's epoch as every other reader does.
     """
 
     __slots__ = ("pairs",)

@@ -1,7 +1,7 @@
 """The Confluent Schema Registry wire format for cutline's topics (optional, the ``registry`` extra).
 
 Single-object encoding (docs/design.md, "Wire protocol") stays the default. With a registry URL
-(:class:`events.codec.WireSettings`, ``--schema-registry URL``) every reader also decodes Confluent
+(:class:`events.wire.codec.WireSettings`, ``--schema-registry URL``) every reader also decodes Confluent
 frames (magic byte 0, a 4-byte schema id, the Avro body); with the ``confluent`` wire format the
 writers write them, so kcat, Kafka UI, AKHQ, Redpanda Console and Kafdrop show the records.
 A topic carries several record types, so subjects follow Confluent's TopicRecordNameStrategy:

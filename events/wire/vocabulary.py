@@ -1,6 +1,6 @@
 """The wire vocabulary: every header name and every reason code cutline puts on Kafka, each defined once.
 
-Topic names are in :mod:`events.wire.topics` (:class:`~events.topics.Topics`); the bytes of a record are
+Topic names are in :mod:`events.wire.topics` (:class:`~events.wire.topics.Topics`); the bytes of a record are
 in :mod:`events.wire.codec` and docs/wire-format.md. This module holds the remaining words a reader of
 the topics meets: the Kafka headers, the reasons of dead letters, and the reasons tasks decline with.
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
 from events.kafka.log import read_journal_topic
-from events.task.participant import JobDriver, Participant, load_snapshot
+from events.task.participant import JobDriver, Participant, load_task_snapshot
 from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, TaskAcknowledged
 from events.wire.topics import Topics
 
@@ -63,7 +63,7 @@ def test_small_state_rides_in_the_acks_and_restores_from_the_completion(
     assert latest is not None
     checkpoint = latest.checkpoint_id
     assert {task: state_of(task, checkpoint) for task in (*SMALL, LARGE)} == {
-        task: load_snapshot(handle) for task, handle in latest.handles.items()
+        task: load_task_snapshot(handle) for task, handle in latest.handles.items()
     }
     assert all(latest.handles[task].inline is not None for task in SMALL)
     assert latest.handles[LARGE].inline is None

@@ -27,11 +27,11 @@ from events.task.participant import (
     JobDriver,
     Participant,
     SnapshotCorrupted,
-    fits_inline,
-    load_snapshot,
+    load_task_snapshot,
     snapshot_uri,
     write_atomic,
 )
+from events.task.reply import fits_inline
 from events.wire.codec import decode, encode
 from events.wire.fencing import epoch_header, epoch_of
 from events.wire.records import (
@@ -237,7 +237,7 @@ def test_state_within_the_barriers_inline_limit_rides_in_the_ack_and_no_file_is_
         coordinator.barrier(2, below, inline_limit=size - 1)
         inline, written = coordinator.collect(participant, 2)
         coordinator.journal(CheckpointAborted(JOB, 1, 3, "CHECKPOINT_EXPIRED", "test"))
-        pump(participant, lambda: 1 in participant._aborted)
+        pump(participant, lambda: 1 in participant.ledger.aborted_ids)
 
     digest = hashlib.sha256(app.state).hexdigest()
     assert isinstance(inline, CheckpointAcknowledged) and isinstance(written, CheckpointAcknowledged)
@@ -248,7 +248,7 @@ def test_state_within_the_barriers_inline_limit_rides_in_the_ack_and_no_file_is_
     assert app.state == (tmp_path / JOB / "chk-2" / TASK).read_bytes()
     assert 0 == written.metrics["inline_bytes"]
     assert [] == participant.stats.discarded  # the aborted checkpoint 1 had no file to delete
-    assert app.state == load_snapshot(inline.state)
+    assert app.state == load_task_snapshot(inline.state)
 
 
 def test_duplicate_barrier_resends_the_same_ack_without_a_second_snapshot(
@@ -507,10 +507,10 @@ def test_load_snapshot_returns_the_bytes_and_detects_corruption(tmp_path: Path) 
     write_atomic(path, data)
     handle = StateHandle(uri, len(data), hashlib.sha256(data).hexdigest())
 
-    assert data == load_snapshot(handle)
+    assert data == load_task_snapshot(handle)
     path.write_bytes(data.replace(b"1", b"2"))
     with pytest.raises(SnapshotCorrupted, match="corrupt: expected 18 bytes with sha256"):
-        load_snapshot(handle)
+        load_task_snapshot(handle)
 
 
 @pytest.mark.parametrize(
@@ -529,9 +529,11 @@ def test_load_snapshot_returns_inline_bytes_after_checking_them() -> None:
     data = b'{"counts":{"a":1}}'
     handle = StateHandle("file:///nowhere/chk-1/t0", len(data), hashlib.sha256(data).hexdigest(), data)
 
-    assert data == load_snapshot(handle)
+    assert data == load_task_snapshot(handle)
     with pytest.raises(SnapshotCorrupted, match="corrupt: expected 18 bytes with sha256"):
-        load_snapshot(StateHandle(handle.uri, handle.size_bytes, handle.sha256, data.replace(b"1", b"2")))
+        load_task_snapshot(
+            StateHandle(handle.uri, handle.size_bytes, handle.sha256, data.replace(b"1", b"2"))
+        )
 
 
 # ----------------------------------------------------------------- job driver

@@ -12,7 +12,7 @@ import s3fs
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
 from events.kafka.log import read_journal_topic
-from events.task.participant import JobDriver, Participant, load_snapshot
+from events.task.participant import JobDriver, Participant, load_task_snapshot
 from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig
 from events.wire.topics import Topics
 
@@ -62,7 +62,7 @@ def test_snapshots_on_s3_complete_are_retained_and_restore(
         h.uri for h in latest.handles.values()
     }
     for task, handle in latest.handles.items():
-        assert f"{task} at checkpoint {latest.checkpoint_id}".encode() == load_snapshot(handle)
+        assert f"{task} at checkpoint {latest.checkpoint_id}".encode() == load_task_snapshot(handle)
     discarded = {i for p in participants for i in p.stats.discarded}
     stored = s3.find(f"{BUCKET}/checkpoints/{JOB}")
     assert not any(f"/chk-{i}/" in key for i in discarded for key in stored), stored

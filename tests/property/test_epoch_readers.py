@@ -1,4 +1,4 @@
-"""Every reader reads a record's epoch as :func:`events.fencing.header_epoch` does
+"""Every reader reads a record's epoch as :func:`events.wire.fencing.header_epoch` does
 (docs/design.md, "Ownership and fencing"),
 on arbitrary header lists: no header is epoch 0, one well-formed header its value, anything else
 (two or more, empty, malformed) void."""

@@ -9,7 +9,7 @@ exact for.
 ``replacer``: what ``dataclasses.replace`` gives, for each shape of class it compiles for (a
 wide class without slots, a slotted one, one with ``__post_init__``), on the state classes.
 
-The record decoders (``events.codec.avro_decoder``) and the Avro schema compiler
+The record decoders (``events.wire.codec.avro_decoder``) and the Avro schema compiler
 (``events.wire.avro_binary``) are compiled through ``define``/``compile_into`` too: their round
 trips are ``tests/unit/test_codec.py``; here, that they give what the generic path gives.
 """

@@ -23,6 +23,8 @@ PURE = [
     "events.wire.fencing",
     "events.wire.records",
     "events.wire.codec",
+    "events.task.ledger",
+    "events.task.reply",
 ]
 FORBIDDEN = ("faust", "aiokafka", "confluent_kafka", "rich", "typer", "matplotlib", "pyspark", "mode")
 

@@ -1,4 +1,4 @@
-"""One rule (events.client_config.is_secret) decides which client settings are secret, for every
+"""One rule (events.kafka.client_config.is_secret) decides which client settings are secret, for every
 name librdkafka, aiokafka and Faust accept; the lists and their reviewed verdicts are in
 tests/client_properties/ (see generate.py there for where each list comes from)."""
 

@@ -13,11 +13,12 @@ import pyarrow as pa
 import pytest
 
 from events.task.participant import write_atomic
+from events.task.reply import Reply, answer
 from events.wire.records import CheckpointAcknowledged, CheckpointDeclined
 from spark_tasks import tasks
-from spark_tasks.kafka_source import kafka_schema
+from spark_tasks.kafka_source import entry_barrier, kafka_schema
 from spark_tasks.state import VERSIONS_KEPT, PartitionStateStore, StateLost
-from spark_tasks.tasks import TaskSettings, partition_step, snapshot_files, snapshot_reply
+from spark_tasks.tasks import TaskSettings, partition_step, snapshot_files, write_partition_snapshot
 from spark_tasks.wordcount import WORD_COUNT
 
 BARRIER = {"attempt": 2, "id": 7, "kind": "CHECKPOINT", "location": "", "timestamp_ms": 1_700_000_000_000}
@@ -31,6 +32,15 @@ def _settings(tmp_path: Path, **changes: Any) -> TaskSettings:
     return TaskSettings(
         job_id="wc", bootstrap="unused:9092", state_dir=str(tmp_path / "state"), run_id=RUN, **changes
     )
+
+
+def _reply_after_writing(
+    settings: TaskSettings, entry: dict[str, Any], topic: str, partition: int, cut: int, data: bytes
+) -> Reply:
+    """What a task answers to the barrier ``entry`` after writing ``data``, the state at ``cut``."""
+    barrier = entry_barrier(settings.job_id, entry)
+    outcome = write_partition_snapshot(settings, barrier, topic, partition, cut, data)
+    return answer(barrier, None, f"{topic}-{partition}", outcome, 1).reply
 
 
 def _snapshot(tmp_path: Path, task: str, cut: int, attempt: int = 2, run: str = RUN) -> Path:
@@ -69,7 +79,7 @@ def test_the_store_keeps_only_the_newest_versions(tmp_path: Path) -> None:
 def test_a_snapshot_is_written_under_the_location_and_acknowledged(tmp_path: Path) -> None:
     barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
 
-    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"a":1}')
+    reply = _reply_after_writing(_settings(tmp_path), barrier, "words", 1, 42, b'{"a":1}')
 
     assert isinstance(reply, CheckpointAcknowledged)
     assert (reply.job_id, reply.checkpoint_id, reply.attempt, reply.task_id) == ("wc", 7, 2, "words-1")
@@ -81,9 +91,9 @@ def test_a_snapshot_is_written_under_the_location_and_acknowledged(tmp_path: Pat
 
 def test_a_retried_task_acknowledges_the_snapshot_already_written(tmp_path: Path) -> None:
     barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
-    first = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"a":1}')
+    first = _reply_after_writing(_settings(tmp_path), barrier, "words", 1, 42, b'{"a":1}')
 
-    again = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"a": 1}')  # other bytes
+    again = _reply_after_writing(_settings(tmp_path), barrier, "words", 1, 42, b'{"a": 1}')  # other bytes
 
     assert isinstance(first, CheckpointAcknowledged) and isinstance(again, CheckpointAcknowledged)
     assert again.state == first.state
@@ -102,7 +112,7 @@ def test_a_snapshot_of_another_cut_run_or_attempt_is_never_reused(tmp_path: Path
     for path in others:
         write_atomic(path, b'{"old":1}')
 
-    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 1, 42, b'{"new":1}')
+    reply = _reply_after_writing(_settings(tmp_path), barrier, "words", 1, 42, b'{"new":1}')
 
     assert isinstance(reply, CheckpointAcknowledged) and reply.state is not None
     assert reply.state.sha256 == hashlib.sha256(b'{"new":1}').hexdigest()
@@ -117,7 +127,7 @@ def test_a_snapshot_that_cannot_be_written_is_declined(tmp_path: Path) -> None:
     (tmp_path / "blocked").write_text("a file where the checkpoint directory should be")
     barrier = {**BARRIER, "location": (tmp_path / "blocked" / "chk-7").as_uri()}
 
-    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 0, 3, b"{}")
+    reply = _reply_after_writing(_settings(tmp_path), barrier, "words", 0, 3, b"{}")
 
     assert isinstance(reply, CheckpointDeclined)
     assert (reply.checkpoint_id, reply.attempt, reply.task_id) == (7, 2, "words-0")
@@ -127,7 +137,7 @@ def test_a_snapshot_that_cannot_be_written_is_declined(tmp_path: Path) -> None:
 def test_a_location_that_is_not_a_file_uri_is_declined(tmp_path: Path) -> None:
     barrier = {**BARRIER, "location": "s3://bucket/chk-7"}
 
-    reply = snapshot_reply(_settings(tmp_path), barrier, "words", 0, 3, b"{}")
+    reply = _reply_after_writing(_settings(tmp_path), barrier, "words", 0, 3, b"{}")
 
     assert isinstance(reply, CheckpointDeclined) and "s3" in reply.message
 
@@ -172,7 +182,7 @@ def _run(
     tmp_path: Path, batches: list[pa.RecordBatch], monkeypatch: pytest.MonkeyPatch, **settings: Any
 ) -> tuple[list[dict[str, Any]], list[Any]]:
     sent: list[Any] = []
-    monkeypatch.setattr(tasks, "send_reply", lambda settings, reply, epoch=0: sent.append(reply))
+    monkeypatch.setattr(tasks, "send_reply", lambda settings, answered: sent.append(answered.reply))
     step = partition_step(WORD_COUNT, _settings(tmp_path, **settings), OUTPUT)
     rows = [row for batch in step(batches) for row in batch.to_pylist()]
     return rows, sent

@@ -1,4 +1,4 @@
-"""``events.storage.write_atomic``: all or nothing for readers, durable, and nothing left behind."""
+"""``events.task.storage.write_atomic``: all or nothing for readers, durable, and nothing left behind."""
 
 from __future__ import annotations
 

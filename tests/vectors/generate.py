@@ -4,7 +4,7 @@
     uv run python tests/vectors/generate.py --check    # exit 1 when the newest vectors are stale
     uv run python tests/vectors/generate.py --version v1 --force   # rewrite v1 (same schemas only!)
 
-For every record type in ``events.records.RECORD_TYPES`` it writes into
+For every record type in ``events.wire.records.RECORD_TYPES`` it writes into
 ``tests/vectors/v<N>/``:
 
 - ``<Name>.bin`` / ``<Name>.json``: a fully populated example (every union

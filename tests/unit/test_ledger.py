@@ -1,12 +1,29 @@
-"""What the driver of a checkpointed Spark job makes of its journal, hostile records included
-(spark_tasks.ledger): no Spark, no broker, no files."""
+"""The one ledger of the task side (events.task.ledger): what a reader of a job's journal (a Spark job's
+driver, a participant, ``cutline run``) makes of it, hostile records included. No Spark, no broker,
+no files: exact decisions, and Hypothesis for the invariants."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from events.task.ledger import (
+    Abort,
+    Complete,
+    ConfirmRunning,
+    Discard,
+    Fail,
+    Finish,
+    GiveUp,
+    Ignore,
+    JobLedger,
+    Restart,
+    attempt_after,
+    completion_problem,
+)
 from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -14,10 +31,14 @@ from events.wire.records import (
     CheckpointFailureThresholdExceeded,
     CheckpointKind,
     CheckpointTriggered,
+    JobFailedPermanently,
+    JobRestartScheduled,
+    JobStatus,
+    Record,
+    SchedulerStarted,
+    SchedulerStopped,
     StateHandle,
 )
-from spark_tasks.job import failure_summary
-from spark_tasks.ledger import Abort, Complete, Discard, Fail, Ignore, JobLedger
 
 JOB = "wc"
 ROOT = Path("/data/checkpoints")
@@ -32,8 +53,15 @@ def _ledger(
     history: tuple[CheckpointCompleted, ...] = (),
     location: str = ROOT.as_uri(),
 ) -> JobLedger:
-    config = CheckpointConfig(interval_ms=1000, location=location, retained=retained)
-    return JobLedger(JOB, attempt, config, TASKS, PARTITIONS, history)
+    return JobLedger(
+        JOB,
+        attempt,
+        retained=retained,
+        location=location,
+        tasks=TASKS,
+        partitions=PARTITIONS,
+        history=history,
+    )
 
 
 def _directory(checkpoint_id: int, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> Path:
@@ -369,19 +397,215 @@ class TestThreshold:
         assert Ignore("stale: checkpoint 2 completed after it") == ledger.threshold(_exceeded(1))
 
 
-class TestFailureSummary:
-    """What a failed query's FAILING status says: the user's error, not py4j's wrapper."""
+class TestCommits:
+    def test_a_completion_after_a_newer_one_commits_nothing(self) -> None:
+        """Offsets never go back: a savepoint completing after a newer checkpoint commits nothing,
+        but is acted on otherwise."""
+        ledger = _ledger()
+        ledger.triggered(_triggered(1, CheckpointKind.SAVEPOINT))
+        _complete(ledger, 2)
 
-    def test_the_last_error_line_that_is_not_py4j_s_names_the_cause(self) -> None:
-        spark_error = (
-            "py4j.Py4JException: An exception was raised by the Python Proxy. Return Message: Traceback "
-            '(most recent call last):\n  File "worker.py", line 3, in step\n'
-            "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
-            "RuntimeError: boom: injected\n\n\tat org.apache.spark.api.python.BasePythonRunner.read(x:1)\n"
+        savepoint = ledger.completed(_completed(1, CheckpointKind.SAVEPOINT))
+
+        assert (
+            Complete(
+                _completed(1, CheckpointKind.SAVEPOINT),
+                (),
+                _directory(1, CheckpointKind.SAVEPOINT).as_uri(),
+                (),
+            )
+            == savepoint
         )
 
-        assert "RuntimeError: boom: injected" == failure_summary(spark_error)
 
-    def test_without_an_error_line_the_first_line_is_kept_and_cut(self) -> None:
-        assert "the query stopped" == failure_summary("the query stopped\nmore")
-        assert 10 == len(failure_summary("x" * 50, limit=10))
+class TestReaderWithoutLocation:
+    """A participant knows neither the job's checkpoint location, nor its tasks, nor its triggers:
+    it finds its own snapshots by id."""
+
+    @staticmethod
+    def _participant(retained: int | None = None) -> JobLedger:
+        return JobLedger(JOB, 2, retained=retained)
+
+    def test_a_completion_of_this_attempt_is_acted_on_without_a_trigger(self) -> None:
+        """Given no trigger seen, when this attempt's checkpoint completes, then its offsets are committed."""
+        completed = _completed(1, location="")
+
+        assert Complete(completed, (("words", 0, 5), ("words", 1, 7)), None, ()) == (
+            self._participant().completed(completed)
+        )
+
+    def test_retention_discards_the_older_completed_checkpoints_by_id(self) -> None:
+        """With retained=1 each completion discards the one before it; the directory is not known."""
+        ledger = self._participant(retained=1)
+
+        decisions = [ledger.completed(_completed(i, location="")) for i in (1, 2)]
+
+        assert [(), (Discard(1, None),)] == [d.discard for d in decisions if isinstance(d, Complete)]
+
+    def test_retained_comes_from_this_attempts_scheduler_start_unless_given(self) -> None:
+        """Given retained=None, the SchedulerStarted of this attempt sets it; another attempt's does not."""
+        ledger = self._participant()
+        config = CheckpointConfig(interval_ms=1000, location=ROOT.as_uri(), retained=3)
+
+        ledger.fold(SchedulerStarted(JOB, 1, 1, TASKS, CheckpointConfig(1000, ROOT.as_uri(), retained=7)))
+        ledger.fold(SchedulerStarted(JOB, 2, 1, TASKS, config))
+        given = self._participant(retained=1)
+        given.fold(SchedulerStarted(JOB, 2, 1, TASKS, config))
+
+        assert (3, 1) == (ledger.retained, given.retained)
+
+    def test_an_abort_discards_its_snapshot_whatever_its_kind(self) -> None:
+        """The participant deletes what it wrote for an aborted id, savepoint or not."""
+        ledger = self._participant()
+
+        assert Abort(_aborted(4), Discard(4, None)) == ledger.fold(_aborted(4))
+        assert frozenset({4}) == ledger.aborted_ids
+
+    def test_a_completed_checkpoint_is_never_discarded_by_a_forged_abort(self) -> None:
+        ledger = self._participant()
+        ledger.completed(_completed(1, location=""))
+
+        assert isinstance(ledger.aborted(_aborted(1)), Ignore)
+
+
+class TestLifecycle:
+    """What the scheduler and the restart strategy decided about this attempt (attempt 2)."""
+
+    def test_this_attempts_scheduler_start_confirms_it_runs(self) -> None:
+        config = CheckpointConfig(interval_ms=1000, location=ROOT.as_uri())
+        started = SchedulerStarted(JOB, 2, 1, TASKS, config)
+
+        assert ConfirmRunning(started) == _ledger().fold(started)
+        assert None is _ledger().fold(SchedulerStarted(JOB, 1, 1, TASKS, config))
+
+    def test_a_restart_of_a_later_attempt_answers_this_attempts_failure(self) -> None:
+        """The restart that started this attempt (attempt 2) is about attempt 1: not news."""
+        later = JobRestartScheduled(JOB, 3, 5, 1000, "boom", 2)
+
+        assert Restart(later) == _ledger().fold(later)
+        assert None is _ledger().fold(JobRestartScheduled(JOB, 2, 5, 1000, "boom", 1))
+
+    def test_giving_up_on_this_or_a_later_attempt_ends_it(self) -> None:
+        failed = JobFailedPermanently(JOB, 2, 5, "too many failures", "boom")
+
+        assert GiveUp(failed) == _ledger().fold(failed)
+        assert None is _ledger().fold(JobFailedPermanently(JOB, 1, 5, "too many failures", "boom"))
+
+    @pytest.mark.parametrize(
+        ("status", "final"),
+        [
+            (JobStatus.FINISHED, True),
+            (JobStatus.CANCELED, True),
+            (JobStatus.FAILED, True),
+            (JobStatus.FAILING, False),
+        ],
+    )
+    def test_a_final_status_of_this_attempt_finishes_it(self, status: JobStatus, final: bool) -> None:
+        """FINISHED, FAILED and CANCELED end the job without a restart; FAILING waits for the strategy."""
+        stopped = SchedulerStopped(JOB, 2, 5, status)
+
+        assert (Finish(stopped) if final else None) == _ledger().fold(stopped)
+        assert None is _ledger().fold(SchedulerStopped(JOB, 1, 5, status))
+
+
+class TestAttemptAfter:
+    def test_a_new_job_starts_with_attempt_1(self) -> None:
+        assert 1 == attempt_after([])
+
+    def test_the_next_attempt_is_past_every_started_completed_and_scheduled_one(self) -> None:
+        """A scheduled restart of attempt 4 means attempt 3 ran: the next one is 4."""
+        config = CheckpointConfig(interval_ms=1000, location=ROOT.as_uri())
+        records = [
+            SchedulerStarted(JOB, 1, 1, TASKS, config),
+            _completed(1, attempt=2),
+            JobRestartScheduled(JOB, 4, 5, 1000, "boom", 3),
+        ]
+
+        assert 4 == attempt_after(records)
+        assert 3 == attempt_after(records[:2])
+
+
+class TestCompletionProblem:
+    def test_a_known_id_and_malformed_offsets_are_problems(self) -> None:
+        assert "it completed already (a duplicate record)" == completion_problem(_completed(1), {1})
+        assert "malformed offsets" in str(completion_problem(_completed(1, offsets={"words": 1}), set()))
+        assert None is completion_problem(_completed(1), {2})
+
+
+# ------------------------------------------------------------------ properties
+
+_IDS = st.integers(min_value=1, max_value=6)
+_KINDS = st.sampled_from((CheckpointKind.CHECKPOINT, CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT))
+_STEPS = st.lists(
+    st.one_of(
+        st.builds(lambda i, k: [_triggered(i, k), _completed(i, k)], _IDS, _KINDS),  # a checkpoint completes
+        st.builds(lambda i, k: [_triggered(i, k)], _IDS, _KINDS),  # one stays pending
+        st.builds(lambda i: [_aborted(i)], _IDS),  # an abort, maybe forged
+        st.builds(lambda i: [_completed(i, attempt=1)], _IDS),  # another attempt's completion
+    ),
+    max_size=20,
+)
+_RECORDS = _STEPS.map(lambda steps: [record for step in steps for record in step])
+"""Journals of this attempt (2) and another (1): checkpoints that complete, stay pending or abort, and
+forged or foreign records about the same few ids, in any order."""
+
+
+def _discarded(decision: object) -> tuple[Discard, ...]:
+    if isinstance(decision, Complete):
+        return decision.discard
+    if isinstance(decision, Abort) and decision.discard is not None:
+        return (decision.discard,)
+    return ()
+
+
+@given(records=_RECORDS, retained=st.integers(min_value=1, max_value=3))
+@settings(max_examples=50, deadline=None)
+def test_a_snapshot_a_retained_completion_names_is_never_discarded(
+    records: list[Record], retained: int
+) -> None:
+    """Whatever the journal says, in any order: no discard names one of the newest ``retained``
+    completed checkpoints of this attempt, a completed savepoint, a completed checkpoint (by an
+    abort) or a checkpoint this attempt did not trigger as one; and each id is completed at most once."""
+    ledger = _ledger(retained=retained)
+    mine: list[int] = []
+    acted: list[int] = []
+    savepoints: set[int] = set()
+    discarded: set[int] = set()
+    for record in records:
+        decision = ledger.fold(record)
+        if isinstance(decision, Complete):
+            acted.append(decision.completed.checkpoint_id)
+            if decision.completed.kind is CheckpointKind.SAVEPOINT:
+                savepoints.add(decision.completed.checkpoint_id)
+            else:
+                mine.append(decision.completed.checkpoint_id)
+        if isinstance(decision, Abort) and decision.discard is not None:
+            assert decision.discard.checkpoint_id not in acted
+        discarded.update(d.checkpoint_id for d in _discarded(decision))
+        kept = set(sorted(mine)[-retained:])
+        assert set() == discarded & (kept | savepoints)
+    first_triggers: dict[int, CheckpointTriggered] = {}
+    for record in records:
+        if isinstance(record, CheckpointTriggered):
+            first_triggers.setdefault(record.checkpoint_id, record)
+    triggered = {i for i, r in first_triggers.items() if r.kind is CheckpointKind.CHECKPOINT}
+    assert discarded <= triggered
+    assert len(acted) == len(set(acted))
+
+
+@given(history=st.lists(_IDS, unique=True, max_size=4), records=_RECORDS)
+@settings(max_examples=50, deadline=None)
+def test_folding_in_pieces_equals_folding_at_once(history: list[int], records: list[Record]) -> None:
+    """A ledger given the earlier attempts' completions as its history decides every later record as a
+    ledger that folded those completions first; and folding the records in two runs decides as one."""
+    earlier = [_completed(i, attempt=1) for i in history]
+    given_history = _ledger(history=tuple(earlier))
+    folded = _ledger()
+    for record in earlier:
+        folded.fold(record)
+    cut = len(records) // 2
+    in_pieces = [given_history.fold(r) for r in records[:cut]] + [
+        given_history.fold(r) for r in records[cut:]
+    ]
+
+    assert [folded.fold(r) for r in records] == in_pieces
