@@ -63,7 +63,8 @@ EXIT_FAILED = 1
 EXIT_CANCELED = 130
 """``cutline run``'s exit code after Ctrl-C or SIGTERM (the job is CANCELED)."""
 EXIT_CODES = {JobStatus.FINISHED: 0, JobStatus.FAILED: EXIT_FAILED, JobStatus.CANCELED: EXIT_CANCELED}
-"""The exit code each final status of a job (:data:`events.task.ledger.FINAL_STATUSES`) gives ``cutline run``."""
+"""The exit code each final status of a job (:data:`events.task.ledger.FINAL_STATUSES`) gives
+``cutline run``."""
 FINAL_STATUS_WAIT_S = 5.0
 """After a clean exit, how long to wait for the driver's own final status in the journal."""
 DECISION_HINT_S = 30.0
