@@ -45,7 +45,7 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
@@ -77,6 +77,7 @@ from events.codec import Codec, DecodeError, default_codec
 from events.codegen import fast_init
 from events.fencing import VOID_EPOCH, epoch_header, epoch_problem, header_epoch
 from events.kafka import job_key, partition_for
+from events.latency import Granularity, LatencyHistograms, record_latency
 from events.metadata import write_completion_metadata
 from events.records import (
     CheckpointAborted,
@@ -92,6 +93,7 @@ from events.records import (
     JobHeartbeat,
     JobStatusChanged,
     JournalEvent,
+    LatencyMeasured,
     Record,
     TaskAcknowledged,
     TaskStatusChanged,
@@ -109,7 +111,7 @@ MAX_REMEMBERED_HOMES = 100_000
 ACCEPTED: Mapping[str, tuple[type[Record], ...]] = {
     "job_status": (JobStatusChanged, TaskStatusChanged, JobHeartbeat),
     "requests": (CheckpointRequested,),
-    "acks": (CheckpointAcknowledged,),
+    "acks": (CheckpointAcknowledged, LatencyMeasured),
     "declines": (CheckpointDeclined,),
 }
 """Which records each input topic may carry."""
@@ -174,6 +176,7 @@ class Coordinator:
         *,
         savepoint_roots: tuple[str, ...] = (),
         limits: TopicLimits | None = None,
+        latency_granularity: Granularity = Granularity.OPERATOR,
     ) -> None:
         for root in savepoint_roots:
             parse_uri(root)  # InvalidUri (a ValueError) at start-up, not at the first request
@@ -203,6 +206,10 @@ class Coordinator:
         """job -> (a state of it, ``due_at`` of that state): see :meth:`due`."""
         self._homes: dict[str, int] = {}
         """job -> :meth:`partition_of` (murmur2 in Python costs microseconds; every input asks)."""
+        self.latency_granularity = latency_granularity
+        self.latency: dict[str, LatencyHistograms] = {}
+        """job -> its latency histograms (:mod:`events.latency`): metrics, never journaled, so a
+        worker that takes a job over starts them afresh (as Flink's on a restart)."""
 
     @contextlib.contextmanager
     def batch(self, scan_after: int = SCAN_AFTER) -> Iterator[BatchFileView]:
@@ -268,6 +275,7 @@ class Coordinator:
         for job_id in jobs:
             self.states.pop(job_id, None)
             self.stats.pop(job_id, None)
+            self.latency.pop(job_id, None)
         for key in [k for k in self.trigger_epochs if k[0] in jobs]:
             del self.trigger_epochs[key]
         for tp in [tp for tp in self.positions if tp[1] == partition]:
@@ -275,8 +283,11 @@ class Coordinator:
 
     def merge(self, other: Coordinator, partition: int) -> None:
         """Take ``partition``'s jobs, statistics, epochs and input positions from ``other`` (a fold
-        of that partition made elsewhere), replacing what this one had of it."""
+        of that partition made elsewhere), replacing what this one had of it (the latency
+        histograms, which no fold holds, stay)."""
+        latency = {job_id: self.latency[job_id] for job_id in self.jobs_of(partition) if job_id in self.latency}
         self.drop_partition(partition)
+        self.latency.update(latency)
         for job_id in other.jobs_of(partition):
             self.states[job_id] = other.states[job_id]
             if job_id in other.stats:
@@ -415,6 +426,8 @@ class Coordinator:
                 '"murmur2_random", as events.kafka.producer_config sets it)',
                 job_id,
             )
+        if isinstance(record, LatencyMeasured):
+            return self._measured(record, dead)
         if isinstance(record, (CheckpointAcknowledged, CheckpointDeclined)) and headers:
             stale = self._stale_answer(record, headers, epoch)
             if stale is not None:
@@ -425,6 +438,18 @@ class Coordinator:
         if outcome.rejected is not None:
             return dead(outcome.rejected.reason.value, outcome.rejected.message, job_id)
         return outcome
+
+    def _measured(self, record: LatencyMeasured, dead: Callable[..., Outcome]) -> Outcome:
+        """Fold a latency measurement into its job's histograms: nothing to decide or journal."""
+        if record.job_id not in self.states:
+            return dead(
+                Rejection.UNKNOWN_JOB.value,
+                f"a latency measurement of job {excerpt(record.job_id)!r}, which never ran",
+                record.job_id,
+            )
+        histograms = self.latency.get(record.job_id) or LatencyHistograms(self.latency_granularity)
+        self.latency[record.job_id] = record_latency(histograms, record)
+        return Outcome(job_id=record.job_id)
 
     def _stale_answer(
         self,

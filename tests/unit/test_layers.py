@@ -19,6 +19,7 @@ PURE = [
     "coordinator.savepoints",
     "coordinator.replay_selection",
     "events.fencing",
+    "events.latency",
     "events.records",
     "events.codec",
 ]
