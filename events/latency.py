@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 
 from events.records import LatencyMeasured
 
@@ -91,7 +91,11 @@ class LatencyMarker:
     def to_json(self) -> str:
         """Compact JSON, keys sorted: how the marker rides a Spark row or a Kafka header."""
         return json.dumps(
-            {"marked_ms": self.marked_time_ms, "source": self.source_id, "subtask": self.source_subtask_index},
+            {
+                "marked_ms": self.marked_time_ms,
+                "source": self.source_id,
+                "subtask": self.source_subtask_index,
+            },
             sort_keys=True,
             separators=(",", ":"),
         )
@@ -103,9 +107,9 @@ class LatencyMarker:
         if not isinstance(parsed, Mapping):
             raise ValueError(f"a latency marker is a JSON object, got {parsed!r}")
         marked, source, subtask = parsed.get("marked_ms"), parsed.get("source"), parsed.get("subtask")
-        if not (_is_int(marked) and isinstance(source, str) and _is_int(subtask)):
-            raise ValueError(f"not a latency marker: {parsed!r}")
-        return LatencyMarker(int(marked), source, int(subtask))
+        if _is_int(marked) and isinstance(source, str) and _is_int(subtask):
+            return LatencyMarker(marked, source, subtask)
+        raise ValueError(f"not a latency marker: {parsed!r}")
 
     def header(self) -> tuple[str, bytes]:
         """The marker as a Kafka header (:data:`MARKER_HEADER`), for a plain Kafka app's records."""
@@ -123,7 +127,7 @@ class LatencyMarker:
         return None
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -145,7 +149,8 @@ class MarkerSchedule:
         if self.next_due_ms is None or self.interval_ms <= 0:
             return MarkerSchedule(self.interval_ms, now_ms + self.interval_ms)
         behind = max(0, now_ms - self.next_due_ms)
-        return MarkerSchedule(self.interval_ms, self.next_due_ms + (behind // self.interval_ms + 1) * self.interval_ms)
+        ticks = behind // self.interval_ms + 1
+        return MarkerSchedule(self.interval_ms, self.next_due_ms + ticks * self.interval_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,6 +198,9 @@ class JobSettings:
     state_location: str | None = None
     """Where a keyed job's state store lives: any fsspec URL (``s3://…``) or path that every
     executor sees. Default: ``work_dir``."""
+    latency_interval_ms: int = 0
+    """Emit a latency marker at most this often (Flink's ``latencyTrackingInterval``); 0, the
+    default as in Flink: none (docs/spark.md, "Latency markers")."""
 
     @property
     def consumer_group(self) -> str:
@@ -525,6 +528,7 @@ class CheckpointedJob:
             "cutline.job": self.settings.job_id,
             "cutline.topicPrefix": self.settings.topic_prefix,
             "cutline.attempt": self.attempt,
+            "cutline.latencyIntervalMs": self.settings.latency_interval_ms,
         }
         reader = self.spark.readStream.format(FORMAT)
         for key, value in options.items():
@@ -562,6 +566,7 @@ class CheckpointedJob:
             topic_prefix=self.settings.topic_prefix,
             run_id=self.run_id,
             seeded=frozenset(self.tasks),
+            attempt=self.attempt,
         )
         return source.mapInArrow(partition_step(step, settings, to_arrow_schema(schema)), schema)
 
@@ -593,7 +598,7 @@ class CheckpointedJob:
         )
         return (
             self._source(source_options)
-            .mapInArrow(route_step(step, parallelism), SHUFFLE_SCHEMA)
+            .mapInArrow(route_step(step, parallelism, settings), SHUFFLE_SCHEMA)
             .repartitionById(parallelism, TARGET_COLUMN)
             .mapInArrow(process_step(step, settings, to_arrow_schema(schema)), schema)
         )

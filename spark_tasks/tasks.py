@@ -68,6 +68,7 @@ from events.records import CheckpointAcknowledged, CheckpointDeclined
 from events.topics import Topics
 from events.wire import DeclineReason
 from spark_tasks.kafka_source import BARRIER_COLUMN
+from spark_tasks.latency import STEP, Measurements
 from spark_tasks.state import KafkaRecord, PartitionStateStore, StatefulStep, StateLost, task_id
 
 __all__ = [
@@ -106,6 +107,8 @@ class TaskSettings:
     producer_extra: Mapping[str, Any] = field(default_factory=dict)
     run_id: str = ""
     seeded: frozenset[str] = frozenset()
+    attempt: int = 0
+    """The job attempt the tasks run in (their latency measurements name it)."""
 
     @property
     def topics(self) -> Topics:
@@ -294,7 +297,9 @@ def partition_step(
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = PartitionStateStore(settings.state_dir)
         partitions: dict[tuple[str, int], _Partition] = {}
-        for batch in batches:
+        latency = Measurements(settings.job_id, settings.attempt, STEP)
+        for rows in batches:
+            batch, _ = latency.take_markers(rows)  # latency markers: measured, never folded
             records: dict[tuple[str, int], list[KafkaRecord]] = {}
             columns = batch.to_pydict()
             barriers = columns.get(BARRIER_COLUMN) or [None] * batch.num_rows
@@ -361,5 +366,6 @@ def partition_step(
                 store.save(
                     current.topic, current.partition, current.next_offset, step.serialize(current.state)
                 )
+        latency.send(settings)
 
     return run

@@ -105,9 +105,8 @@ def coordinator(
     Start it N times with the same prefix for N workers: each owns the jobs of its partitions."""
     import logging
 
-    from events.validation import InvalidUri, canonical_uri
-
     from events.latency import Granularity
+    from events.validation import InvalidUri, canonical_uri
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)

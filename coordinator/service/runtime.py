@@ -285,7 +285,7 @@ class Coordinator:
         """Take ``partition``'s jobs, statistics, epochs and input positions from ``other`` (a fold
         of that partition made elsewhere), replacing what this one had of it (the latency
         histograms, which no fold holds, stay)."""
-        latency = {job_id: self.latency[job_id] for job_id in self.jobs_of(partition) if job_id in self.latency}
+        latency = {j: self.latency[j] for j in self.jobs_of(partition) if j in self.latency}
         self.drop_partition(partition)
         self.latency.update(latency)
         for job_id in other.jobs_of(partition):
