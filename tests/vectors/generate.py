@@ -63,6 +63,7 @@ from events.records import (
     JobRestartScheduled,
     JobStatus,
     JobStatusChanged,
+    LatencyMeasured,
     Record,
     RestartStrategy,
     RestartStrategyKind,
@@ -304,6 +305,16 @@ FULL: dict[type[Record], Record] = {
         partition=3, epoch=7, worker_id="coordinator-host-4242-9f1c", timestamp_ms=T0 + 3_000
     ),
     JobHeartbeat: JobHeartbeat(job_id=JOB, attempt=2, timestamp_ms=T0 + 4_000),
+    LatencyMeasured: LatencyMeasured(
+        job_id=JOB,
+        attempt=2,
+        timestamp_ms=T0 + 5_312,
+        marked_time_ms=T0 + 5_000,
+        source_id="cutline-kafka",
+        source_subtask_index=3,
+        operator_id="keyed",
+        operator_subtask_index=7,
+    ),
     JobHeartbeatRecorded: JobHeartbeatRecorded(
         job_id=JOB, attempt=2, timestamp_ms=T0 + 4_001, deadline_ms=T0 + 34_001
     ),
