@@ -48,6 +48,7 @@ from events.kafka import (
     produce_record,
     producer_config,
 )
+from events.latency import LatencyMarker, MarkerSchedule
 from events.metadata import METADATA_FILE as METADATA_FILE  # re-exported: its home before events.metadata
 from events.metadata import MetadataUnavailable, resolve_completion
 from events.records import (
@@ -63,6 +64,7 @@ from events.records import (
     JobHeartbeat,
     JobStatus,
     JobStatusChanged,
+    LatencyMeasured,
     Record,
     RestartStrategy,
     SchedulerStarted,
@@ -395,6 +397,7 @@ class Participant:
         self._retained_checkpoints: list[int] = []
         """Completed checkpoints (not savepoints) of this attempt whose snapshot is kept, ascending."""
         self._retained_option = retained
+        self._marker_schedules: dict[tuple[str, int], MarkerSchedule] = {}
         self.retained = retained or 1
         """Completed checkpoints whose snapshots are kept (see the class docstring)."""
         self._lock = threading.RLock()
@@ -654,6 +657,28 @@ class Participant:
         self._replies.pop(checkpoint_id, None)  # a barrier re-sent for it now counts as stale
         if self._discard(checkpoint_id):
             self.stats.aborted.append(checkpoint_id)
+
+    # --------------------------------------------------- latency markers
+
+    def latency_marker(self, source_id: str, subtask_index: int, interval_ms: int) -> LatencyMarker | None:
+        """A latency marker of this source subtask when one is due (every ``interval_ms``, Flink's
+        ``LatencyMarksEmitter``; 0: never), else None. The app sends it in-band, as its own record or
+        in a record's headers (:meth:`LatencyMarker.header`), and never hands it to user code."""
+        key = (source_id, subtask_index)
+        schedule = self._marker_schedules.get(key) or MarkerSchedule(interval_ms)
+        now = _now_ms()
+        if not schedule.due(now):
+            return None
+        self._marker_schedules[key] = schedule.emitted(now)
+        return LatencyMarker(now, source_id, subtask_index)
+
+    def mark_latency(self, marker: LatencyMarker, operator_id: str, subtask_index: int) -> LatencyMeasured:
+        """``marker`` reached subtask ``subtask_index`` of ``operator_id`` now: send the measurement
+        to the coordinator (the acks topic, without waiting), which folds it into the job's latency
+        histograms (docs/usage.md, "Latency markers")."""
+        measured = marker.measured(self.job_id, self.attempt, operator_id, subtask_index, _now_ms())
+        produce_record(self._producer, self.topics.acks, measured, on_delivery=self._delivered)
+        return measured
 
     # --------------------------------------------------------- lifecycle
 
