@@ -111,6 +111,7 @@ def status(
             stats = json.load(response)
         with urllib.request.urlopen(f"{base}/jobs/{job}/checkpoints/config", timeout=10) as response:
             config = json.load(response)
+        latency = _latency(base, job)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             fail(errors, f"the coordinator at {base} knows no job {job!r}; `curl {base}/jobs` lists them")
@@ -120,7 +121,22 @@ def status(
             errors,
             f"no coordinator answers at {base} ({exc}); start one with `cutline coordinator` or pass --url",
         )
-    Console(highlight=False).print(render_status(job, stats, config))
+    Console(highlight=False).print(render_status(job, stats, config, latency))
+
+
+def _latency(base: str, job: str) -> dict[str, object] | None:
+    """The job's ``/jobs/JOB/latency``, or None from a coordinator that has no such view."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{base}/jobs/{job}/latency", timeout=10) as response:
+            return dict(json.load(response))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
 
 
 def trigger(

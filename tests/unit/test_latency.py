@@ -205,3 +205,26 @@ class TestCoordinatorFoldsMeasurements:
         letter = decode(outcome.messages[0].value)
         assert isinstance(letter, DeadLetter) and "UNKNOWN_JOB" == letter.reason
         assert {} == coordinator.latency
+
+
+def test_cutline_status_prints_p50_and_p99_per_operator() -> None:
+    """``cutline status`` adds a table of the job's latency per operator, and none without markers."""
+    from rich.console import Console
+
+    from coordinator.timeline import render_status
+
+    state = fold_latency(
+        [measured(40, "route"), measured(60, "route"), measured(250, "sink")], LatencyHistograms()
+    )
+    console = Console(width=120, record=True)
+
+    console.print(render_status(JOB, {}, {}, latency_json(state)))
+    shown = console.export_text()
+    console.print(render_status(JOB, {}, {}, latency_json(LatencyHistograms())))
+
+    assert "latency markers" in shown and "latency markers" not in console.export_text()
+    rows = [line.split() for line in shown.splitlines() if "route" in line or "sink" in line]
+    assert [
+        ["│", "route", "│", "2", "│", "50", "│", "60", "│", "60", "│"],
+        ["│", "sink", "│", "1", "│", "250", "│", "250", "│", "250", "│"],
+    ] == rows
