@@ -2,7 +2,7 @@
 (docs/design.md, "Performance targets").
 
     uv run python bench/bench_spark.py [--records 300000] [--per-trigger 20000] [--rounds 2] [--quick]
-                                       [--keyed 8] [--snapshots]
+                                       [--keyed 8] [--markers 1000] [--snapshots]
 
 One local SparkSession (``local[2]``), the embedded broker (or ``CUTLINE_BOOTSTRAP``)
 and a coordinator process. ``--records`` lines of words are produced once to a
@@ -28,6 +28,11 @@ completed before its batch ended. One run of each, unmeasured, warms up first.
 shuffled by key group into N partitions, one global count per word) instead, both ways: without
 cutline the same route → ``repartitionById`` → keyed step with its state store and no barriers.
 
+``--markers MS`` compares the job with cutline against itself with latency markers every ``MS``
+ms (``JobSettings.latency_interval_ms``), in ABBA rounds (docs/design.md, "Performance targets":
+at least 99 % of the throughput without markers), and prints the latency per operator that the
+coordinator folded (``/jobs/JOB/latency``) for the last run with markers.
+
 ``--snapshots`` measures, without Spark, the keyed snapshot of one partition holding 100,000
 keys when 0.1 %, 1 %, 10 % and 100 % of them changed since the previous one: the bytes of the
 piece written against the full piece
@@ -37,6 +42,7 @@ piece written against the full piece
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -94,6 +100,7 @@ class Run:
     wall_s: float = 0.0
     cpu: dict[str, float] = field(default_factory=dict)
     """CPU seconds by kind of process over the run (:func:`process_kind`)."""
+    job_id: str = ""
 
     @property
     def measured(self) -> list[dict[str, Any]]:
@@ -265,7 +272,9 @@ def run_plain(spark: Any, bootstrap: str, topic: str, records: int, args: Any, w
     return run
 
 
-def run_cutline(spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path) -> Run:
+def run_cutline(
+    spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path, markers_ms: int = 0
+) -> Run:
     name = f"cutline-{uuid.uuid4().hex[:6]}"
     settings = JobSettings(
         job_id=name,
@@ -278,6 +287,7 @@ def run_cutline(spark: Any, bootstrap: str, topic: str, records: int, args: Any,
         restore=None,
         source_options={"maxOffsetsPerTrigger": args.per_trigger},
         keyed_partitions=args.keyed or None,
+        latency_interval_ms=markers_ms,
     )
     started = time.monotonic()
     with CheckpointedJob(spark, settings) as job:
@@ -290,6 +300,7 @@ def run_cutline(spark: Any, bootstrap: str, topic: str, records: int, args: Any,
         job.stop()
         batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
         run = Run("with cutline", records, batches, list(job.completed))
+        run.job_id = name
     run.wall_s = time.monotonic() - started
     _check(work / name / "out", records)
     return run
@@ -319,6 +330,13 @@ def main() -> None:
         "--keyed", type=int, default=0, metavar="N", help="the keyed word count, N partitions"
     )
     parser.add_argument("--snapshots", action="store_true", help="only the keyed snapshot sizes (no Spark)")
+    parser.add_argument(
+        "--markers",
+        type=int,
+        default=0,
+        metavar="MS",
+        help="cutline without vs with latency markers every MS",
+    )
     args = parser.parse_args()
     if args.quick:
         args.records, args.rounds = 60_000, 1
@@ -337,9 +355,12 @@ def main() -> None:
         f"code from {code_checked()}, load {os.getloadavg()[0]:.2f}"
     )
     runs: list[Run] = []
+    first, second = run_plain, run_cutline
+    if args.markers:
+        first, second = run_cutline, functools.partial(marked, markers_ms=args.markers)
     with (
         broker_at(os.environ.get("CUTLINE_BOOTSTRAP")) as bootstrap,
-        CoordinatorProcess(bootstrap, log_path=work / "coordinator" / "log"),
+        CoordinatorProcess(bootstrap, log_path=work / "coordinator" / "log") as coordinator,
     ):
         topic = f"bench-words-{uuid.uuid4().hex[:6]}"
         create_topics(bootstrap, [topic], partitions=PARTITIONS)
@@ -350,12 +371,12 @@ def main() -> None:
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
         try:
             # warm-up, not measured: the JVM, the Python workers, the code paths of both runs
-            for runner in (run_plain, run_cutline):
+            for runner in (first, second):
                 runner(spark, bootstrap, topic, args.records, args, work)
             with Progress(console=console, transient=True) as progress:
                 task = progress.add_task("runs", total=2 * args.rounds)
                 for round_ in range(args.rounds):
-                    order = (run_plain, run_cutline) if round_ % 2 == 0 else (run_cutline, run_plain)
+                    order = (first, second) if round_ % 2 == 0 else (second, first)
                     for runner in order:
                         runs.append(
                             measured(
@@ -370,10 +391,67 @@ def main() -> None:
                             )
                         )
                         progress.advance(task)
+            latency = _latency(coordinator.url, runs) if args.markers else None
         finally:
             spark.stop()
     shutil.rmtree(work, ignore_errors=True)
-    report(console, runs)
+    if args.markers:
+        markers_report(console, runs, args.markers, latency)
+    else:
+        report(console, runs)
+
+
+def marked(*args: Any, markers_ms: int) -> Run:
+    """:func:`run_cutline` with latency markers every ``markers_ms``."""
+    run = run_cutline(*args, markers_ms=markers_ms)
+    run.name = "with markers"
+    return run
+
+
+def _latency(url: str, runs: list[Run]) -> dict[str, Any] | None:
+    """The coordinator's ``/jobs/JOB/latency`` of the last run with markers."""
+    import urllib.request
+
+    job = next((r.job_id for r in reversed(runs) if r.name == "with markers"), None)
+    if job is None:
+        return None
+    with urllib.request.urlopen(f"{url}/jobs/{job}/latency", timeout=10) as response:
+        return dict(json.load(response))
+
+
+def markers_report(
+    console: Console, runs: list[Run], markers_ms: int, latency: dict[str, Any] | None
+) -> None:
+    """Throughput with latency markers against without, per ABBA round and overall."""
+    table = Table(title=f"Spark job with cutline, without and with latency markers every {markers_ms} ms")
+    for column in ("run", "batches", "span", "records/s"):
+        table.add_column(column, justify="right")
+    for run in runs:
+        name = "without markers" if run.name == "with cutline" else run.name
+        table.add_row(name, str(len(run.measured)), f"{run.span_s:.1f} s", f"{run.throughput:,.0f}")
+    console.print(table)
+    off = [r.throughput for r in runs if r.name == "with cutline"]
+    on = [r.throughput for r in runs if r.name == "with markers"]
+    ratio = statistics.mean(on) / statistics.mean(off)
+    pairs = [runs[i : i + 2] for i in range(0, len(runs) - 1, 2)]
+    paired = sorted(
+        next(r.throughput for r in pair if r.name == "with markers")
+        / next(r.throughput for r in pair if r.name == "with cutline")
+        for pair in pairs
+        if {r.name for r in pair} == {"with cutline", "with markers"}
+    )
+    console.print(
+        f"throughput with/without markers: {statistics.mean(on):,.0f} / {statistics.mean(off):,.0f} "
+        f"records/s = [bold]{ratio:.3f}[/] (target ≥ 0.99: {'met' if ratio >= 0.99 else 'missed'}); "
+        f"per-round ratios: {', '.join(f'{p:.3f}' for p in paired)}"
+    )
+    if latency is not None:
+        operators = Table(title="latency per operator, last run with markers (ms, last 128 per histogram)")
+        for column in ("operator", "count", "p50", "p99", "max"):
+            operators.add_column(column, justify="right")
+        for row in latency["operators"]:
+            operators.add_row(row["operator_id"], *(f"{row[k]:g}" for k in ("count", "p50", "p99", "max")))
+        console.print(operators)
 
 
 def report(console: Console, runs: list[Run]) -> None:

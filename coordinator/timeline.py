@@ -470,10 +470,15 @@ def _describe_record(codec: Codec, partition: int | None, offset: int | None, va
 
 
 def render_status(
-    job_id: str, stats: Mapping[str, Any], config: Mapping[str, Any], owner: str | None = None
+    job_id: str,
+    stats: Mapping[str, Any],
+    config: Mapping[str, Any],
+    owner: str | None = None,
+    latency: Mapping[str, Any] | None = None,
 ) -> Group:
-    """``cutline status``: Flink's checkpoint overview (counts, latest, summary, history, config),
-    and the web address of the coordinator worker that owns the job."""
+    """``cutline status``: Flink's checkpoint overview (counts, latest, summary, history, config), the
+    web address of the coordinator worker that owns the job, and the latency markers' figures per
+    operator when the job sends them."""
     counts = stats.get("counts", {})
     overview = Table(title=f"checkpoints of {job_id}", show_header=False)
     if owner:
@@ -517,4 +522,16 @@ def render_status(
     settings = Table(title="configuration", show_header=False)
     for key, value in config.items():
         settings.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-    return Group(overview, history, settings)
+    operators = (latency or {}).get("operators") or []
+    if not operators:
+        return Group(overview, history, settings)
+    figures = Table(title="latency markers, source to operator (ms, recent)")
+    for column in ("operator", "markers", "p50", "p99", "max"):
+        figures.add_column(column, justify="left" if column == "operator" else "right")
+    for row in operators:
+        figures.add_row(
+            str(row["operator_id"]),
+            str(row["count"]),
+            *("-" if row.get(k) is None else f"{row[k]:.0f}" for k in ("p50", "p99", "max")),
+        )
+    return Group(overview, history, figures, settings)

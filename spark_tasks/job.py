@@ -212,6 +212,9 @@ class JobSettings:
     wire: WireSettings = field(default_factory=process_wire)
     """How the job's records are framed (its driver, source and tasks alike): by default the
     process's (:func:`events.wire.codec.use_wire`)."""
+    latency_interval_ms: int = 0
+    """Emit a latency marker at most this often (Flink's ``latencyTrackingInterval``); 0, the
+    default as in Flink: none (docs/spark.md, "Latency markers")."""
 
     @property
     def consumer_group(self) -> str:
@@ -540,6 +543,7 @@ class CheckpointedJob:
                 if self.settings.wire.schema_registry_url
                 else {}
             ),
+            "cutline.latencyIntervalMs": self.settings.latency_interval_ms,
         }
         reader = self.spark.readStream.format(FORMAT)
         for key, value in options.items():
@@ -578,6 +582,7 @@ class CheckpointedJob:
             run_id=self.run_id,
             seeded=frozenset(self.tasks),
             wire=self.settings.wire,
+            attempt=self.attempt,
         )
         return source.mapInArrow(partition_step(step, settings, to_arrow_schema(schema)), schema)
 
@@ -610,7 +615,7 @@ class CheckpointedJob:
         )
         return (
             self._source(source_options)
-            .mapInArrow(route_step(step, parallelism), SHUFFLE_SCHEMA)
+            .mapInArrow(route_step(step, parallelism, settings), SHUFFLE_SCHEMA)
             .repartitionById(parallelism, TARGET_COLUMN)
             .mapInArrow(process_step(step, settings, to_arrow_schema(schema)), schema)
         )

@@ -50,6 +50,12 @@ changing one word::
   ``fetch.max.wait.ms``) is the driver's barrier consumer's fetch wait: lower it for
   barriers sooner on a broker that, like the embedded one, answers a waiting fetch
   only after about half of it.
+- ``cutline.latencyIntervalMs`` (default 0: off, as Flink's ``latencyTrackingInterval``; needs
+  ``cutline.job``): emit a latency marker at most this often. A due marker is folded into the
+  next batch that runs anyway (it never makes a batch of its own) under ``__cutline_marker__``,
+  and emitted as one row per Kafka partition of the batch, after the barrier row and before the
+  records, in the extra nullable string column ``cutline_marker`` (docs/spark.md, "Latency
+  markers").
 
 **Columns** (as the built-in source): ``key`` binary, ``value`` binary, ``topic``
 string, ``partition`` int, ``offset`` long, ``timestamp`` timestamp,
@@ -112,6 +118,7 @@ from pyspark.sql.types import (
 from events.kafka.client_config import client_properties
 from events.kafka.clients import find_ends
 from events.kafka.feed import JobFeed
+from events.task.latency import LatencyMarker, MarkerSchedule
 from events.wire.codec import WireSettings, codec_for
 from events.wire.records import CheckpointBarrier, CheckpointKind
 
@@ -145,6 +152,9 @@ __all__ = [
     "BarrierFeed",
     "EARLIEST",
     "LATEST",
+    "MARKER_COLUMN",
+    "MARKER_KEY",
+    "SOURCE_ID",
     "KafkaInputPartition",
     "KafkaSource",
     "KafkaSourceOptions",
@@ -156,6 +166,7 @@ __all__ = [
     "barrier_json",
     "barrier_of",
     "kafka_schema",
+    "marker_of",
     "rate_limit",
     "read_chunks",
     "to_offsets",
@@ -213,6 +224,13 @@ BARRIER_KEY = "__cutline_barrier__"
 (docs/design.md, "Tasks and Spark")."""
 BARRIER_COLUMN = "cutline_barrier"
 """The extra column with ``cutline.job``: the barrier's JSON on barrier rows, null otherwise."""
+MARKER_KEY = "__cutline_marker__"
+"""Top-level key of an end offset that carries a latency marker: ``{"marked_ms": ...}``."""
+MARKER_COLUMN = "cutline_marker"
+"""The extra column with ``cutline.latencyIntervalMs``: the marker's JSON
+(:meth:`events.task.latency.LatencyMarker.to_json`) on marker rows, null otherwise."""
+SOURCE_ID = FORMAT
+"""The ``source_id`` of the markers this source emits (a job has one source)."""
 DEFAULT_TOPIC_PREFIX = "cutline."
 
 TopicPartitionKey = tuple[str, int]
@@ -227,17 +245,22 @@ def _sort_key(tp: TopicPartitionKey) -> tuple[str, int]:
 
 
 def to_offsets(
-    mapping: Mapping[TopicPartitionKey, int], barrier: Mapping[str, Any] | None = None
+    mapping: Mapping[TopicPartitionKey, int],
+    barrier: Mapping[str, Any] | None = None,
+    marker_ms: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{(topic, partition): offset}`` as Spark offset JSON: ``{"topic": {"0": offset}}``.
 
     Keys are strings; topics are sorted and partitions are in numeric order, so equal
     maps always give equal JSON (Spark compares offsets by their JSON text). A folded
-    ``barrier`` goes first, under :data:`BARRIER_KEY`, with its keys sorted.
+    ``barrier`` goes first, under :data:`BARRIER_KEY`, with its keys sorted; then a folded
+    latency marker's time, under :data:`MARKER_KEY`.
     """
     out: dict[str, dict[str, Any]] = {}
     if barrier is not None:
         out[BARRIER_KEY] = {k: barrier[k] for k in sorted(barrier)}
+    if marker_ms is not None:
+        out[MARKER_KEY] = {"marked_ms": marker_ms}
     for topic, partition in sorted(mapping, key=_sort_key):
         offset = mapping[(topic, partition)]
         if isinstance(offset, bool) or not isinstance(offset, int):
@@ -258,7 +281,7 @@ def from_offsets(offsets: Mapping[str, Any] | str) -> dict[TopicPartitionKey, in
         raise ValueError(f"offsets must be a JSON object of topics, got {parsed!r}")
     out: dict[TopicPartitionKey, int] = {}
     for topic, partitions in parsed.items():
-        if topic == BARRIER_KEY:
+        if topic in (BARRIER_KEY, MARKER_KEY):
             continue
         if not isinstance(topic, str) or not isinstance(partitions, Mapping):
             raise ValueError(f"offsets of topic {topic!r} must be an object, got {partitions!r}")
@@ -282,6 +305,16 @@ def barrier_of(offsets: Mapping[str, Any] | str | None) -> dict[str, Any] | None
     if not isinstance(barrier, Mapping):
         raise ValueError(f"{BARRIER_KEY} must be an object, got {barrier!r}")
     return {k: barrier[k] for k in sorted(barrier)}
+
+
+def marker_of(offsets: Mapping[str, Any] | str | None) -> int | None:
+    """The time of the latency marker folded into Spark offset JSON, or None."""
+    if offsets is None:
+        return None
+    parsed: Any = json.loads(offsets) if isinstance(offsets, str) else offsets
+    marker = parsed.get(MARKER_KEY) if isinstance(parsed, Mapping) else None
+    marked = marker.get("marked_ms") if isinstance(marker, Mapping) else None
+    return marked if isinstance(marked, int) and not isinstance(marked, bool) else None
 
 
 def barrier_json(barrier: Mapping[str, Any]) -> str:
@@ -396,6 +429,13 @@ class KafkaSourceOptions:
     """``cutline.barrierFetchWaitMs``: ``fetch.wait.max.ms`` of the driver's barrier consumer."""
     wire: WireSettings = WireSettings()
     """``cutline.wireFormat`` and ``cutline.schemaRegistryUrl``: how barriers are framed."""
+    latency_interval_ms: int = 0
+    """``cutline.latencyIntervalMs``: emit a latency marker at most this often; 0: never."""
+
+    @property
+    def markers(self) -> bool:
+        """Does the source emit latency markers (and the ``cutline_marker`` column)?"""
+        return self.job is not None and self.latency_interval_ms > 0
 
     @property
     def barriers_topic(self) -> str:
@@ -420,9 +460,15 @@ class KafkaSourceOptions:
         )
         if not topics:
             raise ValueError("option 'subscribe' (comma-separated topics) is required")
-        if BARRIER_KEY in topics:
-            raise ValueError(f"topic name {BARRIER_KEY!r} is reserved by {FORMAT}")
+        for reserved in (BARRIER_KEY, MARKER_KEY):
+            if reserved in topics:
+                raise ValueError(f"topic name {reserved!r} is reserved by {FORMAT}")
         job = str(opts.get("cutline.job", "")).strip() or None
+        latency_interval = str(opts.get("cutline.latencyintervalms", "0")).strip()
+        if latency_interval != "0":
+            _as_positive_int("cutline.latencyIntervalMs", latency_interval)
+            if job is None:
+                raise ValueError("option 'cutline.latencyIntervalMs' needs 'cutline.job'")
         starting = str(opts.get("startingoffsets", "latest")).strip()
         if starting.lower() in ("earliest", "latest"):
             starting = starting.lower()
@@ -469,6 +515,7 @@ class KafkaSourceOptions:
                 str(opts.get("cutline.schemaregistryurl", "")).strip() or None,
                 str(opts.get("cutline.wireformat", "single-object")).strip(),
             ),
+            latency_interval_ms=int(latency_interval),
         )
 
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:
@@ -492,8 +539,9 @@ class KafkaSourceOptions:
         return config
 
 
-def kafka_schema(include_headers: bool = False, barriers: bool = False) -> StructType:
-    """The columns of Spark's built-in Kafka source (and ``cutline_barrier`` with ``barriers``)."""
+def kafka_schema(include_headers: bool = False, barriers: bool = False, markers: bool = False) -> StructType:
+    """The columns of Spark's built-in Kafka source (and ``cutline_barrier`` with ``barriers``, then
+    ``cutline_marker`` with ``markers``)."""
     fields = [
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
@@ -508,6 +556,8 @@ def kafka_schema(include_headers: bool = False, barriers: bool = False) -> Struc
         fields.append(StructField("headers", ArrayType(header)))
     if barriers:
         fields.append(StructField(BARRIER_COLUMN, StringType()))
+    if markers:
+        fields.append(StructField(MARKER_COLUMN, StringType()))
     return StructType(fields)
 
 
@@ -731,6 +781,9 @@ class KafkaInputPartition(InputPartition):
     end: int
     barrier: str | None = None
     """The JSON of the barrier folded into this batch: emitted before the first record, at ``start``."""
+    marker: str | None = None
+    """The JSON of this partition's latency marker (:class:`events.task.latency.LatencyMarker`): emitted
+    after the barrier, before the first record."""
 
 
 def _row(message: Message, include_headers: bool) -> tuple[Any, ...]:
@@ -843,7 +896,7 @@ def record_batch(messages: list[Message], schema: pa.Schema, include_headers: bo
                 schema.field("headers").type,
             )
         )
-    if len(arrays) < len(schema):
+    while len(arrays) < len(schema):  # cutline_barrier, cutline_marker
         arrays.append(pa.nulls(n, pa.string()))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -871,6 +924,29 @@ def barrier_batch(split: KafkaInputPartition, schema: pa.Schema, include_headers
     if include_headers:
         arrays.append(pa.nulls(1, schema.field("headers").type))
     arrays.append(pa.array([barrier], pa.string()))
+    if len(arrays) < len(schema):
+        arrays.append(pa.nulls(1, pa.string()))  # cutline_marker
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def marker_batch(split: KafkaInputPartition, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+    """The one-row batch of ``split``'s latency marker: at the batch's start offset, ``cutline_marker``
+    set, stamped with the marker's time."""
+    if split.marker is None:
+        raise ValueError(f"{split.topic}[{split.partition}] has no latency marker")
+    stamp_us = LatencyMarker.from_json(split.marker).marked_time_ms * 1000
+    arrays: list[pa.Array] = [
+        pa.nulls(1, pa.binary()),
+        pa.nulls(1, pa.binary()),
+        pa.array([split.topic], pa.string()),
+        pa.array([split.partition], pa.int32()),
+        pa.array([split.start], pa.int64()),
+        pa.array([stamp_us], pa.int64()).cast(schema.field("timestamp").type),
+        pa.array([-1], pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(pa.nulls(1, schema.field("headers").type))
+    arrays += [pa.nulls(1, pa.string()), pa.array([split.marker], pa.string())]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -909,6 +985,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._stopped = False
         """A stop-with-savepoint barrier was folded: no new offsets until a newer barrier comes (its
         savepoint failed, the scheduler resumed) or the query stops (it completed)."""
+        self._last_marker: int | None = None
+        self._markers = MarkerSchedule(options.latency_interval_ms if options.markers else 0)
         # With cutline.job: the barriers that arrive from now on
         # (barrier alignment, docs/design.md, "Tasks and Spark").
         # Made at the first initialOffset/latestOffset, which only the query's source runner
@@ -996,11 +1074,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> dict[str, dict[str, int]]:
         if start is None:  # Spark 4.0/4.1 call latestOffset() with no start and no limit
             begin = dict(self._last_end or {})
-            begin_barrier = self._last_barrier
+            begin_barrier, begin_marker = self._last_barrier, self._last_marker
             limit = self.getDefaultReadLimit() if begin else ReadAllAvailable()
         else:
             begin = from_offsets(start)
-            begin_barrier = barrier_of(start)
+            begin_barrier, begin_marker = barrier_of(start), marker_of(start)
         feed = self._barrier_feed()
         if feed is not None:
             if begin_barrier is not None:
@@ -1032,15 +1110,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # output, and the sink's last file ends exactly at the savepoint's offsets.
             end, self._stopped = dict(begin), True
             log.info("%s stops reading at %s for stop-with-savepoint %s", FORMAT, end, barrier["id"])
+        marker = None
         if barrier is None and end == begin:
-            # Nothing new: answer the start itself (with its barrier, if it has one), so no
-            # batch runs. A barrier is folded into exactly one batch's end offset.
-            barrier = begin_barrier
-        elif barrier is not None:
-            log.info("%s folds barrier %s into the batch ending at %s", FORMAT, barrier, end)
+            # Nothing new: answer the start itself (with its barrier and marker, if it has them),
+            # so no batch runs. A barrier is folded into exactly one batch's end offset.
+            barrier, marker = begin_barrier, begin_marker
+        else:
+            if barrier is not None:
+                log.info("%s folds barrier %s into the batch ending at %s", FORMAT, barrier, end)
+            marker = self._due_marker()
         self._last_end = end
-        self._last_barrier = barrier
-        return to_offsets(end, barrier)
+        self._last_barrier, self._last_marker = barrier, marker
+        return to_offsets(end, barrier, marker)
+
+    def _due_marker(self) -> int | None:
+        """The time of a latency marker for the batch being planned, if one is due (else None)."""
+        now = time.time_ns() // 1_000_000
+        if not self._markers.due(now):
+            return None
+        self._markers = self._markers.emitted(now)
+        return now
 
     def _stopped_at_barrier(self, feed: BarrierFeed | None) -> bool:
         """Still stopped at a stop-with-savepoint's cut? A newer barrier ends it: the savepoint failed
@@ -1061,13 +1150,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if barrier is not None and barrier == barrier_of(start):
             barrier = None  # not a new barrier (latestOffset never answers this way; be safe)
         text = None if barrier is None else barrier_json(barrier)
+        marked = marker_of(end) if self.options.markers else None
+        if marked is not None and marked == marker_of(start):
+            marked = None
         new = [tp for tp in until if tp not in begin]
         earliest = self.probe.earliest(new) if new else {}
         splits = []
-        for tp in sorted(until, key=_sort_key):
+        for subtask, tp in enumerate(sorted(until, key=_sort_key)):
             first = begin.get(tp, earliest.get(tp, 0))
             if until[tp] > first or text is not None:
-                splits.append(KafkaInputPartition(tp[0], tp[1], first, max(first, until[tp]), text))
+                # the source's subtask index of a partition: its place among the job's partitions
+                marker = None if marked is None else LatencyMarker(marked, SOURCE_ID, subtask).to_json()
+                splits.append(KafkaInputPartition(tp[0], tp[1], first, max(first, until[tp]), text, marker))
         return splits
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -1085,11 +1179,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         include_headers = self.options.include_headers
+        options = self.options
         schema = to_arrow_schema(
-            kafka_schema(include_headers, barriers=self.options.job is not None), timezone="UTC"
+            kafka_schema(include_headers, barriers=options.job is not None, markers=options.markers),
+            timezone="UTC",
         )
         if self.options.job is not None and partition.barrier is not None:
             yield barrier_batch(partition, schema, include_headers)
+        if self.options.markers and partition.marker is not None:
+            yield marker_batch(partition, schema, include_headers)
         for chunk in read_chunks(self.options, partition):
             yield record_batch(chunk, schema, include_headers)
 
@@ -1115,7 +1213,9 @@ class KafkaSource(DataSource):
 
     def schema(self) -> StructType:
         options = KafkaSourceOptions.parse(self.options)
-        return kafka_schema(options.include_headers, barriers=options.job is not None)
+        return kafka_schema(
+            options.include_headers, barriers=options.job is not None, markers=options.markers
+        )
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         return KafkaStreamReader(KafkaSourceOptions.parse(self.options))

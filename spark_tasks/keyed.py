@@ -63,13 +63,17 @@ import pyarrow as pa
 
 from events.clock import now_ms
 from events.task import storage
-from events.task.participant import SnapshotCorrupted, load_task_snapshot
+from events.task.participant import (
+    SnapshotCorrupted,
+    load_task_snapshot,
+)
 from events.task.reply import Answer, Failed, Outcome, Snapshotted, answer, failure
 from events.wire.codec import WireSettings, process_wire
 from events.wire.records import StateHandle
 from events.wire.topics import Topics
 from events.wire.vocabulary import DeclineReason
-from spark_tasks.kafka_source import BARRIER_COLUMN, entry_barrier
+from spark_tasks.kafka_source import BARRIER_COLUMN, MARKER_COLUMN, entry_barrier
+from spark_tasks.latency import KEYED, ROUTE, Measurements
 from spark_tasks.state import KafkaRecord, StateLost, _json_dumps, _json_loads
 from spark_tasks.tasks import snapshot_name
 
@@ -113,9 +117,10 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 TARGET_COLUMN = "cutline_target"
 SHUFFLE_SCHEMA = (
     f"{TARGET_COLUMN} int, key_group int, key string, value binary, "
-    f"topic string, partition int, offset long, seq int, {BARRIER_COLUMN} string"
+    f"topic string, partition int, offset long, seq int, {BARRIER_COLUMN} string, {MARKER_COLUMN} string"
 )
-"""The rows between the map side and the shuffle side: a pair, or a barrier row (key null)."""
+"""The rows between the map side and the shuffle side: a pair, or a barrier or latency marker row
+(key null)."""
 
 PIECE_SCHEMA = pa.schema([("key_group", pa.int32()), ("key", pa.string()), ("state", pa.binary())])
 
@@ -507,10 +512,10 @@ class KeyedSettings:
 
 
 def route_step(
-    step: KeyedStep[Any], parallelism: int
+    step: KeyedStep[Any], parallelism: int, settings: KeyedSettings | None = None
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function before the shuffle: pairs to their key group's partition, barrier
-    rows to every partition."""
+    and latency marker rows to every partition (markers are measured here first, with ``settings``)."""
     schema = pa.schema(
         [
             (TARGET_COLUMN, pa.int32()),
@@ -522,20 +527,28 @@ def route_step(
             ("offset", pa.int64()),
             ("seq", pa.int32()),
             (BARRIER_COLUMN, pa.string()),
+            (MARKER_COLUMN, pa.string()),
         ]
     )
     max_parallelism = step.max_parallelism
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
+        job_id, attempt = ("", 0) if settings is None else (settings.job_id, settings.attempt)
+        latency = Measurements(job_id, attempt, ROUTE)
+        for rows in batches:
+            batch, markers = latency.take_markers(rows)
             out: dict[str, list[Any]] = {name: [] for name in schema.names}
+            for m in markers:
+                for target in range(parallelism):
+                    _append(out, target, -1, None, None, m["topic"], m["partition"], m["offset"], 0, None,
+                            m[MARKER_COLUMN])  # fmt: skip
             columns = batch.to_pydict()
             barriers = columns.get(BARRIER_COLUMN) or [None] * batch.num_rows
             for i in range(batch.num_rows):
                 topic, partition, offset = columns["topic"][i], columns["partition"][i], columns["offset"][i]
                 if barriers[i] is not None:
                     for target in range(parallelism):
-                        _append(out, target, -1, None, None, topic, partition, offset, 0, barriers[i])
+                        _append(out, target, -1, None, None, topic, partition, offset, 0, barriers[i], None)
                     continue
                 record = KafkaRecord(
                     columns["key"][i], columns["value"][i], topic, partition, offset, columns["timestamp"][i]
@@ -543,9 +556,23 @@ def route_step(
                 for seq, (key, value) in enumerate(step.key_by(record)):
                     group = key_group(key, max_parallelism)
                     target = operator_index(group, parallelism, max_parallelism)
-                    _append(out, target, group, key, pickle.dumps(value), topic, partition, offset, seq, None)
+                    _append(
+                        out,
+                        target,
+                        group,
+                        key,
+                        pickle.dumps(value),
+                        topic,
+                        partition,
+                        offset,
+                        seq,
+                        None,
+                        None,
+                    )
             if out[TARGET_COLUMN]:
                 yield pa.RecordBatch.from_pydict(out, schema=schema)
+        if settings is not None:
+            latency.send(_task_settings(settings))
 
     return run
 
@@ -585,7 +612,9 @@ def process_step(
         store = KeyedStateStore(settings.state_root, index)
         barriers: dict[tuple[str, int], tuple[str, int]] = {}
         pairs: list[tuple[str, int, int, int, int, str, bytes]] = []
-        for batch in batches:
+        latency = Measurements(settings.job_id, settings.attempt, KEYED, index)
+        for arrived in batches:
+            batch, _ = latency.take_markers(arrived)  # latency markers: measured, never folded
             columns = batch.to_pydict()
             for i in range(batch.num_rows):
                 topic, partition, offset = columns["topic"][i], columns["partition"][i], columns["offset"][i]
@@ -597,6 +626,7 @@ def process_step(
                     (topic, partition, offset, columns["seq"][i], columns["key_group"][i], columns["key"][i],
                      columns["value"][i])
                 )  # fmt: skip
+        latency.send(_task_settings(settings))
         task = keyed_task_id(index)
         try:
             state = store.load(batch_id)

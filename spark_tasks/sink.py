@@ -41,14 +41,18 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from events.task.latency import LatencyMarker
 from events.task.participant import write_atomic
 from events.wire.validation import parse_offsets
-from spark_tasks.kafka_source import TopicPartitionKey, from_offsets
+from spark_tasks.kafka_source import SOURCE_ID, TopicPartitionKey, barrier_of, from_offsets, marker_of
+from spark_tasks.latency import SINK, send_measurements
+from spark_tasks.tasks import TaskSettings
 
 if TYPE_CHECKING:
     from spark_tasks.job import CheckpointedJob
@@ -88,6 +92,18 @@ class BatchCut:
 
 def batch_offsets(spark_checkpoint: Path, batch_id: int) -> dict[TopicPartitionKey, int]:
     """The end offsets of ``batch_id`` in Spark's offset log (of the ``cutline-kafka`` source)."""
+    return from_offsets(_offset_line(spark_checkpoint, batch_id))
+
+
+def batch_marker(spark_checkpoint: Path, batch_id: int) -> tuple[int | None, bool]:
+    """The latency marker's time folded into ``batch_id``'s end offset (None: none), and whether a
+    barrier was folded there too."""
+    line = _offset_line(spark_checkpoint, batch_id)
+    return marker_of(line), barrier_of(line) is not None
+
+
+def _offset_line(spark_checkpoint: Path, batch_id: int) -> str:
+    """The ``cutline-kafka`` source's line of ``batch_id`` in Spark's offset log."""
     path = spark_checkpoint / "offsets" / str(batch_id)
     try:
         lines = path.read_text().splitlines()
@@ -100,7 +116,7 @@ def batch_offsets(spark_checkpoint: Path, batch_id: int) -> dict[TopicPartitionK
             f"{path}: expected Spark's offset log with exactly one source (the job's cutline-kafka), "
             f"found {len(sources)}"
         )
-    return from_offsets(sources[0])
+    return sources[0]
 
 
 class CutFileSink:
@@ -126,6 +142,7 @@ class CutFileSink:
         """The restored checkpoint's offsets, the start of this attempt's output."""
         self.first_start: dict[TopicPartitionKey, int] | None = None if restored is None else dict(self.cut)
         self.rolled_back = self.rollback()
+        self.job = job
 
     def rollback(self) -> list[Path]:
         """Move the files written after :attr:`cut` to ``_rolled_back/attempt-<N>/``; the moved files."""
@@ -162,15 +179,45 @@ class CutFileSink:
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         rows = batch_df.collect()
-        if not rows:
+        if rows:
+            self._write(rows, batch_id)
+        if self.job.settings.latency_interval_ms > 0:
+            self._measure_latency(batch_id)
+
+    def _measure_latency(self, batch_id: int) -> None:
+        """The batch's latency marker reached the sink: one measurement per source subtask that
+        emitted it (the partitions the batch read, every one with a barrier), subtask 0."""
+        marked, barrier = batch_marker(self.spark_checkpoint, batch_id)
+        if marked is None:
             return
+        now = time.time_ns() // 1_000_000
         end = batch_offsets(self.spark_checkpoint, batch_id)
-        start = self.first_start
-        if batch_id > 0:
-            try:
-                start = batch_offsets(self.spark_checkpoint, batch_id - 1)
-            except RuntimeError:  # only for the record; the end is what counts
-                start = None
+        start = self._start(batch_id)
+        emitted = [
+            subtask
+            for subtask, tp in enumerate(sorted(end))
+            if barrier or start is None or end[tp] > start.get(tp, 0)
+        ]
+        job, settings = self.job, self.job.settings
+        measured = [
+            LatencyMarker(marked, SOURCE_ID, subtask).measured(settings.job_id, job.attempt, SINK, 0, now)
+            for subtask in emitted
+        ]
+        reporter = TaskSettings(settings.job_id, settings.bootstrap, "", topic_prefix=settings.topic_prefix)
+        send_measurements(reporter, measured)
+
+    def _start(self, batch_id: int) -> dict[TopicPartitionKey, int] | None:
+        """Where ``batch_id`` started reading (None: not known)."""
+        if batch_id <= 0:
+            return self.first_start
+        try:
+            return batch_offsets(self.spark_checkpoint, batch_id - 1)
+        except RuntimeError:
+            return None
+
+    def _write(self, rows: list[Any], batch_id: int) -> None:
+        end = batch_offsets(self.spark_checkpoint, batch_id)
+        start = self._start(batch_id)  # only for the record; the end is what counts
         cut = BatchCut(start, end)
         record = {
             "attempt": self.attempt,

@@ -56,13 +56,18 @@ from confluent_kafka import KafkaException, Producer
 
 from events.clock import now_ms
 from events.kafka.clients import deliver, produce_record, producer_config
-from events.task.participant import local_path, snapshot_uri, write_atomic
+from events.task.participant import (
+    local_path,
+    snapshot_uri,
+    write_atomic,
+)
 from events.task.reply import Answer, Failed, Outcome, Snapshotted, answer, failure
 from events.wire.codec import WireSettings, codec_for, process_wire
 from events.wire.records import CheckpointBarrier
 from events.wire.topics import Topics
 from events.wire.vocabulary import DeclineReason
 from spark_tasks.kafka_source import BARRIER_COLUMN, entry_barrier
+from spark_tasks.latency import STEP, Measurements
 from spark_tasks.state import KafkaRecord, PartitionStateStore, StatefulStep, StateLost, task_id
 
 __all__ = [
@@ -104,6 +109,8 @@ class TaskSettings:
     seeded: frozenset[str] = frozenset()
     wire: WireSettings = field(default_factory=process_wire)
     """The framing of the replies: the driver's (an executor is not configured by anyone else)."""
+    attempt: int = 0
+    """The job attempt the tasks run in (their latency measurements name it)."""
 
     @property
     def topics(self) -> Topics:
@@ -276,7 +283,9 @@ def partition_step(
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = PartitionStateStore(settings.state_dir)
         partitions: dict[tuple[str, int], _Partition] = {}
-        for batch in batches:
+        latency = Measurements(settings.job_id, settings.attempt, STEP)
+        for rows in batches:
+            batch, _ = latency.take_markers(rows)  # latency markers: measured, never folded
             records: dict[tuple[str, int], list[KafkaRecord]] = {}
             columns = batch.to_pydict()
             barriers = columns.get(BARRIER_COLUMN) or [None] * batch.num_rows
@@ -340,5 +349,6 @@ def partition_step(
                 store.save(
                     current.topic, current.partition, current.next_offset, step.serialize(current.state)
                 )
+        latency.send(settings)
 
     return run

@@ -114,6 +114,7 @@ def status(
             owner = response.headers.get("Cutline-Owner")
         with urllib.request.urlopen(f"{base}/jobs/{job}/checkpoints/config", timeout=10) as response:
             config = json.load(response)
+        latency = _latency(base, job)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             fail(
@@ -126,7 +127,7 @@ def status(
             errors,
             f"no coordinator answers at {base} ({exc}); start one with `cutline coordinator` or pass --url",
         )
-    Console(highlight=False).print(render_status(job, stats, config, owner))
+    Console(highlight=False).print(render_status(job, stats, config, owner, latency))
 
 
 def _errors_of(answer: Any) -> str:
@@ -137,6 +138,21 @@ def _errors_of(answer: Any) -> str:
         return "; ".join(str(e) for e in json.load(answer).get("errors", []))
     except (ValueError, AttributeError, OSError):
         return ""
+
+
+def _latency(base: str, job: str) -> dict[str, object] | None:
+    """The job's ``/jobs/JOB/latency``, or None from a coordinator that has no such view."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{base}/jobs/{job}/latency", timeout=10) as response:
+            return dict(json.load(response))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
 
 
 def trigger(

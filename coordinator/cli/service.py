@@ -108,16 +108,27 @@ def coordinator(
             "session timeout.",
         ),
     ] = True,
+    latency_granularity: Annotated[
+        str,
+        typer.Option(
+            "--latency-granularity",
+            help="What one latency histogram tells apart (Flink's metrics.latency.granularity): "
+            "single (operator subtask), operator (and source) or subtask (and source subtask).",
+        ),
+    ] = "operator",
 ) -> None:
     """Run the checkpoint coordinator (a Faust worker) until interrupted.
 
     Start it N times with the same prefix for N workers: each owns the jobs of its partitions."""
     import logging
 
+    from events.task.latency import Granularity
     from events.wire.validation import InvalidUri, canonical_uri
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)
+    if latency_granularity not in {g.value for g in Granularity}:
+        fail(errors, f"--latency-granularity {latency_granularity!r}: use single, operator or subtask")
     _need_free_port(errors, web_host, web_port)
     roots = []
     for root in savepoint_root or []:
@@ -141,6 +152,7 @@ def coordinator(
             savepoint_root=roots,
             session_timeout=session_timeout,
             partitions=partitions,
+            latency_granularity=latency_granularity,
         )
         raise typer.Exit(_watch_worker(errors, bootstrap, child))
     # The worker's imports (Faust, aiokafka): not in the watchdog, which only waits.
@@ -165,6 +177,7 @@ def coordinator(
         savepoint_roots=tuple(roots),
         session_timeout=session_timeout,
         partitions=partitions,
+        latency_granularity=Granularity(latency_granularity),
     )
     try:
         run_coordinator(settings, loglevel)

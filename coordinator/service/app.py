@@ -49,6 +49,7 @@ from coordinator.web_trust import allowed_hosts
 from events.dev.broker import create_topics, max_message_bytes, partition_counts, topic_config
 from events.kafka.client_config import aiokafka_security, client_properties, faust_credentials
 from events.kafka.clients import producer_config
+from events.task.latency import Granularity
 from events.wire.sizes import DEFAULT_MAX_MESSAGE_BYTES, TopicLimits
 from events.wire.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
@@ -81,6 +82,8 @@ class Settings:
     savepoint_roots: tuple[str, ...] = ()
     """Storage URIs savepoint targets must lie in (``--savepoint-root``); none: the parent of each
     job's checkpoint location (docs/security.md)."""
+    latency_granularity: Granularity = Granularity.OPERATOR
+    """What one latency histogram tells apart (Flink's ``metrics.latency.granularity``)."""
 
     @cached_property
     def topics(self) -> Topics:
@@ -384,6 +387,7 @@ class Shell:
             partitions=settings.partitions,
             savepoint_roots=settings.savepoint_roots,
             limits=self.limits,
+            latency_granularity=settings.latency_granularity,
         )
         self.publish_lock = asyncio.Lock()
         self.input_topics = {*topics.inputs, settings.topics.ticks}

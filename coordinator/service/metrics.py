@@ -8,6 +8,9 @@ one of them at a time. Next to them the worker's own: inputs decided per topic, 
 by reason, its journal partitions (epoch, offset, how long their recovery took), how far its
 fetch position is behind each input partition's end, and its scheduled garbage collections.
 
+Latency markers' histograms are Flink's ``latency`` as ``cutline_job_latency`` (ms; labels after
+Flink's metric groups at the coordinator's ``--latency-granularity``).
+
 Job metrics are read from the coordinator's state at scrape time (a custom collector), so
 deciding an input costs nothing more; the worker's counters are kept by the runtime.
 """
@@ -17,11 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from coordinator.service.gc_schedule import ScheduledCollections
 from coordinator.service.runtime import Coordinator
+from events.task.latency import Granularity, HistogramKey
 
 JOB_PREFIX = "cutline_job_"
 WORKER_PREFIX = "cutline_coordinator_"
@@ -64,7 +68,26 @@ class CoordinatorCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._jobs()
+        yield self._latency()
         yield from self._worker()
+
+    def _latency(self) -> Metric:
+        """Flink's ``latency`` histograms, ms, labelled as its metric groups at the coordinator's
+        granularity: ``operator_id`` and ``operator_subtask_index``, with ``source_id`` (operator,
+        subtask) and ``source_subtask_index`` (subtask)."""
+        granularity = self.coordinator.latency_granularity
+        labels = ["job_id", *LATENCY_LABELS[granularity]]
+        family = HistogramMetricFamily(
+            JOB_PREFIX + "latency",
+            "Latency markers' time from their source to each operator subtask, ms (Flink's latency).",
+            labels=labels,
+        )
+        for job_id, state in sorted(self.coordinator.latency.items()):
+            for key, histogram in state.histograms.items():
+                family.add_metric(
+                    [job_id, *_label_values(key, granularity)], histogram.cumulative(), histogram.sum_ms
+                )
+        return family
 
     def _jobs(self) -> Iterator[Metric]:
         def gauge(name: str, doc: str) -> GaugeMetricFamily:
@@ -186,6 +209,24 @@ class CoordinatorCollector(Collector):
                 "Time spent in scheduled garbage collections.",
                 value=self.collections.seconds,
             )
+
+
+LATENCY_LABELS = {
+    Granularity.SINGLE: ["operator_id", "operator_subtask_index"],
+    Granularity.OPERATOR: ["source_id", "operator_id", "operator_subtask_index"],
+    Granularity.SUBTASK: ["source_id", "source_subtask_index", "operator_id", "operator_subtask_index"],
+}
+"""The labels of ``cutline_job_latency`` besides ``job_id``, per granularity (Flink's metric groups)."""
+
+
+def _label_values(key: HistogramKey, granularity: Granularity) -> list[str]:
+    values = {
+        "source_id": key.source_id or "",
+        "source_subtask_index": str(key.source_subtask_index),
+        "operator_id": key.operator_id,
+        "operator_subtask_index": str(key.operator_subtask_index),
+    }
+    return [values[name] for name in LATENCY_LABELS[granularity]]
 
 
 def registry_for(collector: CoordinatorCollector) -> CollectorRegistry:

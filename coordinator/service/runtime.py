@@ -45,7 +45,7 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
@@ -76,6 +76,7 @@ from coordinator.snapshot import PartitionSnapshot, trigger_key
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track, with_progress
 from events.kafka.clients import job_key, partition_for
+from events.task.latency import Granularity, LatencyHistograms, record_latency
 from events.wire.codec import Codec, DecodeError, default_codec
 from events.wire.codegen import fast_init
 from events.wire.fencing import VOID_EPOCH, epoch_header, epoch_problem, header_epoch
@@ -96,6 +97,7 @@ from events.wire.records import (
     JobStatusChanged,
     JobStopRequested,
     JournalEvent,
+    LatencyMeasured,
     Record,
     TaskAcknowledged,
     TaskStatusChanged,
@@ -113,7 +115,7 @@ MAX_REMEMBERED_HOMES = 100_000
 ACCEPTED: Mapping[str, tuple[type[Record], ...]] = {
     "job_status": (JobStatusChanged, TaskStatusChanged, JobHeartbeat),
     "requests": (CheckpointRequested, JobStopRequested, JobCancelRequested),
-    "acks": (CheckpointAcknowledged,),
+    "acks": (CheckpointAcknowledged, LatencyMeasured),
     "declines": (CheckpointDeclined,),
 }
 """Which records each input topic may carry."""
@@ -178,6 +180,7 @@ class Coordinator:
         *,
         savepoint_roots: tuple[str, ...] = (),
         limits: TopicLimits | None = None,
+        latency_granularity: Granularity = Granularity.OPERATOR,
     ) -> None:
         for root in savepoint_roots:
             parse_uri(root)  # InvalidUri (a ValueError) at start-up, not at the first request
@@ -208,6 +211,10 @@ class Coordinator:
         a state goes through :meth:`_set_state`, which forgets it unless the change keeps it."""
         self._homes: dict[str, int] = {}
         """job -> :meth:`partition_of` (murmur2 in Python costs microseconds; every input asks)."""
+        self.latency_granularity = latency_granularity
+        self.latency: dict[str, LatencyHistograms] = {}
+        """job -> its latency histograms (:mod:`events.task.latency`): metrics, never journaled, so a
+        worker that takes a job over starts them afresh (as Flink's on a restart)."""
 
     @contextlib.contextmanager
     def batch(self, scan_after: int = SCAN_AFTER) -> Iterator[BatchFileView]:
@@ -274,6 +281,7 @@ class Coordinator:
             self.states.pop(job_id, None)
             self._due_at.pop(job_id, None)
             self.stats.pop(job_id, None)
+            self.latency.pop(job_id, None)
         for key in [k for k in self.trigger_epochs if k[0] in jobs]:
             del self.trigger_epochs[key]
         for tp in [tp for tp in self.positions if tp[1] == partition]:
@@ -281,8 +289,11 @@ class Coordinator:
 
     def merge(self, other: Coordinator, partition: int) -> None:
         """Take ``partition``'s jobs, statistics, epochs and input positions from ``other`` (a fold
-        of that partition made elsewhere), replacing what this one had of it."""
+        of that partition made elsewhere), replacing what this one had of it (the latency
+        histograms, which no fold holds, stay)."""
+        latency = {j: self.latency[j] for j in self.jobs_of(partition) if j in self.latency}
         self.drop_partition(partition)
+        self.latency.update(latency)
         for job_id in other.jobs_of(partition):
             self._set_state(job_id, other.states[job_id])
             if job_id in other.stats:
@@ -421,6 +432,8 @@ class Coordinator:
                 '"murmur2_random", as events.kafka.clients.producer_config sets it)',
                 job_id,
             )
+        if isinstance(record, LatencyMeasured):
+            return self._measured(record, dead)
         if isinstance(record, (CheckpointAcknowledged, CheckpointDeclined)) and headers:
             stale = self._stale_answer(record, headers, epoch)
             if stale is not None:
@@ -431,6 +444,18 @@ class Coordinator:
         if outcome.rejected is not None:
             return dead(outcome.rejected.reason.value, outcome.rejected.message, job_id)
         return outcome
+
+    def _measured(self, record: LatencyMeasured, dead: Callable[..., Outcome]) -> Outcome:
+        """Fold a latency measurement into its job's histograms: nothing to decide or journal."""
+        if record.job_id not in self.states:
+            return dead(
+                Rejection.UNKNOWN_JOB.value,
+                f"a latency measurement of job {excerpt(record.job_id)!r}, which never ran",
+                record.job_id,
+            )
+        histograms = self.latency.get(record.job_id) or LatencyHistograms(self.latency_granularity)
+        self.latency[record.job_id] = record_latency(histograms, record)
+        return Outcome(job_id=record.job_id)
 
     def _stale_answer(
         self,

@@ -42,6 +42,7 @@ from coordinator.service.worker import Worker
 from coordinator.state import JobState, state_json
 from coordinator.stats import CheckpointStats, checkpoints_json, config_json, entry_json
 from coordinator.web_trust import host_refusal, linkable
+from events.task.latency import LatencyHistograms, latency_json
 from events.wire.sizes import excerpt
 from events.wire.topics import Topics
 
@@ -356,6 +357,16 @@ async def get_trend(web: Any, request: Any, job_id: str) -> Any:
     )
 
 
+async def get_latency(web: Any, request: Any, job_id: str) -> Any:
+    """The job's latency markers: per operator and per histogram, the recent quantiles (ms)."""
+    views = context(web)
+    coordinator = views.coordinator
+    if job_id not in coordinator.states:
+        return not_found(web, f"job {excerpt(job_id)} is not known")
+    state = coordinator.latency.get(job_id) or LatencyHistograms(coordinator.latency_granularity)
+    return web.json(latency_json(state))
+
+
 async def get_root(web: Any, request: Any) -> Any:
     return web.bytes(DASHBOARD["index.html"], headers={"Content-Type": "text/html; charset=utf-8"})
 
@@ -412,6 +423,7 @@ ROUTES: tuple[tuple[str, Callable[..., Awaitable[Any]]], ...] = (
     ("/jobs", get_jobs),
     ("/workers", get_workers),
     ("/jobs/{job_id}/checkpoints/trend", answered_by_owner(get_trend)),
+    ("/jobs/{job_id}/latency", answered_by_owner(get_latency)),
     ("/", get_root),
     ("/dashboard/{name}", get_asset),
     ("/jobs/{job_id}/checkpoints", answered_by_owner(get_checkpoints)),

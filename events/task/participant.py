@@ -51,6 +51,7 @@ from events.kafka.clients import (
 )
 from events.kafka.feed import FeedRecord, FeedSubscription, JobFeed, SharedJobFeed, read_job_partition
 from events.task import storage
+from events.task.latency import LatencyMarker, MarkerSchedule
 from events.task.ledger import Abort, Complete, Discard, Ignore, JobLedger, Stop, completion_problem
 from events.task.reply import Answer, Reply, Snapshotted, answer, failure, fits_inline
 from events.task.storage import UnsupportedLocation, local_path, write_atomic
@@ -73,6 +74,7 @@ from events.wire.records import (
     JobStatus,
     JobStatusChanged,
     JobStopRequested,
+    LatencyMeasured,
     Record,
     RestartStrategy,
     StateHandle,
@@ -320,6 +322,7 @@ class Participant:
         """The snapshot this participant wrote for each checkpoint (checkpoint id -> URI), until discarded."""
         self.ledger = JobLedger(job_id, attempt, retained=retained)
         """What this participant makes of its job's journal: what to commit, keep and discard."""
+        self._marker_schedules: dict[tuple[str, int], MarkerSchedule] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -569,6 +572,28 @@ class Participant:
         self._replies.pop(checkpoint_id, None)  # a barrier re-sent for it now counts as stale
         if decision.discard is not None and self._discard(decision.discard):
             self.stats.aborted.append(checkpoint_id)
+
+    # --------------------------------------------------- latency markers
+
+    def latency_marker(self, source_id: str, subtask_index: int, interval_ms: int) -> LatencyMarker | None:
+        """A latency marker of this source subtask when one is due (every ``interval_ms``, Flink's
+        ``LatencyMarksEmitter``; 0: never), else None. The app sends it in-band, as its own record or
+        in a record's headers (:meth:`LatencyMarker.header`), and never hands it to user code."""
+        key = (source_id, subtask_index)
+        schedule = self._marker_schedules.get(key) or MarkerSchedule(interval_ms)
+        now = now_ms()
+        if not schedule.due(now):
+            return None
+        self._marker_schedules[key] = schedule.emitted(now)
+        return LatencyMarker(now, source_id, subtask_index)
+
+    def mark_latency(self, marker: LatencyMarker, operator_id: str, subtask_index: int) -> LatencyMeasured:
+        """``marker`` reached subtask ``subtask_index`` of ``operator_id`` now: send the measurement
+        to the coordinator (the acks topic, without waiting), which folds it into the job's latency
+        histograms (docs/usage.md, "Latency markers")."""
+        measured = marker.measured(self.job_id, self.attempt, operator_id, subtask_index, now_ms())
+        produce_record(self._producer, self.topics.acks, measured, on_delivery=self._delivered)
+        return measured
 
     # --------------------------------------------------------- lifecycle
 

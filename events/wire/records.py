@@ -270,6 +270,25 @@ class JobHeartbeat:
     timestamp_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class LatencyMeasured:
+    """A latency marker of the job's source reached one operator subtask (Flink's ``LatencyMarker``
+    as its ``LatencyStats`` record it): the latency is ``timestamp_ms - marked_time_ms``.
+
+    Tasks send it on the acks topic; the coordinator folds it into the job's latency histograms
+    (:mod:`events.task.latency`) and journals nothing.
+    """
+
+    job_id: str
+    attempt: int
+    timestamp_ms: int
+    marked_time_ms: int
+    source_id: str
+    source_subtask_index: int
+    operator_id: str
+    operator_subtask_index: int
+
+
 InputRecord: TypeAlias = (
     JobStatusChanged
     | TaskStatusChanged
@@ -279,6 +298,7 @@ InputRecord: TypeAlias = (
     | CheckpointAcknowledged
     | CheckpointDeclined
     | JobHeartbeat
+    | LatencyMeasured
 )
 """What the coordinator reads from its input topics."""
 
@@ -576,4 +596,5 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     CoordinatorClaimed,
     JobStopRequested,
     JobCancelRequested,
+    LatencyMeasured,
 )

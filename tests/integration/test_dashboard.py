@@ -2,20 +2,27 @@
 
 A coordinator worker serves the dashboard while a job of two participant tasks checkpoints every
 300 ms. The page must show the job, update its completed count without a reload, open the job's
-checkpoint history with per-task acks, and draw its charts.
+checkpoint history with per-task acks, and draw its charts. Task 0 also emits latency markers
+(``Participant.latency_marker``) through a Kafka topic to an ``enrich`` step that records them
+(``Participant.mark_latency``): the job page's Latency panel shows them.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 from playwright.sync_api import Page, sync_playwright
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
+from events.kafka.clients import producer_config
+from events.task.latency import LatencyMarker
 from events.task.participant import JobDriver, Participant
 from events.wire.records import CheckpointBarrier, CheckpointConfig
 from events.wire.topics import Topics
@@ -47,13 +54,43 @@ def _checkpointing(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterato
     driver = JobDriver(bootstrap, JOB, topics)
     config = CheckpointConfig(interval_ms=300, timeout_ms=10_000, location=f"file://{tmp_path}/checkpoints")
     driver.running(TASKS, config, attempt=1)
+    stop = threading.Event()
+    markers = threading.Thread(target=_markers, args=(bootstrap, topic_prefix, participants[0], stop))
+    markers.start()
     try:
         yield coordinator
     finally:
+        stop.set()
+        markers.join()
         for participant in participants:
             participant.close()
         driver.close()
         coordinator.stop()
+
+
+def _markers(bootstrap: str, prefix: str, source: Participant, stop: threading.Event) -> None:
+    """Task 0's source sends a latency marker every 100 ms as a record of its input topic; its
+    ``enrich`` step reads it back from Kafka and records how long it took."""
+    topic = f"{prefix}clicks-in"
+    create_topics(bootstrap, [topic], partitions=1)
+    producer = Producer(producer_config(bootstrap))
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        while not stop.is_set():
+            marker = source.latency_marker("clicks-in", 0, interval_ms=100)
+            if marker is not None:
+                producer.produce(topic, value=b"", headers=[marker.header()])
+                producer.poll(0)
+            message = consumer.poll(0.05)
+            arrived = (
+                None if message is None or message.error() else LatencyMarker.from_headers(message.headers())
+            )
+            if arrived is not None:
+                source.mark_latency(arrived, "enrich", 0)
+    finally:
+        consumer.close()
+        producer.flush(5)
 
 
 @pytest.fixture(name="page")
@@ -97,3 +134,16 @@ def test_the_dashboard_follows_a_checkpointing_job_without_a_reload(
     screenshot = Path(os.environ.get("CUTLINE_SCREENSHOT_DIR", tmp_path)) / "dashboard.png"
     page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000
+
+    # the Latency panel: the markers' time from the source, through Kafka, to the enrich step
+    page.wait_for_function(
+        """() => Number(document.querySelector('#latency tr[data-operator="enrich"] td.count')
+        ?.textContent) >= 3""",
+        timeout=30_000,
+    )
+    assert page.locator("#no-latency").is_hidden()
+    p50 = page.locator('#latency tr[data-operator="enrich"] td.p50').inner_text()
+    assert p50.endswith(" ms") and 0 <= int(p50.removesuffix(" ms")) < 10_000, p50
+    panel = Path(os.environ.get("CUTLINE_SCREENSHOT_DIR", tmp_path)) / "latency-panel.png"
+    page.locator("#latency-panel").screenshot(path=str(panel))
+    assert panel.stat().st_size > 2_000

@@ -248,3 +248,91 @@ def test_a_keyed_job_checkpoints_to_s3_keeps_its_state_there_and_restores_from_i
     manifests = [p for p in s3.find(root) if re.search(r"/keyed-\d+\.a2-[0-9a-f]+\.cut-\d+$", p)]
     for old in ids[:-2]:
         assert not [p for p in manifests if f"/chk-{old}/" in p], f"checkpoint {old} was not discarded"
+
+
+def _latency_histograms(url: str, job_id: str) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """``cutline_job_latency`` of ``job_id`` at the coordinator's ``/metrics``: (source, operator,
+    operator subtask) -> (count, sum in ms)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found: dict[tuple[str, str, str], list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "cutline_job_latency":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if labels.get("job_id") != job_id or sample.name.endswith("_bucket"):
+                continue
+            key = (labels["source_id"], labels["operator_id"], labels["operator_subtask_index"])
+            found.setdefault(key, [0.0, 0.0])[sample.name.endswith("_sum")] = sample.value
+    return {key: (count, total) for key, (count, total) in found.items()}
+
+
+def test_latency_markers_reach_every_keyed_task_and_the_sink_and_never_user_code(
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
+) -> None:
+    """Given a keyed word count with latency markers every 200 ms, the coordinator's /metrics has
+    Flink's latency histograms (granularity operator) for the map side of every input partition,
+    every shuffle partition and the sink, with plausible figures: the sink's latency covers most of
+    a micro-batch's execution and stays below 10 s. User code never sees a marker: the counts are
+    exact (a marker row, with no value, would break key_by)."""
+    import json
+    import urllib.request
+
+    words, job_id = given.words, given.job_id
+    out = tmp_path / "out"
+    shuffle = 4
+    settings = _settings(
+        bootstrap, topic_prefix, given.topic, tmp_path, job_id, shuffle, latency_interval_ms=200
+    )
+    expected = {
+        *((f"{p}", "route") for p in range(PARTITIONS)),
+        *((f"{i}", "keyed") for i in range(shuffle)),
+        ("0", "sink"),
+    }
+
+    def seen() -> set[tuple[str, str]]:
+        return {(subtask, op) for _, op, subtask in _latency_histograms(coordinator.url, job_id)}
+
+    with CheckpointedJob(spark, settings) as job:
+        query = _start(job, out)
+        job.wait_for_running(60)
+        stop = threading.Event()
+        feeder = threading.Thread(target=lambda: every(0.05, stop, lambda: words.produce(8)))
+        feeder.start()
+        try:
+            wait(lambda: seen() == expected, "latency of every operator subtask at /metrics", 60)
+        finally:
+            stop.set()
+            feeder.join()
+        wait(lambda: final_counts(out) == dict(words.produced), "every word counted", 60)
+        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        job.stop()
+        assert job.query.exception() is None
+    _assert_exact(words.produced, out)
+
+    histograms = _latency_histograms(coordinator.url, job_id)
+    assert {source for source, _, _ in histograms} == {"cutline-kafka"}
+    means = {(op, subtask): total / count for (_, op, subtask), (count, total) in histograms.items()}
+    assert all(0 <= mean < 10_000 for mean in means.values()), means
+    with urllib.request.urlopen(f"{coordinator.url}/jobs/{job_id}/latency", timeout=10) as response:
+        shown = json.load(response)
+    operators = {row["operator_id"]: row for row in shown["operators"]}
+    assert ["route", "keyed", "sink"] == list(operators)
+    # a marker is stamped when its batch is planned: by the sink it has waited for the batch's whole
+    # execution (Spark's addBatch, most of a micro-batch), never for longer than a batch takes
+    add_batch = sorted(p["durationMs"]["addBatch"] for p in progress)
+    trigger = max(p["durationMs"]["triggerExecution"] for p in progress)
+    sink = operators["sink"]
+    assert sink["p50"] >= 0.5 * add_batch[len(add_batch) // 2], (sink, add_batch)
+    assert sink["max"] <= trigger + 1_000 < 10_000, (sink, trigger)
+    assert operators["route"]["p50"] <= operators["keyed"]["p50"] <= sink["p50"]

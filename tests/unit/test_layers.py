@@ -25,6 +25,7 @@ PURE = [
     "events.wire.codec",
     "events.task.ledger",
     "events.task.reply",
+    "events.task.latency",
 ]
 FORBIDDEN = ("faust", "aiokafka", "confluent_kafka", "rich", "typer", "matplotlib", "pyspark", "mode")
 

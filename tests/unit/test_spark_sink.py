@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -47,6 +48,8 @@ class Job:
     attempt: int
     restored: CheckpointCompleted | None = None
     log: list[str] = field(default_factory=list)
+    settings: Any = field(default_factory=lambda: SimpleNamespace(latency_interval_ms=0))
+    """No latency markers: the sink reads none from the offset log."""
 
 
 def _completed(offsets: dict[str, int]) -> CheckpointCompleted:

@@ -65,6 +65,7 @@ from events.wire.records import (
     JobStatus,
     JobStatusChanged,
     JobStopRequested,
+    LatencyMeasured,
     Record,
     RestartStrategy,
     RestartStrategyKind,
@@ -318,6 +319,16 @@ FULL: dict[type[Record], Record] = {
         drain=True,
     ),
     JobCancelRequested: JobCancelRequested(job_id=JOB, timestamp_ms=T0 + 12, request_id="req-7f3d"),
+    LatencyMeasured: LatencyMeasured(
+        job_id=JOB,
+        attempt=2,
+        timestamp_ms=T0 + 5_312,
+        marked_time_ms=T0 + 5_000,
+        source_id="cutline-kafka",
+        source_subtask_index=3,
+        operator_id="keyed",
+        operator_subtask_index=7,
+    ),
     JobHeartbeatRecorded: JobHeartbeatRecorded(
         job_id=JOB, attempt=2, timestamp_ms=T0 + 4_001, deadline_ms=T0 + 34_001
     ),

@@ -161,7 +161,11 @@ function barChart(svg, values, format) {
 
 async function renderJob(job) {
   const path = `/jobs/${encodeURIComponent(job)}/checkpoints`;
-  const [{ body: stats, owner }, trend] = await Promise.all([getJsonFrom(path), getJson(`${path}/trend`)]);
+  const [{ body: stats, owner }, trend, latency] = await Promise.all([
+    getJsonFrom(path),
+    getJson(`${path}/trend`),
+    getJson(`/jobs/${encodeURIComponent(job)}/latency`),
+  ]);
   $("#job-id").textContent = job;
   $("#job-owner").textContent = owner ?? "-";
   const counts = stats.counts;
@@ -195,8 +199,30 @@ async function renderJob(job) {
       ),
     ),
   );
+  renderLatency(latency);
   barChart($("#duration-chart"), trend.end_to_end_duration, formatMs);
   barChart($("#size-chart"), trend.state_size, formatBytes);
+}
+
+// Latency markers (Flink's latency metrics): one row per operator, source to sink.
+function renderLatency(latency) {
+  const figure = (value) => (value === null || value === undefined ? "-" : `${Math.round(value)} ms`);
+  $("#latency-granularity").textContent = `granularity ${latency.granularity}`;
+  $("#latency tbody").replaceChildren(
+    ...latency.operators.map((row) =>
+      el(
+        "tr",
+        { "data-operator": row.operator_id },
+        el("td", {}, row.operator_id),
+        el("td", { class: "num count" }, row.count),
+        el("td", { class: "num p50" }, figure(row.p50)),
+        el("td", { class: "num p99" }, figure(row.p99)),
+        el("td", { class: "num max" }, figure(row.max)),
+        el("td", { class: "num" }, figure(row.mean)),
+      ),
+    ),
+  );
+  $("#no-latency").hidden = latency.operators.length > 0;
 }
 
 async function refresh() {
