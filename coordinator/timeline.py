@@ -473,6 +473,7 @@ def render_status(
     job_id: str,
     stats: Mapping[str, Any],
     config: Mapping[str, Any],
+    *,
     owner: str | None = None,
     latency: Mapping[str, Any] | None = None,
 ) -> Group:

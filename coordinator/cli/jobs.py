@@ -127,7 +127,7 @@ def status(
             errors,
             f"no coordinator answers at {base} ({exc}); start one with `cutline coordinator` or pass --url",
         )
-    Console(highlight=False).print(render_status(job, stats, config, owner, latency))
+    Console(highlight=False).print(render_status(job, stats, config, owner=owner, latency=latency))
 
 
 def _errors_of(answer: Any) -> str:

@@ -218,9 +218,9 @@ def test_cutline_status_prints_p50_and_p99_per_operator() -> None:
     )
     console = Console(width=120, record=True)
 
-    console.print(render_status(JOB, {}, {}, latency_json(state)))
+    console.print(render_status(JOB, {}, {}, latency=latency_json(state)))
     shown = console.export_text()
-    console.print(render_status(JOB, {}, {}, latency_json(LatencyHistograms())))
+    console.print(render_status(JOB, {}, {}, latency=latency_json(LatencyHistograms())))
 
     assert "latency markers" in shown and "latency markers" not in console.export_text()
     rows = [line.split() for line in shown.splitlines() if "route" in line or "sink" in line]
