@@ -406,6 +406,9 @@ def test_the_worker_is_started_with_every_option_the_watchdog_was_given() -> Non
         "savepoint_root": ["file:///a", "file:///b"],
         "session_timeout": 9.0,
         "partitions": 3,
+        "web_advertised_host": "coordinator-1",
+        "web_allowed_host": ["dashboard.example", "cutline.internal"],
+        "latency_granularity": "subtask",
     }
     assert set(inspect.signature(cli.coordinator).parameters) - {"watchdog"} == set(given)
 
