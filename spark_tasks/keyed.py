@@ -610,33 +610,11 @@ def process_step(
         batch_id, index = _batch_id()
         groups = key_group_range(index, settings.parallelism, step.max_parallelism)
         store = KeyedStateStore(settings.state_root, index)
-        barriers: dict[tuple[str, int], tuple[str, int]] = {}
-        pairs: list[tuple[str, int, int, int, int, str, bytes]] = []
         latency = Measurements(settings.job_id, settings.attempt, KEYED, index)
-        for arrived in batches:
-            batch, _ = latency.take_markers(arrived)  # latency markers: measured, never folded
-            columns = batch.to_pydict()
-            for i in range(batch.num_rows):
-                topic, partition, offset = columns["topic"][i], columns["partition"][i], columns["offset"][i]
-                barrier = columns[BARRIER_COLUMN][i]
-                if barrier is not None:
-                    barriers[(topic, partition)] = (barrier, offset)
-                    continue
-                pairs.append(
-                    (topic, partition, offset, columns["seq"][i], columns["key_group"][i], columns["key"][i],
-                     columns["value"][i])
-                )  # fmt: skip
+        barriers, pairs = _take_rows(batches, latency)
         latency.send(_task_settings(settings))
         task = keyed_task_id(index)
-        try:
-            state = store.load(batch_id)
-            missing = None if state is not None else (
-                f"no keyed state of partition {index} at or below batch {batch_id} in {store.dir} on "
-                f"{socket.gethostname()}: the job wrote it before the query started, so this executor "
-                "cannot see it. The state location must be on storage every executor sees"
-            )  # fmt: skip
-        except StateLost as lost:
-            state, missing = None, str(lost)
+        state, missing = _load_state(store, index, batch_id)
         if barriers:
             outcome = _on_barriers(step, settings, store, index, groups, batch_id, barriers, state, missing)
             entry = json.loads(next(iter(barriers.values()))[0])
@@ -649,24 +627,7 @@ def process_step(
             if barriers:
                 _await(settings)
             return
-        # Deterministic order: a re-run, and a run after a restore, fold the same values alike.
-        pairs.sort(key=lambda p: (p[0], p[1], p[2], p[3]))
-        by_key: dict[tuple[int, str], list[Any]] = {}
-        for _, _, _, _, group, key, value in pairs:
-            by_key.setdefault((group, key), []).append(pickle.loads(value))
-        changes: Changes = {}
-        rows: list[Any] = []
-        for (group, key), values in sorted(by_key.items()):
-            if group not in groups:
-                raise RuntimeError(
-                    f"key {key!r} (key group {group}) reached partition {index}, which owns {groups}"
-                )
-            old = state.get(group, {}).get(key)
-            new, out = step.update(key, None if old is None else step.deserialize(old), values)
-            encoded = None if new is None else step.serialize(new)
-            if encoded != old:
-                changes.setdefault(group, {})[key] = encoded
-            rows.extend(out)
+        changes, rows = _fold_pairs(step, state, pairs, groups, index)
         apply_changes(state, changes)
         store.save(batch_id + 1, state, changes)
         if barriers:
@@ -681,6 +642,74 @@ def process_step(
             )
 
     return run
+
+
+_Pair = tuple[str, int, int, int, int, str, bytes]
+"""A shuffled pair: topic, partition, offset, seq, key group, key, pickled value."""
+
+
+def _take_rows(
+    batches: Iterable[pa.RecordBatch], latency: Measurements
+) -> tuple[dict[tuple[str, int], tuple[str, int]], list[_Pair]]:
+    """The barriers (by input partition: the barrier and its offset) and the pairs of a shuffle
+    task's batches; latency markers are measured and dropped, never folded."""
+    barriers: dict[tuple[str, int], tuple[str, int]] = {}
+    pairs: list[_Pair] = []
+    for arrived in batches:
+        batch, _ = latency.take_markers(arrived)
+        columns = batch.to_pydict()
+        for i in range(batch.num_rows):
+            topic, partition, offset = columns["topic"][i], columns["partition"][i], columns["offset"][i]
+            barrier = columns[BARRIER_COLUMN][i]
+            if barrier is not None:
+                barriers[(topic, partition)] = (barrier, offset)
+                continue
+            pairs.append(
+                (topic, partition, offset, columns["seq"][i], columns["key_group"][i], columns["key"][i],
+                 columns["value"][i])
+            )  # fmt: skip
+    return barriers, pairs
+
+
+def _load_state(store: KeyedStateStore, index: int, batch_id: int) -> tuple[KeyedState | None, str | None]:
+    """The partition's state before ``batch_id``, or None and why it is missing (a tombstone, or no
+    version this executor can see)."""
+    try:
+        state = store.load(batch_id)
+    except StateLost as lost:
+        return None, str(lost)
+    if state is not None:
+        return state, None
+    return None, (
+        f"no keyed state of partition {index} at or below batch {batch_id} in {store.dir} on "
+        f"{socket.gethostname()}: the job wrote it before the query started, so this executor "
+        "cannot see it. The state location must be on storage every executor sees"
+    )
+
+
+def _fold_pairs(
+    step: KeyedStep[Any], state: KeyedState, pairs: list[_Pair], groups: range, index: int
+) -> tuple[Changes, list[Any]]:
+    """Fold the pairs key by key through ``update``: the changed keys' new encodings and the output
+    rows. Deterministic order: a re-run, and a run after a restore, fold the same values alike."""
+    pairs.sort(key=lambda p: (p[0], p[1], p[2], p[3]))
+    by_key: dict[tuple[int, str], list[Any]] = {}
+    for _, _, _, _, group, key, value in pairs:
+        by_key.setdefault((group, key), []).append(pickle.loads(value))
+    changes: Changes = {}
+    rows: list[Any] = []
+    for (group, key), values in sorted(by_key.items()):
+        if group not in groups:
+            raise RuntimeError(
+                f"key {key!r} (key group {group}) reached partition {index}, which owns {groups}"
+            )
+        old = state.get(group, {}).get(key)
+        new, out = step.update(key, None if old is None else step.deserialize(old), values)
+        encoded = None if new is None else step.serialize(new)
+        if encoded != old:
+            changes.setdefault(group, {})[key] = encoded
+        rows.extend(out)
+    return changes, rows
 
 
 def _on_barriers(
