@@ -912,6 +912,28 @@ def barrier_batch(split: KafkaInputPartition, schema: pa.Schema, include_headers
     if barrier is None:
         raise ValueError(f"{split.topic}[{split.partition}] has no barrier")
     stamp_us = int(json.loads(barrier)["timestamp_ms"]) * 1000
+    return _control_batch(split, schema, include_headers, stamp_us, barrier, None)
+
+
+def marker_batch(split: KafkaInputPartition, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+    """The one-row batch of ``split``'s latency marker: at the batch's start offset, ``cutline_marker``
+    set, stamped with the marker's time."""
+    if split.marker is None:
+        raise ValueError(f"{split.topic}[{split.partition}] has no latency marker")
+    stamp_us = LatencyMarker.from_json(split.marker).marked_time_ms * 1000
+    return _control_batch(split, schema, include_headers, stamp_us, None, split.marker)
+
+
+def _control_batch(
+    split: KafkaInputPartition,
+    schema: pa.Schema,
+    include_headers: bool,
+    stamp_us: int,
+    barrier: str | None,
+    marker: str | None,
+) -> pa.RecordBatch:
+    """One row that is no record (null key and value, seq -1) at the split's start offset: a barrier
+    or a latency marker. The ``cutline_marker`` column exists only when the source emits markers."""
     arrays: list[pa.Array] = [
         pa.nulls(1, pa.binary()),
         pa.nulls(1, pa.binary()),
@@ -925,28 +947,7 @@ def barrier_batch(split: KafkaInputPartition, schema: pa.Schema, include_headers
         arrays.append(pa.nulls(1, schema.field("headers").type))
     arrays.append(pa.array([barrier], pa.string()))
     if len(arrays) < len(schema):
-        arrays.append(pa.nulls(1, pa.string()))  # cutline_marker
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def marker_batch(split: KafkaInputPartition, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
-    """The one-row batch of ``split``'s latency marker: at the batch's start offset, ``cutline_marker``
-    set, stamped with the marker's time."""
-    if split.marker is None:
-        raise ValueError(f"{split.topic}[{split.partition}] has no latency marker")
-    stamp_us = LatencyMarker.from_json(split.marker).marked_time_ms * 1000
-    arrays: list[pa.Array] = [
-        pa.nulls(1, pa.binary()),
-        pa.nulls(1, pa.binary()),
-        pa.array([split.topic], pa.string()),
-        pa.array([split.partition], pa.int32()),
-        pa.array([split.start], pa.int64()),
-        pa.array([stamp_us], pa.int64()).cast(schema.field("timestamp").type),
-        pa.array([-1], pa.int32()),
-    ]
-    if include_headers:
-        arrays.append(pa.nulls(1, schema.field("headers").type))
-    arrays += [pa.nulls(1, pa.string()), pa.array([split.marker], pa.string())]
+        arrays.append(pa.array([marker], pa.string()))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
