@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
+from support import eventually
 
 from coordinator.decider import fold_jobs
 from coordinator.invariants import first_violation
@@ -24,7 +25,7 @@ from coordinator.state import state_json
 from events.broker import create_topics
 from events.codec import decode, encode
 from events.kafka import consumer_config, producer_config
-from events.log import read_journal_topic, read_to_end
+from events.log import LogMessage, read_journal_topic, read_to_end
 from events.participant import JobDriver, Participant
 from events.records import (
     CheckpointAborted,
@@ -123,27 +124,28 @@ class Job:
     def wait_for(
         self, predicate: Callable[[list[JournalEvent]], bool], timeout: float = 30.0
     ) -> list[JournalEvent]:
-        deadline = time.monotonic() + timeout
-        while True:
-            journal = self.journal()
-            if predicate(journal):
-                return journal
-            if time.monotonic() > deadline:
-                kinds = [type(e).__name__ for e in journal][-20:]
-                raise AssertionError(f"journal never matched; last events: {kinds}")
-            time.sleep(0.2)
+
+        def matches(journal: list[JournalEvent]) -> bool:
+            assert predicate(journal), f"last events: {[type(e).__name__ for e in journal][-20:]}"
+            return True
+
+        return eventually(self.journal, matches, timeout=timeout, interval=0.2, what="the journal to match")
 
     def wait_for_dead_letters(self, n: int, timeout: float = 30.0) -> list[DeadLetter]:
-        deadline = time.monotonic() + timeout
-        while True:
-            letters = [
+        def dead_letters() -> list[DeadLetter]:
+            return [
                 letter
                 for m in read_to_end(self.bootstrap, self.topics.dead_letters)
                 if m.value and isinstance(letter := decode(m.value), DeadLetter)
             ]
-            if len(letters) >= n or time.monotonic() > deadline:
-                return letters
-            time.sleep(0.2)
+
+        return eventually(
+            dead_letters,
+            lambda letters: len(letters) >= n,
+            timeout=timeout,
+            interval=0.2,
+            what=f"{n} dead letters",
+        )
 
     def committed(self) -> dict[str, int]:
         reader = Consumer(consumer_config(self.bootstrap, GROUP))
@@ -219,10 +221,13 @@ class TestCheckpointing:
         job.driver.status(JobStatus.FINISHED)
         journal = job.wait_for(lambda j: any(isinstance(e, SchedulerStopped) for e in j))
         last = completions(journal)[-1]
-        deadline = time.monotonic() + 10
-        while job.committed() != dict(last.offsets) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert dict(last.offsets) == job.committed()
+        eventually(
+            job.committed,
+            lambda committed: dict(last.offsets) == committed,
+            timeout=10,
+            interval=0.2,
+            what=f"the group's offsets to be the last completed checkpoint's, {dict(last.offsets)}",
+        )
 
     def test_the_web_views_show_flink_shaped_statistics(
         self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
@@ -400,16 +405,20 @@ class TestRecovery:
 
         reader = Consumer(consumer_config(bootstrap, f"{topics.prefix}coordinator"))
         try:
-            deadline = time.monotonic() + 20  # Faust commits every 2.8 s
-            while True:
+
+            def committed() -> dict[tuple[str, int], int]:
                 tps = reader.committed([TopicPartition(t, p) for t, p in ends], timeout=10)
-                committed = {(tp.topic, tp.partition): tp.offset for tp in tps}
-                if committed == ends or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
+                return {(tp.topic, tp.partition): tp.offset for tp in tps}
+
+            eventually(  # Faust commits every 2.8 s
+                committed,
+                lambda offsets: ends == offsets,
+                timeout=20,
+                interval=0.5,
+                what=f"the group's committed offsets to be the ends, {ends}",
+            )
         finally:
             reader.close()
-        assert ends == committed
 
     def test_metrics_match_the_journal(
         self,
@@ -433,14 +442,19 @@ class TestRecovery:
         job.driver.status(JobStatus.FINISHED)
         journal = job.wait_for(lambda j: any(isinstance(e, SchedulerStopped) for e in j))
         letters = job.wait_for_dead_letters(1)
-        deadline = time.monotonic() + 15  # a late ack may still be on its way to the coordinator
-        while True:
+
+        def every_ack_decided() -> tuple[
+            list[LogMessage], dict[tuple[str, tuple[tuple[str, str], ...]], float]
+        ]:
             acks = list(read_to_end(bootstrap, topics.acks))
             metrics = scrape(coordinator)
             decided = metrics[("cutline_coordinator_inputs_decided_total", (("topic", topics.acks),))]
-            if decided == len(acks) or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+            assert len(acks) == decided, "acks on the topic, decided"
+            return acks, metrics
+
+        # A late ack may still be on its way to the coordinator.
+        acks, metrics = eventually(every_ack_decided, timeout=15, interval=0.5, what="every ack decided")
+        decided = metrics[("cutline_coordinator_inputs_decided_total", (("topic", topics.acks),))]
 
         label = (("job_id", JOB),)
         done = completions(journal)

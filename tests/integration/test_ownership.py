@@ -25,6 +25,7 @@ from uuid import uuid4
 import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
+from support import eventually
 
 from coordinator.invariants import first_violation
 from coordinator.service.app import Settings, TopicLayoutError, settle_partitions
@@ -112,13 +113,11 @@ class Jobs:
     def wait_for(self, predicate: Callable[[dict[str, list[int]]], bool], timeout: float) -> float:
         """Seconds until ``predicate`` holds for the completed ids by job."""
         started = time.monotonic()
-        while True:
-            completed = self.completed()
-            if predicate(completed):
-                return time.monotonic() - started
-            if time.monotonic() - started > timeout:
-                raise AssertionError(f"not reached within {timeout:g}s:\n{self.describe()}")
-            time.sleep(0.2)
+        try:
+            eventually(self.completed, predicate, timeout=timeout, interval=0.2, what="the completed ids")
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{self.describe()}") from None
+        return time.monotonic() - started
 
     def describe(self, last: int = 8) -> str:
         """Per job: how many checkpoints completed, the latest ids, and its last effective journal
@@ -189,13 +188,14 @@ W = TypeVar("W", bound=CoordinatorProcess)
 
 def owner_of(workers: list[W], job_id: str) -> W:
     """The worker whose views hold ``job_id`` (it owns the job's partition)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def holder() -> W | None:
         for worker in workers:
             if _alive(worker) and job_id in {j["id"] for j in worker.get("/jobs")["jobs"]}:
                 return worker
-        time.sleep(0.2)
-    raise AssertionError(f"no worker holds {job_id}")
+        return None
+
+    return eventually(holder, interval=0.2, what=f"a worker that holds {job_id}")
 
 
 def assert_effective_journal_is_sound(jobs: Jobs, bootstrap: str, topics: Topics) -> list[JournalEvent]:
@@ -260,9 +260,12 @@ class TestThreeWorkers:
         jobs.wait_for(lambda c: all(len(ids) >= 3 for ids in c.values()), timeout=90)
         victim = owner_of(workers, JOBS[0])
         victims_jobs = {j["id"] for j in victim.get("/jobs")["jobs"]}
-        deadline = time.monotonic() + 10
-        while not victim.get(f"/jobs/{JOBS[0]}/state")["pending"] and time.monotonic() < deadline:
-            time.sleep(0.01)  # kill it while a checkpoint of the job is pending
+        eventually(  # kill it while a checkpoint of the job is pending
+            lambda: victim.get(f"/jobs/{JOBS[0]}/state")["pending"],
+            timeout=10,
+            interval=0.01,
+            what=f"a pending checkpoint of {JOBS[0]}",
+        )
         worker_pid = victim.worker_pid
         assert worker_pid is not None and worker_pid != victim.pid  # a watchdog and its worker
         victim.kill_all()  # a lost machine: nobody tells the group, which notices at the timeout
@@ -289,10 +292,12 @@ class TestThreeWorkers:
 
 def assert_gone(pid: int, timeout: float = 10.0) -> None:
     """Until process ``pid`` has ended (a zombie not yet reaped counts as ended)."""
-    deadline = time.monotonic() + timeout
-    while running(pid):
-        assert time.monotonic() < deadline, f"process {pid} still runs ({process_state(pid)})"
-        time.sleep(0.05)
+
+    def ended() -> bool:
+        assert not running(pid), f"process {pid} still runs ({process_state(pid)})"
+        return True
+
+    eventually(ended, timeout=timeout, what=f"process {pid} to end")
 
 
 WATCHED_SESSION_TIMEOUT = 15.0
@@ -343,10 +348,7 @@ class TestWatchdog:
                 assert victim._process.returncode == -signal.SIGKILL
                 # The leaver is nobody's child to wait for: it may log after the jobs have moved.
                 told = f"its worker (pid {worker_pid}) exited; told group"
-                deadline = time.monotonic() + 10
-                while told not in victim.tail() and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                assert told in victim.tail()
+                eventually(victim.tail, lambda tail: told in tail, timeout=10, what=repr(told))
             assert "told group" in victim.tail() and "left: its partitions move" in victim.tail()
             assert failover < WATCHED_SESSION_TIMEOUT, (
                 f"checkpoints resumed {failover:.1f}s after the kill: the group waited for the session "
@@ -395,10 +397,7 @@ main()
     def stop_in_tick_of(self, job_id: str, timeout: float = 10.0) -> None:
         """SIGSTOP the worker in its next tick of ``job_id`` (it must hold the job)."""
         self.request.write_text(job_id)
-        deadline = time.monotonic() + timeout
-        while not self.stopped():
-            assert time.monotonic() < deadline, f"the worker never ticked {job_id} to stop in it"
-            time.sleep(0.05)
+        eventually(self.stopped, timeout=timeout, what=f"the worker to tick {job_id} and stop in it")
 
     def stopped(self) -> bool:
         """Whether the process is stopped by a signal (Linux: state T in /proc/<pid>/stat)."""
@@ -442,10 +441,13 @@ class TestZombie:
         others = [w for w in workers if w is not zombie]
 
         zombie.stop_in_tick_of(JOBS[0])
-        deadline = time.monotonic() + SESSION_TIMEOUT + 30
-        while JOBS[0] not in {j["id"] for w in others for j in w.get("/jobs")["jobs"]}:
-            assert time.monotonic() < deadline, "the group never reassigned the stopped worker's partitions"
-            time.sleep(0.2)
+        eventually(
+            lambda: {j["id"] for w in others for j in w.get("/jobs")["jobs"]},
+            lambda held: JOBS[0] in held,
+            timeout=SESSION_TIMEOUT + 30,
+            interval=0.2,
+            what="the group to reassign the stopped worker's partitions",
+        )
         before = jobs.completed()
         zombie.wake()
         jobs.wait_for(lambda c: all(len(c[j]) >= len(before[j]) + 3 for j in JOBS), timeout=60)

@@ -15,13 +15,13 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from support import eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.broker import create_topics
@@ -154,10 +154,12 @@ def test_a_driver_whose_heartbeats_stop_is_failed_by_the_coordinator_and_restart
 
 def test_sigterm_cancels_the_job(bootstrap: str, topics: Topics, tmp_path: Path) -> None:
     run = supervise(bootstrap, topics, tmp_path, "forever")
-    deadline = time.monotonic() + 60
-    while not any(isinstance(e, SchedulerStarted) for e in journal(bootstrap, topics)):
-        assert time.monotonic() < deadline, "the driver never ran"
-        time.sleep(0.3)
+    eventually(
+        lambda: any(isinstance(e, SchedulerStarted) for e in journal(bootstrap, topics)),
+        timeout=60,
+        interval=0.3,
+        what="the driver to run (SchedulerStarted)",
+    )
 
     run.send_signal(signal.SIGTERM)
     output, _ = run.communicate(timeout=60)
@@ -202,11 +204,13 @@ def test_a_sigkilled_driver_is_restarted_from_its_latest_checkpoint_and_counts_s
             producer.produce(words_topic, line.encode())
         producer.flush(10)
 
-    deadline = time.monotonic() + 90
-    while sum(isinstance(e, CheckpointCompleted) for e in journal(bootstrap, topics)) < 2:
-        assert time.monotonic() < deadline, "no two checkpoints completed:\n" + "".join(lines)
-        produce(50)
-        time.sleep(0.2)
+    def two_completed() -> bool:
+        if sum(isinstance(e, CheckpointCompleted) for e in journal(bootstrap, topics)) >= 2:
+            return True
+        produce(50)  # words keep coming
+        raise AssertionError("output:\n" + "".join(lines))
+
+    eventually(two_completed, timeout=90, interval=0.2, what="two completed checkpoints")
     (pid,) = [int(m.group(1)) for line in lines if (m := re.search(r"attempt 1 of job .* \(pid (\d+)", line))]
     os.kill(pid, signal.SIGKILL)
     produce(300)  # while nobody counts
