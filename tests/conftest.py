@@ -1,8 +1,9 @@
 """Fixtures shared by every test that talks to a real Kafka-protocol broker.
 
 Set ``CUTLINE_BOOTSTRAP`` to run them against an existing cluster; otherwise one
-embedded Tansu broker serves the whole test session. Tests are marked by their
-directory: ``integration``, ``spark``, ``e2e``, ``compose``.
+embedded Tansu broker serves the whole test session of each pytest-xdist worker. Tests
+are marked by their directory: ``integration``, ``spark``, ``e2e``, ``compose``. Waiting
+is :func:`support.eventually`'s.
 """
 
 from __future__ import annotations
@@ -35,17 +36,33 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("CUTLINE_SESSION_TIMEOUT", default)
 
 
+FIRST = ("spark", "e2e", "integration")
+"""Directories whose tests start first: they wait the most (on Spark, a coordinator's group join),
+and a long one started last would finish alone."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under tests/<name>/ with the marker <name>."""
+    """Mark every test under tests/<name>/ with the marker <name>, and give it an ``xdist_group``:
+    its file, so that module-scoped brokers and coordinators are started once, or ``spark`` for
+    every Spark test, so that one worker starts one Spark session. The slowest directories first."""
     for item in items:
         relative = item.path.resolve().relative_to(HERE)
-        if len(relative.parts) > 1 and relative.parts[0] in MARKED_DIRECTORIES:
-            item.add_marker(getattr(pytest.mark, relative.parts[0]))
+        directory = relative.parts[0] if len(relative.parts) > 1 else ""
+        if directory in MARKED_DIRECTORIES:
+            item.add_marker(getattr(pytest.mark, directory))
+        item.add_marker(pytest.mark.xdist_group("spark" if directory == "spark" else relative.as_posix()))
+
+    def first(item: pytest.Item) -> int:
+        directory = item.path.resolve().relative_to(HERE).parts[0]
+        return FIRST.index(directory) if directory in FIRST else len(FIRST)
+
+    items.sort(key=first)  # stable: each file keeps its order
 
 
 @pytest.fixture(scope="session")
 def bootstrap() -> Iterator[str]:
-    """``bootstrap.servers`` of the broker shared by the session."""
+    """``bootstrap.servers`` of the broker shared by the (xdist worker's) session."""
     external = os.environ.get("CUTLINE_BOOTSTRAP")
     if external:
         wait_for_broker(external, timeout=30)

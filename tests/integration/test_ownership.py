@@ -219,6 +219,7 @@ def assert_effective_journal_is_sound(jobs: Jobs, bootstrap: str, topics: Topics
     return journal
 
 
+@pytest.mark.slow
 class TestThreeWorkers:
     """Runs in order on one cluster: the views of three live workers first, then the failover."""
 
@@ -306,6 +307,7 @@ embedded broker a handover then takes the worker's next heartbeat (1 s), the rej
 this timeout (docs/embedded-broker.md) and the claim."""
 
 
+@pytest.mark.slow
 class TestWatchdog:
     @pytest.mark.parametrize("killed", ["worker", "watchdog"])
     def test_a_killed_worker_or_watchdog_hands_its_jobs_over_before_the_session_timeout(
@@ -426,6 +428,7 @@ def _stoppable_workers(bootstrap: str, topics: Topics) -> Iterator[list[Stoppabl
         stop_all(workers)
 
 
+@pytest.mark.slow
 class TestZombie:
     def test_a_stopped_worker_s_appends_are_void_and_its_barriers_answers_dead_letters(
         self, stoppable_workers: list[StoppableWorker], jobs: Jobs, bootstrap: str, topics: Topics
@@ -535,6 +538,7 @@ class TestPartitionCount:
     """The coordinator uses the partition count its topics were created with, not its default of 8:
     a job's partition is worked out from its key and that count."""
 
+    @pytest.mark.slow
     def test_a_restarted_worker_knows_every_job_of_topics_with_two_partitions(
         self, bootstrap: str, topic_prefix: str, tmp_path: Path
     ) -> None:

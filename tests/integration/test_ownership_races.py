@@ -330,6 +330,7 @@ def queued_claims(worker: PausableWorker) -> int:
     return sum(1 for held in partitions.values() if held["phase"] in ("RECOVERING", "CLAIMING"))
 
 
+@pytest.mark.slow
 class TestRaces:
     @pytest.mark.parametrize("partitions", [MANY_PARTITIONS], indirect=True)
     def test_a_worker_joining_while_64_claims_are_queued_fences_no_one(

@@ -76,6 +76,7 @@ def produce_journal(
     assert 0 == producer.flush(120)
 
 
+@pytest.mark.slow
 class TestRecoveryWithAPausedBroker:
     def test_the_fold_of_a_60000_event_journal_survives_a_2_s_broker_pause(
         self, own_broker: EmbeddedBroker, topics: Topics

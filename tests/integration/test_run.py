@@ -182,6 +182,7 @@ def test_sigterm_cancels_the_job(bootstrap: str, topics: Topics, job: str, tmp_p
     assert [JobStatus.CANCELED] == [e.status for e in stopped]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inline_threshold", [0, 20_480], ids=["files", "inline"])
 def test_a_sigkilled_driver_is_restarted_from_its_latest_checkpoint_and_counts_stay_exact(
     bootstrap: str, topics: Topics, job: str, tmp_path: Path, inline_threshold: int
