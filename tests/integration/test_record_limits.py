@@ -123,6 +123,7 @@ def test_a_600_kb_task_id_is_a_bounded_dead_letter_and_the_partition_goes_on(
     _assert_every_record_fits(settings)
 
 
+@pytest.mark.slow
 def test_a_job_of_100000_tasks_completes_its_checkpoints(
     settings: Settings, coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
