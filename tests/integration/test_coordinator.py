@@ -163,6 +163,10 @@ class Job:
             reader.close()
 
     def close(self) -> None:
+        """Close the tasks; a job still running is canceled, so that a shared coordinator stops
+        triggering its checkpoints."""
+        if self.driver.attempt and not any(isinstance(e, SchedulerStopped) for e in self.journal()):
+            self.driver.status(JobStatus.CANCELED)
         for task in self.tasks:
             task.participant.close()
             task.consumer.close()
