@@ -40,24 +40,40 @@ FIRST = ("spark", "e2e", "integration")
 """Directories whose tests start first: they wait the most (on Spark, a coordinator's group join),
 and a long one started last would finish alone."""
 
+TOGETHER = ("tests/spark/",)
+"""Under pytest-xdist's ``--dist loadfile``, the files under these run in one worker, as one:
+one Spark session for all of them."""
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under tests/<name>/ with the marker <name>, and give it an ``xdist_group``:
-    its file, so that module-scoped brokers and coordinators are started once, or ``spark`` for
-    every Spark test, so that one worker starts one Spark session. The slowest directories first."""
+    """Mark every test under tests/<name>/ with the marker <name>; put the slowest directories
+    first (each file keeps its order), so that pytest-xdist hands them out first."""
     for item in items:
         relative = item.path.resolve().relative_to(HERE)
-        directory = relative.parts[0] if len(relative.parts) > 1 else ""
-        if directory in MARKED_DIRECTORIES:
-            item.add_marker(getattr(pytest.mark, directory))
-        item.add_marker(pytest.mark.xdist_group("spark" if directory == "spark" else relative.as_posix()))
+        if len(relative.parts) > 1 and relative.parts[0] in MARKED_DIRECTORIES:
+            item.add_marker(getattr(pytest.mark, relative.parts[0]))
 
     def first(item: pytest.Item) -> int:
         directory = item.path.resolve().relative_to(HERE).parts[0]
         return FIRST.index(directory) if directory in FIRST else len(FIRST)
 
-    items.sort(key=first)  # stable: each file keeps its order
+    items.sort(key=first)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, but with the files under :data:`TOGETHER` as one unit: a file's tests run
+    in one worker (its module-scoped broker or coordinator starts once), and so do the Spark tests."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LoadFileSparkTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((prefix for prefix in TOGETHER if path.startswith(prefix)), path)
+
+    return LoadFileSparkTogether(config, log)
 
 
 @pytest.fixture(scope="session")

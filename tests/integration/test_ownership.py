@@ -30,6 +30,7 @@ from support import eventually
 
 from coordinator.invariants import first_violation
 from coordinator.service.app import Settings, TopicLayoutError, settle_partitions
+from coordinator.service.claims import snapshot_key
 from coordinator.service.supervisor import CoordinatorProcess, stop_all
 from coordinator.service.watchdog import process_state, running
 from events.broker import create_topics
@@ -558,7 +559,17 @@ class TestPartitionCount:
             first.start(timeout=90)
             jobs.start()
             jobs.wait_for(lambda c: all(len(ids) >= 2 for ids in c.values()), timeout=90)
-            time.sleep(1.0)  # a fold snapshot of each partition after the jobs started
+            checkpointed_ms = time.time() * 1000
+            eventually(
+                lambda: {
+                    m.key
+                    for m in read_to_end(bootstrap, topics.snapshots)
+                    if m.timestamp_ms > checkpointed_ms
+                },
+                lambda keys: {snapshot_key(0), snapshot_key(1)} <= keys,
+                interval=0.2,
+                what="a fold snapshot of each partition after the jobs checkpointed",
+            )
             first.kill()
             before = jobs.completed()
 
