@@ -1,8 +1,9 @@
 """Fixtures shared by every test that talks to a real Kafka-protocol broker.
 
 Set ``CUTLINE_BOOTSTRAP`` to run them against an existing cluster; otherwise one
-embedded Tansu broker serves the whole test session. Tests are marked by their
-directory: ``integration``, ``spark``, ``e2e``, ``compose``.
+embedded Tansu broker serves the whole test session of each pytest-xdist worker. Tests
+are marked by their directory: ``integration``, ``spark``, ``e2e``, ``compose``. Waiting
+is :func:`support.eventually`'s.
 """
 
 from __future__ import annotations
@@ -35,17 +36,49 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("CUTLINE_SESSION_TIMEOUT", default)
 
 
+FIRST = ("spark", "e2e", "integration")
+"""Directories whose tests start first: they wait the most (on Spark, a coordinator's group join),
+and a long one started last would finish alone."""
+
+TOGETHER = ("tests/spark/",)
+"""Under pytest-xdist's ``--dist loadfile``, the files under these run in one worker, as one:
+one Spark session for all of them."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under tests/<name>/ with the marker <name>."""
+    """Mark every test under tests/<name>/ with the marker <name>; put the slowest directories
+    first (each file keeps its order), so that pytest-xdist hands them out first."""
     for item in items:
         relative = item.path.resolve().relative_to(HERE)
         if len(relative.parts) > 1 and relative.parts[0] in MARKED_DIRECTORIES:
             item.add_marker(getattr(pytest.mark, relative.parts[0]))
 
+    def first(item: pytest.Item) -> int:
+        directory = item.path.resolve().relative_to(HERE).parts[0]
+        return FIRST.index(directory) if directory in FIRST else len(FIRST)
+
+    items.sort(key=first)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, but with the files under :data:`TOGETHER` as one unit: a file's tests run
+    in one worker (its module-scoped broker or coordinator starts once), and so do the Spark tests."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LoadFileSparkTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((prefix for prefix in TOGETHER if path.startswith(prefix)), path)
+
+    return LoadFileSparkTogether(config, log)
+
 
 @pytest.fixture(scope="session")
 def bootstrap() -> Iterator[str]:
-    """``bootstrap.servers`` of the broker shared by the session."""
+    """``bootstrap.servers`` of the broker shared by the (xdist worker's) session."""
     external = os.environ.get("CUTLINE_BOOTSTRAP")
     if external:
         wait_for_broker(external, timeout=30)

@@ -5,6 +5,7 @@ Needs a Docker engine; skipped, with the reason, where none runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import eventually
 
 from coordinator.service.app import Settings
 
@@ -64,21 +66,24 @@ def completed_checkpoints(job: str) -> int:
 def test_the_spark_job_checkpoints_on_apache_kafka_and_prometheus_sees_it(stack: None) -> None:
     """On Apache Kafka, with two coordinator workers, the Spark word count under `cutline run`
     completes checkpoints, and Prometheus scrapes the count from the worker that owns the job."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and completed_checkpoints("wordcount") < 3:
-        time.sleep(2)
-    assert completed_checkpoints("wordcount") >= 3
+    eventually(
+        lambda: completed_checkpoints("wordcount"),
+        lambda completed: completed >= 3,
+        timeout=300,
+        interval=2,
+        what="3 completed checkpoints of the word count",
+    )
 
     query = "http://127.0.0.1:9090/api/v1/query?query=cutline_job_numberOfCompletedCheckpoints"
-    scraped = 0.0
-    while time.monotonic() < deadline and scraped < 3:
+
+    def scraped() -> float:
         with urllib.request.urlopen(query, timeout=5) as response:
             results = json.load(response)["data"]["result"]
-        scraped = max(
+        return max(
             (float(r["value"][1]) for r in results if r["metric"].get("job_id") == "wordcount"), default=0
         )
-        time.sleep(2)
-    assert scraped >= 3
+
+    eventually(scraped, lambda count: count >= 3, timeout=120, interval=2, what="Prometheus to scrape 3")
 
 
 def job_view(worker: str, job: str) -> dict[str, Any] | None:
@@ -103,20 +108,24 @@ def completed_after(worker: str, job: str, since_ms: float) -> bool:
 
 def owner_and_survivor() -> tuple[str, str]:
     """The worker that has completed checkpoints of the word count, and the other one."""
-    deadline = time.monotonic() + 300
-    owner = None
-    while owner is None and time.monotonic() < deadline:
-        owner = next((w for w in WORKERS if completed_after(w, "wordcount", 0)), None)
-        time.sleep(1)
-    assert owner is not None, "no worker reported a completed checkpoint of the word count"
+    owner = eventually(
+        lambda: next((w for w in WORKERS if completed_after(w, "wordcount", 0)), None),
+        timeout=300,
+        interval=1,
+        what="a worker to report a completed checkpoint of the word count",
+    )
     return owner, next(w for w in WORKERS if w != owner)
 
 
 def seconds_until_completed(worker: str, since_ms: float, since: float, limit: float) -> float:
     """Seconds from ``since`` (monotonic) until ``worker`` reports a checkpoint of the word count
     completed after ``since_ms``, or until ``limit`` seconds have passed."""
-    while time.monotonic() - since < limit and not completed_after(worker, "wordcount", since_ms):
-        time.sleep(0.2)
+    with contextlib.suppress(AssertionError):  # the caller asserts on what it sees
+        eventually(
+            lambda: completed_after(worker, "wordcount", since_ms),
+            timeout=max(0.0, since + limit - time.monotonic()),
+            interval=0.2,
+        )
     return time.monotonic() - since
 
 

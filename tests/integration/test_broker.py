@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import time
 from collections import defaultdict
 
 import pytest
@@ -22,6 +21,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-expo
     ConfigResource,
     ResourceType,
 )
+from support import eventually
 
 from events.dev.broker import BrokerError, EmbeddedBroker, create_topics, wait_for_broker
 
@@ -53,15 +53,20 @@ def read_all(bootstrap: str, topics: list[str], expected: int, timeout: float = 
             ]
         )
         records: list[Record] = []
-        deadline = time.monotonic() + timeout
-        while len(records) < expected and time.monotonic() < deadline:
+
+        def read_one() -> int:
             msg = consumer.poll(0.2)
-            if msg is None:  # an empty message is falsy: compare with None
-                continue
-            assert msg.error() is None, msg.error()
-            records.append(
-                (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())  # type: ignore[arg-type]
-            )
+            if msg is not None:  # an empty message is falsy: compare with None
+                if msg.error() is not None:
+                    pytest.fail(f"consumer error: {msg.error()}")
+                records.append(
+                    (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())  # type: ignore[arg-type]
+                )
+            return len(records)
+
+        eventually(
+            read_one, lambda read: read >= expected, timeout=timeout, interval=0, what=f"{expected} records"
+        )
         return records
     finally:
         consumer.close()

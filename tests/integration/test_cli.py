@@ -13,11 +13,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics, free_port, topic_config, wait_for_broker
@@ -66,10 +66,11 @@ def _service(
     participant.run_in_thread()
     with JobDriver(bootstrap, JOB, topics) as driver:
         driver.running(["t0"], CheckpointConfig(interval_ms=500, location=location), attempt=1)
-    deadline = time.monotonic() + 30
-    while process.get(f"/jobs/{JOB}/checkpoints").get("counts", {}).get("completed", 0) < 1:
-        assert time.monotonic() < deadline, "no checkpoint completed"
-        time.sleep(0.2)
+    eventually(
+        lambda: process.get(f"/jobs/{JOB}/checkpoints").get("counts", {}),
+        lambda counts: counts.get("completed", 0) >= 1,
+        what="a completed checkpoint",
+    )
     yield process
     participant.close()
     process.stop()
@@ -229,17 +230,16 @@ class TestTrigger:
         assert 0 == result.returncode, result.stderr
         request_id = re.search(r"request (\w+)", result.stdout)
         assert request_id is not None
-        deadline = time.monotonic() + 20
-        while True:
+
+        def triggered() -> list[CheckpointTriggered]:
             journal = [decode(m.value) for m in read_to_end(bootstrap, Topics(prefix).checkpoints) if m.value]
-            savepoints = [
+            return [
                 e
                 for e in journal
                 if isinstance(e, CheckpointTriggered) and e.request_id == request_id.group(1)
             ]
-            if savepoints or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+
+        savepoints = eventually(triggered, timeout=20, interval=0.2, what="the requested savepoint's trigger")
         assert [CheckpointKind.SAVEPOINT] == [s.kind for s in savepoints]
         assert savepoints[0].location.startswith(tmp_path.as_uri())
 

@@ -1,9 +1,11 @@
 """The coordinator service over a real broker, with real participants, in its own process.
 
-Every test starts ``cutline coordinator`` as a child process on its own topic
-prefix, drives a job with the participant library, and checks what the
-journal topic, the dead-letter topic, the consumer group and the web views
-say.
+The module's tests share one ``cutline coordinator`` child process and its topic
+prefix, each driving a job of its own with the participant library, as jobs share a
+coordinator in production; a test that kills or restarts the coordinator, or reads
+what it counted over all its inputs, has one of its own (``own_coordinator``). They
+check what the journal topic, the dead-letter topic, the consumer group and the web
+views say.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from uuid import uuid4
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
+from support import eventually
 
 from coordinator.decider import fold_jobs
 from coordinator.invariants import first_violation
@@ -23,7 +27,7 @@ from coordinator.service.supervisor import CoordinatorProcess
 from coordinator.state import state_json
 from events.dev.broker import create_topics
 from events.kafka.clients import consumer_config, producer_config
-from events.kafka.log import read_journal_topic, read_to_end
+from events.kafka.log import LogMessage, read_journal_topic, read_to_end
 from events.task.participant import JobDriver, Participant
 from events.wire.codec import decode, encode
 from events.wire.records import (
@@ -41,24 +45,25 @@ from events.wire.records import (
 )
 from events.wire.topics import Topics
 
-JOB = "wordcount"
-INPUT = "words"
-GROUP = "wordcount-app"
 
-
-@pytest.fixture(name="topics")
-def _topics(bootstrap: str, topic_prefix: str) -> Topics:
-    topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks, f"{topic_prefix}{INPUT}"])
+def _topics_of(bootstrap: str) -> Topics:
+    topics = Topics(f"t{uuid4().hex[:8]}.")
+    create_topics(bootstrap, [*topics.all, topics.ticks])
     return topics
 
 
-@pytest.fixture(name="coordinator")
-def _coordinator(bootstrap: str, topics: Topics) -> Iterator[CoordinatorProcess]:
-    process = CoordinatorProcess(bootstrap, topics.prefix)
-    process.start()
-    yield process
-    process.stop()
+@pytest.fixture(name="coordinator", scope="module")
+def _coordinator(bootstrap: str) -> Iterator[CoordinatorProcess]:
+    """The coordinator the module's tests share, on a prefix of the module's."""
+    with CoordinatorProcess(bootstrap, _topics_of(bootstrap).prefix) as process:
+        yield process
+
+
+@pytest.fixture(name="own_coordinator")
+def _own_coordinator(bootstrap: str) -> Iterator[CoordinatorProcess]:
+    """A coordinator of the test's own, on a prefix of the test's own."""
+    with CoordinatorProcess(bootstrap, _topics_of(bootstrap).prefix) as process:
+        yield process
 
 
 @dataclass
@@ -73,18 +78,22 @@ class Task:
 
 
 class Job:
-    """A job of ``n`` participant tasks, each owning one partition of the input topic."""
+    """A job of ``n`` participant tasks, each owning one partition of the job's input topic; its id,
+    input topic and consumer group are its own."""
 
     def __init__(
         self, bootstrap: str, topics: Topics, n: int, tmp: str, **hooks: Callable[..., object]
     ) -> None:
         self.bootstrap, self.topics, self.tmp = bootstrap, topics, tmp
-        self.input = f"{topics.prefix}{INPUT}"
-        self.driver = JobDriver(bootstrap, JOB, topics)
+        self.id = f"wordcount-{uuid4().hex[:6]}"
+        self.input = f"{topics.prefix}words-{self.id}"
+        self.group = f"{self.id}-app"
+        create_topics(bootstrap, [self.input], partitions=n)
+        self.driver = JobDriver(bootstrap, self.id, topics)
         self.tasks: list[Task] = []
         slow = hooks.get("slow")
         for i in range(n):
-            consumer = Consumer(consumer_config(bootstrap, GROUP))
+            consumer = Consumer(consumer_config(bootstrap, self.group))
             consumer.assign([TopicPartition(self.input, i, 0)])
             task_holder: dict[str, Task] = {}
 
@@ -101,7 +110,7 @@ class Job:
                 return {f"{self.input}:{i}": holder["task"].processed}
 
             participant = Participant(
-                bootstrap, JOB, f"task-{i}", 1, topics, snapshot, offsets, commit_consumer=consumer
+                bootstrap, self.id, f"task-{i}", 1, topics, snapshot, offsets, commit_consumer=consumer
             )
             task = Task(i, participant, consumer)
             task_holder["task"] = task
@@ -114,39 +123,39 @@ class Job:
         self.driver.running(names, config, attempt=1)
 
     def journal(self) -> list[JournalEvent]:
-        """The journal topic's events (skipping what is not a journal event, as the coordinator does)."""
-        topic = self.topics.checkpoints
-        return [
-            event for event, _ in read_journal_topic(self.bootstrap, topic, lambda message, problem: None)
-        ]
+        """The job's events in the journal topic (skipping what is not a journal event, as the
+        coordinator does)."""
+        journal = read_journal_topic(self.bootstrap, self.topics.checkpoints, lambda message, problem: None)
+        return [event for event, _ in journal if event.job_id == self.id]
 
     def wait_for(
         self, predicate: Callable[[list[JournalEvent]], bool], timeout: float = 30.0
     ) -> list[JournalEvent]:
-        deadline = time.monotonic() + timeout
-        while True:
-            journal = self.journal()
-            if predicate(journal):
-                return journal
-            if time.monotonic() > deadline:
-                kinds = [type(e).__name__ for e in journal][-20:]
-                raise AssertionError(f"journal never matched; last events: {kinds}")
-            time.sleep(0.2)
+
+        def matches(journal: list[JournalEvent]) -> bool:
+            assert predicate(journal), f"last events: {[type(e).__name__ for e in journal][-20:]}"
+            return True
+
+        return eventually(self.journal, matches, timeout=timeout, interval=0.2, what="the journal to match")
 
     def wait_for_dead_letters(self, n: int, timeout: float = 30.0) -> list[DeadLetter]:
-        deadline = time.monotonic() + timeout
-        while True:
-            letters = [
+        def dead_letters() -> list[DeadLetter]:
+            return [
                 letter
                 for m in read_to_end(self.bootstrap, self.topics.dead_letters)
                 if m.value and isinstance(letter := decode(m.value), DeadLetter)
             ]
-            if len(letters) >= n or time.monotonic() > deadline:
-                return letters
-            time.sleep(0.2)
+
+        return eventually(
+            dead_letters,
+            lambda letters: len(letters) >= n,
+            timeout=timeout,
+            interval=0.2,
+            what=f"{n} dead letters",
+        )
 
     def committed(self) -> dict[str, int]:
-        reader = Consumer(consumer_config(self.bootstrap, GROUP))
+        reader = Consumer(consumer_config(self.bootstrap, self.group))
         try:
             tps = reader.committed([TopicPartition(self.input, t.index) for t in self.tasks], timeout=10)
             return {f"{tp.topic}:{tp.partition}": tp.offset for tp in tps if tp.offset >= 0}
@@ -154,6 +163,10 @@ class Job:
             reader.close()
 
     def close(self) -> None:
+        """Close the tasks; a job still running is canceled, so that a shared coordinator stops
+        triggering its checkpoints."""
+        if self.driver.attempt and not any(isinstance(e, SchedulerStopped) for e in self.journal()):
+            self.driver.status(JobStatus.CANCELED)
         for task in self.tasks:
             task.participant.close()
             task.consumer.close()
@@ -161,11 +174,12 @@ class Job:
 
 
 @pytest.fixture(name="make_job")
-def _make_job(bootstrap: str, topics: Topics, tmp_path: object) -> Iterator[Callable[..., Job]]:
+def _make_job(bootstrap: str, tmp_path: object) -> Iterator[Callable[..., Job]]:
+    """``make_job(coordinator, n)``: a job of ``n`` tasks on ``coordinator``'s topics."""
     jobs: list[Job] = []
 
-    def make(n: int = 3, **hooks: Callable[..., object]) -> Job:
-        job = Job(bootstrap, topics, n, str(tmp_path), **hooks)
+    def make(coordinator: CoordinatorProcess, n: int = 3, **hooks: Callable[..., object]) -> Job:
+        job = Job(bootstrap, Topics(coordinator.prefix), n, str(tmp_path), **hooks)
         jobs.append(job)
         return job
 
@@ -206,7 +220,7 @@ class TestCheckpointing:
     ) -> None:
         """With three participants and a 300 ms interval, checkpoints complete with one handle per
         task, ids strictly increase, and the group's offsets equal the last completed checkpoint's."""
-        job = make_job(3)
+        job = make_job(coordinator, 3)
         job.start(config(tmp_path))
 
         journal = job.wait_for(lambda j: len(completions(j)) >= 4)
@@ -219,21 +233,24 @@ class TestCheckpointing:
         job.driver.status(JobStatus.FINISHED)
         journal = job.wait_for(lambda j: any(isinstance(e, SchedulerStopped) for e in j))
         last = completions(journal)[-1]
-        deadline = time.monotonic() + 10
-        while job.committed() != dict(last.offsets) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert dict(last.offsets) == job.committed()
+        eventually(
+            job.committed,
+            lambda committed: dict(last.offsets) == committed,
+            timeout=10,
+            interval=0.2,
+            what=f"the group's offsets to be the last completed checkpoint's, {dict(last.offsets)}",
+        )
 
     def test_the_web_views_show_flink_shaped_statistics(
         self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
     ) -> None:
         """/jobs/<id>/checkpoints has counts, summary, latest and history; /config the config."""
-        job = make_job(2)
+        job = make_job(coordinator, 2)
         job.start(config(tmp_path))
         job.wait_for(lambda j: len(completions(j)) >= 2)
 
-        stats = coordinator.get(f"/jobs/{JOB}/checkpoints")
-        cfg = coordinator.get(f"/jobs/{JOB}/checkpoints/config")
+        stats = coordinator.get(f"/jobs/{job.id}/checkpoints")
+        cfg = coordinator.get(f"/jobs/{job.id}/checkpoints/config")
 
         assert stats["counts"]["completed"] >= 2
         assert {"counts", "summary", "latest", "history"} <= set(stats)
@@ -249,7 +266,7 @@ class TestFailures:
     ) -> None:
         """A task that cannot snapshot checkpoint 2 declines it: CHECKPOINT_DECLINED, and later
         checkpoints complete."""
-        job = make_job(2)
+        job = make_job(coordinator, 2)
         job.tasks[1].fail_on.add(2)
         job.start(config(tmp_path))
 
@@ -265,7 +282,7 @@ class TestFailures:
     ) -> None:
         """A task that never acknowledges makes checkpoints expire (CHECKPOINT_EXPIRED); more than
         tolerable_failures of them yield CheckpointFailureThresholdExceeded."""
-        job = make_job(1)
+        job = make_job(coordinator, 1)
         job.start(config(tmp_path, timeout_ms=600, tolerable_failures=1), extra_tasks=("silent",))
 
         journal = job.wait_for(
@@ -284,7 +301,7 @@ class TestFailures:
     ) -> None:
         """A CANCELED job status aborts the pending checkpoint (CHECKPOINT_COORDINATOR_SUSPEND) and
         no checkpoint is triggered afterwards."""
-        job = make_job(1)
+        job = make_job(coordinator, 1)
         job.start(config(tmp_path), extra_tasks=("silent",))
         job.wait_for(lambda j: len(trigger_ids(j)) >= 1)
 
@@ -301,11 +318,15 @@ class TestFailures:
 
 class TestBadInput:
     def test_garbage_on_every_input_topic_goes_to_dead_letters(
-        self, bootstrap: str, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+        self,
+        bootstrap: str,
+        own_coordinator: CoordinatorProcess,
+        make_job: Callable[..., Job],
+        tmp_path: object,
     ) -> None:
         """Undecodable bytes, a record on the wrong topic, an unknown job and a wrong key end in
         dead-letters with their reason and original bytes, while checkpoints keep completing."""
-        job = make_job(2)
+        job = make_job(own_coordinator, 2)
         job.start(config(tmp_path))
         job.wait_for(lambda j: len(completions(j)) >= 1)
         topics = job.topics
@@ -314,13 +335,13 @@ class TestBadInput:
             topics.job_status: b"\x00not avro at all",
             topics.requests: b"\xc3\x01" + b"\xff" * 8 + b"unknown fingerprint",
             topics.acks: encode(CheckpointAcknowledged("nobody", 1, 1, "t", 0)),
-            topics.declines: encode(CheckpointAcknowledged(JOB, 1, 1, "task-0", 0)),
+            topics.declines: encode(CheckpointAcknowledged(job.id, 1, 1, "task-0", 0)),
         }
         for topic, value in garbage.items():
-            key = b"nobody" if b"nobody" in value else JOB.encode()
+            key = b"nobody" if b"nobody" in value else job.id.encode()
             producer.produce(topic, key=key, value=value)
         producer.produce(
-            topics.acks, key=b"other-key", value=encode(CheckpointAcknowledged(JOB, 1, 1, "task-0", 0))
+            topics.acks, key=b"other-key", value=encode(CheckpointAcknowledged(job.id, 1, 1, "task-0", 0))
         )
         producer.flush(10)
         seen = len(completions(job.journal()))
@@ -343,7 +364,7 @@ class TestBadInput:
 
 class TestRecovery:
     def test_sigkill_in_the_middle_of_a_checkpoint(
-        self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+        self, own_coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
     ) -> None:
         """Killed with SIGKILL while a checkpoint is pending and started again, the coordinator
         recovers: no id is reused, the pending checkpoint ends by the rules, and nothing completed
@@ -354,15 +375,15 @@ class TestRecovery:
             if task.index == 0 and barrier.checkpoint_id == hold["checkpoint"]:
                 time.sleep(2.0)
 
-        job = make_job(3, slow=slow)
+        job = make_job(own_coordinator, 3, slow=slow)
         job.start(config(tmp_path))
         before = job.wait_for(lambda j: len(completions(j)) >= 2)
         hold["checkpoint"] = max(trigger_ids(before)) + 2
         job.wait_for(lambda j: hold["checkpoint"] in trigger_ids(j))
         completed_before = [c.checkpoint_id for c in completions(job.journal())]
 
-        coordinator.kill()
-        coordinator.start()
+        own_coordinator.kill()
+        own_coordinator.start()
         journal = job.wait_for(
             lambda j: max(c.checkpoint_id for c in completions(j)) > hold["checkpoint"] + 1
         )
@@ -379,15 +400,15 @@ class TestRecovery:
     def test_decided_input_is_committed_to_the_coordinator_s_group(
         self,
         bootstrap: str,
-        topics: Topics,
-        coordinator: CoordinatorProcess,
+        own_coordinator: CoordinatorProcess,
         make_job: Callable[..., Job],
         tmp_path: object,
     ) -> None:
         """Inputs reach the coordinator a fetched batch at a time (coordinator/service/direct.py),
         outside Faust's streams; Faust still commits their offsets once decided: after the job
         finished, the group's committed offset of every job-status and acks partition is its end."""
-        job = make_job(2)
+        job = make_job(own_coordinator, 2)
+        topics = job.topics
         job.start(config(tmp_path))
         job.wait_for(lambda j: len(completions(j)) >= 2)
         job.driver.status(JobStatus.FINISHED)
@@ -400,49 +421,58 @@ class TestRecovery:
 
         reader = Consumer(consumer_config(bootstrap, f"{topics.prefix}coordinator"))
         try:
-            deadline = time.monotonic() + 20  # Faust commits every 2.8 s
-            while True:
+
+            def committed() -> dict[tuple[str, int], int]:
                 tps = reader.committed([TopicPartition(t, p) for t, p in ends], timeout=10)
-                committed = {(tp.topic, tp.partition): tp.offset for tp in tps}
-                if committed == ends or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
+                return {(tp.topic, tp.partition): tp.offset for tp in tps}
+
+            eventually(  # Faust commits every 2.8 s
+                committed,
+                lambda offsets: ends == offsets,
+                timeout=20,
+                interval=0.5,
+                what=f"the group's committed offsets to be the ends, {ends}",
+            )
         finally:
             reader.close()
-        assert ends == committed
 
     def test_metrics_match_the_journal(
         self,
         bootstrap: str,
-        topics: Topics,
-        coordinator: CoordinatorProcess,
+        own_coordinator: CoordinatorProcess,
         make_job: Callable[..., Job],
         tmp_path: object,
     ) -> None:
         """``/metrics`` in Prometheus' text format, scraped while the job checkpoints and after it
         finished: Flink's checkpoint metrics and the worker's counters say what the journal says."""
-        job = make_job(2)
+        job = make_job(own_coordinator, 2)
+        topics = job.topics
         job.start(config(tmp_path))
         job.wait_for(lambda j: len(completions(j)) >= 2)
-        running = scrape(coordinator)
-        assert running[("cutline_job_numberOfCompletedCheckpoints", (("job_id", JOB),))] >= 2
-        assert 1 == running[("cutline_job_isRunning", (("job_id", JOB),))]
+        running = scrape(own_coordinator)
+        assert running[("cutline_job_numberOfCompletedCheckpoints", (("job_id", job.id),))] >= 2
+        assert 1 == running[("cutline_job_isRunning", (("job_id", job.id),))]
         garbage = Producer(producer_config(bootstrap))
-        garbage.produce(topics.acks, key=JOB.encode(), value=b"not an ack")
+        garbage.produce(topics.acks, key=job.id.encode(), value=b"not an ack")
         garbage.flush(10)
         job.driver.status(JobStatus.FINISHED)
         journal = job.wait_for(lambda j: any(isinstance(e, SchedulerStopped) for e in j))
         letters = job.wait_for_dead_letters(1)
-        deadline = time.monotonic() + 15  # a late ack may still be on its way to the coordinator
-        while True:
-            acks = list(read_to_end(bootstrap, topics.acks))
-            metrics = scrape(coordinator)
-            decided = metrics[("cutline_coordinator_inputs_decided_total", (("topic", topics.acks),))]
-            if decided == len(acks) or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
 
-        label = (("job_id", JOB),)
+        def every_ack_decided() -> tuple[
+            list[LogMessage], dict[tuple[str, tuple[tuple[str, str], ...]], float]
+        ]:
+            acks = list(read_to_end(bootstrap, topics.acks))
+            metrics = scrape(own_coordinator)
+            decided = metrics[("cutline_coordinator_inputs_decided_total", (("topic", topics.acks),))]
+            assert len(acks) == decided, "acks on the topic, decided"
+            return acks, metrics
+
+        # A late ack may still be on its way to the coordinator.
+        acks, metrics = eventually(every_ack_decided, timeout=15, interval=0.5, what="every ack decided")
+        decided = metrics[("cutline_coordinator_inputs_decided_total", (("topic", topics.acks),))]
+
+        label = (("job_id", job.id),)
         done = completions(journal)
         assert len(done) == metrics[("cutline_job_numberOfCompletedCheckpoints", label)]
         assert len(trigger_ids(journal)) == metrics[("cutline_job_totalNumberOfCheckpoints", label)]
@@ -469,34 +499,40 @@ class TestRecovery:
         self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
     ) -> None:
         """Folding the journal topic gives exactly the state the running coordinator holds."""
-        job = make_job(2)
+        job = make_job(coordinator, 2)
         job.start(config(tmp_path))
         job.wait_for(lambda j: len(completions(j)) >= 3)
         job.driver.status(JobStatus.FINISHED)
         journal = job.wait_for(lambda j: any(isinstance(e, SchedulerStopped) for e in j))
 
-        replayed = state_json(fold_jobs(journal)[JOB])
-        assert replayed == coordinator.get(f"/jobs/{JOB}/state")
+        replayed = state_json(fold_jobs(journal)[job.id])
+        assert replayed == coordinator.get(f"/jobs/{job.id}/state")
 
     def test_garbage_in_the_journal_does_not_stop_a_restart(
-        self, bootstrap: str, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+        self,
+        bootstrap: str,
+        own_coordinator: CoordinatorProcess,
+        make_job: Callable[..., Job],
+        tmp_path: object,
     ) -> None:
         """Bytes someone wrote into the journal topic by mistake are skipped (and logged) when the
         coordinator folds its journal at start; checkpoints go on."""
-        job = make_job(1)
+        job = make_job(own_coordinator, 1)
         job.start(config(tmp_path))
         job.wait_for(lambda j: len(completions(j)) >= 1)
-        coordinator.stop()
+        own_coordinator.stop()
         producer = Producer(producer_config(bootstrap))
-        producer.produce(job.topics.checkpoints, key=JOB.encode(), value=b"not a journal event")
+        producer.produce(job.topics.checkpoints, key=job.id.encode(), value=b"not a journal event")
         producer.produce(
-            job.topics.checkpoints, key=JOB.encode(), value=encode(CheckpointAcknowledged(JOB, 1, 1, "t", 0))
+            job.topics.checkpoints,
+            key=job.id.encode(),
+            value=encode(CheckpointAcknowledged(job.id, 1, 1, "t", 0)),
         )
         producer.flush(10)
         seen = max(c.checkpoint_id for c in completions(job.journal()))
 
-        coordinator.start()
+        own_coordinator.start()
 
         job.wait_for(lambda j: max(c.checkpoint_id for c in completions(j)) > seen)
-        assert "skipped: frame starts with 6e6f" in coordinator.tail(200)
-        assert "skipped: a CheckpointAcknowledged is not a journal event" in coordinator.tail(200)
+        assert "skipped: frame starts with 6e6f" in own_coordinator.tail(200)
+        assert "skipped: a CheckpointAcknowledged is not a journal event" in own_coordinator.tail(200)

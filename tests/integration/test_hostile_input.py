@@ -17,13 +17,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import string
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
+from support import eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -165,14 +165,12 @@ def journal(bootstrap: str, topics: Topics) -> list[JournalEvent]:
 def wait_for(
     bootstrap: str, topics: Topics, predicate: Callable[[list[JournalEvent]], bool], timeout: float = 45.0
 ) -> list[JournalEvent]:
-    deadline = time.monotonic() + timeout
-    while True:
-        events = journal(bootstrap, topics)
-        if predicate(events):
-            return events
-        if time.monotonic() > deadline:
-            raise AssertionError(f"journal never matched; last: {[type(e).__name__ for e in events][-15:]}")
-        time.sleep(0.2)
+
+    def matches(events: list[JournalEvent]) -> bool:
+        assert predicate(events), f"last events: {[type(e).__name__ for e in events][-15:]}"
+        return True
+
+    return eventually(lambda: journal(bootstrap, topics), matches, timeout=timeout, interval=0.2)
 
 
 def completed(events: list[JournalEvent], job: str) -> list[CheckpointCompleted]:
@@ -411,19 +409,20 @@ def test_hostile_input_on_every_edge(
             )
         ),
     )
-    deadline = time.monotonic() + 30
-    while True:
+
+    def each_dead_letter() -> dict[tuple[str, int, int], DeadLetter]:
         letters = {
             (letter.topic, letter.partition, letter.offset): letter
             for message in read_to_end(bootstrap, topics.dead_letters)
             if message.value and isinstance(letter := decode(message.value), DeadLetter)
         }
-        if set(sent.expected) <= set(letters) or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
+        missing = {sent.names[p]: r for p, r in sent.expected.items() if p not in letters}
+        assert {} == missing, "no dead letter for these"
+        return letters
 
-    missing = {sent.names[p]: r for p, r in sent.expected.items() if p not in letters}
-    assert {} == missing, "no dead letter for these"
+    letters = eventually(
+        each_dead_letter, timeout=30, interval=0.3, what="a dead letter of each hostile record"
+    )
     wrong = {
         sent.names[p]: (r, letters[p].reason, letters[p].message)
         for p, r in sent.expected.items()

@@ -7,9 +7,9 @@ quote only a bounded excerpt of it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -18,6 +18,7 @@ from uuid import uuid4
 
 import pytest
 from confluent_kafka import Producer
+from support import eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from coordinator.service.views import ROUTES
@@ -61,10 +62,12 @@ def _coordinator(bootstrap: str, topics: Topics) -> Iterator[CoordinatorProcess]
             heartbeats=False,
         )
         driver.close()
-        deadline = time.monotonic() + 60
-        while JOB not in {job["id"] for job in coordinator.get("/jobs")["jobs"]}:
-            assert time.monotonic() < deadline, "the job never showed"
-            time.sleep(0.2)
+        eventually(
+            lambda: {job["id"] for job in coordinator.get("/jobs")["jobs"]},
+            lambda shown: JOB in shown,
+            timeout=60,
+            what=f"{JOB} in /jobs",
+        )
         yield coordinator
 
 
@@ -148,17 +151,17 @@ def test_a_huge_field_is_quoted_only_as_a_bounded_excerpt(
         producer.produce(topic, key=key.encode(), value=encode(record))
     assert 0 == producer.flush(30)
 
-    deadline = time.monotonic() + 60
-    while True:
-        letters = [
+    def dead_letters() -> list[DeadLetter]:
+        return [
             letter
             for message in read_to_end(bootstrap, topics.dead_letters)
             if message.value and isinstance(letter := decode(message.value), DeadLetter)
         ]
-        log = coordinator.log_path.read_text(errors="replace")
-        if len(letters) >= len(records) - 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+
+    with contextlib.suppress(AssertionError):  # then assert on what arrived
+        eventually(dead_letters, lambda found: len(found) >= len(records) - 1, timeout=60, interval=0.5)
+    letters = dead_letters()
+    log = coordinator.log_path.read_text(errors="replace")
 
     assert letters, "no dead letter"
     assert [] == [len(letter.message) for letter in letters if len(letter.message.encode()) > BOUND]

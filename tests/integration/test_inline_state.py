@@ -5,8 +5,9 @@ journal's completion."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+
+from support import eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -48,10 +49,11 @@ def test_small_state_rides_in_the_acks_and_restores_from_the_completion(
     try:
         with CoordinatorProcess(bootstrap, topic_prefix):
             driver.running((*SMALL, LARGE), config, attempt=1)
-            deadline = time.monotonic() + 60
-            while len(participants[-1].stats.discarded) < 2:
-                assert time.monotonic() < deadline, f"checkpoints of {JOB} did not complete: {participants}"
-                time.sleep(0.2)
+            eventually(
+                lambda: len(participants[-1].stats.discarded) >= 2,
+                timeout=60,
+                what=f"two checkpoints of {JOB} completed and discarded: {participants}",
+            )
     finally:
         for participant in participants:
             participant.close()

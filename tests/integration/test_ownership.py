@@ -10,6 +10,7 @@ lost, ``cutline replay --verify`` holds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,9 +26,11 @@ from uuid import uuid4
 import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
+from support import eventually
 
 from coordinator.invariants import first_violation
 from coordinator.service.app import Settings, TopicLayoutError, settle_partitions
+from coordinator.service.claims import snapshot_key
 from coordinator.service.supervisor import CoordinatorProcess, stop_all
 from coordinator.service.watchdog import process_state, running
 from events.dev.broker import create_topics
@@ -112,13 +115,11 @@ class Jobs:
     def wait_for(self, predicate: Callable[[dict[str, list[int]]], bool], timeout: float) -> float:
         """Seconds until ``predicate`` holds for the completed ids by job."""
         started = time.monotonic()
-        while True:
-            completed = self.completed()
-            if predicate(completed):
-                return time.monotonic() - started
-            if time.monotonic() - started > timeout:
-                raise AssertionError(f"not reached within {timeout:g}s:\n{self.describe()}")
-            time.sleep(0.2)
+        try:
+            eventually(self.completed, predicate, timeout=timeout, interval=0.2, what="the completed ids")
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{self.describe()}") from None
+        return time.monotonic() - started
 
     def describe(self, last: int = 8) -> str:
         """Per job: how many checkpoints completed, the latest ids, and its last effective journal
@@ -189,13 +190,14 @@ W = TypeVar("W", bound=CoordinatorProcess)
 
 def owner_of(workers: list[W], job_id: str) -> W:
     """The worker whose views hold ``job_id`` (it owns the job's partition)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def holder() -> W | None:
         for worker in workers:
             if _alive(worker) and job_id in {j["id"] for j in worker.get("/jobs?local=1")["jobs"]}:
                 return worker
-        time.sleep(0.2)
-    raise AssertionError(f"no worker holds {job_id}")
+        return None
+
+    return eventually(holder, interval=0.2, what=f"a worker that holds {job_id}")
 
 
 def assert_effective_journal_is_sound(jobs: Jobs, bootstrap: str, topics: Topics) -> list[JournalEvent]:
@@ -219,6 +221,7 @@ def assert_effective_journal_is_sound(jobs: Jobs, bootstrap: str, topics: Topics
     return journal
 
 
+@pytest.mark.slow
 class TestThreeWorkers:
     """Runs in order on one cluster: the views of three live workers first, then the failover."""
 
@@ -260,9 +263,8 @@ class TestThreeWorkers:
         jobs.wait_for(lambda c: all(len(ids) >= 3 for ids in c.values()), timeout=90)
         victim = owner_of(workers, JOBS[0])
         victims_jobs = {j["id"] for j in victim.get("/jobs?local=1")["jobs"]}
-        deadline = time.monotonic() + 10
-        while not victim.get(f"/jobs/{JOBS[0]}/state")["pending"] and time.monotonic() < deadline:
-            time.sleep(0.01)  # kill it while a checkpoint of the job is pending
+        with contextlib.suppress(AssertionError):  # kill it while a checkpoint of the job is pending
+            eventually(lambda: victim.get(f"/jobs/{JOBS[0]}/state")["pending"], timeout=10, interval=0.01)
         worker_pid = victim.worker_pid
         assert worker_pid is not None and worker_pid != victim.pid  # a watchdog and its worker
         victim.kill_all()  # a lost machine: nobody tells the group, which notices at the timeout
@@ -289,10 +291,12 @@ class TestThreeWorkers:
 
 def assert_gone(pid: int, timeout: float = 10.0) -> None:
     """Until process ``pid`` has ended (a zombie not yet reaped counts as ended)."""
-    deadline = time.monotonic() + timeout
-    while running(pid):
-        assert time.monotonic() < deadline, f"process {pid} still runs ({process_state(pid)})"
-        time.sleep(0.05)
+
+    def ended() -> bool:
+        assert not running(pid), f"process {pid} still runs ({process_state(pid)})"
+        return True
+
+    eventually(ended, timeout=timeout, what=f"process {pid} to end")
 
 
 WATCHED_SESSION_TIMEOUT = 15.0
@@ -301,6 +305,7 @@ embedded broker a handover then takes the worker's next heartbeat (1 s), the rej
 this timeout (docs/embedded-broker.md) and the claim."""
 
 
+@pytest.mark.slow
 class TestWatchdog:
     @pytest.mark.parametrize("killed", ["worker", "watchdog"])
     def test_a_killed_worker_or_watchdog_hands_its_jobs_over_before_the_session_timeout(
@@ -343,10 +348,7 @@ class TestWatchdog:
                 assert victim._process.returncode == -signal.SIGKILL
                 # The leaver is nobody's child to wait for: it may log after the jobs have moved.
                 told = f"its worker (pid {worker_pid}) exited; told group"
-                deadline = time.monotonic() + 10
-                while told not in victim.tail() and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                assert told in victim.tail()
+                eventually(victim.tail, lambda tail: told in tail, timeout=10, what=repr(told))
             assert "told group" in victim.tail() and "left: its partitions move" in victim.tail()
             assert failover < WATCHED_SESSION_TIMEOUT, (
                 f"checkpoints resumed {failover:.1f}s after the kill: the group waited for the session "
@@ -395,10 +397,7 @@ main()
     def stop_in_tick_of(self, job_id: str, timeout: float = 10.0) -> None:
         """SIGSTOP the worker in its next tick of ``job_id`` (it must hold the job)."""
         self.request.write_text(job_id)
-        deadline = time.monotonic() + timeout
-        while not self.stopped():
-            assert time.monotonic() < deadline, f"the worker never ticked {job_id} to stop in it"
-            time.sleep(0.05)
+        eventually(self.stopped, timeout=timeout, what=f"the worker to tick {job_id} and stop in it")
 
     def stopped(self) -> bool:
         """Whether the process is stopped by a signal (Linux: state T in /proc/<pid>/stat)."""
@@ -427,6 +426,7 @@ def _stoppable_workers(bootstrap: str, topics: Topics) -> Iterator[list[Stoppabl
         stop_all(workers)
 
 
+@pytest.mark.slow
 class TestZombie:
     def test_a_stopped_worker_s_appends_are_void_and_its_barriers_answers_dead_letters(
         self, stoppable_workers: list[StoppableWorker], jobs: Jobs, bootstrap: str, topics: Topics
@@ -442,10 +442,13 @@ class TestZombie:
         others = [w for w in workers if w is not zombie]
 
         zombie.stop_in_tick_of(JOBS[0])
-        deadline = time.monotonic() + SESSION_TIMEOUT + 30
-        while JOBS[0] not in {j["id"] for w in others for j in w.get("/jobs?local=1")["jobs"]}:
-            assert time.monotonic() < deadline, "the group never reassigned the stopped worker's partitions"
-            time.sleep(0.2)
+        eventually(
+            lambda: {j["id"] for w in others for j in w.get("/jobs?local=1")["jobs"]},
+            lambda held: JOBS[0] in held,
+            timeout=SESSION_TIMEOUT + 30,
+            interval=0.2,
+            what="the group to reassign the stopped worker's partitions",
+        )
         before = jobs.completed()
         zombie.wake()
         jobs.wait_for(lambda c: all(len(c[j]) >= len(before[j]) + 3 for j in JOBS), timeout=60)
@@ -533,6 +536,7 @@ class TestPartitionCount:
     """The coordinator uses the partition count its topics were created with, not its default of 8:
     a job's partition is worked out from its key and that count."""
 
+    @pytest.mark.slow
     def test_a_restarted_worker_knows_every_job_of_topics_with_two_partitions(
         self, bootstrap: str, topic_prefix: str, tmp_path: Path
     ) -> None:
@@ -555,7 +559,17 @@ class TestPartitionCount:
             first.start(timeout=90)
             jobs.start()
             jobs.wait_for(lambda c: all(len(ids) >= 2 for ids in c.values()), timeout=90)
-            time.sleep(1.0)  # a fold snapshot of each partition after the jobs started
+            checkpointed_ms = time.time() * 1000
+            eventually(
+                lambda: {
+                    m.key
+                    for m in read_to_end(bootstrap, topics.snapshots)
+                    if m.timestamp_ms > checkpointed_ms
+                },
+                lambda keys: {snapshot_key(0), snapshot_key(1)} <= keys,
+                interval=0.2,
+                what="a fold snapshot of each partition after the jobs checkpointed",
+            )
             first.kill()
             before = jobs.completed()
 

@@ -23,6 +23,7 @@ from uuid import uuid4
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from support import eventually
 
 from coordinator.service.supervisor import CoordinatorProcess, stop_all
 from events.dev.broker import create_topics
@@ -233,17 +234,21 @@ class Checkpointing:
     def wait_for_new_completions(self, since: float, timeout: float) -> float:
         """Seconds from ``since`` (wall clock) until every job had completed a checkpoint after it,
         by the completions' own timestamps (the coordinator's clock, on this host)."""
-        started = time.monotonic()
-        while True:
-            firsts = {
+
+        def firsts() -> dict[str, int | None]:
+            return {
                 j: min((t for t in ts if t >= since * 1000), default=None)
                 for j, ts in self.completions().items()
             }
-            if all(t is not None for t in firsts.values()):
-                return max(t for t in firsts.values() if t is not None) / 1000 - since
-            missing = [j for j, t in firsts.items() if t is None]
-            assert time.monotonic() - started < timeout, f"no new checkpoint after {timeout:g} s: {missing}"
-            time.sleep(0.2)
+
+        found = eventually(
+            firsts,
+            lambda found: all(t is not None for t in found.values()),
+            timeout=timeout,
+            interval=0.2,
+            what="a new checkpoint of every job (None: none yet)",
+        )
+        return max(t for t in found.values() if t is not None) / 1000 - since
 
     def close(self) -> None:
         for participant in self.participants:
@@ -296,13 +301,16 @@ def _jobs(bootstrap: str, topics: Topics, partitions: int, tmp_path: Path) -> It
 
 def joined_at(worker: PausableWorker, timeout: float = 30.0) -> float:
     """When the worker asked to join its group (wall clock), from its log (aiokafka's INFO line)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in worker.log_path.read_text(errors="replace").splitlines():
-            if "(Re-)joining group" in line and line.startswith("["):
-                return datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        time.sleep(0.05)
-    raise AssertionError(f"the worker never joined its group; log:\n{worker.tail()}")
+
+    def joining() -> str | None:
+        lines = worker.log_path.read_text(errors="replace").splitlines()
+        return next((line for line in lines if "(Re-)joining group" in line and line.startswith("[")), None)
+
+    try:
+        line = eventually(joining, timeout=timeout, what="the worker to join its group")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; log:\n{worker.tail()}") from None
+    return datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 def answers(worker: PausableWorker) -> bool:
@@ -322,6 +330,7 @@ def queued_claims(worker: PausableWorker) -> int:
     return sum(1 for held in partitions.values() if held["phase"] in ("RECOVERING", "CLAIMING"))
 
 
+@pytest.mark.slow
 class TestRaces:
     @pytest.mark.parametrize("partitions", [MANY_PARTITIONS], indirect=True)
     def test_a_worker_joining_while_64_claims_are_queued_fences_no_one(
@@ -339,28 +348,30 @@ class TestRaces:
         workers.append(a)
         a.slow_recoveries(True)
         a.launch()
-        deadline = time.monotonic() + 60
-        while queued_claims(a) < 64:
-            assert time.monotonic() < deadline, f"A never had 64 claims queued; log:\n{a.tail()}"
-            time.sleep(0.02)
+        eventually(
+            lambda: queued_claims(a),
+            lambda queued: queued >= 64,
+            timeout=60,
+            interval=0.02,
+            what="64 claims queued at A",
+        )
         b = PausableWorker(bootstrap, topics.prefix)
         workers.append(b)
         b.launch()
         jobs.start()
-        up = time.monotonic()
-        while not answers(b):  # its web server is up: it joins the group next
-            assert time.monotonic() - up < 60, f"B never started; log:\n{b.tail()}"
-            time.sleep(0.05)
+        eventually(lambda: answers(b), timeout=60, what="B's web server (it joins the group next)")
         assert queued_claims(a) >= 64, "A settled its claims before B joined: the race was not run"
         a.slow_recoveries(False)
         joined = joined_at(b)
 
         took = jobs.wait_for_new_completions(joined, timeout=SESSION_TIMEOUT + 5 + 30)
         print(f"every job completed a checkpoint {took:.1f} s after B joined")
-        settled = time.monotonic()
-        while not (a.get("/ready")["recovered"] and b.get("/ready")["recovered"]):
-            assert time.monotonic() - settled < 30, "the two workers never settled"
-            time.sleep(0.1)
+        eventually(
+            lambda: (a.get("/ready")["recovered"], b.get("/ready")["recovered"]),
+            all,
+            interval=0.1,
+            what="the two workers to settle (recovered)",
+        )
         jobs.wait_for_new_completions(time.time(), timeout=SESSION_TIMEOUT + 5)
 
         assert [] == monitor.stale
@@ -397,10 +408,7 @@ class TestRaces:
         c = PausableWorker(bootstrap, topics.prefix)
         workers.append(c)
         c.launch()
-        deadline = time.monotonic() + 60
-        while not a.paused():
-            assert time.monotonic() < deadline, "A never claimed after C joined"
-            time.sleep(0.02)
+        eventually(a.paused, timeout=60, interval=0.02, what="A to claim (and pause) after C joined")
         paused_at, paused_wall = time.monotonic(), time.time()
         took = jobs.wait_for_new_completions(paused_wall, timeout=SESSION_TIMEOUT + 5 + 10)
         print(f"every job completed a checkpoint again {took:.1f} s after A paused")
@@ -415,12 +423,13 @@ class TestRaces:
 
         assert [] == monitor.stale
         assert monitor.checks > 0
-        deadline = time.monotonic() + SESSION_TIMEOUT + 30
-        while decided_by_one(a, b, c) != [str(p) for p in range(8)]:
-            assert time.monotonic() < deadline, (
-                f"not each partition decided by one worker: {decided_by_one(a, b, c)}"
-            )
-            time.sleep(0.1)
+        eventually(
+            lambda: decided_by_one(a, b, c),
+            lambda decided: decided == [str(p) for p in range(8)],
+            timeout=SESSION_TIMEOUT + 30,
+            interval=0.1,
+            what="each partition decided by one worker",
+        )
         assert [[], [], []] == [w.get("/jobs")["stepped_down"] for w in (a, b, c)]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+from support import eventually
 
 from events.dev.broker import create_topics
 from events.dev.example_app import WordCount
@@ -110,21 +111,28 @@ class Coordinator:
 
     def collect(self, participant: Participant | None, count: int, timeout: float = 10) -> list[Reply]:
         """Poll ``participant`` (if any) until ``count`` replies in total have arrived."""
-        deadline = time.monotonic() + timeout
-        while len(self.replies) < count:
-            assert time.monotonic() < deadline, f"only {len(self.replies)} of {count} replies: {self.replies}"
-            if participant is not None:
-                participant.poll(0.005)
-            msg = self.consumer.poll(0.005)
-            if msg is not None:
-                assert msg.error() is None
-                assert job_key(self.job_id) == msg.key()
-                value = msg.value()
-                assert value is not None
-                record = decode(value)
-                assert isinstance(record, CheckpointAcknowledged | CheckpointDeclined)
-                self.replies.append(record)
+
+        def replies() -> list[Reply]:
+            if len(self.replies) < count:
+                if participant is not None:
+                    participant.poll(0.005)
+                msg = self.consumer.poll(0.005)
+                if msg is not None:
+                    self.replies.append(self._reply(msg))
+            return list(self.replies)
+
+        eventually(
+            replies, lambda got: len(got) >= count, timeout=timeout, interval=0, what=f"{count} replies"
+        )
         return self.replies
+
+    def _reply(self, msg: Message) -> Reply:
+        if msg.error() is not None or job_key(self.job_id) != msg.key() or msg.value() is None:
+            pytest.fail(f"not a reply of {self.job_id}: {msg.error()}, key {msg.key()!r}")
+        record = decode(msg.value() or b"")
+        if not isinstance(record, CheckpointAcknowledged | CheckpointDeclined):
+            pytest.fail(f"not an ack or a decline: {record}")
+        return record
 
     def close(self) -> None:
         self.consumer.close()
@@ -139,10 +147,14 @@ def coordinator(bootstrap: str, topics: Topics) -> Iterator[Coordinator]:
 
 def pump(participant: Participant, until: Callable[[], bool], timeout: float = 10) -> None:
     """Poll ``participant`` until ``until()`` holds."""
-    deadline = time.monotonic() + timeout
-    while not until():
-        assert time.monotonic() < deadline, f"condition not met; stats {participant.stats}"
+
+    def pumped() -> bool:
+        if until():
+            return True
         participant.poll(0.005)
+        raise AssertionError(f"stats {participant.stats}")
+
+    eventually(pumped, timeout=timeout, interval=0, what="the condition, polling the participant")
 
 
 class App:
@@ -568,11 +580,14 @@ def test_running_publishes_a_decodable_status_keyed_by_job_on_the_journal_partit
     try:
         reader.assign([TopicPartition(topics.job_status, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         messages: list[Message] = []
-        deadline = time.monotonic() + 10
-        while len(messages) < 2 and time.monotonic() < deadline:
+
+        def read_two() -> bool:
             msg = reader.poll(0.05)
             if msg is not None:
                 messages.append(msg)
+            return len(messages) >= 2
+
+        eventually(read_two, timeout=10, interval=0, what="two job-status records")
     finally:
         reader.close()
     assert [sent, failed] == [decode(m.value() or b"") for m in messages]
@@ -654,9 +669,7 @@ def test_example_word_count_restores_from_its_checkpoint_and_ends_with_exact_cou
     runner = threading.Thread(target=checkpointed.run, args=(stop,))
     runner.start()
     try:
-        deadline = time.monotonic() + 10
-        while checkpointed.participant is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: checkpointed.participant, timeout=10, interval=0.01, what="the app's participant")
         coordinator.barrier(1, (tmp_path / "wc" / "chk-1").as_uri(), job_id="wc")
         [ack] = coordinator.collect(None, 1)
         assert isinstance(ack, CheckpointAcknowledged) and ack.state is not None
@@ -665,9 +678,12 @@ def test_example_word_count_restores_from_its_checkpoint_and_ends_with_exact_cou
                 1, ack.offsets, job_id="wc", handles={"wc-2": ack.state}, size_bytes=ack.state.size_bytes
             )
         )
-        while checkpointed.participant is not None and not checkpointed.participant.stats.committed:
-            assert time.monotonic() < deadline, "checkpoint 1 never committed"
-            time.sleep(0.01)
+        eventually(
+            lambda: checkpointed.participant is None or checkpointed.participant.stats.committed,
+            timeout=10,
+            interval=0.01,
+            what="checkpoint 1 committed",
+        )
     finally:
         stop.set()
         runner.join(10)
@@ -802,10 +818,12 @@ def test_participants_sharing_one_feed_and_producer_each_answer_every_barrier_on
         first = coordinator.collect(None, 4)
         acks = {r.task_id: r for r in first if isinstance(r, CheckpointAcknowledged)}
         coordinator.journal(completed(1, {k: v for a in acks.values() for k, v in a.offsets.items()}))
-        deadline = time.monotonic() + 10
-        while not all(app.completed for app in apps):
-            assert time.monotonic() < deadline, [p.stats for p in participants]
-            time.sleep(0.01)
+
+        def each_completed() -> bool:
+            assert all(app.completed for app in apps), [p.stats for p in participants]
+            return True
+
+        eventually(each_completed, timeout=10, interval=0.01, what="each task to see the completion")
 
         participants[0].close()  # one task ends; the feed goes on for the others
         coordinator.barrier(2, (tmp_path / "chk-2").as_uri())

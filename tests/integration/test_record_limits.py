@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from support import eventually
 
 from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.supervisor import CoordinatorProcess
@@ -56,13 +57,10 @@ def _records(bootstrap: str, topic: str) -> list[Record]:
 
 
 def _wait_for(what: Callable[[], object], timeout: float, process: CoordinatorProcess) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = what()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out; coordinator log:\n{process.tail()}")
+    try:
+        return eventually(what, timeout=timeout, interval=0.2)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; coordinator log:\n{process.tail()}") from None
 
 
 def _assert_every_record_fits(settings: Settings) -> None:
@@ -125,6 +123,7 @@ def test_a_600_kb_task_id_is_a_bounded_dead_letter_and_the_partition_goes_on(
     _assert_every_record_fits(settings)
 
 
+@pytest.mark.slow
 def test_a_job_of_100000_tasks_completes_its_checkpoints(
     settings: Settings, coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:

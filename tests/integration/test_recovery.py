@@ -1,7 +1,8 @@
 """Recovery of a journal partition (claim, read to the claim, fold) against a broker that misbehaves.
 
 These tests pause their own embedded broker (SIGSTOP), so they never use the
-session's broker or ``CUTLINE_BOOTSTRAP``.
+session's broker or ``CUTLINE_BOOTSTRAP``. The module shares that broker; each test has
+topics of its own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from itertools import islice
 from random import Random
+from uuid import uuid4
 
 import pytest
 from confluent_kafka import Producer
@@ -37,18 +39,24 @@ from events.wire.records import JournalEvent
 from events.wire.topics import Topics
 from events.wire.vocabulary import SNAPSHOT_PARTITIONS_HEADER
 
-TOPICS = Topics("r.")
-SNAPSHOTS = TOPICS.snapshots
 
-
-@pytest.fixture(name="own_broker")
+@pytest.fixture(name="own_broker", scope="module")
 def _own_broker() -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker() as broker:
-        create_topics(broker.bootstrap, [TOPICS.checkpoints, SNAPSHOTS], partitions=1)
         yield broker
 
 
-def produce_journal(bootstrap: str, events: list[JournalEvent], epoch: int | None = None) -> None:
+@pytest.fixture(name="topics")
+def _topics(own_broker: EmbeddedBroker) -> Topics:
+    """A journal and a snapshot topic of one partition, the test's own."""
+    topics = Topics(f"r{uuid4().hex[:8]}.")
+    create_topics(own_broker.bootstrap, [topics.checkpoints, topics.snapshots], partitions=1)
+    return topics
+
+
+def produce_journal(
+    bootstrap: str, topics: Topics, events: list[JournalEvent], epoch: int | None = None
+) -> None:
     """The events as a coordinator of ``epoch`` would have written them (None: no header, epoch 0)."""
     headers = [epoch_header(epoch)] if epoch is not None else None
     producer = Producer(producer_config(bootstrap, {"linger.ms": 20, "batch.num.messages": 10_000}))
@@ -56,7 +64,7 @@ def produce_journal(bootstrap: str, events: list[JournalEvent], epoch: int | Non
         while True:
             try:
                 producer.produce(
-                    TOPICS.checkpoints,
+                    topics.checkpoints,
                     key=job_key(event.job_id),
                     value=encode(event),
                     partition=0,
@@ -68,19 +76,22 @@ def produce_journal(bootstrap: str, events: list[JournalEvent], epoch: int | Non
     assert 0 == producer.flush(120)
 
 
+@pytest.mark.slow
 class TestRecoveryWithAPausedBroker:
     def test_the_fold_of_a_60000_event_journal_survives_a_2_s_broker_pause(
-        self, own_broker: EmbeddedBroker
+        self, own_broker: EmbeddedBroker, topics: Topics
     ) -> None:
         """Given a 60,000-event journal, when the broker stops for 2 s while a worker folds it, then
         the worker waits and its state equals the full fold (silence is never the end)."""
         events = list(islice(simulate(Random(7), jobs=4), 60_000))
-        produce_journal(own_broker.bootstrap, events)
+        produce_journal(own_broker.bootstrap, topics, events)
         result: list[ClaimedPartition | BaseException] = []
 
         def claim() -> None:
             try:
-                result.append(claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 1, 0, "worker-a"))
+                result.append(
+                    claim_partition(own_broker.bootstrap, topics, topics.snapshots, 1, 0, "worker-a")
+                )
             except BaseException as exc:
                 result.append(exc)
 
@@ -108,14 +119,16 @@ class TestRecoveryWithAPausedBroker:
 
 
 class TestClaims:
-    def test_each_claim_is_higher_than_every_earlier_one(self, own_broker: EmbeddedBroker) -> None:
+    def test_each_claim_is_higher_than_every_earlier_one(
+        self, own_broker: EmbeddedBroker, topics: Topics
+    ) -> None:
         """Claiming a partition twice gives epochs 1 and 2; the second worker's fold holds the first's
         state and the journal's last record is its claim."""
         events = list(islice(simulate(Random(3), jobs=2), 500))
-        produce_journal(own_broker.bootstrap, events)
+        produce_journal(own_broker.bootstrap, topics, events)
 
-        first = claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 1, 0, "worker-a")
-        second = claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 1, 0, "worker-b")
+        first = claim_partition(own_broker.bootstrap, topics, topics.snapshots, 1, 0, "worker-a")
+        second = claim_partition(own_broker.bootstrap, topics, topics.snapshots, 1, 0, "worker-b")
 
         assert (1, 2) == (first.epoch, second.epoch)
         assert second.claim_offset > first.claim_offset
@@ -124,39 +137,39 @@ class TestClaims:
         }
 
     def test_a_partition_whose_jobs_hash_elsewhere_now_is_not_claimed(
-        self, own_broker: EmbeddedBroker
+        self, own_broker: EmbeddedBroker, topics: Topics
     ) -> None:
         """Given the journal of four jobs that ran with one partition, when a worker claims it as
         partition 0 of four (partitions were added since: job-0 and job-2 now hash to 1 and 2), then
         it refuses, names the jobs and the count they ran with, and writes no claim."""
         events = list(islice(simulate(Random(7), jobs=4), 500))
-        produce_journal(own_broker.bootstrap, events)
+        produce_journal(own_broker.bootstrap, topics, events)
         end = len(events)
 
         with pytest.raises(PartitionCountChanged) as refused:
-            claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 4, 0, "worker-a")
+            claim_partition(own_broker.bootstrap, topics, topics.snapshots, 4, 0, "worker-a")
 
         message = str(refused.value)
         assert "holds jobs 'job-0', 'job-2'" in message
         assert "(every job here belongs to it with 1 partition" in message
         assert "new prefix" in message
-        assert end == len(list(read_to_end(own_broker.bootstrap, TOPICS.checkpoints, [0], timeout=10)))
-        assert 1 == claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 1, 0, "worker-b").epoch
+        assert end == len(list(read_to_end(own_broker.bootstrap, topics.checkpoints, [0], timeout=10)))
+        assert 1 == claim_partition(own_broker.bootstrap, topics, topics.snapshots, 1, 0, "worker-b").epoch
 
     @pytest.mark.parametrize("written_with", [None, 8])
     def test_a_snapshot_taken_with_another_partition_count_is_not_trusted(
-        self, own_broker: EmbeddedBroker, written_with: int | None
+        self, own_broker: EmbeddedBroker, topics: Topics, written_with: int | None
     ) -> None:
         """Given a snapshot that chose the partition's jobs with 8 partitions (said by its header, or
         without the header, as every coordinator wrote them before 2026-11-25) and lacks a job, when
         a worker of one partition claims it, then it folds the journal from the start instead."""
         events = list(islice(simulate(Random(11), jobs=3), 600))
-        produce_journal(own_broker.bootstrap, events)
-        partial = Coordinator(TOPICS, partitions=1)
+        produce_journal(own_broker.bootstrap, topics, events)
+        partial = Coordinator(topics, partitions=1)
         partial.recover((e, None) for e in events if e.job_id != "job-1")
-        write_snapshot(own_broker.bootstrap, partial, journal_offset=599, partitions=written_with)
+        write_snapshot(own_broker.bootstrap, topics, partial, journal_offset=599, partitions=written_with)
 
-        claimed = claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 1, 0, "a")
+        claimed = claim_partition(own_broker.bootstrap, topics, topics.snapshots, 1, 0, "a")
 
         assert claimed.snapshot_offset is None
         assert 601 == claimed.folded  # the whole journal and the claim
@@ -167,6 +180,7 @@ class TestClaims:
 
 def write_snapshot(
     bootstrap: str,
+    topics: Topics,
     holder: ClaimedPartition | Coordinator,
     epoch: int = 0,
     journal_offset: int = -1,
@@ -181,33 +195,37 @@ def write_snapshot(
     if partitions is None:
         headers = [(name, v) for name, v in headers if name != SNAPSHOT_PARTITIONS_HEADER]
     producer = Producer(producer_config(bootstrap))
-    producer.produce(SNAPSHOTS, key=key, value=value, headers=headers, partition=0)
+    producer.produce(topics.snapshots, key=key, value=value, headers=headers, partition=0)
     assert 0 == producer.flush(30)
 
 
-def median_recovery(bootstrap: str, runs: int) -> tuple[float, int]:
+def median_recovery(bootstrap: str, topics: Topics, runs: int) -> tuple[float, int]:
     """Median seconds of a claim (snapshot + tail + claim) over ``runs``, and the records it read."""
     seconds, folded = [], []
     for i in range(runs):
-        claimed = claim_partition(bootstrap, TOPICS, SNAPSHOTS, 1, 0, f"worker-{i}")
-        write_snapshot(bootstrap, claimed)
+        claimed = claim_partition(bootstrap, topics, topics.snapshots, 1, 0, f"worker-{i}")
+        write_snapshot(bootstrap, topics, claimed)
         seconds.append(claimed.seconds)
         folded.append(claimed.folded)
     return statistics.median(seconds), max(folded)
 
 
 class TestBoundedRecovery:
-    def test_recovery_is_the_snapshot_and_the_journal_after_it(self, own_broker: EmbeddedBroker) -> None:
+    def test_recovery_is_the_snapshot_and_the_journal_after_it(
+        self, own_broker: EmbeddedBroker, topics: Topics
+    ) -> None:
         """Given a snapshot after 2,000 events and 300 more events, a new owner reads only the 300
         (and the claim) and holds what folding all 2,300 gives."""
         events = list(islice(simulate(Random(11), jobs=3), 2_300))
-        produce_journal(own_broker.bootstrap, events[:2_000])
+        produce_journal(own_broker.bootstrap, topics, events[:2_000])
         write_snapshot(
-            own_broker.bootstrap, claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 1, 0, "a")
+            own_broker.bootstrap,
+            topics,
+            claim_partition(own_broker.bootstrap, topics, topics.snapshots, 1, 0, "a"),
         )
-        produce_journal(own_broker.bootstrap, events[2_000:], epoch=1)
+        produce_journal(own_broker.bootstrap, topics, events[2_000:], epoch=1)
 
-        claimed = claim_partition(own_broker.bootstrap, TOPICS, SNAPSHOTS, 1, 0, "b")
+        claimed = claim_partition(own_broker.bootstrap, topics, topics.snapshots, 1, 0, "b")
 
         assert claimed.snapshot_offset == 2_000  # the first claim's offset
         assert 301 == claimed.folded
@@ -227,28 +245,29 @@ class TestBoundedRecovery:
         block = list(islice(simulate(Random(5), jobs=4), 1_000))
         frames = [(job_key(e.job_id), encode(e)) for e in block]
         timings = {}
+        topics = Topics("r.")
         for size in (1_000, 1_000_000):
-            with EmbeddedBroker() as broker:
-                create_topics(broker.bootstrap, [TOPICS.checkpoints, SNAPSHOTS], partitions=1)
-                produce_frames(broker.bootstrap, frames, size // len(block))
-                first = Coordinator(TOPICS, partitions=1)
+            with EmbeddedBroker() as broker:  # its own: the other journals' records weigh nothing here
+                create_topics(broker.bootstrap, [topics.checkpoints, topics.snapshots], partitions=1)
+                produce_frames(broker.bootstrap, topics, frames, size // len(block))
+                first = Coordinator(topics, partitions=1)
                 for _ in range(size // len(block)):
                     first.recover((event, None) for event in block)
-                write_snapshot(broker.bootstrap, first, epoch=0, journal_offset=size - 1)
-                timings[size] = median_recovery(broker.bootstrap, runs=5)
+                write_snapshot(broker.bootstrap, topics, first, epoch=0, journal_offset=size - 1)
+                timings[size] = median_recovery(broker.bootstrap, topics, runs=5)
 
         (small, small_read), (large, large_read) = timings[1_000], timings[1_000_000]
         assert large_read == small_read <= 2  # the claims since the snapshot, not the history
         assert large <= 2 * small, f"1M-event failover {large:.3f}s, 1,000-event {small:.3f}s"
 
 
-def produce_frames(bootstrap: str, frames: list[tuple[bytes, bytes]], repeat: int) -> None:
+def produce_frames(bootstrap: str, topics: Topics, frames: list[tuple[bytes, bytes]], repeat: int) -> None:
     producer = Producer(producer_config(bootstrap, {"linger.ms": 50, "batch.num.messages": 10_000}))
     for _ in range(repeat):
         for key, value in frames:
             while True:
                 try:
-                    producer.produce(TOPICS.checkpoints, key=key, value=value, partition=0)
+                    producer.produce(topics.checkpoints, key=key, value=value, partition=0)
                     break
                 except BufferError:
                     producer.poll(0.05)

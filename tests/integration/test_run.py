@@ -2,7 +2,8 @@
 
 The driver under supervision is a small script (written per test) that reports the
 job RUNNING with the participant library's ``JobDriver`` and then fails, hangs or
-finishes, as its attempt number says.
+finishes, as its attempt number says. The module's tests share one coordinator; each
+supervises a job of its own.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
 from confluent_kafka import Producer
+from support import eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -38,8 +40,6 @@ from events.wire.records import (
     SchedulerStopped,
 )
 from events.wire.topics import Topics
-
-JOB = "supervised"
 
 DRIVER = textwrap.dedent(
     """
@@ -76,24 +76,29 @@ DRIVER = textwrap.dedent(
 )
 
 
-@pytest.fixture(name="topics")
-def _topics(bootstrap: str, topic_prefix: str) -> Iterator[Topics]:
-    topics = Topics(topic_prefix)
+@pytest.fixture(name="topics", scope="module")
+def _topics(bootstrap: str) -> Iterator[Topics]:
+    """The topics of the coordinator the module's tests share."""
+    topics = Topics(f"t{uuid4().hex[:8]}.")
     create_topics(bootstrap, [*topics.all, topics.ticks])
-    coordinator = CoordinatorProcess(bootstrap, topic_prefix)
-    coordinator.start()
-    yield topics
-    coordinator.stop()
+    with CoordinatorProcess(bootstrap, topics.prefix):
+        yield topics
+
+
+@pytest.fixture(name="job")
+def _job() -> str:
+    """The test's own job id."""
+    return f"supervised-{uuid4().hex[:6]}"
 
 
 def supervise(
-    bootstrap: str, topics: Topics, tmp_path: Path, mode: str, *options: str
+    bootstrap: str, topics: Topics, job: str, tmp_path: Path, mode: str, *options: str
 ) -> subprocess.Popen[str]:
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     location = (tmp_path / "checkpoints").as_uri()
     command = [
-        sys.executable, "-m", "coordinator.cli", "run", "--job", JOB, "--bootstrap", bootstrap,
+        sys.executable, "-m", "coordinator.cli", "run", "--job", job, "--bootstrap", bootstrap,
         "--topic-prefix", topics.prefix, *options, "--",
         sys.executable, str(script), mode, location, str(tmp_path / "attempts.log"),
     ]  # fmt: skip
@@ -101,9 +106,9 @@ def supervise(
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
-def journal(bootstrap: str, topics: Topics) -> list[JournalEvent]:
+def journal(bootstrap: str, topics: Topics, job: str) -> list[JournalEvent]:
     topic = topics.checkpoints
-    return [r.record for r in read_job_partition(bootstrap, JOB, topic, claims_topic=topic) if r.record]  # type: ignore[misc]
+    return [r.record for r in read_job_partition(bootstrap, job, topic, claims_topic=topic) if r.record]  # type: ignore[misc]
 
 
 def attempts(tmp_path: Path) -> list[str]:
@@ -111,10 +116,10 @@ def attempts(tmp_path: Path) -> list[str]:
 
 
 def test_a_driver_that_always_fails_is_restarted_as_often_as_the_strategy_says_then_given_up(
-    bootstrap: str, topics: Topics, tmp_path: Path
+    bootstrap: str, topics: Topics, job: str, tmp_path: Path
 ) -> None:
     run = supervise(
-        bootstrap, topics, tmp_path, "fail", "--restart-strategy", "fixed-delay", "--attempts", "3",
+        bootstrap, topics, job, tmp_path, "fail", "--restart-strategy", "fixed-delay", "--attempts", "3",
         "--delay-ms", "300",
     )  # fmt: skip
     output, _ = run.communicate(timeout=120)
@@ -123,7 +128,7 @@ def test_a_driver_that_always_fails_is_restarted_as_often_as_the_strategy_says_t
     assert "failed for good" in output and "fixed-delay: all 3 restart attempts are used" in output
     assert ["1", "2", "3", "4"] == [line.split()[0] for line in attempts(tmp_path)]
     assert all('"kind": "FIXED_DELAY"' in line for line in attempts(tmp_path))
-    events = journal(bootstrap, topics)
+    events = journal(bootstrap, topics, job)
     restarts = [e for e in events if isinstance(e, JobRestartScheduled)]
     assert [2, 3, 4] == [r.attempt for r in restarts]
     assert all(r.delay_ms == 300 and "exited with code 3" in r.failure for r in restarts)
@@ -132,18 +137,26 @@ def test_a_driver_that_always_fails_is_restarted_as_often_as_the_strategy_says_t
 
 
 def test_a_driver_whose_heartbeats_stop_is_failed_by_the_coordinator_and_restarted(
-    bootstrap: str, topics: Topics, tmp_path: Path
+    bootstrap: str, topics: Topics, job: str, tmp_path: Path
 ) -> None:
     """Attempt 1 stays alive but silent: the coordinator fails it after the heartbeat timeout,
     the supervisor stops it and starts attempt 2, which finishes."""
     run = supervise(
-        bootstrap, topics, tmp_path, "hang-once", "--restart-strategy", "fixed-delay", "--delay-ms", "100"
+        bootstrap,
+        topics,
+        job,
+        tmp_path,
+        "hang-once",
+        "--restart-strategy",
+        "fixed-delay",
+        "--delay-ms",
+        "100",
     )
     output, _ = run.communicate(timeout=120)
 
     assert 0 == run.returncode, output
     assert ["1", "2"] == [line.split()[0] for line in attempts(tmp_path)]
-    events = journal(bootstrap, topics)
+    events = journal(bootstrap, topics, job)
     stopped = [e for e in events if isinstance(e, SchedulerStopped)]
     assert JobStatus.FAILING is stopped[0].status and "no heartbeat of attempt 1" in str(stopped[0].error)
     (restart,) = [e for e in events if isinstance(e, JobRestartScheduled)]
@@ -152,37 +165,40 @@ def test_a_driver_whose_heartbeats_stop_is_failed_by_the_coordinator_and_restart
     assert JobStatus.FINISHED is stopped[-1].status
 
 
-def test_sigterm_cancels_the_job(bootstrap: str, topics: Topics, tmp_path: Path) -> None:
-    run = supervise(bootstrap, topics, tmp_path, "forever")
-    deadline = time.monotonic() + 60
-    while not any(isinstance(e, SchedulerStarted) for e in journal(bootstrap, topics)):
-        assert time.monotonic() < deadline, "the driver never ran"
-        time.sleep(0.3)
+def test_sigterm_cancels_the_job(bootstrap: str, topics: Topics, job: str, tmp_path: Path) -> None:
+    run = supervise(bootstrap, topics, job, tmp_path, "forever")
+    eventually(
+        lambda: any(isinstance(e, SchedulerStarted) for e in journal(bootstrap, topics, job)),
+        timeout=60,
+        interval=0.3,
+        what="the driver to run (SchedulerStarted)",
+    )
 
     run.send_signal(signal.SIGTERM)
     output, _ = run.communicate(timeout=60)
 
     assert 130 == run.returncode, output
-    stopped = [e for e in journal(bootstrap, topics) if isinstance(e, SchedulerStopped)]
+    stopped = [e for e in journal(bootstrap, topics, job) if isinstance(e, SchedulerStopped)]
     assert [JobStatus.CANCELED] == [e.status for e in stopped]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inline_threshold", [0, 20_480], ids=["files", "inline"])
 def test_a_sigkilled_driver_is_restarted_from_its_latest_checkpoint_and_counts_stay_exact(
-    bootstrap: str, topics: Topics, tmp_path: Path, inline_threshold: int
+    bootstrap: str, topics: Topics, job: str, tmp_path: Path, inline_threshold: int
 ) -> None:
     """The example word count (one task, a checkpoint every 200 ms) under cutline run: SIGKILL its
     driver after two completed checkpoints while words keep coming; the strategy restarts it, the
     new attempt restores the latest completed checkpoint, and its final counts equal the words
     produced, each once. With an inline threshold its snapshots ride in the acks: no file is
     written, and the restore reads the state from the journal's completion."""
-    words_topic = f"{topics.prefix}words"
+    words_topic = f"{topics.prefix}words-{job}"
     create_topics(bootstrap, [words_topic], partitions=1)
     out = tmp_path / "counts.json"
     command = [
-        sys.executable, "-m", "coordinator.cli", "run", "--job", JOB, "--bootstrap", bootstrap,
+        sys.executable, "-m", "coordinator.cli", "run", "--job", job, "--bootstrap", bootstrap,
         "--topic-prefix", topics.prefix, "--restart-strategy", "fixed-delay", "--delay-ms", "500", "--",
-        sys.executable, "-m", "events.dev.example_app", "--bootstrap", bootstrap, "--job", JOB,
+        sys.executable, "-m", "events.dev.example_app", "--bootstrap", bootstrap, "--job", job,
         "--task", "t0",
         "--topic", words_topic, "--partition", "0", "--prefix", topics.prefix, "--driver",
         "--location", (tmp_path / "checkpoints").as_uri(), "--interval-ms", "200", "--idle-exit", "6",
@@ -203,11 +219,13 @@ def test_a_sigkilled_driver_is_restarted_from_its_latest_checkpoint_and_counts_s
             producer.produce(words_topic, line.encode())
         producer.flush(10)
 
-    deadline = time.monotonic() + 90
-    while sum(isinstance(e, CheckpointCompleted) for e in journal(bootstrap, topics)) < 2:
-        assert time.monotonic() < deadline, "no two checkpoints completed:\n" + "".join(lines)
-        produce(50)
-        time.sleep(0.2)
+    def two_completed() -> bool:
+        if sum(isinstance(e, CheckpointCompleted) for e in journal(bootstrap, topics, job)) >= 2:
+            return True
+        produce(50)  # words keep coming
+        raise AssertionError("output:\n" + "".join(lines))
+
+    eventually(two_completed, timeout=90, interval=0.2, what="two completed checkpoints")
     (pid,) = [int(m.group(1)) for line in lines if (m := re.search(r"attempt 1 of job .* \(pid (\d+)", line))]
     os.kill(pid, signal.SIGKILL)
     produce(300)  # while nobody counts
@@ -216,7 +234,7 @@ def test_a_sigkilled_driver_is_restarted_from_its_latest_checkpoint_and_counts_s
     output = "".join(lines)
 
     assert 0 == run.returncode, output
-    events = journal(bootstrap, topics)
+    events = journal(bootstrap, topics, job)
     (restart,) = [e for e in events if isinstance(e, JobRestartScheduled)]
     latest_before = [
         e.checkpoint_id for e in events if isinstance(e, CheckpointCompleted) and e.attempt == 1

@@ -4,10 +4,10 @@ their snapshots to ``s3://``, old ones are discarded, and a restore reads the la
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import s3fs
+from support import eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -40,14 +40,18 @@ def test_snapshots_on_s3_complete_are_retained_and_restore(
     try:
         with CoordinatorProcess(bootstrap, topic_prefix):
             driver.running(TASKS, config, attempt=1)
-            deadline = time.monotonic() + 60
-            while True:
-                journal = [e for e, _ in read_journal_topic(bootstrap, topics.checkpoints, lambda m, p: None)]
-                completed = [e for e in journal if isinstance(e, CheckpointCompleted)]
-                if len(completed) >= 4 and all(len(p.stats.discarded) >= 2 for p in participants):
-                    break
-                assert time.monotonic() < deadline, f"{len(completed)} completed on s3"
-                time.sleep(0.3)
+
+            def completed() -> list[CheckpointCompleted]:
+                journal = read_journal_topic(bootstrap, topics.checkpoints, lambda m, p: None)
+                return [e for e, _ in journal if isinstance(e, CheckpointCompleted)]
+
+            eventually(
+                completed,
+                lambda done: len(done) >= 4 and all(len(p.stats.discarded) >= 2 for p in participants),
+                timeout=60,
+                interval=0.3,
+                what="4 checkpoints completed on s3, 2 discarded by each task",
+            )
     finally:
         for participant in participants:
             participant.close()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from support import eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -150,13 +151,15 @@ def test_a_job_checkpoints_with_confluent_frames_and_tail_shows_them(
     producer.flush(10)
     try:
         with CoordinatorProcess(bootstrap, topic_prefix):
-            deadline = time.monotonic() + 60
-            while not any(
-                isinstance(e, CheckpointCompleted)
-                for e, _ in read_journal_topic(bootstrap, topics.checkpoints, _skip)
-            ):
-                assert time.monotonic() < deadline, "no checkpoint completed"
-                time.sleep(0.3)
+            eventually(
+                lambda: any(
+                    isinstance(e, CheckpointCompleted)
+                    for e, _ in read_journal_topic(bootstrap, topics.checkpoints, _skip)
+                ),
+                timeout=60,
+                interval=0.3,
+                what="a completed checkpoint",
+            )
     finally:
         participant.close()
 

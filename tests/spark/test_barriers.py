@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
+from support import eventually
+from wordfeed import wait
 
 from events.dev.broker import create_topics
 from events.kafka.clients import job_key, partition_for, produce_record, producer_config
@@ -94,11 +95,7 @@ def _barrier(job: str, checkpoint_id: int, location: str) -> CheckpointBarrier:
     )
 
 
-def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+_wait = wait
 
 
 def test_barriers_are_folded_into_one_batch_and_emitted_per_partition(
@@ -271,13 +268,10 @@ def test_the_feed_ignores_barriers_of_older_attempts(bootstrap: str, topic_prefi
             produce_record(producer, barriers_topic, stale)
         assert 0 == producer.flush(30)
 
-        deadline = time.monotonic() + 30
-        while feed.peek() is None and time.monotonic() < deadline:
-            feed.poll()
-            time.sleep(0.05)
-        time.sleep(0.2)
+        # One partition: once the last barrier is queued, the stale one before it was read.
+        taken = [eventually(lambda: feed.poll() or feed.take(), timeout=30, what="the barrier of attempt 2")]
         feed.poll()
-        taken = [feed.take(), feed.take()]
+        taken.append(feed.take())
     finally:
         feed.close()
 
@@ -300,13 +294,12 @@ def test_the_barrier_feed_drops_a_superseded_epochs_barriers(bootstrap: str, top
             produce_record(producer, barriers_topic, barrier, headers=[epoch_header(epoch)])
         assert 0 == producer.flush(30)
 
-        deadline = time.monotonic() + 30
-        while feed.peek() is None and time.monotonic() < deadline:
-            feed.poll()
-            time.sleep(0.05)
-        time.sleep(0.2)
+        # One partition: once the last barrier is queued, the zombie's before it was read.
+        taken = [
+            eventually(lambda: feed.poll() or feed.take(), timeout=30, what=f"barrier {n}") for n in (1, 2)
+        ]
         feed.poll()
-        taken = [feed.take(), feed.take(), feed.take()]
+        taken.append(feed.take())
     finally:
         feed.close()
 

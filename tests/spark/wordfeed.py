@@ -6,12 +6,12 @@ The fixtures ``given`` (an :class:`Input`) and ``coordinator`` are in conftest.p
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import Producer
+from support import eventually
 
 from events.kafka.clients import producer_config
 
@@ -29,11 +29,8 @@ class Input:
 
 
 def wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    """:func:`support.eventually`, in the (condition, what, timeout) order of the Spark tests."""
+    eventually(condition, timeout=timeout, what=what)
 
 
 def every(seconds: float, stop: threading.Event, action: Callable[[], None]) -> None:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import eventually
 
 from coordinator.service.watchdog import (
     MEMBER_FILE_ENV,
@@ -144,10 +145,10 @@ def test_sigterm_to_the_watchdog_is_passed_on_and_its_exit_code_is_the_worker_s(
         """
 
     def terminate_when_started() -> None:
-        deadline = time.monotonic() + 20
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGTERM)
+        try:
+            eventually(started.exists, timeout=20, interval=0.02, what="the worker to start")
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=terminate_when_started, daemon=True).start()
     group, said = Group(), []
@@ -176,19 +177,19 @@ def kill_the_watchdog_of(worker: str, tmp_path: Path, env: str = "", stderr: Pat
         subprocess.Popen([sys.executable, "-c", {textwrap.dedent(worker)!r}], env=env, stderr={out}).wait()
         """
     parent = subprocess.Popen(child(watchdog))
-    deadline = time.monotonic() + 20
-    while not pid_file.exists() or not pid_file.read_text():
-        assert time.monotonic() < deadline, "the worker never started"
-        time.sleep(0.02)
-    worker_pid = int(pid_file.read_text())
+    worker_pid = int(
+        eventually(
+            lambda: pid_file.exists() and pid_file.read_text(),
+            timeout=20,
+            interval=0.02,
+            what="the worker to start (its pid file)",
+        )
+    )
 
     parent.kill()
     parent.wait(10)
 
-    deadline = time.monotonic() + 10
-    while running(worker_pid):
-        assert time.monotonic() < deadline, f"worker {worker_pid} outlived its watchdog"
-        time.sleep(0.02)
+    eventually(lambda: not running(worker_pid), timeout=10, interval=0.02, what=f"worker {worker_pid} to end")
     return worker_pid
 
 
@@ -230,11 +231,7 @@ def test_a_killed_watchdog_has_its_orphaned_worker_tell_the_group(tmp_path: Path
         worker, tmp_path, env=f"env[{MEMBER_FILE_ENV!r}] = {str(member_file)!r}", stderr=said
     )
 
-    deadline = time.monotonic() + 30
-    while "failed" not in said.read_text():
-        assert time.monotonic() < deadline, f"the group was never told: {said.read_text()!r}"
-        time.sleep(0.05)
-    told = said.read_text()
+    told = eventually(said.read_text, lambda text: "failed" in text, timeout=30, what="the group to be told")
     assert f"the coordinator's watchdog was killed, and its worker (pid {worker_pid}) exited" in told
     assert "telling group 'cutline-coordinator' that it left failed" in told
     assert "after the session timeout instead" in told
@@ -269,10 +266,13 @@ def test_the_leaver_counts_a_dead_worker_not_yet_reaped_as_gone(tmp_path: Path) 
     record_membership(tmp_path / "membership.json", MEMBERSHIP)
     worker = subprocess.Popen([sys.executable, "-c", "pass"])  # not waited for: a zombie once it exits
     try:
-        deadline = time.monotonic() + 20
-        while process_state(worker.pid) != "Z":
-            assert time.monotonic() < deadline, "the stand-in worker never exited"
-            time.sleep(0.02)
+        eventually(
+            lambda: process_state(worker.pid),
+            lambda state: state == "Z",
+            timeout=20,
+            interval=0.02,
+            what="the stand-in worker to exit",
+        )
         group, started = Group(), time.monotonic()
 
         leave_for(worker.pid, tmp_path / "membership.json", group.leave, [].append, wait=10.0)

@@ -1,0 +1,73 @@
+"""Waiting in tests: one bounded polling helper instead of hand-written loops.
+
+Tests that talk to a broker, a coordinator worker or Spark wait for a condition to
+become true, never for a fixed time; :func:`eventually` polls it and, when it gives
+up, says what was awaited and the last value it saw.
+"""
+
+from __future__ import annotations
+
+import reprlib
+import time
+from collections.abc import Callable
+from typing import TypeVar, overload
+
+T = TypeVar("T")
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 600
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxdict = 30
+
+
+@overload
+def eventually(
+    condition: Callable[[], T], *, timeout: float = ..., interval: float = ..., what: str = ...
+) -> T: ...
+
+
+@overload
+def eventually(
+    condition: Callable[[], T],
+    until: Callable[[T], object],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+) -> T: ...
+
+
+def eventually(
+    condition: Callable[[], T],
+    until: Callable[[T], object] | None = None,
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    what: str = "",
+) -> T:
+    """Call ``condition`` every ``interval`` seconds until its value passes (is truthy, or satisfies
+    ``until``) and return that value; an ``AssertionError`` either raises counts as not yet.
+
+    After ``timeout`` seconds it fails with ``what`` was awaited and the last value (or assertion)
+    it saw. The condition is always tried once more at the deadline, so a slow first call still
+    gets a second chance.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        out_of_time = time.monotonic() >= deadline
+        try:
+            value = condition()
+            if until(value) if until is not None else value:
+                return value
+            shown = _SHORT.repr(value)
+        except AssertionError as error:
+            shown = f"AssertionError: {error}"
+        if out_of_time:
+            raise AssertionError(
+                f"gave up after {timeout:g}s waiting for {what or _name(condition)}; last seen: {shown}"
+            )
+        time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
+
+
+def _name(condition: Callable[..., object]) -> str:
+    name = getattr(condition, "__name__", repr(condition))
+    return "a condition" if name == "<lambda>" else name
