@@ -310,12 +310,12 @@ def test_latency_markers_reach_every_keyed_task_and_the_sink_and_never_user_code
         feeder = threading.Thread(target=lambda: every(0.05, stop, lambda: words.produce(8)))
         feeder.start()
         try:
-            wait(lambda: seen() == expected, "latency of every operator subtask at /metrics", 60)
+            wait(lambda: seen() == expected, "latency of every operator subtask at /metrics", 120)
         finally:
             stop.set()
             feeder.join()
         wait(lambda: final_counts(out) == dict(words.produced), "every word counted", 60)
-        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        progress = [p for p in query.recentProgress if "addBatch" in p["durationMs"]]  # batches that ran
         job.stop()
         assert job.query.exception() is None
     _assert_exact(words.produced, out)
@@ -328,11 +328,10 @@ def test_latency_markers_reach_every_keyed_task_and_the_sink_and_never_user_code
         shown = json.load(response)
     operators = {row["operator_id"]: row for row in shown["operators"]}
     assert ["route", "keyed", "sink"] == list(operators)
-    # a marker is stamped when its batch is planned: by the sink it has waited for the batch's whole
-    # execution (Spark's addBatch, most of a micro-batch), never for longer than a batch takes
-    add_batch = sorted(p["durationMs"]["addBatch"] for p in progress)
+    # a marker is stamped when its batch is planned: by the sink it has waited at least for the
+    # batch's execution (here longer than the 200 ms trigger interval), never longer than a batch took
     trigger = max(p["durationMs"]["triggerExecution"] for p in progress)
     sink = operators["sink"]
-    assert sink["p50"] >= 0.5 * add_batch[len(add_batch) // 2], (sink, add_batch)
+    assert sink["p50"] >= 200, sink
     assert sink["max"] <= trigger + 1_000 < 10_000, (sink, trigger)
     assert operators["route"]["p50"] <= operators["keyed"]["p50"] <= sink["p50"]
