@@ -103,7 +103,12 @@ def _int_bytes(count: int) -> bytes:
 
 
 KEYED_WORD_COUNT: KeyedStep[int] = KeyedStep(
-    key_by=words_of, update=add_up, output_schema=KEYED_OUTPUT_SCHEMA, serialize=_int_bytes, deserialize=int
+    key_by=words_of,
+    update=add_up,
+    output_schema=KEYED_OUTPUT_SCHEMA,
+    serialize=_int_bytes,
+    deserialize=int,
+    uid="word-count",
 )
 """The word count as a keyed job (``--keyed N``): one global count per word, kept by the shuffle
 partition that owns the word's key group; its rows are the final counts, nothing is summed outside."""
