@@ -376,7 +376,11 @@ class CheckpointedJob:
         self._stopping = False
         self._lock = threading.Lock()
         self._completion = threading.Condition(self._lock)
-        self._begin_attempt(attempt, settings.restore, history)
+        try:
+            self._begin_attempt(attempt, settings.restore, history)
+        except BaseException:
+            self.driver.close()  # a refused restore: no job, and nothing left running
+            raise
 
     def _begin_attempt(self, attempt: int, restore: Restore, history: list[Record]) -> None:
         """Become ``attempt``: its own work directory, ``restore`` loaded and seeded as the first state

@@ -14,8 +14,9 @@ over those raw rows: no de-duplication, so a row written twice or lost shows.
 On start the job restores from the latest completed checkpoint of its job id
 (``--restore`` for a checkpoint id or a savepoint directory, ``--no-restore`` to
 start empty). It stops on SIGTERM/SIGINT (CANCELED), after ``--idle-stop`` seconds
-without input (FINISHED), or when the coordinator reports too many checkpoint
-failures (FAILING: the restart strategy decides; exit 3). It prints one JSON line per event worth knowing
+without input (FINISHED; counted from the first micro-batch, and barrier rows are not input), or
+when the coordinator reports too many checkpoint failures (FAILING: the restart strategy decides;
+exit 3). It prints one JSON line per event worth knowing
 (``restored``, ``running``, ``progress`` after each micro-batch with the input rows so far
 (barrier rows included), ``completed``, ``failed``, ``stopped``) to stdout.
 """
@@ -34,7 +35,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,6 +43,7 @@ from events.records import CheckpointConfig
 from events.stopping import Stop, StopSignals
 from events.topics import DEFAULT_PREFIX
 from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
+from spark_tasks.kafka_source import barrier_of, from_offsets
 from spark_tasks.keyed import KeyedStep
 from spark_tasks.sink import CutFileSink, read_rows
 from spark_tasks.state import KafkaRecord, StatefulStep
@@ -139,6 +141,39 @@ def _emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, "pid": os.getpid(), **fields}), flush=True)
 
 
+def records_read(progress: Mapping[str, Any]) -> int:
+    """The Kafka records a micro-batch read, from its progress: its input rows less its barrier rows
+    (one per partition when a new barrier is folded into the batch's end offset)."""
+    rows = int(progress.get("numInputRows") or 0)
+    for source in progress.get("sources") or ():
+        end = source.get("endOffset")
+        if end is None:
+            continue
+        barrier = barrier_of(end)
+        if barrier is not None and barrier != barrier_of(source.get("startOffset")):
+            rows -= len(from_offsets(end))
+    return max(rows, 0)
+
+
+@dataclasses.dataclass
+class IdleClock:
+    """When ``--idle-stop`` is due: ``seconds`` after the last micro-batch that read records, counted
+    from the first micro-batch (never while the JVM and the query start up)."""
+
+    seconds: float | None
+    last_input: float | None = None
+
+    def batch(self, records: int, now: float) -> None:
+        """A micro-batch ended at ``now`` having read ``records`` Kafka records."""
+        if records > 0 or self.last_input is None:
+            self.last_input = now
+
+    def expired(self, now: float) -> bool:
+        return (
+            self.seconds is not None and self.last_input is not None and now - self.last_input > self.seconds
+        )
+
+
 def run_wordcount(
     spark: Any,
     settings: JobSettings,
@@ -173,7 +208,7 @@ def run_wordcount(
     reported = 0
     records = 0
     last_batch: int | None = None
-    last_input = time.monotonic()
+    idle = IdleClock(idle_stop)
     running = False
     try:
         while not stop.wait(0.1):
@@ -185,10 +220,8 @@ def run_wordcount(
             progress = job.query.lastProgress
             if progress and progress.get("batchId") != last_batch:
                 last_batch = progress.get("batchId")
-                rows = int(progress.get("numInputRows", 0))
-                records += rows
-                if rows > 0:
-                    last_input = time.monotonic()
+                records += int(progress.get("numInputRows", 0))
+                idle.batch(records_read(progress), time.monotonic())
                 on_event(
                     "progress",
                     batch=last_batch,
@@ -205,7 +238,7 @@ def run_wordcount(
                     duration_ms=completed.duration_ms,
                 )
             reported = len(job.completed)
-            if idle_stop is not None and time.monotonic() - last_input > idle_stop:
+            if idle.expired(time.monotonic()):
                 break
     finally:
         if job.query.isActive:
