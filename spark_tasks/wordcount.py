@@ -137,6 +137,12 @@ def read_counts(*outs: Path) -> Counter[str]:
     return counts
 
 
+MAX_OFFSETS_PER_TRIGGER = 20_000
+"""The word count's default cap on one micro-batch (``--max-offsets-per-trigger``, the cap
+``bench/bench_spark.py`` uses): a stop waits for the batch in flight, so a backlog is read in
+bounded batches rather than in one that outlasts ``cutline run``'s stop timeout."""
+
+
 def _emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, "pid": os.getpid(), **fields}), flush=True)
 
@@ -417,7 +423,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout-ms", type=int, default=10_000)
     parser.add_argument("--tolerable-failures", type=int, default=3)
     parser.add_argument("--trigger-ms", type=int, default=200)
-    parser.add_argument("--max-offsets-per-trigger", type=int)
+    parser.add_argument(
+        "--max-offsets-per-trigger",
+        type=int,
+        default=MAX_OFFSETS_PER_TRIGGER,
+        help="cap on the offsets one micro-batch reads (0: none); a stop waits for the batch in flight",
+    )
     parser.add_argument(
         "--keyed",
         type=int,
@@ -436,11 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-
+def job_settings(args: argparse.Namespace) -> JobSettings:
+    """The job the command line describes."""
     restore: Restore = "latest"
     if args.no_restore:
         restore = None
@@ -450,7 +458,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     source_options = {}
     if args.max_offsets_per_trigger:
         source_options["maxOffsetsPerTrigger"] = args.max_offsets_per_trigger
-    settings = JobSettings(
+    return JobSettings(
         job_id=args.job,
         bootstrap=args.bootstrap,
         topics=tuple(args.topic),
@@ -468,6 +476,13 @@ def main(argv: Iterable[str] | None = None) -> int:
         max_parallelism=args.max_parallelism,
         state_location=args.state_location,
     )
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    settings = job_settings(args)
     from spark_tasks.session import local_spark
 
     with StopSignals() as stop:

@@ -1,5 +1,6 @@
-"""``python -m spark_tasks.wordcount --idle-stop``: when it is due (spark_tasks/wordcount.py), from
-micro-batch progress as Spark reports it."""
+"""How ``python -m spark_tasks.wordcount`` stops (spark_tasks/wordcount.py): when ``--idle-stop``
+is due, from micro-batch progress as Spark reports it, and the cap on a micro-batch that a stop
+waits for."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import pytest
 pytest.importorskip("pyarrow")
 
 from spark_tasks.kafka_source import BARRIER_KEY  # noqa: E402
-from spark_tasks.wordcount import IdleClock, records_read  # noqa: E402
+from spark_tasks.wordcount import (  # noqa: E402
+    MAX_OFFSETS_PER_TRIGGER,
+    IdleClock,
+    build_parser,
+    job_settings,
+    records_read,
+)
 
 BARRIER_3 = {"attempt": 1, "epoch": 1, "id": 3, "kind": "CHECKPOINT", "location": "file:///c/chk-3"}
 
@@ -85,3 +92,19 @@ class TestIdleClock:
         clock.batch(0, now=0.0)
 
         assert not clock.expired(now=1e9)
+
+
+class TestBatchCap:
+    ARGS = ("--bootstrap", "b:9092", "--job", "wc", "--topic", "words", "--work-dir", "/w", "--location",
+            "file:///c", "--out", "/o")  # fmt: skip
+
+    def test_a_micro_batch_is_capped_by_default(self) -> None:
+        """A stop waits for the batch in flight: by default a backlog is not read in one batch."""
+        settings = job_settings(build_parser().parse_args(self.ARGS))
+
+        assert {"maxOffsetsPerTrigger": MAX_OFFSETS_PER_TRIGGER} == settings.source_options
+
+    def test_zero_lifts_the_cap(self) -> None:
+        settings = job_settings(build_parser().parse_args([*self.ARGS, "--max-offsets-per-trigger", "0"]))
+
+        assert {} == dict(settings.source_options)
