@@ -199,6 +199,12 @@ def _plan_keyed(
     if others:
         unmapped.append(f"the per-partition state of {_tasks(others)} (this job is keyed)")
     keyed = {t: m for t, m in manifests.items() if is_keyed_task(t) and t in completed.handles}
+    if not keyed and not others:
+        return Refused(
+            completed.checkpoint_id,
+            Refusal.INCOMPLETE,
+            f"it holds no state at all: key groups 0-{job.max_parallelism - 1} are in none of its manifests",
+        )
     if not keyed:
         if not job.allow_non_restored_state:
             return Refused(

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from events.manifest import Manifest, Piece, StepIdentity
 from events.records import CheckpointCompleted, CheckpointKind, StateHandle
 from spark_tasks.restore import (
@@ -114,6 +117,22 @@ class TestKeyedCoverage:
         assert "max parallelism 256, the job has 128" in message
         assert "savepoint (restore=DIR)" not in message
         assert "JobSettings.max_parallelism and KeyedStep.max_parallelism" in message
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 128), st.integers(1, 128), st.data())
+def test_a_keyed_checkpoint_restores_exactly_when_whole_and_refuses_any_gap(
+    old: int, new: int, data: st.DataObject
+) -> None:
+    """For any old and new number of shuffle partitions, the manifests of every old partition
+    restore; without any one of them, the restore is refused as incomplete."""
+    whole = manifests(old)
+    missing = data.draw(st.integers(0, old - 1))
+    gap = manifests(old, skip=missing)
+
+    assert isinstance(plan_restore(checkpoint(list(whole)), keyed_job(new), whole), RestorePlan)
+    refused = plan_restore(checkpoint(list(gap)), keyed_job(new, allow=True), gap)
+    assert isinstance(refused, Refused) and refused.refusal is Refusal.INCOMPLETE
 
 
 class TestNonRestoredState:
