@@ -152,12 +152,13 @@ def records_read(progress: Mapping[str, Any]) -> int:
     (one per partition when a new barrier is folded into the batch's end offset)."""
     rows = int(progress.get("numInputRows") or 0)
     for source in progress.get("sources") or ():
-        end = source.get("endOffset")
-        if end is None:
+        try:
+            end = source.get("endOffset")
+            barrier = barrier_of(end)
+            if barrier is not None and barrier != barrier_of(source.get("startOffset")):
+                rows -= len(from_offsets(end))
+        except ValueError:  # not cutline-kafka offsets (another source): every row is input
             continue
-        barrier = barrier_of(end)
-        if barrier is not None and barrier != barrier_of(source.get("startOffset")):
-            rows -= len(from_offsets(end))
     return max(rows, 0)
 
 

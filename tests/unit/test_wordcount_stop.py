@@ -4,6 +4,7 @@ waits for."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from spark_tasks.wordcount import (  # noqa: E402
 BARRIER_3 = {"attempt": 1, "epoch": 1, "id": 3, "kind": "CHECKPOINT", "location": "file:///c/chk-3"}
 
 
-def progress(rows: int, start: dict[str, Any] | None, end: dict[str, Any]) -> dict[str, Any]:
+def progress(rows: int, start: dict[str, Any] | str | None, end: dict[str, Any] | str) -> dict[str, Any]:
     """A micro-batch's ``lastProgress`` with one cutline-kafka source."""
     return {"numInputRows": rows, "sources": [{"startOffset": start, "endOffset": end, "numInputRows": rows}]}
 
@@ -50,6 +51,16 @@ class TestRecordsRead:
 
     def test_without_barriers_every_row_is_a_record(self) -> None:
         assert 9 == records_read(progress(9, None, {"words": {"0": 9}}))
+
+    def test_offsets_as_spark_reports_them_are_json_text(self) -> None:
+        """PySpark's ``lastProgress`` gives a source's offsets as JSON text, ``"null"`` for none."""
+        start = json.dumps({"words": {"0": 3}})
+        end = json.dumps({BARRIER_KEY: BARRIER_3, "words": {"0": 3}})
+
+        assert (0, 2) == (records_read(progress(1, start, end)), records_read(progress(2, "null", "{}")))
+
+    def test_offsets_of_another_source_count_every_row(self) -> None:
+        assert 5 == records_read(progress(5, None, "not offsets"))
 
 
 class TestIdleClock:
