@@ -165,7 +165,8 @@ def records_read(progress: Mapping[str, Any]) -> int:
 @dataclasses.dataclass
 class IdleClock:
     """When ``--idle-stop`` is due: ``seconds`` after the last micro-batch that read records, counted
-    from the first micro-batch (never while the JVM and the query start up)."""
+    from the first micro-batch (never while the JVM and the query start up), and never while a
+    micro-batch runs."""
 
     seconds: float | None
     last_input: float | None = None
@@ -175,9 +176,14 @@ class IdleClock:
         if records > 0 or self.last_input is None:
             self.last_input = now
 
-    def expired(self, now: float) -> bool:
+    def expired(self, now: float, *, batch_running: bool) -> bool:
+        """Due: ``seconds`` since the last batch with input, and no batch running (a slow one may be
+        reading input still)."""
         return (
-            self.seconds is not None and self.last_input is not None and now - self.last_input > self.seconds
+            self.seconds is not None
+            and self.last_input is not None
+            and not batch_running
+            and now - self.last_input > self.seconds
         )
 
 
@@ -224,6 +230,8 @@ def run_wordcount(
             if not running and job.running:
                 running = True
                 on_event("running", attempt=job.attempt, tasks=job.tasks)
+            # the status before the progress: a batch that ends in between is in the progress
+            batch_running = bool(job.query.status.get("isTriggerActive", False))
             progress = job.query.lastProgress
             if progress and progress.get("batchId") != last_batch:
                 last_batch = progress.get("batchId")
@@ -245,7 +253,7 @@ def run_wordcount(
                     duration_ms=completed.duration_ms,
                 )
             reported = len(job.completed)
-            if idle.expired(time.monotonic()):
+            if idle.expired(time.monotonic(), batch_running=batch_running):
                 break
     finally:
         if job.query.isActive:

@@ -68,14 +68,17 @@ class TestIdleClock:
         """A slow start (JVM, first batch under load) is not idleness: nothing is due before a batch."""
         clock = IdleClock(5.0)
 
-        assert not clock.expired(now=1_000.0)
+        assert not clock.expired(batch_running=False, now=1_000.0)
 
     def test_it_runs_from_the_first_micro_batch_even_if_it_read_nothing(self) -> None:
         clock = IdleClock(5.0)
 
         clock.batch(0, now=100.0)
 
-        assert (False, True) == (clock.expired(now=105.0), clock.expired(now=105.5))
+        assert (False, True) == (
+            clock.expired(batch_running=False, now=105.0),
+            clock.expired(batch_running=False, now=105.5),
+        )
 
     def test_batches_of_barrier_rows_only_do_not_reset_it(self) -> None:
         """Checkpoints every second make batches of barrier rows; they are not input."""
@@ -88,7 +91,16 @@ class TestIdleClock:
                 100.0 + second,
             )
 
-        assert clock.expired(now=106.0)
+        assert clock.expired(batch_running=False, now=106.0)
+
+    def test_it_is_not_due_while_a_batch_runs(self) -> None:
+        """A batch slower than ``idle_stop`` may be reading input still: the stop waits for it."""
+        clock = IdleClock(2.0)
+        clock.batch(100, now=100.0)
+
+        running, between = clock.expired(110.0, batch_running=True), clock.expired(110.0, batch_running=False)
+
+        assert (False, True) == (running, between)
 
     def test_records_reset_it(self) -> None:
         clock = IdleClock(5.0)
@@ -96,13 +108,13 @@ class TestIdleClock:
 
         clock.batch(1, now=104.0)
 
-        assert not clock.expired(now=106.0)
+        assert not clock.expired(batch_running=False, now=106.0)
 
     def test_without_idle_stop_it_never_expires(self) -> None:
         clock = IdleClock(None)
         clock.batch(0, now=0.0)
 
-        assert not clock.expired(now=1e9)
+        assert not clock.expired(batch_running=False, now=1e9)
 
 
 class TestBatchCap:
