@@ -162,27 +162,42 @@ def records_read(progress: Mapping[str, Any]) -> int:
     return max(rows, 0)
 
 
+def caught_up(progress: Mapping[str, Any]) -> bool:
+    """Whether a micro-batch read up to the latest offsets its source reported when it was planned
+    (True for a source that reports none): a batch after it reads only what arrived since."""
+    for source in progress.get("sources") or ():
+        try:
+            latest = from_offsets(source.get("latestOffset"))
+            end = from_offsets(source.get("endOffset"))
+        except ValueError:  # none reported ("null"), or not cutline-kafka offsets
+            continue
+        if any(end.get(tp, -1) < offset for tp, offset in latest.items()):
+            return False
+    return True
+
+
 @dataclasses.dataclass
 class IdleClock:
     """When ``--idle-stop`` is due: ``seconds`` after the last micro-batch that read records, counted
-    from the first micro-batch (never while the JVM and the query start up), and never while a
-    micro-batch runs."""
+    from the first micro-batch (never while the JVM and the query start up), and only once a batch
+    has read everything its source had (never while a capped backlog is still being read)."""
 
     seconds: float | None
     last_input: float | None = None
+    caught_up: bool = False
 
-    def batch(self, records: int, now: float) -> None:
-        """A micro-batch ended at ``now`` having read ``records`` Kafka records."""
+    def batch(self, records: int, now: float, *, caught_up: bool = True) -> None:
+        """A micro-batch ended at ``now`` having read ``records`` Kafka records; ``caught_up``: all
+        its source had when it was planned (:func:`caught_up`)."""
         if records > 0 or self.last_input is None:
             self.last_input = now
+        self.caught_up = caught_up
 
-    def expired(self, now: float, *, batch_running: bool) -> bool:
-        """Due: ``seconds`` since the last batch with input, and no batch running (a slow one may be
-        reading input still)."""
+    def expired(self, now: float) -> bool:
         return (
             self.seconds is not None
             and self.last_input is not None
-            and not batch_running
+            and self.caught_up
             and now - self.last_input > self.seconds
         )
 
@@ -230,13 +245,11 @@ def run_wordcount(
             if not running and job.running:
                 running = True
                 on_event("running", attempt=job.attempt, tasks=job.tasks)
-            # the status before the progress: a batch that ends in between is in the progress
-            batch_running = bool(job.query.status.get("isTriggerActive", False))
             progress = job.query.lastProgress
             if progress and progress.get("batchId") != last_batch:
                 last_batch = progress.get("batchId")
                 records += int(progress.get("numInputRows", 0))
-                idle.batch(records_read(progress), time.monotonic())
+                idle.batch(records_read(progress), time.monotonic(), caught_up=caught_up(progress))
                 on_event(
                     "progress",
                     batch=last_batch,
@@ -253,7 +266,7 @@ def run_wordcount(
                     duration_ms=completed.duration_ms,
                 )
             reported = len(job.completed)
-            if idle.expired(time.monotonic(), batch_running=batch_running):
+            if idle.expired(time.monotonic()):
                 break
     finally:
         if job.query.isActive:

@@ -16,6 +16,7 @@ from spark_tasks.wordcount import (  # noqa: E402
     MAX_OFFSETS_PER_TRIGGER,
     IdleClock,
     build_parser,
+    caught_up,
     job_settings,
     records_read,
 )
@@ -68,7 +69,7 @@ class TestIdleClock:
         """A slow start (JVM, first batch under load) is not idleness: nothing is due before a batch."""
         clock = IdleClock(5.0)
 
-        assert not clock.expired(batch_running=False, now=1_000.0)
+        assert not clock.expired(now=1_000.0)
 
     def test_it_runs_from_the_first_micro_batch_even_if_it_read_nothing(self) -> None:
         clock = IdleClock(5.0)
@@ -76,8 +77,8 @@ class TestIdleClock:
         clock.batch(0, now=100.0)
 
         assert (False, True) == (
-            clock.expired(batch_running=False, now=105.0),
-            clock.expired(batch_running=False, now=105.5),
+            clock.expired(now=105.0),
+            clock.expired(now=105.5),
         )
 
     def test_batches_of_barrier_rows_only_do_not_reset_it(self) -> None:
@@ -91,16 +92,24 @@ class TestIdleClock:
                 100.0 + second,
             )
 
-        assert clock.expired(batch_running=False, now=106.0)
+        assert clock.expired(now=106.0)
 
-    def test_it_is_not_due_while_a_batch_runs(self) -> None:
-        """A batch slower than ``idle_stop`` may be reading input still: the stop waits for it."""
+    def test_it_is_not_due_while_a_capped_backlog_is_read(self) -> None:
+        """A batch slower than ``idle_stop`` of a backlog read in capped batches: not idle."""
         clock = IdleClock(2.0)
-        clock.batch(100, now=100.0)
+        clock.batch(100, now=100.0, caught_up=False)
 
-        running, between = clock.expired(110.0, batch_running=True), clock.expired(110.0, batch_running=False)
+        assert not clock.expired(now=110.0)
 
-        assert (False, True) == (running, between)
+    def test_caught_up_means_the_batch_read_up_to_the_latest_offsets(self) -> None:
+        capped = progress(100, {"w": {"0": 0}}, {"w": {"0": 100}})
+        capped["sources"][0]["latestOffset"] = json.dumps({"w": {"0": 600}})
+        done = progress(100, {"w": {"0": 500}}, {BARRIER_KEY: BARRIER_3, "w": {"0": 600}})
+        done["sources"][0]["latestOffset"] = json.dumps({"w": {"0": 600}})
+        unknown = progress(1, None, {"w": {"0": 1}})
+        unknown["sources"][0]["latestOffset"] = "null"
+
+        assert (False, True, True) == (caught_up(capped), caught_up(done), caught_up(unknown))
 
     def test_records_reset_it(self) -> None:
         clock = IdleClock(5.0)
@@ -108,13 +117,13 @@ class TestIdleClock:
 
         clock.batch(1, now=104.0)
 
-        assert not clock.expired(batch_running=False, now=106.0)
+        assert not clock.expired(now=106.0)
 
     def test_without_idle_stop_it_never_expires(self) -> None:
         clock = IdleClock(None)
         clock.batch(0, now=0.0)
 
-        assert not clock.expired(batch_running=False, now=1e9)
+        assert not clock.expired(now=1e9)
 
 
 class TestBatchCap:
