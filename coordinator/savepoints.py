@@ -129,8 +129,9 @@ class Disposal:
     location: str
     """The location its ``_metadata`` names (a restore may name it so)."""
     files: tuple[tuple[str, ...], ...]
-    """Its own state files, as path segments below the directory; inline state has none (it lives
-    in ``_metadata`` and the journal)."""
+    """Its own state files, as path segments below the directory: a keyed savepoint's pieces first,
+    then the handles' files (a keyed task's manifest); inline state has none (it lives in
+    ``_metadata`` and the journal)."""
 
 
 def refuse_outside_roots(where: StorageUri, real: str, roots: Sequence[Root]) -> Refused | None:
@@ -145,9 +146,15 @@ def refuse_outside_roots(where: StorageUri, real: str, roots: Sequence[Root]) ->
     )
 
 
-def plan_disposal(where: StorageUri, completed: CheckpointCompleted) -> Disposal | Refused:
+def plan_disposal(
+    where: StorageUri, completed: CheckpointCompleted, pieces: Mapping[str, Sequence[str]] | None = None
+) -> Disposal | Refused:
     """What disposing of ``where``, whose ``_metadata`` holds ``completed``, deletes: only a savepoint
-    (a job retains and discards its own checkpoints), and only state files below its location."""
+    (a job retains and discards its own checkpoints), and only state files below its location.
+
+    ``pieces`` are the piece URIs a keyed task's manifest lists (task -> URIs; the caller reads the
+    manifests): they go before the manifests, so a manifest outlives its pieces if a disposal stops
+    half way. A piece outside the location refuses the whole disposal, as a handle outside does."""
     if completed.kind is not CheckpointKind.SAVEPOINT:
         return Refused(
             f"{where} holds checkpoint {completed.checkpoint_id} of job {completed.job_id}: a job retains "
@@ -161,19 +168,32 @@ def plan_disposal(where: StorageUri, completed: CheckpointCompleted) -> Disposal
             f"{where.path.rstrip('/')}/{METADATA_FILE} names location {location!r}, which is not a "
             f"storage URI: {exc}"
         )
-    files = []
+    piece_files: list[tuple[str, ...]] = []
+    files: list[tuple[str, ...]] = []
     for task, handle in sorted(completed.handles.items()):
-        try:
-            handle_uri = parse_uri(handle.uri)
-        except InvalidUri as exc:
-            return Refused(f"the state handle of {task} is not a storage URI ({exc}); nothing was deleted")
-        if not handle_uri.within(base):
-            return Refused(
-                f"the state handle of {task} ({handle.uri}) is outside {location}; nothing was deleted"
-            )
-        if handle.inline is None:
-            files.append(handle_uri.segments[len(base.segments) :])
-    return Disposal(completed.job_id, completed.checkpoint_id, location, tuple(files))
+        named = [("state handle", handle.uri)] + [("piece", uri) for uri in (pieces or {}).get(task, ())]
+        for what, uri in named:
+            inside = _below(base, uri)
+            if isinstance(inside, str):
+                return Refused(f"the {what} of {task} {inside}; nothing was deleted")
+            if what == "piece":
+                piece_files.append(inside)
+            elif handle.inline is None:
+                files.append(inside)
+    return Disposal(
+        completed.job_id, completed.checkpoint_id, location, tuple(dict.fromkeys(piece_files + files))
+    )
+
+
+def _below(base: StorageUri, uri: str) -> tuple[str, ...] | str:
+    """``uri``'s path segments below ``base``, or why it has none (not a storage URI, or outside)."""
+    try:
+        parsed = parse_uri(uri)
+    except InvalidUri as exc:
+        return f"is not a storage URI ({exc})"
+    if not parsed.within(base):
+        return f"({uri}) is outside {base}"
+    return parsed.segments[len(base.segments) :]
 
 
 def refuse_needed(where: StorageUri, disposal: Disposal, states: Mapping[str, JobState]) -> Refused | None:

@@ -124,9 +124,20 @@ from spark_tasks.keyed import (
     key_group_range,
     keyed_task_id,
     process_step,
-    read_keyed_state,
+    read_key_groups,
     read_manifest,
+    read_manifests,
     route_step,
+)
+from spark_tasks.restore import (
+    JobShape,
+    LeftBehind,
+    Refusal,
+    Refused,
+    RestorePlan,
+    plan_restore,
+    refusal_message,
+    restore_step,
 )
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
 from spark_tasks.tasks import TaskSettings, partition_step, snapshot_names
@@ -137,6 +148,7 @@ __all__ = [
     "CheckpointedJob",
     "JobSettings",
     "NothingToRestore",
+    "RestoreRefused",
     "read_metadata",
 ]
 
@@ -151,6 +163,15 @@ class CheckpointFailuresExceeded(RuntimeError):
 
 class NothingToRestore(MetadataProblem):
     """The checkpoint or savepoint a job was told to restore from does not exist."""
+
+
+class RestoreRefused(NothingToRestore):
+    """No checkpoint the job was told to restore from can be restored exactly (see
+    :mod:`spark_tasks.restore`); the message lists why, on one screen, with advice."""
+
+    def __init__(self, message: str, refused: tuple[Refused, ...]) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[\w$]+\.)*\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
@@ -215,6 +236,10 @@ class JobSettings:
     latency_interval_ms: int = 0
     """Emit a latency marker at most this often (Flink's ``latencyTrackingInterval``); 0, the
     default as in Flink: none (docs/spark.md, "Latency markers")."""
+    allow_non_restored_state: bool = False
+    """Restore even though the checkpoint holds state this job does not map (another kind of step,
+    partitions it does not read, another keyed step's state): that state is left behind and the
+    job's own starts empty (Flink's ``--allowNonRestoredState``). Default: refuse."""
 
     @property
     def consumer_group(self) -> str:
@@ -346,8 +371,10 @@ class CheckpointedJob:
             if keyed is None
             else [keyed_task_id(i) for i in range(keyed)]
         )
-        self._restored_state: dict[tuple[str, int], tuple[int, bytes]] = {}
+        self._restored_state: dict[tuple[str, int], bytes] = {}
+        """A per-partition job's restored snapshots, until :meth:`_seed_state` writes them."""
         self._restored_keyed: list[KeyedState] = []
+        """A keyed job's restored state per shuffle partition, until :meth:`stream_keyed` seeds it."""
         self._pieces_of: dict[int, set[str]] = {}
         """Pieces of a keyed job's completed checkpoints, by id: retention keeps what they need."""
         self._aborted_dirs: list[tuple[int, str]] = []
@@ -360,7 +387,11 @@ class CheckpointedJob:
         self._stopping = False
         self._lock = threading.Lock()
         self._completion = threading.Condition(self._lock)
-        self._begin_attempt(attempt, settings.restore, history)
+        try:
+            self._begin_attempt(attempt, settings.restore, history)
+        except BaseException:
+            self.driver.close()  # a refused restore: no job, and nothing left running
+            raise
 
     def _begin_attempt(self, attempt: int, restore: Restore, history: list[Record]) -> None:
         """Become ``attempt``: its own work directory, ``restore`` loaded and seeded as the first state
@@ -397,7 +428,9 @@ class CheckpointedJob:
     # ------------------------------------------------------------- restore
 
     def _find_restore(self, restore: Restore) -> CheckpointCompleted | None:
-        """The checkpoint to restore, its snapshots loaded and checked into ``_restored_state``."""
+        """The checkpoint to restore, its snapshots loaded and checked (:meth:`_load_state`)."""
+        self._plan: RestorePlan | None = None
+        self._restored_state, self._restored_keyed, self._keyed_seeded = {}, [], False
         if restore is None:
             return None
         if restore == "latest":
@@ -418,106 +451,109 @@ class CheckpointedJob:
                 raise NothingToRestore(str(exc)) from exc
         else:
             completed = read_metadata(restore)
-        self._restored_state = self._load_state(completed)
+        refused = self._load_state(completed)
+        if refused is not None:
+            raise RestoreRefused(refusal_message(self.settings.job_id, [refused], latest=False), (refused,))
         return completed
 
     def _latest_restorable(self) -> CheckpointCompleted | None:
-        """The newest completed checkpoint whose snapshots load and match their handles.
+        """The newest completed checkpoint that restores exactly (:mod:`spark_tasks.restore`).
 
-        A newer one that does not (deleted, corrupt, or a forged completion) is skipped with a
-        warning, as Flink skips a checkpoint it cannot read; if none loads, NothingToRestore.
+        A newer one that does not (deleted, corrupt, a forged completion, a gap in its state, state
+        this job does not map) is skipped with a warning, as Flink skips a checkpoint it cannot
+        read; if none restores, :class:`RestoreRefused` lists the newest refusals.
         """
         checkpoints = sorted(
             (c for c in self._history if c.kind is CheckpointKind.CHECKPOINT),
             key=lambda c: c.checkpoint_id,
             reverse=True,
         )
-        problems: list[str] = []
+        refusals: list[Refused] = []
         for completed in checkpoints:
             try:
                 completed = resolve_completion(completed)  # noqa: PLW2901 (the same checkpoint, whole)
-                self._restored_state = self._load_state(completed)
-            except (OSError, SnapshotCorrupted, UnsupportedLocation) as exc:
-                log.warning(
-                    "job %s: checkpoint %d cannot be restored (%s: %s); trying an older one",
-                    self.settings.job_id,
-                    completed.checkpoint_id,
-                    type(exc).__name__,
-                    exc,
-                )
-                problems.append(f"checkpoint {completed.checkpoint_id}: {type(exc).__name__}: {exc}")
-                continue
-            return completed
-        if problems:
-            raise NothingToRestore(
-                f"no completed checkpoint of job {self.settings.job_id} can be restored: "
-                + "; ".join(problems)
-                + ". Restore a savepoint, or start empty (restore=None)"
+            except MetadataUnavailable as exc:
+                refused: Refused | None = Refused(completed.checkpoint_id, Refusal.UNREADABLE, str(exc))
+            else:
+                refused = self._load_state(completed)
+            if refused is None:
+                return completed
+            log.warning(
+                "job %s: checkpoint %d cannot be restored exactly (%s); trying an older one",
+                self.settings.job_id,
+                refused.checkpoint_id,
+                refused.reason,
+            )
+            refusals.append(refused)
+        if refusals:
+            raise RestoreRefused(
+                refusal_message(self.settings.job_id, refusals, latest=True), tuple(refusals)
             )
         return None
 
-    def _load_state(self, completed: CheckpointCompleted) -> dict[tuple[str, int], tuple[int, bytes]]:
-        """Each partition's ``(offset, snapshot)`` in ``completed``, checked against its handle.
-
-        A keyed job instead reads the key groups of each of its shuffle partitions from the
-        checkpoint's keyed snapshots, whatever their number was (rescaling), into
-        ``_restored_keyed``; it returns the offsets only."""
-        if self.settings.keyed_partitions is not None:
-            return self._load_keyed(completed)
-        state: dict[tuple[str, int], tuple[int, bytes]] = {}
-        for topic, partition in self.partitions:
-            offset = completed.offsets.get(f"{topic}:{partition}")
-            handle = completed.handles.get(task_id(topic, partition))
-            if offset is not None and handle is not None:
-                state[(topic, partition)] = offset, load_task_snapshot(handle)
-        return state
-
-    def _load_keyed(self, completed: CheckpointCompleted) -> dict[tuple[str, int], tuple[int, bytes]]:
-        parallelism = self.settings.keyed_partitions
-        assert parallelism is not None
-        if not any(task.startswith("keyed-") for task in completed.handles):
-            raise SnapshotCorrupted(
-                f"checkpoint {completed.checkpoint_id} at {completed.location} holds no keyed state "
-                f"(its tasks: {', '.join(sorted(completed.handles)) or 'none'}): a keyed job restores only "
-                "from a keyed job's checkpoint or savepoint"
+    def _load_state(self, completed: CheckpointCompleted) -> Refused | None:
+        """Plan restoring ``completed`` (:func:`~spark_tasks.restore.plan_restore`) and load what it
+        brings back, checked against its handles: each partition's snapshot, or a keyed job's key
+        groups from the checkpoint's manifests, whatever their number was (rescaling). None when it
+        is loaded (``_plan``); why not otherwise."""
+        shape = JobShape(
+            tuple(self.partitions),
+            self.settings.keyed_partitions,
+            self.settings.max_parallelism,
+            self.settings.allow_non_restored_state,
+        )
+        try:
+            manifests = read_manifests(completed.handles) if shape.keyed_partitions is not None else {}
+            plan = plan_restore(completed, shape, manifests)
+            if isinstance(plan, Refused):
+                return plan
+            if shape.keyed_partitions is None:
+                self._restored_state = {
+                    partition: load_task_snapshot(completed.handles[task])
+                    for partition, task in plan.partition_state.items()
+                }
+            elif plan.keyed_state:
+                parallelism, max_parallelism = shape.keyed_partitions, shape.max_parallelism
+                self._restored_keyed = [
+                    read_key_groups(
+                        manifests, completed.handles, key_group_range(i, parallelism, max_parallelism)
+                    )[0]
+                    for i in range(parallelism)
+                ]
+        except (OSError, SnapshotCorrupted, UnsupportedLocation) as exc:
+            self._restored_state, self._restored_keyed = {}, []
+            return Refused(completed.checkpoint_id, Refusal.UNREADABLE, f"{type(exc).__name__}: {exc}")
+        for what in plan.left_behind:
+            log.warning(
+                "job %s: checkpoint %d's %s is left behind (allow_non_restored_state)",
+                self.settings.job_id,
+                completed.checkpoint_id,
+                what,
             )
-        max_parallelism = self.settings.max_parallelism
-        self._restored_keyed = [
-            read_keyed_state(
-                completed.handles, key_group_range(i, parallelism, max_parallelism), max_parallelism
-            )[0]
-            for i in range(parallelism)
-        ]
-        return {
-            (topic, partition): (offset, b"")
-            for topic, partition in self.partitions
-            if (offset := completed.offsets.get(f"{topic}:{partition}")) is not None
-        }
+        self._plan = plan
+        return None
 
     def _seed_state(self) -> str:
-        """Write the restored snapshots as first state versions; the source's startingOffsets."""
-        restored = self.restored
-        if self.settings.keyed_partitions is not None:
-            for i in range(self.settings.keyed_partitions):
-                seeded = self._restored_keyed[i] if self._restored_keyed else {}
-                KeyedStateStore(self.keyed_root, i).seed(seeded)
-            self._restored_keyed = []
-        if restored is None:
+        """Write the restored snapshots as first state versions; the source's startingOffsets. (A
+        keyed job's state is seeded by :meth:`stream_keyed`, which knows the step.)"""
+        plan = self._plan
+        if plan is None:
             return str(self.settings.source_options.get("startingOffsets", "earliest"))
         offsets: dict[tuple[str, int], int] = {}
         for topic, partition in self.partitions:
-            loaded = self._restored_state.get((topic, partition))
-            if loaded is None:
+            offset = plan.offsets.get((topic, partition))
+            if offset is None:
                 log.warning(
-                    "checkpoint %d has no state of %s[%d]: it starts empty, from the earliest offset",
-                    restored.checkpoint_id,
+                    "checkpoint %d knows nothing of %s[%d] (a new partition): it starts empty, from the "
+                    "earliest offset",
+                    plan.checkpoint_id,
                     topic,
                     partition,
                 )
                 offsets[(topic, partition)] = -2
                 continue
-            offset, data = loaded
-            if self.settings.keyed_partitions is None:
+            data = self._restored_state.get((topic, partition))
+            if data is not None:
                 self.store.save(topic, partition, offset, data)
             offsets[(topic, partition)] = offset
         self._restored_state = {}
@@ -601,6 +637,7 @@ class CheckpointedJob:
                 f"the step's max_parallelism {step.max_parallelism} differs from the job's "
                 f"{self.settings.max_parallelism} (JobSettings.max_parallelism): they must match"
             )
+        self._seed_keyed(step, parallelism)
         schema = self._schema(step.output_schema)
         settings = KeyedSettings(
             job_id=self.settings.job_id,
@@ -619,6 +656,34 @@ class CheckpointedJob:
             .repartitionById(parallelism, TARGET_COLUMN)
             .mapInArrow(process_step(step, settings, to_arrow_schema(schema)), schema)
         )
+
+    def _seed_keyed(self, step: KeyedStep[Any], parallelism: int) -> None:
+        """Write every shuffle partition's first state version, once per attempt: the restored key
+        groups if they are ``step``'s (:func:`~spark_tasks.restore.restore_step`), else empty.
+        Raises :class:`RestoreRefused` if they are another step's and the job does not allow that."""
+        if self._keyed_seeded:
+            return
+        restored = self._restored_keyed
+        plan = self._plan
+        if plan is not None:
+            decision = restore_step(
+                plan, step.identity, allow_non_restored_state=self.settings.allow_non_restored_state
+            )
+            if isinstance(decision, Refused):
+                raise RestoreRefused(
+                    refusal_message(self.settings.job_id, [decision], latest=False), (decision,)
+                )
+            if isinstance(decision, LeftBehind):
+                log.warning(
+                    "job %s: checkpoint %d's keyed state is left behind (allow_non_restored_state): %s",
+                    self.settings.job_id,
+                    plan.checkpoint_id,
+                    decision.reason,
+                )
+                restored = []
+        for i in range(parallelism):
+            KeyedStateStore(self.keyed_root, i).seed(restored[i] if restored else {})
+        self._restored_keyed, self._keyed_seeded = [], True
 
     def start(self, writer: Any) -> Any:
         """Start ``writer`` (a DataStreamWriter of :meth:`stream`'s output) as this job's query."""

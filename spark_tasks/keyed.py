@@ -8,12 +8,15 @@ Spark's ``groupBy(...).applyInPandasWithState(...)`` in spirit::
         key_by=lambda record: [(w, 1) for w in record.value.decode().split()],  # (key, value) pairs
         update=lambda key, count, ones: ((count or 0) + len(ones), [(key, (count or 0) + len(ones))]),
         output_schema="word string, count long",
+        uid="word-count",                    # the step's identity across versions of the job
     )
     counts = job.stream_keyed(step)          # JobSettings(keyed_partitions=8, ...)
 
 ``key_by`` turns each input record into ``(key, value)`` pairs; ``update(key, state, values)``
 gets one key's state (None for a new key) and the values the micro-batch brought for it, in input
-order, and returns the new state (None deletes the key) and output rows.
+order, and returns the new state (None deletes the key) and output rows. Snapshots record the
+step's ``uid`` and its key function's name; a restore into another step refuses
+(:mod:`spark_tasks.restore`).
 
 **Key groups.** A key belongs to key group ``murmur3_32(utf-8 key) mod max_parallelism`` (Flink's
 max parallelism, default 128), and shuffle partition ``i`` of ``P`` owns the contiguous range
@@ -39,8 +42,9 @@ are synced. Versions are keyed by the micro-batch id: version
 that changed since its previous snapshot (a delta), or all its keys (a full piece: the first
 snapshot of a run, after :data:`MAX_CHAIN` deltas, and always for savepoints, which must stand
 alone), and a *manifest* (JSON) that lists the pieces that rebuild its state: the previous
-snapshot's pieces plus the new one. The manifest is the task's state handle. Pieces are Arrow IPC
-streams of ``(key_group, key, state)`` rows; a null state deletes the key.
+snapshot's pieces plus the new one. The manifest (:mod:`events.task.manifest`) is the task's state
+handle; it also records the step's identity (``uid`` and the key function's name). Pieces are Arrow
+IPC streams of ``(key_group, key, state)`` rows; a null state deletes the key.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ import pyarrow as pa
 
 from events.clock import now_ms
 from events.task import storage
+from events.task.manifest import Manifest, Piece, StepIdentity, callable_name, is_keyed_task
 from events.task.participant import (
     SnapshotCorrupted,
     load_task_snapshot,
@@ -71,6 +76,7 @@ from events.task.reply import Answer, Failed, Outcome, Snapshotted, answer, fail
 from events.wire.codec import WireSettings, process_wire
 from events.wire.records import StateHandle
 from events.wire.topics import Topics
+from events.wire.validation import is_within
 from events.wire.vocabulary import DeclineReason
 from spark_tasks.kafka_source import BARRIER_COLUMN, MARKER_COLUMN, entry_barrier
 from spark_tasks.latency import KEYED, ROUTE, Measurements
@@ -91,8 +97,10 @@ __all__ = [
     "keyed_task_id",
     "operator_index",
     "process_step",
+    "read_key_groups",
     "read_keyed_state",
     "read_manifest",
+    "read_manifests",
     "route_step",
 ]
 
@@ -110,7 +118,6 @@ FULL_EVERY = 16
 MAX_CHAIN = 8
 """Pieces a snapshot's manifest may list before the next snapshot is a full piece again."""
 
-MANIFEST_FORMAT = "cutline.keyed/1"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """The local property Spark's MicroBatchExecution sets on every task of a micro-batch."""
 
@@ -158,9 +165,6 @@ def keyed_task_id(index: int) -> str:
     return f"keyed-{index}"
 
 
-_KEYED_TASK = re.compile(r"^keyed-(\d+)$")
-
-
 # ------------------------------------------------------------------------ step
 
 
@@ -181,6 +185,15 @@ class KeyedStep(Generic[S]):
     serialize: Callable[[S], bytes] = _json_dumps
     deserialize: Callable[[bytes], S] = _json_loads
     max_parallelism: int = MAX_PARALLELISM
+    uid: str | None = None
+    """The step's identity across versions of the job (Flink's operator uid). Snapshots record it
+    and the key function's name; a restore into a step with another refuses unless the job allows
+    non-restored state (:mod:`spark_tasks.restore`)."""
+
+    @property
+    def identity(self) -> StepIdentity:
+        """What a snapshot records of this step: its uid and its key function's qualified name."""
+        return StepIdentity(self.uid, callable_name(self.key_by))
 
 
 # ---------------------------------------------------------- pieces and manifests
@@ -206,9 +219,15 @@ def encode_piece(changes: Mapping[int, Mapping[str, bytes | None]]) -> bytes:
     return sink.getvalue()
 
 
-def decode_piece(data: bytes, wanted: range | None = None) -> Changes:
-    """The changes in a piece (only the key groups in ``wanted``, when given)."""
-    table = pa.ipc.open_stream(data).read_all()
+def decode_piece(data: bytes, wanted: range | None = None, where: str = "a piece") -> Changes:
+    """The changes in a piece (only the key groups in ``wanted``, when given); bytes that are not a
+    piece raise :class:`SnapshotCorrupted` (a restore then tries an older checkpoint)."""
+    try:
+        table = pa.ipc.open_stream(data).read_all()
+        if not table.schema.equals(PIECE_SCHEMA):
+            raise ValueError(f"columns {table.schema.names}, not {PIECE_SCHEMA.names}")
+    except (pa.ArrowException, ValueError) as exc:
+        raise SnapshotCorrupted(f"{where} is not an Arrow stream of keyed state: {exc}") from exc
     changes: Changes = {}
     columns = table.to_pydict()
     for group, key, state in zip(columns["key_group"], columns["key"], columns["state"], strict=True):
@@ -234,78 +253,11 @@ def count_keys(changes: Mapping[int, Mapping[str, Any]]) -> int:
     return sum(len(entries) for entries in changes.values())
 
 
-@dataclass(frozen=True)
-class Piece:
-    """One file of a snapshot: ``full`` (every key of its key groups) or ``delta`` (changed keys)."""
-
-    uri: str
-    size: int
-    sha256: str
-    kind: str
-    keys: int
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "uri": self.uri,
-            "size": self.size,
-            "sha256": self.sha256,
-            "kind": self.kind,
-            "keys": self.keys,
-        }
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """A shuffle partition's snapshot: the pieces that rebuild its key groups, oldest first (the
-    first is a full piece). Its JSON is the task's state handle."""
-
-    task: str
-    max_parallelism: int
-    key_groups: range
-    batch: int
-    """The micro-batch of the barrier: the state is the one after every batch before it."""
-    pieces: tuple[Piece, ...]
-
-    def to_bytes(self) -> bytes:
-        document = {
-            "format": MANIFEST_FORMAT,
-            "task": self.task,
-            "max_parallelism": self.max_parallelism,
-            "key_groups": [self.key_groups.start, self.key_groups.stop],
-            "batch": self.batch,
-            "pieces": [piece.as_json() for piece in self.pieces],
-        }
-        return json.dumps(document, sort_keys=True, indent=1).encode()
-
-    @staticmethod
-    def from_bytes(data: bytes, where: str) -> Manifest:
-        """Parse a manifest; :class:`SnapshotCorrupted` says what is wrong with it."""
-        try:
-            document = json.loads(data)
-            if document.get("format") != MANIFEST_FORMAT:
-                raise ValueError(f"format {document.get('format')!r}, not {MANIFEST_FORMAT}")
-            start, stop = document["key_groups"]
-            pieces = tuple(
-                Piece(str(p["uri"]), int(p["size"]), str(p["sha256"]), str(p["kind"]), int(p["keys"]))
-                for p in document["pieces"]
-            )
-            manifest = Manifest(
-                str(document["task"]),
-                int(document["max_parallelism"]),
-                range(int(start), int(stop)),
-                int(document["batch"]),
-                pieces,
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SnapshotCorrupted(f"{where} is not a keyed snapshot manifest: {exc}") from exc
-        if not pieces or pieces[0].kind != "full" or any(p.kind not in ("full", "delta") for p in pieces):
-            raise SnapshotCorrupted(f"{where}: a manifest's pieces must start with a full piece")
-        return manifest
-
-
 def _read_piece(piece: Piece, root: str) -> bytes:
-    """A piece's bytes, checked against its size and sha256; it must lie below ``root``."""
-    if not piece.uri.startswith(root.rstrip("/") + "/") or "/../" in piece.uri or piece.uri.endswith("/.."):
+    """A piece's bytes, checked against its size and sha256; it must lie below ``root``, as the one
+    URI parser of cutline reads both (:func:`events.wire.validation.is_within`: an encoded ``..`` is no
+    way out)."""
+    if not is_within(piece.uri, root):
         raise SnapshotCorrupted(f"piece {piece.uri} is outside {root}: a manifest may only name pieces there")
     data = storage.read_bytes(piece.uri)
     digest = hashlib.sha256(data).hexdigest()
@@ -329,32 +281,45 @@ def read_manifest(handle: StateHandle) -> Manifest:
     return Manifest.from_bytes(load_task_snapshot(handle), handle.uri)
 
 
+def read_manifests(handles: Mapping[str, StateHandle]) -> dict[str, Manifest]:
+    """The manifests of the keyed tasks among ``handles``, each checked against its handle."""
+    return {task: read_manifest(handle) for task, handle in sorted(handles.items()) if is_keyed_task(task)}
+
+
+def read_key_groups(
+    manifests: Mapping[str, Manifest], handles: Mapping[str, StateHandle], wanted: range
+) -> tuple[KeyedState, int]:
+    """The state of the key groups in ``wanted`` from the manifests that hold any of them (any number
+    of old partitions: this is how a job rescales), and how many pieces were read. Raises
+    :class:`SnapshotCorrupted` for a piece outside its checkpoint location, not matching its hash,
+    or not a piece."""
+    state: KeyedState = {}
+    read = 0
+    for task, manifest in sorted(manifests.items()):
+        if not set(manifest.key_groups) & set(wanted):
+            continue
+        root = pieces_root(handles[task].uri)
+        for piece in manifest.pieces:
+            apply_changes(state, decode_piece(_read_piece(piece, root), wanted, piece.uri))
+            read += 1
+    return state, read
+
+
 def read_keyed_state(
     handles: Mapping[str, StateHandle], wanted: range, max_parallelism: int
 ) -> tuple[KeyedState, int]:
-    """The state of the key groups in ``wanted`` from the keyed snapshots in ``handles`` (any number
-    of old partitions: this is how a job rescales), and how many pieces were read.
-
-    Raises :class:`SnapshotCorrupted` for a manifest or piece that does not match its hash, or a
-    snapshot taken with another max parallelism (key groups would not line up)."""
-    state: KeyedState = {}
-    read = 0
-    for task, handle in sorted(handles.items()):
-        if not _KEYED_TASK.match(task):
-            continue
-        manifest = read_manifest(handle)
+    """:func:`read_key_groups` of the keyed snapshots in ``handles``, refusing
+    (:class:`SnapshotCorrupted`) a snapshot taken with another max parallelism (key groups would not
+    line up). A job restores through :func:`spark_tasks.restore.plan_restore` first, which checks
+    that and more (every key group covered)."""
+    manifests = read_manifests(handles)
+    for task, manifest in manifests.items():
         if manifest.max_parallelism != max_parallelism:
             raise SnapshotCorrupted(
-                f"{handle.uri} was taken with max parallelism {manifest.max_parallelism}, the job has "
-                f"{max_parallelism}: key groups cannot be mapped (keep the job's max_parallelism)"
+                f"{handles[task].uri} was taken with max parallelism {manifest.max_parallelism}, the job "
+                f"has {max_parallelism}: key groups cannot be mapped (keep the job's max_parallelism)"
             )
-        if not set(manifest.key_groups) & set(wanted):
-            continue
-        root = pieces_root(handle.uri)
-        for piece in manifest.pieces:
-            apply_changes(state, decode_piece(_read_piece(piece, root), wanted))
-            read += 1
-    return state, read
+    return read_key_groups(manifests, handles, wanted)
 
 
 # ------------------------------------------------------------------ state store
@@ -749,7 +714,7 @@ def _on_barriers(
     started = time.perf_counter()
     try:
         manifest_uri, data, piece = write_snapshot(
-            store, state, groups, step.max_parallelism, task, settings, entry, batch_id
+            store, state, groups, step.max_parallelism, task, settings, entry, batch_id, step.identity
         )
     except Exception as exc:
         log.warning("task %s declines checkpoint %d: %r", task, checkpoint_id, exc)
@@ -771,10 +736,12 @@ def write_snapshot(
     settings: KeyedSettings,
     barrier: Mapping[str, Any],
     batch_id: int,
+    step: StepIdentity,
 ) -> tuple[str, bytes, Piece | None]:
     """Write the snapshot of ``state`` (the state before ``batch_id``) for ``barrier``: the new piece,
-    then the manifest. Returns the manifest's URI and bytes and the piece written (None when this
-    run had written this very snapshot before: a re-run of the batch acks it again)."""
+    then the manifest (which records ``step``). Returns the manifest's URI and bytes and the piece
+    written (None when this run had written this very snapshot before: a re-run of the batch acks it
+    again)."""
     location = str(barrier["location"]).rstrip("/")
     # the manifest takes the name a task's snapshot would (the cut: the barrier's micro-batch); its
     # pieces add ``.full`` or ``.delta``
@@ -800,7 +767,7 @@ def write_snapshot(
     piece_uri = f"{manifest_uri}.{kind}"
     storage.write_bytes(piece_uri, data)
     piece = Piece(piece_uri, len(data), hashlib.sha256(data).hexdigest(), kind, count_keys(changes))
-    manifest = Manifest(task, max_parallelism, groups, batch_id, (*chain, piece))
+    manifest = Manifest(task, max_parallelism, groups, batch_id, (*chain, piece), step)
     document = manifest.to_bytes()
     storage.write_bytes(manifest_uri, document)
     if not savepoint:

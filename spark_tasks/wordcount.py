@@ -14,8 +14,9 @@ over those raw rows: no de-duplication, so a row written twice or lost shows.
 On start the job restores from the latest completed checkpoint of its job id
 (``--restore`` for a checkpoint id or a savepoint directory, ``--no-restore`` to
 start empty). It stops on SIGTERM/SIGINT (CANCELED), after ``--idle-stop`` seconds
-without input (FINISHED), or when the coordinator reports too many checkpoint
-failures (FAILING: the restart strategy decides; exit 3). It prints one JSON line per event worth knowing
+without input (FINISHED; counted from the first micro-batch, and barrier rows are not input), or
+when the coordinator reports too many checkpoint failures (FAILING: the restart strategy decides;
+exit 3). It prints one JSON line per event worth knowing
 (``restored``, ``running``, ``progress`` after each micro-batch with the input rows so far
 (barrier rows included), ``completed``, ``failed``, ``stopped``) to stdout.
 """
@@ -34,7 +35,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +45,7 @@ from events.wire.records import CheckpointConfig
 from events.wire.schema_registry import wire_from_environment
 from events.wire.topics import DEFAULT_PREFIX
 from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
+from spark_tasks.kafka_source import barrier_of, from_offsets
 from spark_tasks.keyed import KeyedStep
 from spark_tasks.sink import CutFileSink, read_rows
 from spark_tasks.state import KafkaRecord, StatefulStep
@@ -105,7 +107,12 @@ def _int_bytes(count: int) -> bytes:
 
 
 KEYED_WORD_COUNT: KeyedStep[int] = KeyedStep(
-    key_by=words_of, update=add_up, output_schema=KEYED_OUTPUT_SCHEMA, serialize=_int_bytes, deserialize=int
+    key_by=words_of,
+    update=add_up,
+    output_schema=KEYED_OUTPUT_SCHEMA,
+    serialize=_int_bytes,
+    deserialize=int,
+    uid="word-count",
 )
 """The word count as a keyed job (``--keyed N``): one global count per word, kept by the shuffle
 partition that owns the word's key group; its rows are the final counts, nothing is summed outside."""
@@ -132,8 +139,69 @@ def read_counts(*outs: Path) -> Counter[str]:
     return counts
 
 
+MAX_OFFSETS_PER_TRIGGER = 20_000
+"""The word count's default cap on one micro-batch (``--max-offsets-per-trigger``, the cap
+``bench/bench_spark.py`` uses): a stop waits for the batch in flight, so a backlog is read in
+bounded batches rather than in one that outlasts ``cutline run``'s stop timeout."""
+
+
 def _emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, "pid": os.getpid(), **fields}), flush=True)
+
+
+def records_read(progress: Mapping[str, Any]) -> int:
+    """The Kafka records a micro-batch read, from its progress: its input rows less its barrier rows
+    (one per partition when a new barrier is folded into the batch's end offset)."""
+    rows = int(progress.get("numInputRows") or 0)
+    for source in progress.get("sources") or ():
+        try:
+            end = source.get("endOffset")
+            barrier = barrier_of(end)
+            if barrier is not None and barrier != barrier_of(source.get("startOffset")):
+                rows -= len(from_offsets(end))
+        except ValueError:  # not cutline-kafka offsets (another source): every row is input
+            continue
+    return max(rows, 0)
+
+
+def caught_up(progress: Mapping[str, Any]) -> bool:
+    """Whether a micro-batch read up to the latest offsets its source reported when it was planned
+    (True for a source that reports none): a batch after it reads only what arrived since."""
+    for source in progress.get("sources") or ():
+        try:
+            latest = from_offsets(source.get("latestOffset"))
+            end = from_offsets(source.get("endOffset"))
+        except ValueError:  # none reported ("null"), or not cutline-kafka offsets
+            continue
+        if any(end.get(tp, -1) < offset for tp, offset in latest.items()):
+            return False
+    return True
+
+
+@dataclasses.dataclass
+class IdleClock:
+    """When ``--idle-stop`` is due: ``seconds`` after the last micro-batch that read records, counted
+    from the first micro-batch (never while the JVM and the query start up), and only once a batch
+    has read everything its source had (never while a capped backlog is still being read)."""
+
+    seconds: float | None
+    last_input: float | None = None
+    caught_up: bool = False
+
+    def batch(self, records: int, now: float, *, caught_up: bool = True) -> None:
+        """A micro-batch ended at ``now`` having read ``records`` Kafka records; ``caught_up``: all
+        its source had when it was planned (:func:`caught_up`)."""
+        if records > 0 or self.last_input is None:
+            self.last_input = now
+        self.caught_up = caught_up
+
+    def expired(self, now: float) -> bool:
+        return (
+            self.seconds is not None
+            and self.last_input is not None
+            and self.caught_up
+            and now - self.last_input > self.seconds
+        )
 
 
 def run_wordcount(
@@ -170,7 +238,7 @@ def run_wordcount(
     reported = 0
     records = 0
     last_batch: int | None = None
-    last_input = time.monotonic()
+    idle = IdleClock(idle_stop)
     running = False
     try:
         while not stop.wait(0.1):
@@ -182,10 +250,8 @@ def run_wordcount(
             progress = job.query.lastProgress
             if progress and progress.get("batchId") != last_batch:
                 last_batch = progress.get("batchId")
-                rows = int(progress.get("numInputRows", 0))
-                records += rows
-                if rows > 0:
-                    last_input = time.monotonic()
+                records += int(progress.get("numInputRows", 0))
+                idle.batch(records_read(progress), time.monotonic(), caught_up=caught_up(progress))
                 on_event(
                     "progress",
                     batch=last_batch,
@@ -202,7 +268,7 @@ def run_wordcount(
                     duration_ms=completed.duration_ms,
                 )
             reported = len(job.completed)
-            if idle_stop is not None and time.monotonic() - last_input > idle_stop:
+            if idle.expired(time.monotonic()):
                 break
     finally:
         if job.query.isActive:
@@ -381,7 +447,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout-ms", type=int, default=10_000)
     parser.add_argument("--tolerable-failures", type=int, default=3)
     parser.add_argument("--trigger-ms", type=int, default=200)
-    parser.add_argument("--max-offsets-per-trigger", type=int)
+    parser.add_argument(
+        "--max-offsets-per-trigger",
+        type=int,
+        default=MAX_OFFSETS_PER_TRIGGER,
+        help="cap on the offsets one micro-batch reads (0: none); a stop waits for the batch in flight",
+    )
     parser.add_argument(
         "--keyed",
         type=int,
@@ -400,12 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    use_wire(wire_from_environment())  # as `cutline run` exported them
-
+def job_settings(args: argparse.Namespace) -> JobSettings:
+    """The job the command line describes."""
     restore: Restore = "latest"
     if args.no_restore:
         restore = None
@@ -415,7 +482,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     source_options = {}
     if args.max_offsets_per_trigger:
         source_options["maxOffsetsPerTrigger"] = args.max_offsets_per_trigger
-    settings = JobSettings(
+    return JobSettings(
         job_id=args.job,
         bootstrap=args.bootstrap,
         topics=tuple(args.topic),
@@ -433,6 +500,14 @@ def main(argv: Iterable[str] | None = None) -> int:
         max_parallelism=args.max_parallelism,
         state_location=args.state_location,
     )
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    use_wire(wire_from_environment())  # as `cutline run` exported them
+    settings = job_settings(args)
     from spark_tasks.session import local_spark
 
     with StopSignals() as stop:

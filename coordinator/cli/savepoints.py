@@ -29,7 +29,7 @@ from coordinator.savepoints import (
 from coordinator.state import JobState
 from coordinator.timeline import format_bytes, format_time
 from events.kafka.log import read_journal_topic
-from events.wire.records import JournalEvent
+from events.wire.records import CheckpointCompleted, CheckpointKind, JournalEvent
 from events.wire.topics import DEFAULT_PREFIX, Topics
 from events.wire.validation import StorageUri
 
@@ -225,12 +225,36 @@ def savepoints_dispose(
         completed = read_checkpoint_metadata(str(where))
     except MetadataProblem as exc:
         fail(errors, str(exc))
-    disposal = plan_disposal(where, completed)
+    pieces = _keyed_pieces(errors, completed) if completed.kind is CheckpointKind.SAVEPOINT else {}
+    disposal = plan_disposal(where, completed, pieces)
     if isinstance(disposal, Refused):
         fail(errors, disposal.reason)
     _, states = _journal_states(errors, bootstrap, topic_prefix)
     _refuse(errors, refuse_needed(where, disposal, states))
     _dispose(where, real, disposal, errors)
+
+
+def _keyed_pieces(errors: Console, completed: CheckpointCompleted) -> dict[str, list[str]]:
+    """The pieces each keyed task's manifest lists: a keyed savepoint's state is in them."""
+    from events.task.manifest import Manifest, is_keyed_task
+    from events.task.participant import SnapshotCorrupted, UnsupportedLocation, load_task_snapshot
+
+    pieces = {}
+    for task, handle in sorted(completed.handles.items()):
+        if not is_keyed_task(task):
+            continue
+        try:
+            manifest = Manifest.from_bytes(load_task_snapshot(handle), handle.uri)
+        except FileNotFoundError:
+            continue  # a disposal stopped half way: the pieces went before their manifest
+        except (OSError, SnapshotCorrupted, UnsupportedLocation) as exc:
+            fail(
+                errors,
+                f"the manifest of {task} cannot be read ({exc}), so its pieces are unknown; "
+                "nothing was deleted",
+            )
+        pieces[task] = [piece.uri for piece in manifest.pieces]
+    return pieces
 
 
 def _refuse(errors: Console, refused: Refused | None) -> None:

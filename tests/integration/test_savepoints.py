@@ -13,6 +13,7 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from confluent_kafka import Producer
 from coordinator.service.runtime import Coordinator, Outcome
 from events.dev.broker import create_topics
 from events.kafka.clients import producer_config
+from events.task.manifest import Manifest, Piece, StepIdentity
 from events.task.participant import METADATA_FILE, local_path
 from events.wire.codec import encode
 from events.wire.records import (
@@ -76,9 +78,16 @@ class Journal:
             if message.topic == self.topics.checkpoints:
                 self.messages.append((message.key, message.value, list(message.headers)))
 
-    def checkpoint(self, job: str, now: int, target: str | None = None) -> CheckpointCompleted:
-        """Trigger (a savepoint into ``target``, else a checkpoint), write the one task's state file,
-        ack it; returns the completion."""
+    def checkpoint(
+        self,
+        job: str,
+        now: int,
+        target: str | None = None,
+        task: str = "task-0",
+        state: Callable[[str], bytes] | None = None,
+    ) -> CheckpointCompleted:
+        """Trigger (a savepoint into ``target``, else a checkpoint), write the one task's state file
+        (``state`` of the checkpoint's location, default its own URI), ack it; returns the completion."""
         kind = CheckpointKind.SAVEPOINT if target else CheckpointKind.CHECKPOINT
         request = CheckpointRequested(job, kind, now, request_id=f"r{now}", target=target)
         [triggered] = [
@@ -86,13 +95,15 @@ class Journal:
             for e in self.handle(self.topics.requests, job, request, now)
             if isinstance(e, CheckpointTriggered)
         ]
-        state = f"{triggered.location}/task-0".encode()
-        path = local_path(f"{triggered.location}/task-0")
+        path = local_path(f"{triggered.location}/{task}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(state)
+        state_bytes = f"{triggered.location}/{task}".encode() if state is None else state(triggered.location)
+        path.write_bytes(state_bytes)
         ack = CheckpointAcknowledged(
-            job, triggered.checkpoint_id, triggered.attempt, "task-0", now + 5,
-            state=StateHandle(f"{triggered.location}/task-0", len(state), hashlib.sha256(state).hexdigest()),
+            job, triggered.checkpoint_id, triggered.attempt, task, now + 5,
+            state=StateHandle(
+                f"{triggered.location}/{task}", len(state_bytes), hashlib.sha256(state_bytes).hexdigest()
+            ),
             offsets={"orders-in:0": now},
         )  # fmt: skip
         [completed] = [
@@ -193,6 +204,45 @@ def test_dispose_deletes_a_savepoint_inside_the_root(setup: Setup) -> None:
     assert "1 state files" in result.stdout
     assert not directory.exists()
     assert listed(setup)[savepoint.checkpoint_id]["on_disk"] is False
+
+
+def test_dispose_of_a_keyed_savepoint_deletes_its_pieces(
+    bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """Given a keyed job's savepoint (its handle a manifest that lists a piece next to it), dispose
+    deletes the piece too, not only the manifest and _metadata: nothing of it is left."""
+    topics = Topics(topic_prefix)
+    create_topics(bootstrap, topics.all)
+    root = tmp_path / "savepoints"
+    journal = Journal(topics, root)
+    config = CheckpointConfig(interval_ms=0, location=(tmp_path / "checkpoints").as_uri())
+    journal.handle(
+        topics.job_status,
+        "keyed",
+        JobStatusChanged("keyed", JobStatus.RUNNING, 1_000, 1, ("keyed-0",), config),
+        1_000,
+    )
+
+    def manifest_with_a_piece(location: str) -> bytes:
+        piece = local_path(f"{location}/keyed-0.a1.cut-3.full")
+        piece.write_bytes(b"the key groups' state")
+        listed = Piece(piece.as_uri(), 21, "0" * 64, "full", 1)
+        return Manifest("keyed-0", 128, range(128), 3, (listed,), StepIdentity(None, "app.f")).to_bytes()
+
+    savepoint = journal.checkpoint(
+        "keyed", 2_000, target=(root / "keyed").as_uri(), task="keyed-0", state=manifest_with_a_piece
+    )
+    directory = local_path(savepoint.location)
+    journal.publish(bootstrap)
+
+    result = cutline(
+        "savepoints", "dispose", str(directory), "--savepoint-root", str(root),
+        "--bootstrap", bootstrap, "--topic-prefix", topic_prefix,
+    )  # fmt: skip
+
+    assert 0 == result.returncode, result.stdout + result.stderr
+    assert "2 state files" in result.stdout
+    assert not directory.exists()
 
 
 def test_dispose_refuses_outside_the_savepoint_roots(setup: Setup, tmp_path: Path) -> None:

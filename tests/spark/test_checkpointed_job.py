@@ -56,7 +56,14 @@ from spark_tasks.job import METADATA_FILE, CheckpointedJob, CheckpointFailuresEx
 from spark_tasks.sink import ROLLED_BACK_DIR, CutFileSink, read_rows
 from spark_tasks.state import StatefulStep
 from spark_tasks.tasks import snapshot_name
-from spark_tasks.wordcount import OUTPUT_SCHEMA, WORD_COUNT, count_words, read_counts
+from spark_tasks.wordcount import (
+    OUTPUT_SCHEMA,
+    WORD_COUNT,
+    count_words,
+    read_counts,
+    records_read,
+    run_wordcount,
+)
 
 
 @pytest.fixture(scope="module")
@@ -293,6 +300,50 @@ def test_a_changed_job_restarts_from_a_savepoint(
         for f in out.glob("*.jsonl")
         for r in map(json.loads, f.read_text().splitlines())
     } == {True}
+
+
+def test_the_word_count_reads_a_backlog_in_capped_batches_and_stops_when_idle_while_checkpointing(
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
+) -> None:
+    """Given a backlog of 600 lines and a cap of 100 offsets per micro-batch, no batch reads more
+    than 100 records (a stop waits for at most one such batch); once the backlog is read,
+    ``idle_stop`` ends the job by itself although checkpoints keep coming every 200 ms: their
+    batches of barrier rows are not input."""
+    words = given.words
+    words.produce(600)
+    settings = replace(
+        _settings(bootstrap, topic_prefix, given.topic, tmp_path, given.job_id, interval_ms=200),
+        source_options={"maxOffsetsPerTrigger": 100},
+    )
+    stop = threading.Event()
+    guard = threading.Timer(180, stop.set)  # never needed when idle_stop works
+    guard.start()
+    events: list[tuple[str, dict[str, Any]]] = []
+    try:
+        job = run_wordcount(
+            spark,
+            settings,
+            tmp_path / "out",
+            stop=stop,
+            idle_stop=3.0,
+            on_event=lambda event, **fields: events.append((event, fields)),
+        )
+    finally:
+        guard.cancel()
+
+    assert not stop.is_set(), f"idle_stop never ended the job: {events[-8:]}"
+    assert job.query.exception() is None
+    assert words.produced == read_counts(tmp_path / "out")
+    read = [records_read(progress) for progress in job.query.recentProgress]
+    assert 0 < max(read) <= 100
+    last_input = max(i for i, records in enumerate(read) if records)
+    barrier_only = [p for p in job.query.recentProgress[last_input + 1 :] if p["numInputRows"] > 0]
+    assert barrier_only, "a checkpoint's barrier batch came while the job was idle, and did not end it"
 
 
 def _journal_epoch(bootstrap: str, prefix: str, job_id: str) -> int:

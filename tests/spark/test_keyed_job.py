@@ -8,6 +8,7 @@ counts: no summing outside Spark."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -24,7 +25,7 @@ from coordinator.service.supervisor import CoordinatorProcess
 from events.task.participant import JobDriver, local_path
 from events.wire.records import CheckpointCompleted, CheckpointConfig, CheckpointKind, TaskAcknowledged
 from events.wire.topics import Topics
-from spark_tasks.job import CheckpointedJob, JobSettings
+from spark_tasks.job import CheckpointedJob, JobSettings, RestoreRefused
 from spark_tasks.keyed import MAX_CHAIN, key_group_range, keyed_task_id, read_manifest
 from spark_tasks.sink import CutFileSink
 from spark_tasks.wordcount import KEYED_WORD_COUNT, final_counts, read_counts
@@ -39,7 +40,13 @@ def topic_prefix() -> str:
 
 
 def _settings(
-    bootstrap: str, prefix: str, topic: str, tmp_path: Path, job_id: str, partitions: int, **kwargs: Any
+    bootstrap: str,
+    prefix: str,
+    topic: str,
+    tmp_path: Path,
+    job_id: str,
+    partitions: int | None,
+    **kwargs: Any,
 ) -> JobSettings:
     return JobSettings(
         job_id=job_id,
@@ -71,6 +78,11 @@ def _assert_exact(produced: Counter[str], out: Path) -> None:
 def _pieces(completed: CheckpointCompleted) -> set[str]:
     """The pieces a checkpoint's manifests list (its chains)."""
     return {piece.uri for handle in completed.handles.values() for piece in read_manifest(handle).pieces}
+
+
+def _offsets(completed: CheckpointCompleted) -> list[tuple[int, int]]:
+    """``(partition, offset)`` of each input partition the checkpoint has an offset of."""
+    return sorted((int(key.rsplit(":", 1)[1]), offset) for key, offset in completed.offsets.items())
 
 
 def _journal(bootstrap: str, prefix: str, job_id: str, *kinds: type) -> list[Any]:
@@ -147,6 +159,24 @@ def test_a_keyed_word_count_acks_once_per_shuffle_partition_and_rescales_from_a_
         if piece.suffix in (".full", ".delta") and piece.parent.name != f"chk-{last.checkpoint_id}":
             in_flight = int(piece.parent.name.removeprefix("chk-")) > last.checkpoint_id
             assert in_flight or piece.as_uri() in needed, f"{piece} should have been discarded"
+
+    # what a restore refuses (spark_tasks/restore.py), before any query starts: the savepoint's keyed
+    # state in a job without keys, and in another keyed step; allowed, the state stays behind
+    flat = _settings(
+        bootstrap, topic_prefix, given.topic, tmp_path, f"{job_id}-flat", None, restore=savepoint.location
+    )  # fmt: skip
+    with pytest.raises(RestoreRefused, match="keyed state of tasks keyed-0, keyed-1"):
+        CheckpointedJob(spark, flat)
+    with CheckpointedJob(spark, replace(flat, allow_non_restored_state=True)) as allowed:
+        assert json.loads(allowed.starting_offsets) == {topic: {str(p): o for p, o in _offsets(savepoint)}}
+    other = _settings(
+        bootstrap, topic_prefix, given.topic, tmp_path, f"{job_id}-other", 3, restore=savepoint.location
+    )  # fmt: skip
+    with (
+        CheckpointedJob(spark, other) as changed,
+        pytest.raises(RestoreRefused, match="uid 'word-count', key function spark_tasks.wordcount.words_of"),
+    ):
+        changed.stream_keyed(replace(KEYED_WORD_COUNT, uid="totals"))
 
     # rescale: the savepoint restores into 3 and into 16 shuffle partitions
     counted_at_savepoint = Counter(words.produced)

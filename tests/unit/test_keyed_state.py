@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 pytest.importorskip("pyarrow")
 pytest.importorskip("mmh3")
 
+from events.task.manifest import StepIdentity  # noqa: E402
 from events.task.participant import SnapshotCorrupted  # noqa: E402
 from events.wire.records import StateHandle  # noqa: E402
 from spark_tasks.keyed import (  # noqa: E402
@@ -35,6 +36,8 @@ from spark_tasks.keyed import (  # noqa: E402
     write_snapshot,
 )
 from spark_tasks.state import StateLost  # noqa: E402
+
+STEP = StepIdentity("counts", "tests.words_of")
 
 
 def partitioned(
@@ -71,6 +74,7 @@ def handle_of(uri: str, data: bytes) -> StateHandle:
 # ------------------------------------------------------------------ key groups
 
 
+@settings(deadline=None)  # 32768 key groups take a few hundred ms on a busy machine
 @given(st.integers(1, 128), st.sampled_from([128, 256, 32768]))
 def test_the_partitions_own_every_key_group_exactly_once_in_contiguous_ranges(
     parallelism: int, max_p: int
@@ -181,7 +185,7 @@ def test_snapshot_size_follows_the_changed_keys(tmp_path: Path) -> None:
     location = (tmp_path / "chk").as_uri()
     groups = key_group_range(0, 1)
     _, _, full = write_snapshot(
-        store, state, groups, 128, "keyed-0", settings, barrier(f"{location}/chk-1", 1), 0
+        store, state, groups, 128, "keyed-0", settings, barrier(f"{location}/chk-1", 1), 0, STEP
     )
     assert full is not None and full.kind == "full" and full.keys == 100_000
 
@@ -192,7 +196,7 @@ def test_snapshot_size_follows_the_changed_keys(tmp_path: Path) -> None:
     apply_changes(state, changes)
     store.save(1, state, changes)
     uri, data, delta = write_snapshot(
-        store, state, groups, 128, "keyed-0", settings, barrier(f"{location}/chk-2", 2), 1
+        store, state, groups, 128, "keyed-0", settings, barrier(f"{location}/chk-2", 2), 1, STEP
     )
     assert delta is not None and delta.kind == "delta" and delta.keys == 1_000
     assert 0.005 < delta.size / full.size < 0.02, (delta.size, full.size)
@@ -222,6 +226,7 @@ def test_chains_are_bounded_and_savepoints_stand_alone(tmp_path: Path) -> None:
             settings,
             barrier(f"{location}/chk-{batch}", batch),
             batch,
+            STEP,
         )
         assert piece is not None
         kinds.append(piece.kind)
@@ -229,7 +234,7 @@ def test_chains_are_bounded_and_savepoints_stand_alone(tmp_path: Path) -> None:
     assert kinds[0] == "full" and "delta" in kinds and kinds.count("full") >= 2
     savepoint = (tmp_path / "sp").as_uri()
     uri, data, piece = write_snapshot(
-        store, state, range(128), 128, "keyed-0", settings, barrier(savepoint, 99, "SAVEPOINT"), 50
+        store, state, range(128), 128, "keyed-0", settings, barrier(savepoint, 99, "SAVEPOINT"), 50, STEP
     )
     assert piece is not None and piece.kind == "full"
     assert [p.uri.startswith(savepoint) for p in Manifest.from_bytes(data, uri).pieces] == [True]
@@ -241,10 +246,10 @@ def test_a_rerun_of_the_barrier_batch_acks_the_same_snapshot_again(tmp_path: Pat
     store.seed({1: {"a": b"1"}})
     location = f"{(tmp_path / 'chk').as_uri()}/chk-1"
     first = write_snapshot(
-        store, {1: {"a": b"1"}}, range(128), 128, "keyed-0", settings, barrier(location, 1), 3
+        store, {1: {"a": b"1"}}, range(128), 128, "keyed-0", settings, barrier(location, 1), 3, STEP
     )
     again = write_snapshot(
-        store, {1: {"a": b"1"}}, range(128), 128, "keyed-0", settings, barrier(location, 1), 3
+        store, {1: {"a": b"1"}}, range(128), 128, "keyed-0", settings, barrier(location, 1), 3, STEP
     )
     assert again[:2] == first[:2] and again[2] is None
 
@@ -269,7 +274,7 @@ def test_snapshots_of_p_partitions_restore_into_any_other_number(old: int, new: 
             store.seed(part)
             uri, data, _ = write_snapshot(
                 store, part, key_group_range(index, old), 128, keyed_task_id(index), settings,
-                barrier(f"{(root / 'chk').as_uri()}/chk-4", 4), 9,
+                barrier(f"{(root / 'chk').as_uri()}/chk-4", 4), 9, STEP,
             )  # fmt: skip
             handles[keyed_task_id(index)] = handle_of(uri, data)
         merged: dict[str, bytes] = {}
@@ -286,28 +291,74 @@ def test_a_snapshot_of_another_max_parallelism_is_refused(tmp_path: Path) -> Non
     settings = settings_for(tmp_path, 1)
     store = KeyedStateStore(settings.state_root, 0)
     uri, data, _ = write_snapshot(
-        store, {}, range(256), 256, "keyed-0", settings, barrier(f"{(tmp_path / 'c').as_uri()}/chk-1", 1), 0
-    )
+        store, {}, range(256), 256, "keyed-0", settings, barrier(f"{(tmp_path / 'c').as_uri()}/chk-1", 1), 0,
+        STEP,
+    )  # fmt: skip
     with pytest.raises(SnapshotCorrupted, match="max parallelism 256"):
         read_keyed_state({"keyed-0": handle_of(uri, data)}, range(128), 128)
+
+
+def _manifest_naming(tmp_path: Path, piece_uri: str, piece: bytes) -> StateHandle:
+    """A manifest of task keyed-0 in ``<tmp>/job/chk-1`` whose one piece is ``piece_uri``."""
+    manifest = {
+        "format": "cutline.keyed/1", "task": "keyed-0", "max_parallelism": 128, "key_groups": [0, 128],
+        "batch": 0,
+        "pieces": [{"uri": piece_uri, "size": len(piece), "sha256": hashlib.sha256(piece).hexdigest(),
+                    "kind": "full", "keys": 1}],
+    }  # fmt: skip
+    data = json.dumps(manifest).encode()
+    target = tmp_path / "job" / "chk-1" / "keyed-0"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    return handle_of(target.as_uri(), data)
 
 
 def test_a_manifest_cannot_name_pieces_outside_the_checkpoint_location(tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere.full"
     piece = encode_piece({1: {"a": b"1"}})
     outside.write_bytes(piece)
-    manifest = {
-        "format": "cutline.keyed/1", "task": "keyed-0", "max_parallelism": 128, "key_groups": [0, 128],
-        "batch": 0,
-        "pieces": [{"uri": outside.as_uri(), "size": len(piece), "sha256": hashlib.sha256(piece).hexdigest(),
-                    "kind": "full", "keys": 1}],
-    }  # fmt: skip
-    data = json.dumps(manifest).encode()
-    target = tmp_path / "job" / "chk-1" / "keyed-0"
-    target.parent.mkdir(parents=True)
-    target.write_bytes(data)
+    handle = _manifest_naming(tmp_path, outside.as_uri(), piece)
     with pytest.raises(SnapshotCorrupted, match="outside"):
-        read_keyed_state({"keyed-0": handle_of(target.as_uri(), data)}, range(128), 128)
+        read_keyed_state({"keyed-0": handle}, range(128), 128)
+
+
+def test_a_percent_encoded_way_out_of_the_location_is_no_way_out(tmp_path: Path) -> None:
+    """Given a manifest whose piece is ``<location>/chk-1/%2e%2e/%2e%2e/elsewhere.full`` (a string that
+    starts with the location, and a file outside it once decoded), the piece is refused unread."""
+    outside = tmp_path / "elsewhere.full"
+    piece = encode_piece({1: {"a": b"1"}})
+    outside.write_bytes(piece)
+    sneaky = f"{(tmp_path / 'job' / 'chk-1').as_uri()}/%2e%2e/%2e%2e/elsewhere.full"
+    handle = _manifest_naming(tmp_path, sneaky, piece)
+    with pytest.raises(SnapshotCorrupted, match="outside"):
+        read_keyed_state({"keyed-0": handle}, range(128), 128)
+
+
+def test_a_piece_that_matches_its_hash_but_is_not_arrow_is_corrupt(tmp_path: Path) -> None:
+    """Given a piece whose bytes match the manifest's size and sha256 but are no Arrow stream, reading
+    it raises SnapshotCorrupted (a restore then tries an older checkpoint), not ArrowInvalid."""
+    junk = b"this is not an Arrow stream"
+    inside = tmp_path / "job" / "chk-1" / "keyed-0.full"
+    inside.parent.mkdir(parents=True)
+    inside.write_bytes(junk)
+    handle = _manifest_naming(tmp_path, inside.as_uri(), junk)
+    with pytest.raises(SnapshotCorrupted, match="not an Arrow stream"):
+        read_keyed_state({"keyed-0": handle}, range(128), 128)
+
+
+def test_a_manifest_records_its_step_and_an_old_one_has_none(tmp_path: Path) -> None:
+    """A snapshot's manifest records the step's uid and key function; a manifest written before they
+    were recorded parses with no step (it restores into any step)."""
+    settings = settings_for(tmp_path, 1)
+    store = KeyedStateStore(settings.state_root, 0)
+    location = f"{(tmp_path / 'job').as_uri()}/chk-1"
+    uri, data, _ = write_snapshot(
+        store, {}, range(128), 128, "keyed-0", settings, barrier(location, 1), 0, STEP
+    )
+    assert STEP == Manifest.from_bytes(data, uri).step
+    old = json.loads(data)
+    del old["step"]
+    assert Manifest.from_bytes(json.dumps(old).encode(), uri).step is None
 
 
 def test_a_corrupt_piece_is_found_by_its_hash(tmp_path: Path) -> None:
@@ -315,7 +366,7 @@ def test_a_corrupt_piece_is_found_by_its_hash(tmp_path: Path) -> None:
     store = KeyedStateStore(settings.state_root, 0)
     location = f"{(tmp_path / 'job').as_uri()}/chk-1"
     uri, data, piece = write_snapshot(
-        store, {1: {"a": b"1"}}, range(128), 128, "keyed-0", settings, barrier(location, 1), 0
+        store, {1: {"a": b"1"}}, range(128), 128, "keyed-0", settings, barrier(location, 1), 0, STEP
     )
     assert piece is not None
     Path(piece.uri.removeprefix("file://")).write_bytes(encode_piece({1: {"a": b"2"}}))

@@ -169,6 +169,28 @@ class TestPlanDisposal:
 
         assert isinstance(plan, Refused) and "/sp/a7/_metadata names location" in plan.reason
 
+    def test_a_keyed_savepoint_disposes_of_its_pieces_before_its_manifests(self) -> None:
+        """Given a keyed savepoint whose manifest lists a piece, the piece goes first (a disposal that
+        stops half way leaves the manifest that names what is left)."""
+        completed = with_handles("file:///sp/a7", **{"keyed-0": "file:///sp/a7/keyed-0"})
+
+        plan = plan_disposal(
+            parse_uri("file:///sp/a7"), completed, {"keyed-0": ["file:///sp/a7/keyed-0.full"]}
+        )
+
+        assert Disposal("a", 7, "file:///sp/a7", (("keyed-0.full",), ("keyed-0",))) == plan
+
+    def test_a_piece_outside_the_location_is_refused(self) -> None:
+        completed = with_handles("file:///sp/a7", **{"keyed-0": "file:///sp/a7/keyed-0"})
+
+        plan = plan_disposal(
+            parse_uri("file:///sp/a7"), completed, {"keyed-0": ["file:///sp/a7/%2e%2e/other/keyed-0.full"]}
+        )
+
+        assert isinstance(plan, Refused) and plan.reason.startswith(
+            "the piece of keyed-0 is not a storage URI"
+        )
+
     def test_without_a_location_the_directory_is_the_location(self) -> None:
         plan = plan_disposal(parse_uri("file:///sp/a7"), with_handles("", t0="file:///sp/a7/t0"))
 
