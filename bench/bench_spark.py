@@ -70,7 +70,7 @@ from events.kafka.clients import producer_config  # noqa: E402
 from events.task.participant import write_atomic  # noqa: E402
 from events.wire.records import CheckpointCompleted, CheckpointConfig  # noqa: E402
 from spark_tasks.job import CheckpointedJob, JobSettings  # noqa: E402
-from spark_tasks.kafka_source import BARRIER_KEY, FORMAT  # noqa: E402
+from spark_tasks.kafka_source import BARRIER_KEY, FORMAT, from_offsets  # noqa: E402
 from spark_tasks.keyed import (  # noqa: E402
     SHUFFLE_SCHEMA,
     TARGET_COLUMN,
@@ -203,10 +203,10 @@ def write_batch(out: Path, attempt: int) -> Any:
 
 
 def _consumed(progress: dict[str, Any]) -> int:
-    """Records below the batch's end offsets, over all partitions (barrier rows not counted)."""
+    """Records below the batch's end offsets, over all partitions (its barrier and latency marker,
+    read by the source's own parser, are no offsets)."""
     end = progress["sources"][0].get("endOffset")
-    parsed = json.loads(end) if isinstance(end, str) else end or {}
-    return sum(o for topic, parts in parsed.items() if topic != BARRIER_KEY for o in parts.values())
+    return sum(from_offsets(end).values()) if end else 0
 
 
 def _wait_done(query: Any, records: int, timeout: float = 600) -> None:

@@ -45,7 +45,7 @@ from events.wire.records import CheckpointConfig
 from events.wire.schema_registry import wire_from_environment
 from events.wire.topics import DEFAULT_PREFIX
 from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
-from spark_tasks.kafka_source import barrier_of, from_offsets
+from spark_tasks.kafka_source import barrier_of, from_offsets, marker_of
 from spark_tasks.keyed import KeyedStep
 from spark_tasks.sink import CutFileSink, read_rows
 from spark_tasks.state import KafkaRecord, StatefulStep
@@ -151,13 +151,16 @@ def _emit(event: str, **fields: Any) -> None:
 
 def records_read(progress: Mapping[str, Any]) -> int:
     """The Kafka records a micro-batch read, from its progress: its input rows less its barrier rows
-    (one per partition when a new barrier is folded into the batch's end offset)."""
+    and latency marker rows (one per partition each when a new one is folded into the batch's end
+    offset)."""
     rows = int(progress.get("numInputRows") or 0)
     for source in progress.get("sources") or ():
         try:
-            end = source.get("endOffset")
-            barrier = barrier_of(end)
-            if barrier is not None and barrier != barrier_of(source.get("startOffset")):
+            end, start = source.get("endOffset"), source.get("startOffset")
+            barrier, marker = barrier_of(end), marker_of(end)
+            if barrier is not None and barrier != barrier_of(start):
+                rows -= len(from_offsets(end))
+            if marker is not None and marker != marker_of(start):
                 rows -= len(from_offsets(end))
         except ValueError:  # not cutline-kafka offsets (another source): every row is input
             continue

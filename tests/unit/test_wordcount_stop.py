@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from spark_tasks.kafka_source import BARRIER_KEY  # noqa: E402
+from spark_tasks.kafka_source import BARRIER_KEY, MARKER_KEY  # noqa: E402
 from spark_tasks.wordcount import (  # noqa: E402
     MAX_OFFSETS_PER_TRIGGER,
     IdleClock,
@@ -37,6 +37,13 @@ class TestRecordsRead:
         read = records_read(progress(4, offsets, {BARRIER_KEY: BARRIER_3, **offsets}))
 
         assert 0 == read
+
+    def test_latency_marker_rows_are_no_input_either(self) -> None:
+        """2 partitions, a new barrier and a new latency marker, 5 records: 2 + 2 rows are not input."""
+        start = {MARKER_KEY: {"marked_ms": 1_000}, "words": {"0": 10, "1": 10}}
+        end = {BARRIER_KEY: BARRIER_3, MARKER_KEY: {"marked_ms": 2_000}, "words": {"0": 15, "1": 10}}
+
+        assert 5 == records_read(progress(9, start, end))
 
     def test_records_next_to_a_barrier_count(self) -> None:
         start = {"words": {"0": 10, "1": 10}}
