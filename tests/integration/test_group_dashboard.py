@@ -190,12 +190,13 @@ def test_a_request_for_another_host_name_is_refused(group: Group) -> None:
     assert (200, 200, 421) == (local, allowed, elsewhere)
 
 
+NO_CHROMIUM = "Debian's chromium is not installed here (.ci/run installs it: apt-get install chromium)"
+
+
 @pytest.fixture(name="page")
 def _page() -> Iterator[Page]:
     if not CHROMIUM.exists():
-        pytest.skip(
-            reason="Debian's chromium is not installed here (.ci/run installs it: apt-get install chromium)"
-        )
+        pytest.skip(reason=NO_CHROMIUM)
     with sync_playwright() as playwright:
         # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
