@@ -580,6 +580,7 @@ class CheckpointedJob:
                 else {}
             ),
             "cutline.latencyIntervalMs": self.settings.latency_interval_ms,
+            "cutline.pauseFile": str(self.pause_file),
         }
         reader = self.spark.readStream.format(FORMAT)
         for key, value in options.items():
@@ -693,6 +694,7 @@ class CheckpointedJob:
             self._follower = _JournalFollower(self)
         self._listener = _Listener(self)
         self.spark.streams.addListener(self._listener.spark_listener)
+        self.pause_file.unlink(missing_ok=True)  # a stopped run's, in the same directory
         try:
             self.query = (
                 writer.queryName(self.query_name)
@@ -1057,10 +1059,18 @@ class CheckpointedJob:
         """The coordinator runs this attempt: RUNNING was published and its scheduler started."""
         return self._scheduled.is_set()
 
+    @property
+    def pause_file(self) -> Path:
+        """While it exists the source plans no new batch (``cutline.pauseFile``): :meth:`stop`
+        creates it, so that a backlog's back-to-back batches leave a moment to stop between them."""
+        return self.work_dir / "pause-source"
+
     def stop(self, *, finished: bool = False) -> None:
         """Stop the query and wait until its status is published: CANCELED, or FINISHED if ``finished``."""
         self._stopping = not finished
         if self.query is not None:
+            self.pause_file.parent.mkdir(parents=True, exist_ok=True)
+            self.pause_file.touch()
             self._between_batches()
             self.query.stop()
             if self._listener is not None:

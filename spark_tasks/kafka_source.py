@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -431,6 +432,9 @@ class KafkaSourceOptions:
     """``cutline.wireFormat`` and ``cutline.schemaRegistryUrl``: how barriers are framed."""
     latency_interval_ms: int = 0
     """``cutline.latencyIntervalMs``: emit a latency marker at most this often; 0: never."""
+    pause_file: str | None = None
+    """``cutline.pauseFile``: while this file exists (on the driver's machine), plan no new batch:
+    the job's driver creates it to stop between batches, not in the middle of one."""
 
     @property
     def markers(self) -> bool:
@@ -516,6 +520,7 @@ class KafkaSourceOptions:
                 str(opts.get("cutline.wireformat", "single-object")).strip(),
             ),
             latency_interval_ms=int(latency_interval),
+            pause_file=str(opts.get("cutline.pausefile", "")).strip() or None,
         )
 
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:
@@ -1080,6 +1085,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             begin = from_offsets(start)
             begin_barrier, begin_marker = barrier_of(start), marker_of(start)
+        if begin and self.options.pause_file is not None and os.path.exists(self.options.pause_file):
+            # Paused: answer the start itself, so no batch runs; a barrier stays in its feed.
+            return to_offsets(begin, begin_barrier, begin_marker)
         feed = self._barrier_feed()
         if feed is not None:
             if begin_barrier is not None:

@@ -281,6 +281,28 @@ def test_latest_resolves_once_per_query(bootstrap: str, topic_prefix: str) -> No
         reader.stop()
 
 
+def test_a_paused_reader_plans_no_new_batch_until_its_pause_file_is_gone(
+    bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """Given a backlog and the pause file (``cutline.pauseFile``) present, the reader answers the
+    batch's start itself (Spark runs no batch); once the file is gone it plans the backlog again."""
+    topic = topic_prefix + "paused"
+    create_topics(bootstrap, [topic], partitions=2)
+    _produce(bootstrap, topic, 10)
+    pause = tmp_path / "pause"
+    reader = _reader(bootstrap, topic, startingOffsets="earliest", **{"cutline.pauseFile": str(pause)})
+    try:
+        start = reader.initialOffset()
+        pause.touch()
+        assert start == reader.latestOffset(start, ReadAllAvailable())
+        pause.unlink()
+        end = reader.latestOffset(start, ReadAllAvailable())
+    finally:
+        reader.stop()
+
+    assert 10 == sum(end[topic].values())
+
+
 def test_a_topic_created_later_is_read_from_its_beginning(bootstrap: str, topic_prefix: str) -> None:
     topic = topic_prefix + "later"
     reader = _reader(bootstrap, topic, startingOffsets="latest", maxOffsetsPerTrigger="1000")
