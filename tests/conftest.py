@@ -31,9 +31,17 @@ CPU for a whole session timeout would be rebalanced away in the middle of a test
 cluster (``CUTLINE_BOOTSTRAP``) the default, 6 s, stays: Apache Kafka refuses less by default."""
 
 
+TEST_FETCH_WAIT_MS = "50"
+"""``cutline coordinator --fetch-wait-ms`` for the workers the tests start on the embedded broker: an
+idle worker and the broker's answers to its fetches cost a third of a core at the default 2 ms, and
+an eighth at 50, which adds at most 25 ms to each hop into a worker. On a real cluster, which answers
+a fetch as soon as records arrive, 500."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    default = "6" if os.environ.get("CUTLINE_BOOTSTRAP") else TEST_SESSION_TIMEOUT
-    os.environ.setdefault("CUTLINE_SESSION_TIMEOUT", default)
+    external = bool(os.environ.get("CUTLINE_BOOTSTRAP"))
+    os.environ.setdefault("CUTLINE_SESSION_TIMEOUT", "6" if external else TEST_SESSION_TIMEOUT)
+    os.environ.setdefault("CUTLINE_FETCH_WAIT_MS", "500" if external else TEST_FETCH_WAIT_MS)
 
 
 FIRST = ("spark", "e2e", "integration")

@@ -89,6 +89,18 @@ def coordinator(
             "the others (Kafka's session.timeout.ms; Apache Kafka accepts 6 to 1800 by default).",
         ),
     ] = 6.0,
+    fetch_wait_ms: Annotated[
+        int,
+        typer.Option(
+            "--fetch-wait-ms",
+            envvar="CUTLINE_FETCH_WAIT_MS",
+            min=1,
+            help="fetch.wait.max.ms of the worker's input consumers. The embedded broker answers a "
+            "fetch that finds nothing only after half of it (docs/embedded-broker.md), hence the short "
+            "default; Apache Kafka answers as soon as records arrive, so 500 there costs no latency "
+            "and spares the brokers' CPU.",
+        ),
+    ] = 2,
     partitions: Annotated[
         int,
         typer.Option(
@@ -151,6 +163,7 @@ def coordinator(
             snapshot_interval=snapshot_interval,
             savepoint_root=roots,
             session_timeout=session_timeout,
+            fetch_wait_ms=fetch_wait_ms,
             partitions=partitions,
             latency_granularity=latency_granularity,
         )
@@ -176,6 +189,7 @@ def coordinator(
         snapshot_interval=snapshot_interval,
         savepoint_roots=tuple(roots),
         session_timeout=session_timeout,
+        fetch_wait_ms=fetch_wait_ms,
         partitions=partitions,
         latency_granularity=Granularity(latency_granularity),
     )

@@ -77,6 +77,8 @@ class Settings:
     """Seconds between fold snapshots of an owned partition whose journal moved
     (docs/design.md, "Ownership and fencing")."""
     fetch_wait_ms: int = 2
+    """``fetch.wait.max.ms`` of the input consumers (``--fetch-wait-ms``): short for the embedded
+    broker, which answers a fetch that finds nothing only after half of it."""
     session_timeout: float = 6.0
     data_dir: Path = field(default_factory=lambda: Path(".cutline") / "coordinator")
     savepoint_roots: tuple[str, ...] = ()
