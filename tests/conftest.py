@@ -32,10 +32,11 @@ cluster (``CUTLINE_BOOTSTRAP``) the default, 6 s, stays: Apache Kafka refuses le
 
 
 TEST_FETCH_WAIT_MS = "50"
-"""``cutline coordinator --fetch-wait-ms`` for the workers the tests start on the embedded broker: an
-idle worker and the broker's answers to its fetches cost a third of a core at the default 2 ms, and
-an eighth at 50, which adds at most 25 ms to each hop into a worker. On a real cluster, which answers
-a fetch as soon as records arrive, 500."""
+"""``CUTLINE_FETCH_WAIT_MS`` on the embedded broker: ``fetch.wait.max.ms`` of the coordinator workers
+and of the participants' and drivers' consumers the tests start. An idle worker's 2 ms fetches and
+the broker's answers cost a third of a core, 50 ms ones an eighth; a test of 18 participants spent
+half its CPU less. It adds at most 25 ms to a hop. On a real cluster, which answers a fetch as
+soon as records arrive, 500."""
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -26,6 +26,9 @@ from typing import Any
 
 CONFIG_FILE_VARIABLE = "CUTLINE_KAFKA_CONFIG"
 VARIABLE_PREFIX = "CUTLINE_KAFKA_"
+FETCH_WAIT_VARIABLE = "CUTLINE_FETCH_WAIT_MS"
+"""``fetch.wait.max.ms`` of cutline's consumers that do not choose their own (and of the
+coordinator's workers, ``cutline coordinator --fetch-wait-ms``)."""
 
 REDACTED = "[redacted]"
 """What a message shows instead of a secret's value."""
@@ -113,6 +116,22 @@ def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
 def variable_name(property_name: str) -> str:
     """``sasl.password`` -> ``CUTLINE_KAFKA_SASL_PASSWORD``."""
     return VARIABLE_PREFIX + property_name.upper().replace(".", "_")
+
+
+def fetch_wait_ms(default: int, environ: Mapping[str, str] | None = None) -> int:
+    """``CUTLINE_FETCH_WAIT_MS`` if set, else ``default``. The defaults are short because the embedded
+    broker answers a fetch that finds nothing only after half of its wait (docs/embedded-broker.md);
+    Apache Kafka answers as soon as records arrive, so a long wait there costs no latency and
+    spares the brokers' CPU."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(FETCH_WAIT_VARIABLE, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ClientConfigError(
+            f"{FETCH_WAIT_VARIABLE}={value!r}: give a whole number of milliseconds, 1 or more"
+        )
+    return int(value)
 
 
 def client_properties(environ: Mapping[str, str] | None = None) -> dict[str, str]:

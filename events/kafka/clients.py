@@ -27,7 +27,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from events.kafka.client_config import client_properties
+from events.kafka.client_config import client_properties, fetch_wait_ms
 from events.wire.codec import Codec, default_codec
 from events.wire.records import Record
 
@@ -56,7 +56,8 @@ PARTITIONER = "murmur2_random"
 """librdkafka's name for the Java client's key hash (Faust and aiokafka use it too)."""
 
 FETCH_WAIT_MAX_MS = 5
-"""Low, because the embedded broker parks a fetch for half of it: a hop costs about that much."""
+"""Low, because the embedded broker parks a fetch for half of it: a hop costs about that much
+(``CUTLINE_FETCH_WAIT_MS`` sets another: :func:`events.kafka.client_config.fetch_wait_ms`)."""
 
 PLACEHOLDER_GROUP = "cutline.unused"
 """librdkafka wants a ``group.id`` even for ``assign()``-only consumers that never commit."""
@@ -142,7 +143,7 @@ def consumer_config(
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+        "fetch.wait.max.ms": fetch_wait_ms(FETCH_WAIT_MAX_MS),
         "logger": log,
         **client_properties(),
         **(extra or {}),

@@ -14,6 +14,7 @@ from events.kafka.client_config import (
     aiokafka_security,
     client_properties,
     faust_credentials,
+    fetch_wait_ms,
     override,
     parse_properties,
     redacted,
@@ -80,6 +81,23 @@ def test_confluent_kafka_clients_get_the_properties_as_they_are(monkeypatch: pyt
     assert ("broker:9092", 5) == (producer["bootstrap.servers"], producer["linger.ms"])
     assert "spark-user" == source["sasl.username"]  # the source's own kafka.* options win
     assert "SCRAM-SHA-512" == source["sasl.mechanism"]
+
+
+def test_consumers_fetch_with_cutline_fetch_wait_ms_when_it_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given no CUTLINE_FETCH_WAIT_MS, a consumer waits the short default of the embedded broker; given
+    one, that; an explicit ``fetch.wait.max.ms`` of the caller wins over both."""
+    monkeypatch.delenv("CUTLINE_FETCH_WAIT_MS", raising=False)
+    assert 5 == consumer_config("b:9092")["fetch.wait.max.ms"]
+    monkeypatch.setenv("CUTLINE_FETCH_WAIT_MS", "500")
+    assert 500 == consumer_config("b:9092")["fetch.wait.max.ms"]
+    assert 10 == consumer_config("b:9092", extra={"fetch.wait.max.ms": 10})["fetch.wait.max.ms"]
+    assert "fetch.wait.max.ms" not in producer_config("b:9092")
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "fast", "1.5"])
+def test_a_fetch_wait_that_is_no_whole_positive_number_is_refused_by_name(value: str) -> None:
+    with pytest.raises(ClientConfigError, match=f"CUTLINE_FETCH_WAIT_MS={value!r}: give a whole number"):
+        fetch_wait_ms(5, {"CUTLINE_FETCH_WAIT_MS": value})
 
 
 def test_aiokafka_and_faust_get_them_in_their_own_terms() -> None:
