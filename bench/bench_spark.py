@@ -445,6 +445,20 @@ def markers_report(
         f"records/s = [bold]{ratio:.3f}[/] (target ≥ 0.99: {'met' if ratio >= 0.99 else 'missed'}); "
         f"per-round ratios: {', '.join(f'{p:.3f}' for p in paired)}"
     )
+    # CPU per record, a steadier measure of the markers' cost than a run's span: other processes
+    # of the machine stretch a span much more than they change the work each record takes.
+    cpu_off = [sum(r.cpu.values()) / r.records * 1e6 for r in runs if r.name == "with cutline"]
+    cpu_on = [sum(r.cpu.values()) / r.records * 1e6 for r in runs if r.name == "with markers"]
+    if cpu_off and cpu_on:
+        cpu_ratio = statistics.median(cpu_off) / statistics.median(cpu_on)
+        console.print(
+            f"CPU per record without/with markers (median, all of the benchmark's processes): "
+            f"{statistics.median(cpu_off):.1f} / {statistics.median(cpu_on):.1f} µs "
+            f"= [bold]{cpu_ratio:.3f}[/] "
+            f"(the share of the work left to the records: target ≥ 0.99: "
+            f"{'met' if cpu_ratio >= 0.99 else 'missed'}); median per-round throughput ratio "
+            f"{statistics.median(paired):.3f}"
+        )
     if latency is not None:
         operators = Table(title="latency per operator, last run with markers (ms, last 128 per histogram)")
         for column in ("operator", "count", "p50", "p99", "max"):
