@@ -271,6 +271,8 @@ class StandaloneCluster:
         self.environment = {
             **{k: v for k, v in os.environ.items() if k not in AWS},
             "SPARK_LOCAL_IP": "127.0.0.1",
+            # no REST submission server: it takes a fixed port (6066), and nothing here submits
+            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         }
 
     def _start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
@@ -289,7 +291,7 @@ class StandaloneCluster:
             "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
             "--port", str(self.port), "--webui-port", str(self.web_port),
         )  # fmt: skip
-        eventually(self.state, timeout=60, what=f"the standalone master at {self.url}")
+        eventually(self._answers, timeout=120, what=f"the standalone master at {self.url}")
         self.add_workers(workers)
         return self
 
@@ -307,10 +309,17 @@ class StandaloneCluster:
             self.workers.append(self._start(f"worker-{index}", *args))
         expected = len(self.workers)
         eventually(
-            lambda: self.state().get("aliveworkers") == expected,
-            timeout=60,
+            lambda: self._answers() and self.state().get("aliveworkers") == expected,
+            timeout=120,
             what=f"{expected} workers ALIVE at the master",
         )
+
+    def _answers(self) -> bool:
+        try:
+            self.state()
+        except OSError:
+            return False
+        return True
 
     def state(self) -> dict[str, Any]:
         """The master's ``/json/`` view: workers, applications and the cores they use."""
