@@ -203,10 +203,10 @@ class SnapshotGate:
 
 
 @contextlib.contextmanager
-def gated_s3() -> Iterator[tuple[Any, SnapshotGate]]:
+def gated_s3() -> Iterator[SnapshotGate]:
     """moto's S3 server behind a :class:`SnapshotGate` on a free port, with the bucket ``BUCKET``; the
-    ``AWS_*`` variables point at it (in this process and its children) while it runs. Yields an s3fs
-    file system and the gate."""
+    ``AWS_*`` variables point at it (in this process and its children) while it runs. Yields the
+    gate."""
     import s3fs
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
@@ -233,9 +233,8 @@ def gated_s3() -> Iterator[tuple[Any, SnapshotGate]]:
         reset = urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST")
         urllib.request.urlopen(reset, timeout=10).close()
         s3fs.S3FileSystem.clear_instance_cache()
-        filesystem = s3fs.S3FileSystem()
-        filesystem.mkdir(BUCKET)
-        yield filesystem, gate
+        s3fs.S3FileSystem().mkdir(BUCKET)
+        yield gate
     finally:
         gate.release()
         server.shutdown()

@@ -51,23 +51,18 @@ def topic_prefix() -> str:
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[tuple[Any, SnapshotGate]]:
-    """moto's S3 server behind a snapshot gate, for this module (each test arms its own gate)."""
+def gate() -> Iterator[SnapshotGate]:
+    """moto's S3 server behind a snapshot gate, for this module's tests (each arms it once); the
+    drivers the tests start run on loopback."""
     pytest.importorskip("s3fs")
-    with gated_s3() as (filesystem, gate):
-        yield filesystem, gate
-
-
-@pytest.fixture
-def gate(s3: tuple[Any, SnapshotGate], monkeypatch: pytest.MonkeyPatch) -> SnapshotGate:
-    """The gate in front of the module's S3 server (each test arms it once); drivers on loopback."""
-    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-    return s3[1]
+    with gated_s3() as server_gate, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+        yield server_gate
 
 
 class Feeder:
-    """Produces a few lines of words every 0.1 s in a thread until stopped: every micro-batch has
-    records for both shuffle partitions (the words cover both halves of the key groups)."""
+    """Produces 3 lines of words every 0.1 s in a thread until stopped, so that micro-batches keep
+    having records of both shuffle partitions' keys (the gate needs a task that saves state)."""
 
     def __init__(self, given: Input) -> None:
         self._stop = threading.Event()
@@ -77,12 +72,9 @@ class Feeder:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _driver(
