@@ -1,42 +1,78 @@
-"""A local SparkSession set up for cutline's jobs, tests, benchmark and demo."""
+"""SparkSessions set up for cutline's jobs, tests, benchmark and demo: ``local[N]`` and clusters."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
 def local_spark(app_name: str = "cutline", cores: int = 2, log_level: str = "ERROR") -> Any:
-    """A ``local[cores]`` SparkSession on loopback, without UI, whose Python workers run this interpreter.
+    """A ``local[cores]`` SparkSession on loopback, without UI, whose Python workers run this interpreter."""
+    return spark_session(
+        f"local[{cores}]",
+        app_name,
+        conf={"spark.sql.shuffle.partitions": str(cores), "spark.default.parallelism": str(cores)},
+        log_level=log_level,
+    )
 
-    Python workers must import confluent-kafka, pyarrow and this project, so
-    ``PYSPARK_PYTHON`` is set to this interpreter (the project's venv).
+
+def spark_session(
+    master: str,
+    app_name: str = "cutline",
+    *,
+    conf: Mapping[str, str] | None = None,
+    executor_env: Iterable[str] = (),
+    log_level: str = "ERROR",
+) -> Any:
+    """A SparkSession on ``master`` (``local[N]``, ``local-cluster[N,cores,MB]``, ``spark://host:port``,
+    ...) for cutline's jobs, without UI, with ``KafkaSource`` registered.
+
+    Python workers must import confluent-kafka, pyarrow and this project, so ``PYSPARK_PYTHON`` is
+    this interpreter (the project's venv); on another master than ``local[N]`` one already set is
+    kept, since executors on other hosts may have the project elsewhere. ``local…`` masters (their
+    executors are this machine's processes) run on loopback; on another, the driver's address is
+    Spark's (``SPARK_LOCAL_IP``, ``spark.driver.host``). ``executor_env`` names variables of this
+    process that every executor's environment gets (``spark.executorEnv.NAME``): the state store's
+    credentials and endpoint, for example. ``conf`` goes to the builder last (docs/spark.md,
+    "Deploying on a cluster").
     """
     from pyspark.sql import SparkSession
 
     from spark_tasks.kafka_source import KafkaSource
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    missing = [name for name in executor_env if name not in os.environ]
+    if missing:
+        raise ValueError(f"executor_env names {', '.join(missing)}, which this process's environment lacks")
+    local = master.startswith("local")
+    if master.startswith("local["):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = (
-        SparkSession.builder.master(f"local[{cores}]")
+    builder = (
+        SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(cores))
-        .config("spark.default.parallelism", str(cores))
         .config("spark.driver.memory", "1g")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.pollingDelay", "10ms")
         .config("spark.sql.streaming.minBatchesToRetain", "10")
         # An idle query reports (and so is RUNNING for cutline) after 1 s, not Spark's 10 s.
         .config("spark.sql.streaming.noDataProgressEventInterval", "1000")
-        .getOrCreate()
     )
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    for name in executor_env:
+        builder = builder.config(f"spark.executorEnv.{name}", os.environ[name])
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel(log_level)
     session.dataSource.register(KafkaSource)
     return session

@@ -471,7 +471,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--idle-stop", type=float, help="stop (FINISHED) after this many seconds without input"
     )
+    parser.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master: local[N], local-cluster[N,cores,MB], spark://host:port, ... (default local[2])",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_spark_conf,
+        help="a Spark setting, as spark-submit's --conf (repeat for more)",
+    )
+    parser.add_argument(
+        "--executor-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="pass this environment variable to every executor (repeat for more; e.g. AWS_ENDPOINT_URL)",
+    )
     return parser
+
+
+def _spark_conf(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not key or not equals:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
 
 
 def job_settings(args: argparse.Namespace) -> JobSettings:
@@ -511,10 +538,12 @@ def main(argv: Iterable[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     use_wire(wire_from_environment())  # as `cutline run` exported them
     settings = job_settings(args)
-    from spark_tasks.session import local_spark
+    from spark_tasks.session import spark_session
 
     with StopSignals() as stop:
-        spark = local_spark(f"cutline-{args.job}")
+        spark = spark_session(
+            args.master, f"cutline-{args.job}", conf=dict(args.conf), executor_env=args.executor_env
+        )
         try:
             if stop.requested:  # while the JVM started: no job to start, nor to report CANCELED
                 return 0
