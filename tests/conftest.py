@@ -51,7 +51,11 @@ and a long one started last would finish alone."""
 
 TOGETHER = ("tests/spark/",)
 """Under pytest-xdist's ``--dist loadfile``, the files under these run in one worker, as one:
-one Spark session for all of them."""
+one Spark session for all of them (tests/spark/conftest.py), except :data:`APART`."""
+
+APART = ("tests/spark/test_cluster.py", "tests/spark/test_connect.py")
+"""Spark test files that start Spark processes of their own (clusters, a Connect server) and not the
+shared session: each is a unit of its own, so that another worker can run it meanwhile."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -80,6 +84,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class LoadFileSparkTogether(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
+            if path in APART:
+                return path
             return next((prefix for prefix in TOGETHER if path.startswith(prefix)), path)
 
     return LoadFileSparkTogether(config, log)
