@@ -84,6 +84,7 @@ from spark_tasks.kafka_source import BARRIER_COLUMN, MARKER_COLUMN, entry_barrie
 from spark_tasks.latency import KEYED, ROUTE, Measurements
 from spark_tasks.state import KafkaRecord, StateLost, _json_dumps, _json_loads
 from spark_tasks.tasks import snapshot_name
+from spark_tasks.workers import freeze_worker_heap
 
 __all__ = [
     "FULL_EVERY",
@@ -681,6 +682,7 @@ def route_step(
     schema = _route_schema(batch_step.value_type)
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
         job_id, attempt = ("", 0) if settings is None else (settings.job_id, settings.attempt)
         latency = Measurements(job_id, attempt, ROUTE)
         for rows in batches:
@@ -791,6 +793,7 @@ def process_step(
     batch_step = as_batch_step(step)
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
         batch_id, index = _batch_id()
         groups = key_group_range(index, settings.parallelism, step.max_parallelism)
         store = KeyedStateStore(settings.state_root, index)
