@@ -18,6 +18,12 @@ order, and returns the new state (None deletes the key) and output rows. Snapsho
 step's ``uid`` and its key function's name; a restore into another step refuses
 (:mod:`spark_tasks.restore`).
 
+**Whole batches.** The keyed path itself runs a :class:`KeyedBatchStep`: ``pairs_of`` over an
+Arrow batch of records, ``update_batch`` over a micro-batch's keys, their values grouped by key
+(a list array) and their states (a column). A :class:`KeyedStep` is its per-record, per-key
+convenience (:meth:`KeyedStep.batched`). The map side hashes a batch's keys at once
+(:func:`key_groups`); the shuffle side sorts the pairs with Arrow and calls ``update_batch`` once.
+
 **Key groups.** A key belongs to key group ``murmur3_32(utf-8 key) mod max_parallelism`` (Flink's
 max parallelism, default 128), and shuffle partition ``i`` of ``P`` owns the contiguous range
 :func:`key_group_range` (Flink's ``KeyGroupRangeAssignment``). State is stored and snapshotted
@@ -25,7 +31,7 @@ per key group, so a snapshot taken with ``P`` partitions restores into ``P'``: e
 reads the key groups it owns from whichever old snapshots hold them.
 
 **The plan.** ``source → mapInArrow(route) → repartitionById(P, cutline_target) →
-mapInArrow(process)``. The map side is stateless: it applies ``key_by`` and sends each pair to its
+mapInArrow(process)``. The map side is stateless: it applies ``pairs_of`` and sends each pair to its
 key group's partition, and copies every barrier row (one per input partition, first in its
 batch: :mod:`spark_tasks.kafka_source`) to all ``P`` partitions. A shuffle task therefore sees the
 barrier from every input channel (seed 002's BarrierBuffer); its state before the batch is the
