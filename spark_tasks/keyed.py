@@ -906,9 +906,15 @@ def fold_pairs(
         raise ValueError(f"update_batch returned {len(new_states)} states for {len(keys)} keys")
     encoded = step.encode_states(new_states).cast(pa.binary())
     same = pc.fill_null(pc.equal(encoded, old), pc.and_(pc.is_null(encoded), pc.is_null(old)))
+    changed = pc.invert(same)
     changes: Changes = {}
-    for i in np.flatnonzero(~same.to_numpy(zero_copy_only=False)):
-        changes.setdefault(key_groups_of[i], {})[names[i]] = encoded[int(i)].as_py()
+    for group, key, stored in zip(
+        pa.array(key_groups_of, pa.int32()).filter(changed).to_pylist(),
+        keys.filter(changed).to_pylist(),
+        encoded.filter(changed).to_pylist(),
+        strict=True,
+    ):
+        changes.setdefault(group, {})[key] = stored
     return changes, rows
 
 
