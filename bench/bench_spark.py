@@ -3,6 +3,7 @@
 
     uv run python bench/bench_spark.py [--records 300000] [--per-trigger 20000] [--rounds 2] [--quick]
                                        [--keyed 8] [--markers 1000] [--snapshots]
+                                       [--keyed 8 --native [--keys 9 100000]]
 
 One local SparkSession (``local[2]``), the embedded broker (or ``CUTLINE_BOOTSTRAP``)
 and a coordinator process. ``--records`` lines of words are produced once to a
@@ -27,6 +28,14 @@ completed before its batch ended. One run of each, unmeasured, warms up first.
 ``--keyed N`` runs the keyed word count (``spark_tasks.wordcount.KEYED_WORD_COUNT``: the words
 shuffled by key group into N partitions, one global count per word) instead, both ways: without
 cutline the same route → ``repartitionById`` → keyed step with its state store and no barriers.
+
+``--keyed N --native`` compares the keyed word count with cutline (a checkpoint every
+``--interval-ms``) with Spark's own stateful aggregation over the same source and backlog:
+``groupBy("word").count()`` in update mode with ``spark.sql.shuffle.partitions`` = N, once with the
+HDFS-backed state store (Spark's default) and once with RocksDB, for each ``--keys`` count of
+distinct words (one topic each), in ABC/CBA rounds. It prints records/s per run, the ratio cutline /
+HDFS-backed store, and the CPU per run (docs/design.md, "Performance targets": at or above the
+HDFS-backed store at 9 and at 100,000 keys).
 
 ``--markers MS`` compares the job with cutline against itself with latency markers every ``MS``
 ms (``JobSettings.latency_interval_ms``), in ABBA rounds (docs/design.md, "Performance targets":
@@ -72,7 +81,6 @@ from events.wire.records import CheckpointCompleted, CheckpointConfig  # noqa: E
 from spark_tasks.job import CheckpointedJob, JobSettings  # noqa: E402
 from spark_tasks.kafka_source import BARRIER_KEY, FORMAT, from_offsets  # noqa: E402
 from spark_tasks.keyed import (  # noqa: E402
-    SHUFFLE_SCHEMA,
     TARGET_COLUMN,
     KeyedSettings,
     KeyedState,
@@ -82,10 +90,11 @@ from spark_tasks.keyed import (  # noqa: E402
     key_group_range,
     process_step,
     route_step,
+    shuffle_schema,
     write_snapshot,
 )
 from spark_tasks.tasks import TaskSettings, partition_step  # noqa: E402
-from spark_tasks.wordcount import KEYED_WORD_COUNT, WORD_COUNT, read_counts  # noqa: E402
+from spark_tasks.wordcount import KEYED_WORD_COUNT, WORD_COUNT, final_counts, read_counts  # noqa: E402
 
 PARTITIONS = 4
 WORDS = ("barrier", "checkpoint", "kafka", "spark", "flink", "offset", "partition", "snapshot", "journal")
@@ -173,10 +182,16 @@ def _barrier_id(progress: dict[str, Any]) -> int | None:
     return None if barrier is None else int(barrier["id"])
 
 
-def produce(bootstrap: str, topic: str, records: int) -> None:
+def word(n: int, keys: int) -> str:
+    """The ``n``-th word of a backlog of ``keys`` distinct words (:data:`WORDS` for 9)."""
+    return WORDS[n % len(WORDS)] if keys == len(WORDS) else f"w{n % keys}"
+
+
+def produce(bootstrap: str, topic: str, records: int, keys: int = len(WORDS)) -> None:
+    """``records`` lines of 1 to 4 words (record ``i`` has ``1 + i % 4``) out of ``keys`` distinct words."""
     producer = Producer(producer_config(bootstrap, {"linger.ms": 20, "batch.num.messages": 10_000}))
     for i in range(records):
-        line = " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(1 + i % 4))
+        line = " ".join(word(i * 7 + j, keys) for j in range(1 + i % 4))
         while True:
             try:
                 producer.produce(topic, value=line.encode(), partition=i % PARTITIONS)
@@ -247,7 +262,7 @@ def run_plain(spark: Any, bootstrap: str, topic: str, records: int, args: Any, w
         for index in range(args.keyed):
             KeyedStateStore(keyed.state_root, index).seed({})
         df = (
-            source.mapInArrow(route_step(KEYED_WORD_COUNT, args.keyed), SHUFFLE_SCHEMA)
+            source.mapInArrow(route_step(KEYED_WORD_COUNT, args.keyed), shuffle_schema(KEYED_WORD_COUNT))
             .repartitionById(args.keyed, TARGET_COLUMN)
             .mapInArrow(process_step(KEYED_WORD_COUNT, keyed, to_arrow_schema(schema)), schema)
         )
@@ -306,6 +321,72 @@ def run_cutline(
     return run
 
 
+_STATE = "org.apache.spark.sql.execution.streaming.state"
+NATIVE_STORES = {
+    "native, HDFS-backed store": f"{_STATE}.HDFSBackedStateStoreProvider",
+    "native, RocksDB": f"{_STATE}.RocksDBStateStoreProvider",
+}
+"""Spark's own state stores, by the name of their run."""
+CUTLINE_KEYED = "cutline keyed"
+
+
+def run_native(spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path, name: str) -> Run:
+    """Spark's own stateful word count over the same source: ``groupBy("word").count()`` in update
+    mode, its state in the store ``NATIVE_STORES[name]``, ``args.keyed`` shuffle partitions."""
+    from pyspark.sql import functions as F
+
+    query_dir = work / f"native-{uuid.uuid4().hex[:6]}"
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", NATIVE_STORES[name])
+    spark.conf.set("spark.sql.shuffle.partitions", str(args.keyed))
+    source = (
+        spark.readStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", args.per_trigger)
+        .load()
+    )
+    words = source.select(
+        F.explode(F.split(F.lower(F.col("value").cast("string")), r"\s+")).alias("word")
+    ).where(F.col("word") != "")
+    started = time.monotonic()
+    query = (
+        words.groupBy("word")
+        .count()
+        .writeStream.outputMode("update")
+        .foreachBatch(write_batch(query_dir / "out", 1))
+        .option("checkpointLocation", str(query_dir / "spark"))
+        .trigger(processingTime=f"{args.trigger_ms} milliseconds")
+        .start()
+    )
+    try:
+        _wait_done(query, records)
+    finally:
+        query.stop()
+    run = Run(name, records, [p for p in query.recentProgress if p["numInputRows"] > 0])
+    run.wall_s = time.monotonic() - started
+    _check_final(query_dir / "out", records)
+    return run
+
+
+def run_cutline_keyed(
+    spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path, name: str
+) -> Run:
+    """:func:`run_cutline` of the keyed word count, named for the comparison with Spark's stores."""
+    run = run_cutline(spark, bootstrap, topic, records, args, work)
+    run.name = name
+    _check_final(work / run.job_id / "out", records)
+    return run
+
+
+def _check_final(out: Path, records: int) -> None:
+    """The last count of every word adds up to the words produced (a keyed count's output)."""
+    expected = sum(1 + i % 4 for i in range(records))
+    counted = sum(final_counts(out).values())
+    if counted != expected:
+        raise AssertionError(f"{out}: final counts add up to {counted} words, produced {expected}")
+
+
 def _check(out: Path, records: int) -> None:
     expected = sum(1 + i % 4 for i in range(records))
     counted = sum(read_counts(out).values())
@@ -331,6 +412,14 @@ def main() -> None:
     )
     parser.add_argument("--snapshots", action="store_true", help="only the keyed snapshot sizes (no Spark)")
     parser.add_argument(
+        "--native",
+        action="store_true",
+        help="with --keyed N: cutline's keyed count against Spark's groupBy().count() (HDFS, RocksDB)",
+    )
+    parser.add_argument(
+        "--keys", type=int, nargs="+", default=[len(WORDS)], help="distinct words, one backlog each"
+    )
+    parser.add_argument(
         "--markers",
         type=int,
         default=0,
@@ -343,6 +432,11 @@ def main() -> None:
     console = Console(width=150)
     if args.snapshots:
         console.print(snapshot_sizes())
+        return
+    if args.native:
+        if not args.keyed:
+            parser.error("--native compares the keyed word count: give --keyed N")
+        native_comparison(args, console)
         return
     work = Path(tempfile.mkdtemp(prefix="cutline-bench-spark-"))
     from spark_tasks.session import local_spark
@@ -399,6 +493,117 @@ def main() -> None:
         markers_report(console, runs, args.markers, latency)
     else:
         report(console, runs)
+
+
+def native_comparison(args: Any, console: Console) -> None:
+    """cutline's keyed word count against Spark's own stateful aggregation, for each ``--keys``:
+    one warm-up run of each variant, then rounds in ABC and CBA order."""
+    from spark_tasks.session import local_spark
+
+    variants = [*NATIVE_STORES, CUTLINE_KEYED]
+    console.print(
+        f"[bold]Keyed word count: cutline (checkpoint every {args.interval_ms} ms) against Spark's "
+        f"groupBy().count()[/] — {args.records:,} records, {PARTITIONS} partitions, {args.keyed} shuffle "
+        f"partitions, keys {', '.join(f'{k:,}' for k in args.keys)}, maxOffsetsPerTrigger "
+        f"{args.per_trigger:,}, trigger {args.trigger_ms} ms, {args.rounds} round(s); {machine_line()}, "
+        f"code from {code_checked()}, load {os.getloadavg()[0]:.2f}"
+    )
+    work = Path(tempfile.mkdtemp(prefix="cutline-bench-spark-"))
+    runs: dict[int, list[Run]] = {keys: [] for keys in args.keys}
+    with (
+        broker_at(os.environ.get("CUTLINE_BOOTSTRAP")) as bootstrap,
+        CoordinatorProcess(bootstrap, log_path=work / "coordinator" / "log"),
+    ):
+        topics = {keys: f"bench-words-{keys}-{uuid.uuid4().hex[:6]}" for keys in args.keys}
+        create_topics(bootstrap, list(topics.values()), partitions=PARTITIONS)
+        for keys, topic in topics.items():
+            produce(bootstrap, topic, args.records, keys)
+        spark = local_spark("cutline-bench")
+        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        try:
+            for name in variants:  # warm-up, not measured
+                _variant_run(name, spark, bootstrap, topics[args.keys[0]], args, work)
+            with Progress(console=console, transient=True) as progress:
+                task = progress.add_task("runs", total=len(variants) * len(args.keys) * args.rounds)
+                for round_ in range(args.rounds):
+                    for keys, topic in topics.items():
+                        for name in variants if round_ % 2 == 0 else variants[::-1]:
+                            runs[keys].append(
+                                measured(_variant_run, name, spark, bootstrap, topic, args, work)
+                            )
+                            progress.advance(task)
+        finally:
+            spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    native_report(console, runs, variants)
+
+
+def _variant_run(name: str, spark: Any, bootstrap: str, topic: str, args: Any, work: Path) -> Run:
+    runner = run_cutline_keyed if name == CUTLINE_KEYED else run_native
+    return runner(spark, bootstrap, topic, args.records, args, work, name)
+
+
+def native_report(console: Console, runs: dict[int, list[Run]], variants: list[str]) -> None:
+    """Records/s of each variant (range and mean over its runs), the ratio cutline / HDFS-backed
+    store, and the CPU of a run by kind of process."""
+    hdfs = next(iter(NATIVE_STORES))
+    table = Table(title="Keyed word count, records/s in the same session (each run: the whole backlog)")
+    for column in (
+        "keys",
+        "variant",
+        "runs",
+        "records/s (range)",
+        "mean",
+        "/ HDFS store",
+        "CPU s: JVM",
+        "Python workers",
+        "all",
+    ):
+        table.add_column(column, justify="right")
+    for keys, done in runs.items():
+        means = {
+            name: statistics.mean(r.throughput for r in done if r.name == name)
+            for name in variants
+            if any(r.name == name for r in done)
+        }
+        for name in variants:
+            mine = [r for r in done if r.name == name]
+            if not mine:
+                continue
+            rates = sorted(r.throughput for r in mine)
+            cpu = summed([r.cpu for r in mine if r.cpu])
+            table.add_row(
+                f"{keys:,}",
+                name,
+                str(len(mine)),
+                f"{rates[0]:,.0f}-{rates[-1]:,.0f}",
+                f"{means[name]:,.0f}",
+                f"{means[name] / means[hdfs]:.2f}",
+                *(
+                    f"{cpu.get(kind, 0.0) / len(mine):.1f}"
+                    for kind in ("Spark JVM", "Spark Python workers", "machine")
+                ),
+            )
+    console.print(table)
+    for keys, done in runs.items():
+        ratios = sorted(_paired(done, CUTLINE_KEYED, hdfs))
+        if ratios:
+            console.print(
+                f"{keys:,} keys: cutline / HDFS-backed store per round "
+                f"{', '.join(f'{r:.2f}' for r in ratios)}; "
+                f"target ≥ 1: {'met' if statistics.median(ratios) >= 1 else 'missed'}"
+            )
+
+
+def _paired(runs: list[Run], a: str, b: str) -> list[float]:
+    """Per round (runs in order, one of each variant a round): throughput of ``a`` / of ``b``."""
+    per_round = len({r.name for r in runs})
+    rounds = [runs[i : i + per_round] for i in range(0, len(runs), per_round)]
+    return [
+        next(r.throughput for r in group if r.name == a) / next(r.throughput for r in group if r.name == b)
+        for group in rounds
+        if {a, b} <= {r.name for r in group}
+    ]
 
 
 def marked(*args: Any, markers_ms: int) -> Run:

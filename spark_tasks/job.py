@@ -115,12 +115,11 @@ from spark_tasks.kafka_source import (
 )
 from spark_tasks.keyed import (
     MAX_PARALLELISM,
-    SHUFFLE_SCHEMA,
     TARGET_COLUMN,
+    AnyKeyedStep,
     KeyedSettings,
     KeyedState,
     KeyedStateStore,
-    KeyedStep,
     key_group_range,
     keyed_task_id,
     process_step,
@@ -128,6 +127,7 @@ from spark_tasks.keyed import (
     read_manifest,
     read_manifests,
     route_step,
+    shuffle_schema,
 )
 from spark_tasks.restore import (
     JobShape,
@@ -623,11 +623,12 @@ class CheckpointedJob:
         )
         return source.mapInArrow(partition_step(step, settings, to_arrow_schema(schema)), schema)
 
-    def stream_keyed(self, step: KeyedStep[Any], source_options: Mapping[str, Any] | None = None) -> Any:
+    def stream_keyed(self, step: AnyKeyedStep, source_options: Mapping[str, Any] | None = None) -> Any:
         """The DataFrame of a keyed ``step``'s output: the input's ``(key, value)`` pairs shuffled by
         key group into ``JobSettings.keyed_partitions`` partitions, each keeping the state of its key
         groups, snapshotting them at every barrier and acking once per partition
-        (:mod:`spark_tasks.keyed`)."""
+        (:mod:`spark_tasks.keyed`). ``step`` is a :class:`KeyedStep` (per record and key) or a
+        :class:`~spark_tasks.keyed.KeyedBatchStep` (whole Arrow batches)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
         parallelism = self.settings.keyed_partitions
@@ -653,12 +654,12 @@ class CheckpointedJob:
         )
         return (
             self._source(source_options)
-            .mapInArrow(route_step(step, parallelism, settings), SHUFFLE_SCHEMA)
+            .mapInArrow(route_step(step, parallelism, settings), shuffle_schema(step))
             .repartitionById(parallelism, TARGET_COLUMN)
             .mapInArrow(process_step(step, settings, to_arrow_schema(schema)), schema)
         )
 
-    def _seed_keyed(self, step: KeyedStep[Any], parallelism: int) -> None:
+    def _seed_keyed(self, step: AnyKeyedStep, parallelism: int) -> None:
         """Write every shuffle partition's first state version, once per attempt: the restored key
         groups if they are ``step``'s (:func:`~spark_tasks.restore.restore_step`), else empty.
         Raises :class:`RestoreRefused` if they are another step's and the job does not allow that."""

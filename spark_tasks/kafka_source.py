@@ -122,6 +122,7 @@ from events.kafka.feed import JobFeed
 from events.task.latency import LatencyMarker, MarkerSchedule
 from events.wire.codec import WireSettings, codec_for
 from events.wire.records import CheckpointBarrier, CheckpointKind
+from spark_tasks.workers import freeze_worker_heap
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -1186,6 +1187,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(partition, KafkaInputPartition):
             raise TypeError(f"{FORMAT} cannot read {partition!r}")
         from pyspark.sql.pandas.types import to_arrow_schema
+
+        freeze_worker_heap()
 
         include_headers = self.options.include_headers
         options = self.options

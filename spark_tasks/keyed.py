@@ -18,6 +18,12 @@ order, and returns the new state (None deletes the key) and output rows. Snapsho
 step's ``uid`` and its key function's name; a restore into another step refuses
 (:mod:`spark_tasks.restore`).
 
+**Whole batches.** The keyed path itself runs a :class:`KeyedBatchStep`: ``pairs_of`` over an
+Arrow batch of records, ``update_batch`` over a micro-batch's keys, their values grouped by key
+(a list array) and their states (a column). A :class:`KeyedStep` is its per-record, per-key
+convenience (:meth:`KeyedStep.batched`). The map side hashes a batch's keys at once
+(:func:`key_groups`); the shuffle side sorts the pairs with Arrow and calls ``update_batch`` once.
+
 **Key groups.** A key belongs to key group ``murmur3_32(utf-8 key) mod max_parallelism`` (Flink's
 max parallelism, default 128), and shuffle partition ``i`` of ``P`` owns the contiguous range
 :func:`key_group_range` (Flink's ``KeyGroupRangeAssignment``). State is stored and snapshotted
@@ -25,7 +31,7 @@ per key group, so a snapshot taken with ``P`` partitions restores into ``P'``: e
 reads the key groups it owns from whichever old snapshots hold them.
 
 **The plan.** ``source → mapInArrow(route) → repartitionById(P, cutline_target) →
-mapInArrow(process)``. The map side is stateless: it applies ``key_by`` and sends each pair to its
+mapInArrow(process)``. The map side is stateless: it applies ``pairs_of`` and sends each pair to its
 key group's partition, and copies every barrier row (one per input partition, first in its
 batch: :mod:`spark_tasks.kafka_source`) to all ``P`` partitions. A shuffle task therefore sees the
 barrier from every input channel (seed 002's BarrierBuffer); its state before the batch is the
@@ -63,7 +69,9 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import mmh3
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from events.clock import now_ms
 from events.task import storage
@@ -82,18 +90,22 @@ from spark_tasks.kafka_source import BARRIER_COLUMN, MARKER_COLUMN, entry_barrie
 from spark_tasks.latency import KEYED, ROUTE, Measurements
 from spark_tasks.state import KafkaRecord, StateLost, _json_dumps, _json_loads
 from spark_tasks.tasks import snapshot_name
+from spark_tasks.workers import freeze_worker_heap
 
 __all__ = [
     "FULL_EVERY",
     "MAX_CHAIN",
     "MAX_PARALLELISM",
+    "KeyedBatchStep",
     "KeyedSettings",
     "KeyedStateStore",
     "KeyedStep",
+    "as_batch_step",
     "Manifest",
     "Piece",
     "key_group",
     "key_group_range",
+    "key_groups",
     "keyed_task_id",
     "operator_index",
     "process_step",
@@ -102,6 +114,7 @@ __all__ = [
     "read_manifest",
     "read_manifests",
     "route_step",
+    "shuffle_schema",
 ]
 
 log = logging.getLogger(__name__)
@@ -127,7 +140,8 @@ SHUFFLE_SCHEMA = (
     f"topic string, partition int, offset long, seq int, {BARRIER_COLUMN} string, {MARKER_COLUMN} string"
 )
 """The rows between the map side and the shuffle side: a pair, or a barrier or latency marker row
-(key null)."""
+(key null); ``value`` is the step's ``value_type`` (:func:`shuffle_schema`), pickled bytes for a
+:class:`KeyedStep`."""
 
 PIECE_SCHEMA = pa.schema([("key_group", pa.int32()), ("key", pa.string()), ("state", pa.binary())])
 
@@ -143,6 +157,63 @@ Changes = dict[int, dict[str, bytes | None]]
 def key_group(key: str, max_parallelism: int = MAX_PARALLELISM) -> int:
     """The key group of ``key``: murmur3 (32 bit, seed 0) of its UTF-8 bytes, mod ``max_parallelism``."""
     return int(mmh3.hash(key.encode("utf-8"), 0, signed=False)) % max_parallelism
+
+
+LONG_KEY_BYTES = 256
+"""Keys longer than this are hashed one by one (:func:`key_groups`): the vectorized hash loops once
+per 4 bytes of the longest key."""
+
+_C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _murmur3_32(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """MurmurHash3 x86 32-bit, seed 0, of ``data[start:start+length]`` for every start and length at
+    once (uint32 arithmetic wraps as the C code's). ``data`` is uint32 with 3 spare bytes at the end."""
+    blocks = lengths >> 2
+    h = np.zeros(len(starts), np.uint32)
+    for j in range(int(blocks.max(initial=0))):
+        live = np.flatnonzero(blocks > j)
+        at = starts[live] + 4 * j
+        k = data[at] | (data[at + 1] << 8) | (data[at + 2] << 16) | (data[at + 3] << 24)
+        h[live] = _rotl(h[live] ^ (_rotl(k * _C1, 15) * _C2), 13) * np.uint32(5) + np.uint32(0xE6546B64)
+    tail, at = lengths & 3, starts + (blocks << 2)
+    k = np.where(tail >= 3, data[at + 2] << 16, 0).astype(np.uint32)
+    k ^= np.where(tail >= 2, data[at + 1] << 8, 0).astype(np.uint32)
+    k ^= np.where(tail >= 1, data[at], 0).astype(np.uint32)
+    h ^= np.where(tail >= 1, _rotl(k * _C1, 15) * _C2, 0).astype(np.uint32)
+    h ^= lengths.astype(np.uint32)
+    h ^= h >> np.uint32(16)
+    h *= np.uint32(0x85EBCA6B)
+    h ^= h >> np.uint32(13)
+    h *= np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+def key_groups(keys: pa.Array | pa.ChunkedArray, max_parallelism: int = MAX_PARALLELISM) -> np.ndarray:
+    """:func:`key_group` of every key of a string column at once (int32), from its Arrow buffers: the
+    map side routes a batch without a Python call per key. Keys must not be null."""
+    array = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    if pa.types.is_large_string(array.type):
+        array = array.cast(pa.string())
+    if not pa.types.is_string(array.type) or array.null_count:
+        raise ValueError(f"keys must be non-null strings, got {array.type} with {array.null_count} nulls")
+    n = len(array)
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int32, n + 1, array.offset * 4).astype(np.int64)
+    data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    data = np.concatenate([data, np.zeros(4, np.uint8)]).astype(np.uint32)
+    starts, lengths = offsets[:-1], offsets[1:] - offsets[:-1]
+    short = np.flatnonzero(lengths <= LONG_KEY_BYTES)
+    hashes = np.zeros(n, np.uint32)
+    with np.errstate(over="ignore"):
+        hashes[short] = _murmur3_32(data, starts[short], lengths[short])
+    for i in np.flatnonzero(lengths > LONG_KEY_BYTES):
+        hashes[i] = mmh3.hash(array[int(i)].as_py(), 0, signed=False)
+    return (hashes % np.uint32(max_parallelism)).astype(np.int32)
 
 
 def key_group_range(index: int, parallelism: int, max_parallelism: int = MAX_PARALLELISM) -> range:
@@ -194,6 +265,111 @@ class KeyedStep(Generic[S]):
     def identity(self) -> StepIdentity:
         """What a snapshot records of this step: its uid and its key function's qualified name."""
         return StepIdentity(self.uid, callable_name(self.key_by))
+
+    def batched(self) -> KeyedBatchStep:
+        """This step as the keyed path runs it: ``key_by`` and ``update`` called record by record and
+        key by key inside the batch functions (values pickled across the shuffle, states as bytes)."""
+        return KeyedBatchStep(
+            pairs_of=PairsOfRecords(self.key_by),
+            update_batch=UpdateEachKey(self.update, self.serialize, self.deserialize),
+            output_schema=self.output_schema,
+            max_parallelism=self.max_parallelism,
+            uid=self.uid,
+        )
+
+
+def _as_stored(states: pa.Array) -> pa.Array:
+    """States that are their stored bytes already."""
+    return states
+
+
+@dataclass(frozen=True)
+class KeyedBatchStep:
+    """Keyed processing over whole Arrow batches, Spark's ``groupBy(...).agg(...)`` in spirit: what the
+    keyed path runs (a :class:`KeyedStep` is its per-key convenience, :meth:`KeyedStep.batched`).
+
+    ``pairs_of(records)`` gets a batch of the source's rows (no barrier or marker rows) and returns
+    a table of ``row`` (the index of the record a pair came from), ``key`` (a string) and ``value``
+    (of ``value_type``), in input order. ``update_batch(keys, values, states)`` gets, per shuffle
+    partition and micro-batch, each key once (sorted by key group and key), a list array of each
+    key's values in input order, and each key's state before the batch (null for a new key;
+    ``decode_states`` of the stored bytes); it returns the new states (one per key, null deletes
+    the key) and the output rows (an Arrow table or batch with ``output_schema``'s columns, or
+    tuples or dicts). ``encode_states``/``decode_states`` turn a state column into the bytes the
+    store and snapshots keep and back. All must be deterministic.
+    """
+
+    pairs_of: Callable[[pa.RecordBatch], pa.Table | pa.RecordBatch]
+    update_batch: Callable[[pa.Array, pa.ListArray, pa.Array], tuple[pa.Array, Any]]
+    output_schema: str
+    value_type: pa.DataType = field(default_factory=pa.binary)
+    encode_states: Callable[[pa.Array], pa.Array] = _as_stored
+    decode_states: Callable[[pa.Array], pa.Array] = _as_stored
+    max_parallelism: int = MAX_PARALLELISM
+    uid: str | None = None
+    """As :attr:`KeyedStep.uid`."""
+
+    @property
+    def identity(self) -> StepIdentity:
+        """What a snapshot records of this step: its uid and ``pairs_of``'s qualified name."""
+        return StepIdentity(self.uid, callable_name(self.pairs_of))
+
+    def batched(self) -> KeyedBatchStep:
+        return self
+
+
+AnyKeyedStep = KeyedStep[Any] | KeyedBatchStep
+
+
+def as_batch_step(step: AnyKeyedStep) -> KeyedBatchStep:
+    """The batch form of ``step`` (itself when it is one)."""
+    return step.batched()
+
+
+@dataclass(frozen=True)
+class PairsOfRecords:
+    """``pairs_of`` over a per-record ``key_by``: one Python call per record, values pickled."""
+
+    key_by: Callable[[KafkaRecord], Iterable[tuple[str, Any]]]
+
+    def __call__(self, records: pa.RecordBatch) -> pa.Table:
+        columns = records.to_pydict()
+        rows: list[int] = []
+        keys: list[str] = []
+        values: list[bytes] = []
+        for i in range(records.num_rows):
+            record = KafkaRecord(
+                columns["key"][i], columns["value"][i], columns["topic"][i], columns["partition"][i],
+                columns["offset"][i], columns["timestamp"][i],
+            )  # fmt: skip
+            for key, value in self.key_by(record):
+                rows.append(i)
+                keys.append(key)
+                values.append(pickle.dumps(value))
+        return pa.table(
+            [pa.array(rows, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.binary())],
+            names=["row", "key", "value"],
+        )
+
+
+@dataclass(frozen=True)
+class UpdateEachKey:
+    """``update_batch`` over a per-key ``update``: one Python call per key, states as their bytes."""
+
+    update: Callable[[str, Any, Sequence[Any]], tuple[Any, Iterable[Any]]]
+    serialize: Callable[[Any], bytes]
+    deserialize: Callable[[bytes], Any]
+
+    def __call__(self, keys: pa.Array, values: pa.ListArray, states: pa.Array) -> tuple[pa.Array, list[Any]]:
+        new_states: list[bytes | None] = []
+        rows: list[Any] = []
+        for key, pickled, old in zip(keys.to_pylist(), values.to_pylist(), states.to_pylist(), strict=True):
+            new, out = self.update(
+                key, None if old is None else self.deserialize(old), [pickle.loads(v) for v in pickled]
+            )
+            new_states.append(None if new is None else self.serialize(new))
+            rows.extend(out)
+        return pa.array(new_states, pa.binary()), rows
 
 
 # ---------------------------------------------------------- pieces and manifests
@@ -476,17 +652,13 @@ class KeyedSettings:
 # ------------------------------------------------------------------- map side
 
 
-def route_step(
-    step: KeyedStep[Any], parallelism: int, settings: KeyedSettings | None = None
-) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function before the shuffle: pairs to their key group's partition, barrier
-    and latency marker rows to every partition (markers are measured here first, with ``settings``)."""
-    schema = pa.schema(
+def _route_schema(value_type: pa.DataType) -> pa.Schema:
+    return pa.schema(
         [
             (TARGET_COLUMN, pa.int32()),
             ("key_group", pa.int32()),
             ("key", pa.string()),
-            ("value", pa.binary()),
+            ("value", value_type),
             ("topic", pa.string()),
             ("partition", pa.int32()),
             ("offset", pa.int64()),
@@ -495,56 +667,110 @@ def route_step(
             (MARKER_COLUMN, pa.string()),
         ]
     )
-    max_parallelism = step.max_parallelism
+
+
+def shuffle_schema(step: AnyKeyedStep) -> str:
+    """The Spark DDL of the rows between ``step``'s map side and its shuffle side
+    (:data:`SHUFFLE_SCHEMA` with the step's ``value_type``)."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    value = from_arrow_type(as_batch_step(step).value_type).simpleString()
+    return SHUFFLE_SCHEMA.replace("value binary", f"value {value}")
+
+
+def route_step(
+    step: AnyKeyedStep, parallelism: int, settings: KeyedSettings | None = None
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function before the shuffle: pairs to their key group's partition, barrier
+    and latency marker rows to every partition (markers are measured here first, with ``settings``).
+    A batch is routed with Arrow compute: ``pairs_of`` once, key groups by :func:`key_groups`."""
+    batch_step = as_batch_step(step)
+    schema = _route_schema(batch_step.value_type)
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
         job_id, attempt = ("", 0) if settings is None else (settings.job_id, settings.attempt)
         latency = Measurements(job_id, attempt, ROUTE)
         for rows in batches:
             batch, markers = latency.take_markers(rows)
-            out: dict[str, list[Any]] = {name: [] for name in schema.names}
-            for m in markers:
-                for target in range(parallelism):
-                    _append(out, target, -1, None, None, m["topic"], m["partition"], m["offset"], 0, None,
-                            m[MARKER_COLUMN])  # fmt: skip
-            columns = batch.to_pydict()
-            barriers = columns.get(BARRIER_COLUMN) or [None] * batch.num_rows
-            for i in range(batch.num_rows):
-                topic, partition, offset = columns["topic"][i], columns["partition"][i], columns["offset"][i]
-                if barriers[i] is not None:
-                    for target in range(parallelism):
-                        _append(out, target, -1, None, None, topic, partition, offset, 0, barriers[i], None)
-                    continue
-                record = KafkaRecord(
-                    columns["key"][i], columns["value"][i], topic, partition, offset, columns["timestamp"][i]
-                )
-                for seq, (key, value) in enumerate(step.key_by(record)):
-                    group = key_group(key, max_parallelism)
-                    target = operator_index(group, parallelism, max_parallelism)
-                    _append(
-                        out,
-                        target,
-                        group,
-                        key,
-                        pickle.dumps(value),
-                        topic,
-                        partition,
-                        offset,
-                        seq,
-                        None,
-                        None,
-                    )
-            if out[TARGET_COLUMN]:
-                yield pa.RecordBatch.from_pydict(out, schema=schema)
+            records, barriers = _split_barriers(batch)
+            copies = [(m["topic"], m["partition"], m["offset"], None, m[MARKER_COLUMN]) for m in markers] + [
+                (b["topic"], b["partition"], b["offset"], b[BARRIER_COLUMN], None) for b in barriers
+            ]
+            if copies:
+                yield _copies_to_every_partition(copies, parallelism, schema)
+            if records.num_rows:
+                routed = _route_pairs(batch_step, records, parallelism, schema)
+                if routed.num_rows:
+                    yield routed
         if settings is not None:
             latency.send(_task_settings(settings))
 
     return run
 
 
-def _append(out: dict[str, list[Any]], *values: Any) -> None:
-    for column, value in zip(out.values(), values, strict=True):
-        column.append(value)
+def _split_barriers(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, list[dict[str, Any]]]:
+    """``batch`` without its barrier rows, and those rows (``topic``, ``partition``, ``offset``, the
+    barrier's JSON)."""
+    if BARRIER_COLUMN not in batch.schema.names:
+        return batch, []
+    column = batch.column(BARRIER_COLUMN)
+    if column.null_count == batch.num_rows:
+        return batch, []
+    is_barrier = pc.is_valid(column)
+    barriers = batch.filter(is_barrier).select(["topic", "partition", "offset", BARRIER_COLUMN]).to_pylist()
+    return batch.filter(pc.invert(is_barrier)), barriers
+
+
+def _copies_to_every_partition(
+    copies: list[tuple[str, int, int, str | None, str | None]], parallelism: int, schema: pa.Schema
+) -> pa.RecordBatch:
+    """A row per shuffle partition for each barrier or marker row (topic, partition, offset, barrier,
+    marker)."""
+    rows = [copy for copy in copies for _ in range(parallelism)]
+    columns: list[list[Any]] = [
+        [target for _ in copies for target in range(parallelism)],
+        [-1] * len(rows),
+        [None] * len(rows),
+        [None] * len(rows),
+        *([row[i] for row in rows] for i in range(3)),
+        [0] * len(rows),
+        *([row[i] for row in rows] for i in (3, 4)),
+    ]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(column, f.type) for column, f in zip(columns, schema, strict=True)], schema=schema
+    )
+
+
+def _route_pairs(
+    step: KeyedBatchStep, records: pa.RecordBatch, parallelism: int, schema: pa.Schema
+) -> pa.RecordBatch:
+    """The pairs of ``records`` with their key group, target partition and the input position they
+    are ordered by on the shuffle side (topic, partition, offset, then ``seq``: the pair's index)."""
+    pairs = step.pairs_of(records)
+    keys = _column(pairs, "key")
+    groups = key_groups(keys, step.max_parallelism)
+    targets = (groups.astype(np.int64) * parallelism // step.max_parallelism).astype(np.int32)
+    rows = _column(pairs, "row")
+    n = len(keys)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(targets),
+            pa.array(groups),
+            keys.cast(pa.string()),
+            _column(pairs, "value").cast(step.value_type),
+            *(pc.take(records.column(name), rows) for name in ("topic", "partition", "offset")),
+            pa.array(np.arange(n, dtype=np.int32)),
+            pa.nulls(n, pa.string()),
+            pa.nulls(n, pa.string()),
+        ],
+        schema=schema,
+    )
+
+
+def _column(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
+    column = table.column(name)
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 # ---------------------------------------------------------------- shuffle side
@@ -562,16 +788,18 @@ def _batch_id() -> tuple[int, int]:
 
 
 def process_step(
-    step: KeyedStep[Any], settings: KeyedSettings, output: pa.Schema
+    step: AnyKeyedStep, settings: KeyedSettings, output: pa.Schema
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function after the shuffle: one task per shuffle partition and batch.
 
     Loads the partition's state before the batch; on the barrier (from every input partition)
-    snapshots it into the checkpoint's location and acks; folds the batch's values key by key
-    (in input order) through ``update``; saves the changes as the next version.
+    snapshots it into the checkpoint's location and acks; folds the batch's values, grouped by key
+    (in input order), through ``update_batch`` at once; saves the changes as the next version.
     """
+    batch_step = as_batch_step(step)
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
         batch_id, index = _batch_id()
         groups = key_group_range(index, settings.parallelism, step.max_parallelism)
         store = KeyedStateStore(settings.state_root, index)
@@ -592,48 +820,47 @@ def process_step(
             if barriers:
                 _await(settings)
             return
-        changes, rows = _fold_pairs(step, state, pairs, groups, index)
+        changes, rows = fold_pairs(batch_step, state, pairs, groups, index)
         apply_changes(state, changes)
         store.save(batch_id + 1, state, changes)
         if barriers:
             _await(settings)  # the ack's round trip overlapped the fold; the task ends once it is out
-        if rows:
-            yield pa.RecordBatch.from_pylist(
-                [
-                    row if isinstance(row, Mapping) else dict(zip(output.names, row, strict=True))
-                    for row in rows
-                ],
-                schema=output,
-            )
+        yield from _output_batches(rows, output)
 
     return run
 
 
-_Pair = tuple[str, int, int, int, int, str, bytes]
-"""A shuffled pair: topic, partition, offset, seq, key group, key, pickled value."""
+def _output_batches(rows: Any, output: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """``update_batch``'s rows as batches of ``output``: Arrow columns cast by name, or tuples and
+    dicts converted."""
+    if isinstance(rows, pa.Table | pa.RecordBatch):
+        if rows.num_rows:
+            columns = [_column(rows, f.name).cast(f.type) for f in output]
+            yield pa.RecordBatch.from_arrays(columns, schema=output)
+        return
+    listed = [row if isinstance(row, Mapping) else dict(zip(output.names, row, strict=True)) for row in rows]
+    if listed:
+        yield pa.RecordBatch.from_pylist(listed, schema=output)
+
+
+_PAIR_COLUMNS = ["key_group", "key", "value", "topic", "partition", "offset", "seq"]
 
 
 def _take_rows(
     batches: Iterable[pa.RecordBatch], latency: Measurements
-) -> tuple[dict[tuple[str, int], tuple[str, int]], list[_Pair]]:
+) -> tuple[dict[tuple[str, int], tuple[str, int]], pa.Table | None]:
     """The barriers (by input partition: the barrier and its offset) and the pairs of a shuffle
-    task's batches; latency markers are measured and dropped, never folded."""
+    task's batches (None if there were none); latency markers are measured and dropped, never folded."""
     barriers: dict[tuple[str, int], tuple[str, int]] = {}
-    pairs: list[_Pair] = []
+    pairs: list[pa.RecordBatch] = []
     for arrived in batches:
         batch, _ = latency.take_markers(arrived)
-        columns = batch.to_pydict()
-        for i in range(batch.num_rows):
-            topic, partition, offset = columns["topic"][i], columns["partition"][i], columns["offset"][i]
-            barrier = columns[BARRIER_COLUMN][i]
-            if barrier is not None:
-                barriers[(topic, partition)] = (barrier, offset)
-                continue
-            pairs.append(
-                (topic, partition, offset, columns["seq"][i], columns["key_group"][i], columns["key"][i],
-                 columns["value"][i])
-            )  # fmt: skip
-    return barriers, pairs
+        records, barrier_rows = _split_barriers(batch)
+        for row in barrier_rows:
+            barriers[(row["topic"], row["partition"])] = (row[BARRIER_COLUMN], row["offset"])
+        if records.num_rows:
+            pairs.append(records.select(_PAIR_COLUMNS))
+    return barriers, pa.Table.from_batches(pairs) if pairs else None
 
 
 def _load_state(store: KeyedStateStore, index: int, batch_id: int) -> tuple[KeyedState | None, str | None]:
@@ -652,33 +879,66 @@ def _load_state(store: KeyedStateStore, index: int, batch_id: int) -> tuple[Keye
     )
 
 
-def _fold_pairs(
-    step: KeyedStep[Any], state: KeyedState, pairs: list[_Pair], groups: range, index: int
-) -> tuple[Changes, list[Any]]:
-    """Fold the pairs key by key through ``update``: the changed keys' new encodings and the output
-    rows. Deterministic order: a re-run, and a run after a restore, fold the same values alike."""
-    pairs.sort(key=lambda p: (p[0], p[1], p[2], p[3]))
-    by_key: dict[tuple[int, str], list[Any]] = {}
-    for _, _, _, _, group, key, value in pairs:
-        by_key.setdefault((group, key), []).append(pickle.loads(value))
+def fold_pairs(
+    step: KeyedBatchStep, state: KeyedState, pairs: pa.Table | None, groups: range, index: int
+) -> tuple[Changes, Any]:
+    """Fold a shuffle task's pairs through ``update_batch`` at once: the changed keys' new encodings
+    and the output rows. The pairs are sorted by key group, key and input position (topic,
+    partition, offset, seq), so a re-run, and a run after a restore, fold the same values alike."""
+    if pairs is None or not pairs.num_rows:
+        return {}, []
+    _check_key_groups(pairs, groups, index)
+    ordered = pairs.sort_by(
+        [(name, "ascending") for name in ("key_group", "key", "topic", "partition", "offset", "seq")]
+    )
+    runs = pc.run_end_encode(_column(ordered, "key"))
+    ends = runs.run_ends.to_numpy().astype(np.int32)
+    keys = runs.values
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int32)
+    key_groups_of = pc.take(_column(ordered, "key_group"), pa.array(starts)).to_pylist()
+    values = pa.ListArray.from_arrays(
+        pa.array(np.concatenate([[0], ends]).astype(np.int32)), _column(ordered, "value")
+    )
+    names = keys.to_pylist()
+    old = pa.array([state.get(g, {}).get(k) for g, k in zip(key_groups_of, names, strict=True)], pa.binary())
+    new_states, rows = step.update_batch(keys, values, step.decode_states(old))
+    if len(new_states) != len(keys):
+        raise ValueError(f"update_batch returned {len(new_states)} states for {len(keys)} keys")
+    encoded = step.encode_states(new_states).cast(pa.binary())
+    same = pc.fill_null(pc.equal(encoded, old), pc.and_(pc.is_null(encoded), pc.is_null(old)))
+    changed = pc.invert(same)
     changes: Changes = {}
-    rows: list[Any] = []
-    for (group, key), values in sorted(by_key.items()):
-        if group not in groups:
-            raise RuntimeError(
-                f"key {key!r} (key group {group}) reached partition {index}, which owns {groups}"
-            )
-        old = state.get(group, {}).get(key)
-        new, out = step.update(key, None if old is None else step.deserialize(old), values)
-        encoded = None if new is None else step.serialize(new)
-        if encoded != old:
-            changes.setdefault(group, {})[key] = encoded
-        rows.extend(out)
+    for group, key, stored in zip(
+        pa.array(key_groups_of, pa.int32()).filter(changed).to_pylist(),
+        keys.filter(changed).to_pylist(),
+        encoded.filter(changed).to_pylist(),
+        strict=True,
+    ):
+        changes.setdefault(group, {})[key] = stored
     return changes, rows
 
 
+def _check_key_groups(pairs: pa.Table, groups: range, index: int) -> None:
+    """Every pair's key group is one this partition owns (a routing bug otherwise)."""
+    bounds = pc.min_max(pairs.column("key_group"))
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low < groups.start or high >= groups.stop:
+        stray = (
+            pairs.filter(
+                pc.or_(
+                    pc.less(pairs["key_group"], groups.start),
+                    pc.greater_equal(pairs["key_group"], groups.stop),
+                )
+            )
+            .slice(0, 1)
+            .to_pylist()[0]
+        )
+        key, group = stray["key"], stray["key_group"]
+        raise RuntimeError(f"key {key!r} (key group {group}) reached partition {index}, which owns {groups}")
+
+
 def _on_barriers(
-    step: KeyedStep[Any],
+    step: AnyKeyedStep,
     settings: KeyedSettings,
     store: KeyedStateStore,
     index: int,

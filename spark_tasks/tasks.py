@@ -69,6 +69,7 @@ from events.wire.vocabulary import DeclineReason
 from spark_tasks.kafka_source import BARRIER_COLUMN, entry_barrier
 from spark_tasks.latency import STEP, Measurements
 from spark_tasks.state import KafkaRecord, PartitionStateStore, StatefulStep, StateLost, task_id
+from spark_tasks.workers import freeze_worker_heap
 
 __all__ = [
     "TaskSettings",
@@ -281,6 +282,7 @@ def partition_step(
     """
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_worker_heap()
         store = PartitionStateStore(settings.state_dir)
         partitions: dict[tuple[str, int], _Partition] = {}
         latency = Measurements(settings.job_id, settings.attempt, STEP)

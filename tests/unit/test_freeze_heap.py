@@ -39,3 +39,21 @@ def test_objects_alive_at_start_are_frozen_and_later_garbage_is_still_collected(
         gc.unfreeze()
         gc.collect()
     assert started() is None  # unfrozen, it is collected like any cycle
+
+
+def test_a_spark_task_freezes_its_python_worker_before_it_runs() -> None:
+    """PySpark collects garbage after every task of a reused worker: the keyed map side (as the
+    source, the keyed shuffle side and the per-partition step) freezes what is alive when its task
+    starts, so that collection walks only the task's own objects."""
+    from spark_tasks.keyed import route_step
+    from spark_tasks.wordcount import KEYED_WORD_COUNT
+
+    gc.unfreeze()
+    try:
+        assert 0 == gc.get_freeze_count()
+
+        assert [] == list(route_step(KEYED_WORD_COUNT, 2)([]))
+
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
