@@ -405,6 +405,7 @@ def test_the_worker_is_started_with_every_option_the_watchdog_was_given() -> Non
         "snapshot_interval": 2.5,
         "savepoint_root": ["file:///a", "file:///b"],
         "session_timeout": 9.0,
+        "fetch_wait_ms": 500,
         "partitions": 3,
         "web_advertised_host": "coordinator-1",
         "web_allowed_host": ["dashboard.example", "cutline.internal"],
