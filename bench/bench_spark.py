@@ -237,12 +237,10 @@ def _wait_done(query: Any, records: int, timeout: float = 600) -> None:
     raise TimeoutError(f"{records} records not processed within {timeout:g}s")
 
 
-def run_plain(spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path) -> Run:
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
-
-    name = f"plain-{uuid.uuid4().hex[:6]}"
-    source = (
+def _source(spark: Any, bootstrap: str, topic: str, args: Any) -> Any:
+    """The ``cutline-kafka`` stream of ``topic`` from its start, ``args.per_trigger`` offsets a batch
+    (the input of the runs without cutline's job: with it, the job makes the same stream)."""
+    return (
         spark.readStream.format(FORMAT)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
@@ -250,6 +248,14 @@ def run_plain(spark: Any, bootstrap: str, topic: str, records: int, args: Any, w
         .option("maxOffsetsPerTrigger", args.per_trigger)
         .load()
     )
+
+
+def run_plain(spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path) -> Run:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    name = f"plain-{uuid.uuid4().hex[:6]}"
+    source = _source(spark, bootstrap, topic, args)
     if args.keyed:
         schema = StructType.fromDDL(KEYED_WORD_COUNT.output_schema)
         keyed = KeyedSettings(
@@ -338,14 +344,7 @@ def run_native(spark: Any, bootstrap: str, topic: str, records: int, args: Any, 
     query_dir = work / f"native-{uuid.uuid4().hex[:6]}"
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", NATIVE_STORES[name])
     spark.conf.set("spark.sql.shuffle.partitions", str(args.keyed))
-    source = (
-        spark.readStream.format(FORMAT)
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.per_trigger)
-        .load()
-    )
+    source = _source(spark, bootstrap, topic, args)
     words = source.select(
         F.explode(F.split(F.lower(F.col("value").cast("string")), r"\s+")).alias("word")
     ).where(F.col("word") != "")
