@@ -250,6 +250,18 @@ def _source(spark: Any, bootstrap: str, topic: str, args: Any) -> Any:
     )
 
 
+def _run_to_end(name: str, records: int, query: Any, started: float) -> Run:
+    """Wait until ``query`` has read the ``records`` of the backlog, stop it, and make its :class:`Run`
+    from its batches with input (``started``: when the run began, for its wall time)."""
+    try:
+        _wait_done(query, records)
+    finally:
+        query.stop()
+    run = Run(name, records, [p for p in query.recentProgress if p["numInputRows"] > 0])
+    run.wall_s = time.monotonic() - started
+    return run
+
+
 def run_plain(spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path) -> Run:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
@@ -283,12 +295,7 @@ def run_plain(spark: Any, bootstrap: str, topic: str, records: int, args: Any, w
         .trigger(processingTime=f"{args.trigger_ms} milliseconds")
         .start()
     )
-    try:
-        _wait_done(query, records)
-    finally:
-        query.stop()
-    run = Run("without cutline", records, [p for p in query.recentProgress if p["numInputRows"] > 0])
-    run.wall_s = time.monotonic() - started
+    run = _run_to_end("without cutline", records, query, started)
     _check(work / name / "out", records)
     return run
 
@@ -358,12 +365,7 @@ def run_native(spark: Any, bootstrap: str, topic: str, records: int, args: Any, 
         .trigger(processingTime=f"{args.trigger_ms} milliseconds")
         .start()
     )
-    try:
-        _wait_done(query, records)
-    finally:
-        query.stop()
-    run = Run(name, records, [p for p in query.recentProgress if p["numInputRows"] > 0])
-    run.wall_s = time.monotonic() - started
+    run = _run_to_end(name, records, query, started)
     _check_final(query_dir / "out", records)
     return run
 
