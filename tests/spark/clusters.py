@@ -262,9 +262,11 @@ class StandaloneCluster:
 
         self.spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
         self.work = work
-        self.port = free_port()
-        self.web_port = free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
+        # Ports are bound by the master itself (port 0) and read from its log: a port picked here
+        # and passed on can be taken by another JVM in between, and Spark then moves to the next one
+        # silently (a CI run once read another Spark's web page as the master's view).
+        self.url = ""
+        self.web_port = 0
         self.master: subprocess.Popen[bytes] | None = None
         self.workers: list[subprocess.Popen[bytes]] = []
         self.environment = {
@@ -288,8 +290,9 @@ class StandaloneCluster:
         self.work.mkdir(parents=True, exist_ok=True)
         self.master = self._start(
             "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-            "--port", str(self.port), "--webui-port", str(self.web_port),
+            "--port", "0", "--webui-port", "0",
         )  # fmt: skip
+        eventually(self._bound, timeout=120, what="the standalone master's ports in master.log")
         eventually(self._answers, timeout=120, what=f"the standalone master at {self.url}")
         self.add_workers(workers)
         return self
@@ -302,7 +305,7 @@ class StandaloneCluster:
             work_dir.mkdir(exist_ok=True)
             args = [
                 "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                "--webui-port", str(free_port()), "--cores", "1", "--memory", "1024M",
+                "--webui-port", "0", "--cores", "1", "--memory", "1024M",
                 "--work-dir", str(work_dir), self.url,
             ]  # fmt: skip
             self.workers.append(self._start(f"worker-{index}", *args))
@@ -312,6 +315,16 @@ class StandaloneCluster:
             timeout=120,
             what=f"{expected} workers ALIVE at the master",
         )
+
+    def _bound(self) -> bool:
+        """Whether the master logged its RPC URL and its web UI's port (and remember them)."""
+        log = (self.work / "master.log").read_text(errors="replace")
+        url = re.search(r"Starting Spark master at (spark://\S+)", log)
+        web = re.search(r"Successfully started service 'MasterUI' on port (\d+)", log)
+        if url is None or web is None:
+            return False
+        self.url, self.web_port = url.group(1), int(web.group(1))
+        return True
 
     def _answers(self) -> bool:
         try:
