@@ -85,7 +85,9 @@ def _driver(
         "--bootstrap", bootstrap, "--job", job_id, "--topic", given.topic, "--topic-prefix", prefix,
         "--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "out"),
         "--location", f"s3://{BUCKET}/{job_id}/checkpoints", "--state-location", f"s3://{BUCKET}/{job_id}/state",
-        "--keyed", str(keyed), "--interval-ms", "1000",
+        # a batch a second (not the word count's 5): every batch runs a shuffle on the executors and
+        # saves state to S3, and one a second is enough to checkpoint every second
+        "--keyed", str(keyed), "--interval-ms", "1000", "--trigger-ms", "1000",
         "--timeout-ms", "120000", "--tolerable-failures", "10",
         "--master", master, "--conf", "spark.executor.cores=1", "--conf", "spark.executor.memory=1024m",
         *(arg for name in AWS for arg in ("--executor-env", name)),
