@@ -778,12 +778,9 @@ class CheckpointedJob:
         self._listener = _Listener(self)
         self._listener.register()
         self.pause_file.unlink(missing_ok=True)  # a stopped run's, in the same directory
+        writer = writer.queryName(self.query_name).option("checkpointLocation", str(self.work_dir / "spark"))
         try:
-            self.query = (
-                writer.queryName(self.query_name)
-                .option("checkpointLocation", str(self.work_dir / "spark"))
-                .start()
-            )
+            self.query = _start_query(writer, self.settings.job_id)
         except BaseException:
             self.close()
             raise
@@ -1209,6 +1206,26 @@ class CheckpointedJob:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+WORKER_STARTS = 3
+"""How often a query start is tried when the server's Python worker for it does not connect back."""
+
+
+def _start_query(writer: Any, job_id: str) -> Any:
+    """``writer.start()``, tried again (up to :data:`WORKER_STARTS` times) when it fails because a
+    Python worker did not connect back: Spark gives a Spark Connect ``foreachBatch`` function's
+    fresh Python process 10 s for that (not configurable), which a loaded machine can miss. No
+    query ran, so starting again is safe."""
+    for attempt in range(1, WORKER_STARTS + 1):
+        try:
+            return writer.start()
+        except Exception as exc:
+            if attempt == WORKER_STARTS or "Python worker to connect back" not in str(exc):
+                raise
+            log.warning("job %s: the query did not start (%s); starting it again", job_id,
+                        "its Python worker did not connect back in time")  # fmt: skip
+    raise AssertionError("unreachable")
 
 
 class _JournalFollower:
