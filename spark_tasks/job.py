@@ -396,17 +396,18 @@ class _Listener:
         self.ended.set()
 
 
-TRIGGERED_STATUS = frozenset(
-    {"Waiting for data to arrive", "Waiting for next trigger", "Processing new data"}
-)
-"""Spark's status messages of a query whose first trigger has run: its source has answered
-``latestOffset``, so it already listens for barriers. (Before: ``Initializing …``, then
-``Getting offsets from …``.)"""
+TRIGGERED_STATUS = frozenset({"Waiting for data to arrive", "Waiting for next trigger"})
+"""Spark's status messages of a query whose first trigger has run to its end: its source has
+answered ``latestOffset`` (so it listens for barriers) and its first batch, if any, is done.
+(Before: ``Initializing …``, ``Getting offsets from …``, then ``Processing new data`` while the
+first batch runs: a checkpoint triggered then waits for that batch, which on a cold start takes
+most of a checkpoint's timeout.)"""
 
 
 def has_triggered(status: Mapping[str, Any], has_progress: bool) -> bool:
-    """Has a query run its first trigger, by its ``status`` and whether it reported progress? What a
-    classic session learns from the first progress or idle event, for a Spark Connect query."""
+    """Has a query run its first trigger to its end, by its ``status`` and whether it reported
+    progress? What a classic session learns from the first progress or idle event, for a Spark
+    Connect query."""
     return has_progress or status.get("message") in TRIGGERED_STATUS
 
 

@@ -1,9 +1,7 @@
 """Fixtures for tests with a real local Spark and a real Kafka-protocol broker.
 
 One SparkSession (``local[2]``, no UI, 2 shuffle partitions) serves the whole
-session; starting it takes about 10 s. A module that runs through Spark Connect uses
-``connect_server`` and ``connect_spark`` instead, and starts no classic session. The broker
-fixtures are in tests/conftest.py.
+session; starting it takes about 10 s. The broker fixtures are in tests/conftest.py.
 
 PySpark's Python Data Source API needs ``pyarrow`` in the Python workers; it is one of
 the project's dependencies.
@@ -17,7 +15,6 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
-from connect_server import ConnectServer
 from wordfeed import PARTITIONS, Input, Words
 
 from coordinator.service.supervisor import CoordinatorProcess
@@ -42,31 +39,6 @@ def spark() -> Iterator[Any]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    """A Spark Connect server for a module's tests, launched without waiting for it: list it before
-    the slow fixtures (``coordinator``) and ``connect_spark`` after them, so they start together."""
-    server = ConnectServer(tmp_path_factory.mktemp("connect-server")).launch()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def connect_spark(connect_server: ConnectServer) -> Iterator[Any]:
-    """A Spark Connect session (``SparkSession.builder.remote``) on ``connect_server``, set up as
-    cutline's jobs need it (``spark_tasks.session.connect_spark``)."""
-    from spark_tasks.session import connect_spark
-
-    connect_server.wait_ready()
-    session = connect_spark(connect_server.url)
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 @pytest.fixture(scope="module")
