@@ -85,9 +85,10 @@ def spark_session(
     return session
 
 
-def connect_spark(remote: str) -> Any:
+def connect_spark(remote: str, *, conf: Mapping[str, str] | None = None) -> Any:
     """A Spark Connect session (``SparkSession.builder.remote``) on the server at ``remote``
-    (``sc://host:port``), with cutline's streaming settings and ``KafkaSource`` registered.
+    (``sc://host:port``), with cutline's streaming settings, then ``conf`` (session settings, not
+    the server's static ones), and ``KafkaSource`` registered.
 
     The server runs the Python side of the job (the source, the tasks, a ``foreachBatch`` sink) in
     its own Python workers: start it with ``PYSPARK_PYTHON`` naming an interpreter that imports
@@ -101,7 +102,7 @@ def connect_spark(remote: str) -> Any:
     from spark_tasks.kafka_source import KafkaSource
 
     builder = SparkSession.builder.remote(remote)
-    for key, value in STREAMING_CONFIG.items():
+    for key, value in {**STREAMING_CONFIG, **(conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.dataSource.register(KafkaSource)
