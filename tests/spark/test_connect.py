@@ -24,6 +24,9 @@ from events.wire.topics import Topics
 from spark_tasks.keyed import keyed_task_id
 from spark_tasks.wordcount import SparkDriver, final_counts, read_counts
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+"""Its waits add up to 750 s at most (two driver starts on a loaded machine), over the default 300."""
+
 SHUFFLE = 2
 """Shuffle partitions: the cut across a shuffle, at the least cost on 2 cores."""
 
