@@ -4,8 +4,8 @@ The core install is the protocol, the coordinator, the participant library and t
 jobs need the ``spark`` extra (PySpark, PyArrow, pandas: about 0.5 GB), ``cutline replay
 --plot`` the ``plot`` extra (matplotlib), the Confluent Schema Registry wire format the
 ``registry`` extra (confluent-kafka's schema registry client), snapshots on S3 the ``s3``
-extra (s3fs). A command that needs a
-missing extra says which.
+extra (s3fs), a Spark Connect session the ``connect`` extra (PySpark's Connect client). A command
+that needs a missing extra says which.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ class MissingExtra(ImportError):
 
 EXTRAS = {
     "spark": ("pyspark", "pyarrow", "pandas"),
+    "connect": ("pyspark", "grpc", "grpc_status", "zstandard"),
     "plot": ("matplotlib",),
     "registry": ("certifi", "attrs", "cachetools", "authlib"),
     "s3": ("fsspec", "s3fs"),

@@ -120,6 +120,8 @@ from spark_tasks.keyed import (
     KeyedSettings,
     KeyedState,
     KeyedStateStore,
+    WithBatchId,
+    connect_batch_property,
     key_group_range,
     keyed_task_id,
     process_step,
@@ -139,6 +141,7 @@ from spark_tasks.restore import (
     refusal_message,
     restore_step,
 )
+from spark_tasks.session import is_connect_session
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
 from spark_tasks.tasks import TaskSettings, partition_step, snapshot_names
 
@@ -255,10 +258,16 @@ def read_metadata(location: str | Path) -> CheckpointCompleted:
 
 
 class _Listener:
-    """Publishes the job's status from Spark's query events (a StreamingQueryListener)."""
+    """Publishes the job's status from Spark's query events.
+
+    On a classic session a StreamingQueryListener (``LeanListener``, over Py4J) tells it. Spark
+    Connect has no JVM in this process, and PySpark 4.3's client-side listener bus dies on the first
+    accumulator update a Python data source sends (an ``UNKNOWN_RESPONSE``, SPARK-59135), so there
+    a thread polls the query instead (:meth:`_poll`): its status until its first trigger has run,
+    then whether it is still active (docs/spark.md, "Spark Connect").
+    """
 
     def __init__(self, job: CheckpointedJob) -> None:
-        from pyspark import SparkContext
         from pyspark.sql.streaming.listener import StreamingQueryListener
 
         outer = self
@@ -298,6 +307,8 @@ class _Listener:
             @property
             def _jlistener(self) -> Any:
                 if not hasattr(self, "_lean"):
+                    from pyspark import SparkContext
+
                     jvm = SparkContext._jvm
                     if jvm is None:
                         raise RuntimeError("no SparkContext: start the SparkSession before the job")
@@ -317,12 +328,56 @@ class _Listener:
                 outer.terminated(str(event.runId), event.exception)
 
         self.job = job
-        self.spark_listener = Listener()
+        self.connect = is_connect_session(job.spark)
+        self.spark_listener = None if self.connect else Listener()
         self.run_id: str | None = None
         self.running = threading.Event()
         self.ended = threading.Event()
         self.exception: str | None = None
         """Why the query failed (Spark's message), if it did."""
+        self._unregistered = threading.Event()
+        self._poller: threading.Thread | None = None
+
+    def register(self) -> None:
+        """Before the query starts: a classic session's listener joins Spark's listener bus."""
+        if self.spark_listener is not None:
+            self.job.spark.streams.addListener(self.spark_listener)
+
+    def follow(self, query: Any) -> None:
+        """Once the query has started: on Spark Connect, poll it in a daemon thread."""
+        if self.connect:
+            self._poller = threading.Thread(
+                target=self._poll,
+                args=(query,),
+                name=f"cutline-query-{self.job.settings.job_id}",
+                daemon=True,
+            )
+            self._poller.start()
+
+    def unregister(self) -> None:
+        """Leave Spark's listener bus, or stop polling."""
+        self._unregistered.set()
+        if self._poller is not None:
+            self._poller.join(5)
+        if self.spark_listener is not None:
+            self.job.spark.streams.removeListener(self.spark_listener)
+
+    def _poll(self, query: Any) -> None:
+        """Spark Connect: RUNNING once the query's first trigger has run (:func:`has_triggered`),
+        polled every 0.1 s; then the query's end, polled every 0.5 s."""
+        run_id = str(query.runId)
+        self.started(run_id, query.name)
+        while not self._unregistered.wait(0.5 if self.running.is_set() else 0.1):
+            try:
+                if not self.running.is_set() and has_triggered(query.status, query.lastProgress is not None):
+                    self.triggered(run_id)
+                if not query.isActive:
+                    failure = query.exception()
+                    self.terminated(run_id, None if failure is None else str(failure))
+                    return
+            except Exception as exc:  # the server is gone or did not answer: say so, and keep trying
+                log.warning("job %s: cannot poll its query (%s)", self.job.settings.job_id, exc)
+                self._unregistered.wait(1.0)
 
     def started(self, run_id: str, name: str | None) -> None:
         if name == self.job.query_name and self.run_id is None:
@@ -339,6 +394,21 @@ class _Listener:
         self.exception = exception
         self.job._publish_end(exception)
         self.ended.set()
+
+
+TRIGGERED_STATUS = frozenset({"Waiting for data to arrive", "Waiting for next trigger"})
+"""Spark's status messages of a query whose first trigger has run to its end: its source has
+answered ``latestOffset`` (so it listens for barriers) and its first batch, if any, is done.
+(Before: ``Initializing …``, ``Getting offsets from …``, then ``Processing new data`` while the
+first batch runs: a checkpoint triggered then waits for that batch, which on a cold start takes
+most of a checkpoint's timeout.)"""
+
+
+def has_triggered(status: Mapping[str, Any], has_progress: bool) -> bool:
+    """Has a query run its first trigger to its end, by its ``status`` and whether it reported
+    progress? What a classic session learns from the first progress or idle event, for a Spark
+    Connect query."""
+    return has_progress or status.get("message") in TRIGGERED_STATUS
 
 
 class CheckpointedJob:
@@ -687,6 +757,19 @@ class CheckpointedJob:
             KeyedStateStore(self.keyed_root, i).seed(restored[i] if restored else {})
         self._restored_keyed, self._keyed_seeded = [], True
 
+    @property
+    def batch_property(self) -> str | None:
+        """A keyed job's :func:`~spark_tasks.keyed.connect_batch_property` (None: not keyed)."""
+        if self.settings.keyed_partitions is None:
+            return None
+        return connect_batch_property(self.settings.job_id, self.run_id)
+
+    def foreach_batch(self, function: Callable[[Any, int], object]) -> WithBatchId:
+        """``function`` as this job's ``foreachBatch`` function, on any session: on Spark Connect
+        a keyed job's tasks learn the batch id from it (:func:`~spark_tasks.keyed.batch_id_known`).
+        A :class:`~spark_tasks.sink.CutFileSink` does this itself."""
+        return WithBatchId(function, self.batch_property)
+
     def start(self, writer: Any) -> Any:
         """Start ``writer`` (a DataStreamWriter of :meth:`stream`'s output) as this job's query."""
         if self.query is not None:
@@ -694,17 +777,15 @@ class CheckpointedJob:
         if self._follower is None:
             self._follower = _JournalFollower(self)
         self._listener = _Listener(self)
-        self.spark.streams.addListener(self._listener.spark_listener)
+        self._listener.register()
         self.pause_file.unlink(missing_ok=True)  # a stopped run's, in the same directory
+        writer = writer.queryName(self.query_name).option("checkpointLocation", str(self.work_dir / "spark"))
         try:
-            self.query = (
-                writer.queryName(self.query_name)
-                .option("checkpointLocation", str(self.work_dir / "spark"))
-                .start()
-            )
+            self.query = _start_query(writer, self.settings.job_id)
         except BaseException:
             self.close()
             raise
+        self._listener.follow(self.query)
         return self.query
 
     def _publish_running(self) -> None:
@@ -998,7 +1079,7 @@ class CheckpointedJob:
         """Become ``restart.attempt``: a fresh work directory, the named checkpoint restored."""
         if self._listener is not None:
             with contextlib.suppress(Exception):
-                self.spark.streams.removeListener(self._listener.spark_listener)
+                self._listener.unregister()
         self._listener = None
         target = restart.restore_checkpoint_id
         history = self.driver.journal((SchedulerStarted, CheckpointCompleted))
@@ -1112,7 +1193,7 @@ class CheckpointedJob:
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 self._listener.ended.wait(5)
-                self.spark.streams.removeListener(self._listener.spark_listener)
+                self._listener.unregister()
             self._listener = None
         if self._follower is not None:
             self._follower.close()
@@ -1126,6 +1207,26 @@ class CheckpointedJob:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+WORKER_STARTS = 3
+"""How often a query start is tried when the server's Python worker for it does not connect back."""
+
+
+def _start_query(writer: Any, job_id: str) -> Any:
+    """``writer.start()``, tried again (up to :data:`WORKER_STARTS` times) when it fails because a
+    Python worker did not connect back: Spark gives a Spark Connect ``foreachBatch`` function's
+    fresh Python process 10 s for that (not configurable), which a loaded machine can miss. No
+    query ran, so starting again is safe."""
+    for attempt in range(1, WORKER_STARTS + 1):
+        try:
+            return writer.start()
+        except Exception as exc:
+            if attempt == WORKER_STARTS or "Python worker to connect back" not in str(exc):
+                raise
+            log.warning("job %s: the query did not start (%s); starting it again", job_id,
+                        "its Python worker did not connect back in time")  # fmt: skip
+    raise AssertionError("unreachable")
 
 
 class _JournalFollower:

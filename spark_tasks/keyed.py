@@ -55,6 +55,7 @@ IPC streams of ``(key_group, key, state)`` rows; a null state deletes the key.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -88,6 +89,7 @@ from events.wire.validation import is_within
 from events.wire.vocabulary import DeclineReason
 from spark_tasks.kafka_source import BARRIER_COLUMN, MARKER_COLUMN, entry_barrier
 from spark_tasks.latency import KEYED, ROUTE, Measurements
+from spark_tasks.session import is_connect_session
 from spark_tasks.state import KafkaRecord, StateLost, _json_dumps, _json_loads
 from spark_tasks.tasks import snapshot_name
 from spark_tasks.workers import freeze_worker_heap
@@ -776,14 +778,66 @@ def _column(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
 # ---------------------------------------------------------------- shuffle side
 
 
-def _batch_id() -> tuple[int, int]:
-    """(micro-batch id, shuffle partition) of the running task."""
+def connect_batch_property(job_id: str, run_id: str) -> str:
+    """The session setting that tells a keyed job's tasks their micro-batch id on Spark Connect.
+
+    There a ``foreachBatch`` function runs in a Python process of the server and its actions on the
+    batch's DataFrame run as Connect executions, outside the query's thread, so its tasks lack
+    :data:`BATCH_ID_PROPERTY`. Spark copies a session's ``spark*`` settings into each job's local
+    properties, so :func:`batch_id_known` sets this one (per job run: queries of one session do not
+    mix) around the function's actions."""
+    return f"spark.cutline.batchId.{job_id}.{run_id}"
+
+
+@contextlib.contextmanager
+def batch_id_known(batch_df: Any, batch_id: int, prop: str | None) -> Iterator[None]:
+    """Around a ``foreachBatch`` function's actions on ``batch_df``: on a Spark Connect session, the
+    keyed tasks they run learn ``batch_id`` from the setting ``prop``
+    (:func:`connect_batch_property`); on a classic session (or without ``prop``), nothing to do."""
+    if prop is None:
+        yield
+        return
+    session = batch_df.sparkSession
+    if not is_connect_session(session):
+        yield
+        return
+    session.conf.set(prop, str(batch_id))
+    try:
+        yield
+    finally:
+        session.conf.unset(prop)
+
+
+@dataclass(frozen=True)
+class WithBatchId:
+    """A keyed job's ``foreachBatch`` function that works on Spark Connect too: ``function``'s
+    actions on the batch run with the batch id known (:func:`batch_id_known`). Made by
+    ``CheckpointedJob.foreach_batch``."""
+
+    function: Callable[[Any, int], object]
+    prop: str | None
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        with batch_id_known(batch_df, batch_id, self.prop):
+            self.function(batch_df, batch_id)
+
+
+def _batch_id(settings: KeyedSettings) -> tuple[int, int]:
+    """(micro-batch id, shuffle partition) of the running task: Spark's, or on Spark Connect inside a
+    ``foreachBatch`` function, :func:`batch_id_known`'s."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+    batch = None
+    if context is not None:
+        batch = context.getLocalProperty(BATCH_ID_PROPERTY) or context.getLocalProperty(
+            connect_batch_property(settings.job_id, settings.run_id)
+        )
     if context is None or batch is None:
-        raise RuntimeError("keyed state runs only inside a streaming query's micro-batch")
+        raise RuntimeError(
+            "keyed state runs only inside a streaming query's micro-batch; on Spark Connect, a "
+            "foreachBatch function of a keyed job must be wrapped: job.foreach_batch(function)"
+        )
     return int(batch), context.partitionId()
 
 
@@ -800,7 +854,7 @@ def process_step(
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         freeze_worker_heap()
-        batch_id, index = _batch_id()
+        batch_id, index = _batch_id(settings)
         groups = key_group_range(index, settings.parallelism, step.max_parallelism)
         store = KeyedStateStore(settings.state_root, index)
         latency = Measurements(settings.job_id, settings.attempt, KEYED, index)

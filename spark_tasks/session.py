@@ -1,4 +1,5 @@
-"""SparkSessions set up for cutline's jobs, tests, benchmark and demo: ``local[N]`` and clusters."""
+"""SparkSessions set up for cutline's jobs, tests, benchmark and demo: ``local[N]``, clusters and
+Spark Connect (docs/spark.md, "Spark Connect")."""
 
 from __future__ import annotations
 
@@ -6,6 +7,15 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+STREAMING_CONFIG = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.pollingDelay": "10ms",
+    "spark.sql.streaming.minBatchesToRetain": "10",
+    # An idle query reports (and so is RUNNING for cutline) after 1 s, not Spark's 10 s.
+    "spark.sql.streaming.noDataProgressEventInterval": "1000",
+}
+"""Session settings of cutline's jobs that a Connect client may set too (none is a static conf)."""
 
 
 def local_spark(app_name: str = "cutline", cores: int = 2, log_level: str = "ERROR") -> Any:
@@ -57,12 +67,9 @@ def spark_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.pollingDelay", "10ms")
-        .config("spark.sql.streaming.minBatchesToRetain", "10")
-        # An idle query reports (and so is RUNNING for cutline) after 1 s, not Spark's 10 s.
-        .config("spark.sql.streaming.noDataProgressEventInterval", "1000")
     )
+    for key, value in STREAMING_CONFIG.items():
+        builder = builder.config(key, value)
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
@@ -76,3 +83,33 @@ def spark_session(
     session.sparkContext.setLogLevel(log_level)
     session.dataSource.register(KafkaSource)
     return session
+
+
+def connect_spark(remote: str, *, conf: Mapping[str, str] | None = None) -> Any:
+    """A Spark Connect session (``SparkSession.builder.remote``) on the server at ``remote``
+    (``sc://host:port``), with cutline's streaming settings, then ``conf`` (session settings, not
+    the server's static ones), and ``KafkaSource`` registered.
+
+    The server runs the Python side of the job (the source, the tasks, a ``foreachBatch`` sink) in
+    its own Python workers: start it with ``PYSPARK_PYTHON`` naming an interpreter that imports
+    this project, confluent-kafka and pyarrow. Needs the ``connect`` extra.
+    """
+    from events.extras import require
+
+    require("connect", "a Spark Connect session")
+    from pyspark.sql import SparkSession
+
+    from spark_tasks.kafka_source import KafkaSource
+
+    builder = SparkSession.builder.remote(remote)
+    for key, value in {**STREAMING_CONFIG, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.dataSource.register(KafkaSource)
+    return session
+
+
+def is_connect_session(spark: Any) -> bool:
+    """Is ``spark`` a Spark Connect client session? It has no JVM in this process (no
+    ``SparkContext``): only a classic session takes the JVM paths (the job's query listener)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect.")

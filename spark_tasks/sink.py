@@ -30,8 +30,8 @@ files whose end is at or below the latest completed checkpoint's offsets.
 
 The batch's offsets come from Spark's offset log
 (``<work_dir>/attempt-N/spark/offsets/<batch id>``), which Spark writes before it
-runs the batch. The sink runs on the driver and writes local files (or a file
-system every reader sees).
+runs the batch. The sink runs on the driver (on Spark Connect: in a Python process of the
+server, which pickles it) and writes local files (or a file system every reader sees).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from events.task.latency import LatencyMarker
 from events.task.participant import write_atomic
 from events.wire.validation import parse_offsets
 from spark_tasks.kafka_source import SOURCE_ID, TopicPartitionKey, barrier_of, from_offsets, marker_of
+from spark_tasks.keyed import batch_id_known
 from spark_tasks.latency import SINK, send_measurements
 from spark_tasks.tasks import TaskSettings
 
@@ -142,7 +143,10 @@ class CutFileSink:
         """The restored checkpoint's offsets, the start of this attempt's output."""
         self.first_start: dict[TopicPartitionKey, int] | None = None if restored is None else dict(self.cut)
         self.rolled_back = self.rollback()
-        self.job = job
+        # The job's settings, not the job (its threads and Kafka clients): Spark Connect pickles a
+        # foreachBatch function and runs it in a Python process of the server.
+        self.settings = job.settings
+        self.batch_property = job.batch_property
 
     def rollback(self) -> list[Path]:
         """Move the files written after :attr:`cut` to ``_rolled_back/attempt-<N>/``; the moved files."""
@@ -178,10 +182,11 @@ class CutFileSink:
         return moved
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-        rows = batch_df.collect()
+        with batch_id_known(batch_df, batch_id, self.batch_property):
+            rows = batch_df.collect()
         if rows:
             self._write(rows, batch_id)
-        if self.job.settings.latency_interval_ms > 0:
+        if self.settings.latency_interval_ms > 0:
             self._measure_latency(batch_id)
 
     def _measure_latency(self, batch_id: int) -> None:
@@ -198,9 +203,9 @@ class CutFileSink:
             for subtask, tp in enumerate(sorted(end))
             if barrier or start is None or end[tp] > start.get(tp, 0)
         ]
-        job, settings = self.job, self.job.settings
+        settings = self.settings
         measured = [
-            LatencyMarker(marked, SOURCE_ID, subtask).measured(settings.job_id, job.attempt, SINK, 0, now)
+            LatencyMarker(marked, SOURCE_ID, subtask).measured(settings.job_id, self.attempt, SINK, 0, now)
             for subtask in emitted
         ]
         reporter = TaskSettings(settings.job_id, settings.bootstrap, "", topic_prefix=settings.topic_prefix)

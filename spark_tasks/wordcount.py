@@ -2,6 +2,7 @@
 
     python -m spark_tasks.wordcount --bootstrap 127.0.0.1:9092 --job wc --topic words \\
         --work-dir /tmp/wc --location file:///tmp/wc/checkpoints --out /tmp/wc/out [--interval-ms 1000]
+        [--master local[2] | --remote sc://127.0.0.1:15002]
 
 Each input partition keeps a ``{word: count}`` state (:data:`WORD_COUNT`). Every
 micro-batch writes a row per word it saw: the word's new count, how many it
@@ -216,11 +217,20 @@ def _emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, "pid": os.getpid(), **fields}), flush=True)
 
 
+def input_rows(progress: Mapping[str, Any]) -> int:
+    """A micro-batch's input rows, from its progress: Spark's total, or on Spark Connect (whose
+    progress reports no total) the sum of its sources' rows."""
+    total = progress.get("numInputRows")
+    if total is None:
+        return sum(int(source.get("numInputRows") or 0) for source in progress.get("sources") or ())
+    return int(total)
+
+
 def records_read(progress: Mapping[str, Any]) -> int:
     """The Kafka records a micro-batch read, from its progress: its input rows less its barrier rows
     and latency marker rows (one per partition each when a new one is folded into the batch's end
     offset)."""
-    rows = int(progress.get("numInputRows") or 0)
+    rows = input_rows(progress)
     for source in progress.get("sources") or ():
         try:
             end, start = source.get("endOffset"), source.get("startOffset")
@@ -320,7 +330,7 @@ def run_wordcount(
             progress = job.query.lastProgress
             if progress and progress.get("batchId") != last_batch:
                 last_batch = progress.get("batchId")
-                records += int(progress.get("numInputRows", 0))
+                records += input_rows(progress)
                 idle.batch(records_read(progress), time.monotonic(), caught_up=caught_up(progress))
                 on_event(
                     "progress",
@@ -544,6 +554,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Spark master: local[N], local-cluster[N,cores,MB], spark://host:port, ... (default local[2])",
     )
     parser.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT",
+        help="run through the Spark Connect server at this URL instead of a session on --master",
+    )
+    parser.add_argument(
         "--conf",
         action="append",
         default=[],
@@ -566,6 +581,17 @@ def _spark_conf(text: str) -> tuple[str, str]:
     if not key or not equals:
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
     return key, value
+
+
+def _session(args: argparse.Namespace) -> Any:
+    """The command line's session: a Spark Connect one with ``--remote``, else a classic one."""
+    from spark_tasks.session import connect_spark, spark_session
+
+    if args.remote:
+        return connect_spark(args.remote, conf=dict(args.conf))
+    return spark_session(
+        args.master, f"cutline-{args.job}", conf=dict(args.conf), executor_env=args.executor_env
+    )
 
 
 def job_settings(args: argparse.Namespace) -> JobSettings:
@@ -605,12 +631,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     use_wire(wire_from_environment())  # as `cutline run` exported them
     settings = job_settings(args)
-    from spark_tasks.session import spark_session
-
+    if args.remote and args.executor_env:
+        parser.error("--executor-env is for --master: a Connect server's executors are its own")
     with StopSignals() as stop:
-        spark = spark_session(
-            args.master, f"cutline-{args.job}", conf=dict(args.conf), executor_env=args.executor_env
-        )
+        spark = _session(args)
         try:
             if stop.requested:  # while the JVM started: no job to start, nor to report CANCELED
                 return 0

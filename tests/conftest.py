@@ -53,9 +53,9 @@ TOGETHER = ("tests/spark/",)
 """Under pytest-xdist's ``--dist loadfile``, the files under these run in one worker, as one:
 one Spark session for all of them (tests/spark/conftest.py), except :data:`APART`."""
 
-APART = ("tests/spark/test_cluster.py",)
-"""Spark test files that start Spark processes of their own (clusters) and not the shared session:
-each is a unit of its own, so that another worker can run it meanwhile."""
+APART = ("tests/spark/test_cluster.py", "tests/spark/test_connect.py")
+"""Spark test files that start Spark processes of their own (clusters, a Connect server) and not the
+shared session: each is a unit of its own, so that another worker can run it meanwhile."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

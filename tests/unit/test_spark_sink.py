@@ -50,6 +50,8 @@ class Job:
     log: list[str] = field(default_factory=list)
     settings: Any = field(default_factory=lambda: SimpleNamespace(latency_interval_ms=0))
     """No latency markers: the sink reads none from the offset log."""
+    batch_property: str | None = None
+    """Not keyed: no batch id for keyed tasks to learn on Spark Connect."""
 
 
 def _completed(offsets: dict[str, int]) -> CheckpointCompleted:

@@ -17,6 +17,7 @@ from spark_tasks.wordcount import (  # noqa: E402
     IdleClock,
     build_parser,
     caught_up,
+    input_rows,
     job_settings,
     records_read,
 )
@@ -69,6 +70,13 @@ class TestRecordsRead:
 
     def test_offsets_of_another_source_count_every_row(self) -> None:
         assert 5 == records_read(progress(5, None, "not offsets"))
+
+    def test_a_spark_connect_progress_counts_its_sources_rows(self) -> None:
+        """A Connect query's ``lastProgress`` has no total (``numInputRows`` is None): its sources'."""
+        connect = {**progress(7, None, {"words": {"0": 7}}), "numInputRows": None}
+        connect["sources"].append({"startOffset": None, "endOffset": "not offsets", "numInputRows": 2})
+
+        assert (9, 9) == (input_rows(connect), records_read(connect))
 
 
 class TestIdleClock:
