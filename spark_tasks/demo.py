@@ -108,8 +108,9 @@ class DemoOptions:
     """Seconds the Spark driver gets to stop after SIGTERM before SIGKILL."""
     stop_grace: float = 4.0
     """The same when the demo itself is stopped (SIGTERM, Ctrl-C): it stops within 10 s."""
-    spark_timeout: float = 120.0
-    """Seconds a Spark driver may take to start its query, or to count what is left at the end."""
+    spark_timeout: float = 300.0
+    """Seconds a Spark driver may take to start its query, or to count what is left at the end:
+    about 20 s on an idle machine, minutes on a busy one (the demo shows what it waits for)."""
 
 
 @dataclass
