@@ -1,7 +1,8 @@
 """How a job tells a Spark Connect session from a classic one, when a polled Connect query is
-RUNNING, and how a keyed job's tasks learn a batch's id inside a Connect ``foreachBatch`` function
+RUNNING, how a keyed job's tasks learn a batch's id inside a Connect ``foreachBatch`` function,
+and the Spark query id every driver of a job runs its query under
 (spark_tasks.session.is_connect_session, spark_tasks.job.has_triggered,
-spark_tasks.keyed.batch_id_known): no Spark."""
+spark_tasks.keyed.batch_id_known, spark_tasks.job.job_query_id): no Spark."""
 
 from __future__ import annotations
 
