@@ -50,6 +50,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import threading
 import time
 import uuid
@@ -88,6 +89,7 @@ from events.task.participant import (
     read_checkpoint_metadata,
     valid_completions,
 )
+from events.task.storage import write_atomic
 from events.wire.codec import WireSettings, codec_for, process_wire, use_wire
 from events.wire.metadata import MetadataUnavailable, resolve_completion
 from events.wire.records import (
@@ -404,6 +406,24 @@ first batch runs: a checkpoint triggered then waits for that batch, which on a c
 most of a checkpoint's timeout.)"""
 
 
+QUERY_ID_NAMESPACE = uuid.UUID("8f2c6a53-3d1e-4b7a-9c4e-2a6f0d5b7e19")
+"""The namespace of :func:`job_query_id`'s name-based UUIDs."""
+
+
+def job_query_id(job_id: str, topic_prefix: str) -> str:
+    """The Spark query id every attempt of a job runs its query under on Spark Connect: one per
+    job (its coordinator's topic prefix and its id), the same in every driver that runs it, so that
+    the server runs one query of the job at a time (:meth:`CheckpointedJob._claim_query_id`)."""
+    return str(uuid.uuid5(QUERY_ID_NAMESPACE, f"{topic_prefix}\0{job_id}"))
+
+
+def write_query_id(spark_checkpoint: Path, query_id: str) -> None:
+    """Have a query started on the Spark checkpoint directory ``spark_checkpoint`` run under
+    ``query_id``: Spark reads a query's id from the directory's ``metadata`` file, and writes a
+    random one only when that file is missing."""
+    write_atomic(spark_checkpoint / "metadata", json.dumps({"id": query_id}).encode())
+
+
 def has_triggered(status: Mapping[str, Any], has_progress: bool) -> bool:
     """Has a query run its first trigger to its end, by its ``status`` and whether it reported
     progress? What a classic session learns from the first progress or idle event, for a Spark
@@ -423,6 +443,8 @@ class CheckpointedJob:
         self.run_id = uuid.uuid4().hex[:8]
         """Names this run's snapshot files (with the attempt and the cut): see spark_tasks.tasks."""
         self.query_name = f"cutline-{settings.job_id}-{self.run_id}"
+        self.query_id = job_query_id(settings.job_id, settings.topic_prefix)
+        """On Spark Connect, the Spark query id of the job's queries, the same in every driver."""
         self.driver = JobDriver(settings.bootstrap, settings.job_id, self.topics, timeout=timeout)
         history = self.driver.journal((SchedulerStarted, CheckpointCompleted, JobRestartScheduled))
         attempt = max(attempt_after(history), int(os.environ.get("CUTLINE_ATTEMPT", "0")))  # cutline run's
@@ -458,10 +480,44 @@ class CheckpointedJob:
         self._lock = threading.Lock()
         self._completion = threading.Condition(self._lock)
         try:
+            if is_connect_session(spark):
+                self._claim_query_id()
             self._begin_attempt(attempt, settings.restore, history)
         except BaseException:
             self.driver.close()  # a refused restore: no job, and nothing left running
             raise
+
+    def _claim_query_id(self) -> None:
+        """Spark Connect: stop the run of this job's query still active in the server, if any (a
+        crashed driver's), and wait for its end, before this driver restores and its sink rolls back.
+
+        A Connect client that dies leaves its query running in the server, reading and writing,
+        until its session expires. Spark runs one query per id in a server: starting one whose id is
+        active stops that run first, whatever session started it, and waits until its thread has
+        ended (``spark.sql.streaming.stopActiveRunOnRestart``, true by default). Every driver of the
+        job runs its query under :attr:`query_id`; this one first starts and stops a throwaway
+        query (``rate`` to ``noop``) under it (docs/spark.md, "Spark Connect").
+        """
+        claim = Path(self.settings.work_dir) / "claim"
+        shutil.rmtree(claim, ignore_errors=True)  # the previous driver's throwaway query
+        write_query_id(claim, self.query_id)
+        started = time.monotonic()
+        query = (
+            self.spark.readStream.format("rate")
+            .load()
+            .writeStream.format("noop")
+            .queryName(f"{self.query_name}-claim")
+            .option("checkpointLocation", str(claim))
+            .start()
+        )
+        query.stop()
+        log.info(
+            "job %s: claimed its Spark query id %s in %.1f s (the Spark Connect server stopped a run "
+            "of it still active there first, if any, and logged that it did)",
+            self.settings.job_id,
+            self.query_id,
+            time.monotonic() - started,
+        )
 
     def _begin_attempt(self, attempt: int, restore: Restore, history: list[Record]) -> None:
         """Become ``attempt``: its own work directory, ``restore`` loaded and seeded as the first state
@@ -779,8 +835,11 @@ class CheckpointedJob:
         self._listener = _Listener(self)
         self._listener.register()
         self.pause_file.unlink(missing_ok=True)  # a stopped run's, in the same directory
-        writer = writer.queryName(self.query_name).option("checkpointLocation", str(self.work_dir / "spark"))
+        spark_checkpoint = self.work_dir / "spark"
+        writer = writer.queryName(self.query_name).option("checkpointLocation", str(spark_checkpoint))
         try:
+            if self._listener.connect:  # one query of the job in the server (_claim_query_id)
+                write_query_id(spark_checkpoint, self.query_id)
             self.query = _start_query(writer, self.settings.job_id)
         except BaseException:
             self.close()

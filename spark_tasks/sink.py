@@ -24,7 +24,14 @@ overwrites the wrong output or keeps it twice. This sink keys its output by the
   a restore never replays their records.
 
 So the files directly in ``<out>`` hold each input record's output once, in input
-order: their raw rows are the job's output (:func:`read_rows`). Readers that must
+order: their raw rows are the job's output (:func:`read_rows`).
+
+One sink writes to ``<out>`` at a time, the newest: ``<out>/_writer`` names it. A new sink
+names itself there and rolls back under a lock of that file, and every write checks, under the
+same lock, that it is still named, else raises :class:`SinkTakenOver` and writes nothing. So a
+write of an older attempt's sink that outlives its query (a crashed Spark Connect driver's query,
+stopped by the next driver while its ``foreachBatch`` function ran) lands before the rollback,
+which moves it, or not at all. Readers that must
 never see rows a later rollback removes (Flink's read-committed) read only the
 files whose end is at or below the latest completed checkpoint's offsets.
 
@@ -37,11 +44,13 @@ server, which pickles it) and writes local files (or a file system every reader 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +67,16 @@ from spark_tasks.tasks import TaskSettings
 if TYPE_CHECKING:
     from spark_tasks.job import CheckpointedJob
 
-__all__ = ["CUTS_DIR", "ROLLED_BACK_DIR", "BatchCut", "CutFileSink", "read_rows", "sink_files"]
+__all__ = [
+    "CUTS_DIR",
+    "ROLLED_BACK_DIR",
+    "WRITER_FILE",
+    "BatchCut",
+    "CutFileSink",
+    "SinkTakenOver",
+    "read_rows",
+    "sink_files",
+]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +84,24 @@ CUTS_DIR = "_cuts"
 """Where the sink records each output file's input offsets."""
 ROLLED_BACK_DIR = "_rolled_back"
 """Where a restore moves the files written after its cut."""
+WRITER_FILE = "_writer"
+"""Names the sink that writes to the directory (the newest), and is locked around its writes."""
+
+
+class SinkTakenOver(RuntimeError):
+    """A newer sink (a later attempt's, or a later driver's) writes to the directory now."""
+
+
+@contextlib.contextmanager
+def _writer_locked(out: Path) -> Iterator[int]:
+    """``<out>/_writer``, open and locked (``flock``) until the block ends (or the process does)."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / WRITER_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _wire(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, int]:
@@ -142,7 +178,12 @@ class CutFileSink:
         self.cut: dict[TopicPartitionKey, int] = {} if restored is None else parse_offsets(restored.offsets)
         """The restored checkpoint's offsets, the start of this attempt's output."""
         self.first_start: dict[TopicPartitionKey, int] | None = None if restored is None else dict(self.cut)
-        self.rolled_back = self.rollback()
+        self.writer = {"writer": uuid.uuid4().hex, "attempt": self.attempt}
+        """What ``<out>/_writer`` holds while this sink writes there (an older sink then writes nothing)."""
+        with _writer_locked(self.out) as fd:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(self.writer, sort_keys=True).encode(), 0)
+            self.rolled_back = self.rollback()
         # The job's settings, not the job (its threads and Kafka clients): Spark Connect pickles a
         # foreachBatch function and runs it in a Python process of the server.
         self.settings = job.settings
@@ -230,11 +271,27 @@ class CutFileSink:
             "start": None if start is None else _wire(start),
             "end": _wire(end),
         }
-        write_atomic(self.out / CUTS_DIR / f"{cut.name}.json", json.dumps(record, sort_keys=True).encode())
         text = "".join(
             json.dumps(row.asDict(recursive=True), sort_keys=True, default=str) + "\n" for row in rows
         )
-        write_atomic(self.out / f"{cut.name}.jsonl", text.encode())
+        with _writer_locked(self.out) as fd:
+            self._check_writer(fd)
+            write_atomic(
+                self.out / CUTS_DIR / f"{cut.name}.json", json.dumps(record, sort_keys=True).encode()
+            )
+            write_atomic(self.out / f"{cut.name}.jsonl", text.encode())
+
+    def _check_writer(self, fd: int) -> None:
+        """Raise :class:`SinkTakenOver` unless ``<out>/_writer`` (open and locked) names this sink."""
+        try:
+            current = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        except ValueError:
+            current = {}
+        if current.get("writer") != self.writer["writer"]:
+            raise SinkTakenOver(
+                f"sink {self.out}: attempt {current.get('attempt')}'s sink writes here now, after it "
+                f"rolled back to its restored cut; attempt {self.attempt}'s writes nothing more"
+            )
 
 
 def sink_files(out: Path) -> list[Path]:

@@ -21,6 +21,7 @@ from coordinator.service.supervisor import CoordinatorProcess
 from events.task.participant import JobDriver
 from events.wire.records import CheckpointCompleted, JobStatus, SchedulerStarted, SchedulerStopped
 from events.wire.topics import Topics
+from spark_tasks.job import job_query_id
 from spark_tasks.keyed import keyed_task_id
 from spark_tasks.wordcount import SparkDriver, final_counts, read_counts
 
@@ -77,7 +78,7 @@ def _running(driver: SparkDriver) -> bool:
     return bool(driver.seen("running"))
 
 
-def test_a_keyed_word_count_checkpoints_and_restores_exactly_through_spark_connect(
+def test_a_keyed_word_count_checkpoints_and_restores_exactly_through_spark_connect_after_a_crash(
     connect_server: ConnectServer,
     bootstrap: str,
     topic_prefix: str,
@@ -88,8 +89,9 @@ def test_a_keyed_word_count_checkpoints_and_restores_exactly_through_spark_conne
     """Given the keyed word count over 4 input partitions and 2 shuffle partitions, its driver on a
     Spark Connect session: the job is RUNNING, its checkpoints complete with one manifest per
     shuffle partition and the offsets of every input partition, and its raw output is the exact
-    count. The next attempt, through Connect too, restores the latest checkpoint and counts on
-    exactly; each attempt ends CANCELED."""
+    count. Its driver is SIGKILLed: its query runs on in the server and counts what comes next. The
+    next attempt, started at once through Connect too, stops that query before it restores the
+    latest checkpoint (the job's query id), and counts on exactly; it ends CANCELED."""
     words, job_id, out = given.words, given.job_id, tmp_path / "out"
     connect_server.wait_ready()
     first = _driver(given, bootstrap, topic_prefix, tmp_path, connect_server, 1)
@@ -102,18 +104,21 @@ def test_a_keyed_word_count_checkpoints_and_restores_exactly_through_spark_conne
         words.produce(100)
         wait(lambda: len(first.seen("completed")) >= 2, "2 checkpoints of the first attempt", 60)
         wait(lambda: final_counts(out) == dict(words.produced), "every word counted", 60)
-        words.produce(50)  # read, or not, before the stop: the restore replays what the cut misses
-        assert 0 == first.stop()
-        completed = _journal(bootstrap, topic_prefix, job_id, CheckpointCompleted)
-        latest = completed[-1]
-        assert sorted(latest.handles) == [keyed_task_id(i) for i in range(SHUFFLE)]
-        assert sorted(latest.offsets) == [f"{given.topic}:{p}" for p in range(PARTITIONS)]
+        before_crash = _journal(bootstrap, topic_prefix, job_id, CheckpointCompleted)[-1]
+        assert sorted(before_crash.handles) == [keyed_task_id(i) for i in range(SHUFFLE)]
+        assert sorted(before_crash.offsets) == [f"{given.topic}:{p}" for p in range(PARTITIONS)]
+        first.kill()  # SIGKILL: no stop reaches the server
+        words.produce(50)
+        wait(lambda: final_counts(out) == dict(words.produced), "the crashed driver's query counting on", 60)
 
         second = _driver(given, bootstrap, topic_prefix, tmp_path, connect_server, 2)
         second.start()
         wait(lambda: _running(second), "the second attempt RUNNING", STARTS_S)
         restored = second.seen("restored")[0]
-        assert (restored["checkpoint_id"], restored["attempt"]) == (latest.checkpoint_id, 2)
+        completed = _journal(bootstrap, topic_prefix, job_id, CheckpointCompleted)
+        assert restored["attempt"] == 2
+        assert restored["checkpoint_id"] in [c.checkpoint_id for c in completed if c.attempt == 1]
+        assert restored["checkpoint_id"] >= before_crash.checkpoint_id
         words.produce(50)
         wait(lambda: final_counts(out) == dict(words.produced), "every word counted after the restore", 90)
         assert 0 == second.stop()
@@ -122,11 +127,14 @@ def test_a_keyed_word_count_checkpoints_and_restores_exactly_through_spark_conne
             if driver is not None:
                 driver.stop(grace=5)
     # the raw rows: the last count of each word is its count in the whole input, and what the rows
-    # added sums to it (a row the restore wrote twice, or lost, would show)
+    # added sums to it (a row the restore wrote twice, or the crashed driver's query wrote after the
+    # restore's rollback, or lost, would show)
     assert read_counts(out) == words.produced
     journal = _journal(bootstrap, topic_prefix, job_id, SchedulerStarted, SchedulerStopped)
-    assert [(1, None), (1, JobStatus.CANCELED), (2, None), (2, JobStatus.CANCELED)] == [
-        (e.attempt, getattr(e, "status", None)) for e in journal
-    ]
-    # the queries ran on the server: a classic session in the driver would not show there
-    assert connect_server.log_path.read_text(errors="replace").count(f"Starting cutline-{job_id}-") == 2
+    statuses = [(e.attempt, getattr(e, "status", None)) for e in journal]
+    assert [attempt for attempt, status in statuses if status is None] == [1, 2]
+    assert statuses[-1] == (2, JobStatus.CANCELED)
+    # the queries ran on the server, and the second driver's claim of the job's query id stopped the
+    # first's query there
+    log = connect_server.log_path.read_text(errors="replace")
+    assert log.count(f"Stopping existing streaming query [id={job_query_id(job_id, topic_prefix)}") == 1

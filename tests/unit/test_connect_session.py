@@ -1,16 +1,20 @@
 """How a job tells a Spark Connect session from a classic one, when a polled Connect query is
-RUNNING, and how a keyed job's tasks learn a batch's id inside a Connect ``foreachBatch`` function
+RUNNING, how a keyed job's tasks learn a batch's id inside a Connect ``foreachBatch`` function,
+and the Spark query id every driver of a job runs its query under
 (spark_tasks.session.is_connect_session, spark_tasks.job.has_triggered,
-spark_tasks.keyed.batch_id_known): no Spark."""
+spark_tasks.keyed.batch_id_known, spark_tasks.job.job_query_id): no Spark."""
 
 from __future__ import annotations
 
+import json
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spark_tasks.job import has_triggered
+from spark_tasks.job import has_triggered, job_query_id, write_query_id
 from spark_tasks.keyed import WithBatchId, batch_id_known, connect_batch_property
 from spark_tasks.session import is_connect_session
 
@@ -115,3 +119,19 @@ class TestBatchIdKnown:
 
         with batch_id_known(NoSession(), 7, None):
             pass
+
+
+class TestJobQueryId:
+    """Every driver of a job runs its query under one Spark query id, which no other job shares."""
+
+    def test_every_driver_of_a_job_gets_the_same_id(self) -> None:
+        assert job_query_id("wc", "cutline.") == job_query_id("wc", "cutline.")
+
+    def test_another_job_or_coordinator_gets_another(self) -> None:
+        ids = {job_query_id("wc", "cutline."), job_query_id("wc2", "cutline."), job_query_id("wc", "t1.")}
+        assert 3 == len(ids)
+
+    def test_it_is_a_uuid_in_the_metadata_file_spark_reads_a_query_id_from(self, tmp_path: Path) -> None:
+        query_id = job_query_id("wc", "cutline.")
+        write_query_id(tmp_path / "spark", query_id)
+        assert {"id": str(uuid.UUID(query_id))} == json.loads((tmp_path / "spark" / "metadata").read_text())

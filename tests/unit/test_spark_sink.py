@@ -17,6 +17,7 @@ from spark_tasks.sink import (
     ROLLED_BACK_DIR,
     BatchCut,
     CutFileSink,
+    SinkTakenOver,
     batch_offsets,
     read_rows,
     sink_files,
@@ -172,3 +173,24 @@ def test_an_attempt_that_restores_nothing_rolls_back_everything(tmp_path: Path) 
     again = CutFileSink(Job(tmp_path / "a2", 2), out)  # type: ignore[arg-type]
 
     assert 1 == len(again.rolled_back) and [] == sink_files(out)
+
+
+def test_an_older_sink_writes_nothing_once_a_newer_one_rolled_back(tmp_path: Path) -> None:
+    """A crashed driver's query outlives it (Spark Connect) and its sink writes on after the next
+    attempt's sink rolled back: that write raises and leaves nothing; the newer sink writes."""
+    out = tmp_path / "out"
+    first = Job(tmp_path / "a1", 1)
+    crashed = CutFileSink(first, out)  # type: ignore[arg-type]
+    _log_batch(first, 0, {0: 2})
+    crashed(_rows(("a", 1)), 0)
+    second = Job(tmp_path / "a2", 2, restored=_completed({"words:0": 2}))
+    restored = CutFileSink(second, out)  # type: ignore[arg-type]
+
+    _log_batch(first, 1, {0: 4})
+    with pytest.raises(SinkTakenOver, match="attempt 2's sink writes here now"):
+        crashed(_rows(("a", 2)), 1)
+    _log_batch(second, 0, {0: 4})
+    restored(_rows(("a", 2)), 0)
+
+    assert {"a": 3} == read_counts(out)
+    assert 2 == len(list((out / CUTS_DIR).glob("*.json")))
