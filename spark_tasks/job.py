@@ -836,6 +836,7 @@ class CheckpointedJob:
         self._listener.register()
         self.pause_file.unlink(missing_ok=True)  # a stopped run's, in the same directory
         spark_checkpoint = self.work_dir / "spark"
+        self._set_aside_stale_spark_checkpoint(spark_checkpoint)
         writer = writer.queryName(self.query_name).option("checkpointLocation", str(spark_checkpoint))
         try:
             if self._listener.connect:  # one query of the job in the server (_claim_query_id)
@@ -846,6 +847,26 @@ class CheckpointedJob:
             raise
         self._listener.follow(self.query)
         return self.query
+
+    def _set_aside_stale_spark_checkpoint(self, spark_checkpoint: Path) -> None:
+        """Rename ``spark_checkpoint`` aside if it exists: an earlier driver of this attempt number
+        ran a query there and ended before the coordinator journaled its start (a crash in its
+        first batches), so the journal gave this driver the same attempt. Spark would resume from
+        that query's offsets and ignore the restored ones: the records of its batches would be
+        neither in the restored state nor read again. No cutline restore reads Spark's checkpoint;
+        it stays beside, for a look."""
+        if not spark_checkpoint.exists():
+            return
+        aside = spark_checkpoint.with_name(f"{spark_checkpoint.name}-before-{self.run_id}")
+        spark_checkpoint.rename(aside)
+        log.warning(
+            "job %s attempt %d: an earlier driver of this attempt left a Spark checkpoint (it ended "
+            "before the coordinator ran it); the query starts from the restored offsets, and that "
+            "checkpoint is kept at %s",
+            self.settings.job_id,
+            self.attempt,
+            aside,
+        )
 
     def _publish_running(self) -> None:
         restored = self.restored

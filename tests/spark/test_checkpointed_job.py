@@ -613,3 +613,41 @@ def test_stop_with_a_savepoint_ends_the_output_at_its_cut_and_the_restore_rolls_
     assert dict(savepoint.offsets) == first["start"]
     assert not (tmp_path / "out-old" / ROLLED_BACK_DIR).exists()
     _assert_exactly_once(words.produced, tmp_path / "out-old", out)
+
+
+def test_a_driver_of_an_attempt_the_coordinator_never_ran_leaves_no_offsets_to_the_next(
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
+) -> None:
+    """Given a driver whose query read the input and then ended before the coordinator journaled its
+    start (here: no coordinator on its topic prefix, as for a crash in its first batches), when the
+    next driver begins the same attempt number in the same work directory, then its query starts
+    from the restored offsets (none: the earliest), not from the Spark checkpoint left there, and
+    every word is counted: Spark would resume after the first driver's batches, whose records are
+    in no restored state."""
+    from events.dev.broker import create_topics
+
+    words, job_id = given.words, given.job_id
+    words.produce(100)
+    unrun = f"t{uuid.uuid4().hex[:8]}."
+    create_topics(bootstrap, Topics(unrun).all)
+    with CheckpointedJob(spark, _settings(bootstrap, unrun, given.topic, tmp_path, job_id)) as first:
+        _start(spark, first, tmp_path / "first-out")
+        commits = first.work_dir / "spark" / "commits"
+        _wait(lambda: commits.is_dir() and any(commits.iterdir()), "the first driver's first batch")
+    assert first.attempt == 1
+
+    out = tmp_path / "out"
+    with CheckpointedJob(spark, _settings(bootstrap, topic_prefix, given.topic, tmp_path, job_id)) as job:
+        assert job.attempt == 1 and job.work_dir == first.work_dir
+        _start(spark, job, out)
+        job.wait_for_running(60)
+        words.produce(20)
+        _wait(lambda: read_counts(out) == words.produced, "every word counted", 60)
+        job.stop()
+    _assert_exactly_once(words.produced, out)
+    assert [p.name for p in job.work_dir.glob("spark-before-*")] == [f"spark-before-{job.run_id}"]
