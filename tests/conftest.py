@@ -31,18 +31,31 @@ CPU for a whole session timeout would be rebalanced away in the middle of a test
 cluster (``CUTLINE_BOOTSTRAP``) the default, 6 s, stays: Apache Kafka refuses less by default."""
 
 
-TEST_FETCH_WAIT_MS = "50"
+TEST_FETCH_WAIT_MS = "100"
 """``CUTLINE_FETCH_WAIT_MS`` on the embedded broker: ``fetch.wait.max.ms`` of the coordinator workers
-and of the participants' and drivers' consumers the tests start. An idle worker's 2 ms fetches and
-the broker's answers cost a third of a core, 50 ms ones an eighth; a test of 18 participants spent
-half its CPU less. It adds at most 25 ms to a hop. On a real cluster, which answers a fetch as
-soon as records arrive, 500."""
+and of the participants' and drivers' consumers the tests start. The broker parks a fetch that finds
+nothing for half of it, so it adds up to 50 ms to a hop; shorter waits cost CPU the suite does not
+have (an idle worker and the broker's answers to it: about 0.15 of a core at 50 ms, 0.13 at 100,
+0.10 at 200). On a real cluster, which answers a fetch as soon as records arrive, 500."""
+
+
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""Java options of every Spark JVM the tests start (drivers, executors, a standalone master and
+workers, the Connect server): short-lived JVMs on a small machine spend less CPU with only the
+quick JIT compiler and one GC thread."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
     external = bool(os.environ.get("CUTLINE_BOOTSTRAP"))
     os.environ.setdefault("CUTLINE_SESSION_TIMEOUT", "6" if external else TEST_SESSION_TIMEOUT)
     os.environ.setdefault("CUTLINE_FETCH_WAIT_MS", "500" if external else TEST_FETCH_WAIT_MS)
+    # inherited by every process the tests start: spark-submit's driver JVMs (in-process sessions,
+    # the word count's and the demo's drivers, the Connect server), their executors, the daemons
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
+    os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JVM_OPTIONS)
+    os.environ.setdefault(
+        "PYSPARK_SUBMIT_ARGS", f'--conf "spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}" pyspark-shell'
+    )
 
 
 FIRST = ("spark", "e2e", "integration")
@@ -55,7 +68,8 @@ one Spark session for all of them (tests/spark/conftest.py), except :data:`APART
 
 APART = ("tests/spark/test_cluster.py", "tests/spark/test_connect.py")
 """Spark test files that start Spark processes of their own (clusters, a Connect server) and not the
-shared session: each is a unit of its own, so that another worker can run it meanwhile."""
+shared session: each of their tests is a unit of its own (the longest tests of the suite, run side by
+side in two workers while the others run the rest)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -85,7 +99,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             if path in APART:
-                return path
+                return nodeid
             return next((prefix for prefix in TOGETHER if path.startswith(prefix)), path)
 
     return LoadFileSparkTogether(config, log)

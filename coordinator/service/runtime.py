@@ -592,19 +592,26 @@ class Coordinator:
         before, ``tests/property/test_decider_properties.py``) carries it on to the new state
         (:meth:`_keep`). Any other change of the state forgets it (:meth:`_set_state`), and it is
         worked out again."""
+        return [job_id for job_id, at in self._due_times() if at is not None and at <= now_ms]
+
+    def next_due_at(self) -> int | None:
+        """The earliest time (ms) at which a tick can change something for a job, as :meth:`due`
+        works it out; None: no job has anything due until its state changes."""
+        return min((at for _, at in self._due_times() if at is not None), default=None)
+
+    def _due_times(self) -> list[tuple[str, int | None]]:
         remembered = self._due_at
         if len(remembered) > len(self.states):
             for job_id in remembered.keys() - self.states.keys():
                 del remembered[job_id]
-        due = []
+        times = []
         for job_id, state in self.states.items():
             if job_id in remembered:
                 at = remembered[job_id]
             else:
                 at = remembered[job_id] = due_at(state)
-            if at is not None and at <= now_ms:
-                due.append(job_id)
-        return due
+            times.append((job_id, at))
+        return times
 
     def decide(self, command: Command, cause: str | None, epoch: int = 0) -> Outcome:
         """Decide ``command``, fold the result in, and build the messages to publish.

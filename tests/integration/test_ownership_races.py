@@ -38,6 +38,9 @@ from events.wire.topics import Topics
 SESSION_TIMEOUT = float(os.environ["CUTLINE_SESSION_TIMEOUT"])
 MANY_PARTITIONS = 96
 STALE_LIMIT_S = 1.0
+RACE_WORKER_ARGS = ("--loglevel", "info", "--fetch-wait-ms", "50")
+"""The workers fetch every 50 ms (the suite's other workers, 100: tests/conftest.py): the bound on
+the jobs' return counts every hop of a claim's recovery, and was set with 50 ms hops."""
 TASKS = ("task-0", "task-1")
 
 
@@ -74,7 +77,7 @@ main()
 
     def __init__(self, bootstrap: str, prefix: str) -> None:
         # INFO: the test reads when the worker joins its group from aiokafka's log line
-        super().__init__(bootstrap, prefix, watchdog=False, extra_args=("--loglevel", "info"))
+        super().__init__(bootstrap, prefix, watchdog=False, extra_args=RACE_WORKER_ARGS)
         self.request = self.log_path.parent / "pause-request"
 
     def command(self) -> list[str]:

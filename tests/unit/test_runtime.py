@@ -673,6 +673,22 @@ class TestDue:
                 coordinator.due(now) for now in instants
             ]
 
+    def test_the_next_due_time_is_the_earliest_of_the_jobs_due_times(self, coordinator: Coordinator) -> None:
+        """Given no job, nothing is due until a state changes; given a job that runs from 0 and one
+        that runs from 5,000 (and so triggers later), the next due time is the first job's, and
+        ``due`` names that job then and no job a millisecond before."""
+        assert None is coordinator.next_due_at()
+
+        running(coordinator)
+        later = JobStatusChanged("later", JobStatus.RUNNING, 5_000, 1, ("a",), CONFIG)
+        coordinator.handle(TOPICS.job_status, 0, 1, b"later", encode(later), 5_000)
+
+        first = coordinator.next_due_at()
+        assert first is not None
+        assert first == min(due_at(state) or 2**63 for state in coordinator.states.values())
+        assert first < (due_at(coordinator.states["later"]) or 0)
+        assert ([JOB], []) == (coordinator.due(first), coordinator.due(first - 1))
+
     def test_an_ack_does_not_walk_the_pending_checkpoints_again(
         self, coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
     ) -> None:
