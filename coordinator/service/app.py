@@ -158,10 +158,13 @@ def _patch_fetch_wait(wait_ms: int) -> None:
 class TablelessManager(TableManager):
     """Faust's table manager, without the 1 s it sleeps at start so that tables declared late are
     still recovered: the coordinator declares no table (its state is the journal's fold), so that
-    second only held every worker's start, before it joined its group."""
+    second only held every worker's start, before it joined its group. An app that declared a
+    table gets Faust's wait back."""
 
     async def on_start(self) -> None:
-        if not self.should_stop:
+        if self:
+            await super().on_start()
+        elif not self.should_stop:
             await self._update_channels()
             await self.recovery.start()
 
