@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bench.cpu import TICK, command_line, descendants, machine_busy, machine_line
+from bench.cpu import command_line, cpu_and_start, descendants, machine_busy, machine_line
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,14 +58,6 @@ def kind_of(command: str) -> str:
     return next((name for name, test in KINDS if test(command)), "other processes below the command")
 
 
-def _cpu_and_start(pid: int) -> tuple[float, int] | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICK, int(fields[19])
-
-
 def run(command: list[str], interval: float) -> dict[str, object]:
     """Run ``command`` to its end; its exit code, wall time, the machine's busy CPU and the CPU
     (and the number of processes) of each kind below it."""
@@ -75,7 +67,7 @@ def run(command: list[str], interval: float) -> dict[str, object]:
     while True:
         ended = child.poll() is not None
         for pid in descendants(child.pid) if not ended else []:
-            read = _cpu_and_start(pid)
+            read = cpu_and_start(pid)
             if read is not None:
                 last[(pid, read[1])] = (kind_of(command_line(pid)), read[0])
         if ended:

@@ -39,6 +39,15 @@ def _stat_cpu(path: Path, children: bool = False) -> float:
     return used / TICK
 
 
+def cpu_and_start(pid: int) -> tuple[float, int] | None:
+    """CPU seconds used so far by ``pid`` and its start time (clock ticks after boot: with the pid,
+    it names one process); None if it is gone."""
+    fields = _fields(Path(f"/proc/{pid}/stat"))
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK, int(fields[19])
+
+
 def process_cpu(pid: int | None) -> float:
     """CPU seconds used so far by every thread of ``pid`` (0 if None or gone)."""
     return 0.0 if pid is None else _stat_cpu(Path(f"/proc/{pid}/stat"))
