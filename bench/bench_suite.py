@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -121,7 +122,13 @@ def main() -> None:
     args = parser.parse_args()
     console = Console()
     console.print(machine_line())
-    result = run(shlex.split(args.command), args.interval)
+    command = shlex.split(args.command)
+    if not command or shutil.which(command[0]) is None:
+        parser.error(
+            f"{command[0] if command else 'an empty --command'!r} is not a program on PATH: give another "
+            '--command, or put it on PATH (uv: `export PATH="$HOME/.local/bin:$PATH"`)'
+        )
+    result = run(command, args.interval)
     report(result, console)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -42,11 +42,15 @@ def need_bootstrap(console: Console, bootstrap: str | None) -> str:
     return bootstrap
 
 
+BROKER_WAIT_S = 5.0
+"""How long a command waits for the cluster to answer before it says that no broker does."""
+
+
 def check_broker(console: Console, bootstrap: str) -> None:
     from events.dev.broker import wait_for_broker
 
     try:
-        wait_for_broker(bootstrap, timeout=5)
+        wait_for_broker(bootstrap, timeout=BROKER_WAIT_S)
     except TimeoutError as exc:
         fail(console, f"no Kafka broker answers at {bootstrap} ({exc}); start one with `cutline broker`")
 

@@ -317,6 +317,7 @@ class TestFailures:
 
 
 class TestBadInput:
+    @pytest.mark.slow
     def test_garbage_on_every_input_topic_goes_to_dead_letters(
         self,
         bootstrap: str,
@@ -362,6 +363,7 @@ class TestBadInput:
         assert set(garbage.values()) <= originals
 
 
+@pytest.mark.slow
 class TestRecovery:
     def test_sigkill_in_the_middle_of_a_checkpoint(
         self, own_coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object

@@ -104,6 +104,7 @@ def _page() -> Iterator[Page]:
             browser.close()
 
 
+@pytest.mark.slow
 def test_the_dashboard_follows_a_checkpointing_job_without_a_reload(
     checkpointing: CoordinatorProcess, page: Page, tmp_path: Path
 ) -> None:

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from events.dev.broker import create_topics
 from events.wire.topics import Topics
 
@@ -94,6 +96,7 @@ def test_a_cluster_with_everything_in_place_passes(bootstrap: str, topic_prefix:
     assert "warn" == checks["coordinator"]["verdict"]  # none runs at --url: a warning, not a failure
 
 
+@pytest.mark.slow  # the broker check waits its timeout
 def test_no_broker_skips_what_needs_one() -> None:
     code, checks = doctor("--bootstrap", "127.0.0.1:9")
 

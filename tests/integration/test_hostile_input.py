@@ -351,6 +351,7 @@ def produce(
     producer.poll(0)
 
 
+@pytest.mark.slow
 def test_hostile_input_on_every_edge(
     bootstrap: str, topics: Topics, tree: Tree, coordinator: CoordinatorProcess, healthy: JobDriver
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from support import eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
@@ -27,6 +28,7 @@ def state_of(task: str, checkpoint_id: int) -> bytes:
     return (text * (2 * THRESHOLD // len(text))).encode() if task == LARGE else text.encode()
 
 
+@pytest.mark.slow
 def test_small_state_rides_in_the_acks_and_restores_from_the_completion(
     bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:

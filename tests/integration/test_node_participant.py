@@ -40,6 +40,7 @@ def node_example() -> Path:
     return EXAMPLE
 
 
+@pytest.mark.slow
 def test_node_participant_completes_checkpoints_and_decodes_the_journal(
     node_example: Path, bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:

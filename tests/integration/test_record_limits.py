@@ -90,6 +90,7 @@ def _trigger(bootstrap: str, topics: Topics, job: str) -> CheckpointTriggered | 
     return None
 
 
+@pytest.mark.slow
 def test_a_600_kb_task_id_is_a_bounded_dead_letter_and_the_partition_goes_on(
     settings: Settings, coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:

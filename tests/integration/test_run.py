@@ -115,6 +115,7 @@ def attempts(tmp_path: Path) -> list[str]:
     return (tmp_path / "attempts.log").read_text().splitlines()
 
 
+@pytest.mark.slow
 def test_a_driver_that_always_fails_is_restarted_as_often_as_the_strategy_says_then_given_up(
     bootstrap: str, topics: Topics, job: str, tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import s3fs
 from support import eventually
 
@@ -21,6 +22,7 @@ JOB = "s3-job"
 TASKS = ("task-0", "task-1")
 
 
+@pytest.mark.slow
 def test_snapshots_on_s3_complete_are_retained_and_restore(
     s3: s3fs.S3FileSystem, bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:

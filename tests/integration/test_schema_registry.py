@@ -137,6 +137,7 @@ def _confluent_environment(registry: RegistryStub, monkeypatch: pytest.MonkeyPat
         monkeypatch.undo()
 
 
+@pytest.mark.slow
 def test_a_job_checkpoints_with_confluent_frames_and_tail_shows_them(
     bootstrap: str, topic_prefix: str, tmp_path: Path, registry: RegistryStub, confluent_environment: None
 ) -> None:

@@ -49,6 +49,7 @@ def test_broker_stops(tmp_path: Path) -> None:
     _assert_stopped(_sweep([[CUTLINE, "broker"]] * len(moments), moments, tmp_path))
 
 
+@pytest.mark.slow
 def test_coordinator_stops(bootstrap: str, tmp_path: Path) -> None:
     """``cutline coordinator`` (its watchdog and Faust worker): before, while and after the worker
     joins its group."""
@@ -79,6 +80,8 @@ def test_run_stops(bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
     _assert_stopped(_sweep(argvs, moments, tmp_path))
 
 
+@pytest.mark.slow
+@pytest.mark.spark
 @pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs Java")
 def test_demo_stops(tmp_path: Path) -> None:
     """``cutline demo`` (its own broker, coordinator, ``cutline run`` and Spark driver): while the

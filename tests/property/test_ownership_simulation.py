@@ -40,6 +40,7 @@ SEEDS = 2_000
 
 
 class TestSeeds:
+    @pytest.mark.slow
     def test_thousands_of_consecutive_seeds_keep_every_invariant(self) -> None:
         """2,000 seeds of rebalances, pauses, kills, delayed claims, broker pauses and compaction:
         no invariant breaks. (Its speed is a benchmark's business: ``python -m

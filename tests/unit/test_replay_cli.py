@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner, Result
 
-from coordinator.cli import Cut, app, parse_until
+from coordinator.cli import Cut, app, common, parse_until
 from coordinator.decider import fold_jobs
 from coordinator.journal import read_journal_events, write_journal
 from coordinator.simulate import Rates, simulate
@@ -181,6 +181,11 @@ class TestVerify:
 
 
 class TestErrors:
+    @pytest.fixture(autouse=True)
+    def _no_broker_answers_soon(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Nothing listens at 127.0.0.1:9: the message comes after the broker wait, shortened here."""
+        monkeypatch.setattr(common, "BROKER_WAIT_S", 0.3)
+
     @pytest.mark.parametrize(
         ("args", "message"),
         [
