@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import jvm_archive
 import pytest
 
 from events.dev.broker import EmbeddedBroker, wait_for_broker
@@ -42,20 +43,47 @@ have (an idle worker and the broker's answers to it: about 0.15 of a core at 50 
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """Java options of every Spark JVM the tests start (drivers, executors, a standalone master and
 workers, the Connect server): short-lived JVMs on a small machine spend less CPU with only the
-quick JIT compiler and one GC thread."""
+quick JIT compiler and one GC thread. They also map the archive of Spark's classes that
+:mod:`jvm_archive` makes at the start of the session (once per pytest cache directory)."""
+
+
+_archive_maker: jvm_archive.ArchiveMaker | None = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _archive_maker
     external = bool(os.environ.get("CUTLINE_BOOTSTRAP"))
     os.environ.setdefault("CUTLINE_SESSION_TIMEOUT", "6" if external else TEST_SESSION_TIMEOUT)
     os.environ.setdefault("CUTLINE_FETCH_WAIT_MS", "500" if external else TEST_FETCH_WAIT_MS)
+    # pytest-xdist's workers inherit what the controller (or the only process) set here
+    archive = jvm_archive.archive_path(config.cache.mkdir("cutline-jvm")) if config.cache else None
+    options = (
+        TEST_JVM_OPTIONS if archive is None else f"{TEST_JVM_OPTIONS} {jvm_archive.java_options(archive)}"
+    )
+    if archive is not None and not hasattr(config, "workerinput") and _may_start_spark(config):
+        _archive_maker = jvm_archive.make_in_background(archive, TEST_JVM_OPTIONS)
     # inherited by every process the tests start: spark-submit's driver JVMs (in-process sessions,
     # the word count's and the demo's drivers, the Connect server), their executors, the daemons
-    os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
-    os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JVM_OPTIONS)
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", options)
+    os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", options)
     os.environ.setdefault(
-        "PYSPARK_SUBMIT_ARGS", f'--conf "spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}" pyspark-shell'
+        "PYSPARK_SUBMIT_ARGS", f'--conf "spark.executor.extraJavaOptions={options}" pyspark-shell'
     )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _archive_maker is not None and not hasattr(config, "workerinput"):
+        _archive_maker.stop()
+
+
+def _may_start_spark(config: pytest.Config) -> bool:
+    """Whether the run may start a Spark JVM: not with ``-m "not spark ..."``, nor when only the pure
+    tests' directories are given (then no archive of Spark's classes is made)."""
+    if "not spark" in (config.option.markexpr or ""):
+        return False
+    pure = [HERE / "unit", HERE / "property"]
+    given = [Path(arg.split("::", 1)[0]).resolve() for arg in config.args]
+    return not given or not all(any(path.is_relative_to(p) for p in pure) for path in given)
 
 
 FIRST = ("spark", "e2e", "integration")
