@@ -319,8 +319,9 @@ def test_latency_markers_reach_every_keyed_task_and_the_sink_and_never_user_code
     """Given a keyed word count with latency markers every 200 ms, the coordinator's /metrics has
     Flink's latency histograms (granularity operator) for the map side of every input partition,
     every shuffle partition and the sink, with plausible figures: the sink's latency covers most of
-    a micro-batch's execution and stays below 10 s. User code never sees a marker: the counts are
-    exact (a marker row, with no value, would break key_by)."""
+    a micro-batch's execution, and no operator's exceeds what the slowest batch took (plus 1 s).
+    User code never sees a marker: the counts are exact (a marker row, with no value, would break
+    key_by)."""
     import json
     import urllib.request
 
@@ -359,16 +360,16 @@ def test_latency_markers_reach_every_keyed_task_and_the_sink_and_never_user_code
 
     histograms = _latency_histograms(coordinator.url, job_id)
     assert {source for source, _, _ in histograms} == {"cutline-kafka"}
+    # a marker is stamped when its batch is planned: by the sink it has waited at least for the
+    # batch's execution (here longer than the 200 ms trigger interval), never longer than a batch took
+    trigger = max(p["durationMs"]["triggerExecution"] for p in progress)
     means = {(op, subtask): total / count for (_, op, subtask), (count, total) in histograms.items()}
-    assert all(0 <= mean < 10_000 for mean in means.values()), means
+    assert all(0 <= mean <= trigger + 1_000 for mean in means.values()), (means, trigger)
     with urllib.request.urlopen(f"{coordinator.url}/jobs/{job_id}/latency", timeout=10) as response:
         shown = json.load(response)
     operators = {row["operator_id"]: row for row in shown["operators"]}
     assert ["route", "keyed", "sink"] == list(operators)
-    # a marker is stamped when its batch is planned: by the sink it has waited at least for the
-    # batch's execution (here longer than the 200 ms trigger interval), never longer than a batch took
-    trigger = max(p["durationMs"]["triggerExecution"] for p in progress)
     sink = operators["sink"]
     assert sink["p50"] >= 200, sink
-    assert sink["max"] <= trigger + 1_000 < 10_000, (sink, trigger)
+    assert sink["max"] <= trigger + 1_000, (sink, trigger)
     assert operators["route"]["p50"] <= operators["keyed"]["p50"] <= sink["p50"]
