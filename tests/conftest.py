@@ -47,6 +47,10 @@ quick JIT compiler and one GC thread. They also map the archive of Spark's class
 :mod:`jvm_archive` makes at the start of the session (once per pytest cache directory)."""
 
 
+TEST_PYTHON_DAEMON = "spark.python.daemon.module=spark_tasks.daemon"
+"""Every Spark application the tests start forks its Python workers from :mod:`spark_tasks.daemon`,
+which has imported ``pyspark.worker`` once (PySpark's own daemon imports it in every worker)."""
+
 _archive_maker: jvm_archive.ArchiveMaker | None = None
 
 
@@ -63,8 +67,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if archive is not None and not hasattr(config, "workerinput") and _may_start_spark(config):
         _archive_maker = jvm_archive.make_in_background(archive, TEST_JVM_OPTIONS)
     # inherited by every process the tests start: spark-submit's driver JVMs (in-process sessions,
-    # the word count's and the demo's drivers, the Connect server), their executors, the daemons
-    os.environ.setdefault("SPARK_SUBMIT_OPTS", options)
+    # the word count's and the demo's drivers, the Connect server), their executors, the daemons;
+    # a driver's spark.* system properties are settings of its application (and its executors)
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{options} -D{TEST_PYTHON_DAEMON}")
     os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", options)
     os.environ.setdefault(
         "PYSPARK_SUBMIT_ARGS", f'--conf "spark.executor.extraJavaOptions={options}" pyspark-shell'
