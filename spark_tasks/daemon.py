@@ -3,9 +3,9 @@
 Spark 4's daemon imports the worker module in each forked worker: a module may start threads when
 it is imported (pandas and pyarrow do), and a fork copies none of them. ``pyspark.worker`` starts
 none and imports neither (``tests/unit/test_spark_daemon.py`` pins it, for the installed PySpark),
-so it is safe to import before the fork, as Spark 3's daemon did. Each worker then starts without
-that import: about half a CPU second on a small machine. Any other worker module (the Python data
-source's planners) is still imported in the forked worker, by PySpark's code.
+so it is safe to import before the fork, as Spark 3's daemon did, and each worker then starts
+without that import. Any other worker module (the Python data source's planners) is still imported
+in the forked worker, by PySpark's code.
 
 Use it with ``spark.python.daemon.module=spark_tasks.daemon`` (docs/spark.md); the tests do.
 """

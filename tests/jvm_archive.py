@@ -1,11 +1,9 @@
 """Class-data sharing for the tests' Spark JVMs: one archive of Spark's classes, made once.
 
-A Spark JVM spends most of its start loading and verifying the same few thousand classes. Java's
-application class-data sharing (AppCDS, JEP 350) maps them from an archive instead: on this
-machine a ``local[2]`` session that starts, runs a query and stops took 7.9 CPU s and 6.5 s with
-the archive against 12.1 CPU s and 10.9 s without. Every Spark JVM of the suite (drivers,
-executors, the standalone master and workers, the Connect server) starts with
-:func:`java_options`.
+A Spark JVM spends much of its start loading and verifying the same few thousand classes. Java's
+application class-data sharing (AppCDS, JEP 350) maps them from an archive instead (what it saves:
+docs/spark.md, "Tests"). Every Spark JVM of the suite (drivers, executors, the standalone master
+and workers, the Connect server) starts with :func:`java_options`.
 
 The archive is written by one small Spark application (:data:`WORKLOAD`) run by ``spark-submit``
 with ``-XX:ArchiveClassesAtExit``; it is kept in pytest's cache directory under a name that says
@@ -128,5 +126,10 @@ class ArchiveMaker:
 
 
 def make_in_background(archive: Path, jvm_options: str) -> ArchiveMaker | None:
-    """Start writing ``archive`` unless it exists (None when there is nothing to do)."""
-    return None if archive.exists() else ArchiveMaker(archive, jvm_options)
+    """Start writing ``archive`` unless it exists (None when there is nothing to do); the archives
+    of another Java or PySpark in its directory are deleted (a JVM that maps one keeps its copy)."""
+    if archive.exists():
+        return None
+    for stale in archive.parent.glob("spark-*.jsa"):
+        stale.unlink(missing_ok=True)
+    return ArchiveMaker(archive, jvm_options)
