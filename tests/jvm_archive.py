@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
-import importlib.util
 import os
 import shutil
 import signal
@@ -26,6 +25,8 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+
+from support import pyspark_script
 
 WORKLOAD = """
 from pyspark.sql import SparkSession
@@ -62,15 +63,9 @@ def archive_path(cache: Path) -> Path | None:
     java_home = Path(java).resolve().parent.parent
     release = java_home / "release"
     java_release = release.read_text() if release.exists() else ""
-    identity = f"{java_home}\n{java_release}\n{_spark_home()} {importlib.metadata.version('pyspark')}"
+    pyspark = f"{pyspark_script('spark-submit')} {importlib.metadata.version('pyspark')}"
+    identity = f"{java_home}\n{java_release}\n{pyspark}"
     return cache / f"spark-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.jsa"
-
-
-def _spark_home() -> Path:
-    """The installed PySpark's directory (its jars and ``bin/``), without importing it."""
-    spec = importlib.util.find_spec("pyspark")
-    assert spec is not None and spec.origin is not None, "PySpark is one of the project's dependencies"
-    return Path(spec.origin).parent
 
 
 def java_options(archive: Path) -> str:
@@ -96,7 +91,7 @@ class ArchiveMaker:
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "SPARK_LOCAL_IP": "127.0.0.1",
         }
-        spark_submit = _spark_home() / "bin" / "spark-submit"
+        spark_submit = pyspark_script("spark-submit")
         self._process = subprocess.Popen(
             [str(spark_submit), "--master", "local[2]", str(self._script)],
             env=environment,

@@ -7,9 +7,11 @@ up, says what was awaited and the last value it saw.
 
 from __future__ import annotations
 
+import importlib.util
 import reprlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar, overload
 
 T = TypeVar("T")
@@ -71,3 +73,11 @@ def eventually(
 def _name(condition: Callable[..., object]) -> str:
     name = getattr(condition, "__name__", repr(condition))
     return "a condition" if name == "<lambda>" else name
+
+
+def pyspark_script(name: str) -> Path:
+    """``bin/<name>`` (``spark-submit``, ``spark-class``) of the installed PySpark, found without
+    importing it."""
+    spec = importlib.util.find_spec("pyspark")
+    assert spec is not None and spec.origin is not None, "PySpark is one of the project's dependencies"
+    return Path(spec.origin).parent / "bin" / name

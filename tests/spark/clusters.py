@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from support import eventually
+from support import eventually, pyspark_script
 
 from events.dev.broker import free_port
 
@@ -258,9 +258,7 @@ class StandaloneCluster:
     """
 
     def __init__(self, work: Path) -> None:
-        import pyspark
-
-        self.spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+        self.spark_class = pyspark_script("spark-class")
         self.work = work
         # Ports are bound by the master itself (port 0) and read from its log: a port picked here
         # and passed on can be taken by another JVM in between, and Spark then moves to the next one

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Self
 
-from support import eventually
+from support import eventually, pyspark_script
 
 from events.dev.broker import HOST, free_port
 
@@ -40,9 +40,7 @@ class ConnectServer:
         return f"sc://{HOST}:{self.port}"
 
     def command(self) -> list[str]:
-        import pyspark
-
-        spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+        spark_submit = pyspark_script("spark-submit")
         settings = {
             "spark.connect.grpc.binding.address": HOST,
             "spark.connect.grpc.binding.port": str(self.port),
