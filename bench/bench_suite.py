@@ -105,8 +105,9 @@ def report(result: dict[str, object], console: Console) -> None:
     rest = max(0.0, busy - counted)
     table.add_row("the rest (other processes; ends between two looks)", "", f"{rest:,.0f}", "")
     console.print(table)
+    minutes, seconds = divmod(round(wall), 60)
     console.print(
-        f"exit code {result['exit_code']}; wall {wall / 60:.0f} min {wall % 60:.0f} s; machine busy "
+        f"exit code {result['exit_code']}; wall {minutes} min {seconds} s; machine busy "
         f"{busy:,.0f} CPU s of {wall * cores:,.0f} ({busy / (wall * cores):.0%} of {cores} cores); "
         f"floor (busy / cores) {busy / cores / 60:.1f} min"
     )
