@@ -400,6 +400,8 @@ def _change_job_status(d: _Deciding, command: ChangeJobStatus) -> None:
         return
     if changed.status is state.status and changed.attempt == state.attempt:
         return
+    if state.status is JobStatus.CANCELED and changed.attempt <= state.attempt:
+        return  # a late or redelivered report of a canceled attempt (FAILING, say) restarts nothing
     if changed.status is JobStatus.FAILING and state.status is JobStatus.CANCELLING:
         # Flink: a job that fails while it is being canceled ends CANCELED; nothing restarts it.
         _stop(d, now, JobStatus.CANCELED, changed.error, attempt=changed.attempt)

@@ -184,6 +184,14 @@ class TestCancel:
             SchedulerStopped(JOB, 1, 20, JobStatus.CANCELED, "killed")
         )
 
+    def test_a_failure_of_the_attempt_that_ended_canceled_restarts_nothing(self) -> None:
+        """The FAILING report that ended it CANCELED, delivered again (or a late one): still CANCELED."""
+        failed = job_status(JobStatus.FAILING, at=20, error="killed")
+        given(running(at=0), cancel(at=10), failed).when(failed).then_nothing()
+        given(running(at=0), cancel(at=10), job_status(JobStatus.CANCELED, at=20)).when(
+            job_status(JobStatus.FAILING, at=30, error="late")
+        ).then_nothing()
+
     def test_a_late_running_report_of_the_canceled_attempt_starts_nothing(self) -> None:
         given(running(at=0), cancel(at=10)).when(running(at=20)).then_nothing()
 
