@@ -8,6 +8,7 @@ is :func:`support.eventually`'s.
 
 from __future__ import annotations
 
+import compileall
 import os
 import urllib.request
 from collections.abc import Iterator
@@ -64,6 +65,8 @@ def pytest_configure(config: pytest.Config) -> None:
     options = (
         TEST_JVM_OPTIONS if archive is None else f"{TEST_JVM_OPTIONS} {jvm_archive.java_options(archive)}"
     )
+    if not hasattr(config, "workerinput"):
+        _compile_the_packages()
     if archive is not None and not hasattr(config, "workerinput") and _may_start_spark(config):
         _archive_maker = jvm_archive.make_in_background(archive, TEST_JVM_OPTIONS)
     # inherited by every process the tests start: spark-submit's driver JVMs (in-process sessions,
@@ -74,6 +77,20 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(
         "PYSPARK_SUBMIT_ARGS", f'--conf "spark.executor.extraJavaOptions={options}" pyspark-shell'
     )
+
+
+PACKAGES = ("events", "coordinator", "spark_tasks")
+
+
+def _compile_the_packages() -> None:
+    """Byte-compile the project's packages once, before any test starts a process. uv compiles the
+    dependencies when it installs them (``[tool.uv] compile-bytecode``), but not the project itself;
+    where ``PYTHONDONTWRITEBYTECODE`` is set, every coordinator, CLI and Spark worker the tests start
+    would otherwise compile the modules it imports from source. An explicit compile writes the
+    caches that the variable only stops imports from writing; Python checks them against the
+    sources' modification times as usual."""
+    for package in PACKAGES:
+        compileall.compile_dir(HERE.parent / package, quiet=1)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
