@@ -83,12 +83,12 @@ PACKAGES = ("events", "coordinator", "spark_tasks")
 
 
 def _compile_the_packages() -> None:
-    """Byte-compile the project's packages once, before any test starts a process. uv compiles the
-    dependencies when it installs them (``[tool.uv] compile-bytecode``), but not the project itself;
-    where ``PYTHONDONTWRITEBYTECODE`` is set, every coordinator, CLI and Spark worker the tests start
-    would otherwise compile the modules it imports from source. An explicit compile writes the
-    caches that the variable only stops imports from writing; Python checks them against the
-    sources' modification times as usual."""
+    """Byte-compile the project's packages once, before any test starts a process. Where
+    ``PYTHONDONTWRITEBYTECODE`` is set, every coordinator, CLI and Spark worker the tests start would
+    otherwise compile the modules it imports from source (``uv sync --compile-bytecode`` does the
+    same for the dependencies, not for the project itself). An explicit compile writes the caches
+    that the variable only stops imports from writing; Python checks them against the sources'
+    modification times as usual."""
     for package in PACKAGES:
         compileall.compile_dir(HERE.parent / package, quiet=1)
 
