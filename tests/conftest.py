@@ -18,6 +18,7 @@ from uuid import uuid4
 
 import jvm_archive
 import pytest
+from support import TEST_PARTITIONS
 
 from events.dev.broker import EmbeddedBroker, wait_for_broker
 
@@ -60,6 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
     external = bool(os.environ.get("CUTLINE_BOOTSTRAP"))
     os.environ.setdefault("CUTLINE_SESSION_TIMEOUT", "6" if external else TEST_SESSION_TIMEOUT)
     os.environ.setdefault("CUTLINE_FETCH_WAIT_MS", "500" if external else TEST_FETCH_WAIT_MS)
+    os.environ.setdefault("CUTLINE_PARTITIONS", str(TEST_PARTITIONS))
     # pytest-xdist's workers inherit what the controller (or the only process) set here
     archive = jvm_archive.archive_path(config.cache.mkdir("cutline-jvm")) if config.cache else None
     options = (

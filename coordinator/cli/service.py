@@ -105,6 +105,7 @@ def coordinator(
         int,
         typer.Option(
             "--partitions",
+            envvar="CUTLINE_PARTITIONS",
             min=1,
             help="Partitions of the topics it creates when none exists yet. Existing topics keep "
             "theirs, and the coordinator uses their count.",

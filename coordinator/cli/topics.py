@@ -23,7 +23,8 @@ def topics_create(
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = DEFAULT_PREFIX,
     partitions: Annotated[
-        int, typer.Option("--partitions", min=1, help="Partitions of every topic.")
+        int,
+        typer.Option("--partitions", envvar="CUTLINE_PARTITIONS", min=1, help="Partitions of every topic."),
     ] = DEFAULT_PARTITIONS,
 ) -> None:
     """Create every topic of the protocol with one partition count (existing ones are kept, and the

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import eventually
+from support import TEST_PARTITIONS, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics, free_port, topic_config, wait_for_broker
@@ -55,7 +55,7 @@ def _service(
 ) -> Iterator[CoordinatorProcess]:
     """A coordinator with one running job of one participant task."""
     topics = Topics(prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks])
+    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
     process = CoordinatorProcess(bootstrap, prefix).start()
     location = f"file://{tmp_path_factory.mktemp('checkpoints')}"
 

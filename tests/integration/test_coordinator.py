@@ -19,7 +19,7 @@ from uuid import uuid4
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
-from support import eventually
+from support import TEST_PARTITIONS, eventually
 
 from coordinator.decider import fold_jobs
 from coordinator.invariants import first_violation
@@ -48,7 +48,7 @@ from events.wire.topics import Topics
 
 def _topics_of(bootstrap: str) -> Topics:
     topics = Topics(f"t{uuid4().hex[:8]}.")
-    create_topics(bootstrap, [*topics.all, topics.ticks])
+    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
     return topics
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
-from support import eventually
+from support import TEST_PARTITIONS, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -102,7 +102,7 @@ class Sent:
 @pytest.fixture(name="topics")
 def _topics(bootstrap: str, topic_prefix: str) -> Topics:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks])
+    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
     return topics
 
 

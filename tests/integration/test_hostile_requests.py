@@ -18,7 +18,7 @@ from uuid import uuid4
 
 import pytest
 from confluent_kafka import Producer
-from support import eventually
+from support import TEST_PARTITIONS, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from coordinator.service.views import ROUTES
@@ -46,7 +46,7 @@ BOUND = 2_000
 @pytest.fixture(scope="module", name="topics")
 def _topics(bootstrap: str) -> Topics:
     topics = Topics(f"t{uuid4().hex[:8]}.")
-    create_topics(bootstrap, [*topics.all, topics.ticks])
+    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
     return topics
 
 

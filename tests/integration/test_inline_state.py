@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import eventually
+from support import TEST_PARTITIONS, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -33,7 +33,7 @@ def test_small_state_rides_in_the_acks_and_restores_from_the_completion(
     bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks])
+    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
     participants = []
     for task in (*SMALL, LARGE):
 

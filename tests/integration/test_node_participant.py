@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support import TEST_PARTITIONS
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -45,7 +46,7 @@ def test_node_participant_completes_checkpoints_and_decodes_the_journal(
     node_example: Path, bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks])
+    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
     coordinator = CoordinatorProcess(bootstrap, topic_prefix)
     coordinator.start()
     try:

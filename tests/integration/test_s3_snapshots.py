@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import s3fs
-from support import eventually
+from support import TEST_PARTITIONS, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -27,7 +27,7 @@ def test_snapshots_on_s3_complete_are_retained_and_restore(
     s3: s3fs.S3FileSystem, bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks])
+    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
     participants = []
     for task in TASKS:
 

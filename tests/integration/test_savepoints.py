@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from support import TEST_PARTITIONS
 
 from coordinator.service.runtime import Coordinator, Outcome
 from events.dev.broker import create_topics
@@ -136,7 +137,7 @@ def _setup(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Setup:
     """Job ``orders``: savepoint 1, checkpoint 2. Job ``orders-v2``: restored from a second
     savepoint of ``orders`` (3) and has completed nothing since."""
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, topics.all)
+    create_topics(bootstrap, topics.all, partitions=TEST_PARTITIONS)
     root = tmp_path / "savepoints"
     journal = Journal(topics, root)
     config = CheckpointConfig(interval_ms=0, location=(tmp_path / "checkpoints").as_uri())
@@ -212,7 +213,7 @@ def test_dispose_of_a_keyed_savepoint_deletes_its_pieces(
     """Given a keyed job's savepoint (its handle a manifest that lists a piece next to it), dispose
     deletes the piece too, not only the manifest and _metadata: nothing of it is left."""
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, topics.all)
+    create_topics(bootstrap, topics.all, partitions=TEST_PARTITIONS)
     root = tmp_path / "savepoints"
     journal = Journal(topics, root)
     config = CheckpointConfig(interval_ms=0, location=(tmp_path / "checkpoints").as_uri())

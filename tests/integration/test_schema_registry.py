@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from support import eventually
+from support import TEST_PARTITIONS, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -142,7 +142,7 @@ def test_a_job_checkpoints_with_confluent_frames_and_tail_shows_them(
     bootstrap: str, topic_prefix: str, tmp_path: Path, registry: RegistryStub, confluent_environment: None
 ) -> None:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks])
+    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
     participant = Participant(bootstrap, JOB, "task-0", 1, topics, lambda b: b"state", lambda: {"in:0": 1})
     participant.run_in_thread()
     config = CheckpointConfig(interval_ms=300, location=f"file://{tmp_path}/checkpoints")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support import TEST_PARTITIONS
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -26,7 +27,7 @@ from events.wire.topics import Topics
 @pytest.fixture(scope="module", name="topics")
 def _topics(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topics]:
     topics = Topics(f"stop-{os.getpid()}-{time.monotonic_ns()}.")
-    create_topics(bootstrap, [*topics.all, topics.ticks])
+    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
     with CoordinatorProcess(bootstrap, topics.prefix):
         yield topics
 

@@ -1,13 +1,15 @@
 """The compiled Avro bodies (events/wire/avro_binary.py) are fastavro's, byte for byte and datum for datum.
 
 Data are drawn from the schemas themselves, so every field of every record type (and every
-older writer schema in ``schemas/history``) is covered without a list to keep up to date.
+older writer schema in ``schemas/history``) is covered without a list to keep up to date. Set
+``CUTLINE_PROPERTY_PROFILE=thorough`` for a long run.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,7 +41,12 @@ HISTORY = sorted(
     # the codec's records only: CoordinatorSnapshot's schemas are read by their own module
     if json.loads(path.read_text())["name"].removeprefix("cutline.") in {c.__name__ for c in RECORD_TYPES}
 )
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    # 93 tests: 25 examples each in a run of the suite, 500 with CUTLINE_PROPERTY_PROFILE=thorough
+    max_examples=500 if os.environ.get("CUTLINE_PROPERTY_PROFILE") == "thorough" else 25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def _ids(cls: type) -> str:
