@@ -121,6 +121,23 @@ class TestTopics:
         assert "-1" == topic_config(bootstrap, Topics(prefix).checkpoints)["retention.ms"]
         assert "compact" == topic_config(bootstrap, Topics(prefix).snapshots)["cleanup.policy"]
 
+    def test_the_partition_count_may_come_from_the_environment(self, bootstrap: str) -> None:
+        """`CUTLINE_PARTITIONS=3` and no `--partitions`: a new prefix's topics get 3 partitions."""
+        prefix = f"env{os.getpid()}."
+
+        result = cutline(
+            "topics",
+            "create",
+            "--bootstrap",
+            bootstrap,
+            "--topic-prefix",
+            prefix,
+            env={"CUTLINE_PARTITIONS": "3"},
+        )
+
+        assert 0 == result.returncode, result.stderr
+        assert 9 == result.stdout.count("(3 partitions)")
+
     def test_missing_topics_get_the_count_of_the_existing_ones(self, bootstrap: str) -> None:
         """Topics made earlier with 2 partitions, then `topics create --partitions 4`: the missing ones
         are made with 2 as well, and it says so (a prefix has one count)."""
