@@ -12,6 +12,7 @@ import compileall
 import os
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -53,6 +54,13 @@ TEST_PYTHON_DAEMON = "spark.python.daemon.module=spark_tasks.daemon"
 """Every Spark application the tests start forks its Python workers from :mod:`spark_tasks.daemon`,
 which has imported ``pyspark.worker`` once (PySpark's own daemon imports it in every worker)."""
 
+SPARK_NICENESS = 10
+"""The niceness of a test marked ``spark`` while it runs, and so of every process it starts (its
+Spark JVMs, their Python workers, its coordinators): a CPU-bound JVM then takes a free core but
+never one that a test of coordinator failover (bounded by a session timeout) is waiting for. Set
+only where the worker may raise it back afterwards (as root), or it would stay for the tests that
+follow in the worker."""
+
 _archive_maker: jvm_archive.ArchiveMaker | None = None
 
 
@@ -63,7 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("CUTLINE_FETCH_WAIT_MS", "500" if external else TEST_FETCH_WAIT_MS)
     os.environ.setdefault("CUTLINE_PARTITIONS", str(TEST_PARTITIONS))
     # pytest-xdist's workers inherit what the controller (or the only process) set here
-    archive = jvm_archive.archive_path(config.cache.mkdir("cutline-jvm")) if config.cache else None
+    archive = jvm_archive.archive_path(config.cache.mkdir("cutline-jvm")) if getattr(config, "cache", None) else None
     options = (
         TEST_JVM_OPTIONS if archive is None else f"{TEST_JVM_OPTIONS} {jvm_archive.java_options(archive)}"
     )
@@ -157,16 +165,64 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return LoadFileSparkTogether(config, log)
 
 
+def _may_renice() -> bool:
+    """Whether this process may lower its niceness again after raising it (tried in a child)."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        code = 1
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, SPARK_NICENESS)
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+_RENICE: list[bool] = []
+
+
+@contextmanager
+def _priority(niceness: int) -> Iterator[None]:
+    """This process (and what it starts meanwhile) at ``niceness``, where it may go back after."""
+    if not _RENICE:
+        _RENICE.append(_may_renice())
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    if not _RENICE[0] or before == niceness:
+        yield
+        return
+    os.setpriority(os.PRIO_PROCESS, 0, niceness)
+    try:
+        yield
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, before)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test marked ``spark`` runs (sets up, calls, tears down) at :data:`SPARK_NICENESS`."""
+    if item.get_closest_marker("spark") is None:
+        return (yield)
+    with _priority(SPARK_NICENESS):
+        return (yield)
+
+
 @pytest.fixture(scope="session")
 def bootstrap() -> Iterator[str]:
-    """``bootstrap.servers`` of the broker shared by the (xdist worker's) session."""
+    """``bootstrap.servers`` of the broker shared by the (xdist worker's) session: started at the
+    usual priority, whichever test needs it first."""
     external = os.environ.get("CUTLINE_BOOTSTRAP")
     if external:
         wait_for_broker(external, timeout=30)
         yield external
         return
-    with EmbeddedBroker() as broker:
+    with _priority(0):
+        broker = EmbeddedBroker().start()
+    try:
         yield broker.bootstrap
+    finally:
+        broker.stop()
 
 
 @pytest.fixture
