@@ -30,7 +30,10 @@ def _python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if k not in ("CUTLINE_BOOTSTRAP", "VIRTUAL_ENV")}
+    # PYTHONPATH: the tests' startup hook (tests/conftest.py), which no user's install has
+    environment = {
+        k: v for k, v in os.environ.items() if k not in ("CUTLINE_BOOTSTRAP", "VIRTUAL_ENV", "PYTHONPATH")
+    }
     return subprocess.run(
         [str(python), *args], capture_output=True, text=True, timeout=120, env=environment, cwd=python.parent
     )

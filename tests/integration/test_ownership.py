@@ -222,6 +222,7 @@ def assert_effective_journal_is_sound(jobs: Jobs, bootstrap: str, topics: Topics
 
 
 @pytest.mark.slow
+@pytest.mark.timed
 class TestThreeWorkers:
     """Runs in order on one cluster: the views of three live workers first, then the failover."""
 
@@ -306,6 +307,7 @@ this timeout (docs/embedded-broker.md) and the claim."""
 
 
 @pytest.mark.slow
+@pytest.mark.timed
 class TestWatchdog:
     @pytest.mark.parametrize("killed", ["worker", "watchdog"])
     def test_a_killed_worker_or_watchdog_hands_its_jobs_over_before_the_session_timeout(

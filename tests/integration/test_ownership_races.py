@@ -334,6 +334,7 @@ def queued_claims(worker: PausableWorker) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.timed
 class TestRaces:
     @pytest.mark.parametrize("partitions", [MANY_PARTITIONS], indirect=True)
     def test_a_worker_joining_while_64_claims_are_queued_fences_no_one(

@@ -19,3 +19,19 @@ def test_python_workers_are_forked_by_cutlines_daemon(spark: Any) -> None:
     assert 2 == len(parents)
     for parent in parents:
         assert "-m spark_tasks.daemon pyspark.worker" in parent, parent
+
+
+def test_python_workers_import_the_installed_pyspark_not_the_copy_in_sparks_zip(spark: Any) -> None:
+    """Spark puts ``pyspark.zip`` first on a worker's path; the daemon imports the installed package
+    it was copied from, whose bytecode Python caches (spark_tasks.workers.prefer_installed_pyspark)."""
+    import pyspark
+
+    def where_pyspark_is(_: object) -> list[str]:
+        import pyspark
+
+        return [pyspark.__file__ or ""]
+
+    found = spark.sparkContext.parallelize(range(2), 2).flatMap(where_pyspark_is).collect()
+
+    assert [pyspark.__file__] * 2 == found
+    assert ".zip" not in str(pyspark.__file__)
