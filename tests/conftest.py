@@ -9,6 +9,7 @@ is :func:`support.eventually`'s.
 from __future__ import annotations
 
 import compileall
+import functools
 import os
 import urllib.request
 from collections.abc import Iterator
@@ -200,6 +201,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return LoadFileSparkTogether(config, log)
 
 
+@functools.cache
 def _may_renice() -> bool:
     """Whether this process may raise its niceness and lower it again, below 0 too (tried in a child)."""
     child = os.fork()
@@ -216,16 +218,11 @@ def _may_renice() -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
-_RENICE: list[bool] = []
-
-
 @contextmanager
 def _priority(niceness: int) -> Iterator[None]:
-    """This process (and what it starts meanwhile) at ``niceness``, where it may go back after."""
-    if not _RENICE:
-        _RENICE.append(_may_renice())
+    """This process (and what it starts meanwhile) at ``niceness``, where it may set it back after."""
     before = os.getpriority(os.PRIO_PROCESS, 0)
-    if not _RENICE[0] or before == niceness:
+    if before == niceness or not _may_renice():
         yield
         return
     os.setpriority(os.PRIO_PROCESS, 0, niceness)
