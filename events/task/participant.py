@@ -597,10 +597,13 @@ class Participant:
 
     # --------------------------------------------------------- lifecycle
 
-    def run_in_thread(self, interval: float = 0.01) -> threading.Thread:
+    def run_in_thread(self, interval: float = 0.1) -> threading.Thread:
         """Poll in a daemon thread until :meth:`close`; ``snapshot`` and ``offsets`` must be thread-safe.
 
-        An exception stops the thread and is kept in :attr:`error`.
+        ``interval`` is the longest one look waits for a record. A barrier or a journal record ends
+        the wait at once, so it bounds only how soon :meth:`close` stops the thread; a short one
+        wakes an idle task's thread more often for nothing. An exception stops the thread and is
+        kept in :attr:`error`.
         """
         if self._thread is not None:
             raise RuntimeError("participant already runs in a thread")
