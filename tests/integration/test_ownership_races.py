@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, TopicPartition
 from support import eventually
 
 from coordinator.service.supervisor import CoordinatorProcess, stop_all
-from events.dev.broker import create_topics
+from events.dev.broker import EmbeddedBroker, create_topics
 from events.kafka.clients import consumer_config, job_key, partition_for
 from events.kafka.log import LogMessage, read_journal_topic
 from events.task.participant import JobDriver, Participant
@@ -258,6 +258,19 @@ class Checkpointing:
             participant.close()
         for driver in self.drivers:
             driver.close()
+
+
+@pytest.fixture(scope="module")
+def bootstrap() -> Iterator[str]:
+    """A broker of this module's own. Its first test starts it, so it runs at the priority of the
+    module's ``timed`` tests (tests/conftest.py), as their coordinators do: the bounds here measure
+    the coordinators and their broker, not a broker busy with the other tests of the worker."""
+    external = os.environ.get("CUTLINE_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap
 
 
 @pytest.fixture(name="partitions")

@@ -325,9 +325,11 @@ class StandaloneCluster:
         return True
 
     def _answers(self) -> bool:
+        """Whether the master's ``/json/`` view answers JSON: just after its web UI binds, it may
+        answer the HTML page before the JSON view is attached."""
         try:
             self.state()
-        except OSError:
+        except (OSError, ValueError):
             return False
         return True
 
