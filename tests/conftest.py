@@ -93,8 +93,6 @@ def pytest_configure(config: pytest.Config) -> None:
         _compile_the_packages()
     if archive is not None and not hasattr(config, "workerinput") and _may_start_spark(config):
         _archive_maker = jvm_archive.make_in_background(archive, TEST_JVM_OPTIONS)
-        if _archive_maker is not None:
-            os.environ[MAKING_THE_ARCHIVE] = "1"  # for this process's collection and its workers'
     # inherited by every process the tests start: spark-submit's driver JVMs (in-process sessions,
     # the word count's and the demo's drivers, the Connect server), their executors, the daemons;
     # a driver's spark.* system properties are settings of its application (and its executors)
@@ -138,19 +136,6 @@ FIRST = ("spark", "e2e", "integration")
 """Directories whose tests start first: they wait the most (on Spark, a coordinator's group join),
 and a long one started last would finish alone."""
 
-WHILE_THE_ARCHIVE_IS_MADE = (
-    "integration/test_ownership.py",
-    "integration/test_coordinator.py",
-    "integration/test_ownership_races.py",
-)
-"""Files that start before the Spark tests in a run that makes the archive of Spark's classes (it
-takes about a minute): a minute or so of each worker's time without a JVM, so that the Spark JVMs
-start with the archive and not without it."""
-
-MAKING_THE_ARCHIVE = "CUTLINE_TESTS_MAKING_JVM_ARCHIVE"
-"""Set by the process that makes the archive, for itself and its pytest-xdist workers: every worker
-must order the tests as the others do, whether or not the archive exists when it collects them."""
-
 TOGETHER = ("tests/spark/",)
 """Under pytest-xdist's ``--dist loadfile``, the files under these run in one worker, as one:
 one Spark session for all of them (tests/spark/conftest.py), except :data:`APART`."""
@@ -163,22 +148,15 @@ side in two workers while the others run the rest)."""
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test under tests/<name>/ with the marker <name>; put the slowest directories
-    first (each file keeps its order), so that pytest-xdist hands them out first, after
-    :data:`WHILE_THE_ARCHIVE_IS_MADE` when the archive is being made."""
+    first (each file keeps its order), so that pytest-xdist hands them out first."""
     for item in items:
         relative = item.path.resolve().relative_to(HERE)
         if len(relative.parts) > 1 and relative.parts[0] in MARKED_DIRECTORIES:
             item.add_marker(getattr(pytest.mark, relative.parts[0]))
 
-    making = bool(os.environ.get(MAKING_THE_ARCHIVE))
-
-    def first(item: pytest.Item) -> tuple[bool, int]:
-        relative = item.path.resolve().relative_to(HERE)
-        directory = relative.parts[0]
-        return (
-            not (making and relative.as_posix() in WHILE_THE_ARCHIVE_IS_MADE),
-            FIRST.index(directory) if directory in FIRST else len(FIRST),
-        )
+    def first(item: pytest.Item) -> int:
+        directory = item.path.resolve().relative_to(HERE).parts[0]
+        return FIRST.index(directory) if directory in FIRST else len(FIRST)
 
     items.sort(key=first)
 
