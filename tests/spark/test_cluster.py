@@ -249,8 +249,9 @@ def test_standalone_cluster_survives_an_executor_kill_a_driver_kill_and_a_rescal
     """On a standalone master with 2 workers of 1 core (started from the installed PySpark, without
     the S3 variables: executors get them from the application) the same: the executor kill, the
     driver kill, and the restore once 2 more workers joined, on 4 executors, exact."""
-    cluster = StandaloneCluster(tmp_path / "cluster").start(workers=2)
+    cluster = StandaloneCluster(tmp_path / "cluster")
     try:
+        cluster.start(workers=2)  # in the try: a master that started is stopped even if a worker fails
 
         def four_workers() -> str:
             cluster.add_workers(2)
