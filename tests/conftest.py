@@ -9,6 +9,7 @@ is :func:`support.eventually`'s.
 from __future__ import annotations
 
 import compileall
+import contextlib
 import functools
 import os
 import urllib.request
@@ -20,9 +21,7 @@ from uuid import uuid4
 
 import jvm_archive
 import pytest
-from support import TEST_PARTITIONS
-
-from events.dev.broker import EmbeddedBroker, wait_for_broker
+from support import TEST_PARTITIONS, kafka_bootstrap
 
 HERE = Path(__file__).resolve().parent
 MARKED_DIRECTORIES = ("integration", "spark", "e2e", "compose")
@@ -224,17 +223,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def bootstrap() -> Iterator[str]:
     """``bootstrap.servers`` of the broker shared by the (xdist worker's) session: started at the
     usual priority, whichever test needs it first."""
-    external = os.environ.get("CUTLINE_BOOTSTRAP")
-    if external:
-        wait_for_broker(external, timeout=30)
-        yield external
-        return
-    with _priority(0):
-        broker = EmbeddedBroker().start()
-    try:
-        yield broker.bootstrap
-    finally:
-        broker.stop()
+    with contextlib.ExitStack() as stack:
+        with _priority(0):
+            address = stack.enter_context(kafka_bootstrap())
+        yield address
 
 
 @pytest.fixture

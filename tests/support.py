@@ -8,9 +8,11 @@ up, says what was awaited and the last value it saw.
 from __future__ import annotations
 
 import importlib.util
+import os
 import reprlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar, overload
 
@@ -88,3 +90,18 @@ def pyspark_script(name: str) -> Path:
     spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.origin is not None, "PySpark is one of the project's dependencies"
     return Path(spec.origin).parent / "bin" / name
+
+
+@contextmanager
+def kafka_bootstrap() -> Iterator[str]:
+    """``bootstrap.servers`` of ``CUTLINE_BOOTSTRAP`` once it answers, or of an embedded broker
+    started here (at this process's niceness) and stopped on exit."""
+    from events.dev.broker import EmbeddedBroker, wait_for_broker
+
+    external = os.environ.get("CUTLINE_BOOTSTRAP")
+    if external:
+        wait_for_broker(external, timeout=30)
+        yield external
+        return
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap

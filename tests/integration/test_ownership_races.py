@@ -23,10 +23,10 @@ from uuid import uuid4
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from support import eventually
+from support import eventually, kafka_bootstrap
 
 from coordinator.service.supervisor import CoordinatorProcess, stop_all
-from events.dev.broker import EmbeddedBroker, create_topics
+from events.dev.broker import create_topics
 from events.kafka.clients import consumer_config, job_key, partition_for
 from events.kafka.log import LogMessage, read_journal_topic
 from events.task.participant import JobDriver, Participant
@@ -265,12 +265,8 @@ def bootstrap() -> Iterator[str]:
     """A broker of this module's own. Its first test starts it, so it runs at the priority of the
     module's ``timed`` tests (tests/conftest.py), as their coordinators do: the bounds here measure
     the coordinators and their broker, not a broker busy with the other tests of the worker."""
-    external = os.environ.get("CUTLINE_BOOTSTRAP")
-    if external:
-        yield external
-        return
-    with EmbeddedBroker() as broker:
-        yield broker.bootstrap
+    with kafka_bootstrap() as address:
+        yield address
 
 
 @pytest.fixture(name="partitions")
