@@ -366,12 +366,14 @@ class ApacheKafka:
     ``brokers`` of them sharing the controller quorum, each a JVM in its own process group with its
     own ports and log dir under one temp dir.
 
-    Use as a context manager, or call :meth:`start` and :meth:`stop`. ``config`` overrides entries
-    of every node's ``server.properties``; ``heap`` is each JVM's ``-Xmx``.
+    Use as a context manager, or call :meth:`start` and :meth:`stop`. ``port`` is the first node's
+    (default: free ones); ``config`` overrides entries of every node's ``server.properties``;
+    ``heap`` is each JVM's ``-Xmx``.
     """
 
     def __init__(
         self,
+        port: int | None = None,
         *,
         brokers: int = 1,
         heap: str = "512m",
@@ -382,6 +384,7 @@ class ApacheKafka:
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
         self._settings = KafkaSettings(new_cluster_id(), brokers, heap, dict(config or {}))
+        self._fixed_port = port
         self._startup_timeout = startup_timeout
         self._jars = jars
         self._dir: Path | None = None
@@ -429,7 +432,8 @@ class ApacheKafka:
             return self
         java = check_java()
         jars = self._jars or resolve_jars()
-        for attempt in range(3):
+        attempts = 1 if self._fixed_port is not None else 3
+        for attempt in range(attempts):
             try:
                 self._layout()
                 self._format(java, jars)
@@ -444,7 +448,7 @@ class ApacheKafka:
                 raise
             except BrokerError as exc:
                 self._terminate(grace=2.0)
-                if attempt == 2:
+                if attempt + 1 == attempts:
                     raise
                 self._remove_dir()
                 log.warning("Apache Kafka failed to start, retrying: %s", exc)
@@ -475,9 +479,11 @@ class ApacheKafka:
     def _layout(self) -> None:
         """A fresh temp dir with a directory, ports, ``server.properties`` and log4j2 config per node."""
         self._dir = Path(tempfile.mkdtemp(prefix="cutline-kafka-"))
+        ports = self._ports()
+        count = self._settings.brokers
         self._nodes = tuple(
-            KafkaNode(i, free_port(), free_port(), self._dir / f"node-{i}")
-            for i in range(1, self._settings.brokers + 1)
+            KafkaNode(i, ports[i - 1], ports[count + i - 1], self._dir / f"node-{i}")
+            for i in range(1, count + 1)
         )
         voters = ",".join(node.voter for node in self._nodes)
         for node in self._nodes:
@@ -486,6 +492,16 @@ class ApacheKafka:
                 node.directory / "server.properties", self._settings.server_properties(node, voters)
             )
             (node.directory / "log4j2.properties").write_text(_log4j2_properties(node.log_path))
+
+    def _ports(self) -> list[int]:
+        """Distinct ports: every node's listener (the first one ``port`` where given), then every
+        node's controller."""
+        ports = [self._fixed_port] if self._fixed_port is not None else []
+        while len(ports) < 2 * self._settings.brokers:
+            port = free_port()
+            if port not in ports:
+                ports.append(port)
+        return ports
 
     def _java(self, java: str, jars: KafkaJars, node: KafkaNode, heap: str) -> list[str]:
         return [
