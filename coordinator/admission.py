@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from coordinator.commands import ChangeJobStatus, Command
 from events.wire.sizes import MAX_LOGGED_CHARS
+from events.wire.validation import MAX_REQUEST_ID_BYTES, MAX_TARGET_BYTES
 
 __all__ = [
     "DEAD_LETTER_ROOM",
@@ -24,11 +25,13 @@ __all__ = [
     "too_large",
 ]
 
-TRIGGER_HEADROOM = 4_096
+TRIGGER_HEADROOM = 4_096 + MAX_TARGET_BYTES + MAX_REQUEST_ID_BYTES + 256
 """Bytes a RUNNING status leaves free in the journal's limit: its ``SchedulerStarted`` carries the
-task list and the config, and every periodic ``CheckpointTriggered`` of the job carries the same
-list and location plus a few numbers. Admitting the status only when its records fit with this
-room to spare means its periodic triggers fit too (a tick is no input that could be refused)."""
+task list and the config, and every ``CheckpointTriggered`` of the job carries the same list, a
+location (a savepoint's: a target of up to ``MAX_TARGET_BYTES`` and its directory name), a request
+id of up to ``MAX_REQUEST_ID_BYTES`` and a few numbers. Admitting the status only when its records
+fit with this room to spare means all its triggers fit too (a tick is no input that could be
+refused, and a request admitted within its bounds must not be refused for the job's size)."""
 
 MAX_DEAD_LETTER_MESSAGE = 4_096
 """Characters of a dead letter's reason message (it may quote the input: a task id, a URI)."""

@@ -36,6 +36,8 @@ from events.wire.validation import (
     MAX_INLINE_THRESHOLD_BYTES,
     MAX_MAP_ENTRIES,
     MAX_PARTITION,
+    MAX_REQUEST_ID_BYTES,
+    MAX_TARGET_BYTES,
     MAX_TASKS,
     InvalidUri,
     StorageUri,
@@ -54,6 +56,7 @@ __all__ = [
     "job_of",
     "job_status",
     "known_job",
+    "request_fields",
     "storage_uri",
     "task_input",
 ]
@@ -77,6 +80,9 @@ class Rejection(StrEnum):
     ``TriggerRejected`` with the same name."""
     INVALID_CONFIG = "INVALID_CONFIG"
     INVALID_STATUS = "INVALID_STATUS"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    """A checkpoint, stop or cancel request with a field over its bound (docs/wire-format.md,
+    "Bounds") or a target on a plain checkpoint."""
     RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
     """Only the shell uses it: the input's decision would write a record over its topic's
     ``max.message.bytes`` (docs/design.md, "Record sizes"); nothing of it is journaled."""
@@ -117,6 +123,40 @@ def known_job(state: JobState) -> InputRejected | None:
     if not state.known:
         return _refuse(
             state, Rejection.UNKNOWN_JOB, f"no job status was ever reported for job {excerpt(state.job_id)!r}"
+        )
+    return None
+
+
+# ------------------------------------------------------------------ requests
+
+
+def request_fields(
+    state: JobState, request_id: str, target: str | None, *, savepoint: bool
+) -> InputRejected | None:
+    """A request's id and target within their bounds: every decision that answers a request quotes
+    them again (its trigger, its rejection, the abort of it queued), so an unbounded field would make
+    those decisions too large to journal and wedge the job."""
+    size = len(request_id.encode("utf-8", "surrogatepass"))
+    if size > MAX_REQUEST_ID_BYTES:
+        return _refuse(
+            state,
+            Rejection.INVALID_REQUEST,
+            f"request_id of {size} bytes; at most {MAX_REQUEST_ID_BYTES} are accepted (a UUID is 36)",
+        )
+    if target is None:
+        return None
+    if not savepoint:
+        return _refuse(
+            state,
+            Rejection.INVALID_REQUEST,
+            f"a checkpoint request takes no target (only a savepoint does): {excerpt(target)!r}",
+        )
+    size = len(target.encode("utf-8", "surrogatepass"))
+    if size > MAX_TARGET_BYTES:
+        return _refuse(
+            state,
+            Rejection.INVALID_REQUEST,
+            f"savepoint target of {size} bytes; at most {MAX_TARGET_BYTES} are accepted",
         )
     return None
 

@@ -8,6 +8,7 @@ The rules are Flink's ``CheckpointCoordinator``'s (docs/design.md, "The checkpoi
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import TypeAlias, TypeVar, assert_never
 
@@ -62,7 +63,7 @@ from events.wire.records import (
     TaskStatusRecorded,
     TriggerRejected,
 )
-from events.wire.sizes import excerpt
+from events.wire.sizes import bounded, excerpt
 from events.wire.validation import (
     INLINE_BUDGET_BYTES,
     StorageUri,
@@ -392,6 +393,7 @@ def _change_job_status(d: _Deciding, command: ChangeJobStatus) -> None:
     changed, now, state = command.changed, command.now_ms, d.state
     if d.refused(checks.job_status(state, changed)):
         return
+    error = _quoted(changed.error)
     if changed.status is JobStatus.RUNNING:
         if state.status is JobStatus.CANCELLING and changed.attempt <= state.attempt:
             return  # a late report of the attempt being canceled starts nothing again
@@ -404,15 +406,15 @@ def _change_job_status(d: _Deciding, command: ChangeJobStatus) -> None:
         return  # a late or redelivered report of a canceled attempt (FAILING, say) restarts nothing
     if changed.status is JobStatus.FAILING and state.status is JobStatus.CANCELLING:
         # Flink: a job that fails while it is being canceled ends CANCELED; nothing restarts it.
-        _stop(d, now, JobStatus.CANCELED, changed.error, attempt=changed.attempt)
+        _stop(d, now, JobStatus.CANCELED, error, attempt=changed.attempt)
         return
     if changed.status is JobStatus.FAILING:
         if changed.attempt == state.attempt and state.status in FAILED_OR_RESTARTING:
             return  # that attempt's failure was decided already (a heartbeat expired, say)
-        _fail(d, now, changed.error or f"attempt {changed.attempt} reported FAILING", command.jitter,
+        _fail(d, now, error or f"attempt {changed.attempt} reported FAILING", command.jitter,
               Reason.CHECKPOINT_COORDINATOR_SUSPEND, attempt=changed.attempt)  # fmt: skip
         return
-    _stop(d, now, changed.status, changed.error, attempt=changed.attempt)
+    _stop(d, now, changed.status, error, attempt=changed.attempt)
 
 
 def _start(d: _Deciding, command: ChangeJobStatus) -> None:
@@ -564,7 +566,7 @@ def _change_task_status(d: _Deciding, command: ChangeTaskStatus) -> None:
             attempt=changed.attempt,
             status=changed.status,
             timestamp_ms=now,
-            error=changed.error,
+            error=_quoted(changed.error),
         )
     )
     if changed.status in TERMINATING_TASK_STATES:
@@ -577,7 +579,7 @@ def _change_task_status(d: _Deciding, command: ChangeTaskStatus) -> None:
                         timestamp_ms=now,
                         reason=Reason.TASK_FAILURE,
                         message=f"task {excerpt(changed.task_id)} is {changed.status}"
-                        + (f": {changed.error}" if changed.error else ""),
+                        + (f": {_quoted(changed.error)}" if changed.error else ""),
                         task_id=changed.task_id,
                     )
                 )
@@ -586,9 +588,12 @@ def _change_task_status(d: _Deciding, command: ChangeTaskStatus) -> None:
 
 def _request_checkpoint(d: _Deciding, command: RequestCheckpoint) -> None:
     request, now, state = command.request, command.now_ms, d.state
-    if d.refused(checks.known_job(state)):
-        return
     savepoint = request.kind is CheckpointKind.SAVEPOINT
+    if d.refused(
+        checks.known_job(state)
+        or checks.request_fields(state, request.request_id, request.target, savepoint=savepoint)
+    ):
+        return
     if state.stop is not None:
         d.emit(_rejected_request(command, Reason.JOB_STOPPING, _stopping(state.stop)))
         return
@@ -680,7 +685,10 @@ def _stop_with_savepoint(d: _Deciding, command: StopJob) -> None:
     tells the tasks to read nothing after its cut. Its completion leaves the job to its driver, which
     stops and reports FINISHED; its abort resumes the scheduler (``evolve`` clears ``stop``)."""
     request, now, state = command.request, command.now_ms, d.state
-    if d.refused(checks.known_job(state)):
+    if d.refused(
+        checks.known_job(state)
+        or checks.request_fields(state, request.request_id, request.target, savepoint=True)
+    ):
         return
     if state.stop is not None:
         d.emit(_rejected_request(command, Reason.JOB_STOPPING, _stopping(state.stop)))
@@ -711,7 +719,10 @@ def _cancel(d: _Deciding, command: CancelJob) -> None:
     """Flink's cancel: the scheduler stops (pending checkpoints abort) and the job is CANCELLING until
     its driver, which reads this in the journal, stops and reports CANCELED."""
     state = d.state
-    if d.refused(checks.known_job(state)):
+    if d.refused(
+        checks.known_job(state)
+        or checks.request_fields(state, command.request.request_id, None, savepoint=False)
+    ):
         return
     if state.status in ENDED_OR_CANCELLING:
         return  # nothing left to cancel, or a repeated request
@@ -731,8 +742,33 @@ ENDED_OR_CANCELLING = frozenset(
 def _not_running(state: JobState) -> str:
     if state.status is not JobStatus.RUNNING:
         return f"job is {state.status}"
-    tasks = ", ".join(f"{t} is {s}" for t, s in sorted(state.tasks_not_running.items()))
-    return f"not all tasks are RUNNING: {tasks}"
+    tasks = [f"{excerpt(t, NAMED_TASK_CHARS)} is {s}" for t, s in sorted(state.tasks_not_running.items())]
+    return f"not all tasks are RUNNING: {_first_of(tasks, 'tasks are not RUNNING')}"
+
+
+MAX_QUOTED_MESSAGE_CHARS = 4096
+"""Characters of a task's own message (a decline's, a failure's) that a decision quotes."""
+
+NAMED_TASKS = 10
+"""Most tasks a decision's message names; the rest are counted (a job may have 100,000 tasks, and a
+tick-decided record that named them all would not fit the journal: nothing could expire then)."""
+
+NAMED_TASK_CHARS = 200
+"""Characters of one task id in a message (ids may be far longer)."""
+
+
+def _quoted(message: str | None) -> str | None:
+    """A task's or driver's own message as a decision quotes it: cut to
+    :data:`MAX_QUOTED_MESSAGE_CHARS`, so that the decision fits the journal and the status is never
+    refused for its length (every queued request's abort quotes it again)."""
+    return None if message is None else bounded(message, MAX_QUOTED_MESSAGE_CHARS)
+
+
+def _first_of(names: list[str], what: str) -> str:
+    """``names`` joined, or the first :data:`NAMED_TASKS` of them and how many there are."""
+    if len(names) <= NAMED_TASKS:
+        return ", ".join(names)
+    return f"{len(names)} {what}, the first {NAMED_TASKS}: " + ", ".join(names[:NAMED_TASKS])
 
 
 def _max_concurrent(state: JobState) -> int:
@@ -761,7 +797,7 @@ def _trigger(
             attempt=state.attempt,
             kind=kind,
             timestamp_ms=now,
-            location=_location(state, checkpoint_id, kind, target),
+            location=_location(state, checkpoint_id, kind, target, now),
             tasks=state.tasks,
             deadline_ms=now + state.config.timeout_ms,
             periodic=periodic,
@@ -781,14 +817,30 @@ def inline_limit(threshold: int, tasks: int) -> int:
     return min(threshold, INLINE_BUDGET_BYTES // max(1, tasks))
 
 
-def _location(state: JobState, checkpoint_id: int, kind: CheckpointKind, target: str | None) -> str:
+def _location(state: JobState, checkpoint_id: int, kind: CheckpointKind, target: str | None, now: int) -> str:
     assert state.config is not None
     if kind is CheckpointKind.SAVEPOINT:
+        name = savepoint_name(state.job_id, checkpoint_id, state.attempt, now)
         parsed = storage_uri(target) if target else None
         if isinstance(parsed, StorageUri):  # checked by _target_problem when it was requested
-            return f"{str(parsed).rstrip('/')}/savepoint-{checkpoint_id}"
-        return f"{state.config.location.rstrip('/')}/{state.job_id}/savepoint-{checkpoint_id}"
+            return f"{str(parsed).rstrip('/')}/{name}"
+        return f"{state.config.location.rstrip('/')}/{state.job_id}/{name}"
     return f"{state.config.location.rstrip('/')}/{state.job_id}/chk-{checkpoint_id}"
+
+
+SAVEPOINT_JOB_CHARS = 40
+"""Characters of the job id a savepoint's directory name keeps (the digest tells jobs apart)."""
+
+
+def savepoint_name(job_id: str, checkpoint_id: int, attempt: int, now: int) -> str:
+    """A savepoint's directory: ``savepoint-<job>-<id>-<12 hex digits>``, Flink's
+    ``savepoint-<jobid>-<random>`` with the checkpoint id for people. Savepoints of different jobs
+    (or of one job id run twice) in one target never share a directory: the digest covers the whole
+    job id, the attempt and the time. Deterministic, so that replay derives the same name; the job
+    part keeps only characters safe in any file system and URI."""
+    job = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in job_id)
+    digest = hashlib.sha256(f"{job_id}\x00{checkpoint_id}\x00{attempt}\x00{now}".encode()).hexdigest()
+    return f"savepoint-{job[:SAVEPOINT_JOB_CHARS]}-{checkpoint_id}-{digest[:12]}"
 
 
 def _poll_queue(d: _Deciding, now: int) -> None:
@@ -901,8 +953,8 @@ def _tick(d: _Deciding, command: Tick) -> None:
 
 
 def _missing(pending: PendingCheckpoint) -> str:
-    missing = [t for t in pending.triggered.tasks if t not in pending.acks]
-    return ", ".join(missing) or "nobody"
+    missing = [excerpt(t, NAMED_TASK_CHARS) for t in pending.triggered.tasks if t not in pending.acks]
+    return _first_of(missing, "tasks") or "nobody"
 
 
 def _abort(
@@ -1019,7 +1071,8 @@ def _decline(d: _Deciding, command: DeclineCheckpoint) -> None:
         now,
         decline.checkpoint_id,
         Reason.CHECKPOINT_DECLINED,
-        f"task {excerpt(decline.task_id)} declined ({decline.reason}): {decline.message}",
+        f"task {excerpt(decline.task_id)} declined ({excerpt(decline.reason)}): "
+        + bounded(decline.message, MAX_QUOTED_MESSAGE_CHARS),
         task_id=decline.task_id,
     )
     _poll_queue(d, now)

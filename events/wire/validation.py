@@ -70,7 +70,9 @@ __all__ = [
     "MAX_INLINE_THRESHOLD_BYTES",
     "MAX_MAP_ENTRIES",
     "MAX_PARTITION",
+    "MAX_REQUEST_ID_BYTES",
     "MAX_TASKS",
+    "MAX_TARGET_BYTES",
     "MAX_URI_LENGTH",
     "OBJECT_STORE_SCHEMES",
     "InvalidUri",
@@ -84,6 +86,17 @@ __all__ = [
 
 MAX_URI_LENGTH = 4096
 """Longest storage URI accepted (Linux's ``PATH_MAX``)."""
+
+MAX_REQUEST_ID_BYTES: Final = 256
+"""Longest ``request_id`` of a checkpoint, stop or cancel request, in UTF-8 bytes. The id is
+journaled again in every decision that answers the request (a trigger, a rejection, an abort of the
+queued request), so an unbounded one could make those decisions too large to journal. Only plain
+checkpoint requests queue, and they carry no target: a job's queue holds at most
+``MAX_QUEUED_REQUESTS`` (1000) ids, 256 KB, in its partition snapshot."""
+
+MAX_TARGET_BYTES: Final = 4096
+"""Longest savepoint ``target`` of a request, in UTF-8 bytes (a URI is at most
+:data:`MAX_URI_LENGTH` characters; this bounds its bytes too)."""
 
 MAX_MAP_ENTRIES = 100_000
 """Most entries in an ack's ``offsets`` or ``metrics`` map."""

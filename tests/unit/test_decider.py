@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.decider import Rejection, due_at, inline_limit
+from coordinator.decider import Rejection, due_at, inline_limit, savepoint_name
 from coordinator.state import MAX_QUEUED_REQUESTS, Reason
 from coordinator.testing import (
     JOB,
@@ -52,6 +52,11 @@ SAVEPOINT = CheckpointKind.SAVEPOINT
 
 def handle(checkpoint_id: int, task: str, size: int = 10) -> StateHandle:
     return StateHandle(f"{LOCATION}/{JOB}/chk-{checkpoint_id}/{task}", size, "0" * 64)
+
+
+def sp(checkpoint_id: int, at: int) -> str:
+    """The directory name of the job's savepoint ``checkpoint_id``, triggered at ``at`` by attempt 1."""
+    return savepoint_name(JOB, checkpoint_id, 1, at)
 
 
 def triggered(events: list[object]) -> list[int]:
@@ -732,15 +737,15 @@ class TestSavepoints:
         commands += [
             request(SAVEPOINT, target="file:///savepoints", at=10, savepoint_roots=("file:///savepoints",))
         ]
-        location = "file:///savepoints/savepoint-1"
-        sp = StateHandle(f"{location}/t0", 3, "x")
-        commands += [ack(1, "t0", at=20, state=sp), ack(1, "t1", at=30)]
+        location = f"file:///savepoints/{sp(1, 10)}"
+        saved = StateHandle(f"{location}/t0", 3, "x")
+        commands += [ack(1, "t0", at=20, state=saved), ack(1, "t1", at=30)]
 
         state, events = run_commands(commands)
 
         assert location == state.latest_savepoint.location if state.latest_savepoint else None
         assert state.completed == ()
-        assert {"t0": sp} == state.latest_savepoint.handles if state.latest_savepoint else None
+        assert {"t0": saved} == state.latest_savepoint.handles if state.latest_savepoint else None
 
     def test_savepoints_are_not_subsumed(self) -> None:
         """testSavepointsAreNotSubsumed: sp1, cp2, cp3 pending; cp3 completes and subsumes cp2 while
@@ -769,7 +774,7 @@ class TestSavepoints:
                 size_bytes=0,
                 offsets={},
                 attempt=1,
-                location="file:///tmp/cutline-checkpoints/job-1/savepoint-1",
+                location=f"file:///tmp/cutline-checkpoints/job-1/{sp(1, 10)}",
             ),
         )
 
@@ -797,7 +802,7 @@ class TestSavepoints:
                 attempt=1,
                 kind=CheckpointKind.SAVEPOINT,
                 timestamp_ms=3100,
-                location="file:///tmp/cutline-checkpoints/job-1/savepoint-2",
+                location=f"file:///tmp/cutline-checkpoints/job-1/{sp(2, 3100)}",
                 tasks=("t0", "t1"),
                 deadline_ms=13100,
                 request_id="r1",
@@ -971,13 +976,13 @@ class TestSavepointTargets:
                 attempt=1,
                 kind=CheckpointKind.SAVEPOINT,
                 timestamp_ms=5,
-                location="file:///data/savepoints/savepoint-1",
+                location=f"file:///data/savepoints/{sp(1, 5)}",
                 tasks=("t0", "t1"),
                 deadline_ms=10005,
                 request_id="r1",
             )
         )
-        assert "file:///data/savepoints/savepoint-1" == when.events[0].location  # type: ignore[union-attr]
+        assert f"file:///data/savepoints/{sp(1, 5)}" == when.events[0].location  # type: ignore[union-attr]
 
     @pytest.mark.parametrize(
         "target", ["file:///etc", "file:///datax/sp", "s3://data/savepoints", "file:///tmp/x"]
@@ -1019,7 +1024,7 @@ class TestSavepointTargets:
                 attempt=1,
                 kind=CheckpointKind.SAVEPOINT,
                 timestamp_ms=0,
-                location="s3://bucket/savepoints/a/savepoint-1",
+                location=f"s3://bucket/savepoints/a/{sp(1, 0)}",
                 tasks=("t0", "t1"),
                 deadline_ms=10000,
                 request_id="r1",
@@ -1032,7 +1037,7 @@ class TestSavepointTargets:
                 attempt=1,
                 kind=CheckpointKind.SAVEPOINT,
                 timestamp_ms=0,
-                location="file:///backups/savepoint-1",
+                location=f"file:///backups/{sp(1, 0)}",
                 tasks=("t0", "t1"),
                 deadline_ms=10000,
                 request_id="r1",
@@ -1045,7 +1050,7 @@ class TestSavepointTargets:
         assert "file:///backups, s3://bucket/savepoints" in rejected.message
 
     def test_a_savepoint_without_target_goes_below_the_checkpoint_location(self) -> None:
-        """No target: the savepoint goes to <location>/<job>/savepoint-N, whatever the roots."""
+        """No target: the savepoint goes below <location>/<job>/, whatever the roots."""
         when = self.started().when(request(SAVEPOINT, savepoint_roots=("file:///backups",)))
 
         when.then(
@@ -1055,13 +1060,13 @@ class TestSavepointTargets:
                 attempt=1,
                 kind=CheckpointKind.SAVEPOINT,
                 timestamp_ms=0,
-                location="file:///data/checkpoints/job-1/savepoint-1",
+                location=f"file:///data/checkpoints/job-1/{sp(1, 0)}",
                 tasks=("t0", "t1"),
                 deadline_ms=10000,
                 request_id="r1",
             )
         )
-        assert f"{ROOTED}/{JOB}/savepoint-1" == when.events[0].location  # type: ignore[union-attr]
+        assert f"{ROOTED}/{JOB}/{sp(1, 0)}" == when.events[0].location  # type: ignore[union-attr]
 
     def test_a_location_right_below_the_root_allows_only_itself(self) -> None:
         """A file: location one level below / allows savepoints only inside itself by default."""
@@ -1074,7 +1079,7 @@ class TestSavepointTargets:
                 attempt=1,
                 kind=CheckpointKind.SAVEPOINT,
                 timestamp_ms=0,
-                location="file:///ckpt/sp/savepoint-1",
+                location=f"file:///ckpt/sp/{sp(1, 0)}",
                 tasks=("t0", "t1"),
                 deadline_ms=10000,
                 request_id="r1",

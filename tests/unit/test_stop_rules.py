@@ -3,7 +3,7 @@ pure coordinator: given/when/then with exact events."""
 
 from __future__ import annotations
 
-from coordinator.decider import due_at
+from coordinator.decider import due_at, savepoint_name
 from coordinator.state import Reason
 from coordinator.testing import (
     JOB,
@@ -40,7 +40,7 @@ def stop_trigger(checkpoint_id: int, at: int, *, drain: bool = False) -> Checkpo
         attempt=1,
         kind=SAVEPOINT,
         timestamp_ms=at,
-        location=f"{SAVEPOINTS}/savepoint-{checkpoint_id}",
+        location=f"{SAVEPOINTS}/{savepoint_name(JOB, checkpoint_id, 1, at)}",
         tasks=("t0", "t1"),
         deadline_ms=at + 10_000,
         request_id="stop-1",
