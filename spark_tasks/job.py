@@ -139,6 +139,7 @@ from spark_tasks.restore import (
     Refusal,
     Refused,
     RestorePlan,
+    owner_problem,
     plan_restore,
     refusal_message,
     restore_step,
@@ -212,7 +213,7 @@ class JobSettings:
 
     ``restore``: ``"latest"`` (the latest completed checkpoint of ``job_id``, if any),
     a checkpoint id of this job, the path or ``file:`` URI of a savepoint or checkpoint
-    directory (any job's; it holds ``_metadata``), or None (start empty).
+    directory (it holds ``_metadata``: this job's, or ``restore_from_job``'s), or None (start empty).
     ``source_options`` go to the ``cutline-kafka`` source as they are (for example
     ``maxOffsetsPerTrigger`` or ``kafka.*``); ``startingOffsets`` applies only when
     nothing is restored (default ``earliest``).
@@ -226,6 +227,10 @@ class JobSettings:
     topic_prefix: str = DEFAULT_PREFIX
     group: str | None = None
     restore: Restore = "latest"
+    restore_from_job: str | None = None
+    """The job whose savepoint or checkpoint directory ``restore`` names, when it is not this job's
+    (a savepoint of the job before a rename, say): a restore from a directory refuses another job's
+    ``_metadata`` unless it is named here."""
     source_options: Mapping[str, Any] = field(default_factory=dict)
     keyed_partitions: int | None = None
     """Shuffle partitions of a keyed job (:meth:`CheckpointedJob.stream_keyed`): its tasks are
@@ -577,6 +582,12 @@ class CheckpointedJob:
                 raise NothingToRestore(str(exc)) from exc
         else:
             completed = read_metadata(restore)
+            settings = self.settings
+            other = owner_problem(
+                completed.checkpoint_id, completed.job_id, settings.job_id, settings.restore_from_job
+            )
+            if other is not None:
+                raise RestoreRefused(refusal_message(settings.job_id, [other], latest=False), (other,))
         refused = self._load_state(completed)
         if refused is not None:
             raise RestoreRefused(refusal_message(self.settings.job_id, [refused], latest=False), (refused,))

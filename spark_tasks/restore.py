@@ -36,6 +36,7 @@ __all__ = [
     "Refusal",
     "Refused",
     "RestorePlan",
+    "owner_problem",
     "plan_restore",
     "refusal_message",
     "restore_step",
@@ -55,6 +56,7 @@ class Refusal(Enum):
     MAX_PARALLELISM = "max parallelism"
     NOT_RESTORED = "not restored"
     STEP_CHANGED = "step changed"
+    OTHER_JOB = "another job's"
 
 
 ADVICE = {
@@ -68,6 +70,8 @@ ADVICE = {
     Refusal.NOT_RESTORED: "restore into a job that maps that state (the same topics; keyed_partitions "
     "for keyed state, none for per-partition state), or pass allow_non_restored_state=True to leave it "
     "behind (Flink's --allowNonRestoredState)",
+    Refusal.OTHER_JOB: "restore a savepoint or checkpoint of this job, or name the job it belongs to "
+    "(JobSettings(restore_from_job=...), --restore-from-job) to restore it on purpose",
     Refusal.STEP_CHANGED: "give the step the uid and key function its state was written with "
     "(KeyedStep(uid=...)), or pass allow_non_restored_state=True to start the step's state empty",
 }
@@ -80,6 +84,23 @@ class Refused:
     checkpoint_id: int
     refusal: Refusal
     reason: str
+
+
+def owner_problem(
+    checkpoint_id: int, owner: str, job_id: str, restore_from_job: str | None
+) -> Refused | None:
+    """A directory's ``_metadata`` of job ``owner`` restores into job ``job_id`` only when it is the
+    job's own, or the job the user named (``restore_from_job``): a shared or mistyped directory must
+    never hand a job another job's offsets and state."""
+    expected = restore_from_job or job_id
+    if owner == expected:
+        return None
+    named = f"restore_from_job={restore_from_job!r}" if restore_from_job else f"job {job_id!r}"
+    return Refused(
+        checkpoint_id,
+        Refusal.OTHER_JOB,
+        f"its _metadata belongs to job {excerpt(owner)!r}, not {excerpt(named)}",
+    )
 
 
 @dataclass(frozen=True)

@@ -544,6 +544,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--state-location", help="where the keyed state store lives (fsspec URL or path; default --work-dir)"
     )
     parser.add_argument("--restore", help="a checkpoint id of this job or a savepoint/checkpoint directory")
+    parser.add_argument(
+        "--restore-from-job",
+        metavar="JOB",
+        help="the job whose savepoint --restore names, when it is another job's (refused otherwise)",
+    )
     parser.add_argument("--no-restore", action="store_true")
     parser.add_argument(
         "--idle-stop", type=float, help="stop (FINISHED) after this many seconds without input"
@@ -618,6 +623,7 @@ def job_settings(args: argparse.Namespace) -> JobSettings:
         work_dir=args.work_dir,
         topic_prefix=args.topic_prefix,
         restore=restore,
+        restore_from_job=args.restore_from_job,
         source_options=source_options,
         keyed_partitions=args.keyed,
         max_parallelism=args.max_parallelism,

@@ -5,6 +5,7 @@ real coordinator process. The job is the word count of spark_tasks/wordcount.py.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -52,7 +53,13 @@ from events.wire.records import (
     TaskAcknowledged,
 )
 from events.wire.topics import Topics
-from spark_tasks.job import METADATA_FILE, CheckpointedJob, CheckpointFailuresExceeded, JobSettings
+from spark_tasks.job import (
+    METADATA_FILE,
+    CheckpointedJob,
+    CheckpointFailuresExceeded,
+    JobSettings,
+    RestoreRefused,
+)
 from spark_tasks.sink import ROLLED_BACK_DIR, CutFileSink, read_rows
 from spark_tasks.state import StatefulStep
 from spark_tasks.tasks import snapshot_name
@@ -283,6 +290,11 @@ def test_a_changed_job_restarts_from_a_savepoint(
         _settings(bootstrap, topic_prefix, given.topic, tmp_path, new, **no_periodic),
         restore=savepoint.location,
     )
+    # another job's savepoint restores only when the user names that job (a shared directory must
+    # never hand a job another job's offsets and state)
+    with pytest.raises(RestoreRefused, match=f"(?s)belongs to job '{re.escape(old)}'.*restore_from_job"):
+        CheckpointedJob(spark, settings)
+    settings = replace(settings, restore_from_job=old)
     out = tmp_path / "out-new"
     with CheckpointedJob(spark, settings) as job:
         assert job.restored == savepoint
@@ -598,7 +610,9 @@ def test_stop_with_a_savepoint_ends_the_output_at_its_cut_and_the_restore_rolls_
     assert dict(savepoint.offsets) == max(cuts, key=lambda c: sum(c["end"].values()))["end"]
 
     settings = replace(
-        _settings(bootstrap, topic_prefix, given.topic, tmp_path, new), restore=savepoint.location
+        _settings(bootstrap, topic_prefix, given.topic, tmp_path, new),
+        restore=savepoint.location,
+        restore_from_job=old,
     )
     out = tmp_path / "out-new"
     with CheckpointedJob(spark, settings) as job:

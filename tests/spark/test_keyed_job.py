@@ -169,14 +169,16 @@ def test_a_keyed_word_count_acks_once_per_shuffle_partition_and_rescales_from_a_
     # what a restore refuses (spark_tasks/restore.py), before any query starts: the savepoint's keyed
     # state in a job without keys, and in another keyed step; allowed, the state stays behind
     flat = _settings(
-        bootstrap, topic_prefix, given.topic, tmp_path, f"{job_id}-flat", None, restore=savepoint.location
+        bootstrap, topic_prefix, given.topic, tmp_path, f"{job_id}-flat", None, restore=savepoint.location,
+        restore_from_job=job_id,
     )  # fmt: skip
     with pytest.raises(RestoreRefused, match="keyed state of tasks keyed-0, keyed-1"):
         CheckpointedJob(spark, flat)
     with CheckpointedJob(spark, replace(flat, allow_non_restored_state=True)) as allowed:
         assert json.loads(allowed.starting_offsets) == {topic: {str(p): o for p, o in _offsets(savepoint)}}
     other = _settings(
-        bootstrap, topic_prefix, given.topic, tmp_path, f"{job_id}-other", 3, restore=savepoint.location
+        bootstrap, topic_prefix, given.topic, tmp_path, f"{job_id}-other", 3, restore=savepoint.location,
+        restore_from_job=job_id,
     )  # fmt: skip
     with (
         CheckpointedJob(spark, other) as changed,
@@ -197,6 +199,7 @@ def test_a_keyed_word_count_acks_once_per_shuffle_partition_and_rescales_from_a_
             f"{job_id}-p{partitions}",
             partitions,
             restore=savepoint.location,
+            restore_from_job=job_id,
         )
         with CheckpointedJob(spark, settings) as rescaled:
             assert (

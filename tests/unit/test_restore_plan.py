@@ -18,6 +18,7 @@ from spark_tasks.restore import (
     Refusal,
     Refused,
     RestorePlan,
+    owner_problem,
     plan_restore,
     refusal_message,
     restore_step,
@@ -262,3 +263,22 @@ class TestRefusalMessage:
 
         assert max(len(line) for line in message.splitlines()) < 400
         assert "allow_non_restored_state=True" in message
+
+
+class TestAnotherJobsSavepoint:
+    def test_a_directory_of_the_job_itself_restores(self) -> None:
+        assert owner_problem(7, "orders", "orders", None) is None
+
+    def test_another_jobs_metadata_is_refused_with_what_to_do(self) -> None:
+        """Two jobs sharing a savepoint directory must never restore each other's offsets and
+        state: the refusal names the owner and how to restore it on purpose."""
+        refused = owner_problem(7, "payments", "orders", None)
+
+        assert refused is not None and Refusal.OTHER_JOB is refused.refusal
+        message = refusal_message("orders", [refused], latest=False)
+        assert "belongs to job 'payments', not job 'orders'" in message
+        assert "restore_from_job" in message
+
+    def test_naming_the_owner_restores_it_and_naming_another_does_not(self) -> None:
+        assert owner_problem(7, "payments", "orders", "payments") is None
+        assert owner_problem(7, "payments", "orders", "invoices") is not None
