@@ -27,9 +27,14 @@ from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointCompleted,
     CheckpointConfig,
+    CheckpointKind,
+    CheckpointRequested,
     CheckpointTriggered,
     DeadLetter,
+    JobCancelRequested,
+    JobStatus,
     Record,
+    SchedulerStopped,
 )
 from events.wire.sizes import DEFAULT_MAX_MESSAGE_BYTES, record_size
 from events.wire.topics import Topics
@@ -155,4 +160,51 @@ def test_a_job_of_100000_tasks_completes_its_checkpoints(
     full = resolve_completion(completed)
     assert {f"in:{i}": i for i in range(100_000)} == dict(full.offsets)
     assert [] == [r for r in _records(bootstrap, topics.dead_letters) if isinstance(r, DeadLetter)]
+    _assert_every_record_fits(settings)
+
+
+def _ack_every_trigger(bootstrap: str, topics: Topics, job: str, tasks: tuple[str, ...]) -> int:
+    """Ack every checkpoint of ``job`` triggered so far, by every task; the completions so far."""
+    producer = Producer(producer_config(bootstrap))
+    now = int(time.time() * 1000)
+    for record in _records(bootstrap, topics.checkpoints):
+        if isinstance(record, CheckpointTriggered) and record.job_id == job:
+            for task in tasks:
+                ack = CheckpointAcknowledged(job, record.checkpoint_id, 1, task, now, None, {}, {})
+                producer.produce(topics.acks, key=job.encode(), value=encode(ack))
+    producer.flush(10)
+    return len(_completions(bootstrap, topics, job))
+
+
+@pytest.mark.slow
+def test_a_1_mb_request_id_leaves_the_job_checkpointing_and_cancellable(
+    settings: Settings, coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    """A request whose ``request_id`` is 1,048,310 bytes, sent while checkpoint 1 is pending: it is an
+    INVALID_REQUEST dead letter, checkpoints go on completing, and a cancel stops the job. (Before the
+    bounds the request fitted its topic and queued, but the trigger it became was 40 bytes over the
+    journal's limit: every decision that would start it, the completing ack, every tick, the cancel,
+    was refused, and the job made no checkpoint again.)"""
+    bootstrap, topics, job, tasks = settings.bootstrap, settings.topics, "wedge", ("a", "b")
+    config = CheckpointConfig(interval_ms=300, location=tmp_path.as_uri(), max_concurrent=1)
+    driver = JobDriver(bootstrap, job, topics, producer_extra={"message.max.bytes": 2_000_000})
+    driver.running(tasks, config, attempt=1, heartbeats=False)
+    _wait_for(lambda: _trigger(bootstrap, topics, job), 20, coordinator)
+    now = int(time.time() * 1000)
+    driver.request(CheckpointRequested(job, CheckpointKind.CHECKPOINT, now, request_id="r" * 1_048_310))
+    letter = _wait_for(
+        lambda: [r for r in _records(bootstrap, topics.dead_letters) if isinstance(r, DeadLetter)],
+        20,
+        coordinator,
+    )
+    assert isinstance(letter, list) and ["INVALID_REQUEST"] == [d.reason for d in letter]
+
+    _wait_for(lambda: _ack_every_trigger(bootstrap, topics, job, tasks) >= 3, 30, coordinator)
+    driver.request(JobCancelRequested(job, int(time.time() * 1000), request_id="cancel-1"))
+
+    def canceling() -> bool:
+        stops = [r for r in _records(bootstrap, topics.checkpoints) if isinstance(r, SchedulerStopped)]
+        return any(s.job_id == job and s.status is JobStatus.CANCELLING for s in stops)
+
+    _wait_for(canceling, 20, coordinator)
     _assert_every_record_fits(settings)
