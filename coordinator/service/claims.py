@@ -64,6 +64,7 @@ from events.kafka.clients import (
     partition_for,
     producer_config,
     read_partition_to_end,
+    watermark_offsets,
 )
 from events.kafka.log import LogMessage, fenced_journal, log_message
 from events.wire.codec import encode
@@ -164,10 +165,10 @@ def read_latest_snapshot(
     """The last snapshot of ``partition`` and how many messages were read to find it: the read
     starts one message before where ListOffsets says the partition ends (short by up to a batch on
     the embedded broker) and goes on to the end a fetch reports. ``consumer`` is otherwise unused."""
-    low, latest = consumer.get_watermark_offsets(
-        TopicPartition(topic, partition), timeout=10.0 if timeout is None else timeout, cached=False
+    low, latest = watermark_offsets(
+        consumer, TopicPartition(topic, partition), timeout=10.0 if timeout is None else timeout
     )
-    start = max(int(low), int(latest) - 1, 0)
+    start = max(low, latest - 1, 0)
     latest_snapshot: StoredSnapshot | None = None
     read = 0
     for message in read_partition_to_end(consumer, topic, partition, timeout, start=start):

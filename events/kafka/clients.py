@@ -48,6 +48,7 @@ __all__ = [
     "producer_config",
     "read_partition_to_end",
     "record_key",
+    "watermark_offsets",
 ]
 
 log = logging.getLogger(__name__)
@@ -250,6 +251,33 @@ def consume_available(consumer: Consumer, num_messages: int = 500, timeout: floa
     )
 
 
+NOT_LEADER_YET = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+"""Answers of Apache Kafka for a partition created a moment ago: the cluster's metadata already shows
+it while its broker has not yet taken the leadership (docs/embedded-broker.md)."""
+
+
+def watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float = 10.0) -> tuple[int, int]:
+    """``consumer.get_watermark_offsets(tp, cached=False)`` (ListOffsets), asked again until
+    ``timeout`` while the broker answers :data:`NOT_LEADER_YET`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                tp, timeout=max(0.1, deadline - time.monotonic()), cached=False
+            )
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in NOT_LEADER_YET or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
 def find_ends(
     consumer: Consumer, partitions: Iterable[tuple[str, int]], timeout: float = 30.0
 ) -> dict[tuple[str, int], int]:
@@ -267,10 +295,10 @@ def find_ends(
     deadline = time.monotonic() + timeout
     assignment = []
     for topic, partition in wanted:
-        low, latest = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
+        low, latest = watermark_offsets(
+            consumer, TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic())
         )
-        assignment.append(TopicPartition(topic, partition, max(int(low), int(latest), 0)))
+        assignment.append(TopicPartition(topic, partition, max(low, latest, 0)))
     consumer.assign(assignment)
     ends: dict[tuple[str, int], int] = {}
     try:
