@@ -48,9 +48,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.job_runner import EXIT_CANCELED
 from coordinator.service.supervisor import CoordinatorProcess
-from events.dev.broker import broker_at, create_topics
+from events.dev.apache_kafka import KAFKA_VERSION, ApacheKafka
+from events.dev.broker import BrokerError, broker_at, create_topics
 from events.kafka.clients import producer_config
 from events.kafka.feed import JobFeed
 from events.stopping import StopRequested, StopSignals
@@ -92,6 +94,8 @@ class DemoOptions:
     duration: float = 40.0
     """Seconds of input at least; the stream goes on until the restarted job has completed checkpoints."""
     bootstrap: str | None = None
+    broker: str = "tansu"
+    """The broker started when ``bootstrap`` is None: ``tansu`` (embedded) or ``kafka`` (Apache Kafka)."""
     partitions: int = 4
     keyed: int = 8
     """Shuffle partitions of the keyed word count (its tasks); 0: state per input partition."""
@@ -385,10 +389,17 @@ def run_demo(
     topic = f"{options.prefix}words"
     out = workdir / "out"
     with ExitStack() as stack:
-        bootstrap = stack.enter_context(broker_at(options.bootstrap))
-        console.print(f"broker: {bootstrap}" + ("" if options.bootstrap else " (embedded, memory only)"))
+        if options.broker == "kafka" and not options.bootstrap:
+            with console.status("starting Apache Kafka (a few seconds; the first time Maven fetches it)..."):
+                bootstrap = stack.enter_context(ApacheKafka()).bootstrap
+            console.print(f"broker: {bootstrap} (Apache Kafka {KAFKA_VERSION}, data in a temp dir)")
+        else:
+            bootstrap = stack.enter_context(broker_at(options.bootstrap))
+            console.print(f"broker: {bootstrap}" + ("" if options.bootstrap else " (embedded, memory only)"))
         check()
-        create_topics(bootstrap, [*topics.all, topics.ticks])
+        # as `cutline topics create` makes them: the journal kept for ever (Apache Kafka's default
+        # retention of 7 days would make the coordinator refuse it), the snapshots compacted
+        ensure_topics(Settings(bootstrap, options.prefix))
         create_topics(bootstrap, [topic], partitions=options.partitions)
         coordinator = CoordinatorProcess(bootstrap, options.prefix, log_path=workdir / "coordinator.log")
         stack.callback(coordinator.stop)
@@ -559,6 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = DemoOptions()
     parser.add_argument("--duration", type=float, default=defaults.duration)
     parser.add_argument("--bootstrap", default=defaults.bootstrap)
+    parser.add_argument("--broker", choices=("tansu", "kafka"), default=defaults.broker)
     parser.add_argument("--partitions", type=int, default=defaults.partitions)
     parser.add_argument("--interval", type=int, default=defaults.interval_ms)
     parser.add_argument("--keyed", type=int, default=defaults.keyed)
@@ -578,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
                 DemoOptions(
                     duration=args.duration,
                     bootstrap=args.bootstrap,
+                    broker=args.broker,
                     partitions=args.partitions,
                     interval_ms=args.interval,
                     keyed=args.keyed,
@@ -588,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     except StopRequested:
         console.print(Text("interrupted: everything the demo started was stopped", "yellow"))
         return 130
-    except DemoError as exc:
+    except (DemoError, BrokerError) as exc:
         console.print(Text(f"demo failed: {exc}", "bold red"), soft_wrap=True)
         console.print(Text("exactly-once: not checked", "bold red"))
         return 1

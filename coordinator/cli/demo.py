@@ -5,9 +5,19 @@ from __future__ import annotations
 
 import os
 import sys
+from enum import StrEnum
 from typing import Annotated
 
 import typer
+
+
+class DemoBroker(StrEnum):
+    """The broker the demo starts when no ``--bootstrap`` is given."""
+
+    tansu = "tansu"
+    """The embedded broker (pip only)."""
+    kafka = "kafka"
+    """Apache Kafka itself (Java 17+, and Maven the first time: events/dev/apache_kafka.py)."""
 
 
 def demo(
@@ -28,6 +38,14 @@ def demo(
             help="A real Kafka cluster instead of the embedded broker (fresh topics each run).",
         ),
     ] = None,
+    broker: Annotated[
+        DemoBroker,
+        typer.Option(
+            "--broker",
+            help="The broker to start: the embedded one (tansu), or Apache Kafka itself (kafka: Java 17+, "
+            "and Maven the first time).",
+        ),
+    ] = DemoBroker.tansu,
     partitions: Annotated[
         int, typer.Option("--partitions", min=1, help="Partitions (tasks) of the input.")
     ] = 4,
@@ -48,9 +66,13 @@ def demo(
     from events.extras import require
 
     require("spark", "cutline's Spark integration (spark_tasks)")
+    if bootstrap and broker is not DemoBroker.tansu:
+        raise typer.BadParameter(
+            "a cluster is given (--bootstrap or CUTLINE_BOOTSTRAP)", param_hint="--broker"
+        )
     args = ["--duration", str(duration), "--partitions", str(partitions)]
     args += ["--interval", str(interval), "--keyed", str(keyed)]
-    args += ["--bootstrap", bootstrap] if bootstrap else []
+    args += ["--bootstrap", bootstrap] if bootstrap else ["--broker", broker.value]
     # This process becomes the demo (same pid, terminal, signals and exit status): the demo is
     # composed with its Spark job in spark_tasks/, which nothing in coordinator/ imports.
     sys.stdout.flush()
