@@ -73,6 +73,7 @@ __all__ = [
     "Decision",
     "InputRejected",
     "Rejection",
+    "barriers_owed",
     "decide",
     "decide_steps",
     "due_at",
@@ -82,6 +83,7 @@ __all__ = [
     "initial_state",
     "inline_limit",
     "inline_problem",
+    "savepoint_name",
     "savepoint_roots",
 ]
 
@@ -554,6 +556,8 @@ def _record_heartbeat(d: _Deciding, command: RecordHeartbeat) -> None:
 
 def _change_task_status(d: _Deciding, command: ChangeTaskStatus) -> None:
     changed, now, state = command.changed, command.now_ms, d.state
+    if changed.status is ExecutionState.RUNNING and (not state.known or changed.attempt > state.attempt):
+        return  # a task that started before its job's RUNNING: every barrier of the attempt reaches it
     if d.refused(checks.task_input(state, changed.attempt, changed.task_id)):
         return
     recorded = state.tasks_not_running.get(changed.task_id, ExecutionState.RUNNING)
@@ -584,6 +588,21 @@ def _change_task_status(d: _Deciding, command: ChangeTaskStatus) -> None:
                     )
                 )
         _poll_queue(d, now)
+
+
+def barriers_owed(state: JobState, task_id: str) -> list[CheckpointTriggered]:
+    """The pending checkpoints ``task_id`` has not acknowledged, oldest first.
+
+    A task that reports RUNNING (a participant reports it once it listens for barriers) may have
+    started after they were triggered and never seen their barriers: the shell sends it those again
+    (Flink deploys a task before it triggers; here tasks may start after their job's RUNNING). A
+    task that saw them answers the same again, and a duplicate ack changes nothing.
+    """
+    return [
+        pending.triggered
+        for _, pending in sorted(state.pending.items())
+        if task_id in pending.task_ids and task_id not in pending.acks
+    ]
 
 
 def _request_checkpoint(d: _Deciding, command: RequestCheckpoint) -> None:

@@ -66,6 +66,7 @@ from coordinator.decider import (
     Decision,
     InputRejected,
     Rejection,
+    barriers_owed,
     decide_steps,
     due_at,
     evolve,
@@ -91,6 +92,7 @@ from events.wire.records import (
     CheckpointRequested,
     CheckpointTriggered,
     DeadLetter,
+    ExecutionState,
     InputRecord,
     JobCancelRequested,
     JobHeartbeat,
@@ -678,6 +680,10 @@ class Coordinator:
                     )
                 barriers.append(barrier)
         outcome.messages.extend(barriers)
+        if type(command) is ChangeTaskStatus and command.changed.status is ExecutionState.RUNNING:
+            # a task that started after some barriers were sent: it gets them again
+            owed = barriers_owed(after, command.changed.task_id)
+            outcome.messages.extend(self._barrier(t, command.now_ms, epoch) for t in owed)
         if steps:
             assert stats is not None
             self._keep(job_id, after, stats, outcome.journal, epoch)

@@ -18,8 +18,10 @@ What a barrier makes a participant send is :func:`events.task.reply.answer`'s; w
 makes it do (commit, discard, ignore) is its :class:`events.task.ledger.JobLedger`'s, the same as for a
 Spark job's driver.
 
-Start the participants before the driver publishes RUNNING: a participant only
-sees barriers and journal events written after it started.
+A participant sees barriers and journal events written after it started. Once it
+listens it reports its task RUNNING, and the coordinator sends it again the barriers
+of the checkpoints pending since before it started: a participant may start after
+its driver reported the job RUNNING.
 """
 
 from __future__ import annotations
@@ -346,6 +348,10 @@ class Participant:
                 timeout=start_timeout,
             )
         log.debug("participant %s/%s starts after %s", self.job_id, self.task_id, self._feed.starts)
+        # Listening now, the task says it runs: the coordinator sends it again the barriers of any
+        # checkpoint pending since before it started (a task started after its job's RUNNING).
+        running = TaskStatusChanged(job_id, task_id, attempt, ExecutionState.RUNNING, timestamp_ms=now_ms())
+        produce_record(self._producer, topics.job_status, running, on_delivery=self._delivered)
 
     # -------------------------------------------------------------- loop
 

@@ -241,6 +241,26 @@ class TestCheckpointing:
             what=f"the group's offsets to be the last completed checkpoint's, {dict(last.offsets)}",
         )
 
+    def test_a_task_started_after_the_first_trigger_gets_its_barrier_again(
+        self, bootstrap: str, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
+    ) -> None:
+        """A participant started after its job's RUNNING and after checkpoint 1 was triggered (issue
+        51: it sat IN_PROGRESS 1/2 until its timeout, the barrier never sent again). Once listening it
+        reports RUNNING, the coordinator sends it checkpoint 1's barrier again, and checkpoint 1
+        completes long before its 60 s timeout, with the late task's snapshot in it."""
+        job = make_job(coordinator, 1)
+        job.start(config(tmp_path, timeout_ms=60_000), extra_tasks=("late",))
+        job.wait_for(lambda j: 1 in trigger_ids(j))
+        late = Participant(bootstrap, job.id, "late", 1, job.topics, lambda barrier: b"late", dict)
+        try:
+            late.run_in_thread()
+            journal = job.wait_for(lambda j: 1 in [c.checkpoint_id for c in completions(j)], timeout=20)
+        finally:
+            late.close()
+
+        (first,) = [c for c in completions(journal) if c.checkpoint_id == 1]
+        assert {"task-0", "late"} == set(first.handles)
+
     def test_the_web_views_show_flink_shaped_statistics(
         self, coordinator: CoordinatorProcess, make_job: Callable[..., Job], tmp_path: object
     ) -> None:

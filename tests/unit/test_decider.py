@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.decider import Rejection, due_at, inline_limit, savepoint_name
+from coordinator.decider import Rejection, barriers_owed, due_at, inline_limit, savepoint_name
 from coordinator.state import MAX_QUEUED_REQUESTS, Reason
 from coordinator.testing import (
     JOB,
@@ -958,6 +958,37 @@ class TestTaskSet:
         given(running(tasks=("a", "b"), at=0), running(tasks=("x",), attempt=2, at=5), tick(1000)).when(
             ack(1, "a", attempt=2)
         ).then_rejected(Rejection.UNKNOWN_TASK)
+
+
+class TestLateTasks:
+    """A task may start after its job's RUNNING: once it reports RUNNING it is owed the barriers of
+    the checkpoints pending since before (the shell sends them again; issue 51)."""
+
+    def test_a_running_task_is_owed_the_pending_checkpoints_it_has_not_acknowledged(self) -> None:
+        job = given(
+            running(cfg=config(max_concurrent=2), at=0), tick(1000), ack(1, "t0", at=1001), tick(2000)
+        )
+
+        assert [1, 2] == [t.checkpoint_id for t in barriers_owed(job.state, "t1")]
+        assert [2] == [t.checkpoint_id for t in barriers_owed(job.state, "t0")]
+
+    def test_its_running_status_decides_nothing_else(self) -> None:
+        """A RUNNING report of a task already taken to be running journals nothing."""
+        given(running(at=0), tick(1000)).when(
+            task_status("t1", ExecutionState.RUNNING, at=1500)
+        ).then_nothing()
+
+    def test_a_task_running_before_its_job_is_no_error(self) -> None:
+        """Reported before the driver's RUNNING (of a new job, or of the next attempt): nothing is
+        decided and nothing is refused; the task sees every barrier of its attempt anyway."""
+        given().when(task_status("t1", ExecutionState.RUNNING, at=5)).then_nothing()
+        given(running(at=0)).when(task_status("t1", ExecutionState.RUNNING, attempt=2, at=5)).then_nothing()
+
+    def test_a_running_task_the_job_does_not_have_is_refused(self) -> None:
+        """A wrong task id surfaces as soon as the task starts, not as a checkpoint that never completes."""
+        given(running(at=0)).when(task_status("t9", ExecutionState.RUNNING, at=5)).then_rejected(
+            Rejection.UNKNOWN_TASK
+        )
 
 
 class TestSavepointTargets:
