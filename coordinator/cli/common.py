@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Annotated, NoReturn, TypeAlias
 
@@ -18,11 +19,23 @@ Bootstrap: TypeAlias = Annotated[
         "--bootstrap",
         "-b",
         envvar="CUTLINE_BOOTSTRAP",
+        metavar="HOST:PORT",
         help="Kafka bootstrap servers HOST:PORT (default: $CUTLINE_BOOTSTRAP).",
     ),
 ]
 TopicPrefix: TypeAlias = Annotated[
-    str, typer.Option("--topic-prefix", "-p", help="Prefix of every cutline topic.")
+    str, typer.Option("--topic-prefix", "-p", metavar="PREFIX", help="Prefix of every cutline topic.")
+]
+DEFAULT_URL = "http://127.0.0.1:6066"
+CoordinatorUrl: TypeAlias = Annotated[
+    str,
+    typer.Option(
+        "--url",
+        envvar="CUTLINE_URL",
+        metavar="URL",
+        help="The web views of any worker of the coordinator group (default: $CUTLINE_URL or the "
+        "local worker's).",
+    ),
 ]
 
 
@@ -53,6 +66,49 @@ def check_broker(console: Console, bootstrap: str) -> None:
         wait_for_broker(bootstrap, timeout=BROKER_WAIT_S)
     except TimeoutError as exc:
         fail(console, f"no Kafka broker answers at {bootstrap} ({exc}); start one with `cutline broker`")
+
+
+def need_topics(console: Console, bootstrap: str, topic_prefix: str, names: Sequence[str]) -> None:
+    """Fail with one line when one of ``names`` does not exist (the topics were never created, or
+    ``--topic-prefix`` is wrong). It only lists the cluster's topics: nothing is created."""
+    from confluent_kafka import Consumer, KafkaException
+
+    from events.kafka.clients import consumer_config
+
+    consumer = Consumer(consumer_config(bootstrap))  # a consumer's metadata requests create no topic
+    try:
+        existing = set(consumer.list_topics(timeout=BROKER_WAIT_S).topics)
+    except KafkaException as exc:
+        fail(console, f"cannot list the topics at {bootstrap}: {exc}")
+    finally:
+        consumer.close()
+    problem = missing_topics(bootstrap, topic_prefix, names, existing)
+    if problem is not None:
+        fail(console, problem)
+
+
+def missing_topics(
+    bootstrap: str, topic_prefix: str, names: Sequence[str], existing: Collection[str]
+) -> str | None:
+    """What to say when some of ``names`` are not among the ``existing`` topics; None when all are.
+    Names the prefixes the cluster has cutline's topics under, if any: a typo shows at once."""
+    from events.wire.topics import Topics
+
+    missing = [name for name in names if name not in existing]
+    if not missing:
+        return None
+    listed = ", ".join(missing[:-1]) + (" or " if len(missing) > 1 else "") + missing[-1]
+    journal = Topics("").checkpoints
+    prefixes = sorted(
+        name.removesuffix(journal)
+        for name in existing
+        if name.endswith(journal) and Topics(name.removesuffix(journal)).requests in existing
+    )
+    others = f" (this cluster has cutline's topics with prefix {', '.join(prefixes[:5])})" if prefixes else ""
+    return (
+        f"no topic {listed} at {bootstrap}: create cutline's topics with "
+        f"`cutline topics create --topic-prefix {topic_prefix}`, or check --topic-prefix{others}"
+    )
 
 
 def as_uri(path_or_uri: str) -> str:

@@ -1,23 +1,38 @@
-"""A job's commands: ``cutline run``, ``status``, ``trigger`` and ``tail``."""
+"""A job's commands: ``cutline run``, ``status``, ``list``, ``trigger``, ``stop``, ``cancel`` and ``tail``.
+
+``trigger``, ``stop`` and ``cancel`` send a request and follow its outcome in the job's journal and
+dead letters (the rules: coordinator/stop_outcome.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from confluent_kafka import KafkaException
 from rich.console import Console
 
 from coordinator.cli.common import (
+    DEFAULT_URL,
     Bootstrap,
+    CoordinatorUrl,
     TopicPrefix,
     as_uri,
     fail,
     need_bootstrap,
+    need_topics,
 )
 from events.wire.codec import default_codec
 from events.wire.records import RestartStrategyKind
 from events.wire.topics import DEFAULT_PREFIX, Topics
+
+if TYPE_CHECKING:
+    from coordinator.stop_outcome import Request, Sent
+    from events.wire.records import JobStatus
+
+FAILED = 1
+"""The exit code of a request that was refused or failed (coordinator/stop_outcome.py's)."""
 
 STRATEGY_NAMES = {kind.flink_name: kind for kind in RestartStrategyKind}
 
@@ -94,40 +109,61 @@ def run(
 
 
 def status(
-    job: Annotated[str, typer.Argument(help="The job id.")],
-    url: Annotated[str, typer.Option("--url", help="The coordinator's web views.")] = "http://127.0.0.1:6066",
+    job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
+    url: CoordinatorUrl = DEFAULT_URL,
 ) -> None:
     """Print a job's checkpoint statistics (the coordinator's /jobs/JOB/checkpoints) as tables.
 
     Any worker of the coordinator group answers: one that does not own JOB asks the owner."""
-    import json
-    import urllib.error
-    import urllib.request
-
     from coordinator.timeline import render_status
 
     errors = Console(stderr=True, highlight=False)
     base = url.rstrip("/")
+    path = f"/jobs/{_quoted(job)}"
+    with _coordinator_errors(errors, base, job):
+        stats, headers = _get(base, f"{path}/checkpoints")
+        config, _ = _get(base, f"{path}/checkpoints/config")
+        latency = _latency(base, path)
+    owner = headers.get("Cutline-Owner")
+    Console(highlight=False).print(render_status(job, stats, config, owner=owner, latency=latency))
+
+
+def _quoted(job: str) -> str:
+    """``job`` as one segment of a URL path: a space, a slash, a non-ASCII letter percent-encoded."""
+    from urllib.parse import quote
+
+    return quote(job, safe="")
+
+
+def _get(base: str, path: str) -> tuple[Any, Mapping[str, str]]:
+    """The decoded JSON of a coordinator's view, and the answer's headers."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{base}{path}", timeout=10) as response:
+        return json.load(response), response.headers
+
+
+@contextmanager
+def _coordinator_errors(errors: Console, base: str, job: str | None = None) -> Iterator[None]:
+    """Fail, saying what to do, when the coordinator at ``base`` does not answer or answers an error."""
+    import urllib.error
+
     try:
-        with urllib.request.urlopen(f"{base}/jobs/{job}/checkpoints", timeout=10) as response:
-            stats = json.load(response)
-            owner = response.headers.get("Cutline-Owner")
-        with urllib.request.urlopen(f"{base}/jobs/{job}/checkpoints/config", timeout=10) as response:
-            config = json.load(response)
-        latency = _latency(base, job)
+        yield
     except urllib.error.HTTPError as exc:
-        if exc.code == 404:
+        if exc.code == 404 and job is not None:
             fail(
                 errors,
-                f"the coordinator group at {base} knows no job {job!r}; `curl {base}/jobs` lists its jobs",
+                f"the coordinator group at {base} knows no job {job!r}; "
+                f"`cutline list --url {base}` lists its jobs",
             )
         fail(errors, f"the coordinator at {base} answered {exc.code}: {_errors_of(exc) or exc.reason}")
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, ValueError) as exc:
         fail(
             errors,
             f"no coordinator answers at {base} ({exc}); start one with `cutline coordinator` or pass --url",
         )
-    Console(highlight=False).print(render_status(job, stats, config, owner=owner, latency=latency))
 
 
 def _errors_of(answer: Any) -> str:
@@ -140,77 +176,179 @@ def _errors_of(answer: Any) -> str:
         return ""
 
 
-def _latency(base: str, job: str) -> dict[str, object] | None:
-    """The job's ``/jobs/JOB/latency``, or None from a coordinator that has no such view."""
-    import json
+def _latency(base: str, path: str) -> dict[str, object] | None:
+    """The job's ``/jobs/JOB/latency`` (``path`` is ``/jobs/JOB``, quoted), or None from a
+    coordinator that has no such view."""
     import urllib.error
-    import urllib.request
 
     try:
-        with urllib.request.urlopen(f"{base}/jobs/{job}/latency", timeout=10) as response:
-            return dict(json.load(response))
+        return dict(_get(base, f"{path}/latency")[0])
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None
         raise
 
 
+def jobs_list(
+    url: CoordinatorUrl = DEFAULT_URL,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="One JSON object per job (the coordinator's /jobs), for any tool."),
+    ] = False,
+) -> None:
+    """List the jobs the coordinator group knows, with their status (Flink's `flink list`).
+
+    Any worker answers for the whole group; a worker that did not answer is named, its jobs missing."""
+    import json
+
+    from rich.text import Text
+
+    errors = Console(stderr=True, highlight=False)
+    base = url.rstrip("/")
+    with _coordinator_errors(errors, base):
+        answer, _ = _get(base, "/jobs")
+    for peer in answer.get("unreachable", []):
+        errors.print(
+            Text(
+                f"the worker at {peer.get('url')} did not answer ({peer.get('reason')}): "
+                "its jobs are missing",
+                "yellow",
+            ),
+            soft_wrap=True,
+        )
+    jobs = answer.get("jobs", [])
+    if as_json:
+        for job in jobs:
+            print(json.dumps(job, ensure_ascii=False))
+        return
+    if not jobs:
+        Console(highlight=False).print(
+            f"the coordinator group at {base} knows no job yet: "
+            "a job is known once its driver reported a status"
+        )
+        return
+    Console(highlight=False).print(_jobs_table(jobs, f"jobs of the coordinator group at {base}"))
+
+
+def _jobs_table(jobs: list[Mapping[str, Any]], title: str) -> Any:
+    """The jobs of ``/jobs`` as a table; the owner column only when the jobs have several owners."""
+    from rich.console import RenderableType
+    from rich.table import Table
+    from rich.text import Text
+
+    from coordinator.timeline import format_time
+
+    owners = len({job.get("owner") for job in jobs}) > 1
+    table = Table(title=title)
+    table.add_column("job", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    for column in ("attempt", "restarts", "checkpoints"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("last completed", overflow="fold")
+    if owners:
+        table.add_column("owner", overflow="fold")
+    for job in jobs:
+        counts, last = job.get("counts") or {}, job.get("last_completed")
+        cells: list[RenderableType] = [
+            Text(str(job.get("id"))),
+            Text(str(job.get("status") or "-"), _STATUS_STYLES.get(str(job.get("status")), "")),
+            str(job.get("attempt", "-")),
+            str(job.get("restarts", "-")),
+            _counts(counts),
+            "-" if not last else f"#{last.get('id')} at {format_time(last.get('timestamp'))}",
+        ]
+        table.add_row(*cells, *([Text(str(job.get("owner", "-")))] if owners else []))
+    return table
+
+
+_STATUS_STYLES = {"RUNNING": "green", "FAILED": "red", "FAILING": "red", "RESTARTING": "yellow"}
+
+
+def _counts(counts: Mapping[str, Any]) -> str:
+    """``12 completed``, with the checkpoints in progress and failed when there are any."""
+    parts = [f"{counts.get('completed', 0)} completed"]
+    parts += [f"{counts[key]} {name}" for key, name in _OTHER_COUNTS if counts.get(key)]
+    return ", ".join(parts)
+
+
+_OTHER_COUNTS = (("in_progress", "in progress"), ("failed", "failed"))
+
+
+Wait = Annotated[
+    bool,
+    typer.Option(
+        "--wait/--no-wait",
+        help="Wait for the coordinator's answer and exit 1 if it refused (--no-wait: only send the request).",
+    ),
+]
+
+
 def trigger(
-    job: Annotated[str, typer.Argument(help="The job id.")],
+    job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
     savepoint: Annotated[
-        str | None, typer.Option("--savepoint", help="Take a savepoint into this directory (a URI) instead.")
+        str | None,
+        typer.Option(
+            "--savepoint", metavar="DIR", help="Take a savepoint into this directory (a URI) instead."
+        ),
     ] = None,
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = DEFAULT_PREFIX,
+    wait: Wait = True,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", metavar="SECONDS", help="Seconds to wait for the checkpoint to complete."),
+    ] = 120.0,
 ) -> None:
-    """Ask the coordinator for a checkpoint (or a savepoint) of JOB now."""
+    """Take a checkpoint (or a savepoint) of JOB now, and wait until it completes.
+
+    Says the checkpoint's id when it is triggered and where it completed; exits 1 with the
+    coordinator's reason when it refuses the request (an unknown job, a savepoint target it does not
+    allow, ...) or the checkpoint fails."""
     import time
     import uuid
 
-    from events.task.participant import JobDriver
     from events.wire.records import CheckpointKind, CheckpointRequested
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)
-    target = None if savepoint is None else as_uri(savepoint)
     request = CheckpointRequested(
         job_id=job,
         kind=CheckpointKind.SAVEPOINT if savepoint is not None else CheckpointKind.CHECKPOINT,
         timestamp_ms=time.time_ns() // 1_000_000,
         request_id=uuid.uuid4().hex,
-        target=target,
+        target=None if savepoint is None else as_uri(savepoint),
     )
-    with JobDriver(bootstrap, job, Topics(topic_prefix)) as driver:
-        driver.request(request)
-    Console(highlight=False).print(
-        f"requested {request.kind.lower()} of {job} (request {request.request_id})"
-        + (f" into {target}" if target else "")
-        + f"; follow it with `cutline tail {Topics(topic_prefix).checkpoints}`",
-        soft_wrap=True,
-    )
-
-
-StopTimeout = Annotated[
-    float, typer.Option("--timeout", help="Seconds to wait for the savepoint, then for the job's end.")
-]
+    raise typer.Exit(_send_and_follow(errors, bootstrap, Topics(topic_prefix), request, wait, timeout))
 
 
 def stop(
-    job: Annotated[str, typer.Argument(help="The job id.")],
+    job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
     savepoint: Annotated[
         str | None,
-        typer.Option("--savepoint", help="The savepoint's directory (a URI); default: by the checkpoints."),
+        typer.Option(
+            "--savepoint",
+            metavar="DIR",
+            help="The savepoint's directory (a URI); default: by the checkpoints.",
+        ),
     ] = None,
     drain: Annotated[
         bool, typer.Option("--drain", help="The job treats the savepoint's cut as the end of its input.")
     ] = False,
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = DEFAULT_PREFIX,
-    timeout: StopTimeout = 120.0,
+    wait: Wait = True,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout", metavar="SECONDS", help="Seconds to wait for the savepoint, then for the job's end."
+        ),
+    ] = 120.0,
 ) -> None:
-    """Stop JOB with a savepoint (Flink's `flink stop`): its tasks read nothing after the savepoint's
-    cut, the savepoint completes, the job ends FINISHED. If the savepoint fails the job keeps running,
-    and this command says why and exits 1."""
+    """Stop JOB with a savepoint (Flink's `flink stop`); the job ends FINISHED.
+
+    Its tasks read nothing after the savepoint's cut, the savepoint completes, the job ends FINISHED.
+    If the coordinator refuses the stop or the savepoint fails, the job keeps running, and this
+    command says why and exits 1."""
     import time
     import uuid
 
@@ -225,45 +363,23 @@ def stop(
         target=None if savepoint is None else as_uri(savepoint),
         drain=drain,
     )
-    raise typer.Exit(_follow_stop(bootstrap, Topics(topic_prefix), request, timeout))
-
-
-def _follow_stop(bootstrap: str, topics: Topics, request: Any, timeout: float) -> int:
-    """Send ``request`` (a stop or a cancel) and follow the job's journal to its outcome; the exit code."""
-    import time
-
-    from coordinator.stop_outcome import StopFollower
-    from events.kafka.feed import JobFeed
-    from events.task.participant import JobDriver
-
-    console = Console(highlight=False)
-    follower = StopFollower(request)
-    feed = JobFeed(bootstrap, request.job_id, (topics.checkpoints,), claims_topic=topics.checkpoints)
-    try:
-        with JobDriver(bootstrap, request.job_id, topics) as driver:
-            driver.request(request)
-        deadline = time.monotonic() + timeout
-        while follower.exit_code is None and time.monotonic() < deadline:
-            for entry in feed.poll(0.2):
-                if entry.record is None:
-                    continue
-                for line in follower.read(entry.record):
-                    console.print(line, soft_wrap=True)
-    finally:
-        feed.close()
-    if follower.exit_code is None:
-        console.print(follower.timed_out(timeout), soft_wrap=True)
-        return 1
-    return follower.exit_code
+    raise typer.Exit(_send_and_follow(errors, bootstrap, Topics(topic_prefix), request, wait, timeout))
 
 
 def cancel(
-    job: Annotated[str, typer.Argument(help="The job id.")],
+    job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = DEFAULT_PREFIX,
-    timeout: StopTimeout = 60.0,
+    wait: Wait = True,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", metavar="SECONDS", help="Seconds to wait for the job to end CANCELED."),
+    ] = 60.0,
 ) -> None:
-    """Cancel JOB (Flink's `flink cancel`): no savepoint; its driver stops and the job ends CANCELED."""
+    """Cancel JOB (Flink's `flink cancel`): no savepoint; its driver stops and the job ends CANCELED.
+
+    Exits 1 with the coordinator's reason when it refuses (an unknown job); a job that has ended
+    already is answered at once (exit 0 if it is CANCELED)."""
     import time
     import uuid
 
@@ -272,7 +388,121 @@ def cancel(
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)
     request = JobCancelRequested(job, time.time_ns() // 1_000_000, uuid.uuid4().hex)
-    raise typer.Exit(_follow_stop(bootstrap, Topics(topic_prefix), request, timeout))
+    raise typer.Exit(_send_and_follow(errors, bootstrap, Topics(topic_prefix), request, wait, timeout))
+
+
+def _send_and_follow(
+    errors: Console, bootstrap: str, topics: Topics, request: Request, wait: bool, timeout: float
+) -> int:
+    """Send ``request`` (unless the journal already answers it) and, with ``wait``, follow the job's
+    journal and dead letters to its outcome; the exit code."""
+    from coordinator.stop_outcome import requested
+
+    console = Console(highlight=False)
+    if not wait:
+        need_topics(errors, bootstrap, topics.prefix, [topics.requests])
+        _send(errors, bootstrap, topics.requests, request)
+        console.print(requested(request, topics.checkpoints), soft_wrap=True)
+        return 0
+    need_topics(errors, bootstrap, topics.prefix, [topics.requests, topics.checkpoints, topics.dead_letters])
+    return _follow(errors, console, bootstrap, topics, request, timeout)
+
+
+def _follow(
+    errors: Console, console: Console, bootstrap: str, topics: Topics, request: Request, timeout: float
+) -> int:
+    import time
+
+    from coordinator.stop_outcome import Progress, answer_before_sending, follow, timed_out
+    from events.kafka.feed import JobFeed
+
+    job = request.job_id
+    # From the ends as they are before the request is sent: its answer is after them.
+    journal = JobFeed(bootstrap, job, (topics.checkpoints,), claims_topic=topics.checkpoints)
+    # Apart: the journal's claims raise its fence, and dead letters carry no epoch.
+    dead_letters = JobFeed(bootstrap, job, (topics.dead_letters,))
+    try:
+        answered = answer_before_sending(request, _journaled_status(bootstrap, topics, request))
+        if answered is not None:
+            progress, lines = answered
+            for line in lines:
+                console.print(line, soft_wrap=True)
+            return FAILED if progress.exit_code is None else progress.exit_code
+        progress = Progress(request, sent=_send(errors, bootstrap, topics.requests, request))
+        deadline = time.monotonic() + timeout
+        while progress.exit_code is None and time.monotonic() < deadline:
+            for entry in [*journal.poll(0.1), *dead_letters.poll(0.1)]:
+                if entry.record is None:
+                    continue
+                progress, lines = follow(progress, entry.record)
+                for line in lines:
+                    console.print(line, soft_wrap=True)
+    finally:
+        journal.close()
+        dead_letters.close()
+    if progress.exit_code is None:
+        console.print(timed_out(progress, timeout), soft_wrap=True)
+        return FAILED
+    return progress.exit_code
+
+
+def _journaled_status(bootstrap: str, topics: Topics, request: Request) -> JobStatus | None:
+    """The job's status as its journal has it now, for a cancel (None for other requests, which the
+    coordinator always answers)."""
+    from coordinator.decider import fold
+    from coordinator.state import initial_state
+    from events.kafka.feed import read_job_partition
+    from events.wire.records import (
+        JobCancelRequested,
+        JobFailedPermanently,
+        JobRestartScheduled,
+        SchedulerStarted,
+        SchedulerStopped,
+    )
+
+    if not isinstance(request, JobCancelRequested):
+        return None
+    kinds = (SchedulerStarted, SchedulerStopped, JobRestartScheduled, JobFailedPermanently)
+    found = read_job_partition(
+        bootstrap,
+        request.job_id,
+        topics.checkpoints,
+        claims_topic=topics.checkpoints,
+        kinds={kind.__name__ for kind in kinds},
+    )
+    events = [entry.record for entry in found if isinstance(entry.record, kinds)]
+    return fold(events, initial_state(request.job_id)).status
+
+
+def _send(errors: Console, bootstrap: str, topic: str, request: Request) -> Sent:
+    """Produce ``request`` to ``topic`` and wait until the broker has it: where it landed. A topic
+    that does not exist is not created (``allow.auto.create.topics`` is off)."""
+    from confluent_kafka import Message, Producer
+
+    from coordinator.stop_outcome import Sent
+    from events.kafka.clients import produce_record, producer_config
+
+    producer = Producer(producer_config(bootstrap, {"allow.auto.create.topics": False}))
+    delivered: list[Message] = []
+    problems: list[str] = []
+
+    def on_delivery(error: Any, message: Message) -> None:
+        if error is not None:
+            problems.append(str(error))
+        else:
+            delivered.append(message)
+
+    produce_record(producer, topic, request, on_delivery=on_delivery)
+    producer.flush(SEND_TIMEOUT_S)
+    if problems or not delivered:
+        why = problems[0] if problems else f"not delivered within {SEND_TIMEOUT_S:g} s"
+        fail(errors, f"the request could not be sent to {topic} at {bootstrap}: {why}")
+    partition, offset = delivered[0].partition(), delivered[0].offset()
+    assert partition is not None and offset is not None, "a delivered message has its place"
+    return Sent(topic, partition, offset)
+
+
+SEND_TIMEOUT_S = 10.0
 
 
 def tail(

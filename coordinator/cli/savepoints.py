@@ -16,6 +16,7 @@ from coordinator.cli.common import (
     as_uri,
     fail,
     need_bootstrap,
+    need_topics,
 )
 from coordinator.savepoints import (
     Disposal,
@@ -46,6 +47,7 @@ def _journal_states(
     from coordinator.decider import fold_jobs
 
     bootstrap = need_bootstrap(console, bootstrap)
+    need_topics(console, bootstrap, topic_prefix, [Topics(topic_prefix).checkpoints])
     skipped: list[str] = []
     events = [
         event

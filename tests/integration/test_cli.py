@@ -13,18 +13,27 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 from support import TEST_PARTITIONS, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics, free_port, topic_config, wait_for_broker
+from events.kafka.clients import consumer_config
 from events.kafka.log import read_to_end
 from events.task.participant import JobDriver, Participant
 from events.wire.codec import decode
-from events.wire.records import CheckpointBarrier, CheckpointConfig, CheckpointKind, CheckpointTriggered
+from events.wire.records import (
+    CheckpointBarrier,
+    CheckpointConfig,
+    CheckpointKind,
+    CheckpointTriggered,
+    JobStatus,
+)
 from events.wire.topics import Topics
 
 JOB = "cli-job"
@@ -74,6 +83,28 @@ def _service(
     yield process
     participant.close()
     process.stop()
+
+
+def a_job(bootstrap: str, prefix: str, service: CoordinatorProcess, job_id: str, root: Path) -> JobDriver:
+    """A RUNNING job of one task that never answers (its first checkpoint stays pending), once the
+    coordinator knows it; the caller closes its driver."""
+    driver = JobDriver(bootstrap, job_id, Topics(prefix))
+    driver.running(["t0"], CheckpointConfig(interval_ms=60_000, location=root.as_uri()), attempt=1)
+    eventually(lambda: job_status(service, job_id) == "RUNNING", what=f"job {job_id!r} RUNNING")
+    return driver
+
+
+def job_status(service: CoordinatorProcess, job_id: str) -> str | None:
+    """The job's status in the coordinator's /jobs, None while it does not list the job."""
+    return next((job["status"] for job in service.get("/jobs")["jobs"] if job["id"] == job_id), None)
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    consumer = Consumer(consumer_config(bootstrap))
+    try:
+        return set(consumer.list_topics(timeout=10).topics)
+    finally:
+        consumer.close()
 
 
 class TestBroker:
@@ -234,31 +265,114 @@ class TestStatus:
         assert 2 == result.returncode
         assert "cutline coordinator" in result.stderr
 
+    def test_a_job_id_with_a_space_and_a_non_ascii_letter(
+        self, bootstrap: str, prefix: str, service: CoordinatorProcess, tmp_path: Path
+    ) -> None:
+        """A job id the coordinator and the dashboard accept, `zürich orders`: its statistics, as for
+        any other job (the id is URL-quoted, not sent raw)."""
+        with a_job(bootstrap, prefix, service, "zürich orders", tmp_path):
+            result = cutline("status", "zürich orders", "--url", service.url)
+
+        assert 0 == result.returncode, result.stderr
+        assert "checkpoints of zürich orders" in result.stdout
+
+
+class TestList:
+    def test_a_table_of_the_jobs_and_their_status(self, service: CoordinatorProcess) -> None:
+        """`cutline list` prints every job the coordinator group knows, with its status."""
+        result = cutline("list", "--url", service.url)
+
+        assert 0 == result.returncode, result.stderr
+        row = next(line for line in result.stdout.splitlines() if f" {JOB} " in line)
+        assert "RUNNING" in row
+
+    def test_json_lines(self, service: CoordinatorProcess) -> None:
+        """`cutline list --json`: one JSON object per job, with its status, attempt, checkpoint counts
+        and the worker that owns it."""
+        result = cutline("list", "--url", service.url, "--json")
+
+        assert 0 == result.returncode, result.stderr
+        jobs = {job["id"]: job for job in map(json.loads, result.stdout.splitlines())}
+        assert ("RUNNING", 1) == (jobs[JOB]["status"], jobs[JOB]["attempt"])
+        assert jobs[JOB]["counts"]["completed"] >= 1
+        assert jobs[JOB]["owner"].endswith(f":{service.web_port}")
+
+    def test_no_coordinator(self) -> None:
+        """No coordinator at the URL says how to start one."""
+        result = cutline("list", "--url", f"http://127.0.0.1:{free_port()}")
+
+        assert 2 == result.returncode
+        assert "cutline coordinator" in result.stderr
+
+
+def kafka_args(bootstrap: str, prefix: str) -> tuple[str, ...]:
+    return ("--bootstrap", bootstrap, "--topic-prefix", prefix)
+
 
 class TestTrigger:
+    def test_a_checkpoint_is_reported_triggered_then_completed(
+        self, bootstrap: str, prefix: str, service: CoordinatorProcess
+    ) -> None:
+        """`cutline trigger JOB` waits for the checkpoint it asked for: it names its id when it is
+        triggered and exits 0 when it completed."""
+        result = cutline("trigger", JOB, *kafka_args(bootstrap, prefix))
+
+        assert 0 == result.returncode, result.stdout + result.stderr
+        triggered = re.search(r"checkpoint (\d+) triggered", result.stdout)
+        assert triggered is not None, result.stdout
+        assert f"checkpoint {triggered.group(1)} completed at file://" in result.stdout
+
     def test_a_savepoint_on_request(
         self, bootstrap: str, prefix: str, service: CoordinatorProcess, tmp_path: Path
     ) -> None:
-        """`cutline trigger JOB --savepoint DIR` leads to a savepoint into DIR."""
-        result = cutline(
-            "trigger", JOB, "--savepoint", str(tmp_path), "--bootstrap", bootstrap, "--topic-prefix", prefix
+        """`cutline trigger JOB --savepoint DIR` leads to a savepoint into DIR: it names the savepoint
+        when it is triggered and says where it completed."""
+        result = cutline("trigger", JOB, "--savepoint", str(tmp_path), *kafka_args(bootstrap, prefix))
+
+        assert 0 == result.returncode, result.stdout + result.stderr
+        triggered = re.search(r"savepoint (\d+) triggered into (\S+)", result.stdout)
+        assert triggered is not None, result.stdout
+        journal = [decode(m.value) for m in read_to_end(bootstrap, Topics(prefix).checkpoints) if m.value]
+        savepoint = next(
+            e
+            for e in journal
+            if isinstance(e, CheckpointTriggered) and e.checkpoint_id == int(triggered.group(1))
         )
+        assert (CheckpointKind.SAVEPOINT, savepoint.location) == (savepoint.kind, triggered.group(2))
+        assert savepoint.location.startswith(tmp_path.as_uri())
+        assert f"savepoint {savepoint.checkpoint_id} completed at {savepoint.location}" in result.stdout
 
-        assert 0 == result.returncode, result.stderr
-        request_id = re.search(r"request (\w+)", result.stdout)
-        assert request_id is not None
+    def test_an_unknown_job_is_refused(
+        self, bootstrap: str, prefix: str, service: CoordinatorProcess
+    ) -> None:
+        """A job that never reported a status: the coordinator's refusal (a dead letter) is the
+        command's answer, with its reason and message, and exit code 1."""
+        result = cutline("trigger", "nobody", *kafka_args(bootstrap, prefix), timeout=30)
 
-        def triggered() -> list[CheckpointTriggered]:
-            journal = [decode(m.value) for m in read_to_end(bootstrap, Topics(prefix).checkpoints) if m.value]
-            return [
-                e
-                for e in journal
-                if isinstance(e, CheckpointTriggered) and e.request_id == request_id.group(1)
-            ]
+        assert 1 == result.returncode, result.stdout + result.stderr
+        assert "refused (UNKNOWN_JOB)" in result.stdout
+        assert "no job status was ever reported for job 'nobody'" in result.stdout
 
-        savepoints = eventually(triggered, timeout=20, interval=0.2, what="the requested savepoint's trigger")
-        assert [CheckpointKind.SAVEPOINT] == [s.kind for s in savepoints]
-        assert savepoints[0].location.startswith(tmp_path.as_uri())
+    def test_a_savepoint_outside_the_allowed_directories_is_refused(
+        self, bootstrap: str, prefix: str, service: CoordinatorProcess
+    ) -> None:
+        """A savepoint target the coordinator does not allow: its journaled refusal, exit code 1."""
+        target = f"/cutline-nowhere-{os.getpid()}/savepoints"
+
+        result = cutline("trigger", JOB, "--savepoint", target, *kafka_args(bootstrap, prefix), timeout=30)
+
+        assert 1 == result.returncode, result.stdout + result.stderr
+        assert "savepoint of cli-job refused (SAVEPOINT_TARGET_NOT_ALLOWED)" in result.stdout
+        assert "--savepoint-root" in result.stdout
+
+    def test_no_wait_only_sends_the_request(
+        self, bootstrap: str, prefix: str, service: CoordinatorProcess
+    ) -> None:
+        """`--no-wait`: fire and forget; it says what it sent and exits 0, refused or not."""
+        result = cutline("trigger", "nobody", "--no-wait", *kafka_args(bootstrap, prefix))
+
+        assert 0 == result.returncode, result.stdout + result.stderr
+        assert "requested checkpoint of nobody (request " in result.stdout
 
     def test_without_a_cluster(self) -> None:
         """Without a cluster it says how to give one."""
@@ -266,6 +380,81 @@ class TestTrigger:
 
         assert 2 == result.returncode
         assert "--bootstrap" in result.stderr
+
+
+class TestStopAndCancel:
+    """Their happy paths and failed savepoints: tests/integration/test_stop_with_savepoint.py."""
+
+    @pytest.mark.parametrize("command", ["stop", "cancel"])
+    def test_an_unknown_job_is_refused_at_once(
+        self, bootstrap: str, prefix: str, service: CoordinatorProcess, command: str
+    ) -> None:
+        """`stop`/`cancel` of a job that never reported a status answer with the coordinator's refusal
+        within seconds (not after their 120 s/60 s timeouts), exit code 1."""
+        started = time.monotonic()
+
+        result = cutline(command, "nobody", *kafka_args(bootstrap, prefix), timeout=30)
+
+        assert 1 == result.returncode, result.stdout + result.stderr
+        assert f"{command} refused (UNKNOWN_JOB)" in result.stdout
+        assert time.monotonic() - started < 20
+
+    def test_a_repeated_cancel_of_a_canceled_job_answers_at_once(
+        self, bootstrap: str, prefix: str, service: CoordinatorProcess, tmp_path: Path
+    ) -> None:
+        """A job that has ended CANCELED: another `cancel` says so at once and exits 0 (the coordinator
+        journals nothing for it)."""
+        with a_job(bootstrap, prefix, service, "canceled-job", tmp_path) as driver:
+            driver.status(JobStatus.CANCELED)
+            eventually(lambda: job_status(service, "canceled-job") == "CANCELED", what="the job CANCELED")
+
+        result = cutline("cancel", "canceled-job", *kafka_args(bootstrap, prefix), timeout=30)
+
+        assert 0 == result.returncode, result.stdout + result.stderr
+        assert "job canceled-job has already ended: CANCELED" in result.stdout
+
+    def test_cancel_of_a_finished_job_is_refused(
+        self, bootstrap: str, prefix: str, service: CoordinatorProcess, tmp_path: Path
+    ) -> None:
+        """A job that has ended FINISHED cannot be canceled: it says so at once and exits 1."""
+        with a_job(bootstrap, prefix, service, "finished-job", tmp_path) as driver:
+            driver.status(JobStatus.FINISHED)
+            eventually(lambda: job_status(service, "finished-job") == "FINISHED", what="the job FINISHED")
+
+        result = cutline("cancel", "finished-job", *kafka_args(bootstrap, prefix), timeout=30)
+
+        assert 1 == result.returncode, result.stdout + result.stderr
+        assert "job finished-job has already ended: FINISHED" in result.stdout
+
+
+class TestMissingTopics:
+    @pytest.mark.parametrize(
+        "command",
+        [
+            ("trigger", JOB),
+            ("trigger", JOB, "--no-wait"),
+            ("trigger", JOB, "--savepoint", "/tmp/savepoints"),
+            ("stop", JOB),
+            ("cancel", JOB),
+            ("savepoints", "list", JOB),
+        ],
+        ids=" ".join,
+    )
+    def test_a_wrong_topic_prefix(
+        self, bootstrap: str, service: CoordinatorProcess, command: tuple[str, ...]
+    ) -> None:
+        """A prefix whose topics do not exist: one line saying that they are missing and what to do,
+        no traceback, exit code 2; and no stray topic is created on the way."""
+        prefix = f"nope{os.getpid()}."
+
+        result = cutline(*command, "--bootstrap", bootstrap, "--topic-prefix", prefix, timeout=30)
+
+        assert 2 == result.returncode, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr
+        assert 1 == len(result.stderr.strip().splitlines()), result.stderr
+        assert f"no topic {prefix}" in result.stderr
+        assert "`cutline topics create" in result.stderr and "--topic-prefix" in result.stderr
+        assert not {name for name in topic_names(bootstrap) if name.startswith(prefix)}
 
 
 class TestTail:
@@ -299,13 +488,14 @@ class TestTail:
 
         assert 0 == result.returncode, result.stderr
         lines = [json.loads(line) for line in result.stdout.splitlines()]
-        # 40 messages: the claims of the 8 partitions, the job's partition from its claim on
+        # 40 messages: the claims of the partitions, each job's partition from its claim on
         assert 40 == len(lines)
         assert all(line["topic"] == Topics(prefix).checkpoints for line in lines)
         claim = next(line for line in lines if line["type"] == "CoordinatorClaimed")
         assert claim["record"]["epoch"] >= 1 and "cutline.epoch" in claim["headers"]
-        started = next(line for line in lines if line["type"] == "SchedulerStarted")
-        assert (JOB, JOB) == (started["key"], started["record"]["job_id"])
+        # other tests of the module run jobs of their own: the first 40 may start with any of them
+        started = [line for line in lines if line["type"] == "SchedulerStarted"]
+        assert started and all(line["key"] == line["record"]["job_id"] for line in started)
 
     def test_an_unknown_topic(self, bootstrap: str, prefix: str) -> None:
         """An unknown topic lists cutline's topics."""
