@@ -3,11 +3,12 @@
 ``cutline replay`` folds a journal into the coordinator's state at any offset
 or time, prints what happened, and checks the journal against the named
 invariants; ``cutline journal-demo`` writes a realistic journal to try it on.
-The broker, coordinator, status and trigger commands join this app as they land.
+Every other command joins this app from its module (coordinator/cli/*.py).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,7 @@ from rich.text import Text
 
 from coordinator.cli import broker, demo, doctor, jobs, replay, savepoints, topics
 from coordinator.cli.common import USAGE_ERROR, fail
+from coordinator.cli.help import CutlineCommand, CutlineGroup
 from coordinator.cli.service import _worker_command as _worker_command  # the watchdog's tests
 from coordinator.cli.service import coordinator as coordinator
 from coordinator.replay_selection import Cut, parse_until
@@ -31,24 +33,26 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=CutlineGroup,
 )
 
-# One module per command group; the commands in the order `cutline --help` lists them.
-app.command()(replay.replay)
-app.command("journal-demo", hidden=True)(replay.journal_demo)
-app.command()(broker.broker)
+# One module per command group; `cutline --help` lists them in coordinator.cli.help.ORDER.
+command = functools.partial(app.command, cls=CutlineCommand)
+command()(demo.demo)
+command()(doctor.doctor)
+command()(broker.broker)
 app.add_typer(topics.topics_app, name="topics")
-app.command()(doctor.doctor)
+command()(coordinator)
+command(context_settings={"allow_interspersed_args": False})(jobs.run)
+command("list")(jobs.jobs_list)
+command()(jobs.status)
+command()(jobs.trigger)
+command()(jobs.stop)
+command()(jobs.cancel)
 app.add_typer(savepoints.savepoints_app, name="savepoints")
-app.command()(coordinator)
-app.command(context_settings={"allow_interspersed_args": False})(jobs.run)
-app.command("list")(jobs.jobs_list)
-app.command()(jobs.status)
-app.command()(jobs.trigger)
-app.command()(jobs.stop)
-app.command()(jobs.cancel)
-app.command()(jobs.tail)
-app.command()(demo.demo)
+command()(jobs.tail)
+command()(replay.replay)
+command("journal-demo", hidden=True)(replay.journal_demo)
 
 
 @app.callback()

@@ -18,6 +18,7 @@ from coordinator.cli.common import (
     need_bootstrap,
     need_topics,
 )
+from coordinator.cli.help import CutlineCommand, CutlineGroup
 from coordinator.savepoints import (
     Disposal,
     Refused,
@@ -37,6 +38,7 @@ from events.wire.validation import StorageUri
 savepoints_app = typer.Typer(
     help="List, inspect and dispose of savepoints (Flink's `flink savepoint --dispose`).",
     no_args_is_help=True,
+    cls=CutlineGroup,
 )
 
 
@@ -75,7 +77,7 @@ def _directory_uri(console: Console, directory: str) -> StorageUri:
     return parsed
 
 
-@savepoints_app.command("list")
+@savepoints_app.command("list", cls=CutlineCommand)
 def savepoints_list(
     job: Annotated[str, typer.Argument(help="The job id.")],
     bootstrap: Bootstrap = None,
@@ -136,7 +138,7 @@ def savepoints_list(
     console.print(table)
 
 
-@savepoints_app.command("show")
+@savepoints_app.command("show", cls=CutlineCommand)
 def savepoints_show(
     directory: Annotated[
         str, typer.Argument(help="A savepoint (or checkpoint) directory: path or file: URI.")
@@ -193,7 +195,7 @@ def _present(uri: str, size: int) -> str:
     return "yes" if actual == size else f"{actual} bytes, not {size}"
 
 
-@savepoints_app.command("dispose")
+@savepoints_app.command("dispose", cls=CutlineCommand)
 def savepoints_dispose(
     directory: Annotated[str, typer.Argument(help="The savepoint directory: path or file: URI.")],
     savepoint_roots: Annotated[

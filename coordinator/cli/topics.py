@@ -13,12 +13,13 @@ from coordinator.cli.common import (
     fail,
     need_bootstrap,
 )
+from coordinator.cli.help import CutlineCommand, CutlineGroup
 from events.wire.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 
-topics_app = typer.Typer(help="Manage cutline's topics.", no_args_is_help=True)
+topics_app = typer.Typer(help="Manage cutline's topics.", no_args_is_help=True, cls=CutlineGroup)
 
 
-@topics_app.command("create")
+@topics_app.command("create", cls=CutlineCommand)
 def topics_create(
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = DEFAULT_PREFIX,
