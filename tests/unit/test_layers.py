@@ -17,6 +17,7 @@ PURE = [
     "coordinator.journal",
     "coordinator.snapshot",
     "coordinator.savepoints",
+    "coordinator.stop_outcome",
     "coordinator.replay_selection",
     "coordinator.group_view",
     "coordinator.web_trust",
