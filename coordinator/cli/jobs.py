@@ -62,7 +62,11 @@ def run(
         float, typer.Option(help="exponential-delay: +- this fraction of a wait.")
     ] = 0.1,
     attempts_before_reset_backoff: Annotated[
-        int, typer.Option(help="exponential-delay: restarts in a row before giving up.")
+        int,
+        typer.Option(
+            help="exponential-delay: restarts in a row before giving up.",
+            show_default="unlimited",
+        ),
     ] = 2**31 - 1,
     max_failures_per_interval: Annotated[int, typer.Option(help="failure-rate: failures tolerated.")] = 1,
     failure_rate_interval_ms: Annotated[int, typer.Option(help="failure-rate: the window.")] = 60_000,

@@ -64,6 +64,14 @@ def test_the_cancel_timeout_is_about_the_job_not_a_savepoint() -> None:
     assert "CANCELED" in timeout
 
 
+def test_an_unlimited_default_says_so() -> None:
+    """`cutline run`'s restarts in a row before giving up: unlimited, as the docs say, not a bare number."""
+    line = next(line for line in help_of("run").splitlines() if "--attempts-before-reset-backoff" in line)
+    following = help_of("run").split(line, 1)[1].split("│ --", 1)[0]
+
+    assert "[default: (unlimited)]" in line + following
+
+
 class TestRules:
     def test_a_flag_shows_no_metavar(self) -> None:
         assert "" == option_metavar("<bool>", flag=True)
