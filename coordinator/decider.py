@@ -399,6 +399,12 @@ def _change_job_status(d: _Deciding, command: ChangeJobStatus) -> None:
     if changed.status is JobStatus.RUNNING:
         if state.status is JobStatus.CANCELLING and changed.attempt <= state.attempt:
             return  # a late report of the attempt being canceled starts nothing again
+        if state.status is JobStatus.CANCELLING:
+            # Cancel wins over a restart (Flink cancels a job in its restart delay for good): an
+            # attempt started after the cancel starts nothing, and is told to stop and report CANCELED.
+            late = f"attempt {changed.attempt} started after the job was canceled"
+            _stop(d, now, JobStatus.CANCELLING, late, attempt=changed.attempt)
+            return
         if state.status is not JobStatus.RUNNING or changed.attempt != state.attempt:
             _start(d, command)
         return

@@ -104,6 +104,7 @@ from events.wire.records import (
     JobStatus,
     Record,
     SchedulerStarted,
+    SchedulerStopped,
     TriggerRejected,
 )
 from events.wire.topics import DEFAULT_PREFIX, Topics
@@ -451,7 +452,9 @@ class CheckpointedJob:
         self.query_id = job_query_id(settings.job_id, settings.topic_prefix)
         """On Spark Connect, the Spark query id of the job's queries, the same in every driver."""
         self.driver = JobDriver(settings.bootstrap, settings.job_id, self.topics, timeout=timeout)
-        history = self.driver.journal((SchedulerStarted, CheckpointCompleted, JobRestartScheduled))
+        history = self.driver.journal(
+            (SchedulerStarted, SchedulerStopped, CheckpointCompleted, JobRestartScheduled)
+        )
         attempt = max(attempt_after(history), int(os.environ.get("CUTLINE_ATTEMPT", "0")))  # cutline run's
         with OffsetProbe(settings.bootstrap, {}, timeout) as probe:
             self.partitions: list[tuple[str, int]] = probe.partitions(settings.topics)
@@ -484,6 +487,8 @@ class CheckpointedJob:
         self._stopping = False
         self._lock = threading.Lock()
         self._completion = threading.Condition(self._lock)
+        self._canceled = threading.Event()
+        """Set when the journal cancels the job (``cutline cancel``): a restart delay then ends the job."""
         try:
             if is_connect_session(spark):
                 self._claim_query_id()
@@ -892,6 +897,13 @@ class CheckpointedJob:
             "job %s attempt %d is RUNNING with %d tasks", self.settings.job_id, self.attempt, len(self.tasks)
         )
 
+    def _publish_canceled(self) -> None:
+        """The attempt that failed is CANCELED: the job was canceled in its restart delay."""
+        try:
+            self.driver.status(JobStatus.CANCELED, attempt=self.attempt)
+        except (KafkaException, TimeoutError) as exc:
+            log.error("could not publish CANCELED of job %s: %s", self.settings.job_id, exc)
+
     def _publish_end(self, exception: str | None) -> None:
         # A failure is FAILING: the job's restart strategy decides (cutline run carries it out).
         if self.failure is not None:
@@ -944,6 +956,8 @@ class CheckpointedJob:
         """Stop with a savepoint and cancel (docs/spark.md, "Stop with a savepoint"): when this
         attempt's stop savepoint completed the query stops and the job is FINISHED; when the job is
         CANCELLING it stops and is CANCELED. The source already reads nothing after the stop's cut."""
+        if stop.status is JobStatus.CANCELED:
+            self._canceled.set()
         if self.query is None:
             return
         finished = stop.status is JobStatus.FINISHED
@@ -1149,7 +1163,11 @@ class CheckpointedJob:
                 max(wait_s, 0),
                 decision.restore_checkpoint_id,
             )
-            time.sleep(max(wait_s, 0))
+            if self._canceled.wait(max(wait_s, 0)):
+                # cutline cancel in the restart delay: cancel wins, no next attempt starts
+                log.warning("job %s was canceled in its restart delay", self.settings.job_id)
+                self._publish_canceled()
+                return
             self._next_attempt(decision)
 
     def _await_decision(self) -> JobRestartScheduled | JobFailedPermanently:

@@ -87,7 +87,12 @@ class RunSettings:
 def next_attempt(bootstrap: str, prefix: str, job_id: str, timeout: float = 30.0) -> int:
     """The attempt after every one the job's journal knows of (1 for a new job)."""
     topic = Topics(prefix).checkpoints
-    kinds = {SchedulerStarted.__name__, JobRestartScheduled.__name__, CheckpointCompleted.__name__}
+    kinds = {
+        SchedulerStarted.__name__,
+        SchedulerStopped.__name__,
+        JobRestartScheduled.__name__,
+        CheckpointCompleted.__name__,
+    }
     records = read_job_partition(bootstrap, job_id, topic, claims_topic=topic, kinds=kinds, timeout=timeout)
     return attempt_after(entry.record for entry in records)
 

@@ -178,12 +178,13 @@ def completion_problem(completed: CheckpointCompleted, known: set[int] | frozens
 
 def attempt_after(records: Iterable[object]) -> int:
     """The attempt after every one a job's journal ``records`` know of (1 for a new job): past every
-    started scheduler and completion, and past the attempt before every scheduled restart."""
+    started or stopped scheduler and completion, and past the attempt before every scheduled restart
+    (a stop names the attempt it stops: one canceled before it started, too)."""
     latest = 0
     for record in records:
         if isinstance(record, JobRestartScheduled):
             latest = max(latest, record.attempt - 1)
-        elif isinstance(record, SchedulerStarted | CheckpointCompleted):
+        elif isinstance(record, SchedulerStarted | SchedulerStopped | CheckpointCompleted):
             latest = max(latest, record.attempt)
     return latest + 1
 

@@ -41,6 +41,7 @@ from events.wire.records import (
     CheckpointRestored,
     CheckpointTriggered,
     CoordinatorClaimed,
+    JobCancelRequested,
     JobRestartScheduled,
     JobStatus,
     JobStopRequested,
@@ -576,6 +577,54 @@ def test_a_query_that_fails_is_restarted_in_the_same_driver_and_counts_stay_exac
     (restored,) = _journal(bootstrap, topic_prefix, job_id, CheckpointRestored)
     assert (2, restart.restore_checkpoint_id) == (restored.attempt, restored.checkpoint_id)
     _assert_exactly_once(words.produced, out)
+
+
+def test_a_cancel_in_the_restart_delay_wins_and_no_next_attempt_starts(
+    spark: Any,
+    bootstrap: str,
+    topic_prefix: str,
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    given: Input,
+) -> None:
+    """The query fails and the strategy schedules attempt 2 in 30 s; ``cutline cancel`` (its request)
+    comes in that delay. ``run`` returns at once without starting attempt 2, and the job ends
+    CANCELED (issue 53: before, the next attempt started anyway and the coordinator ran it)."""
+    words, job_id = given.words, given.job_id
+
+    def boom(state: dict[str, int], records: Any) -> tuple[dict[str, int], list[Any]]:
+        if any(b"boom" in (r.value or b"") for r in records):
+            raise RuntimeError("boom: a task failure injected by the test")
+        return count_words(state, records)
+
+    step = StatefulStep(update=boom, output_schema=WORD_COUNT.output_schema, initial=dict)
+    strategy = RestartStrategy(RestartStrategyKind.FIXED_DELAY, attempts=2, delay_ms=30_000)
+    settings = _settings(
+        bootstrap, topic_prefix, given.topic, tmp_path, job_id, interval_ms=500, restart_strategy=strategy
+    )
+
+    def writer(job: CheckpointedJob) -> Any:
+        return job.stream(step).writeStream.foreachBatch(CutFileSink(job, tmp_path / "out"))
+
+    with CheckpointedJob(spark, settings) as job:
+        runner = threading.Thread(target=job.run, args=(writer,), daemon=True)
+        runner.start()
+        job.wait_for_running(120)
+        words._producer.produce(given.topic, value=b"boom", partition=0)
+        words._producer.flush(10)
+        _wait(
+            lambda: _journal(bootstrap, topic_prefix, job_id, JobRestartScheduled), "attempt 2 scheduled", 60
+        )
+        job.driver.request(JobCancelRequested(job_id, int(time.time() * 1000), "cancel-in-delay"))
+        runner.join(20)
+        assert not runner.is_alive(), "run() still waits out the restart delay"
+
+    def stops() -> list[JobStatus]:
+        return [s.status for s in _journal(bootstrap, topic_prefix, job_id, SchedulerStopped)]
+
+    _wait(lambda: JobStatus.CANCELED in stops(), "the job CANCELED", 20)
+    assert [1] == [s.attempt for s in _journal(bootstrap, topic_prefix, job_id, SchedulerStarted)]
+    assert 1 == job.attempt
 
 
 def test_stop_with_a_savepoint_ends_the_output_at_its_cut_and_the_restore_rolls_nothing_back(

@@ -524,6 +524,19 @@ class TestAttemptAfter:
         assert 4 == attempt_after(records)
         assert 3 == attempt_after(records[:2])
 
+    def test_an_attempt_stopped_before_it_started_counts_too(self) -> None:
+        """Attempt 2 started after a cancel and was told to stop (no scheduler ever started for it):
+        the next run is attempt 3, not 2 again (which the canceled job would ignore)."""
+        config = CheckpointConfig(interval_ms=1000, location=ROOT.as_uri())
+        records = [
+            SchedulerStarted(JOB, 1, 1, TASKS, config),
+            JobRestartScheduled(JOB, 2, 5, 1000, "boom", 1),
+            SchedulerStopped(JOB, 2, 20, JobStatus.CANCELLING),
+            SchedulerStopped(JOB, 2, 30, JobStatus.CANCELED),
+        ]
+
+        assert 3 == attempt_after(records)
+
 
 class TestCompletionProblem:
     def test_a_known_id_and_malformed_offsets_are_problems(self) -> None:

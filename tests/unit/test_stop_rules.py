@@ -195,9 +195,36 @@ class TestCancel:
     def test_a_late_running_report_of_the_canceled_attempt_starts_nothing(self) -> None:
         given(running(at=0), cancel(at=10)).when(running(at=20)).then_nothing()
 
-    def test_a_new_attempt_reported_running_after_a_cancel_runs(self) -> None:
-        """A job started again under the same id (a new attempt) is a new run, as after CANCELED."""
-        given(running(at=0), cancel(at=10)).when(running(attempt=2, at=20)).then_types(SchedulerStarted)
+    def test_an_attempt_reported_running_while_cancelling_is_told_to_stop(self) -> None:
+        """Cancel wins (issue 53): an attempt that starts before the canceled one reported CANCELED (a
+        restart racing the cancel) starts nothing; the stop names it, so that its driver stops it."""
+        given(running(at=0), cancel(at=10)).when(running(attempt=2, at=20)).then(
+            SchedulerStopped(JOB, 2, 20, JobStatus.CANCELLING, "attempt 2 started after the job was canceled")
+        )
+
+    def test_a_cancel_in_the_restart_delay_wins_over_the_restart(self) -> None:
+        """Failed, with attempt 2 scheduled, then canceled: attempt 2's RUNNING starts nothing, its
+        CANCELED ends the job, and a run started after that is a new run."""
+        failed = (running(at=0), job_status(JobStatus.FAILING, at=5, error="boom"))
+        restarting = given(*failed)
+        assert JobStatus.RESTARTING is restarting.state.status
+
+        canceled = given(*failed, cancel(at=10), running(attempt=2, at=20))
+        assert JobStatus.CANCELLING is canceled.state.status and canceled.state.scheduler is None
+        ended = canceled.when(job_status(JobStatus.CANCELED, attempt=2, at=30))
+        ended.then(SchedulerStopped(JOB, 2, 30, JobStatus.CANCELED))
+        given(
+            *failed,
+            cancel(at=10),
+            running(attempt=2, at=20),
+            job_status(JobStatus.CANCELED, attempt=2, at=30),
+        ).when(running(attempt=3, at=40)).then_types(SchedulerStarted)
+
+    def test_a_new_attempt_after_the_canceled_one_reported_canceled_runs(self) -> None:
+        """A job started again under the same id once the cancel ended is a new run."""
+        given(running(at=0), cancel(at=10), job_status(JobStatus.CANCELED, at=15)).when(
+            running(attempt=2, at=20)
+        ).then_types(SchedulerStarted)
 
     def test_a_repeated_cancel_and_a_cancel_of_an_ended_job_change_nothing(self) -> None:
         given(running(at=0), cancel(at=10)).when(cancel(request_id="cancel-2", at=20)).then_nothing()
