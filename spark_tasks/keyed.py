@@ -437,6 +437,10 @@ def _read_piece(piece: Piece, root: str) -> bytes:
     way out)."""
     if not is_within(piece.uri, root):
         raise SnapshotCorrupted(f"piece {piece.uri} is outside {root}: a manifest may only name pieces there")
+    if not storage.stays_within(piece.uri, root):
+        raise SnapshotCorrupted(
+            f"piece {piece.uri} is a symbolic link (or lies below one) to a file outside {root}: refused"
+        )
     data = storage.read_bytes(piece.uri)
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != piece.size or digest != piece.sha256:

@@ -197,15 +197,16 @@ def _plan_per_partition(
             f"it has the state of {_partitions(without_offset)} but not the offset it is the state at",
         )
     without_state = sorted(p for p in offsets if p not in state)
-    if state and without_state:
+    if (state or not completed.handles) and without_state:
         return Refused(
             completed.checkpoint_id,
             Refusal.INCOMPLETE,
             f"it has the offsets of {_partitions(without_state)} but not their state (a task acknowledged "
             "without it)",
         )
-    # No per-partition state at all (a keyed checkpoint, left behind if allowed): the partitions
-    # start at the checkpoint's offsets with the step's initial state, as Flink's sources resume.
+    # No per-partition state, but keyed state (left behind if allowed): the partitions start at the
+    # checkpoint's offsets with the step's initial state, as Flink's sources resume. Offsets with no
+    # state of any task are a gap (refused above): restoring them would start every step empty.
     return RestorePlan(completed.checkpoint_id, offsets, state, keyed_state=False)
 
 

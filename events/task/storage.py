@@ -110,6 +110,17 @@ def is_local(uri: str) -> bool:
     return urlsplit(uri).scheme in ("", "file")
 
 
+def stays_within(uri: str, root: str) -> bool:
+    """Whether ``uri``, with every symbolic link resolved, still lies below ``root`` (resolved too).
+
+    Object stores have no links: True for them. The URIs are compared as strings elsewhere
+    (:func:`events.wire.validation.is_within`); a link inside a checkpoint directory that points out
+    of it passes that, and a restore would read whatever it names."""
+    if not (is_local(uri) and is_local(root)):
+        return True
+    return local_path(uri).resolve().is_relative_to(local_path(root).resolve())
+
+
 def _filesystem(uri: str) -> tuple[Any, str]:
     scheme = urlsplit(uri).scheme
     if scheme in ("s3", "s3a"):

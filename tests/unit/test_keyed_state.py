@@ -334,6 +334,20 @@ def test_a_percent_encoded_way_out_of_the_location_is_no_way_out(tmp_path: Path)
         read_keyed_state({"keyed-0": handle}, range(128), 128)
 
 
+def test_a_symbolic_link_out_of_the_location_is_no_way_out(tmp_path: Path) -> None:
+    """Given a piece inside the checkpoint directory that is a symbolic link to a file outside the
+    job's location (with the right size and hash), the restore refuses it unread (issue 53)."""
+    outside = tmp_path / "elsewhere.full"
+    piece = encode_piece({1: {"a": b"1"}})
+    outside.write_bytes(piece)
+    link = tmp_path / "job" / "chk-1" / "keyed-0-0.full"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside)
+    handle = _manifest_naming(tmp_path, link.as_uri(), piece)
+    with pytest.raises(SnapshotCorrupted, match="symbolic link"):
+        read_keyed_state({"keyed-0": handle}, range(128), 128)
+
+
 def test_a_piece_that_matches_its_hash_but_is_not_arrow_is_corrupt(tmp_path: Path) -> None:
     """Given a piece whose bytes match the manifest's size and sha256 but are no Arrow stream, reading
     it raises SnapshotCorrupted (a restore then tries an older checkpoint), not ArrowInvalid."""

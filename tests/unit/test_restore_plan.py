@@ -192,6 +192,13 @@ class TestPerPartitionCoverage:
         assert isinstance(plan, Refused) and plan.refusal is Refusal.INCOMPLETE
         assert f"offsets of {TOPIC}[1] but not their state" in plan.reason
 
+    def test_offsets_without_any_state_are_refused_not_restored_empty(self) -> None:
+        """Every task acknowledged offsets and no snapshot (issue 53): it restored silently empty."""
+        plan = plan_restore(checkpoint([]), partition_job(allow=True), {})
+
+        assert isinstance(plan, Refused) and plan.refusal is Refusal.INCOMPLETE
+        assert f"offsets of {TOPIC}[0], {TOPIC}[1] but not their state" in plan.reason
+
     def test_state_without_an_offset_is_refused(self) -> None:
         plan = plan_restore(checkpoint([f"{TOPIC}-0"], {}), partition_job(), {})
 
