@@ -361,6 +361,13 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
         broker_heartbeat_interval=min(1.0, settings.session_timeout / 3),
         consumer_auto_offset_reset="earliest",
         web_enabled=True,
+        # Faust's own views (/router, /table, /graph, statistics) are none of cutline's: off, so that
+        # the worker serves only its views, which answer a bad path with a 4xx (docs/security.md)
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_graph_enabled=False,
+        web_stats_enabled=False,
+        web_metrics_enabled=False,
         web_bind=settings.web_host,
         web_host=settings.advertised_host,
         web_port=settings.web_port,
