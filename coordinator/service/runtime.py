@@ -81,7 +81,7 @@ from events.task.latency import Granularity, LatencyHistograms, record_latency
 from events.wire.codec import Codec, DecodeError, default_codec
 from events.wire.codegen import fast_init
 from events.wire.fencing import VOID_EPOCH, epoch_header, epoch_problem, header_epoch
-from events.wire.metadata import write_completion_metadata
+from events.wire.metadata import metadata_uri, write_completion_metadata
 from events.wire.records import (
     CheckpointAborted,
     CheckpointAcknowledged,
@@ -708,6 +708,20 @@ class Coordinator:
         journal_topic = self.topics.checkpoints
         if type(event) is not CheckpointCompleted or event.metadata is not None:
             return self._too_large(job_id, too_large(type(event).__name__, journal_topic, size, budget))
+        state = self.states.get(job_id)
+        roots = _trusted_roots(state.config.location if state and state.config else "", self.savepoint_roots)
+        resolved = _linked_out(metadata_uri(event.location), event.location, roots)
+        if resolved is not None:  # as for state handles: the coordinator writes no file through a link
+            return Outcome(
+                job_id=job_id,
+                rejected=InputRejected(
+                    job_id,
+                    Rejection.STATE_OUTSIDE_LOCATION,
+                    f"the metadata object of checkpoint {event.checkpoint_id} would be written to "
+                    f"{resolved!r} through a symbolic link, outside its location {event.location!r}: "
+                    "nothing was journaled",
+                ),
+            )
         try:
             event = write_completion_metadata(event, self.codec)
         except Exception as exc:  # the checkpoint stays pending: it expires, not half-written

@@ -6,6 +6,7 @@ import contextlib
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,7 @@ from events.wire.records import (
     StateHandle,
     TaskAcknowledged,
 )
+from events.wire.sizes import TopicLimits
 from events.wire.topics import Topics
 from events.wire.vocabulary import CAUSE_HEADER
 
@@ -538,7 +540,7 @@ class TestSymbolicLinks:
         (tmp_path / "outside" / "secret").write_text("secret")
         return tmp_path
 
-    def started(self, tree: Path, **kwargs: tuple[str, ...]) -> Coordinator:
+    def started(self, tree: Path, **kwargs: Any) -> Coordinator:
         coordinator = Coordinator(TOPICS, rng=random.Random(1), **kwargs)
         cfg = CheckpointConfig(interval_ms=100, location=(tree / "checkpoints").as_uri())
         record = JobStatusChanged(JOB, JobStatus.RUNNING, 0, 1, ("a", "b"), cfg)
@@ -627,6 +629,27 @@ class TestSymbolicLinks:
         outcome = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(uri), 10_001)
 
         assert [TaskAcknowledged] == [type(e) for e in outcome.journal]
+
+    def test_a_metadata_object_is_not_written_through_a_link_out_of_the_location(self, tree: Path) -> None:
+        """Given a completion too large for the journal (so it goes to ``<location>/_metadata``) of a
+        checkpoint directory that is a link to a directory outside, when the last ack comes, then it
+        is a STATE_OUTSIDE_LOCATION dead letter and nothing is written outside (issue 53)."""
+        coordinator = self.started(tree, limits=TopicLimits({TOPICS.checkpoints: 16_000}))
+        checkpoint = tree / "checkpoints" / JOB / "chk-1"
+        checkpoint.rmdir()
+        checkpoint.symlink_to(tree / "outside")
+
+        def ack_of(task: str, first: int) -> bytes:
+            offsets = {f"words:{p}": p for p in range(first, first + 700)}
+            return encode(CheckpointAcknowledged(JOB, 1, 1, task, 0, None, offsets))
+
+        first = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_of("a", 0), 10_001)
+        last = coordinator.handle(TOPICS.acks, 0, 2, JOB.encode(), ack_of("b", 700), 10_002)
+
+        assert [TaskAcknowledged] == [type(e) for e in first.journal]
+        assert "STATE_OUTSIDE_LOCATION" == letter_of(last).reason
+        assert "symbolic link" in letter_of(last).message
+        assert not (tree / "outside" / "_metadata").exists()
 
     def test_a_savepoint_target_linked_outside_its_root_is_refused(self, tree: Path) -> None:
         """Given a savepoint root holding a link to a directory outside it, when a savepoint targets the
