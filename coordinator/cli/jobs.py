@@ -534,10 +534,11 @@ def tail(
     import time
 
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+    from rich.text import Text
 
     from coordinator.timeline import describe_record, record_json
     from events.kafka.clients import consumer_config
-    from events.kafka.log import partitions_of
+    from events.kafka.log import FencedMarks, log_message, partitions_of
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)
@@ -557,6 +558,8 @@ def tail(
             )
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         consumer.assign([TopicPartition(name, p, start) for p in partitions])
+        # the journal's records a superseded coordinator wrote are marked as every reader judges them
+        marks = FencedMarks(learning=not from_beginning) if name == topics.checkpoints else None
         console = Console(highlight=False)
         codec = default_codec()
         seen, last = 0, time.monotonic()
@@ -568,16 +571,19 @@ def tail(
             seen += 1
             headers = message.headers() or []
             pairs = list(headers.items()) if isinstance(headers, dict) else list(headers)
+            fenced = None if marks is None else marks.void(log_message(message))
             if as_json:
                 record = record_json(
                     codec, name, message.partition(), message.offset(), message.key(), message.value(), pairs
                 )
+                if fenced is not None:
+                    record["void"] = fenced
                 print(json.dumps(record), flush=True)
                 continue
-            console.print(
-                describe_record(codec, message.partition(), message.offset(), message.value(), pairs),
-                soft_wrap=True,
-            )
+            line = describe_record(codec, message.partition(), message.offset(), message.value(), pairs)
+            if fenced is not None and "VOID" not in line.plain:
+                line.append_text(Text(f"  VOID: {fenced}", "bold red"))
+            console.print(line, soft_wrap=True)
     except KeyboardInterrupt:
         pass
     finally:

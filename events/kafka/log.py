@@ -163,6 +163,38 @@ def fenced_journal(
             void(message, record, epoch, fence.epoch)
 
 
+class FencedMarks:
+    """Which messages of a journal topic, read in offset order per partition, the fencing rule voids,
+    and why (``cutline tail``). :func:`fenced_journal` judges each message, so that a reader that
+    shows the journal marks exactly what every reader that folds it leaves out.
+
+    ``learning``: the read starts in the middle of a partition (at its end), where a record of a
+    higher epoch than any claim seen proves that claim (:class:`~events.wire.fencing.Fence`)."""
+
+    def __init__(self, *, learning: bool) -> None:
+        self._fences: dict[int, Fence] = {}
+        self._learning = learning
+        self._void: str | None = None
+
+    def void(self, message: LogMessage) -> str | None:
+        """Why ``message`` is void under the fencing rule (None: it is valid, or no journal record)."""
+        if message.partition not in self._fences:
+            self._fences[message.partition] = Fence(learning=self._learning)
+        self._void = None
+        for _ in fenced_journal([message], lambda m, problem: None, self._fences, self._on_void):
+            pass
+        return self._void
+
+    def _on_void(self, message: LogMessage, record: JournalRecord, epoch: int, current: int) -> None:
+        if epoch == VOID_EPOCH:
+            self._void = f"its epoch header is unreadable ({excerpt(epoch_problem(message.headers))})"
+        else:
+            self._void = (
+                f"fenced out: a {type(record).__name__} of epoch {epoch}, below the partition's epoch "
+                f"{current} (a superseded coordinator wrote it; every reader leaves it out)"
+            )
+
+
 def read_journal_topic(
     bootstrap: str,
     topic: str,
