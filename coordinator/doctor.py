@@ -10,6 +10,7 @@ run because an earlier one failed says so instead of failing again.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -120,6 +121,14 @@ def check_client_settings(environ: Mapping[str, str] | None = None) -> Check:
         )  # fmt: skip
     shown = ", ".join(f"{k}={v}" for k, v in sorted(redacted(properties).items())) or "none"
     found = f"{protocol}; properties: {shown}"
+    refusal = librdkafka_refusal(properties)
+    if refusal is not None:
+        return Check(
+            "Kafka client settings", CheckStatus.FAIL, f"librdkafka refuses them: {refusal}; {found}",
+            "correct or remove that property in the file named by --kafka-config / CUTLINE_KAFKA_CONFIG "
+            "or its CUTLINE_KAFKA_* variable (the names are librdkafka's, as in its CONFIGURATION.md): "
+            "the CLI and the participants cannot make a Kafka client with them",
+        )  # fmt: skip
     path = environ.get(CONFIG_FILE_VARIABLE)
     if path:
         file = Path(path)
@@ -135,8 +144,40 @@ def check_client_settings(environ: Mapping[str, str] | None = None) -> Check:
     return Check("Kafka client settings", CheckStatus.OK, found)
 
 
+def librdkafka_refusal(properties: Mapping[str, str]) -> str | None:
+    """Why librdkafka refuses to make a client with ``properties`` (a name it does not know, a value
+    it cannot take, an SSL file it cannot read), any secret's value scrubbed; None if it makes one.
+    The client is a producer with no broker to connect to, dropped at once."""
+    from confluent_kafka import KafkaException, Producer
+
+    try:
+        Producer({**properties, "logger": _QUIET})
+    except (KafkaException, ValueError, TypeError) as exc:
+        return _client_error(exc, properties)
+    return None
+
+
+def _client_error(exc: Exception, properties: Mapping[str, str]) -> str:
+    """A client library's error as one line: a KafkaError's own text, secrets scrubbed."""
+    from events.kafka.client_config import scrubbed
+
+    error: object = exc.args[0] if exc.args else exc
+    own_text = getattr(error, "str", None)  # confluent_kafka.KafkaError.str(): the message alone
+    text = own_text() if callable(own_text) else str(error)
+    return scrubbed(str(text), properties)
+
+
+_QUIET = logging.getLogger("cutline.doctor.librdkafka")
+"""Where the probe client's librdkafka logs go: nowhere (the doctor's output is its table)."""
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
 def check_broker(bootstrap: str | None) -> Check:
+    from confluent_kafka import KafkaException
+
     from events.dev.broker import wait_for_broker
+    from events.kafka.client_config import ClientConfigError, client_properties
 
     if not bootstrap:
         return Check(
@@ -150,6 +191,15 @@ def check_broker(bootstrap: str | None) -> Check:
             "broker", CheckStatus.FAIL, str(exc),
             "start the broker or fix the address (and its listeners: advertised.listeners must be "
             "reachable from here)",
+        )  # fmt: skip
+    except (KafkaException, ClientConfigError) as exc:
+        try:
+            properties = client_properties()
+        except ClientConfigError:
+            properties = {}
+        return Check(
+            "broker", CheckStatus.FAIL, f"no Kafka client can be made: {_client_error(exc, properties)}",
+            "fix the Kafka client settings (see that check)",
         )  # fmt: skip
     return Check("broker", CheckStatus.OK, f"{bootstrap} (cluster {cluster_id or 'without an id'})")
 
@@ -216,9 +266,14 @@ def check_coordinator(url: str) -> Check:
 
 
 def diagnose(bootstrap: str | None, prefix: str, url: str) -> list[Check]:
-    """Every check, in order; those that need the broker are skipped when it does not answer."""
-    checks = [check_python(), check_java(), check_client_settings()]
-    broker = check_broker(bootstrap)
+    """Every check, in order; those that need the broker are skipped when it does not answer, or
+    when no Kafka client can be made with the client settings."""
+    settings = check_client_settings()
+    checks = [check_python(), check_java(), settings]
+    if settings.verdict is CheckStatus.FAIL:
+        broker = Check("broker", CheckStatus.SKIPPED, "no Kafka client can be made with these settings")
+    else:
+        broker = check_broker(bootstrap)
     checks.append(broker)
     if broker.verdict is CheckStatus.OK and bootstrap:
         topics = check_topics(bootstrap, prefix)

@@ -38,10 +38,12 @@ SECRET_WORDS = frozenset({"password", "passphrase", "secret", "token", "jaas", "
 password, a private key's passphrase, an OAuth client secret, a token or what makes one (aiokafka's
 ``sasl_oauth_token_provider``), a JAAS login line, Faust's ``broker_credentials``."""
 
-KEY_MATERIAL = (("ssl", "key"), ("private", "key"), ("oauth", "cb"))
-"""Word pairs naming a private key or a token callback: the value is the key itself
-(``ssl.key.pem``, librdkafka's ``ssl_key``, ``sasl.oauthbearer.assertion.private.key.pem``) or
-returns tokens (confluent-kafka's and Faust's ``oauth_cb``), unless a reference word ends the name."""
+KEY_MATERIAL = (("ssl", "key"), ("keystore", "key"), ("private", "key"), ("user", "info"), ("oauth", "cb"))
+"""Word pairs naming a private key, a user's credentials or a token callback: the value is the key
+itself (``ssl.key.pem``, librdkafka's ``ssl_key``, the Java client's ``ssl.keystore.key``,
+``sasl.oauthbearer.assertion.private.key.pem``), a ``user:password`` pair (Schema Registry's
+``basic.auth.user.info``) or returns tokens (confluent-kafka's and Faust's ``oauth_cb``), unless a
+reference word ends the name."""
 
 FREE_FORM_SASL = frozenset({"config", "extensions", "cmd"})
 """Last words of ``sasl.*`` settings whose value is free text handed to the login
@@ -78,12 +80,17 @@ def is_secret(name: str) -> bool:
     return not SECRET_WORDS.isdisjoint(words)
 
 
-_URL_PASSWORD = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/\s]*):[^@/\s]*@")
+_URL_PASSWORD = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/?#\s]*):[^/?#\s]*@")
+"""A URL's ``user:password@``, split as urllib splits it: the authority ends at the first ``/``,
+``?`` or ``#`` (or a space), the user information at the authority's last ``@`` (the greedy password
+backtracks to it), the user at its first ``:``. So an unencoded ``@`` in a password, or in a user
+name (an e-mail address), leaves no part of the password shown."""
 
 
 def redacted_value(name: str, value: Any) -> Any:
     """What a message may show of one setting: :data:`REDACTED` for a secret (:func:`is_secret`),
-    else the value with any URL's password (``scheme://user:password@``) replaced."""
+    else the value with any URL's password (``scheme://user:password@``, :data:`_URL_PASSWORD`)
+    replaced."""
     if is_secret(name):
         return REDACTED
     if isinstance(value, str) and "@" in value:
@@ -94,6 +101,15 @@ def redacted_value(name: str, value: Any) -> Any:
 def redacted(properties: Mapping[str, Any]) -> dict[str, Any]:
     """``properties`` with every secret's value replaced: what a log line or an error may show."""
     return {name: redacted_value(name, value) for name, value in properties.items()}
+
+
+def scrubbed(text: str, properties: Mapping[str, Any]) -> str:
+    """``text`` (a client library's error, which may quote a setting) with the value of every secret
+    setting of ``properties`` replaced by :data:`REDACTED`, longest value first."""
+    secrets = {str(value) for name, value in properties.items() if is_secret(name) and str(value)}
+    for value in sorted(secrets, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
 
 
 def parse_properties(text: str, source: str = "properties") -> dict[str, str]:

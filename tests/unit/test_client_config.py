@@ -18,6 +18,7 @@ from events.kafka.client_config import (
     override,
     parse_properties,
     redacted,
+    scrubbed,
 )
 from events.kafka.clients import consumer_config, producer_config
 from spark_tasks.kafka_source import KafkaSourceOptions
@@ -144,3 +145,13 @@ def test_secrets_are_redacted() -> None:
         k for k, v in shown.items() if v == "[redacted]"
     }
     assert "alice" == shown["sasl.username"]
+
+
+def test_an_error_that_quotes_a_secret_shows_it_redacted() -> None:
+    """A client library's error may quote a value: every secret's value in it is replaced, the longest
+    first (so a password that holds a shorter one leaves no part of itself), and nothing else is."""
+    properties = {"sasl.password": "hunter2-and-more", "ssl.key.password": "hunter2", "sasl.username": "bob"}
+
+    shown = scrubbed('bad value "hunter2-and-more" or "hunter2" of bob', properties)
+
+    assert 'bad value "[redacted]" or "[redacted]" of bob' == shown

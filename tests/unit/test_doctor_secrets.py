@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from coordinator.cli import app
-from coordinator.doctor import CheckStatus, check_client_settings
+from coordinator.doctor import CheckStatus, check_client_settings, diagnose
 from events.kafka.client_config import REDACTED
 
 LISTS = Path(__file__).parent.parent / "client_properties"
@@ -47,7 +47,8 @@ def doctor(*options: str, json_lines: bool = False) -> Result:
 @pytest.mark.usefixtures("isolated_environment")
 def test_every_secret_property_of_the_three_libraries_is_shown_as_redacted(tmp_path: Path) -> None:
     """Given a properties file setting every secret name each library accepts, to a distinct value,
-    neither the doctor's table nor its JSON holds a value, and the table shows [redacted] as it is."""
+    neither the doctor's table nor its JSON holds a value, and the table shows [redacted] as it is
+    (the check fails: aiokafka's and Faust's names are no librdkafka properties)."""
     names = secret_names()
     values = {name: f"v{i}-hunter2" for i, name in enumerate(names)}
     config = tmp_path / "client.properties"
@@ -59,7 +60,7 @@ def test_every_secret_property_of_the_three_libraries_is_shown_as_redacted(tmp_p
 
     assert len(names) > 15
     settings = next(c for c in map(json.loads, lines) if c["name"] == "Kafka client settings")
-    assert CheckStatus.OK == settings["verdict"]
+    assert CheckStatus.FAIL == settings["verdict"] and "librdkafka refuses them" in settings["found"]
     for output in (table.output, "\n".join(lines)):
         assert [] == [name for name, value in values.items() if value in output]
         assert "hunter2" not in output
@@ -82,6 +83,31 @@ def test_a_properties_file_with_a_secret_others_may_read_is_a_warning(tmp_path: 
     assert "sasl.password" in readable.found and "0644" in readable.found
     assert f"chmod 600 {config}" in readable.fix
     assert "hunter2" not in readable.found + private.found
+
+
+@pytest.mark.usefixtures("isolated_environment")
+def test_a_property_librdkafka_does_not_know_fails_the_settings_and_the_checks_that_need_a_client_skip(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given a property librdkafka does not know and a broker to check, the doctor does not die: the
+    client settings fail, naming the property, the broker, topics and retention are skipped (no client
+    can be made), the coordinator is still asked, and no secret is shown."""
+    monkeypatch.setenv("CUTLINE_KAFKA_SASL_PASSWORD", "hunter2")
+    monkeypatch.setenv("CUTLINE_KAFKA_NO_SUCH_THING", "1")
+
+    checks = {check.name: check for check in diagnose("127.0.0.1:9", "cutline.", "http://127.0.0.1:9")}
+    result = CliRunner().invoke(app, ["doctor", "--bootstrap", "127.0.0.1:9", "--url", "http://127.0.0.1:9"])
+
+    settings = checks["Kafka client settings"]
+    assert CheckStatus.FAIL == settings.verdict
+    assert 'No such configuration property: "no.such.thing"' in settings.found
+    assert "CUTLINE_KAFKA_" in settings.fix
+    assert {"broker": "skipped", "topics": "skipped", "journal retention": "skipped"} == {
+        name: checks[name].verdict for name in ("broker", "topics", "journal retention")
+    }
+    assert CheckStatus.WARN == checks["coordinator"].verdict
+    assert 1 == result.exit_code and isinstance(result.exception, SystemExit)  # typer.Exit(1), no crash
+    assert "no.such.thing" in result.output and "hunter2" not in result.output
 
 
 @pytest.mark.usefixtures("isolated_environment")
