@@ -41,6 +41,7 @@ from events.wire.validation import (
     MAX_TASKS,
     InvalidUri,
     StorageUri,
+    job_directory_problem,
     parse_below,
     parse_offsets_key,
     parse_uri,
@@ -243,15 +244,9 @@ def _location_problem(config: CheckpointConfig) -> str | None:
 
 
 def _job_dir_problem(job_id: str, location: str) -> str | None:
-    """Does ``job_id`` name exactly one directory below ``location`` (checkpoints go to
-    ``<location>/<job_id>/chk-<id>``)? A job id such as ``..`` or ``a/b`` would put them elsewhere."""
-    root = storage_uri(location)
-    job_dir = storage_uri(f"{location.rstrip('/')}/{job_id}")
-    if isinstance(root, str) or isinstance(job_dir, str) or job_dir.segments != (*root.segments, job_id):
-        return (
-            f"job id {excerpt(job_id)!r} cannot name a directory of checkpoint location {excerpt(location)!r}"
-        )
-    return None
+    """Does ``job_id`` name exactly one directory below ``location``? The wire's rule, which a
+    driver checks too before it publishes RUNNING (:func:`events.wire.validation.job_directory_problem`)."""
+    return job_directory_problem(job_id, location)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -84,6 +84,7 @@ from events.wire.records import (
 )
 from events.wire.sizes import excerpt
 from events.wire.topics import Topics
+from events.wire.validation import job_directory_problem
 
 __all__ = [
     "JobDriver",
@@ -698,6 +699,9 @@ class JobDriver:
         does not watch this attempt). Under ``cutline run`` the restart strategy it was given
         (``CUTLINE_RESTART_STRATEGY``) replaces ``config.restart_strategy``.
         """
+        problem = job_directory_problem(self.job_id, config.location)
+        if problem is not None:  # the coordinator would dead-letter it, and the job never run
+            raise ValueError(f"job {excerpt(self.job_id)!r} cannot run: {problem}")
         self._stop_heartbeats()
         config = with_restart_strategy_from_environment(config)
         self.attempt = attempt

@@ -79,6 +79,7 @@ __all__ = [
     "StorageUri",
     "canonical_uri",
     "is_within",
+    "job_directory_problem",
     "parse_offsets",
     "parse_offsets_key",
     "parse_uri",
@@ -368,3 +369,21 @@ def parse_offsets(offsets: Mapping[str, int]) -> dict[tuple[str, int], int]:
             raise ValueError(f"offset {offset!r} of {excerpt(key)!r} is not a non-negative int")
         parsed[tp] = offset
     return parsed
+
+
+def job_directory_problem(job_id: str, location: str) -> str | None:
+    """Why ``job_id`` cannot name exactly one directory below checkpoint ``location`` (checkpoints
+    go to ``<location>/<job_id>/chk-<id>``; an id such as ``..`` or ``a/b`` would put them
+    elsewhere), or why ``location`` is no storage URI; None: it can. The coordinator refuses a
+    RUNNING status for it (``INVALID_CONFIG``), and a driver checks it before it publishes one."""
+    try:
+        root = parse_uri(location)
+        job_dir: StorageUri | None = parse_uri(f"{location.rstrip('/')}/{job_id}")
+    except InvalidUri:
+        job_dir = None
+    if job_dir is None or job_dir.segments != (*root.segments, job_id):
+        return (
+            f"job id {excerpt(job_id)!r} cannot name a directory of checkpoint location {excerpt(location)!r}"
+            " (it must be one path segment: no '/', not '.' or '..')"
+        )
+    return None
