@@ -35,6 +35,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from events.dev.broker import HOST, BrokerError, free_port
+from events.dev.kafka_security import ADMIN, Certificates, SaslSsl, make_certificates
 from events.kafka.client_config import client_properties
 
 __all__ = [
@@ -305,9 +306,13 @@ class KafkaSettings:
     brokers: int
     heap: str
     config: Mapping[str, str] = field(default_factory=dict)
+    security: SaslSsl | None = None
 
-    def server_properties(self, node: KafkaNode, voters: str) -> dict[str, str]:
-        """``server.properties`` of ``node``: a test cluster's settings, then :attr:`config`'s."""
+    def server_properties(
+        self, node: KafkaNode, voters: str, tls: Certificates | None = None
+    ) -> dict[str, str]:
+        """``server.properties`` of ``node``: a test cluster's settings, :attr:`security`'s listeners
+        and authorizer (with the certificates ``tls``), then :attr:`config`'s."""
         replicas = str(self.brokers)
         min_isr = str(min(2, self.brokers))
         properties = {
@@ -332,6 +337,9 @@ class KafkaSettings:
             "share.coordinator.state.topic.min.isr": min_isr,
             "group.initial.rebalance.delay.ms": "0",
         }
+        if self.security is not None:
+            assert tls is not None, "a secured node needs its certificates"
+            properties.update(self.security.server_properties(HOST, node.port, node.controller_port, tls))
         return {**properties, **self.config}
 
 
@@ -368,7 +376,11 @@ class ApacheKafka:
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. ``port`` is the first node's
     (default: free ones); ``config`` overrides entries of every node's ``server.properties``;
-    ``heap`` is each JVM's ``-Xmx``.
+    ``heap`` is each JVM's ``-Xmx``; ``security``: SASL_SSL listeners, SCRAM users and the
+    ``StandardAuthorizer`` (:mod:`events.dev.kafka_security`) instead of PLAINTEXT.
+
+    A node can crash and come back (:meth:`kill`, :meth:`restart`) or freeze (:meth:`pause`,
+    :meth:`resume`), as a broker of a production cluster does.
     """
 
     def __init__(
@@ -378,12 +390,14 @@ class ApacheKafka:
         brokers: int = 1,
         heap: str = "512m",
         config: Mapping[str, str] | None = None,
+        security: SaslSsl | None = None,
         startup_timeout: float = 90.0,
         jars: KafkaJars | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
-        self._settings = KafkaSettings(new_cluster_id(), brokers, heap, dict(config or {}))
+        self._settings = KafkaSettings(new_cluster_id(), brokers, heap, dict(config or {}), security)
+        self._tls: Certificates | None = None
         self._fixed_port = port
         self._startup_timeout = startup_timeout
         self._jars = jars
@@ -425,13 +439,69 @@ class ApacheKafka:
         """The first node's log, while it exists."""
         return self._nodes[0].log_path if self._nodes and self._dir is not None else None
 
+    @property
+    def security(self) -> SaslSsl | None:
+        return self._settings.security
+
+    def client_properties(self, user: str = ADMIN) -> dict[str, str]:
+        """librdkafka properties for ``user`` of a secured cluster (none for a PLAINTEXT one)."""
+        if self._settings.security is None:
+            return {}
+        if self._tls is None:
+            raise BrokerError("Apache Kafka not started")
+        return self._settings.security.client_properties(user, self._tls)
+
+    def properties_file(self, user: str, path: Path) -> Path:
+        """``user``'s :meth:`client_properties` in a file of mode 0600 (``--kafka-config FILE``)."""
+        if self._settings.security is None or self._tls is None:
+            raise BrokerError("a properties file is for a secured, started Apache Kafka")
+        return self._settings.security.properties_file(user, self._tls, path)
+
+    def node(self, node_id: int) -> KafkaNode:
+        """The node ``node_id`` (1 to ``brokers``)."""
+        for node in self._nodes:
+            if node.node_id == node_id:
+                return node
+        raise KeyError(f"no Kafka node {node_id} (nodes: {[n.node_id for n in self._nodes]})")
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL node ``node_id``, as a crash: no controlled shutdown, nothing flushed. Its ports
+        and log dir stay for :meth:`restart`; the cluster notices when the node's broker session
+        (``broker.session.timeout.ms``) expires."""
+        self.node(node_id)
+        proc = self._procs.pop(node_id, None)
+        if proc is None:
+            return
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+        output = self._outputs.pop(node_id, None)
+        if output is not None:
+            output.close()
+
+    def restart(self, node_id: int, timeout: float | None = None) -> None:
+        """Start node ``node_id`` again (after :meth:`kill`) on its ports and log dir, and wait until
+        every node is in the cluster's metadata again."""
+        node = self.node(node_id)
+        if node_id in self._procs:
+            raise BrokerError(f"Kafka node {node_id} is running")
+        self._spawn(check_java(), self._jars or resolve_jars(), node)
+        self._await_ready(timeout)
+
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP node ``node_id``: its sockets stay open and its clients' requests wait, unanswered."""
+        _signal_group(self._procs[node_id], signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        """SIGCONT node ``node_id`` after :meth:`pause`."""
+        _signal_group(self._procs[node_id], signal.SIGCONT)
+
     def start(self) -> Self:
         """Resolve the jars, format each node's storage, start the nodes and wait until every broker
         is in the cluster's metadata. Retried on fresh ports when a node does not start."""
         if self._procs:
             return self
         java = check_java()
-        jars = self._jars or resolve_jars()
+        jars = self._jars = self._jars or resolve_jars()
         attempts = 1 if self._fixed_port is not None else 3
         for attempt in range(attempts):
             try:
@@ -479,6 +549,8 @@ class ApacheKafka:
     def _layout(self) -> None:
         """A fresh temp dir with a directory, ports, ``server.properties`` and log4j2 config per node."""
         self._dir = Path(tempfile.mkdtemp(prefix="cutline-kafka-"))
+        if self._settings.security is not None:
+            self._tls = make_certificates(self._dir / "tls", check_java())
         ports = self._ports()
         count = self._settings.brokers
         self._nodes = tuple(
@@ -488,9 +560,9 @@ class ApacheKafka:
         voters = ",".join(node.voter for node in self._nodes)
         for node in self._nodes:
             (node.directory / "data").mkdir(parents=True)
-            _write_properties(
-                node.directory / "server.properties", self._settings.server_properties(node, voters)
-            )
+            path = node.directory / "server.properties"
+            _write_properties(path, self._settings.server_properties(node, voters, self._tls))
+            path.chmod(0o600)  # a secured node's holds the brokers' passwords
             (node.directory / "log4j2.properties").write_text(_log4j2_properties(node.log_path))
 
     def _ports(self) -> list[int]:
@@ -520,6 +592,8 @@ class ApacheKafka:
         for node in self._nodes:
             command = [*self._java(java, jars, node, "256m"), "kafka.tools.StorageTool", "format"]
             command += ["-t", self.cluster_id, "-c", str(node.directory / "server.properties")]
+            if self._settings.security is not None:
+                command += self._settings.security.scram_arguments()
             running.append(
                 subprocess.Popen(
                     command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=node.directory
@@ -548,9 +622,10 @@ class ApacheKafka:
             start_new_session=True,
         )
 
-    def _await_ready(self) -> None:
+    def _await_ready(self, timeout: float | None = None) -> None:
         """Wait until the cluster's metadata names every broker; fail fast if a node exits."""
-        deadline = time.monotonic() + self._startup_timeout
+        timeout = self._startup_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         errors: list[str] = []
         conf: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap,
@@ -559,6 +634,7 @@ class ApacheKafka:
             "socket.connection.setup.timeout.ms": 2000,
             "error_cb": lambda err: errors.append(str(err)),
             **client_properties(),
+            **self.client_properties(),
         }
         admin = AdminClient(conf)
         while True:
@@ -573,7 +649,7 @@ class ApacheKafka:
                 last = errors[-1] if errors else "no answer"
                 raise BrokerError(
                     f"Apache Kafka did not serve metadata on {self.bootstrap} within "
-                    f"{self._startup_timeout:g}s ({last}; logs in {self._dir}):\n{self._log_tail()}"
+                    f"{timeout:g}s ({last}; logs in {self._dir}):\n{self._log_tail()}"
                 )
             try:
                 metadata = admin.list_topics(timeout=min(1.0, remaining))
