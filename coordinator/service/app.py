@@ -108,6 +108,10 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+LOG_FLUSH_S = 1.0
+"""Seconds between two looks for throttled log windows that ended (the count of the dead letters
+a window held back is logged within this of its end: coordinator/log_throttle.py)."""
+
 SLOW_BATCH_S = 1.0
 """A batch of input that took longer than this from its fetch to its durable journal writes, or
 whose oldest message was older than this when fetched, is logged (with where the time went)."""
@@ -401,6 +405,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     app.task(shell.tick_when_due)
     app.timer(settings.snapshot_interval)(shell.worker.write_snapshots)
     app.timer(GC_INTERVAL_S)(shell.collect_garbage)
+    app.timer(LOG_FLUSH_S)(shell.flush_logs)
     app.on_partitions_revoked.connect(shell.on_revoked)  # type: ignore[arg-type]
     app.on_partitions_assigned.connect(shell.on_assigned)  # type: ignore[arg-type]
     app.on_before_shutdown.connect(shell.close)  # type: ignore[arg-type]
@@ -642,6 +647,10 @@ class Shell:
                 continue  # the last tick is still on its way
             self.ticked[job_id] = now
             await self.ticks_topic.send(key=job_id.encode(), value=str(now).encode())
+
+    async def flush_logs(self) -> None:
+        """Log how many dead letters each ended window of the throttled log held back."""
+        self.coordinator.dead_letter_log.flush(now_ms())
 
     async def collect_garbage(self) -> None:
         """The cycle collector's work, on a clock, in a worker that switched it off (:func:`run`)."""

@@ -73,6 +73,7 @@ from coordinator.decider import (
     savepoint_roots,
 )
 from coordinator.service.file_view import SCAN_AFTER, BatchFileView, is_link
+from coordinator.service.throttled_log import ThrottledLog
 from coordinator.snapshot import PartitionSnapshot, trigger_key
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track, with_progress
@@ -206,6 +207,9 @@ class Coordinator:
         """Input messages handled (decided or dead-lettered), by topic: for metrics."""
         self.dead_letters: Counter[str] = Counter()
         """Dead letters made, by reason: for metrics."""
+        self.dead_letter_log = ThrottledLog(log, "dead letters")
+        """One log line per dead-letter reason per 10 s, then how many it stood for (a flood of
+        hostile input must not flood the log: every letter is on its topic and in the metrics)."""
         self._files: BatchFileView | None = None
         """The file system as seen by the batch being decided (:meth:`batch`); None: ask it per ack."""
         self._due_at: dict[str, int | None] = {}
@@ -511,7 +515,8 @@ class Coordinator:
         message: str,
         job_id: str | None = None,
     ) -> Outcome:
-        log.warning("dead letter from %s[%d]@%d: %s: %s", topic, partition, offset, reason, bounded(message))
+        line = "dead letter from %s[%d]@%d: %s: %s"
+        self.dead_letter_log.warning(reason, now_ms, line, topic, partition, offset, reason, bounded(message))
         self.dead_letters[reason] += 1
         # Bounded so that the letter fits the dead-letter topic's max.message.bytes: its message may
         # quote the input (a 600 KB task id), its key and value are the input's.

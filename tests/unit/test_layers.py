@@ -21,6 +21,7 @@ PURE = [
     "coordinator.replay_selection",
     "coordinator.group_view",
     "coordinator.web_trust",
+    "coordinator.log_throttle",
     "events.wire.fencing",
     "events.wire.records",
     "events.wire.codec",
