@@ -11,7 +11,7 @@ import base64
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, assert_never
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -31,6 +31,9 @@ from events.wire.records import (
     CheckpointRequestQueued,
     CheckpointRestored,
     CheckpointTriggered,
+    JobFailedPermanently,
+    JobHeartbeatRecorded,
+    JobRestartScheduled,
     JobStatus,
     JournalEvent,
     SchedulerStarted,
@@ -43,12 +46,14 @@ from events.wire.records import (
 __all__ = [
     "Acks",
     "ack_progress",
+    "config_lines",
     "describe",
     "describe_record",
     "format_bytes",
     "format_time",
     "job_summary",
     "render_status",
+    "setting_text",
     "timeline_line",
 ]
 
@@ -67,6 +72,9 @@ _EVENT_STYLES: dict[type, str] = {
     TriggerRejected: "yellow",
     CheckpointFailureThresholdExceeded: "bold red",
     CheckpointRestored: "magenta",
+    JobHeartbeatRecorded: "dim",
+    JobRestartScheduled: "yellow",
+    JobFailedPermanently: "bold red",
 }
 
 _STATUS_STYLES = {
@@ -166,20 +174,46 @@ def describe(event: JournalEvent, acks: Acks | None = None) -> str:
         case CheckpointRestored():
             where = f" at {event.location}" if event.location else ""
             return f"attempt {event.attempt} restored #{event.checkpoint_id}{where}"
-    return ""  # pragma: no cover - every journal record is handled above
+        case JobHeartbeatRecorded():
+            due = _relative(event.timestamp_ms, event.deadline_ms)
+            return f"attempt {event.attempt}, next heartbeat due {due}"
+        case JobRestartScheduled():
+            return _restart_scheduled(event)
+        case JobFailedPermanently():
+            return f"attempt {event.attempt} failed for good: {event.reason}; it failed with {event.failure}"
+        case _:  # pragma: no cover - mypy checks that every journal record is handled above
+            assert_never(event)
+
+
+def _restart_scheduled(event: JobRestartScheduled) -> str:
+    restore = (
+        "restoring nothing (no completed checkpoint)"
+        if event.restore_checkpoint_id is None
+        else f"restoring #{event.restore_checkpoint_id}"
+        + (f" at {event.restore_location}" if event.restore_location else "")
+    )
+    backoff = f", backoff {event.backoff_ms} ms" if event.backoff_ms else ""
+    return (
+        f"attempt {event.attempt} in {event.delay_ms} ms, {restore} "
+        f"(restart {event.restarts}{backoff}) after: {event.failure}"
+    )
 
 
 def timeline_line(
-    event: JournalEvent, offset: int = -1, partition: int = -1, acks: Acks | None = None
+    event: JournalEvent, offset: int | None = None, partition: int = -1, acks: Acks | None = None
 ) -> Text:
-    """One timeline line: time, position, job, event type and its essentials."""
-    position = f"{partition}:{offset}" if partition >= 0 else str(offset)
+    """One timeline line: time, position, job, event type and its essentials. The position is
+    ``partition:offset`` (``offset`` alone for a partition below 0, as in a journal file); none
+    without an offset (``cutline tail`` puts the message's position first itself)."""
+    position: list[str | tuple[str, str]] = []
+    if offset is not None:
+        where = f"{partition}:{offset}" if partition >= 0 else str(offset)
+        position = [(f"{where:>8}", "cyan"), " "]
     name = type(event).__name__
     return Text.assemble(
         (format_time(getattr(event, "timestamp_ms", None)), "dim"),
         " ",
-        (f"{position:>8}", "cyan"),
-        " ",
+        *position,
         (event.job_id, "bold"),
         " ",
         (f"{name:<34}", _EVENT_STYLES.get(type(event), "")),
@@ -469,6 +503,32 @@ def _describe_record(codec: Codec, partition: int | None, offset: int | None, va
     )
 
 
+MILLISECOND_SETTINGS = frozenset({"interval", "timeout", "min_pause"})
+"""The keys of ``/jobs/JOB/checkpoints/config`` (Flink's names) whose values are milliseconds."""
+
+
+def setting_text(key: str, value: object) -> str:
+    """One value of a job's checkpoint configuration as ``cutline status`` shows it: durations with
+    their unit, an interval of 0 as periodic checkpoints off, objects as JSON."""
+    if key in MILLISECOND_SETTINGS and isinstance(value, int) and not isinstance(value, bool):
+        if key == "interval" and value <= 0:
+            return "off (no periodic checkpoints)"
+        return f"{value} ms"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def config_lines(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``cutline status``'s configuration rows: ``(name, value with its unit)``. A coordinator that
+    sends ``shown`` (each setting's label and value as its dashboard shows them) is shown so;
+    otherwise each of Flink's keys is shown with :func:`setting_text`."""
+    shown = config.get("shown")
+    if isinstance(shown, list) and shown and all(isinstance(row, Mapping) for row in shown):
+        return [(str(row.get("label") or row.get("key")), str(row.get("shown"))) for row in shown]
+    return [(key, setting_text(key, value)) for key, value in config.items() if key != "shown"]
+
+
 def render_status(
     job_id: str,
     stats: Mapping[str, Any],
@@ -480,6 +540,17 @@ def render_status(
     """``cutline status``: Flink's checkpoint overview (counts, latest, summary, history, config), the
     web address of the coordinator worker that owns the job, and the latency markers' figures per
     operator when the job sends them."""
+    settings = Table(title="configuration", show_header=False)
+    for name, value in config_lines(config):
+        settings.add_row(name, value)
+    operators = (latency or {}).get("operators") or []
+    tables = [_overview_table(job_id, stats, owner), _history_table(stats)]
+    if operators:
+        tables.append(_latency_table(operators))
+    return Group(*tables, settings)
+
+
+def _overview_table(job_id: str, stats: Mapping[str, Any], owner: str | None) -> Table:
     counts = stats.get("counts", {})
     overview = Table(title=f"checkpoints of {job_id}", show_header=False)
     if owner:
@@ -501,11 +572,17 @@ def render_status(
     if restored:
         overview.add_row("restored", f"#{restored['id']} at {format_time(restored['restore_timestamp'])}")
     durations = stats.get("summary", {}).get("end_to_end_duration", {})
-    if durations:
+    if not counts.get("completed", 0):  # Flink's summary of nothing is all zeros: say so instead
+        overview.add_row("duration", Text("no completed checkpoint yet", "dim"))
+    elif durations:
         overview.add_row(
             "duration",
             " ".join(f"{k} {durations.get(k, 0)} ms" for k in ("min", "p50", "p99", "max")),
         )
+    return overview
+
+
+def _history_table(stats: Mapping[str, Any]) -> Table:
     history = Table(title="history (newest first)")
     for column in ("id", "status", "acks", "triggered", "duration", "size", "reason"):
         history.add_column(column)
@@ -520,12 +597,10 @@ def render_status(
             format_bytes(entry.get("state_size", 0)),
             entry.get("failure_message", "") or "",
         )
-    settings = Table(title="configuration", show_header=False)
-    for key, value in config.items():
-        settings.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-    operators = (latency or {}).get("operators") or []
-    if not operators:
-        return Group(overview, history, settings)
+    return history
+
+
+def _latency_table(operators: Sequence[Mapping[str, Any]]) -> Table:
     figures = Table(title="latency markers, source to operator (ms, recent)")
     for column in ("operator", "markers", "p50", "p99", "max"):
         figures.add_column(column, justify="left" if column == "operator" else "right")
@@ -535,4 +610,4 @@ def render_status(
             str(row["count"]),
             *("-" if row.get(k) is None else f"{row[k]:.0f}" for k in ("p50", "p99", "max")),
         )
-    return Group(overview, history, figures, settings)
+    return figures

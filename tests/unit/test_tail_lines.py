@@ -1,16 +1,29 @@
-"""``cutline tail``'s lines for a record carrying inline state: its bytes are counted on the line,
-and given whole (base64) in ``--json``."""
+"""``cutline tail``'s lines: a record carrying inline state has its bytes counted on the line, and
+given whole (base64) in ``--json``; a journal record shows its position once and says what happened."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+from pathlib import Path
 
-from coordinator.timeline import describe_record, record_json
+import pytest
+
+from coordinator.timeline import describe, describe_record, record_json, timeline_line
 from events.wire.codec import Codec
-from events.wire.records import CheckpointAcknowledged, StateHandle
+from events.wire.records import (
+    JOURNAL_RECORDS,
+    CheckpointAcknowledged,
+    CheckpointCompleted,
+    CheckpointKind,
+    JobFailedPermanently,
+    JobHeartbeatRecorded,
+    JobRestartScheduled,
+    StateHandle,
+)
 
 CODEC = Codec()
+VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 STATE = bytes(range(256)) * 80  # 20 KiB, the size Flink's default memory threshold allows
 ACK = CheckpointAcknowledged(
     "job-1",
@@ -66,3 +79,68 @@ class TestVoidEpochs:
         valid = record_json(CODEC, "t", 0, 12, b"job-1", CODEC.encode(ACK), [("cutline.epoch", b"1")])
 
         assert ("an empty cutline.epoch header", None) == (void["void"], valid.get("void"))
+
+
+class TestJournalLines:
+    """``cutline tail``'s line of a journal record: its position once, and what happened."""
+
+    COMPLETED = CheckpointCompleted(
+        "job-1", 7, CheckpointKind.CHECKPOINT, 1_767_225_600_000, 12, {}, 0, {}, 1, "file:///c/job-1/chk-7"
+    )
+
+    def test_the_position_is_the_message_s_only(self) -> None:
+        """The line starts with the message's partition:offset and shows no second position (a
+        stray ``-1`` used to follow the time)."""
+        line = describe_record(CODEC, 0, 12, CODEC.encode(self.COMPLETED)).plain
+
+        assert line.startswith("0:12 ")
+        assert " -1 " not in line
+        assert "2026-01-01T00:00:00.000Z job-1 CheckpointCompleted" in line
+
+    def test_replay_keeps_the_journal_position(self) -> None:
+        """``cutline replay``'s timeline gives the position: partition:offset, or the offset alone in
+        a journal file (no partition)."""
+        assert "   3:41 job-1" in timeline_line(self.COMPLETED, 41, 3).plain
+        assert "      41 job-1" in timeline_line(self.COMPLETED, 41).plain
+
+    def test_a_restart_says_which_attempt_when_what_it_restores_and_why(self) -> None:
+        scheduled = JobRestartScheduled(
+            "job-1", 2, 1_767_225_600_000, 1_000, "the driver exited with code -9", 1, 0, 3, "file:///c/chk-3"
+        )
+
+        assert describe(scheduled) == (
+            "attempt 2 in 1000 ms, restoring #3 at file:///c/chk-3 (restart 1) after: "
+            "the driver exited with code -9"
+        )
+
+    def test_a_restart_of_a_job_without_a_checkpoint_says_it_restores_nothing(self) -> None:
+        scheduled = JobRestartScheduled("job-1", 2, 1_767_225_600_000, 1_500, "TASK_FAILURE", 2, 1_500)
+
+        assert describe(scheduled) == (
+            "attempt 2 in 1500 ms, restoring nothing (no completed checkpoint) "
+            "(restart 2, backoff 1500 ms) after: TASK_FAILURE"
+        )
+
+    def test_a_permanent_failure_says_why_the_strategy_gave_up(self) -> None:
+        failed = JobFailedPermanently(
+            "job-1", 3, 1_767_225_600_000, "fixed-delay: 3 attempts used", "the driver exited with code 1"
+        )
+
+        assert describe(failed) == (
+            "attempt 3 failed for good: fixed-delay: 3 attempts used; "
+            "it failed with the driver exited with code 1"
+        )
+
+    def test_a_heartbeat_says_when_the_next_is_due(self) -> None:
+        beat = JobHeartbeatRecorded("job-1", 2, 1_767_225_600_000, 1_767_225_650_000)
+
+        assert describe(beat) == "attempt 2, next heartbeat due +50000 ms"
+
+    @pytest.mark.parametrize("name", [kind.__name__ for kind in JOURNAL_RECORDS])
+    def test_every_journal_record_has_a_description(self, name: str) -> None:
+        """Each journal record of the newest golden vectors gets a line with words after its name."""
+        newest = max(VECTORS.glob("v*"), key=lambda path: int(path.name[1:]))
+        record = CODEC.decode((newest / f"{name}.bin").read_bytes())
+
+        assert describe(record).strip()
+        assert describe_record(CODEC, 0, 1, CODEC.encode(record)).plain.rstrip().split(name, 1)[1].strip()
