@@ -10,7 +10,8 @@ job's status as the journal records it, SIGKILLs the Spark driver after a few
 completed checkpoints, and lets ``cutline run`` (which supervises the driver)
 carry out what the restart strategy decides: the next attempt restores from the
 latest completed checkpoint. Then it stops producing, waits until Spark has
-counted every word, and checks exactly-once: the words counted in the raw rows
+counted every word, stops the job with a savepoint (``cutline stop``: FINISHED), and
+checks exactly-once: the words counted in the raw rows
 the job wrote through its :class:`~spark_tasks.sink.CutFileSink`
 (:func:`spark_tasks.wordcount.read_counts` sums each row's ``added``, with no
 de-duplication) equal the words produced, and so does the last count of each word
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -49,15 +51,21 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.service.app import Settings, ensure_topics
-from coordinator.service.job_runner import EXIT_CANCELED
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.apache_kafka import KAFKA_VERSION, ApacheKafka
 from events.dev.broker import BrokerError, broker_at, create_topics
 from events.kafka.clients import producer_config
 from events.kafka.feed import JobFeed
 from events.stopping import StopRequested, StopSignals
+from events.task.participant import JobDriver
 from events.wire.codec import use_wire
-from events.wire.records import JobFailedPermanently, JobRestartScheduled, SchedulerStarted, SchedulerStopped
+from events.wire.records import (
+    JobFailedPermanently,
+    JobRestartScheduled,
+    JobStopRequested,
+    SchedulerStarted,
+    SchedulerStopped,
+)
 from events.wire.schema_registry import wire_from_environment
 from events.wire.topics import Topics
 from spark_tasks.wordcount import SparkDriver, final_counts, read_counts
@@ -322,7 +330,7 @@ class _Screen:
             ("checkpoints  ", "bold"),
             (f"completed {counts.get('completed', 0)}", "green"),
             "  ",
-            (f"failed {counts.get('failed', 0)}", "red"),
+            (f"aborted {counts.get('failed', 0)}", "yellow"),
             f"  in progress {counts.get('in_progress', 0)}  restored {counts.get('restored', 0)}",
         )
         job = Text.assemble(("job  ", "bold"), " → ".join(self.statuses[-5:]) or "not running yet")
@@ -443,7 +451,16 @@ def run_demo(
                     screen = _Screen(live, coordinator, words, spark, out, stop)
                     screen.follow(bootstrap, topics)
                     stack.callback(screen.close)
-                    result = _play(options, screen, started)
+                    savepoints = (workdir / "savepoints").as_uri()  # beside the checkpoints
+
+                    def stop_job() -> str:
+                        """`cutline stop JOB --savepoint DIR`: its request, as the command sends it."""
+                        request = JobStopRequested(JOB, int(time.time() * 1000), uuid.uuid4().hex, savepoints)
+                        with JobDriver(bootstrap, JOB, topics) as driver:
+                            driver.request(request)
+                        return savepoints
+
+                    result = _play(options, screen, started, stop_job)
             finally:
                 if not console.is_terminal:
                     console.print()  # a live display ends without a newline when not on a terminal
@@ -453,7 +470,7 @@ def run_demo(
     return result
 
 
-def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
+def _play(options: DemoOptions, screen: _Screen, started: float, stop_job: Callable[[], str]) -> DemoResult:
     """The story: start, crash after a few checkpoints, restore, carry on, drain, stop, measure."""
     spark, words = screen.spark, screen.words
     spark.start()
@@ -465,7 +482,7 @@ def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
     )
     screen.wait(
         lambda: bool(spark.seen("running")),
-        "starting Spark: the JVM, then the first micro-batch (about 20 s)",
+        "starting Spark: the JVM, then the first micro-batch (20 s idle, a minute or more when busy)",
         options.spark_timeout,
     )
     running = spark.seen("running")[0]
@@ -503,10 +520,12 @@ def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
     if screen.restored is None:
         screen.say("the restarted driver found no checkpoint to restore from", "bold red")
     else:
+        rolled_back = int(screen.restored.get("rolled_back", 0))
         screen.say(
             f"restored from checkpoint {screen.restored['checkpoint_id']} "
             f"(attempt {screen.restored['attempt']}, offsets {_offsets(screen.restored['offsets'])}); "
-            f"{screen.restored.get('rolled_back', 0)} output files written after it rolled back",
+            f"the sink rolled back {rolled_back} output file{'' if rolled_back == 1 else 's'} attempt 1 "
+            "wrote after that checkpoint",
             "cyan",
         )
     screen.wait(
@@ -527,16 +546,26 @@ def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
         "draining: waiting until Spark has counted every word",
         options.spark_timeout,
     )
-    screen.say("Spark has counted every word; stopping it (SIGTERM)")
-    screen.phase = "stopping the Spark driver (SIGTERM)"
-    screen.refresh()
-    code = spark.stop(options.grace)
-    stopped = spark.last("stopped")
-    if code != EXIT_CANCELED or stopped is None:  # `cutline run` exits 130 once the job is CANCELED
+    target = stop_job()
+    screen.say(f"Spark has counted every word: `cutline stop {JOB} --savepoint {target}`")
+    screen.wait(
+        lambda: spark.returncode is not None,
+        "stopping with a savepoint: the coordinator triggers it, the job stops FINISHED once it completes",
+        options.spark_timeout,
+    )
+    code = spark.returncode
+    if code != 0:  # `cutline run` exits 0 once the job is FINISHED
         raise DemoError(
-            f"`cutline run` ended with {code}; the driver's log {spark.log_path}:\n{spark.tail()}"
+            f"`cutline run` ended with {code}, not FINISHED; "
+            f"the driver's log {spark.log_path}:\n{spark.tail()}"
         )
-    screen.say(f"Spark driver stopped and the job CANCELED (`cutline run` exit {code})")
+    latest = (screen.coordinator.get(f"/jobs/{JOB}/checkpoints").get("latest") or {}).get("savepoint")
+    where = (
+        f"savepoint {latest['id']} at {latest.get('external_path')}" if latest else f"a savepoint in {target}"
+    )
+    screen.say(
+        f"the job is FINISHED with {where} (`cutline run` exit 0); a new run restores it (restore=DIR)"
+    )
     screen.phase = "done"
     screen.refresh()
     stats = screen.stats
@@ -555,7 +584,13 @@ def _play(options: DemoOptions, screen: _Screen, started: float) -> DemoResult:
 def summary(result: DemoResult) -> Table:
     table = Table(title="summary", show_header=False)
     table.add_row("checkpoints completed", str(result.completed))
-    table.add_row("checkpoints failed", str(result.failed))
+    table.add_row(
+        "checkpoints aborted",
+        f"{result.failed} (in flight when the driver was killed, or aborted by the stop's savepoint: "
+        "expected; none is lost, the next one covers its records)"
+        if result.failed
+        else "0",
+    )
     table.add_row("crash", "SIGKILL of the job's Spark driver" if result.crashed else "none")
     table.add_row("restored from checkpoint", str(result.restored_from))
     table.add_row("words produced", f"{result.produced.total():,}")

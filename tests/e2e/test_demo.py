@@ -1,4 +1,5 @@
-"""The main job, as a user runs it: ``cutline demo``."""
+"""The main job, as a user runs it: ``cutline demo``, on its default broker, the embedded Tansu (or on
+``CUTLINE_BOOTSTRAP``'s cluster where that is set)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 @pytest.mark.slow
 @pytest.mark.spark
+@pytest.mark.tansu
 @pytest.mark.timeout(720)
 def test_demo_survives_a_crash_exactly_once(tmp_path: object) -> None:
     """`cutline demo --duration 20` SIGKILLs its Spark driver; the coordinator fails the attempt, the
@@ -49,3 +51,7 @@ def test_demo_survives_a_crash_exactly_once(tmp_path: object) -> None:
     assert "the restart strategy decided: attempt 2" in stdout  # carried out by `cutline run`
     assert "FAILING (attempt 1) → RESTARTING (attempt 2" in stdout
     assert "restored from checkpoint" in stdout
+    # it ends as a user ends a job for an upgrade: `cutline stop` with a savepoint, FINISHED
+    assert "the job is FINISHED with" in stdout and "(`cutline run` exit 0)" in stdout
+    assert "checkpoints failed" not in stdout  # the aborts the crash and the stop cause are named
+    assert "ERROR" not in stdout + stderr
