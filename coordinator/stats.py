@@ -8,7 +8,8 @@ and ``cutline status`` only display it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coordinator.state import JobState, PendingCheckpoint
@@ -28,6 +29,22 @@ HISTORY_SIZE = 10
 
 WINDOW = 1000
 """Completed checkpoints kept for percentiles."""
+
+TASK_DETAILS_LIMIT = 1000
+"""A checkpoint of more tasks keeps no per-task rows (they cost about 100 bytes a task for each of
+the checkpoints shown; a job of 100,000 tasks would hold 13 million)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEntry:
+    """One task of one checkpoint, as the drill-down shows it (Flink's subtask statistics)."""
+
+    task_id: str
+    ack_timestamp: int | None = None
+    """When the coordinator accepted the task's ack (its clock, as the trigger's); None: no ack."""
+    state_size: int = 0
+    storage: str | None = None
+    """``inline`` (the snapshot rode inside the ack), ``file``, or None: the ack carried no state."""
 
 
 @dataclass(frozen=True)  # no slots: see JobState (coordinator/state.py)
@@ -65,11 +82,25 @@ class CheckpointStats:
     latest_failed: CheckpointEntry | None = None
     latest_restored: CheckpointRestored | None = None
     history: tuple[CheckpointEntry, ...] = ()  # newest first
+    task_details: Mapping[int, tuple[TaskEntry, ...]] = field(
+        default_factory=dict, compare=False, metadata={"transient": True}
+    )
+    """Per checkpoint id, its tasks' rows: of each finished checkpoint the history or a latest one
+    shows, as the worker saw it end (at most :data:`TASK_DETAILS_LIMIT` tasks). Transient, as
+    Flink's: in no snapshot, so a worker that took the job over from a snapshot has none of the
+    checkpoints before; and not part of the statistics' equality. Never mutated: replaced."""
 
     def entry(self, checkpoint_id: int) -> CheckpointEntry | None:
+        """The checkpoint in the history, or the latest completed, savepoint or failed one (a
+        savepoint may be older than the whole history)."""
         for entry in self.history:  # newest first: none further down once the ids are smaller
             if entry.id <= checkpoint_id:
-                return entry if entry.id == checkpoint_id else None
+                if entry.id == checkpoint_id:
+                    return entry
+                break
+        for latest in (self.latest_completed, self.latest_savepoint, self.latest_failed):
+            if latest is not None and latest.id == checkpoint_id:
+                return latest
         return None
 
 
@@ -117,7 +148,7 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
                 external_path=event.location,
             )
             savepoint = entry.is_savepoint
-            return replace(
+            done = replace(
                 stats,
                 in_progress=max(0, stats.in_progress - 1),
                 completed=stats.completed + 1,
@@ -127,6 +158,7 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
                 latest_savepoint=entry if savepoint else stats.latest_savepoint,
                 history=_with_entry(stats, entry),
             )
+            return _with_tasks(done, event.checkpoint_id, pending)
         case CheckpointAborted():
             current = stats.entry(event.checkpoint_id)
             pending = before.pending.get(event.checkpoint_id)
@@ -150,17 +182,61 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
                 failure_reason=event.reason,
                 failure_message=event.message,
             )
-            return replace(
+            aborted = replace(
                 stats,
                 in_progress=max(0, stats.in_progress - 1),
                 failed=stats.failed + 1,
                 latest_failed=failed,
                 history=_with_entry(stats, failed),
             )
+            return _with_tasks(aborted, event.checkpoint_id, pending)
         case CheckpointRestored():
             return replace(stats, restored=stats.restored + 1, latest_restored=event)
         case _:
             return stats
+
+
+def task_entries(pending: PendingCheckpoint) -> tuple[TaskEntry, ...] | None:
+    """The rows of ``pending``'s tasks, in the trigger's order, each with its ack so far; None for a
+    checkpoint of more than :data:`TASK_DETAILS_LIMIT` tasks."""
+    tasks = pending.triggered.tasks
+    if len(tasks) > TASK_DETAILS_LIMIT:
+        return None
+    rows = []
+    for task_id in tasks:
+        ack = pending.acks.get(task_id)
+        if ack is None:
+            rows.append(TaskEntry(task_id))
+            continue
+        state = ack.state
+        storage = None if state is None else "inline" if state.inline is not None else "file"
+        rows.append(TaskEntry(task_id, ack.timestamp_ms, state.size_bytes if state else 0, storage))
+    return tuple(rows)
+
+
+def _with_tasks(
+    stats: CheckpointStats, checkpoint_id: int, pending: PendingCheckpoint | None
+) -> CheckpointStats:
+    """``stats`` keeping the task rows of the finished checkpoint ``checkpoint_id`` (as ``pending``
+    had them when it ended), and of no checkpoint it no longer shows."""
+    shown = {entry.id for entry in stats.history}
+    shown.update(e.id for e in (stats.latest_completed, stats.latest_savepoint, stats.latest_failed) if e)
+    kept = {cid: rows for cid, rows in stats.task_details.items() if cid in shown}
+    rows = None if pending is None else task_entries(pending)
+    if rows is not None and checkpoint_id in shown:
+        kept[checkpoint_id] = rows
+    return replace(stats, task_details=kept)
+
+
+def task_rows(
+    stats: CheckpointStats | None, state: JobState | None, checkpoint_id: int
+) -> tuple[TaskEntry, ...] | None:
+    """The task rows of checkpoint ``checkpoint_id``: a pending one's from the job's state (its acks
+    so far), a finished one's as kept in ``stats``; None when neither has them."""
+    pending = state.pending.get(checkpoint_id) if state is not None else None
+    if pending is not None:
+        return task_entries(pending)
+    return None if stats is None else stats.task_details.get(checkpoint_id)
 
 
 def _progressed(entry: CheckpointEntry, pending: PendingCheckpoint) -> CheckpointEntry:
@@ -189,7 +265,9 @@ def with_progress(stats: CheckpointStats | None, state: JobState | None) -> Chec
     return stats if history == stats.history else replace(stats, history=history)
 
 
-def _summary(values: tuple[int, ...]) -> dict[str, float | int]:
+def summarize(values: tuple[int, ...]) -> dict[str, float | int]:
+    """Minimum, maximum, average and percentiles (Flink's summary; nearest rank) of ``values``;
+    zeros for none."""
     if not values:
         return {"min": 0, "max": 0, "avg": 0, "p50": 0, "p90": 0, "p95": 0, "p99": 0, "p999": 0}
     ordered = sorted(values)
@@ -237,6 +315,44 @@ def entry_json(entry: CheckpointEntry | None) -> dict[str, Any] | None:
     return body
 
 
+def details_json(entry: CheckpointEntry, rows: tuple[TaskEntry, ...] | None) -> dict[str, Any]:
+    """``GET /jobs/:id/checkpoints/details/:cid``: the checkpoint as in the history, and ``tasks``:
+    each task acknowledged or not, when, how long after the trigger, its state's size and whether
+    it rode inline or went to a file. ``tasks`` is None (and ``tasks_missing`` says why) for a
+    checkpoint whose rows are not kept (:attr:`CheckpointStats.task_details`)."""
+    body = entry_json(entry)
+    assert body is not None
+    if rows is None:
+        body["tasks"] = None
+        body["tasks_missing"] = (
+            f"a checkpoint of more than {TASK_DETAILS_LIMIT} tasks keeps no per-task details"
+            if entry.num_subtasks > TASK_DETAILS_LIMIT
+            else "this worker did not see the checkpoint end: per-task details live in the memory of "
+            "the worker that decided it (as Flink's), and one that took the job over has none of "
+            "the checkpoints before"
+        )
+        return body
+    body["tasks"] = [_task_json(entry, row) for row in rows]
+    return body
+
+
+def _task_json(entry: CheckpointEntry, row: TaskEntry) -> dict[str, Any]:
+    if row.ack_timestamp is not None:
+        status = "ACKNOWLEDGED"
+    else:
+        status = "PENDING" if entry.status == "IN_PROGRESS" else "NOT_ACKNOWLEDGED"
+    return {
+        "task_id": row.task_id,
+        "status": status,
+        "ack_timestamp": row.ack_timestamp,
+        "end_to_end_duration": None
+        if row.ack_timestamp is None
+        else max(0, row.ack_timestamp - entry.trigger_timestamp),
+        "state_size": row.state_size,
+        "storage": row.storage,
+    }
+
+
 def checkpoints_json(stats: CheckpointStats | None) -> dict[str, Any]:
     """``GET /jobs/:id/checkpoints``: counts, summary, latest, history."""
     stats = stats or CheckpointStats()
@@ -250,9 +366,9 @@ def checkpoints_json(stats: CheckpointStats | None) -> dict[str, Any]:
             "failed": stats.failed,
         },
         "summary": {
-            "end_to_end_duration": _summary(stats.durations),
-            "state_size": _summary(stats.sizes),
-            "checkpointed_size": _summary(stats.sizes),
+            "end_to_end_duration": summarize(stats.durations),
+            "state_size": summarize(stats.sizes),
+            "checkpointed_size": summarize(stats.sizes),
         },
         "latest": {
             "completed": entry_json(stats.latest_completed),

@@ -259,7 +259,8 @@ def differences(expected: object, actual: object, path: str = "") -> list[str]:
     Stricter than ``==``: types count (a list is not a tuple, a str is not an enum member
     of the same value, a dict is not another mapping) and so does the order of a mapping's
     keys (the decider iterates its mappings). Dataclasses, mappings and sequences are
-    compared member by member, so each difference names its path.
+    compared member by member, so each difference names its path. A dataclass field that takes
+    no part in ``==`` (``compare=False``: the statistics' transient task rows) is not compared.
     """
     where = path or "."
     if type(expected) is not type(actual):
@@ -268,6 +269,7 @@ def differences(expected: object, actual: object, path: str = "") -> list[str]:
         return [
             d
             for f in fields(expected)
+            if f.compare
             for d in differences(getattr(expected, f.name), getattr(actual, f.name), f"{path}.{f.name}")
         ]
     if isinstance(expected, Mapping) and isinstance(actual, Mapping):

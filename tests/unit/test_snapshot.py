@@ -35,7 +35,7 @@ from coordinator.state import (
     pending_checkpoint,
     with_tasks,
 )
-from coordinator.stats import CheckpointEntry, CheckpointStats, track
+from coordinator.stats import CheckpointEntry, CheckpointStats, TaskEntry, track
 from coordinator.testing import ack, config, decline, differences, request, running, tick
 from events.wire.codec import HEADER_SIZE, MAGIC, SCHEMAS_DIR, DecodeError, default_codec, schema_fingerprint
 from events.wire.records import (
@@ -340,6 +340,18 @@ class TestRoundTrip:
         assert decoded.latest_failed is not None
         assert str is type(decoded.latest_failed.failure_reason)
 
+    def test_the_task_rows_of_the_statistics_stay_in_memory(self) -> None:
+        """A snapshot holds no per-task rows (Flink keeps its subtask statistics in memory only): a
+        decoded job has none, and its statistics are still equal to those it was made from."""
+        with_rows = dataclasses.replace(
+            busy_stats(), task_details={5: (TaskEntry("words-0", T0 + 25, 1_005, "file"),)}
+        )
+
+        decoded = round_trip(snapshot_of({}, {JOB: with_rows})).stats[JOB]
+
+        assert {} == decoded.task_details
+        assert with_rows == decoded
+
     def test_the_task_sets_are_built_again_from_the_tasks(self) -> None:
         """A snapshot holds no task set; a decoded state and its pending checkpoints get theirs back."""
         decoded = round_trip(snapshot_of({JOB: busy_state()})).states[JOB]
@@ -488,8 +500,13 @@ class TestSchema:
     @pytest.mark.parametrize(("cls", "name"), SCHEMA_CLASSES)
     def test_a_state_class_has_exactly_the_fields_of_its_schema_in_order(self, cls: type, name: str) -> None:
         """A field added to a state class but not to its schema (or the reverse) fails here, not later.
-        A derived field (a task set, built again from the tasks on decoding) is not in the schema."""
-        kept = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("derived")]
+        A derived field (a task set, built again from the tasks on decoding) is not in the schema,
+        nor a transient one (the statistics' task rows, kept in the worker's memory only)."""
+        kept = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if not f.metadata.get("derived") and not f.metadata.get("transient")
+        ]
         assert kept == [f["name"] for f in avsc(name)["fields"]]
 
     @pytest.mark.parametrize(("cls", "name"), SCHEMA_CLASSES)

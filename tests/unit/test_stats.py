@@ -2,26 +2,74 @@
 
 from __future__ import annotations
 
+import hashlib
+from typing import Any
+
 from coordinator.decider import evolve
 from coordinator.state import JobState, initial_state
-from coordinator.stats import CheckpointStats, checkpoints_json, config_json, track, with_progress
+from coordinator.stats import (
+    HISTORY_SIZE,
+    TASK_DETAILS_LIMIT,
+    CheckpointStats,
+    checkpoints_json,
+    config_json,
+    details_json,
+    task_rows,
+    track,
+    with_progress,
+)
 from coordinator.testing import JOB, LOCATION, ack, config, decline, request, run_commands, running, tick
 from events.wire.records import CheckpointKind, StateHandle
 
 
-def stats_of(*commands: object) -> CheckpointStats | None:
-    """The statistics as the views show them after ``commands``."""
+def folded(*commands: object) -> tuple[JobState, CheckpointStats | None]:
+    """The job's state and its statistics as the views show them after ``commands``."""
     _, events = run_commands(commands)  # type: ignore[arg-type]
     state: JobState = initial_state(JOB)
     stats: CheckpointStats | None = None
     for event in events:
         stats = track(stats, state, event)  # type: ignore[arg-type]
         state = evolve(state, event)
-    return with_progress(stats, state)
+    return state, with_progress(stats, state)
+
+
+def stats_of(*commands: object) -> CheckpointStats | None:
+    """The statistics as the views show them after ``commands``."""
+    return folded(*commands)[1]
 
 
 def handle(checkpoint_id: int, task: str, size: int) -> StateHandle:
     return StateHandle(f"{LOCATION}/{JOB}/chk-{checkpoint_id}/{task}", size, "x")
+
+
+def inline(checkpoint_id: int, task: str, size: int) -> StateHandle:
+    """A snapshot of ``size`` bytes that rides inside the ack."""
+    data = b"s" * size
+    return StateHandle(
+        f"{LOCATION}/{JOB}/chk-{checkpoint_id}/{task}", size, hashlib.sha256(data).hexdigest(), data
+    )
+
+
+def details(checkpoint_id: int, *commands: object) -> dict[str, Any]:
+    """``/checkpoints/details/<checkpoint_id>`` after ``commands``."""
+    state, stats = folded(*commands)
+    assert stats is not None
+    entry = stats.entry(checkpoint_id)
+    assert entry is not None, f"checkpoint {checkpoint_id} is not shown"
+    return details_json(entry, task_rows(stats, state, checkpoint_id))
+
+
+def task(
+    task_id: str, status: str, at: int | None, took: int | None, size: int, storage: str | None
+) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "status": status,
+        "ack_timestamp": at,
+        "end_to_end_duration": took,
+        "state_size": size,
+        "storage": storage,
+    }
 
 
 class TestCounts:
@@ -171,3 +219,102 @@ class TestConfig:
             body["num_retained"],
         )
         assert {} == config_json(None)
+
+
+class TestDetails:
+    """The drill-down of one checkpoint (``/checkpoints/details/<id>``): each of its tasks."""
+
+    def test_a_completed_checkpoint_lists_each_task_with_its_ack_time_duration_size_and_storage(self) -> None:
+        """Task t0 wrote its snapshot to a file and acknowledged 10 ms after the trigger; t1 sent
+        its snapshot inline 40 ms after."""
+        body = details(
+            1,
+            running(cfg=config(inline_threshold_bytes=1024), at=0),
+            tick(1000),
+            ack(1, "t0", at=1010, state=handle(1, "t0", 100)),
+            ack(1, "t1", at=1040, state=inline(1, "t1", 50)),
+        )
+
+        assert ("COMPLETED", 1040) == (body["status"], body["latest_ack_timestamp"])
+        assert [
+            task("t0", "ACKNOWLEDGED", 1010, 10, 100, "file"),
+            task("t1", "ACKNOWLEDGED", 1040, 40, 50, "inline"),
+        ] == body["tasks"]
+
+    def test_a_pending_checkpoint_shows_which_tasks_it_still_waits_for(self) -> None:
+        body = details(
+            1,
+            running(tasks=("t0", "t1", "t2"), at=0),
+            tick(1000),
+            ack(1, "t1", at=1030, state=handle(1, "t1", 7)),
+        )
+
+        assert "IN_PROGRESS" == body["status"]
+        assert [
+            task("t0", "PENDING", None, None, 0, None),
+            task("t1", "ACKNOWLEDGED", 1030, 30, 7, "file"),
+            task("t2", "PENDING", None, None, 0, None),
+        ] == body["tasks"]
+
+    def test_a_failed_checkpoint_names_the_tasks_that_never_acknowledged(self) -> None:
+        body = details(
+            1,
+            running(cfg=config(tolerable_failures=9), at=0),
+            tick(1000),
+            ack(1, "t0", at=1010, state=handle(1, "t0", 70)),
+            decline(1, "t1", at=1020),
+        )
+
+        assert "FAILED" == body["status"]
+        assert [
+            task("t0", "ACKNOWLEDGED", 1010, 10, 70, "file"),
+            task("t1", "NOT_ACKNOWLEDGED", None, None, 0, None),
+        ] == body["tasks"]
+
+    def test_an_ack_without_state_has_no_storage(self) -> None:
+        body = details(1, running(at=0), tick(1000), ack(1, "t0", at=1001), ack(1, "t1", at=1002))
+
+        assert [
+            task("t0", "ACKNOWLEDGED", 1001, 1, 0, None),
+            task("t1", "ACKNOWLEDGED", 1002, 2, 0, None),
+        ] == body["tasks"]
+
+    def test_the_latest_savepoint_has_details_after_the_history_moved_past_it(self) -> None:
+        """Savepoint 1, then more checkpoints than the history holds: the latest savepoint's details
+        are still there, with its tasks."""
+        commands: list[object] = [
+            running(at=0),
+            request(CheckpointKind.SAVEPOINT, at=500),
+            ack(1, "t0", at=510),
+            ack(1, "t1", at=520),
+        ]
+        for n in range(2, HISTORY_SIZE + 4):
+            commands += [tick(n * 1000), ack(n, "t0", at=n * 1000 + 1), ack(n, "t1", at=n * 1000 + 2)]
+        state, stats = folded(*commands)
+        assert stats is not None
+
+        assert 1 not in [entry.id for entry in stats.history]
+        body = details(1, *commands)
+        assert (1, "SAVEPOINT") == (body["id"], body["checkpoint_type"])
+        assert ["t0", "t1"] == [t["task_id"] for t in body["tasks"]]
+        shown = {e.id for e in stats.history} | {1}
+        assert set(stats.task_details) <= shown, "the rows of checkpoints no longer shown are dropped"
+
+    def test_a_checkpoint_of_very_many_tasks_keeps_no_rows_and_says_so(self) -> None:
+        tasks = tuple(f"t{i}" for i in range(TASK_DETAILS_LIMIT + 1))
+        acks = [ack(1, t, at=1001) for t in tasks]
+
+        body = details(1, running(tasks=tasks, at=0), tick(1000), *acks)
+
+        assert ("COMPLETED", None) == (body["status"], body["tasks"])
+        assert f"more than {TASK_DETAILS_LIMIT} tasks" in body["tasks_missing"]
+
+    def test_a_checkpoint_this_worker_did_not_see_end_says_why_it_has_no_rows(self) -> None:
+        """A worker that took the job over from a snapshot has the history, not the task rows."""
+        _, stats = folded(running(at=0), tick(1000), ack(1, "t0", at=1010), ack(1, "t1", at=1020))
+        assert stats is not None and stats.latest_completed is not None
+
+        body = details_json(stats.latest_completed, task_rows(CheckpointStats(), None, 1))
+
+        assert body["tasks"] is None
+        assert "did not see the checkpoint end" in body["tasks_missing"]
