@@ -1,0 +1,160 @@
+"""A worker's readiness and its broker's health: what ``/ready`` and the dashboard's banner say."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from coordinator.health import (
+    FAILURES_BEFORE_UNREACHABLE,
+    BrokerHealth,
+    Readiness,
+    broker_json,
+    probed,
+    readiness,
+)
+from coordinator.service.broker_probe import BrokerProbe
+
+BROKER = "127.0.0.1:9092"
+DOWN = "Failed to get metadata: Local: Broker transport failure"
+
+
+def after(*probes: tuple[int, str | None]) -> BrokerHealth:
+    """The health after probes at the given times, each answered (None) or failed (its error)."""
+    health = BrokerHealth()
+    for at, error in probes:
+        health = probed(health, at, error)
+    return health
+
+
+def ready(
+    health: BrokerHealth, *, pending: bool = False, phases: dict[int, str] | None = None, now: int = 0
+) -> Readiness:
+    return readiness(health, BROKER, now, assignment_pending=pending, phases=phases or {0: "DECIDING"})
+
+
+class TestBrokerHealth:
+    def test_nothing_is_known_before_the_first_probe(self) -> None:
+        assert BrokerHealth() == after()
+        assert ready(BrokerHealth()).ready
+
+    def test_an_answered_probe_makes_the_broker_reachable_since_then(self) -> None:
+        health = after((1000, None), (2000, None))
+
+        assert (True, 1000, 2000, None) == (
+            health.reachable,
+            health.since_ms,
+            health.last_reached_ms,
+            health.error,
+        )
+
+    def test_one_failed_probe_is_not_an_outage(self) -> None:
+        """A single probe that timed out on a busy machine changes nothing but the error shown."""
+        health = after((1000, None), (2000, DOWN))
+
+        assert (True, 1000, DOWN, 1) == (health.reachable, health.since_ms, health.error, health.failures)
+
+    def test_failed_probes_in_a_row_make_it_unreachable_since_the_verdict(self) -> None:
+        probes = [(1000, None), *((1000 * (2 + i), DOWN) for i in range(FAILURES_BEFORE_UNREACHABLE + 2))]
+        health = after(*probes)
+
+        verdict_at = 1000 * (1 + FAILURES_BEFORE_UNREACHABLE)
+        assert (False, verdict_at, 1000, DOWN) == (
+            health.reachable,
+            health.since_ms,
+            health.last_reached_ms,
+            health.error,
+        )
+
+    def test_an_answer_after_an_outage_makes_it_reachable_again(self) -> None:
+        health = after((1000, DOWN), (2000, DOWN), (3000, DOWN), (4000, None))
+
+        assert (True, 4000, 4000, None, 0) == (
+            health.reachable,
+            health.since_ms,
+            health.last_reached_ms,
+            health.error,
+            health.failures,
+        )
+
+    def test_a_broker_never_reached_is_unreachable_too(self) -> None:
+        health = after((1000, DOWN), (2000, DOWN))
+
+        assert (False, 2000, None) == (health.reachable, health.since_ms, health.last_reached_ms)
+
+    def test_the_json_names_the_broker_and_the_error(self) -> None:
+        body = broker_json(after((1000, DOWN), (2000, DOWN)), BROKER)
+
+        assert {
+            "bootstrap": BROKER,
+            "reachable": False,
+            "since": 2000,
+            "last_reached": None,
+            "error": DOWN,
+            "failed_probes": 2,
+        } == body
+
+
+class TestReadiness:
+    def test_ready_when_the_broker_answers_and_every_partition_is_decided(self) -> None:
+        verdict = ready(after((1000, None)), phases={0: "DECIDING", 1: "DECIDING"})
+
+        assert (True, ()) == (verdict.ready, verdict.problems)
+
+    def test_an_unreachable_broker_makes_a_recovered_worker_unready_and_says_since_when(self) -> None:
+        verdict = ready(after((1000, None), (2000, DOWN), (3000, DOWN)), now=15_000)
+
+        assert not verdict.ready
+        (problem,) = verdict.problems
+        assert problem.startswith(f"the broker at {BROKER} is unreachable (for 12 s: {DOWN})")
+
+    def test_a_worker_waiting_for_its_assignment_is_not_ready(self) -> None:
+        verdict = ready(after((1000, None)), pending=True, phases={})
+
+        assert not verdict.ready
+        assert ["waiting for the group to assign journal partitions"] == [
+            p.split(" (")[0] for p in verdict.problems
+        ]
+
+    def test_a_worker_still_recovering_a_partition_is_not_ready_and_names_it(self) -> None:
+        verdict = ready(after((1000, None)), phases={0: "DECIDING", 1: "RECOVERING", 2: "STEPPED_DOWN"})
+
+        assert not verdict.ready
+        assert (
+            "not recovered yet: journal partitions 1 (RECOVERING), 2 (STEPPED_DOWN) are not decided here",
+        ) == verdict.problems
+
+    def test_every_problem_is_listed(self) -> None:
+        verdict = ready(after((1, DOWN), (2, DOWN)), pending=True, phases={3: "CLAIMING"})
+
+        assert 3 == len(verdict.problems)
+
+
+class TestProbe:
+    def test_the_probe_folds_each_answer_and_logs_only_the_changes(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        answers = iter([None, DOWN, DOWN, DOWN, None, None])
+        clock = iter(range(1000, 100_000, 1000))
+        probe = BrokerProbe(BROKER, lambda: next(answers), clock=lambda: next(clock))
+
+        with caplog.at_level(logging.INFO, logger="cutline.coordinator"):
+            seen = [probe.probe().reachable for _ in range(6)]
+
+        assert [True, True, False, False, True, True] == seen
+        messages = [r.getMessage() for r in caplog.records]
+        assert 2 == len(messages), messages
+        assert f"the broker at {BROKER} is unreachable" in messages[0]
+        assert "/ready answers 503" in messages[0]
+        assert f"the broker at {BROKER} answers again" in messages[1]
+
+    def test_a_probe_that_raises_counts_as_failed(self) -> None:
+        def broken() -> str | None:
+            raise RuntimeError("no client")
+
+        probe = BrokerProbe(BROKER, broken, clock=lambda: 5)
+        for _ in range(FAILURES_BEFORE_UNREACHABLE):
+            probe.probe()
+
+        assert (False, "RuntimeError: no client") == (probe.health.reachable, probe.health.error)
