@@ -365,8 +365,13 @@ def _write_properties(path: Path, properties: Mapping[str, str]) -> None:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in URL-safe base64, as ``kafka-storage random-uuid``."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes in URL-safe base64, as ``kafka-storage random-uuid``; never
+    one that starts with ``-``, which ``StorageTool format -t`` would take for an option (as Kafka's
+    own ``Uuid.randomUuid`` draws again; one id in 64 did, and the node failed to format)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class ApacheKafka:
