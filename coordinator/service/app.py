@@ -649,8 +649,11 @@ class Shell:
             await self.ticks_topic.send(key=job_id.encode(), value=str(now).encode())
 
     async def flush_logs(self) -> None:
-        """Log how many dead letters each ended window of the throttled log held back."""
-        self.coordinator.dead_letter_log.flush(now_ms())
+        """Log how many dead letters (and dropped latency measurements) each ended window of the
+        throttled logs held back."""
+        now = now_ms()
+        self.coordinator.dead_letter_log.flush(now)
+        self.coordinator.latency_log.flush(now)
 
     async def collect_garbage(self) -> None:
         """The cycle collector's work, on a clock, in a worker that switched it off (:func:`run`)."""

@@ -9,7 +9,9 @@ by reason, its journal partitions (epoch, offset, how long their recovery took),
 fetch position is behind each input partition's end, and its scheduled garbage collections.
 
 Latency markers' histograms are Flink's ``latency`` as ``cutline_job_latency`` (ms; labels after
-Flink's metric groups at the coordinator's ``--latency-granularity``).
+Flink's metric groups at the coordinator's ``--latency-granularity``), at most
+``events.task.latency.MAX_HISTOGRAMS`` a job, and the measurements dropped past them as
+``cutline_job_latency_measurements_dropped_total``.
 
 Job metrics are read from the coordinator's state at scrape time (a custom collector), so
 deciding an input costs nothing more; the worker's counters are kept by the runtime.
@@ -25,7 +27,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from coordinator.service.gc_schedule import ScheduledCollections
 from coordinator.service.runtime import Coordinator
-from events.task.latency import Granularity, HistogramKey
+from events.task.latency import MAX_HISTOGRAMS, Granularity, HistogramKey
 
 JOB_PREFIX = "cutline_job_"
 WORKER_PREFIX = "cutline_coordinator_"
@@ -68,13 +70,14 @@ class CoordinatorCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._jobs()
-        yield self._latency()
+        yield from self._latency()
         yield from self._worker()
 
-    def _latency(self) -> Metric:
+    def _latency(self) -> Iterator[Metric]:
         """Flink's ``latency`` histograms, ms, labelled as its metric groups at the coordinator's
         granularity: ``operator_id`` and ``operator_subtask_index``, with ``source_id`` (operator,
-        subtask) and ``source_subtask_index`` (subtask)."""
+        subtask) and ``source_subtask_index`` (subtask); and per job the measurements dropped past
+        its bound of histograms (events/task/latency.py)."""
         granularity = self.coordinator.latency_granularity
         labels = ["job_id", *LATENCY_LABELS[granularity]]
         family = HistogramMetricFamily(
@@ -82,12 +85,18 @@ class CoordinatorCollector(Collector):
             "Latency markers' time from their source to each operator subtask, ms (Flink's latency).",
             labels=labels,
         )
+        dropped = CounterMetricFamily(
+            JOB_PREFIX + "latency_measurements_dropped",
+            f"Latency measurements not folded: a new key past the {MAX_HISTOGRAMS} histograms a job keeps.",
+            labels=["job_id"],
+        )
         for job_id, state in sorted(self.coordinator.latency.items()):
             for key, histogram in state.histograms.items():
                 family.add_metric(
                     [job_id, *_label_values(key, granularity)], histogram.cumulative(), histogram.sum_ms
                 )
-        return family
+            dropped.add_metric([job_id], state.dropped)
+        yield from (family, dropped)
 
     def _jobs(self) -> Iterator[Metric]:
         def gauge(name: str, doc: str) -> GaugeMetricFamily:

@@ -78,7 +78,13 @@ from coordinator.snapshot import PartitionSnapshot, trigger_key
 from coordinator.state import JobState, initial_state
 from coordinator.stats import CheckpointStats, track, with_progress
 from events.kafka.clients import job_key, partition_for
-from events.task.latency import Granularity, LatencyHistograms, record_latency
+from events.task.latency import (
+    MAX_HISTOGRAMS,
+    Granularity,
+    LatencyHistograms,
+    measurement_problem,
+    record_latency,
+)
 from events.wire.codec import Codec, DecodeError, default_codec
 from events.wire.codegen import fast_init
 from events.wire.fencing import VOID_EPOCH, epoch_header, epoch_problem, header_epoch
@@ -221,6 +227,8 @@ class Coordinator:
         self.latency: dict[str, LatencyHistograms] = {}
         """job -> its latency histograms (:mod:`events.task.latency`): metrics, never journaled, so a
         worker that takes a job over starts them afresh (as Flink's on a restart)."""
+        self.latency_log = ThrottledLog(log, "latency measurements dropped")
+        """One line per job per 10 s about measurements past its histogram bound, then their count."""
 
     @contextlib.contextmanager
     def batch(self, scan_after: int = SCAN_AFTER) -> Iterator[BatchFileView]:
@@ -439,7 +447,7 @@ class Coordinator:
                 job_id,
             )
         if isinstance(record, LatencyMeasured):
-            return self._measured(record, dead)
+            return self._measured(record, dead, now_ms)
         if isinstance(record, (CheckpointAcknowledged, CheckpointDeclined)) and headers:
             stale = self._stale_answer(record, headers, epoch)
             if stale is not None:
@@ -451,7 +459,7 @@ class Coordinator:
             return dead(outcome.rejected.reason.value, outcome.rejected.message, job_id)
         return outcome
 
-    def _measured(self, record: LatencyMeasured, dead: Callable[..., Outcome]) -> Outcome:
+    def _measured(self, record: LatencyMeasured, dead: Callable[..., Outcome], now_ms: int) -> Outcome:
         """Fold a latency measurement into its job's histograms: nothing to decide or journal."""
         if record.job_id not in self.states:
             return dead(
@@ -459,8 +467,15 @@ class Coordinator:
                 f"a latency measurement of job {excerpt(record.job_id)!r}, which never ran",
                 record.job_id,
             )
+        problem = measurement_problem(record)
+        if problem is not None:
+            return dead(DeadLetterReason.INVALID_LATENCY, problem, record.job_id)
         histograms = self.latency.get(record.job_id) or LatencyHistograms(self.latency_granularity)
-        self.latency[record.job_id] = record_latency(histograms, record)
+        self.latency[record.job_id] = recorded = record_latency(histograms, record)
+        if recorded.dropped > histograms.dropped:
+            line = "latency measurement of job %r dropped: it has %d histograms, the most a job keeps"
+            job = excerpt(record.job_id)
+            self.latency_log.warning(job, now_ms, line, job, MAX_HISTOGRAMS)
         return Outcome(job_id=record.job_id)
 
     def _stale_answer(

@@ -9,6 +9,13 @@ code. Every operator subtask it reaches records ``now - marked_time_ms`` as a
 ``metrics.latency.granularity``), and each keeps all-time bucket counts (the Prometheus histogram
 at ``/metrics``) and the last :data:`HISTORY_SIZE` latencies (the quantiles of ``cutline status``
 and the dashboard, as Flink's ``DescriptiveStatisticsHistogram``).
+
+Anyone who may write the acks topic can send measurements, so both are bounded
+(docs/wire-format.md, "Bounds"): :func:`measurement_problem` refuses ids over
+:data:`MAX_LATENCY_ID_BYTES` and negative subtask indexes, and a job keeps at most
+:data:`MAX_HISTOGRAMS` histograms; :func:`record_latency` counts the measurements of new keys past it
+(``LatencyHistograms.dropped``) instead of folding them. So one job's share of ``/metrics`` stays
+under 1 MB, whatever arrives.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ __all__ = [
     "BUCKETS_MS",
     "HISTORY_SIZE",
     "MARKER_HEADER",
+    "MAX_HISTOGRAMS",
+    "MAX_LATENCY_ID_BYTES",
     "Granularity",
     "HistogramKey",
     "LatencyHistogram",
@@ -34,6 +43,7 @@ __all__ = [
     "MarkerSchedule",
     "fold_latency",
     "latency_json",
+    "measurement_problem",
     "operator_summaries",
     "quantile",
     "record_latency",
@@ -50,6 +60,15 @@ BUCKETS_MS: tuple[float, ...] = (
 
 MARKER_HEADER = "cutline.latency-marker"
 """The Kafka header that carries a marker in a plain Kafka app's records (:meth:`LatencyMarker.header`)."""
+
+MAX_HISTOGRAMS = 100
+"""Histograms (keys) a job keeps; measurements of a new key past them are dropped and counted. Each
+is 18 lines of ``/metrics`` (16 buckets, count, sum) of up to 8.5 KB at the id bound below: at most
+about 850 KB a job, at any granularity."""
+
+MAX_LATENCY_ID_BYTES = 64
+"""UTF-8 bytes of a measurement's ``operator_id`` and ``source_id`` (Flink's operator ids are 32 hex
+digits; cutline's own are words: ``route``, ``keyed``, ``cutline-kafka``)."""
 
 
 class Granularity(StrEnum):
@@ -199,18 +218,44 @@ class LatencyHistogram:
 
 @dataclass(frozen=True, slots=True)
 class LatencyHistograms:
-    """One job's latency histograms, by key, in the order their keys were first seen."""
+    """One job's latency histograms, by key, in the order their keys were first seen (at most
+    :data:`MAX_HISTOGRAMS`)."""
 
     granularity: Granularity = Granularity.OPERATOR
     histograms: Mapping[HistogramKey, LatencyHistogram] = field(default_factory=dict)
+    dropped: int = 0
+    """Measurements not folded because their key would have been one histogram too many."""
+
+
+def measurement_problem(measured: LatencyMeasured) -> str | None:
+    """Why a measurement is refused (a dead letter), or None: an ``operator_id`` or ``source_id``
+    over :data:`MAX_LATENCY_ID_BYTES`, or a negative subtask index."""
+    for name, value in (("operator_id", measured.operator_id), ("source_id", measured.source_id)):
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > MAX_LATENCY_ID_BYTES:
+            return f"{name} of {size} bytes; at most {MAX_LATENCY_ID_BYTES} are accepted"
+    for name, index in (
+        ("operator_subtask_index", measured.operator_subtask_index),
+        ("source_subtask_index", measured.source_subtask_index),
+    ):
+        if index < 0:
+            return f"{name} must not be negative: {index}"
+    return None
 
 
 def record_latency(state: LatencyHistograms, measured: LatencyMeasured) -> LatencyHistograms:
-    """``state`` with one more measurement, in the histogram its granularity puts it in."""
+    """``state`` with one more measurement, in the histogram its granularity puts it in; a
+    measurement that would open histogram number ``MAX_HISTOGRAMS + 1`` is only counted
+    (``dropped``)."""
     key = HistogramKey.of(measured, state.granularity)
-    histogram = state.histograms.get(key, LatencyHistogram())
+    histogram = state.histograms.get(key)
+    if histogram is None:
+        if len(state.histograms) >= MAX_HISTOGRAMS:
+            return LatencyHistograms(state.granularity, state.histograms, state.dropped + 1)
+        histogram = LatencyHistogram()
     latency = measured.timestamp_ms - measured.marked_time_ms
-    return LatencyHistograms(state.granularity, {**state.histograms, key: histogram.observe(latency)})
+    histograms = {**state.histograms, key: histogram.observe(latency)}
+    return LatencyHistograms(state.granularity, histograms, state.dropped)
 
 
 def fold_latency(measurements: Iterable[LatencyMeasured], state: LatencyHistograms) -> LatencyHistograms:

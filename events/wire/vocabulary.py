@@ -94,6 +94,10 @@ class DeadLetterReason(StrEnum):
     """An ack or decline whose ``cutline.epoch`` headers are doubled or malformed: void under the
     fencing rule, it answers no barrier anyone can name."""
 
+    # A latency measurement (events.task.latency.measurement_problem)
+    INVALID_LATENCY = "INVALID_LATENCY"
+    """A ``LatencyMeasured`` with an id over its bound or a negative subtask index."""
+
     INTERNAL_ERROR = "INTERNAL_ERROR"
     """An input whose handling raised: a bug, or input no check foresaw."""
 

@@ -28,6 +28,7 @@ from coordinator.state import state_json
 from events.dev.broker import create_topics
 from events.kafka.clients import consumer_config, producer_config
 from events.kafka.log import LogMessage, read_journal_topic, read_to_end
+from events.task.latency import MAX_HISTOGRAMS, MAX_LATENCY_ID_BYTES, LatencyMarker
 from events.task.participant import JobDriver, Participant
 from events.wire.codec import decode, encode
 from events.wire.records import (
@@ -381,6 +382,51 @@ class TestBadInput:
         } == by_topic
         originals = {letter.value for letter in letters}  # type: ignore[union-attr]
         assert set(garbage.values()) <= originals
+
+    @pytest.mark.slow
+    def test_20_000_hostile_latency_measurements_leave_metrics_under_1_mb(
+        self,
+        bootstrap: str,
+        coordinator: CoordinatorProcess,
+        make_job: Callable[..., Job],
+        tmp_path: object,
+    ) -> None:
+        """Given 20,000 LatencyMeasured records of a running job, each of a histogram key of its own and
+        with ids of the most bytes accepted, /metrics stays under 1 MB: the job keeps MAX_HISTOGRAMS
+        histograms and counts the other measurements as dropped, the log says so in a line or two,
+        and the job's checkpoints go on."""
+        job = make_job(coordinator, 1)
+        job.start(config(tmp_path))
+        job.wait_for(lambda j: len(completions(j)) >= 1)
+        producer = Producer(producer_config(bootstrap))
+        source = "s" * MAX_LATENCY_ID_BYTES
+        for i in range(20_000):
+            measured = LatencyMarker(0, source, i).measured(job.id, 1, f"{i:0{MAX_LATENCY_ID_BYTES}}", i, 1)
+            producer.produce(job.topics.acks, key=job.id.encode(), value=encode(measured))
+            producer.poll(0)
+        # then, in the same partition, a KEY_MISMATCH dead letter: once it is written, all are decided
+        sentinel = encode(CheckpointAcknowledged(f"not-{job.id}", 1, 1, "t", 0))
+        producer.produce(job.topics.acks, key=job.id.encode(), value=sentinel)
+        assert 0 == producer.flush(30)
+
+        def sentinel_letters() -> list[DeadLetter]:
+            return [
+                letter
+                for m in read_to_end(bootstrap, job.topics.dead_letters)
+                if m.value and isinstance(letter := decode(m.value), DeadLetter) and letter.value == sentinel
+            ]
+
+        eventually(sentinel_letters, bool, timeout=120, interval=0.5, what="the sentinel's dead letter")
+        with urllib.request.urlopen(coordinator.url + "/metrics", timeout=60) as response:
+            size = len(response.read())
+        seen = len(completions(job.journal()))
+        job.wait_for(lambda j: len(completions(j)) >= seen + 2)
+
+        assert size < 1_000_000
+        dropped = ("cutline_job_latency_measurements_dropped_total", (("job_id", job.id),))
+        assert 20_000 - MAX_HISTOGRAMS == scrape(coordinator)[dropped]
+        log = coordinator.log_path.read_text().splitlines()
+        assert 1 <= len([line for line in log if "dropped" in line and job.id in line]) <= 4
 
 
 @pytest.mark.slow

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import logging
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -14,6 +16,8 @@ from coordinator.service.runtime import Coordinator
 from events.task.latency import (
     BUCKETS_MS,
     HISTORY_SIZE,
+    MAX_HISTOGRAMS,
+    MAX_LATENCY_ID_BYTES,
     Granularity,
     HistogramKey,
     LatencyHistogram,
@@ -22,6 +26,7 @@ from events.task.latency import (
     MarkerSchedule,
     fold_latency,
     latency_json,
+    measurement_problem,
     quantile,
     record_latency,
 )
@@ -126,7 +131,7 @@ class TestLatencyMarker:
             measured,
             st.integers(-100, 70_000),
             st.sampled_from(["route", "keyed", "sink"]),
-            st.integers(0, 3),
+            st.integers(0, 40),
             st.integers(0, 3),
         ),
         max_size=300,
@@ -138,16 +143,71 @@ def test_folding_in_parts_is_folding_at_once_and_counts_add_up(
     measurements: list[LatencyMeasured], granularity: Granularity, split: int
 ) -> None:
     """Invariants: folding incrementally equals folding in one go; every histogram's buckets add up
-    to its count, its history holds min(count, 128), and the counts add up to the measurements."""
+    to its count, its history holds min(count, 128), a job has at most MAX_HISTOGRAMS, and the
+    counts and the dropped add up to the measurements."""
     empty = LatencyHistograms(granularity)
     at_once = fold_latency(measurements, empty)
 
     assert at_once == fold_latency(measurements[split:], fold_latency(measurements[:split], empty))
-    assert len(measurements) == sum(h.count for h in at_once.histograms.values())
+    assert len(at_once.histograms) <= MAX_HISTOGRAMS
+    assert len(measurements) == sum(h.count for h in at_once.histograms.values()) + at_once.dropped
     for histogram in at_once.histograms.values():
         assert histogram.count == sum(histogram.buckets)
         assert min(histogram.count, HISTORY_SIZE) == len(histogram.recent)
         assert len(BUCKETS_MS) == len(histogram.cumulative())
+
+
+class TestBounds:
+    def test_a_job_keeps_at_most_100_histograms_and_counts_the_measurements_it_drops(self) -> None:
+        """Past MAX_HISTOGRAMS keys a measurement of a new key is dropped and counted; one of a key
+        the job has is still folded."""
+        full = fold_latency([measured(5, subtask=i) for i in range(MAX_HISTOGRAMS)], LatencyHistograms())
+
+        state = fold_latency([measured(5, subtask=MAX_HISTOGRAMS + i) for i in range(7)], full)
+        state = record_latency(state, measured(9, subtask=0))
+
+        assert (100, 7) == (MAX_HISTOGRAMS, state.dropped)
+        assert list(full.histograms) == list(state.histograms)
+        assert (2, 14) == (state.histograms[HistogramKey("keyed", 0, "cutline-kafka")].count,
+                           state.histograms[HistogramKey("keyed", 0, "cutline-kafka")].sum_ms)  # fmt: skip
+
+    def test_ids_over_64_bytes_and_negative_subtasks_are_refused(self) -> None:
+        def problem(
+            operator: str = "o", source: str = "s", subtask: int = 0, source_subtask: int = 0
+        ) -> str | None:
+            return measurement_problem(
+                LatencyMarker(0, source, source_subtask).measured(JOB, 1, operator, subtask, 1)
+            )
+
+        assert 64 == MAX_LATENCY_ID_BYTES
+        assert [None, None] == [problem("o" * 64), problem(source="é" * 32)]
+        assert "operator_id of 65 bytes; at most 64 are accepted" == problem("o" * 65)
+        assert "source_id of 66 bytes; at most 64 are accepted" == problem(source="é" * 33)
+        assert "operator_subtask_index must not be negative: -1" == problem(subtask=-1)
+        assert "source_subtask_index must not be negative: -2" == problem(source_subtask=-2)
+
+    def test_at_the_bounds_a_job_s_metrics_stay_under_1_mb_at_every_granularity(self) -> None:
+        """The worst a hostile ack writer can do to one job (more than MAX_HISTOGRAMS keys, ids of 64
+        bytes that the text format escapes to 128, the largest subtask indexes), with a job id of 64
+        characters: under 1 MB of /metrics at any granularity."""
+        from prometheus_client import generate_latest
+
+        job, source, operator = "j" * 64, '"' * 64, "\\" * 62
+        for granularity in Granularity:
+            coordinator = Coordinator(TOPICS, latency_granularity=granularity)
+            marks = [LatencyMarker(0, source, 2**31 - 1 - i) for i in range(MAX_HISTOGRAMS + 50)]
+            coordinator.latency[job] = state = fold_latency(
+                [
+                    m.measured(job, 1, f"{operator}{i % 100:02}", 2**31 - 1 - i, 10**9)
+                    for i, m in enumerate(marks)
+                ],
+                LatencyHistograms(granularity),
+            )
+
+            size = len(generate_latest(registry_for(CoordinatorCollector(coordinator))))
+
+            assert (MAX_HISTOGRAMS, 50) == (len(state.histograms), state.dropped)
+            assert size < 1_000_000, granularity
 
 
 class TestCoordinatorFoldsMeasurements:
@@ -195,6 +255,36 @@ class TestCoordinatorFoldsMeasurements:
         assert "histogram" == families["cutline_job_latency"].type
         buckets = [s for s in families["cutline_job_latency"].samples if s.name.endswith("_bucket")]
         assert [0] * 11 + [1] == [s.value for s in buckets][:12]  # 3000 ms: the bucket le=5000
+
+    def test_a_measurement_with_an_id_over_its_bound_is_a_dead_letter(self) -> None:
+        coordinator = self._running()
+
+        outcome = coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), encode(measured(1, "o" * 65)), 5)
+
+        letter = decode(outcome.messages[0].value)
+        assert isinstance(letter, DeadLetter) and "INVALID_LATENCY" == letter.reason
+        assert "operator_id of 65 bytes" in letter.message and JOB not in coordinator.latency
+
+    def test_measurements_past_the_bound_are_counted_in_the_metrics_and_logged_once_per_10_s(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Given 20,000 measurements of distinct keys within 10 s, the job keeps MAX_HISTOGRAMS, the
+        metrics count the other 19,900 as dropped, and the log has one line about them."""
+        coordinator = self._running()
+
+        with caplog.at_level(logging.WARNING, logger="cutline.coordinator"):
+            for i in range(20_000):
+                coordinator.handle(
+                    TOPICS.acks, 0, 1 + i, JOB.encode(), encode(measured(1, subtask=i)), 5 + i // 4
+                )
+        families = {f.name: f for f in registry_for(CoordinatorCollector(coordinator)).collect()}
+
+        assert MAX_HISTOGRAMS == len(coordinator.latency[JOB].histograms)
+        [dropped] = families["cutline_job_latency_measurements_dropped"].samples
+        assert ({"job_id": JOB}, 19_900) == (dropped.labels, dropped.value)
+        assert ["latency measurement of job 'job' dropped: it has 100 histograms, the most a job keeps"] == [
+            r.getMessage() for r in caplog.records
+        ]
 
     def test_a_measurement_of_an_unknown_job_is_a_dead_letter(self) -> None:
         """A job that never ran has no histograms to fold into: the input is dead-lettered."""
