@@ -1,9 +1,12 @@
 """Fixtures shared by every test that talks to a real Kafka-protocol broker.
 
-Set ``CUTLINE_BOOTSTRAP`` to run them against an existing cluster; otherwise one
-embedded Tansu broker serves the whole test session of each pytest-xdist worker. Tests
-are marked by their directory: ``integration``, ``spark``, ``e2e``, ``compose``. Waiting
-is :func:`support.eventually`'s.
+One Apache Kafka broker (:mod:`events.dev.apache_kafka`, Java 17 and Maven) serves the whole test
+session of each pytest-xdist worker; ``CUTLINE_TEST_BROKER=tansu`` runs them on the embedded Tansu
+broker instead (the explicit fallback where Java's build tools are missing), and
+``CUTLINE_BOOTSTRAP`` against an existing cluster. Tests marked ``tansu`` run on a Tansu broker of
+their own whichever broker the others use: the demo's default broker keeps tests of its own. Tests
+are marked by their directory: ``integration``, ``spark``, ``e2e``, ``compose``. Waiting is
+:func:`support.eventually`'s.
 """
 
 from __future__ import annotations
@@ -21,26 +24,27 @@ from uuid import uuid4
 
 import jvm_archive
 import pytest
-from support import TEST_PARTITIONS, kafka_bootstrap
+from support import (
+    KAFKA_FETCH_WAIT_MS,
+    TEST_BROKER_VARIABLE,
+    TEST_FETCH_WAIT_MS,
+    TEST_PARTITIONS,
+    broker_kind,
+    kafka_bootstrap,
+)
 
 HERE = Path(__file__).resolve().parent
 MARKED_DIRECTORIES = ("integration", "spark", "e2e", "compose")
 
 
 TEST_SESSION_TIMEOUT = "3"
-"""``cutline coordinator --session-timeout`` for every worker the tests start on the embedded broker
-(its ``envvar``, inherited by child processes): a first join or a rebalance waits half of it
-there, 1.5 s instead of the default's 3 s. Not lower: a worker that a busy machine starves of the
-CPU for a whole session timeout would be rebalanced away in the middle of a test. On a real
-cluster (``CUTLINE_BOOTSTRAP``) the default, 6 s, stays: Apache Kafka refuses less by default."""
-
-
-TEST_FETCH_WAIT_MS = "100"
-"""``CUTLINE_FETCH_WAIT_MS`` on the embedded broker: ``fetch.wait.max.ms`` of the coordinator workers
-and of the participants' and drivers' consumers the tests start. The broker parks a fetch that finds
-nothing for half of it, so it adds up to 50 ms to a hop; shorter waits cost CPU the suite does not
-have (an idle worker and the broker's answers to it: about 0.15 of a core at 50 ms, 0.13 at 100,
-0.10 at 200). On a real cluster, which answers a fetch as soon as records arrive, 500."""
+"""``cutline coordinator --session-timeout`` for every worker the tests start on the brokers they
+start (its ``envvar``, inherited by child processes): a failover waits for it, and on the embedded
+broker a first join or a rebalance waits half of it. Not lower: a worker that a busy machine starves
+of the CPU for a whole session timeout would be rebalanced away in the middle of a test. The tests'
+Apache Kafka accepts it (``group.min.session.timeout.ms`` lowered: :data:`support.TEST_KAFKA_CONFIG`);
+on an external cluster (``CUTLINE_BOOTSTRAP``) the default, 6 s, stays: Apache Kafka refuses less
+by default."""
 
 
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -75,8 +79,9 @@ _archive_maker: jvm_archive.ArchiveMaker | None = None
 def pytest_configure(config: pytest.Config) -> None:
     global _archive_maker
     external = bool(os.environ.get("CUTLINE_BOOTSTRAP"))
+    tansu = not external and broker_kind() == "tansu"
     os.environ.setdefault("CUTLINE_SESSION_TIMEOUT", "6" if external else TEST_SESSION_TIMEOUT)
-    os.environ.setdefault("CUTLINE_FETCH_WAIT_MS", "500" if external else TEST_FETCH_WAIT_MS)
+    os.environ.setdefault("CUTLINE_FETCH_WAIT_MS", TEST_FETCH_WAIT_MS if tansu else KAFKA_FETCH_WAIT_MS)
     os.environ.setdefault("CUTLINE_PARTITIONS", str(TEST_PARTITIONS))
     # every Python process the tests start runs python_startup/sitecustomize.py first
     startup, inherited = str(HERE / "python_startup"), os.environ.get("PYTHONPATH", "")
@@ -90,6 +95,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not hasattr(config, "workerinput"):
         _compile_the_packages()
+        if not external and not tansu and not _only_pure_tests(config):
+            _check_apache_kafka()
     if archive is not None and not hasattr(config, "workerinput") and _may_start_spark(config):
         _archive_maker = jvm_archive.make_in_background(archive, TEST_JVM_OPTIONS)
     # inherited by every process the tests start: spark-submit's driver JVMs (in-process sessions,
@@ -126,9 +133,30 @@ def _may_start_spark(config: pytest.Config) -> bool:
     tests' directories are given (then no archive of Spark's classes is made)."""
     if "not spark" in (config.option.markexpr or ""):
         return False
+    return not _only_pure_tests(config)
+
+
+def _only_pure_tests(config: pytest.Config) -> bool:
+    """Whether only the pure tests' directories (no broker, no Spark) are given."""
     pure = [HERE / "unit", HERE / "property"]
     given = [Path(arg.split("::", 1)[0]).resolve() for arg in config.args]
-    return not given or not all(any(path.is_relative_to(p) for p in pure) for path in given)
+    return bool(given) and all(any(path.is_relative_to(p) for p in pure) for path in given)
+
+
+def _check_apache_kafka() -> None:
+    """Before any test starts: Java 17 and Apache Kafka's jars (fetched with Maven the first time on a
+    machine, once for every xdist worker), or a usage error that says what to install and how to run
+    on the embedded Tansu broker instead. Never a silent skip."""
+    from events.dev.apache_kafka import KafkaUnavailable, check_java, resolve_jars
+
+    try:
+        check_java()
+        resolve_jars()
+    except KafkaUnavailable as exc:
+        raise pytest.UsageError(
+            f"{exc}\nThe tests run on Apache Kafka by default; to run them on the embedded Tansu broker "
+            f"instead (pip only): {TEST_BROKER_VARIABLE}=tansu uv run pytest"
+        ) from exc
 
 
 FIRST = ("spark", "e2e", "integration")
@@ -221,8 +249,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.fixture(scope="session")
 def bootstrap() -> Iterator[str]:
-    """``bootstrap.servers`` of the broker shared by the (xdist worker's) session: started at the
-    usual priority, whichever test needs it first."""
+    """``bootstrap.servers`` of the broker shared by the (xdist worker's) session: Apache Kafka, or
+    what ``CUTLINE_TEST_BROKER``/``CUTLINE_BOOTSTRAP`` say; started at the usual priority,
+    whichever test needs it first."""
     with contextlib.ExitStack() as stack:
         with _priority(0):
             address = stack.enter_context(kafka_bootstrap())

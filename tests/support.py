@@ -13,8 +13,11 @@ import reprlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, overload
+
+from events.wire.topics import Topics
 
 T = TypeVar("T")
 
@@ -92,16 +95,127 @@ def pyspark_script(name: str) -> Path:
     return Path(spec.origin).parent / "bin" / name
 
 
+TEST_BROKER_VARIABLE = "CUTLINE_TEST_BROKER"
+"""Which broker the tests start when ``CUTLINE_BOOTSTRAP`` names none: Apache Kafka by default
+(:mod:`events.dev.apache_kafka`: Java 17 and, the first time, Maven), ``tansu`` for the embedded
+broker (pip only), the explicit fallback for a machine without Java's build tools."""
+
+BROKERS = ("kafka", "tansu")
+
+TEST_FETCH_WAIT_MS = "100"
+"""``CUTLINE_FETCH_WAIT_MS`` on the embedded broker (``CUTLINE_TEST_BROKER=tansu``):
+``fetch.wait.max.ms`` of the coordinator workers and of the participants' and drivers' consumers
+the tests start. That broker parks a fetch that finds nothing for half of it, so it adds up to
+50 ms to a hop; shorter waits cost CPU the suite does not have (an idle worker and the broker's
+answers to it: about 0.15 of a core at 50 ms, 0.13 at 100, 0.10 at 200)."""
+
+KAFKA_FETCH_WAIT_MS = "500"
+"""``CUTLINE_FETCH_WAIT_MS`` on Apache Kafka (the tests' own or ``CUTLINE_BOOTSTRAP``'s), which answers
+a fetch as soon as records arrive: a long wait costs no latency there, as docs/usage.md tells users."""
+
+
+TEST_KAFKA_HEAP = "256m"
+"""``-Xmx`` of each Apache Kafka broker the tests start (one per pytest-xdist worker, and the few
+tests that need one of their own)."""
+
+TEST_KAFKA_CONFIG = {
+    # a worker's --session-timeout of 3 s (tests/conftest.py) keeps the failover tests short;
+    # Apache Kafka's default floor is 6 s
+    "group.min.session.timeout.ms": "1000",
+    # the internal topics of a broker that lives for one test session: 50 partitions each by
+    # default, made when the first group or transactional producer appears
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.num.partitions": "4",
+    # fewer idle threads on a 2-core machine shared by the tests' processes
+    "num.network.threads": "2",
+    "num.io.threads": "4",
+    "num.recovery.threads.per.data.dir": "1",
+    "background.threads": "4",
+}
+"""Settings of every Apache Kafka broker the tests start, beyond those of
+:class:`~events.dev.apache_kafka.ApacheKafka` (a test cluster's, docs/usage.md)."""
+
+
+def broker_kind() -> str:
+    """The broker the tests start: ``kafka`` (the default) or ``tansu`` (``CUTLINE_TEST_BROKER``)."""
+    chosen = os.environ.get(TEST_BROKER_VARIABLE, "").strip().lower() or "kafka"
+    if chosen not in BROKERS:
+        raise ValueError(f"{TEST_BROKER_VARIABLE}={chosen!r}: give one of {', '.join(BROKERS)}")
+    return chosen
+
+
+def on_apache_kafka() -> bool:
+    """Whether the tests' broker is Apache Kafka (or an external cluster, ``CUTLINE_BOOTSTRAP``), not
+    the embedded Tansu."""
+    return bool(os.environ.get("CUTLINE_BOOTSTRAP")) or broker_kind() == "kafka"
+
+
+@dataclass(frozen=True)
+class LocalBroker:
+    """A broker started on this machine for some tests: its address and its processes (each the
+    leader of a process group of its own, which a test may SIGSTOP and SIGCONT)."""
+
+    bootstrap: str
+    pids: tuple[int, ...]
+
+
+@contextmanager
+def local_broker() -> Iterator[LocalBroker]:
+    """A broker started here (at this process's niceness) and stopped on exit: Apache Kafka (one
+    node, :data:`TEST_KAFKA_CONFIG`), or the embedded Tansu broker with ``CUTLINE_TEST_BROKER=tansu``.
+    Where Java or Maven is missing, Apache Kafka fails with what to install
+    (:class:`~events.dev.apache_kafka.KafkaUnavailable`) and how to run on Tansu instead: never a
+    silent skip."""
+    if broker_kind() == "tansu":
+        with tansu_broker() as tansu:
+            yield tansu
+        return
+    from events.dev.apache_kafka import ApacheKafka, KafkaUnavailable
+
+    kafka = ApacheKafka(heap=TEST_KAFKA_HEAP, config=TEST_KAFKA_CONFIG)
+    try:
+        kafka.start()
+    except KafkaUnavailable as exc:
+        raise KafkaUnavailable(
+            f"{exc}\nThe tests run on Apache Kafka by default; to run them on the embedded Tansu broker "
+            f"instead (pip only): {TEST_BROKER_VARIABLE}=tansu uv run pytest"
+        ) from exc
+    try:
+        yield LocalBroker(kafka.bootstrap, tuple(kafka.pids.values()))
+    finally:
+        kafka.stop()
+
+
+@contextmanager
+def tansu_broker() -> Iterator[LocalBroker]:
+    """An embedded Tansu broker started here and stopped on exit."""
+    from events.dev.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        assert broker.pid is not None
+        yield LocalBroker(broker.bootstrap, (broker.pid,))
+
+
 @contextmanager
 def kafka_bootstrap() -> Iterator[str]:
-    """``bootstrap.servers`` of ``CUTLINE_BOOTSTRAP`` once it answers, or of an embedded broker
-    started here (at this process's niceness) and stopped on exit."""
-    from events.dev.broker import EmbeddedBroker, wait_for_broker
+    """``bootstrap.servers`` of ``CUTLINE_BOOTSTRAP`` once it answers, or of a :func:`local_broker`."""
+    from events.dev.broker import wait_for_broker
 
     external = os.environ.get("CUTLINE_BOOTSTRAP")
     if external:
         wait_for_broker(external, timeout=30)
         yield external
         return
-    with EmbeddedBroker() as broker:
+    with local_broker() as broker:
         yield broker.bootstrap
+
+
+def create_protocol_topics(bootstrap: str, prefix: str, partitions: int = TEST_PARTITIONS) -> Topics:
+    """Every topic of ``prefix`` made as ``cutline topics create`` makes them (the journal kept for
+    ever, the snapshots compacted: :func:`coordinator.service.app.ensure_topics`), so that a
+    coordinator accepts them on any broker; plain ``create_topics`` leaves the journal with the
+    broker's retention (7 days on Apache Kafka), which the coordinator refuses."""
+    from coordinator.service.app import Settings, ensure_topics
+
+    ensure_topics(Settings(bootstrap, prefix, partitions=partitions))
+    return Topics(prefix)

@@ -1,4 +1,7 @@
-"""The embedded broker and the topic helpers, against a real Kafka-protocol broker."""
+"""The topic helpers against the session's broker, and the embedded Tansu broker itself.
+
+The tests of :class:`~events.dev.broker.EmbeddedBroker` (marked ``tansu``) start brokers of their own
+whichever broker the session runs on: it is the demo's default."""
 
 from __future__ import annotations
 
@@ -137,6 +140,7 @@ def test_create_topics_is_idempotent_and_honours_partitions_and_config(
     assert config["cleanup.policy"].value == "compact"
 
 
+@pytest.mark.tansu
 def test_stop_ends_the_process_and_frees_the_port(topic_prefix: str) -> None:
     """Given a running broker, when it is stopped, then its process group is gone, nothing answers
     on its port, and a new broker can take the port (with none of the old data)."""
@@ -161,6 +165,7 @@ def test_stop_ends_the_process_and_frees_the_port(topic_prefix: str) -> None:
         assert f"{topic_prefix}old" not in topic_names(again.bootstrap)
 
 
+@pytest.mark.tansu
 def test_a_second_broker_runs_beside_the_session_broker(bootstrap: str, topic_prefix: str) -> None:
     """Given the session broker, when a second one starts, then it has its own port and topics."""
     with EmbeddedBroker() as other:
@@ -170,6 +175,7 @@ def test_a_second_broker_runs_beside_the_session_broker(bootstrap: str, topic_pr
         assert f"{topic_prefix}x" not in topic_names(bootstrap)
 
 
+@pytest.mark.tansu
 def test_start_fails_with_the_log_tail_when_the_port_is_taken() -> None:
     """Given a port held by another socket, when a broker starts on it, then BrokerError shows its log."""
     with socket.socket() as holder:

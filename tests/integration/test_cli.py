@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
-from support import TEST_PARTITIONS, eventually
+from support import create_protocol_topics, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics, free_port, topic_config, wait_for_broker
@@ -64,7 +64,7 @@ def _service(
 ) -> Iterator[CoordinatorProcess]:
     """A coordinator with one running job of one participant task."""
     topics = Topics(prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topics.prefix)
     process = CoordinatorProcess(bootstrap, prefix).start()
     location = f"file://{tmp_path_factory.mktemp('checkpoints')}"
 
@@ -107,7 +107,10 @@ def topic_names(bootstrap: str) -> set[str]:
         consumer.close()
 
 
+@pytest.mark.tansu
 class TestBroker:
+    """`cutline broker`: the embedded Tansu broker (`--kafka`'s Apache Kafka: test_apache_kafka.py)."""
+
     def test_runs_until_interrupted(self) -> None:
         """`cutline broker --port N` prints its bootstrap address, serves Kafka, and stops on Ctrl-C."""
         port = free_port()

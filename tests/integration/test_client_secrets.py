@@ -10,11 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import TEST_PARTITIONS
+from support import create_protocol_topics
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.dev.broker import create_topics
-from events.wire.topics import Topics
 
 SECRET = "hunter2-never-print-me"
 
@@ -31,9 +29,7 @@ def test_the_coordinator_runs_with_a_client_config_and_logs_no_secret(
     config = tmp_path / "client.properties"
     config.write_text(f"security.protocol=PLAINTEXT\nsasl.username=alice\nsasl.password={SECRET}\n")
     monkeypatch.setenv("CUTLINE_KAFKA_CONFIG", str(config))
-    create_topics(
-        bootstrap, [*Topics(topic_prefix).all, Topics(topic_prefix).ticks], partitions=TEST_PARTITIONS
-    )
+    create_protocol_topics(bootstrap, topic_prefix)
 
     with CoordinatorProcess(bootstrap, topic_prefix, extra_args=("--loglevel", "info")) as coordinator:
         assert coordinator.get("/ready")["recovered"]

@@ -19,7 +19,7 @@ from uuid import uuid4
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
-from support import TEST_PARTITIONS, eventually
+from support import create_protocol_topics, eventually
 
 from coordinator.decider import fold_jobs
 from coordinator.invariants import first_violation
@@ -49,7 +49,7 @@ from events.wire.topics import Topics
 
 def _topics_of(bootstrap: str) -> Topics:
     topics = Topics(f"t{uuid4().hex[:8]}.")
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topics.prefix)
     return topics
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from playwright.sync_api import Page, sync_playwright
-from support import TEST_PARTITIONS
+from support import create_protocol_topics
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(name="checkpointing")
 def _checkpointing(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[CoordinatorProcess]:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topics.prefix)
     coordinator = CoordinatorProcess(bootstrap, topic_prefix).start()
     participants = []
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Page, sync_playwright
+from support import create_protocol_topics
 from typer.testing import CliRunner
 
 from coordinator.cli import app
 from coordinator.service.supervisor import CoordinatorProcess, stop_all
-from events.dev.broker import create_topics
 from events.kafka.clients import job_key, partition_for
 from events.task.participant import JobDriver
 from events.wire.records import CheckpointConfig, CheckpointKind, CheckpointRequested
@@ -99,7 +99,7 @@ def local_owners(workers: list[CoordinatorProcess], pending: bool) -> dict[str, 
 @pytest.fixture(name="group", scope="module")
 def _group(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
     topics = Topics(f"g{uuid.uuid4().hex[:8]}.")
-    create_topics(bootstrap, [*topics.all, topics.ticks])
+    create_protocol_topics(bootstrap, topics.prefix, partitions=8)
     allowed = ("--web-allowed-host", ALLOWED_NAME)
     workers = [
         CoordinatorProcess(bootstrap, topics.prefix, extra_args=allowed if i == 0 else ()) for i in range(3)

@@ -23,10 +23,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
-from support import TEST_PARTITIONS, eventually
+from support import create_protocol_topics, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.dev.broker import create_topics
 from events.kafka.clients import producer_config
 from events.kafka.log import read_journal_topic, read_to_end
 from events.task.participant import JobDriver, Participant
@@ -102,7 +101,7 @@ class Sent:
 @pytest.fixture(name="topics")
 def _topics(bootstrap: str, topic_prefix: str) -> Topics:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topics.prefix)
     return topics
 
 

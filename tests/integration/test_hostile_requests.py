@@ -18,11 +18,10 @@ from uuid import uuid4
 
 import pytest
 from confluent_kafka import Producer
-from support import TEST_PARTITIONS, eventually
+from support import create_protocol_topics, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from coordinator.service.views import ROUTES
-from events.dev.broker import create_topics
 from events.kafka.clients import producer_config
 from events.kafka.log import read_to_end
 from events.task.participant import JobDriver
@@ -46,7 +45,7 @@ BOUND = 2_000
 @pytest.fixture(scope="module", name="topics")
 def _topics(bootstrap: str) -> Topics:
     topics = Topics(f"t{uuid4().hex[:8]}.")
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topics.prefix)
     return topics
 
 

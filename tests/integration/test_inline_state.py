@@ -8,10 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import TEST_PARTITIONS, eventually
+from support import create_protocol_topics, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.dev.broker import create_topics
 from events.kafka.log import read_journal_topic
 from events.task.participant import JobDriver, Participant, load_task_snapshot
 from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, TaskAcknowledged
@@ -33,7 +32,7 @@ def test_small_state_rides_in_the_acks_and_restores_from_the_completion(
     bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topics.prefix)
     participants = []
     for task in (*SMALL, LARGE):
 

@@ -11,10 +11,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import TEST_PARTITIONS
+from support import create_protocol_topics
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.dev.broker import create_topics
 from events.kafka.log import read_journal_topic, read_to_end
 from events.wire.codec import default_codec
 from events.wire.records import CheckpointCompleted
@@ -46,7 +45,7 @@ def test_node_participant_completes_checkpoints_and_decodes_the_journal(
     node_example: Path, bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topics.prefix)
     coordinator = CoordinatorProcess(bootstrap, topic_prefix)
     coordinator.start()
     try:

@@ -26,7 +26,7 @@ from uuid import uuid4
 import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
-from support import eventually
+from support import create_protocol_topics, eventually, on_apache_kafka
 
 from coordinator.invariants import first_violation
 from coordinator.service.app import Settings, TopicLayoutError, settle_partitions
@@ -62,9 +62,7 @@ TASKS = ("task-0", "task-1", "task-2")
 
 @pytest.fixture(name="topics")
 def _topics(bootstrap: str, topic_prefix: str) -> Topics:
-    topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks])
-    return topics
+    return create_protocol_topics(bootstrap, topic_prefix, partitions=8)
 
 
 def _alive(worker: CoordinatorProcess) -> bool:
@@ -167,8 +165,7 @@ class Cluster:
 
 @pytest.fixture(name="cluster", scope="class")
 def _cluster(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    topics = Topics(f"t{uuid4().hex[:8]}.")
-    create_topics(bootstrap, [*topics.all, topics.ticks])
+    topics = create_protocol_topics(bootstrap, f"t{uuid4().hex[:8]}.", partitions=8)
     workers = [CoordinatorProcess(bootstrap, topics.prefix) for _ in range(3)]
     jobs: Jobs | None = None
     try:
@@ -281,7 +278,7 @@ class TestThreeWorkers:
 
         # The embedded broker holds every JoinGroup for about half the session timeout, rejoins of a
         # running group included (docs/embedded-broker.md); Apache Kafka answers a rejoin at once.
-        rejoin_hold = 0.0 if os.environ.get("CUTLINE_BOOTSTRAP") else SESSION_TIMEOUT / 2
+        rejoin_hold = 0.0 if on_apache_kafka() else SESSION_TIMEOUT / 2
         bound = SESSION_TIMEOUT + rejoin_hold + 5
         assert failover <= bound, f"checkpoints resumed {failover:.1f}s after the kill (bound {bound:.0f}s)"
         after = assert_effective_journal_is_sound(jobs, bootstrap, topics)
@@ -546,12 +543,7 @@ class TestPartitionCount:
         for a small machine. A worker is SIGKILLed and another starts: it claims both partitions and
         every job completes checkpoints again, with no id reused (with 8 as the count, the claim left
         out the jobs whose partition differs under 8 and 2, and they never checkpointed again)."""
-        topics = Topics(topic_prefix)
-        create_topics(
-            bootstrap,
-            [*topics.all, *topics.internal],
-            2,
-        )
+        topics = create_protocol_topics(bootstrap, topic_prefix, partitions=2)
         moved = [job for job in JOBS if partition_for(job_key(job), 8) != partition_for(job_key(job), 2)]
         assert moved, "some job must have another partition number under 8 partitions than under 2"
         first = CoordinatorProcess(bootstrap, topic_prefix, extra_args=("--snapshot-interval", "0.5"))

@@ -23,10 +23,9 @@ from uuid import uuid4
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from support import eventually, kafka_bootstrap
+from support import create_protocol_topics, eventually, kafka_bootstrap
 
 from coordinator.service.supervisor import CoordinatorProcess, stop_all
-from events.dev.broker import create_topics
 from events.kafka.clients import consumer_config, job_key, partition_for
 from events.kafka.log import LogMessage, read_journal_topic
 from events.task.participant import JobDriver, Participant
@@ -277,9 +276,7 @@ def _partitions(request: pytest.FixtureRequest) -> int:
 
 @pytest.fixture(name="topics")
 def _topics(bootstrap: str, partitions: int) -> Topics:
-    topics = Topics(f"t{uuid4().hex[:8]}.")
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=partitions)
-    return topics
+    return create_protocol_topics(bootstrap, f"t{uuid4().hex[:8]}.", partitions=partitions)
 
 
 @pytest.fixture(name="workers")

@@ -1,8 +1,8 @@
 """Recovery of a journal partition (claim, read to the claim, fold) against a broker that misbehaves.
 
-These tests pause their own embedded broker (SIGSTOP), so they never use the
-session's broker or ``CUTLINE_BOOTSTRAP``. The module shares that broker; each test has
-topics of its own.
+These tests pause their own broker (SIGSTOP), so they never use the session's broker or
+``CUTLINE_BOOTSTRAP``: Apache Kafka, or Tansu with ``CUTLINE_TEST_BROKER=tansu``
+(:func:`support.local_broker`). The module shares that broker; each test has topics of its own.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from uuid import uuid4
 
 import pytest
 from confluent_kafka import Producer
+from support import LocalBroker, local_broker
 
 from coordinator.decider import fold_jobs
 from coordinator.service.claims import (
@@ -30,7 +31,7 @@ from coordinator.service.claims import (
 from coordinator.service.runtime import Coordinator
 from coordinator.simulate import simulate
 from coordinator.state import state_json
-from events.dev.broker import EmbeddedBroker, create_topics
+from events.dev.broker import create_topics
 from events.kafka.clients import job_key, producer_config
 from events.kafka.log import read_to_end
 from events.wire.codec import encode
@@ -41,13 +42,13 @@ from events.wire.vocabulary import SNAPSHOT_PARTITIONS_HEADER
 
 
 @pytest.fixture(name="own_broker", scope="module")
-def _own_broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker() as broker:
+def _own_broker() -> Iterator[LocalBroker]:
+    with local_broker() as broker:
         yield broker
 
 
 @pytest.fixture(name="topics")
-def _topics(own_broker: EmbeddedBroker) -> Topics:
+def _topics(own_broker: LocalBroker) -> Topics:
     """A journal and a snapshot topic of one partition, the test's own."""
     topics = Topics(f"r{uuid4().hex[:8]}.")
     create_topics(own_broker.bootstrap, [topics.checkpoints, topics.snapshots], partitions=1)
@@ -79,7 +80,7 @@ def produce_journal(
 @pytest.mark.slow
 class TestRecoveryWithAPausedBroker:
     def test_the_fold_of_a_60000_event_journal_survives_a_2_s_broker_pause(
-        self, own_broker: EmbeddedBroker, topics: Topics
+        self, own_broker: LocalBroker, topics: Topics
     ) -> None:
         """Given a 60,000-event journal, when the broker stops for 2 s while a worker folds it, then
         the worker waits and its state equals the full fold (silence is never the end)."""
@@ -99,12 +100,12 @@ class TestRecoveryWithAPausedBroker:
         worker.start()
         time.sleep(0.5)
         folding_when_paused = worker.is_alive()
-        assert own_broker.pid is not None
-        os.killpg(own_broker.pid, signal.SIGSTOP)
+        (pid,) = own_broker.pids
+        os.killpg(pid, signal.SIGSTOP)
         try:
             time.sleep(2.0)
         finally:
-            os.killpg(own_broker.pid, signal.SIGCONT)
+            os.killpg(pid, signal.SIGCONT)
         worker.join(120)
 
         assert folding_when_paused, "the fold ended before the pause (the test did not test it)"
@@ -120,7 +121,7 @@ class TestRecoveryWithAPausedBroker:
 
 class TestClaims:
     def test_each_claim_is_higher_than_every_earlier_one(
-        self, own_broker: EmbeddedBroker, topics: Topics
+        self, own_broker: LocalBroker, topics: Topics
     ) -> None:
         """Claiming a partition twice gives epochs 1 and 2; the second worker's fold holds the first's
         state and the journal's last record is its claim."""
@@ -137,7 +138,7 @@ class TestClaims:
         }
 
     def test_a_partition_whose_jobs_hash_elsewhere_now_is_not_claimed(
-        self, own_broker: EmbeddedBroker, topics: Topics
+        self, own_broker: LocalBroker, topics: Topics
     ) -> None:
         """Given the journal of four jobs that ran with one partition, when a worker claims it as
         partition 0 of four (partitions were added since: job-0 and job-2 now hash to 1 and 2), then
@@ -158,7 +159,7 @@ class TestClaims:
 
     @pytest.mark.parametrize("written_with", [None, 8])
     def test_a_snapshot_taken_with_another_partition_count_is_not_trusted(
-        self, own_broker: EmbeddedBroker, topics: Topics, written_with: int | None
+        self, own_broker: LocalBroker, topics: Topics, written_with: int | None
     ) -> None:
         """Given a snapshot that chose the partition's jobs with 8 partitions (said by its header, or
         without the header, as every coordinator wrote them before 2026-11-25) and lacks a job, when
@@ -212,7 +213,7 @@ def median_recovery(bootstrap: str, topics: Topics, runs: int) -> tuple[float, i
 
 class TestBoundedRecovery:
     def test_recovery_is_the_snapshot_and_the_journal_after_it(
-        self, own_broker: EmbeddedBroker, topics: Topics
+        self, own_broker: LocalBroker, topics: Topics
     ) -> None:
         """Given a snapshot after 2,000 events and 300 more events, a new owner reads only the 300
         (and the claim) and holds what folding all 2,300 gives."""
@@ -247,7 +248,7 @@ class TestBoundedRecovery:
         timings = {}
         topics = Topics("r.")
         for size in (1_000, 1_000_000):
-            with EmbeddedBroker() as broker:  # its own: the other journals' records weigh nothing here
+            with local_broker() as broker:  # its own: the other journals' records weigh nothing here
                 create_topics(broker.bootstrap, [topics.checkpoints, topics.snapshots], partitions=1)
                 produce_frames(broker.bootstrap, topics, frames, size // len(block))
                 first = Coordinator(topics, partitions=1)

@@ -23,7 +23,7 @@ from uuid import uuid4
 
 import pytest
 from confluent_kafka import Producer
-from support import TEST_PARTITIONS, eventually
+from support import create_protocol_topics, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
@@ -80,7 +80,7 @@ DRIVER = textwrap.dedent(
 def _topics(bootstrap: str) -> Iterator[Topics]:
     """The topics of the coordinator the module's tests share."""
     topics = Topics(f"t{uuid4().hex[:8]}.")
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topics.prefix)
     with CoordinatorProcess(bootstrap, topics.prefix):
         yield topics
 

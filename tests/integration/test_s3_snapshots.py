@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 import s3fs
-from support import TEST_PARTITIONS, eventually
+from support import create_protocol_topics, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.dev.broker import create_topics
 from events.kafka.log import read_journal_topic
 from events.task.participant import JobDriver, Participant, load_task_snapshot
 from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig
@@ -27,7 +26,7 @@ def test_snapshots_on_s3_complete_are_retained_and_restore(
     s3: s3fs.S3FileSystem, bootstrap: str, topic_prefix: str, tmp_path: Path
 ) -> None:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topics.prefix)
     participants = []
     for task in TASKS:
 

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from support import TEST_PARTITIONS, eventually
+from support import create_protocol_topics, eventually
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.dev.broker import create_topics
 from events.kafka.clients import producer_config
 from events.kafka.log import read_journal_topic, read_to_end
 from events.task.participant import Participant
@@ -142,7 +141,7 @@ def test_a_job_checkpoints_with_confluent_frames_and_tail_shows_them(
     bootstrap: str, topic_prefix: str, tmp_path: Path, registry: RegistryStub, confluent_environment: None
 ) -> None:
     topics = Topics(topic_prefix)
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topics.prefix)
     participant = Participant(bootstrap, JOB, "task-0", 1, topics, lambda b: b"state", lambda: {"in:0": 1})
     participant.run_in_thread()
     config = CheckpointConfig(interval_ms=300, location=f"file://{tmp_path}/checkpoints")

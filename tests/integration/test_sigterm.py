@@ -14,11 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from support import TEST_PARTITIONS
+from support import create_protocol_topics
 
-from events.dev.broker import create_topics, free_port
+from events.dev.broker import free_port
 from events.dev.stop_check import StopResult, sigterm_at
-from events.wire.topics import Topics
 
 CUTLINE = str(Path(sys.executable).parent / "cutline")
 LIMIT_S = 10.0
@@ -69,7 +68,7 @@ def test_coordinator_stops(bootstrap: str, tmp_path: Path) -> None:
 def test_run_stops(bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
     """``cutline run``: its driver (a shell that started a child of its own) and the driver's
     process group are gone too."""
-    create_topics(bootstrap, Topics(topic_prefix).all, partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topic_prefix)
     rng = random.Random(36)
     moments = [rng.uniform(0.0, 3.0) for _ in range(5)]
     driver = ["sh", "-c", "sleep 600 & sleep 600"]

@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import TEST_PARTITIONS
+from support import create_protocol_topics
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.dev.broker import create_topics
 from events.task.participant import JobDriver, Participant
 from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, JobStatus
 from events.wire.topics import Topics
@@ -27,7 +26,7 @@ from events.wire.topics import Topics
 @pytest.fixture(scope="module", name="topics")
 def _topics(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topics]:
     topics = Topics(f"stop-{os.getpid()}-{time.monotonic_ns()}.")
-    create_topics(bootstrap, [*topics.all, topics.ticks], partitions=TEST_PARTITIONS)
+    create_protocol_topics(bootstrap, topics.prefix)
     with CoordinatorProcess(bootstrap, topics.prefix):
         yield topics
 
