@@ -117,7 +117,7 @@ from pyspark.sql.types import (
 )
 
 from events.kafka.client_config import client_properties
-from events.kafka.clients import find_ends
+from events.kafka.clients import find_ends, watermark_offsets
 from events.kafka.feed import JobFeed
 from events.task.latency import LatencyMarker, MarkerSchedule
 from events.wire.codec import WireSettings, codec_for
@@ -651,13 +651,12 @@ class OffsetProbe:
         return sorted(found, key=_sort_key)
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """The log start offset of each partition (ListOffsets "earliest", right on every broker)."""
+        """The log start offset of each partition (ListOffsets "earliest", right on every broker; asked
+        again while Apache Kafka has not yet led a partition created a moment ago)."""
         out: dict[TopicPartitionKey, int] = {}
         for topic, partition in tps:
-            low, _ = self.consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=self._timeout, cached=False
-            )
-            out[(topic, partition)] = int(low)
+            low, _ = watermark_offsets(self.consumer, TopicPartition(topic, partition), timeout=self._timeout)
+            out[(topic, partition)] = low
         return out
 
     def latest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
@@ -961,7 +960,7 @@ def _after_data_loss(
     consumer: Consumer, options: KafkaSourceOptions, split: KafkaInputPartition, offset: int, error: str
 ) -> int:
     """Handle a start offset that the broker no longer has; return where reading goes on."""
-    low, _ = consumer.get_watermark_offsets(TopicPartition(split.topic, split.partition), cached=False)
+    low, _ = watermark_offsets(consumer, TopicPartition(split.topic, split.partition))
     message = (
         f"{split.topic}[{split.partition}]: offset {offset} is not available any more "
         f"(log starts at {low}): records {offset}..{min(low, split.end) - 1} were lost ({error})"

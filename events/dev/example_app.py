@@ -27,7 +27,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from events.kafka.clients import consumer_config
+from events.kafka.clients import consumer_config, watermark_offsets
 from events.stopping import Stop, StopSignals
 from events.task.participant import JobDriver, Participant, load_task_snapshot
 from events.wire.codec import use_wire
@@ -130,8 +130,8 @@ class WordCount:
         self.restore(driver)
         consumer = Consumer(consumer_config(self.bootstrap, self.group))
         tp = TopicPartition(self.topic, self.partition)
-        if self.next_offset < 0:  # ListOffsets "earliest" is right (only "latest" is not)
-            low, _ = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        if self.next_offset < 0:  # ListOffsets "earliest" is right (only "latest" is not, on Tansu)
+            low, _ = watermark_offsets(consumer, tp, timeout=10)  # again while not led yet (Kafka)
             self.next_offset = max(low, 0)
         # an explicit offset: a logical one (OFFSET_BEGINNING) assigned before librdkafka knows
         # the leader waits for a 500 ms offset-query timer
