@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from coordinator.restart import strategy_problem
-from coordinator.state import JobState
+from coordinator.state import MAX_CONCURRENT_CHECKPOINTS, JobState
 from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointConfig,
@@ -209,8 +209,9 @@ def _bounds_problem(config: CheckpointConfig) -> str | None:
         return f"timeout_ms must be positive, got {config.timeout_ms}"
     if config.min_pause_ms < 0:
         return f"min_pause_ms must not be negative, got {config.min_pause_ms}"
-    if config.max_concurrent < 1:
-        return f"max_concurrent must be at least 1, got {config.max_concurrent}"
+    if not 1 <= config.max_concurrent <= MAX_CONCURRENT_CHECKPOINTS:
+        bound = MAX_CONCURRENT_CHECKPOINTS
+        return f"max_concurrent must be between 1 and {bound}, got {config.max_concurrent}"
     if config.tolerable_failures < 0:
         return f"tolerable_failures must not be negative, got {config.tolerable_failures}"
     if config.retained < 1:

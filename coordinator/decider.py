@@ -29,6 +29,7 @@ from coordinator.commands import (
 from coordinator.restart import GiveUp, Restart, RestartHistory, failure_window, on_failure
 from coordinator.state import (
     COUNTED_REASONS,
+    MAX_PENDING_SAVEPOINTS,
     MAX_QUEUED_REQUESTS,
     FrozenMap,
     JobState,
@@ -630,6 +631,10 @@ def _request_checkpoint(d: _Deciding, command: RequestCheckpoint) -> None:
         if problem is not None:
             d.emit(_rejected_request(command, Reason.SAVEPOINT_TARGET_NOT_ALLOWED, problem))
             return
+    if savepoint and state.pending_savepoints >= MAX_PENDING_SAVEPOINTS:
+        message = f"{MAX_PENDING_SAVEPOINTS} savepoints are pending already: wait for one to complete"
+        d.emit(_rejected_request(command, Reason.TOO_MANY_CHECKPOINT_REQUESTS, message))
+        return
     if not savepoint and state.pending_checkpoints >= _max_concurrent(state):
         if len(state.queue) >= MAX_QUEUED_REQUESTS:
             d.emit(_rejected_request(command, Reason.TOO_MANY_CHECKPOINT_REQUESTS, "queue is full"))

@@ -69,6 +69,16 @@ COUNTED_REASONS = frozenset(
 MAX_QUEUED_REQUESTS = 1000
 """Flink caps its request queue at 1000 entries."""
 
+MAX_PENDING_SAVEPOINTS = 16
+"""Savepoints one job may have pending at once. They skip ``max_concurrent`` (as in Flink), so
+without a bound every savepoint request adds a pending checkpoint, with its acks, to the job's
+state in the partition snapshot; a request past it is a journaled ``TriggerRejected``
+(``TOO_MANY_CHECKPOINT_REQUESTS``)."""
+
+MAX_CONCURRENT_CHECKPOINTS = 64
+"""Largest ``max_concurrent`` a job may configure: every pending checkpoint's acks are part of the
+job's state in the partition snapshot (Flink's default is 1)."""
+
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 
@@ -167,6 +177,11 @@ class JobState:
     def latest_completed(self) -> CheckpointCompleted | None:
         """The newest retained checkpoint (savepoints excluded): what a restart restores."""
         return self.completed[-1] if self.completed else None
+
+    @property
+    def pending_savepoints(self) -> int:
+        """Pending savepoints (they skip ``max_concurrent``; :data:`MAX_PENDING_SAVEPOINTS` bounds them)."""
+        return sum(1 for p in self.pending.values() if p.is_savepoint)
 
     @property
     def pending_checkpoints(self) -> int:

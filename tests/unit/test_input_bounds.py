@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from coordinator.checks import Rejection
 from coordinator.decider import MAX_QUOTED_MESSAGE_CHARS, NAMED_TASKS, savepoint_name
+from coordinator.snapshot import PartitionSnapshot, encode_snapshot
+from coordinator.state import MAX_CONCURRENT_CHECKPOINTS, MAX_PENDING_SAVEPOINTS, MAX_QUEUED_REQUESTS
 from coordinator.testing import (
     JOB,
     ack,
@@ -180,3 +182,54 @@ class TestSavepointDirectories:
 
         assert name.startswith("savepoint-z_rich_orders_1-3-") and name != other
         assert name.isascii() and " " not in name and "/" not in name
+
+
+class TestTheJobsStateInTheSnapshot:
+    def test_savepoints_past_the_bound_are_rejected(self) -> None:
+        """Savepoints skip max_concurrent; the 17th pending one is a journaled rejection, so that
+        savepoint requests cannot grow the job's pending state without bound."""
+        requests = [
+            request(SAVEPOINT, request_id=f"sp{i}", target=f"{ROOT}/sp", savepoint_roots=(ROOT,), at=5 + i)
+            for i in range(MAX_PENDING_SAVEPOINTS)
+        ]
+        job = given(running(cfg=config(interval_ms=0), at=0), *requests)
+        assert MAX_PENDING_SAVEPOINTS == job.state.pending_savepoints
+
+        (rejected,) = job.when(
+            request(SAVEPOINT, request_id="one-more", target=f"{ROOT}/sp", savepoint_roots=(ROOT,), at=100)
+        ).events
+
+        assert isinstance(rejected, TriggerRejected)
+        assert rejected.reason.name == "TOO_MANY_CHECKPOINT_REQUESTS" and rejected.request_id == "one-more"
+
+    def test_max_concurrent_has_a_bound(self) -> None:
+        refused = given().when(running(cfg=config(max_concurrent=MAX_CONCURRENT_CHECKPOINTS + 1), at=0))
+
+        assert (
+            f"between 1 and {MAX_CONCURRENT_CHECKPOINTS}"
+            in refused.then_rejected(Rejection.INVALID_CONFIG).message
+        )
+
+    def test_a_job_at_every_request_bound_fits_its_partition_snapshot_many_times_over(self) -> None:
+        """A full queue of ids at their bound and every savepoint pending with a target at its bound:
+        the job's state in the partition snapshot stays a few hundred KB (70 queued requests with
+        1 MB targets once made a 72.8 MB snapshot, over the 64 MB limit)."""
+        target = f"{ROOT}/" + "t" * (MAX_TARGET_BYTES - len(ROOT) - 1)
+        commands = [running(cfg=config(max_concurrent=1), at=0), tick(1000)]
+        commands += [
+            request(
+                SAVEPOINT, request_id="s" * 250 + f"{i:06d}", target=target, savepoint_roots=(ROOT,), at=1001
+            )
+            for i in range(MAX_PENDING_SAVEPOINTS)
+        ]
+        commands += [request(request_id="q" * 250 + f"{i:06d}", at=1002) for i in range(MAX_QUEUED_REQUESTS)]
+        state = given(*commands).state
+        assert (MAX_QUEUED_REQUESTS, MAX_PENDING_SAVEPOINTS) == (len(state.queue), state.pending_savepoints)
+
+        snapshot = PartitionSnapshot(
+            partition=0, epoch=1, journal_offset=0, positions={}, trigger_epochs={},
+            states={JOB: state}, stats={}, timestamp_ms=0,
+        )  # fmt: skip
+        size = len(encode_snapshot(snapshot))
+
+        assert size < 600_000
