@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from events.wire.topics import Topics
 
@@ -242,27 +243,74 @@ def check_retention(bootstrap: str, prefix: str) -> Check:
 
 
 def check_coordinator(url: str) -> Check:
+    """The coordinator's own word on its readiness (``/ready``, which answers 503 with its reasons
+    when it is not ready: :func:`coordinator_verdict`)."""
     base = url.rstrip("/")
     try:
         with urllib.request.urlopen(f"{base}/ready", timeout=5) as response:
             ready = json.load(response)
+    except urllib.error.HTTPError as exc:  # 503: it answers, and says why it is not ready
+        try:
+            ready = json.load(exc)
+        except ValueError:
+            ready = None
+        if not isinstance(ready, dict):
+            return Check(
+                "coordinator", CheckStatus.WARN, f"{base}/ready answered HTTP {exc.code}",
+                "check --url: it names a coordinator worker's web port",
+            )  # fmt: skip
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return Check(
             "coordinator", CheckStatus.WARN, f"no coordinator answers at {base} ({exc})",
             "start one (`cutline coordinator`), or pass --url with its web port",
         )  # fmt: skip
+    return coordinator_verdict(base, ready)
+
+
+def coordinator_verdict(base: str, ready: Mapping[str, Any]) -> Check:
+    """What a coordinator's ``/ready`` answer means: FAIL when it cannot reach its broker, WARN while
+    it recovers (or is not ready for another reason it names), OK when ready."""
+    broker = ready.get("broker") or {}
+    if broker.get("reachable") is False:
+        return Check(
+            "coordinator", CheckStatus.FAIL,
+            f"{base} cannot reach its broker {broker.get('bootstrap')} ({broker.get('error')}): it decides "
+            "nothing, no checkpoint is triggered or completes",
+            "start the broker again, or give the coordinator one it can reach (--bootstrap); its "
+            "/ready answers 200 again once the broker answers its probe and it decides its partitions",
+        )  # fmt: skip
     if not ready.get("recovered"):
         waiting = [p for p, v in ready.get("partitions", {}).items() if not v.get("ready")]
         return Check(
             "coordinator", CheckStatus.WARN,
-            f"{base} is still claiming journal partitions {', '.join(waiting)}",
+            f"{base} is still claiming journal partitions {', '.join(waiting)}" if waiting
+            else f"{base} is waiting for its group to assign it journal partitions",
             "wait; if it stays so, its log says why the claim or the fold does not finish",
+        )  # fmt: skip
+    if ready.get("ready") is False:
+        return Check(
+            "coordinator", CheckStatus.WARN, f"{base} is not ready: {'; '.join(ready.get('problems', []))}",
+            "wait; if it stays so, its log says why",
         )  # fmt: skip
     return Check(
         "coordinator",
         CheckStatus.OK,
         f"{base}: worker {ready.get('worker')}, {ready.get('jobs', 0)} jobs, ready",
     )
+
+
+def beside_the_broker(coordinator: Check, broker: Check) -> Check:
+    """The coordinator's check, never ok when the broker's failed: a coordinator that says it is ready
+    then reaches another cluster than the one checked, or has not noticed the failure yet (its probe
+    takes a few seconds)."""
+    if broker.verdict is not CheckStatus.FAIL or coordinator.verdict is not CheckStatus.OK:
+        return coordinator
+    return Check(
+        "coordinator", CheckStatus.WARN,
+        f"{coordinator.found}, but the broker checked here does not answer",
+        "check that the coordinator's --bootstrap is this broker; run cutline doctor again in a few "
+        "seconds (the coordinator probes its broker every second)",
+    )  # fmt: skip
 
 
 def diagnose(bootstrap: str | None, prefix: str, url: str) -> list[Check]:
@@ -287,5 +335,5 @@ def diagnose(bootstrap: str | None, prefix: str, url: str) -> list[Check]:
             Check("topics", CheckStatus.SKIPPED, "no broker"),
             Check("journal retention", CheckStatus.SKIPPED, "no broker"),
         ]
-    checks.append(check_coordinator(url))
+    checks.append(beside_the_broker(check_coordinator(url), broker))
     return checks

@@ -35,6 +35,7 @@ from faust.tables import TableManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from coordinator.ownership import UNKNOWN_GENERATION
+from coordinator.service.broker_probe import BrokerProbe, metadata_probe
 from coordinator.service.claims import PartitionRecovery, new_worker_id, snapshot_message
 from coordinator.service.direct import DirectConsumer, use_direct_consumer
 from coordinator.service.gc_schedule import GC_INTERVAL_S, ScheduledCollections
@@ -403,6 +404,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
         between_batches=shell.collections.collect_deferred,
     )
     app.task(shell.tick_when_due)
+    app.task(shell.probe_broker)
     app.timer(settings.snapshot_interval)(shell.worker.write_snapshots)
     app.timer(GC_INTERVAL_S)(shell.collect_garbage)
     app.timer(LOG_FLUSH_S)(shell.flush_logs)
@@ -411,7 +413,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     app.on_before_shutdown.connect(shell.close)  # type: ignore[arg-type]
     register_views(
         app, shell.coordinator, shell.worker, settings.topics, shell.worker.recovered, shell.input_lag,
-        shell.collections,
+        shell.collections, shell.broker,
     )  # fmt: skip
     app.cutline_coordinator = shell.coordinator  # type: ignore[attr-defined]
     app.cutline_worker = shell.worker  # type: ignore[attr-defined]
@@ -443,6 +445,8 @@ class Shell:
         self._writer: Writer | None = None
         self._claim_producer: Producer | None = None
         self._watcher: JournalWatcher | None = None
+        self.broker = BrokerProbe(settings.bootstrap, metadata_probe(settings.bootstrap, topics.checkpoints))
+        """Whether the broker answers (``/ready``, the dashboard): probed once the worker runs."""
         self.worker = Worker(
             new_worker_id(),
             self.coordinator,
@@ -530,6 +534,7 @@ class Shell:
 
     async def close(self, sender: Any = None, **kwargs: Any) -> None:
         loop = asyncio.get_running_loop()
+        self.broker.close()
         await self.worker.close()
         if self._watcher is not None:
             await loop.run_in_executor(None, self._watcher.close)
@@ -619,6 +624,10 @@ class Shell:
         return self.coordinator.tick(job_id, now_ms(), epoch=epoch)
 
     # ------------------------------------------------------------ timers
+
+    async def probe_broker(self) -> None:
+        """Start probing the broker (in a thread of the probe's own: a probe blocks up to 2 s)."""
+        self.broker.start()
 
     async def tick_when_due(self) -> None:
         """Tick the jobs that are due (:meth:`send_ticks`), then sleep until the next due time: at

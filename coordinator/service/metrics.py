@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from coordinator.health import BrokerHealth
 from coordinator.service.gc_schedule import ScheduledCollections
 from coordinator.service.runtime import Coordinator
 from events.task.latency import MAX_HISTOGRAMS, Granularity, HistogramKey
@@ -62,11 +63,13 @@ class CoordinatorCollector(Collector):
         partitions: Callable[[], Iterable[PartitionView]] = lambda: (),
         input_lag: Callable[[], Iterable[InputLag]] = lambda: (),
         collections: ScheduledCollections | None = None,
+        broker: Callable[[], BrokerHealth] | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.partitions = partitions
         self.input_lag = input_lag
         self.collections = collections
+        self.broker = broker
 
     def collect(self) -> Iterator[Metric]:
         yield from self._jobs()
@@ -167,6 +170,12 @@ class CoordinatorCollector(Collector):
         yield GaugeMetricFamily(
             WORKER_PREFIX + "jobs", "Jobs this worker owns.", value=len(self.coordinator.states)
         )
+        if self.broker is not None:
+            yield GaugeMetricFamily(
+                WORKER_PREFIX + "broker_reachable",
+                "0 while the broker fails this worker's probes (/ready answers 503), else 1.",
+                value=0.0 if self.broker().reachable is False else 1.0,
+            )
 
         views = sorted(self.partitions(), key=lambda v: v.partition)
         labels = ["partition"]

@@ -34,13 +34,16 @@ from coordinator.group_view import (
     owner_of,
     peers_to_ask,
 )
+from coordinator.health import Readiness, broker_json, readiness
+from coordinator.job_view import config_rows, job_json, summary_json
 from coordinator.ownership import Phase
+from coordinator.service.broker_probe import BrokerProbe, now_ms
 from coordinator.service.gc_schedule import ScheduledCollections
 from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
 from coordinator.service.runtime import Coordinator
 from coordinator.service.worker import Worker
 from coordinator.state import JobState, state_json
-from coordinator.stats import CheckpointStats, checkpoints_json, config_json, entry_json
+from coordinator.stats import CheckpointStats, checkpoints_json, config_json, details_json, task_rows
 from coordinator.web_trust import host_refusal, linkable
 from events.task.latency import LatencyHistograms, latency_json
 from events.wire.sizes import excerpt
@@ -107,13 +110,25 @@ def job_overview(job_id: str, state: JobState, stats: CheckpointStats | None) ->
 
 @dataclass(frozen=True)
 class ViewContext:
-    """What the views read: the coordinator's state, the worker's partitions, the metrics."""
+    """What the views read: the coordinator's state, the worker's partitions, the metrics, the
+    probe of the broker."""
 
     coordinator: Coordinator
     worker: Worker
     topics: Topics
     recovered: Callable[[], bool]
     metrics: CollectorRegistry
+    broker: BrokerProbe
+
+    def readiness(self) -> Readiness:
+        """Whether this worker is ready (``/ready``'s status), and why not."""
+        return readiness(
+            self.broker.health,
+            self.broker.bootstrap,
+            now_ms(),
+            assignment_pending=self.worker.assignment_pending,
+            phases={view.partition: view.phase for view in self.worker.views()},
+        )
 
 
 def context(web: Any) -> ViewContext:
@@ -129,10 +144,13 @@ def register_views(
     recovered: Callable[[], bool],
     input_lag: Callable[[], Iterable[InputLag]],
     collections: ScheduledCollections,
+    broker: BrokerProbe,
 ) -> None:
     """Add every web view to ``app``."""
-    metrics = registry_for(CoordinatorCollector(coordinator, worker.views, input_lag, collections))
-    app.cutline_views = ViewContext(coordinator, worker, topics, recovered, metrics)  # type: ignore[attr-defined]
+    metrics = registry_for(
+        CoordinatorCollector(coordinator, worker.views, input_lag, collections, lambda: broker.health)
+    )
+    app.cutline_views = ViewContext(coordinator, worker, topics, recovered, metrics, broker)  # type: ignore[attr-defined]
     for path, view in ROUTES:
         app.page(path)(guarded(view))
     logging.getLogger("aiohttp.server").addFilter(one_line_http_errors)
@@ -176,18 +194,43 @@ def guarded(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]
 
 
 async def get_ready(web: Any, request: Any) -> Any:
-    """Recovered once assigned and every held partition is decided; each partition's phase (a
-    ``STEPPED_DOWN`` one names the claim that fenced this worker)."""
+    """200 when ready: the broker answers the worker's probe, and the worker is assigned and decides
+    every partition it holds (``recovered``); else 503 with the same body, whose ``problems`` say
+    why. Each partition's phase (a ``STEPPED_DOWN`` one names the claim that fenced this worker)."""
     views = context(web)
+    verdict = views.readiness()
     return web.json(
         {
+            "ready": verdict.ready,
+            "problems": list(verdict.problems),
             "recovered": views.recovered(),
+            "broker": broker_json(views.broker.health, views.broker.bootstrap),
             "jobs": len(views.coordinator.states),
             "worker": views.worker.worker_id,
             "pid": os.getpid(),
             "partitions": {
                 str(view.partition): partition_json(view, views.worker) for view in views.worker.views()
             },
+        },
+        status=200 if verdict.ready else 503,
+    )
+
+
+async def get_overview(web: Any, request: Any) -> Any:
+    """This worker at a glance, for the dashboard's header (always 200, unlike ``/ready``): its
+    address, whether it is ready and why not, the broker as its probe finds it, its jobs."""
+    views = context(web)
+    verdict = views.readiness()
+    return web.json(
+        {
+            "self": str(web.app.conf.canonical_url),
+            "worker": views.worker.worker_id,
+            "ready": verdict.ready,
+            "problems": list(verdict.problems),
+            "recovered": views.recovered(),
+            "broker": broker_json(views.broker.health, views.broker.bootstrap),
+            "jobs": len(views.coordinator.states),
+            "now": now_ms(),
         }
     )
 
@@ -393,23 +436,46 @@ async def get_state(web: Any, request: Any, job_id: str) -> Any:
 
 
 async def get_checkpoint_config(web: Any, request: Any, job_id: str) -> Any:
+    """Flink's checkpoint configuration, and ``shown``: each setting with its unit (the dashboard's
+    Configuration tab)."""
     views = context(web)
     state = views.coordinator.states.get(job_id)
     if state is None:
         return not_found(web, f"job {excerpt(job_id)} is not known")
-    return web.json(config_json(state.config))
+    return web.json({**config_json(state.config), "shown": config_rows(state.config)})
 
 
 async def get_checkpoint_details(web: Any, request: Any, job_id: str, checkpoint_id: str) -> Any:
+    """One checkpoint of the history or a latest one (completed, savepoint, failed), with its tasks."""
     views = context(web)
     stats = views.coordinator.checkpoint_stats(job_id)
     number = int(checkpoint_id) if CHECKPOINT_ID.fullmatch(checkpoint_id) else None
     entry = stats.entry(number) if stats and number is not None else None
-    if entry is None:
+    if entry is None or number is None:
         return not_found(
-            web, f"checkpoint {excerpt(checkpoint_id)} of {excerpt(job_id)} is not in the history"
+            web,
+            f"checkpoint {excerpt(checkpoint_id)} of {excerpt(job_id)} is neither in the history nor "
+            "the latest completed, savepoint or failed one",
         )
-    return web.json(entry_json(entry))
+    rows = task_rows(stats, views.coordinator.states.get(job_id), number)
+    return web.json(details_json(entry, rows))
+
+
+async def get_job(web: Any, request: Any, job_id: str) -> Any:
+    """The job's status line: status, attempt, restarts, tasks, the latest acknowledgement."""
+    views = context(web)
+    state = views.coordinator.states.get(job_id)
+    if state is None:
+        return not_found(web, f"job {excerpt(job_id)} is not known")
+    return web.json(job_json(job_id, state, views.coordinator.checkpoint_stats(job_id)))
+
+
+async def get_summary(web: Any, request: Any, job_id: str) -> Any:
+    """Minimum, average, maximum and percentiles of the completed checkpoints (the Summary tab)."""
+    views = context(web)
+    if job_id not in views.coordinator.states:
+        return not_found(web, f"job {excerpt(job_id)} is not known")
+    return web.json(summary_json(views.coordinator.stats.get(job_id)))
 
 
 async def get_metrics(web: Any, request: Any) -> Any:
@@ -420,7 +486,10 @@ async def get_metrics(web: Any, request: Any) -> Any:
 
 ROUTES: tuple[tuple[str, Callable[..., Awaitable[Any]]], ...] = (
     ("/ready", get_ready),
+    ("/overview", get_overview),
     ("/jobs", get_jobs),
+    ("/jobs/{job_id}", answered_by_owner(get_job)),
+    ("/jobs/{job_id}/checkpoints/summary", answered_by_owner(get_summary)),
     ("/workers", get_workers),
     ("/jobs/{job_id}/checkpoints/trend", answered_by_owner(get_trend)),
     ("/jobs/{job_id}/latency", answered_by_owner(get_latency)),

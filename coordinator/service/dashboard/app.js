@@ -57,9 +57,55 @@ function status(text) {
   return el("span", { class: `status-${text}` }, text ?? "-");
 }
 
+// #/ (the jobs), #/jobs/<job> (its Overview tab), #/jobs/<job>/summary, #/jobs/<job>/config, and
+// #/jobs/<job>/checkpoints/<id> (one checkpoint with its tasks). A job id is URI-encoded: no "/".
 function route() {
-  const match = location.hash.match(/^#\/jobs\/(.+)$/);
-  return match ? { page: "job", job: decodeURIComponent(match[1]) } : { page: "jobs" };
+  const match = location.hash.match(/^#\/jobs\/([^/]+)(?:\/(summary|config|checkpoints\/([0-9]+)))?$/);
+  if (!match) return { page: "jobs" };
+  const job = decodeURIComponent(match[1]);
+  if (match[3] !== undefined) return { page: "job", job, tab: "checkpoint", checkpoint: Number(match[3]) };
+  return { page: "job", job, tab: match[2] ?? "overview" };
+}
+
+const jobLink = (job, rest = "") => `#/jobs/${encodeURIComponent(job)}${rest}`;
+
+// The worker's own state, for the header on every page: the live dot and the banner. A dead broker
+// must not look healthy: the views answer from memory, so only the worker's probe of its broker
+// (/overview, as /ready) tells.
+let overview = null;
+
+async function renderHealth() {
+  try {
+    overview = await getJson("/overview");
+  } catch (error) {
+    overview = null;
+    throw error;
+  }
+  const broker = overview.broker;
+  const down = broker.reachable === false;
+  $("#worker").textContent = `worker ${overview.self}`;
+  $("#live").classList.toggle("down", down);
+  $("#live").title = down ? `the broker at ${broker.bootstrap} is unreachable` : "updates every second";
+  document.body.classList.toggle("broker-down", down);
+  const banner = $("#banner");
+  banner.hidden = overview.ready;
+  banner.className = `banner ${down ? "down" : "warn"}`;
+  if (down) {
+    banner.replaceChildren(
+      el("b", {}, "Broker unreachable. "),
+      `This worker cannot reach the broker at ${broker.bootstrap} since ${formatTime(broker.since)} UTC ` +
+        `(${broker.error ?? "no answer"}). No checkpoint is triggered, acknowledged or completed until it ` +
+        "answers; the jobs below are shown as they were then.",
+    );
+  } else if (!overview.ready) {
+    banner.replaceChildren(el("b", {}, "Not ready. "), overview.problems.join("; "));
+  }
+}
+
+function ago(ms) {
+  if (ms === null || ms === undefined || !overview) return "";
+  const seconds = Math.max(0, Math.round((overview.now - ms) / 1000));
+  return seconds < 120 ? ` (${seconds} s ago)` : ` (${Math.round(seconds / 60)} min ago)`;
 }
 
 async function renderJobs() {
@@ -93,7 +139,6 @@ async function renderJobs() {
     ),
   );
   const { workers } = await getJson("/workers");
-  $("#worker").textContent = `worker ${self}`;
   $("#workers").replaceChildren(
     ...workers.map((worker) =>
       el(
@@ -110,14 +155,18 @@ function card(label, value, cls) {
   return el("div", { class: `card ${cls}` }, el("b", {}, value), label);
 }
 
-function latestRow(label, entry) {
+function latestRow(job, label, entry) {
   if (!entry) return el("tr", {}, el("th", {}, label), el("td", { colspan: 3 }, "none"));
   const detail = entry.failure_message || entry.external_path || "";
+  // a restore names a checkpoint that may be long gone from the history: no details to open
+  const id = entry.restore_timestamp === undefined
+    ? el("a", { href: jobLink(job, `/checkpoints/${entry.id}`) }, `#${entry.id}`)
+    : `#${entry.id}`;
   return el(
     "tr",
-    {},
+    { "data-latest": label },
     el("th", {}, label),
-    el("td", {}, `#${entry.id}`),
+    el("td", {}, id),
     el("td", {}, formatTime(entry.trigger_timestamp ?? entry.restore_timestamp)),
     el("td", { class: "wrap" }, detail),
   );
@@ -159,15 +208,62 @@ function barChart(svg, values, format) {
   add("text", { x: left, y: height - 3 }, `${values.length} checkpoints, oldest first`);
 }
 
-async function renderJob(job) {
+// The job's status line: status, attempt, restarts, its tasks, the latest acknowledgement.
+function renderJobLine(info, owner) {
+  $("#job-id").textContent = info.id;
+  $("#job-owner").textContent = owner ?? "-";
+  const badge = $("#job-status");
+  badge.textContent = info.status ?? "-";
+  badge.className = `badge status-${info.status}`;
+  const notRunning = Object.keys(info.tasks_not_running);
+  const tasks = notRunning.length
+    ? `${info.tasks} tasks, ${notRunning.length} not running (${notRunning.map((t) => `${t} ${info.tasks_not_running[t]}`).join(", ")})`
+    : `${info.tasks} tasks, all running`;
+  const facts = [`attempt ${info.attempt}`, `restarts ${info.restarts}`, tasks];
+  facts.push(
+    info.latest_ack_timestamp === null
+      ? "no acknowledgement yet"
+      : `latest acknowledgement ${formatTime(info.latest_ack_timestamp)} UTC${ago(info.latest_ack_timestamp)}`,
+  );
+  if (info.restart) facts.push(`restart: attempt ${info.restart.attempt} at ${formatTime(info.restart.at)} UTC`);
+  if (info.stopping) facts.push("stopping with a savepoint");
+  $("#job-facts").textContent = facts.join(" · ");
+}
+
+function showTab(job, where) {
+  for (const link of document.querySelectorAll("#tabs a")) {
+    const tab = link.dataset.tab;
+    if (tab === "checkpoint") {
+      link.hidden = where.tab !== "checkpoint";
+      link.href = where.tab === "checkpoint" ? jobLink(job, `/checkpoints/${where.checkpoint}`) : "#";
+      $("#tab-checkpoint-id").textContent = where.checkpoint ?? "";
+    } else {
+      link.href = jobLink(job, tab === "overview" ? "" : `/${tab}`);
+    }
+    link.classList.toggle("active", tab === where.tab);
+    $(`#tab-${tab}`).hidden = tab !== where.tab;
+  }
+}
+
+const TABS = { overview: renderOverview, summary: renderSummary, config: renderConfig, checkpoint: renderCheckpoint };
+
+async function renderJob(where) {
+  const job = where.job;
+  const [{ body: info, owner }] = await Promise.all([
+    getJsonFrom(`/jobs/${encodeURIComponent(job)}`),
+    TABS[where.tab](job, where),
+  ]);
+  renderJobLine(info, owner);
+  showTab(job, where);
+}
+
+async function renderOverview(job) {
   const path = `/jobs/${encodeURIComponent(job)}/checkpoints`;
-  const [{ body: stats, owner }, trend, latency] = await Promise.all([
-    getJsonFrom(path),
+  const [stats, trend, latency] = await Promise.all([
+    getJson(path),
     getJson(`${path}/trend`),
     getJson(`/jobs/${encodeURIComponent(job)}/latency`),
   ]);
-  $("#job-id").textContent = job;
-  $("#job-owner").textContent = owner ?? "-";
   const counts = stats.counts;
   $("#counts").replaceChildren(
     card("completed", counts.completed, "completed"),
@@ -178,21 +274,22 @@ async function renderJob(job) {
   );
   const latest = stats.latest;
   $("#latest tbody").replaceChildren(
-    latestRow("completed", latest.completed),
-    latestRow("savepoint", latest.savepoint),
-    latestRow("failed", latest.failed),
-    latestRow("restored", latest.restored),
+    latestRow(job, "completed", latest.completed),
+    latestRow(job, "savepoint", latest.savepoint),
+    latestRow(job, "failed", latest.failed),
+    latestRow(job, "restored", latest.restored),
   );
   $("#history tbody").replaceChildren(
     ...stats.history.map((entry) =>
       el(
         "tr",
         { "data-checkpoint": entry.id },
-        el("td", { class: "num" }, entry.id),
+        el("td", { class: "num" }, el("a", { href: jobLink(job, `/checkpoints/${entry.id}`) }, entry.id)),
         el("td", {}, status(entry.status)),
         el("td", {}, entry.checkpoint_type),
         el("td", { class: "num acks" }, `${entry.num_acknowledged_subtasks}/${entry.num_subtasks}`),
         el("td", {}, formatTime(entry.trigger_timestamp)),
+        el("td", { class: "latest-ack" }, formatTime(entry.latest_ack_timestamp)),
         el("td", { class: "num" }, formatMs(entry.end_to_end_duration)),
         el("td", { class: "num" }, formatBytes(entry.state_size)),
         el("td", { class: "wrap" }, entry.failure_message || ""),
@@ -202,6 +299,77 @@ async function renderJob(job) {
   renderLatency(latency);
   barChart($("#duration-chart"), trend.end_to_end_duration, formatMs);
   barChart($("#size-chart"), trend.state_size, formatBytes);
+}
+
+// The Summary tab: Flink's checkpoint summary, its rows and units as the coordinator shows them.
+async function renderSummary(job) {
+  const summary = await getJson(`/jobs/${encodeURIComponent(job)}/checkpoints/summary`);
+  $("#summary-scope").textContent =
+    `Over the last ${summary.count} completed checkpoints (at most ${summary.window}), savepoints included.`;
+  $("#summary").hidden = summary.rows.length === 0;
+  $("#no-summary").hidden = summary.rows.length > 0;
+  $("#summary tbody").replaceChildren(
+    ...summary.rows.map((row) =>
+      el(
+        "tr",
+        { "data-statistic": row.statistic },
+        el("th", {}, row.label),
+        el("td", { class: "num duration" }, row.shown.end_to_end_duration),
+        el("td", { class: "num size" }, row.shown.checkpointed_size),
+      ),
+    ),
+  );
+}
+
+// The Configuration tab: each setting with its unit, as the coordinator shows it.
+async function renderConfig(job) {
+  const config = await getJson(`/jobs/${encodeURIComponent(job)}/checkpoints/config`);
+  const rows = config.shown ?? [];
+  $("#no-config").hidden = rows.length > 0;
+  $("#config tbody").replaceChildren(
+    ...rows.map((row) => el("tr", { "data-setting": row.key }, el("th", {}, row.label), el("td", { class: "wrap" }, row.shown))),
+  );
+}
+
+// One checkpoint, and each of its tasks: acknowledged or not, when, how long after the trigger,
+// its state's size, inline in the ack or in a file.
+async function renderCheckpoint(job, where) {
+  const details = await getJson(`/jobs/${encodeURIComponent(job)}/checkpoints/details/${where.checkpoint}`);
+  $("#checkpoint-id").textContent = details.id;
+  const badge = $("#checkpoint-status");
+  badge.textContent = details.status;
+  badge.className = `badge status-${details.status}`;
+  const facts = [
+    ["type", details.checkpoint_type],
+    ["acknowledged", `${details.num_acknowledged_subtasks}/${details.num_subtasks} tasks`],
+    ["triggered (UTC)", formatTime(details.trigger_timestamp)],
+    ["latest acknowledgement (UTC)", formatTime(details.latest_ack_timestamp)],
+    ["end-to-end duration", formatMs(details.end_to_end_duration)],
+    ["checkpointed data size", formatBytes(details.state_size)],
+  ];
+  if (details.external_path) facts.push(["path", details.external_path]);
+  if (details.failure_message) facts.push(["failure", details.failure_message]);
+  $("#checkpoint-facts tbody").replaceChildren(
+    ...facts.map(([label, value]) => el("tr", {}, el("th", {}, label), el("td", { class: "wrap" }, value))),
+  );
+  const tasks = details.tasks ?? [];
+  $("#tasks").hidden = details.tasks === null;
+  $("#no-tasks").hidden = details.tasks !== null;
+  $("#no-tasks").textContent = details.tasks_missing ?? "";
+  $("#tasks tbody").replaceChildren(
+    ...tasks.map((task) =>
+      el(
+        "tr",
+        { "data-task": task.task_id },
+        el("td", {}, task.task_id),
+        el("td", { class: "status" }, status(task.status)),
+        el("td", {}, formatTime(task.ack_timestamp)),
+        el("td", { class: "num duration" }, formatMs(task.end_to_end_duration)),
+        el("td", { class: "num size" }, task.storage === null ? "no state" : formatBytes(task.state_size)),
+        el("td", { class: "storage" }, task.storage ?? "-"),
+      ),
+    ),
+  );
 }
 
 // Latency markers (Flink's latency metrics): one row per operator, source to sink.
@@ -230,7 +398,8 @@ async function refresh() {
   $("#jobs-page").hidden = where.page !== "jobs";
   $("#job-page").hidden = where.page !== "job";
   try {
-    if (where.page === "job") await renderJob(where.job);
+    await renderHealth();
+    if (where.page === "job") await renderJob(where);
     else await renderJobs();
     $("#error").hidden = true;
     $("#live").classList.remove("stale");

@@ -1,0 +1,142 @@
+"""A dead broker must not look healthy (issue 51).
+
+A coordinator worker keeps its jobs in memory, so with its broker gone every view still answers,
+and used to answer as if all were well: ``/ready`` 200 with every partition DECIDING, the dashboard
+RUNNING with a green dot, ``cutline doctor`` "coordinator: ok" under "broker: fail". Here a worker
+runs on an embedded broker of its own, which the test kills (SIGKILL) or freezes (SIGSTOP).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import sync_playwright
+from support import TEST_PARTITIONS, eventually
+
+from coordinator.doctor import CheckStatus, diagnose
+from coordinator.service.app import Settings, ensure_topics
+from coordinator.service.supervisor import CoordinatorProcess
+from events.dev.broker import EmbeddedBroker
+from events.task.participant import JobDriver
+from events.wire.records import CheckpointConfig
+from events.wire.topics import Topics
+
+CHROMIUM = Path("/usr/bin/chromium")
+PREFIX = "alone."
+JOB = "payments"
+HOUR_MS = 3_600_000
+
+
+@dataclass
+class Alone:
+    """A coordinator worker and the one broker it has."""
+
+    broker: EmbeddedBroker
+    coordinator: CoordinatorProcess
+
+    def ready(self) -> tuple[int, Any]:
+        """``/ready``'s status and body."""
+        try:
+            with urllib.request.urlopen(self.coordinator.url + "/ready", timeout=5) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as error:
+            return error.code, json.load(error)
+
+    def signal_broker(self, signum: int) -> None:
+        assert self.broker.pid is not None
+        os.kill(self.broker.pid, signum)
+
+
+@pytest.fixture(name="alone")
+def _alone(tmp_path: Path) -> Iterator[Alone]:
+    broker = EmbeddedBroker().start()
+    scratch = broker.log_path.parent if broker.log_path else None
+    coordinator = CoordinatorProcess(broker.bootstrap, PREFIX, log_path=tmp_path / "coordinator.log")
+    try:
+        ensure_topics(Settings(broker.bootstrap, PREFIX, partitions=TEST_PARTITIONS))
+        coordinator.start()
+        driver = JobDriver(broker.bootstrap, JOB, Topics(PREFIX))
+        config = CheckpointConfig(interval_ms=HOUR_MS, timeout_ms=HOUR_MS, location=f"file://{tmp_path}/chk")
+        driver.running(["task-0"], config, attempt=1, heartbeats=False)
+        driver.close()
+        eventually(lambda: coordinator.get(f"/jobs/{JOB}").get("status") == "RUNNING", what="the job RUNNING")
+        yield Alone(broker, coordinator)
+    finally:
+        coordinator.kill_all()  # a worker whose broker is dead: no goodbye to send
+        if broker.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(broker.pid, signal.SIGCONT)  # a frozen broker stops as any other
+        broker.stop(grace=2)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_a_worker_whose_broker_was_killed_is_not_ready_and_says_why(alone: Alone, tmp_path: Path) -> None:
+    status, ready = eventually(alone.ready, lambda answer: answer[1]["broker"]["reachable"], what="a probe")
+    assert (200, True) == (status, ready["ready"])
+
+    alone.signal_broker(signal.SIGKILL)
+
+    status, ready = eventually(alone.ready, lambda answer: answer[0] == 503, timeout=30, what="/ready 503")
+    assert (False, False) == (ready["ready"], ready["broker"]["reachable"])
+    assert ready["problems"][0].startswith(f"the broker at {alone.broker.bootstrap} is unreachable"), ready
+    assert ready["broker"]["error"]
+    overview = alone.coordinator.get("/overview")
+    assert (False, False) == (overview["ready"], overview["broker"]["reachable"])
+    assert overview["problems"][0].startswith(f"the broker at {alone.broker.bootstrap} is unreachable")
+    metrics = urllib.request.urlopen(alone.coordinator.url + "/metrics", timeout=5).read().decode()
+    assert "cutline_coordinator_broker_reachable 0.0" in metrics
+
+    checks = {check.name: check for check in diagnose(alone.broker.bootstrap, PREFIX, alone.coordinator.url)}
+    assert CheckStatus.FAIL == checks["broker"].verdict
+    assert CheckStatus.FAIL == checks["coordinator"].verdict, checks["coordinator"]
+    assert f"cannot reach its broker {alone.broker.bootstrap}" in checks["coordinator"].found
+
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed here (.ci/run installs it: apt-get install chromium)")
+    shots = Path(os.environ.get("CUTLINE_SCREENSHOT_DIR", tmp_path))
+    with sync_playwright() as playwright:
+        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 600})
+            page.goto(alone.coordinator.url + "/")
+            page.locator("#banner.down").wait_for(timeout=10_000)
+            assert "live down" == page.locator("#live").get_attribute("class")
+            banner = page.locator("#banner").inner_text()
+            assert banner.startswith("Broker unreachable.")
+            assert f"cannot reach the broker at {alone.broker.bootstrap}" in banner
+            # the job is as the worker last knew it, and the page says that that was before the outage
+            assert "RUNNING" == page.locator(f'#jobs tr[data-job="{JOB}"] td:nth-child(2)').inner_text()
+            assert "shown as they were then" in banner
+            page.screenshot(path=str(shots / "broker-unreachable.png"), full_page=True)
+        finally:
+            browser.close()
+
+
+@pytest.mark.slow
+def test_a_worker_whose_broker_answers_again_is_ready_again(alone: Alone) -> None:
+    """A broker frozen (SIGSTOP) until the worker notices, then resumed: /ready answers 200 again
+    once the broker answers and the worker decides its partitions (after a rebalance, if the group
+    timed it out meanwhile)."""
+    eventually(
+        alone.ready, lambda answer: answer[0] == 200 and answer[1]["broker"]["reachable"], what="ready"
+    )
+
+    alone.signal_broker(signal.SIGSTOP)
+    eventually(alone.ready, lambda answer: answer[0] == 503, timeout=30, what="/ready 503")
+    alone.signal_broker(signal.SIGCONT)
+
+    status, ready = eventually(alone.ready, lambda answer: answer[0] == 200, timeout=60, what="/ready 200")
+    assert (True, True, []) == (ready["ready"], ready["broker"]["reachable"], ready["problems"])
