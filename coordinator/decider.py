@@ -304,6 +304,8 @@ def fold_jobs(
 def due_at(state: JobState) -> int | None:
     """The earliest time a :class:`Tick` can change anything: the shell's timer uses it."""
     times = [p.triggered.deadline_ms for p in state.pending.values()]
+    if state.status is JobStatus.FAILING:
+        times.append(0)  # the restart decision a cut-short write lost: at once (see _tick)
     if state.status is JobStatus.RUNNING and state.heartbeat_deadline_ms is not None:
         times.append(state.heartbeat_deadline_ms)
     scheduler = state.scheduler
@@ -524,6 +526,11 @@ def _fail(
 ) -> None:
     """The job failed: stop it (FAILING), then the restart strategy restarts it or gives up."""
     _stop(d, now, JobStatus.FAILING, failure, attempt=attempt, reason=reason)
+    _restart_or_give_up(d, now, failure, jitter)
+
+
+def _restart_or_give_up(d: _Deciding, now: int, failure: str, jitter: float) -> None:
+    """The restart strategy's decision on the FAILING job: a restart, or giving up for good."""
     state = d.state
     history = RestartHistory(state.restarts, state.backoff_ms, state.last_failure_ms, state.failure_times)
     if state.config is None:
@@ -922,6 +929,15 @@ def _rejected_periodic(
 
 def _tick(d: _Deciding, command: Tick) -> None:
     now, state = command.now_ms, d.state
+    if state.status is JobStatus.FAILING:
+        # Only a decision whose journal write was cut short leaves a job FAILING (the strategy's
+        # decision always follows the stop): the tick derives what was lost.
+        _restart_or_give_up(
+            d, now, f"attempt {state.attempt} failed (its restart decided again)", command.jitter
+        )
+        return
+    _complete_the_acknowledged(d, now)
+    state = d.state
     deadline = state.heartbeat_deadline_ms
     if state.status is JobStatus.RUNNING and deadline is not None and now >= deadline:
         timeout = state.config.heartbeat_timeout_ms if state.config else 0
@@ -937,8 +953,7 @@ def _tick(d: _Deciding, command: Tick) -> None:
             Reason.CHECKPOINT_EXPIRED,
             f"not acknowledged by {_missing(d.state.pending[checkpoint_id])} before its deadline",
         )
-    if expired:
-        _poll_queue(d, now)
+    _poll_queue(d, now)  # after expiries, or after a write that lost the trigger of a queued request
     scheduler, state = d.state.scheduler, d.state
     if scheduler is None or scheduler.next_trigger_ms is None or now < scheduler.next_trigger_ms:
         return
@@ -980,6 +995,17 @@ def _tick(d: _Deciding, command: Tick) -> None:
         target=None,
         next_trigger_ms=next_trigger,
     )
+
+
+def _complete_the_acknowledged(d: _Deciding, now: int) -> None:
+    """Complete every pending checkpoint that every task acknowledged. The last ack completes it in
+    the same decision, so only a journal write cut short between the two leaves one: each tick
+    derives the completion again rather than letting the checkpoint expire (act once: the
+    acknowledgements are in the journal)."""
+    for checkpoint_id in sorted(d.state.pending):
+        pending = d.state.pending.get(checkpoint_id)
+        if pending is not None and pending.fully_acknowledged:
+            _complete(d, now, pending)
 
 
 def _missing(pending: PendingCheckpoint) -> str:
