@@ -234,7 +234,8 @@ def kafka_connector_jars() -> list[str]:
 
 
 def with_kafka_connector(builder: Any, connector: KafkaConnector | None = None) -> Any:
-    """``builder`` (a ``SparkSession.Builder``) with ``spark.jars`` set to the connector's jars.
+    """``builder`` (a ``SparkSession.Builder``) with ``spark.jars`` set to the connector's jars (a
+    ``spark.jars`` set before is replaced: join other jars with :func:`kafka_connector_jars`).
 
     The jars reach Spark's driver only when its JVM starts: a process whose JVM runs without them
     (a session created, even stopped, before) gets :class:`ConnectorUnavailable` here, not
