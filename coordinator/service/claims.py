@@ -80,6 +80,14 @@ from events.wire.vocabulary import (
 
 log = logging.getLogger("cutline.coordinator")
 
+RECOVERY_FETCH_WAIT_MS = 10
+"""``fetch.wait.max.ms`` of a recovery's consumer, whatever ``CUTLINE_FETCH_WAIT_MS`` says: each of
+its reads ends at the partition's end, which it learns from a fetch answer, and Apache Kafka answers
+a fetch that finds nothing only after this wait. At the 500 ms users set there
+(docs/usage.md), a claim's reads of an empty snapshot partition and of the journal after its
+snapshot took a second; 48 claims on a worker's executor threads, 9 s (docs/embedded-broker.md,
+"On Apache Kafka")."""
+
 MISPLACED_RETRY_S = 30.0
 """Seconds between recoveries of a partition whose jobs belong elsewhere (only an operator can fix
 that, so the error is logged twice a minute, not every second)."""
@@ -323,7 +331,9 @@ class PartitionRecovery:
         """The recovery's one consumer (every read of it, one after another)."""
         if self._consumer is None:
             # partition EOF: a read that reaches the end hears so at once, not after a fetch wait
-            self._consumer = Consumer(consumer_config(self.bootstrap, extra={"enable.partition.eof": True}))
+            # (which a fetch at the end still waits on Apache Kafka: RECOVERY_FETCH_WAIT_MS)
+            extra = {"enable.partition.eof": True, "fetch.wait.max.ms": RECOVERY_FETCH_WAIT_MS}
+            self._consumer = Consumer(consumer_config(self.bootstrap, extra=extra))
         return self._consumer
 
     def close(self) -> None:
