@@ -140,3 +140,35 @@ def test_a_worker_whose_broker_answers_again_is_ready_again(alone: Alone) -> Non
 
     status, ready = eventually(alone.ready, lambda answer: answer[0] == 200, timeout=60, what="/ready 200")
     assert (True, True, []) == (ready["ready"], ready["broker"]["reachable"], ready["problems"])
+
+
+def test_a_starting_worker_answers_503_until_it_has_recovered(tmp_path: Path) -> None:
+    """From its first answer on, a worker that has not recovered (no assignment yet, a partition not
+    decided) says 503 with the reason; the first 200 comes with ``recovered: true``."""
+    seen: list[tuple[int, bool, list[str]]] = []
+
+    def ready_now(worker: CoordinatorProcess) -> tuple[int, bool, list[str]] | None:
+        try:
+            with urllib.request.urlopen(worker.url + "/ready", timeout=5) as response:
+                status, body = response.status, json.load(response)
+        except urllib.error.HTTPError as error:
+            status, body = error.code, json.load(error)
+        except (urllib.error.URLError, ConnectionError):
+            return None  # not listening yet
+        seen.append((status, body["recovered"], body["problems"]))
+        return seen[-1]
+
+    with EmbeddedBroker() as broker:
+        ensure_topics(Settings(broker.bootstrap, PREFIX, partitions=TEST_PARTITIONS))
+        worker = CoordinatorProcess(broker.bootstrap, PREFIX, log_path=tmp_path / "coordinator.log").launch()
+        try:
+            eventually(
+                lambda: ready_now(worker), lambda answer: answer is not None and answer[0] == 200, timeout=60
+            )
+        finally:
+            worker.stop()
+
+    assert (200, True, []) == seen[-1]
+    starting = [answer for answer in seen if not answer[1]]
+    assert starting, "the worker answered before it had recovered (a first join takes seconds)"
+    assert all(status == 503 and problems for status, _, problems in starting), starting
