@@ -279,10 +279,14 @@ def read_job_partition(
 ) -> Iterator[FeedRecord]:
     """The valid records of ``job_id`` in its partition of ``topic``, from the beginning to the end.
 
-    The end is the high watermark of the first fetch (:func:`events.kafka.clients.read_partition_to_end`);
-    a journal read names itself as ``claims_topic`` so that its claims fence it.
+    The end is the high watermark of the first fetch (:func:`events.kafka.clients.read_partition_to_end`),
+    which waits :data:`END_PROBE_FETCH_WAIT_MS` unless ``config`` says otherwise (on Apache Kafka a fetch
+    of an empty partition is answered only after its wait); a journal read names itself as
+    ``claims_topic`` so that its claims fence it.
     """
-    consumer = Consumer(consumer_config(bootstrap, extra=config))
+    consumer = Consumer(
+        consumer_config(bootstrap, extra={"fetch.wait.max.ms": END_PROBE_FETCH_WAIT_MS, **(config or {})})
+    )
     try:
         records = JobRecords(job_id, claims_topic=claims_topic, kinds=kinds)
         partition = job_partition(consumer, topic, job_id, 10.0 if timeout is None else timeout)

@@ -24,6 +24,12 @@ from events.wire.sizes import excerpt
 
 log = logging.getLogger(__name__)
 
+END_FETCH_WAIT_MS = 10
+"""``fetch.wait.max.ms`` of a read to the end, whatever ``CUTLINE_FETCH_WAIT_MS`` says: the end is the
+high watermark of a fetch's answer (ListOffsets "latest" is short on the embedded broker), and a fetch
+of a range with nothing in it is answered only after its wait on Apache Kafka (half of it on Tansu).
+At the 500 ms users set on Apache Kafka, a read of an empty partition took 564 ms, at 10 ms 72 ms."""
+
 
 @dataclass(frozen=True, slots=True)
 class LogMessage:
@@ -59,7 +65,7 @@ def read_to_end(
     """Every message of ``topic`` (or of ``partitions``) up to its end as of now, partition by
     partition, in offset order within each. ``start``/``until`` (offsets) and ``timeout`` (a stall,
     not the read) as in :func:`events.kafka.clients.read_partition_to_end`."""
-    consumer = Consumer(consumer_config(bootstrap))
+    consumer = Consumer(consumer_config(bootstrap, extra={"fetch.wait.max.ms": END_FETCH_WAIT_MS}))
     try:
         chosen = sorted(partitions) if partitions is not None else partitions_of(consumer, topic)
         for partition in chosen:
