@@ -7,9 +7,11 @@ import random
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from coordinator.health import BrokerHealth
 from coordinator.service.gc_schedule import ScheduledCollections
 from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
 from coordinator.service.runtime import Coordinator
@@ -121,7 +123,10 @@ def test_the_documented_metrics_and_the_example_alerts_name_metrics_that_exist()
     """docs/coordinator.md's tables and docs/prometheus-alerts.yml name only exported metrics, and
     the tables name every one."""
     exported = set()
-    for family in CoordinatorCollector(Coordinator(TOPICS), collections=ScheduledCollections()).collect():
+    collector = CoordinatorCollector(
+        Coordinator(TOPICS), collections=ScheduledCollections(), broker=lambda: BrokerHealth()
+    )
+    for family in collector.collect():
         exported.add(family.name + ("_total" if family.type == "counter" else ""))
     docs = Path(__file__).resolve().parents[2] / "docs"
     table = (docs / "coordinator.md").read_text().partition("## Metrics")[2].partition("\n## ")[0]
@@ -155,3 +160,14 @@ def test_partitions_stepped_down_are_counted() -> None:
         for sample in family.samples
     }
     assert 1 == metrics[("cutline_coordinator_partitions_stepped_down", ())]
+
+
+@pytest.mark.parametrize(("reachable", "value"), [(None, 1.0), (True, 1.0), (False, 0.0)])
+def test_the_broker_counts_as_reachable_until_the_probe_finds_it_is_not(
+    reachable: bool | None, value: float
+) -> None:
+    """``cutline_coordinator_broker_reachable`` is 0 only while the probe says the broker is unreachable
+    (``/ready`` answers 503 then), not before the first probe."""
+    collector = CoordinatorCollector(Coordinator(TOPICS), broker=lambda: BrokerHealth(reachable=reachable))
+
+    assert value == scraped(collector)[("cutline_coordinator_broker_reachable", ())]
