@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from support import TEST_FETCH_WAIT_MS
 
 
 @pytest.mark.slow
@@ -25,6 +26,8 @@ def test_demo_survives_a_crash_exactly_once(tmp_path: object) -> None:
     environment = {k: v for k, v in os.environ.items() if k != "CUTLINE_BOOTSTRAP"}
     bootstrap = os.environ.get("CUTLINE_BOOTSTRAP")
     args = ["--bootstrap", bootstrap] if bootstrap else []
+    if not bootstrap:  # the suite's fetch wait is Apache Kafka's 500 ms: Tansu's is shorter
+        environment["CUTLINE_FETCH_WAIT_MS"] = TEST_FETCH_WAIT_MS
 
     demo = subprocess.Popen(
         [sys.executable, "-m", "coordinator.cli", "demo", "--duration", "20", *args],

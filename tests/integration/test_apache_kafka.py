@@ -41,7 +41,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SESSION_TIMEOUT = "6"
 """The coordinator's session timeout here: Apache Kafka refuses less than its
-``group.min.session.timeout.ms`` (6 s) by default; the suite's 3 s is for the embedded broker."""
+``group.min.session.timeout.ms`` (6 s) by default, and this module's broker keeps Kafka's defaults;
+the suite's brokers lower it to 1 s for the suite's 3 s (``support.TEST_KAFKA_CONFIG``)."""
 
 
 @pytest.fixture(name="kafka", scope="module")

@@ -1,7 +1,8 @@
 """Every long-running command stops within 10 s of a SIGTERM, at any moment of its start-up or its
 running, also as a background job of a non-interactive shell (SIGINT ignored), and leaves no
 process behind: the Tansu broker, the coordinator's worker, the job's driver and what it started,
-Spark's JVM. ``bench/bench_sigterm.py`` sweeps 20 moments of each command."""
+Spark's JVM. ``bench/bench_sigterm.py`` sweeps 20 moments of each command. ``cutline broker`` and
+``cutline demo`` start the embedded Tansu broker (marked ``tansu``); the others run on the session's."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def _assert_stopped(results: Sequence[StopResult]) -> None:
         assert [] == result.left, result
 
 
+@pytest.mark.tansu
 def test_broker_stops(tmp_path: Path) -> None:
     """``cutline broker``: 20 moments over its start-up (well under a second) and running."""
     rng = random.Random(34)
@@ -82,6 +84,7 @@ def test_run_stops(bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.spark
+@pytest.mark.tansu
 @pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs Java")
 def test_demo_stops(tmp_path: Path) -> None:
     """``cutline demo`` (its own broker, coordinator, ``cutline run`` and Spark driver): while the
