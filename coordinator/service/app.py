@@ -41,6 +41,7 @@ from coordinator.service.direct import DirectConsumer, use_direct_consumer
 from coordinator.service.gc_schedule import GC_INTERVAL_S, ScheduledCollections
 from coordinator.service.metrics import InputLag
 from coordinator.service.runtime import Coordinator, Outcome
+from coordinator.service.throttled_log import throttle_repeated_lines
 from coordinator.service.views import host_guard, register_views
 from coordinator.service.watchdog import MEMBER_FILE_ENV, membership_of, record_membership
 from coordinator.service.watcher import JournalWatcher
@@ -746,6 +747,13 @@ def run_coordinator(settings: Settings, loglevel: str = "warning") -> None:
         "producer id (docs/embedded-broker.md); Apache Kafka does",
     )
     app = create_app(settings, idempotent=idempotent)
+
+    @app.task
+    async def throttle_client_logs() -> None:
+        """Once the worker has set its logging up: with the broker gone, one line per repeated
+        client error and 10 s, with a count (docs/coordinator.md, "Logs")."""
+        throttle_repeated_lines()
+
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     # Faust always makes a terminal spinner, and for it sets the root logger to DEBUG: every debug
     # call of aiokafka and Faust (several per message) then builds a LogRecord that the WARNING

@@ -266,21 +266,43 @@ def _wait_forwarding(child: subprocess.Popen[bytes], stops: StopSignals) -> int:
     with contextlib.suppress(AttributeError, OSError):  # Linux 5.3 and later
         pidfd = os.pidfd_open(child.pid)
     forwarded = 0
+    stopping_since: float | None = None
     try:
         while True:
             for signum in stops.received[forwarded:]:
                 forwarded += 1
+                stopping_since = stopping_since or time.monotonic()
                 if child.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
                         child.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
             code = child.poll()
             if code is not None:
                 return code
+            if stopping_since is not None and time.monotonic() - stopping_since > STOP_GRACE_S:
+                _kill_late(child)
             # the timeout: a signal whose number woke the sleep before its handler ran
             stops.sleep(0.5 if pidfd is not None else 0.1, fds=() if pidfd is None else (pidfd,))
     finally:
         if pidfd is not None:
             os.close(pidfd)
+
+
+STOP_GRACE_S = 8.0
+"""Seconds the worker has to stop in order after the first stop signal; then it is killed, so that
+``cutline coordinator`` stops within 10 s whatever the broker does. The worker's Kafka consumer waits
+up to a minute for a broker that is gone before it gives up: nothing is lost by not waiting, since
+an input's offset is committed only after its journal writes were acknowledged."""
+
+
+def _kill_late(child: subprocess.Popen[bytes]) -> None:
+    log.warning(
+        "the coordinator worker (pid %d) did not stop within %g s of the stop signal (an unreachable "
+        "broker holds its Kafka clients): killed; its uncommitted input is decided again by the next owner",
+        child.pid,
+        STOP_GRACE_S,
+    )
+    with contextlib.suppress(ProcessLookupError):
+        child.kill()
 
 
 def _tell_the_group(
