@@ -53,10 +53,18 @@ def metadata_probe(bootstrap: str, topic: str, timeout: float = PROBE_TIMEOUT_S)
             }
             client.append(Producer(producer_config(bootstrap, settings)))
         try:
-            client[0].list_topics(topic, timeout=timeout)
+            metadata = client[0].list_topics(topic, timeout=timeout)
         except KafkaException as exc:
             error = exc.args[0] if exc.args else exc
             return str(getattr(error, "str", lambda: error)())
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            # a broker that answers without the journal: a new, empty one on the same address
+            return (
+                f"it answers, but has no journal topic {topic} (a new, empty broker?): create cutline's "
+                "topics with `cutline topics create` (and the jobs start again), or point the "
+                "coordinator at the broker that has them"
+            )
         return None
 
     return ask

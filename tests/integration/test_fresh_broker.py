@@ -1,0 +1,57 @@
+"""A worker whose broker was replaced by a fresh, empty one says so and what to do (issue 51).
+
+Tansu keeps everything in memory: after a restart on the same port the broker answers, with no
+topic at all. Workers then reported ``recovered: true, jobs: 0`` and nothing said to create the
+topics again. Now the broker probe finds the journal topic missing: ``/ready`` answers 503 naming
+`cutline topics create`.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import TEST_PARTITIONS, eventually
+
+from coordinator.service.app import Settings, ensure_topics
+from coordinator.service.supervisor import CoordinatorProcess
+from events.dev.broker import EmbeddedBroker, free_port
+
+PREFIX = "fresh."
+
+
+def _ready(coordinator: CoordinatorProcess) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(coordinator.url + "/ready", timeout=5) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+@pytest.mark.tansu
+@pytest.mark.slow
+def test_a_fresh_empty_broker_on_the_same_port_is_named_with_what_to_do(tmp_path: Path) -> None:
+    port = free_port()
+    first = EmbeddedBroker(port).__enter__()
+    coordinator = CoordinatorProcess(first.bootstrap, PREFIX, log_path=tmp_path / "coordinator.log")
+    try:
+        ensure_topics(Settings(first.bootstrap, PREFIX, partitions=TEST_PARTITIONS))
+        coordinator.start()
+        eventually(lambda: _ready(coordinator)[0] == 200, timeout=60, what="the worker ready")
+        first.__exit__(None, None, None)
+        with EmbeddedBroker(port):
+            status, body = eventually(
+                lambda: _ready(coordinator),
+                lambda answer: answer[0] == 503 and "cutline topics create" in json.dumps(answer[1]),
+                timeout=60,
+                what="/ready to say the journal topic is missing and how to make it",
+            )
+    finally:
+        coordinator.kill_all()
+        first.__exit__(None, None, None)
+
+    assert 503 == status and f"{PREFIX}checkpoints" in json.dumps(body)
