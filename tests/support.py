@@ -157,6 +157,9 @@ class LocalBroker:
 
     bootstrap: str
     pids: tuple[int, ...]
+    directory: Path | None = None
+    """Its data and logs (kept after a stop when a process of it had died: a test that kills it
+    deletes them)."""
 
 
 @contextmanager
@@ -181,7 +184,7 @@ def local_broker() -> Iterator[LocalBroker]:
             f"instead (pip only): {TEST_BROKER_VARIABLE}=tansu uv run pytest"
         ) from exc
     try:
-        yield LocalBroker(kafka.bootstrap, tuple(kafka.pids.values()))
+        yield LocalBroker(kafka.bootstrap, tuple(kafka.pids.values()), kafka.nodes[0].directory.parent)
     finally:
         kafka.stop()
 
@@ -192,8 +195,8 @@ def tansu_broker() -> Iterator[LocalBroker]:
     from events.dev.broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
-        assert broker.pid is not None
-        yield LocalBroker(broker.bootstrap, (broker.pid,))
+        assert broker.pid is not None and broker.log_path is not None
+        yield LocalBroker(broker.bootstrap, (broker.pid,), broker.log_path.parent)
 
 
 @contextmanager

@@ -3,7 +3,8 @@
 A coordinator worker keeps its jobs in memory, so with its broker gone every view still answers,
 and used to answer as if all were well: ``/ready`` 200 with every partition DECIDING, the dashboard
 RUNNING with a green dot, ``cutline doctor`` "coordinator: ok" under "broker: fail". Here a worker
-runs on an embedded broker of its own, which the test kills (SIGKILL) or freezes (SIGSTOP).
+runs on a broker of its own (:func:`support.local_broker`: Apache Kafka, or Tansu with
+``CUTLINE_TEST_BROKER=tansu``), which the test kills (SIGKILL) or freezes (SIGSTOP).
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import sync_playwright
-from support import TEST_PARTITIONS, eventually
+from support import TEST_PARTITIONS, LocalBroker, eventually, local_broker
 
 from coordinator.doctor import CheckStatus, diagnose
 from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.supervisor import CoordinatorProcess
-from events.dev.broker import EmbeddedBroker
 from events.task.participant import JobDriver
 from events.wire.records import CheckpointConfig
 from events.wire.topics import Topics
@@ -42,7 +42,7 @@ HOUR_MS = 3_600_000
 class Alone:
     """A coordinator worker and the one broker it has."""
 
-    broker: EmbeddedBroker
+    broker: LocalBroker
     coordinator: CoordinatorProcess
 
     def ready(self) -> tuple[int, Any]:
@@ -54,32 +54,35 @@ class Alone:
             return error.code, json.load(error)
 
     def signal_broker(self, signum: int) -> None:
-        assert self.broker.pid is not None
-        os.kill(self.broker.pid, signum)
+        for pid in self.broker.pids:
+            os.kill(pid, signum)
 
 
 @pytest.fixture(name="alone")
 def _alone(tmp_path: Path) -> Iterator[Alone]:
-    broker = EmbeddedBroker().start()
-    scratch = broker.log_path.parent if broker.log_path else None
-    coordinator = CoordinatorProcess(broker.bootstrap, PREFIX, log_path=tmp_path / "coordinator.log")
-    try:
-        ensure_topics(Settings(broker.bootstrap, PREFIX, partitions=TEST_PARTITIONS))
-        coordinator.start()
-        driver = JobDriver(broker.bootstrap, JOB, Topics(PREFIX))
-        config = CheckpointConfig(interval_ms=HOUR_MS, timeout_ms=HOUR_MS, location=f"file://{tmp_path}/chk")
-        driver.running(["task-0"], config, attempt=1, heartbeats=False)
-        driver.close()
-        eventually(lambda: coordinator.get(f"/jobs/{JOB}").get("status") == "RUNNING", what="the job RUNNING")
-        yield Alone(broker, coordinator)
-    finally:
-        coordinator.kill_all()  # a worker whose broker is dead: no goodbye to send
-        if broker.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(broker.pid, signal.SIGCONT)  # a frozen broker stops as any other
-        broker.stop(grace=2)
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+    with local_broker() as broker:
+        coordinator = CoordinatorProcess(broker.bootstrap, PREFIX, log_path=tmp_path / "coordinator.log")
+        try:
+            yield _running(broker, coordinator, tmp_path)
+        finally:
+            coordinator.kill_all()  # a worker whose broker is dead: no goodbye to send
+            for pid in broker.pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)  # a frozen broker stops as any other
+    if broker.directory is not None:  # a killed broker's logs are kept: this one was killed on purpose
+        shutil.rmtree(broker.directory, ignore_errors=True)
+
+
+def _running(broker: LocalBroker, coordinator: CoordinatorProcess, tmp_path: Path) -> Alone:
+    """The worker started on its topics, with one RUNNING job."""
+    ensure_topics(Settings(broker.bootstrap, PREFIX, partitions=TEST_PARTITIONS))
+    coordinator.start()
+    driver = JobDriver(broker.bootstrap, JOB, Topics(PREFIX))
+    config = CheckpointConfig(interval_ms=HOUR_MS, timeout_ms=HOUR_MS, location=f"file://{tmp_path}/chk")
+    driver.running(["task-0"], config, attempt=1, heartbeats=False)
+    driver.close()
+    eventually(lambda: coordinator.get(f"/jobs/{JOB}").get("status") == "RUNNING", what="the job RUNNING")
+    return Alone(broker, coordinator)
 
 
 def test_a_worker_whose_broker_was_killed_is_not_ready_and_says_why(alone: Alone, tmp_path: Path) -> None:
@@ -158,7 +161,7 @@ def test_a_starting_worker_answers_503_until_it_has_recovered(tmp_path: Path) ->
         seen.append((status, body["recovered"], body["problems"]))
         return seen[-1]
 
-    with EmbeddedBroker() as broker:
+    with local_broker() as broker:
         ensure_topics(Settings(broker.bootstrap, PREFIX, partitions=TEST_PARTITIONS))
         worker = CoordinatorProcess(broker.bootstrap, PREFIX, log_path=tmp_path / "coordinator.log").launch()
         try:

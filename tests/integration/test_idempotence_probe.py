@@ -23,6 +23,7 @@ def _tansu() -> Iterator[str]:
 
 
 @pytest.mark.integration
+@pytest.mark.tansu
 def test_tansus_refusal_of_a_producer_id_is_an_answer_not_an_error(
     tansu: str, caplog: pytest.LogCaptureFixture
 ) -> None:
