@@ -67,6 +67,25 @@ def broker(
                     Text(f"export CUTLINE_BOOTSTRAP={running.bootstrap}   (Ctrl-C stops; {note})", "dim"),
                     soft_wrap=True,
                 )
-                stop.wait()
+                while not stop.wait(1.0):
+                    gone = _exited(running)
+                    if gone is not None:
+                        message = f"{what} at {running.bootstrap} {gone}; its data is lost"
+                        Console(stderr=True, highlight=False).print(Text(message, "red"), soft_wrap=True)
+                        raise typer.Exit(1)
     except BrokerError as exc:
         fail(Console(stderr=True), f"{what} did not start: {exc}")
+
+
+def _exited(running: EmbeddedBroker | ApacheKafka) -> str | None:
+    """How the broker's process (or one of the cluster's) ended on its own; None while all run."""
+    from events.dev.broker import EmbeddedBroker
+
+    if isinstance(running, EmbeddedBroker):
+        code = running.returncode
+        if code is None:
+            return None
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        return f"exited by itself ({how}; its log: {running.log_path})"
+    down = len(running.nodes) - len(running.pids)
+    return f"lost {down} of its {len(running.nodes)} broker processes" if down else None

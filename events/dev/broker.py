@@ -216,6 +216,11 @@ class EmbeddedBroker:
         return self._proc.pid if self._proc is not None else None
 
     @property
+    def returncode(self) -> int | None:
+        """The broker process's exit code once it has exited (None while it runs, or before start)."""
+        return self._proc.poll() if self._proc is not None else None
+
+    @property
     def log_path(self) -> Path | None:
         """The broker's stdout/stderr log, while it exists."""
         return self._dir / "tansu.log" if self._dir is not None else None
