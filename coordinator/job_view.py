@@ -15,7 +15,7 @@ from typing import Any
 from coordinator.state import JobState
 from coordinator.stats import WINDOW, CheckpointStats, summarize
 from coordinator.units import format_bytes, format_count, format_duration
-from events.wire.records import CheckpointConfig, RestartStrategy, RestartStrategyKind
+from events.wire.records import CheckpointConfig, JobStatus, RestartStrategy, RestartStrategyKind
 
 
 def latest_ack_timestamp(state: JobState, stats: CheckpointStats | None) -> int | None:
@@ -30,8 +30,31 @@ def latest_ack_timestamp(state: JobState, stats: CheckpointStats | None) -> int 
     return max(times, default=None)
 
 
-def job_json(job_id: str, state: JobState, stats: CheckpointStats | None) -> dict[str, Any]:
-    """``GET /jobs/<id>``: the job's status line (Flink's job overview, in the journal's terms)."""
+RESTART_OVERDUE_MS = 30_000
+"""How long past its due time a scheduled restart may wait for a driver to start it before the job's
+status line says that nothing carries its restarts out."""
+
+
+def overdue_restart(state: JobState, now_ms: int) -> str | None:
+    """Why a RESTARTING job has not restarted, when its restart is :data:`RESTART_OVERDUE_MS` past
+    due: no driver started the attempt (a participant app run without ``cutline run`` dies, and its
+    job stays RESTARTING for ever); None otherwise."""
+    restart = state.restart
+    if state.status is not JobStatus.RESTARTING or restart is None:
+        return None
+    late = now_ms - (restart.timestamp_ms + restart.delay_ms)
+    if late < RESTART_OVERDUE_MS:
+        return None
+    return (
+        f"attempt {restart.attempt} was due {late // 1000} s ago and no driver has started it: nothing "
+        f"carries out this job's restarts. Run its driver under `cutline run --job {state.job_id} -- ...`, "
+        f"which starts each attempt the strategy decides, or start attempt {restart.attempt} yourself"
+    )
+
+
+def job_json(job_id: str, state: JobState, stats: CheckpointStats | None, now_ms: int = 0) -> dict[str, Any]:
+    """``GET /jobs/<id>``: the job's status line (Flink's job overview, in the journal's terms), as
+    of ``now_ms`` (a restart overdue then is named: :func:`overdue_restart`)."""
     restart = state.restart
     return {
         "id": job_id,
@@ -50,6 +73,7 @@ def job_json(job_id: str, state: JobState, stats: CheckpointStats | None) -> dic
             "delay": restart.delay_ms,
             "restore_checkpoint_id": restart.restore_checkpoint_id,
             "failure": restart.failure,
+            "overdue": overdue_restart(state, now_ms) if now_ms else None,
         },
         "latest_ack_timestamp": latest_ack_timestamp(state, stats),
         "latest_completed_id": state.last_completed_id or None,

@@ -467,7 +467,7 @@ async def get_job(web: Any, request: Any, job_id: str) -> Any:
     state = views.coordinator.states.get(job_id)
     if state is None:
         return not_found(web, f"job {excerpt(job_id)} is not known")
-    return web.json(job_json(job_id, state, views.coordinator.checkpoint_stats(job_id)))
+    return web.json(job_json(job_id, state, views.coordinator.checkpoint_stats(job_id), now_ms()))
 
 
 async def get_summary(web: Any, request: Any, job_id: str) -> Any:

@@ -97,9 +97,28 @@ class TestJob:
         body = job_json(JOB, state, stats)
 
         assert "RESTARTING" == body["status"]
-        assert {"attempt": 2, "at": 7_000, "delay": 2_000, "restore_checkpoint_id": None} == {
-            k: v for k, v in body["restart"].items() if k != "failure"
-        }
+        assert {
+            "attempt": 2,
+            "at": 7_000,
+            "delay": 2_000,
+            "restore_checkpoint_id": None,
+            "overdue": None,
+        } == {k: v for k, v in body["restart"].items() if k != "failure"}
+
+    def test_a_restart_no_driver_carries_out_is_named_with_what_to_do(self) -> None:
+        """A participant app run without `cutline run` died: its job stayed RESTARTING for ever and
+        nothing said so (issue 51). 30 s past due, the status line says it."""
+        strategy = RestartStrategy(RestartStrategyKind.FIXED_DELAY, attempts=3, delay_ms=2_000)
+        state, stats = folded(
+            running(cfg=config(restart_strategy=strategy), at=0), job_status(JobStatus.FAILING, at=5_000)
+        )
+
+        on_time = job_json(JOB, state, stats, now_ms=7_000 + 29_999)["restart"]["overdue"]
+        late = job_json(JOB, state, stats, now_ms=7_000 + 45_000)["restart"]["overdue"]
+
+        assert on_time is None
+        assert late.startswith("attempt 2 was due 45 s ago and no driver has started it")
+        assert f"cutline run --job {JOB}" in late
 
 
 class TestSummary:

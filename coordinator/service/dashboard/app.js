@@ -226,6 +226,7 @@ function renderJobLine(info, owner) {
       : `latest acknowledgement ${formatTime(info.latest_ack_timestamp)} UTC${ago(info.latest_ack_timestamp)}`,
   );
   if (info.restart) facts.push(`restart: attempt ${info.restart.attempt} at ${formatTime(info.restart.at)} UTC`);
+  if (info.restart && info.restart.overdue) facts.push(`⚠ ${info.restart.overdue}`);
   if (info.stopping) facts.push("stopping with a savepoint");
   $("#job-facts").textContent = facts.join(" · ");
 }
