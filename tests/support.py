@@ -1,8 +1,12 @@
-"""Waiting in tests: one bounded polling helper instead of hand-written loops.
+"""Waiting in tests, and the brokers they talk to.
 
 Tests that talk to a broker, a coordinator worker or Spark wait for a condition to
 become true, never for a fixed time; :func:`eventually` polls it and, when it gives
 up, says what was awaited and the last value it saw.
+
+The brokers: Apache Kafka by default (:func:`local_broker`, :data:`TEST_KAFKA_CONFIG`), the embedded
+Tansu with ``CUTLINE_TEST_BROKER=tansu``, or ``CUTLINE_BOOTSTRAP``'s cluster (:func:`kafka_bootstrap`);
+the protocol's topics made as ``cutline topics create`` makes them (:func:`create_protocol_topics`).
 """
 
 from __future__ import annotations
