@@ -39,8 +39,10 @@ from coordinator.service.broker_probe import BrokerProbe, metadata_probe
 from coordinator.service.claims import PartitionRecovery, new_worker_id, snapshot_message
 from coordinator.service.direct import DirectConsumer, use_direct_consumer
 from coordinator.service.gc_schedule import GC_INTERVAL_S, ScheduledCollections
+from coordinator.service.inputs import InputLoop, Ticker
 from coordinator.service.metrics import InputLag
-from coordinator.service.runtime import Coordinator, Outcome
+from coordinator.service.ports import SystemClock, ThreadExecutor
+from coordinator.service.runtime import Coordinator, Outgoing
 from coordinator.service.throttled_log import throttle_repeated_lines
 from coordinator.service.views import host_guard, register_views
 from coordinator.service.watchdog import MEMBER_FILE_ENV, membership_of, record_membership
@@ -114,35 +116,6 @@ LOG_FLUSH_S = 1.0
 """Seconds between two looks for throttled log windows that ended (the count of the dead letters
 a window held back is logged within this of its end: coordinator/log_throttle.py)."""
 
-SLOW_BATCH_S = 1.0
-"""A batch of input that took longer than this from its fetch to its durable journal writes, or
-whose oldest message was older than this when fetched, is logged (with where the time went)."""
-
-
-def _report_slow_batch(
-    messages: Sequence[Any], arrived: float, deciding: float, decided: float, published: float
-) -> None:
-    """Log a batch that waited, or whose journal writes took, more than ``SLOW_BATCH_S``: a checkpoint
-    then completes that much later, and the log says in which step (an input that reached the
-    broker late shows as its age at the fetch: the message's CreateTime against this clock)."""
-    fetched_at = time.time() - (published - arrived)  # the wall clock when the batch arrived
-    timestamps = [m.timestamp for m in messages if getattr(m, "timestamp", None)]  # CreateTime, ms
-    age = fetched_at - min(timestamps) / 1000 if timestamps else 0.0
-    if max(published - arrived, age) <= SLOW_BATCH_S:
-        return
-    log.warning(
-        "slow batch of %d inputs (first %s[%d]@%d): %.2f s old when fetched, %.2f s waiting for its "
-        "partitions and the publish lock, %.2f s deciding, %.2f s until the journal writes were acked",
-        len(messages),
-        messages[0].topic,
-        messages[0].partition,
-        messages[0].offset,
-        age,
-        deciding - arrived,
-        decided - deciding,
-        published - decided,
-    )
-
 
 def _patch_fetch_wait(wait_ms: int) -> None:
     """Faust hard-codes ``fetch_max_wait_ms=1500`` for its consumer. The embedded broker answers a
@@ -173,11 +146,6 @@ class TablelessManager(TableManager):
         elif not self.should_stop:
             await self._update_channels()
             await self.recovery.start()
-
-
-IDLE_TICK_S = 0.1
-"""Longest a worker sleeps between two looks at its jobs' due times: a due time that moved without a
-decided batch (a recovered or dropped partition) is seen within this."""
 
 
 MAX_RECORD_BYTES = DEFAULT_MAX_MESSAGE_BYTES
@@ -401,7 +369,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     use_direct_consumer(
         app,
         [raw_topic(app, name, settings.partitions) for name in sorted(shell.input_topics)],
-        shell.decide_batch,
+        shell.inputs.decide_batch,
         between_batches=shell.collections.collect_deferred,
     )
     app.task(shell.tick_when_due)
@@ -441,21 +409,31 @@ class Shell:
         self.input_topics = {*topics.inputs, settings.topics.ticks}
         self.member_file = os.environ.get(MEMBER_FILE_ENV)
         self.ticks_topic = raw_topic(app, settings.topics.ticks, settings.partitions)
-        self.ticked: dict[str, int] = {}
-        self.due_moved = asyncio.Event()
         self._writer: Writer | None = None
         self._claim_producer: Producer | None = None
         self._watcher: JournalWatcher | None = None
         self.broker = BrokerProbe(settings.bootstrap, metadata_probe(settings.bootstrap, topics.checkpoints))
         """Whether the broker answers (``/ready``, the dashboard): probed once the worker runs."""
+        self.clock = SystemClock()
         self.worker = Worker(
             new_worker_id(),
             self.coordinator,
             self.publish_lock,
-            self.publish,
-            self.write_snapshot,
+            self,
             self.new_recovery,
-            now_ms,
+            ThreadExecutor(),
+            self.clock,
+            self,
+        )
+        self.ticker = Ticker(self.worker, self.clock, self.send_tick, settings.tick_interval)
+        self.inputs = InputLoop(
+            self.worker,
+            self.clock,
+            settings.topics.ticks,
+            consumer=self,
+            pending=self.pending,
+            patience=2 * settings.session_timeout,
+            on_decided=self.ticker.due_moved.set,
         )
 
     # ------------------------------------------------------------ writes
@@ -475,29 +453,10 @@ class Shell:
         """The partition of the job a record is keyed by (-1 for no key)."""
         return self.coordinator.partition_of(key.decode("utf-8", "replace")) if key else -1
 
-    async def publish(self, outcomes: Sequence[Outcome]) -> set[int]:
-        """Journal first; barriers and dead letters once the broker holds the journal records.
-
-        Every write is awaited: input offsets are committed (acked) only after every journal
-        write of the input is acknowledged. Returns the partitions whose writes failed."""
-        journal_topic = self.topics.checkpoints
-        journal = [m for o in outcomes for m in o.messages if m.topic == journal_topic]
-        others = [m for o in outcomes for m in o.messages if m.topic != journal_topic]
-        failed = self._note(await self.writer().write(journal))
-        if others:
-            failed |= self._note(
-                await self.writer().write([m for m in others if self.home(m.key) not in failed])
-            )
-        return failed
-
-    def _note(self, written: Written) -> set[int]:
-        """The partitions whose writes failed; the journal offsets of the others move on."""
-        for (topic, partition), error in written.failed.items():
-            log.error("write to %s[%d] failed: %s; the partition recovers", topic, partition, error)
-        for (topic, partition), offset in written.last_offsets.items():
-            if topic == self.topics.checkpoints:
-                self.worker.written(partition, offset)
-        return {partition for _, partition in written.failed if partition >= 0}  # -1: no job to recover
+    async def write(self, messages: Sequence[Outgoing]) -> Written:
+        """:class:`~coordinator.service.ports.Writes`: the journal, barriers and dead letters,
+        through the worker's own producer."""
+        return await self.writer().write(messages)
 
     async def write_snapshot(self, snapshot: PartitionSnapshot) -> bool:
         """Write ``snapshot`` to the snapshots topic and wait for the broker; False if it failed."""
@@ -546,6 +505,12 @@ class Shell:
 
     # ------------------------------------------------------------ input
 
+    def prefetch(self) -> None:
+        """The next batch comes in while the journal is written (:meth:`DirectConsumer.prefetch`)."""
+        consumer = self.app.consumer
+        if isinstance(consumer, DirectConsumer):
+            consumer.prefetch()
+
     def pending(self, partition: int) -> bool:
         """Does the consumer hold ``partition`` in a generation the worker has not been told of?"""
         generation = getattr(self.app, "consumer_generation_id", UNKNOWN_GENERATION)
@@ -555,75 +520,6 @@ class Shell:
             if tp.topic in self.input_topics
         )
 
-    async def decide_batch(self, messages: Sequence[Any]) -> None:
-        """Decide ``messages`` in order for the partitions this worker decides, publish, and go on
-        once the writes are acknowledged; a partition whose write failed recovers, and the batch is
-        decided again (what the journal already holds is skipped: ``Coordinator.already_decided``)."""
-        arrived = time.monotonic()
-        partitions = {m.partition for m in messages}
-        failures = 0
-        while True:
-            await self.worker.settle(partitions, self.pending, patience=2 * self.settings.session_timeout)
-            async with self.publish_lock:
-                if any(self.worker.holds(p) and self.worker.epoch_of(p) is None for p in partitions):
-                    continue  # a partition started recovering (or stepped down) meanwhile
-                deciding = time.monotonic()
-                outcomes = self.decide_all(messages)
-                decided = time.monotonic()
-                if isinstance(self.app.consumer, DirectConsumer):
-                    self.app.consumer.prefetch()  # the next batch comes in while the journal is written
-                failed = await self.publish(outcomes)
-            _report_slow_batch(messages, arrived, deciding, decided, time.monotonic())
-            if not failed:
-                return
-            for partition in failed:
-                self.worker.write_failed(partition, "a journal write failed")
-            failures += 1
-            # A write that keeps failing (a broker refusing the record) must not spin: back off.
-            await asyncio.sleep(min(30.0, 0.25 * 2**failures))
-
-    def decide_all(self, messages: Sequence[Any]) -> list[Outcome]:
-        outcomes = []
-        with self.coordinator.batch():  # one view of the file system for the batch's link checks
-            for message in messages:
-                epoch = self.worker.epoch_of(message.partition)
-                if epoch is None:
-                    continue  # not decided here: its owner decides it
-                outcome = self.decide(message, epoch)
-                if outcome is not None:
-                    outcomes.append(outcome)
-        if outcomes:
-            self.due_moved.set()
-        return outcomes
-
-    def decide(self, message: Any, epoch: int) -> Outcome | None:
-        if message.topic == self.settings.topics.ticks:
-            return self.decide_tick(message, epoch)
-        if self.coordinator.already_decided(message.topic, message.partition, message.offset):
-            return None
-        return self.coordinator.handle(
-            message.topic,
-            message.partition,
-            message.offset,
-            message.key,
-            message.value,
-            now_ms(),
-            headers=message.headers,
-            epoch=epoch,
-        )
-
-    def decide_tick(self, message: Any, epoch: int) -> Outcome | None:
-        try:
-            job_id = message.key.decode()
-        except (AttributeError, UnicodeDecodeError):
-            log.warning(
-                "tick without a job id at %s[%d]@%d skipped", message.topic, message.partition, message.offset
-            )
-            return None
-        if job_id not in self.coordinator.states:
-            return None  # a job of a partition this worker no longer (or not yet) holds
-        return self.coordinator.tick(job_id, now_ms(), epoch=epoch)
-
     # ------------------------------------------------------------ timers
 
     async def probe_broker(self) -> None:
@@ -631,32 +527,11 @@ class Shell:
         self.broker.start()
 
     async def tick_when_due(self) -> None:
-        """Tick the jobs that are due (:meth:`send_ticks`), then sleep until the next due time: at
-        least ``tick_interval``, at most :data:`IDLE_TICK_S`, and less when a decided batch may have
-        moved a due time (:meth:`decide_all` wakes it). An idle worker wakes 10 times a second, not
-        100: the wakes cost it more CPU than anything else it does while idle."""
-        interval = self.settings.tick_interval
-        while not self.app.should_stop:
-            looked = time.monotonic()
-            await self.send_ticks()
-            self.due_moved.clear()
-            next_at = self.coordinator.next_due_at()
-            wait = IDLE_TICK_S if next_at is None else (next_at - now_ms()) / 1000
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.due_moved.wait(), min(IDLE_TICK_S, max(interval, wait)))
-            rest = interval - (time.monotonic() - looked)  # never more than one look per interval
-            if rest > 0:
-                await asyncio.sleep(rest)
+        """The ticker's loop (:class:`~coordinator.service.inputs.Ticker`), until the app stops."""
+        await self.ticker.run(lambda: bool(self.app.should_stop))
 
-    async def send_ticks(self) -> None:
-        """Every worker ticks the jobs it holds (those of its claimed partitions); a tick decides
-        nothing unless due."""
-        now = now_ms()
-        for job_id in self.coordinator.due(now):
-            if self.ticked.get(job_id, 0) + 50 > now:
-                continue  # the last tick is still on its way
-            self.ticked[job_id] = now
-            await self.ticks_topic.send(key=job_id.encode(), value=str(now).encode())
+    async def send_tick(self, job_id: str, now: int) -> None:
+        await self.ticks_topic.send(key=job_id.encode(), value=str(now).encode())
 
     async def flush_logs(self) -> None:
         """Log how many dead letters (and dropped latency measurements) each ended window of the
@@ -680,8 +555,9 @@ class Shell:
         """Stop deciding revoked partitions at once (the worker drops their state under the lock)."""
         self.worker.revoked({tp.partition for tp in revoked if tp.topic in self.input_topics})
 
-    async def on_assigned(self, sender: Any, assigned: set[Any], **kwargs: Any) -> None:
-        """Tell the worker its whole assignment and the generation (it claims in the background)."""
+    def watch(self, partition: int, start: int) -> None:
+        """:class:`~coordinator.service.ports.Watch`: the journal watcher (started on first use, on
+        the worker's loop) tails ``partition`` from ``start``."""
         if self._watcher is None:
             self._watcher = JournalWatcher(
                 self.settings.bootstrap,
@@ -689,7 +565,14 @@ class Shell:
                 asyncio.get_running_loop(),
                 self.worker.journal_read,
             )
-            self.worker.watch, self.worker.unwatch = self._watcher.watch, self._watcher.unwatch
+        self._watcher.watch(partition, start)
+
+    def unwatch(self, partition: int) -> None:
+        if self._watcher is not None:
+            self._watcher.unwatch(partition)
+
+    async def on_assigned(self, sender: Any, assigned: set[Any], **kwargs: Any) -> None:
+        """Tell the worker its whole assignment and the generation (it claims in the background)."""
         generation = getattr(self.app, "consumer_generation_id", UNKNOWN_GENERATION)
         self.worker.assigned(generation, {tp.partition for tp in assigned if tp.topic in self.input_topics})
         if self.member_file:

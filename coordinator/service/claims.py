@@ -30,7 +30,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -266,9 +266,7 @@ class PartitionRecovery:
 
     def read_snapshot(self, generation: int) -> SnapshotRead:
         """Load the partition's latest snapshot (if any, and usable) into the fold."""
-        stored, self.snapshots_read = read_latest_snapshot(
-            self.consumer(), self.snapshots_topic, self.partition, self._timeout
-        )
+        stored, self.snapshots_read = self._latest_snapshot()
         if stored is None or self._load is None:
             return SnapshotRead(self.partition, generation, 0, -1)
         if stored.partitions != self.partitions:
@@ -305,17 +303,9 @@ class PartitionRecovery:
     def write_claim(self, generation: int, epoch: int) -> ClaimWritten | ClaimWriteFailed:
         """Append this worker's claim of ``epoch`` for ``generation``; its offset."""
         claim = CoordinatorClaimed(self.partition, epoch, self.worker_id, self._now_ms())
-        if self._producer is None:
-            self._producer = Producer(producer_config(self.bootstrap))
+        headers = [epoch_header(epoch), generation_header(generation)]
         try:
-            offset = _produce(
-                self._producer,
-                self.topics.checkpoints,
-                self.partition,
-                None,
-                encode(claim, self.topics.checkpoints),
-                [epoch_header(epoch), generation_header(generation)],
-            )
+            offset = self._append(encode(claim, self.topics.checkpoints), headers)
         except (RuntimeError, TimeoutError) as exc:
             return ClaimWriteFailed(self.partition, generation, epoch, str(exc))
         return ClaimWritten(self.partition, generation, epoch, offset)
@@ -326,6 +316,31 @@ class PartitionRecovery:
         if effective is None:
             return RecoveryFailed(self.partition, generation, f"no valid claim up to offset {offset}")
         return ClaimSettled(self.partition, generation, effective, self.highest_epoch)
+
+    # ------------------------------------------------------------ I/O (Kafka; the simulator's log)
+
+    def _latest_snapshot(self) -> tuple[StoredSnapshot | None, int]:
+        """The partition's last snapshot, and how many messages of the snapshots topic were read."""
+        return read_latest_snapshot(self.consumer(), self.snapshots_topic, self.partition, self._timeout)
+
+    def _journal(self, start: int | None, until: int | None) -> Generator[LogMessage, None, None]:
+        """The journal partition from ``start`` (None: its beginning) to ``until`` (None: its end as of
+        now, by the high watermark of a fetch), in offset order."""
+        consumer = self.consumer()
+        try:
+            for message in read_partition_to_end(
+                consumer, self.topics.checkpoints, self.partition, self._timeout, start=start, until=until
+            ):
+                yield log_message(message)
+        finally:
+            consumer.unassign()
+
+    def _append(self, value: bytes, headers: list[tuple[str, bytes]]) -> int:
+        """Append an unkeyed record to the journal partition and wait for the broker; its offset
+        (raises RuntimeError or TimeoutError when it may not have landed)."""
+        if self._producer is None:
+            self._producer = Producer(producer_config(self.bootstrap))
+        return _produce(self._producer, self.topics.checkpoints, self.partition, None, value, list(headers))
 
     def consumer(self) -> Consumer:
         """The recovery's one consumer (every read of it, one after another)."""
@@ -354,18 +369,8 @@ class PartitionRecovery:
             # is impossible, stopping would leave every job without a coordinator: skip it loudly.
             log.error("journal %s[%d]@%d skipped: %s", message.topic, self.partition, message.offset, problem)
 
-        consumer = self.consumer()
-        messages = _counted(
-            log_message(m)
-            for m in read_partition_to_end(
-                consumer,
-                self.topics.checkpoints,
-                self.partition,
-                self._timeout,
-                start=self.next_offset,
-                until=until,
-            )
-        )
+        journal = self._journal(self.next_offset, until)
+        messages = _counted(journal)
         try:
             for record, message in fenced_journal(messages.each(), skip, fences):
                 if isinstance(record, CoordinatorClaimed):
@@ -374,7 +379,7 @@ class PartitionRecovery:
                     epoch = epoch_of(message.headers)
                     self.coordinator.apply(record, message.headers.get(CAUSE_HEADER), epoch)
         finally:
-            consumer.unassign()
+            journal.close()
         self.fence = fences[self.partition]
         self.folded += messages.count
         if messages.last is not None:

@@ -2,11 +2,16 @@
 
 It holds this worker's :class:`coordinator.ownership.Ownership`, turns what the transport tells it
 (assignments, revocations, the claims the journal watcher reads) into the state machine's facts,
-and carries out the commands that come back: recovery steps in threads
-(:class:`coordinator.service.claims.PartitionRecovery`), barriers resent and partitions merged
-into or dropped from the runtime (:class:`coordinator.service.runtime.Coordinator`) under the
-publish lock, the watcher told what to read. The Faust shell (:mod:`coordinator.service.app`)
-asks it only which partitions it decides, under which epoch.
+and carries out the commands that come back: recovery steps on the executor (a
+:class:`~coordinator.service.ports.Recovery` per partition and generation), barriers resent and
+partitions merged into or dropped from the runtime (:class:`coordinator.service.runtime.Coordinator`)
+under the publish lock, the watcher told what to read. The input loop
+(:mod:`coordinator.service.inputs`) asks it only which partitions it decides, under which epoch.
+
+Everything it does outside itself goes through the ports of :mod:`coordinator.service.ports`
+(recoveries, the executor, the clock, the writes, the watcher): the Faust shell passes Kafka and
+threads, the deterministic simulator (:mod:`coordinator.simulation`) its in-memory log and seeded
+scheduler, and runs this same class.
 
 No decision about ownership is taken here: they are all :func:`coordinator.ownership.step`'s.
 """
@@ -14,10 +19,11 @@ No decision about ownership is taken here: they are all :func:`coordinator.owner
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from coordinator.ownership import (
     BarriersResent,
@@ -38,20 +44,24 @@ from coordinator.ownership import (
     ResendBarriers,
     ResendFailed,
     StartDeciding,
+    Step,
     StopDeciding,
     WriteClaim,
     initial_ownership,
     step,
 )
-from coordinator.service.claims import PartitionRecovery
 from coordinator.service.metrics import PartitionView
+from coordinator.service.ports import Clock, Executor, Recovery, RecoveryFactory, Watch, Writes
 from coordinator.service.runtime import Coordinator, Outcome
-from coordinator.snapshot import PartitionSnapshot
+from coordinator.service.writer import Written
 
 log = logging.getLogger("cutline.coordinator")
 
 SNAPSHOT_WAIT_S = 5.0
 """How long a fold snapshot waits for the journal watcher to read past the offset it covers."""
+
+Rules = Callable[[Ownership, Fact], Step]
+"""The ownership rules: :func:`coordinator.ownership.step` (the simulator can show older ones)."""
 
 
 @dataclass(slots=True)
@@ -66,13 +76,16 @@ class Owner:
     """The journal offset the last snapshot it wrote covers."""
     watched_to: int = -1
     """The journal offset the watcher reads next: every claim before it has been told."""
+    moved: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when :attr:`watched_to` moves (or the partition is no longer decided here)."""
 
 
-Publish = Callable[[Sequence[Outcome]], Awaitable[set[int]]]
-"""Writes outcomes (journal first); the partitions whose writes failed."""
-WriteSnapshot = Callable[[PartitionSnapshot], Awaitable[bool]]
-RecoveryFactory = Callable[[int], PartitionRecovery]
-Clock = Callable[[], int]
+class _NoWatch:
+    def watch(self, partition: int, start: int) -> None:
+        pass
+
+    def unwatch(self, partition: int) -> None:
+        pass
 
 
 class Worker:
@@ -83,10 +96,13 @@ class Worker:
         worker_id: str,
         runtime: Coordinator,
         publish_lock: asyncio.Lock,
-        publish: Publish,
-        write_snapshot: WriteSnapshot,
+        writes: Writes,
         new_recovery: RecoveryFactory,
-        now_ms: Clock,
+        executor: Executor,
+        clock: Clock,
+        watch: Watch | None = None,
+        *,
+        rules: Rules = step,
     ) -> None:
         self.worker_id = worker_id
         self.ownership: Ownership = initial_ownership(worker_id)
@@ -97,13 +113,13 @@ class Worker:
         """No assignment told yet, or a rebalance revoked partitions and has not assigned yet."""
         self.stepped_down_total = 0
         """Times a newer claim made this worker stop deciding a partition (for metrics)."""
-        self._lock, self._publish, self._write_snapshot = publish_lock, publish, write_snapshot
-        self._new_recovery, self._now_ms = new_recovery, now_ms
-        self._recoveries: dict[int, PartitionRecovery] = {}
-        self._tasks: set[asyncio.Future[None]] = set()
+        self.publish_lock = publish_lock
+        self._writes, self._new_recovery, self._executor, self._clock = writes, new_recovery, executor, clock
+        self._watch: Watch = watch or _NoWatch()
+        self._rules = rules
+        self._recoveries: dict[int, Recovery] = {}
+        self._recovery_started: dict[int, float] = {}
         self._changed = asyncio.Event()
-        self.watch: Callable[[int, int], None] = lambda partition, start: None
-        self.unwatch: Callable[[int], None] = lambda partition: None
 
     # ------------------------------------------------------------ told by the transport
 
@@ -120,8 +136,9 @@ class Worker:
         for claim in claims:
             self.tell(ClaimRead(partition, claim))
         owner = self.owners.get(partition)
-        if owner is not None:
-            owner.watched_to = max(owner.watched_to, position)
+        if owner is not None and position > owner.watched_to:
+            owner.watched_to = position
+            owner.moved.set()
 
     def written(self, partition: int, offset: int) -> None:
         """This worker's journal write to ``partition`` landed at ``offset``."""
@@ -136,7 +153,7 @@ class Worker:
 
     def tell(self, fact: Fact) -> None:
         """Step the ownership state machine and carry out what it asks for, in order."""
-        made = step(self.ownership, fact)
+        made = self._rules(self.ownership, fact)
         self.ownership = made.state
         for command in made.commands:
             self._carry_out(command)
@@ -199,6 +216,20 @@ class Worker:
             )
         return views
 
+    async def publish(self, outcomes: Sequence[Outcome]) -> set[int]:
+        """Journal first; barriers and dead letters once the broker holds the journal records.
+
+        Every write is awaited: input offsets are committed (acked) only after every journal
+        write of the input is acknowledged. Returns the partitions whose writes failed."""
+        journal_topic = self.runtime.topics.checkpoints
+        journal = [m for o in outcomes for m in o.messages if m.topic == journal_topic]
+        others = [m for o in outcomes for m in o.messages if m.topic != journal_topic]
+        failed = self._note(await self._writes.write(journal)) if journal else set()
+        if others:
+            kept = [m for m in others if self._home(m.key) not in failed]
+            failed |= self._note(await self._writes.write(kept))
+        return failed
+
     async def write_snapshots(self) -> None:
         """Bounded recovery: a snapshot of each decided partition whose journal moved since its last."""
         for partition, owner in list(self.owners.items()):
@@ -206,10 +237,9 @@ class Worker:
                 await self._snapshot(partition, owner)
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        await self._executor.close()
         for recovery in self._recoveries.values():
-            await asyncio.get_running_loop().run_in_executor(None, recovery.close)
+            await self._executor.call(recovery.close)
 
     # ------------------------------------------------------------ carrying out commands
 
@@ -218,16 +248,18 @@ class Worker:
             case ReadSnapshot(partition=p, generation=g, delay_s=delay):
                 # A recovery it replaces is in the middle of a step: it closes itself after it.
                 recovery = self._recoveries[p] = self._new_recovery(p)
-                self._spawn(self._io(recovery, g, delay, lambda: recovery.read_snapshot(g)))
+                self._recovery_started[p] = self._clock.monotonic()
+                self._spawn(self._io(recovery, g, delay, recovery.read_snapshot, g))
             case FoldJournal(partition=p, generation=g):
                 recovery = self._recoveries[p]
-                self._spawn(self._io(recovery, g, 0.0, lambda: recovery.fold_journal(g)))
+                self._spawn(self._io(recovery, g, 0.0, recovery.fold_journal, g))
             case WriteClaim(partition=p, generation=g, epoch=epoch):
                 recovery = self._recoveries[p]
-                self._spawn(self._io(recovery, g, 0.0, lambda: self._claim(recovery, g, epoch)))
+                guard = self._claim_guard(p, g, epoch)
+                self._spawn(self._io(recovery, g, 0.0, recovery.write_claim, g, epoch, guard=guard))
             case ReadToClaim(partition=p, generation=g, offset=offset):
                 recovery = self._recoveries[p]
-                self._spawn(self._io(recovery, g, 0.0, lambda: recovery.read_to_claim(g, offset)))
+                self._spawn(self._io(recovery, g, 0.0, recovery.read_to_claim, g, offset))
             case ResendBarriers(partition=p, generation=g, epoch=epoch):
                 self._spawn(self._resend(p, g, epoch))
             case StartDeciding(partition=p, epoch=epoch, claim_offset=offset):
@@ -235,28 +267,37 @@ class Worker:
             case StopDeciding(partition=p, reason=reason, fenced_by=claim):
                 self._stop(p, reason, claim)
 
-    def _claim(self, recovery: PartitionRecovery, generation: int, epoch: int) -> Fact:
-        """Write the claim, unless the generation it is for is gone by now (checked in the thread,
-        just before the write: a claim queued behind others must not outlive its generation)."""
-        partition = recovery.partition
-        hold = self.ownership.holds.get(partition)
-        if hold is None or (hold.generation, hold.phase, hold.claim_epoch) != (
-            generation,
-            Phase.CLAIMING,
-            epoch,
-        ):
-            return ClaimWriteFailed(partition, generation, epoch, "abandoned: its generation is gone")
-        return recovery.write_claim(generation, epoch)
+    def _claim_guard(self, partition: int, generation: int, epoch: int) -> Callable[[], Fact | None]:
+        """Asked on the executor just before the claim is written: a claim queued behind others
+        must not outlive its generation (None: still wanted, write it)."""
+
+        def guard() -> Fact | None:
+            hold = self.ownership.holds.get(partition)
+            if hold is None or (hold.generation, hold.phase, hold.claim_epoch) != (
+                generation,
+                Phase.CLAIMING,
+                epoch,
+            ):
+                return ClaimWriteFailed(partition, generation, epoch, "abandoned: its generation is gone")
+            return None
+
+        return guard
 
     async def _io(
-        self, recovery: PartitionRecovery, generation: int, delay: float, work: Callable[[], Fact]
+        self,
+        recovery: Recovery,
+        generation: int,
+        delay: float,
+        work: Callable[..., Fact],
+        *args: Any,
+        guard: Callable[[], Fact | None] | None = None,
     ) -> None:
-        """One recovery step in a thread; its fact told; the recovery closed if nothing follows."""
+        """One recovery step on the executor; its fact told; the recovery closed if nothing follows."""
         partition = recovery.partition
         if delay:
             await asyncio.sleep(delay)
         try:
-            fact = await asyncio.get_running_loop().run_in_executor(None, work)
+            fact = await self._executor.call(work, *args, guard=guard)
         except Exception as exc:
             log.exception("recovering journal partition %d failed; trying again", partition)
             fact = RecoveryFailed(partition, generation, f"{type(exc).__name__}: {exc}")
@@ -270,7 +311,7 @@ class Worker:
 
     async def _resend(self, partition: int, generation: int, epoch: int) -> None:
         recovery = self._recoveries[partition]
-        async with self._lock:
+        async with self.publish_lock:
             hold = self.ownership.holds.get(partition)
             if hold is None or hold.generation != generation or hold.phase is not Phase.RESENDING:
                 if self._recoveries.get(partition) is recovery:
@@ -278,8 +319,8 @@ class Worker:
                 await self._close(recovery)
                 return  # abandoned meanwhile
             self.runtime.merge(recovery.coordinator, partition)
-            resent = self.runtime.resume(self._now_ms(), partition, epoch)
-            failed = await self._publish([Outcome(messages=resent)])
+            resent = self.runtime.resume(self._clock.now_ms(), partition, epoch)
+            failed = await self.publish([Outcome(messages=resent)])
         if partition in failed:
             self.tell(ResendFailed(partition, generation, "a barrier could not be written"))
         else:
@@ -287,9 +328,9 @@ class Worker:
 
     def _start(self, partition: int, epoch: int, claim_offset: int) -> None:
         recovery = self._recoveries.pop(partition)
-        seconds = time.monotonic() - recovery.started
+        seconds = self._clock.monotonic() - self._recovery_started.pop(partition, self._clock.monotonic())
         owner = self.owners[partition] = Owner(epoch, claim_offset, seconds, watched_to=claim_offset + 1)
-        self.watch(partition, claim_offset + 1)
+        self._watch.watch(partition, claim_offset + 1)
         log.info(
             "claimed journal partition %d with epoch %d at offset %d: %d records folded%s in %.2fs",
             partition,
@@ -304,8 +345,10 @@ class Worker:
         self._spawn(self._snapshot(partition, owner))
 
     def _stop(self, partition: int, reason: str, fenced_by: Claim | None) -> None:
-        self.owners.pop(partition, None)
-        self.unwatch(partition)
+        owner = self.owners.pop(partition, None)
+        if owner is not None:
+            owner.moved.set()
+        self._watch.unwatch(partition)
         if fenced_by is not None:
             self.stepped_down_total += 1
             log.warning("journal partition %d: stepped down, decides nothing of it: %s", partition, reason)
@@ -314,29 +357,45 @@ class Worker:
         self._spawn(self._drop(partition))
 
     async def _drop(self, partition: int) -> None:
-        async with self._lock:
+        async with self.publish_lock:
             if partition not in self.owners:
                 self.runtime.drop_partition(partition)
 
     async def _snapshot(self, partition: int, owner: Owner) -> None:
         """Write a snapshot of ``partition``'s fold once the watcher has read past what it covers
         and the worker still decides it under the same claim (so the snapshot is a valid base)."""
-        async with self._lock:  # no decision half-published: the state is the journal's fold
+        async with self.publish_lock:  # no decision half-published: the state is the journal's fold
             if self.owners.get(partition) is not owner:
                 return
-            snapshot = self.runtime.snapshot(partition, owner.epoch, owner.journal_offset, self._now_ms())
-        deadline = time.monotonic() + SNAPSHOT_WAIT_S
+            now = self._clock.now_ms()
+            snapshot = self.runtime.snapshot(partition, owner.epoch, owner.journal_offset, now)
+        deadline = self._clock.monotonic() + SNAPSHOT_WAIT_S
         while owner.watched_to <= snapshot.journal_offset and self.owners.get(partition) is owner:
-            if time.monotonic() > deadline:
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
                 return  # the watcher lags: the next round tries again
-            await asyncio.sleep(0.02)
-        if self.owners.get(partition) is owner and await self._write_snapshot(snapshot):
+            owner.moved.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(owner.moved.wait(), remaining)
+        if self.owners.get(partition) is owner and await self._writes.write_snapshot(snapshot):
             owner.snapshot_offset = max(owner.snapshot_offset, snapshot.journal_offset)
 
-    async def _close(self, recovery: PartitionRecovery) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, recovery.close)
+    def _note(self, written: Written) -> set[int]:
+        """The partitions whose writes failed; the journal offsets of the others move on."""
+        journal_topic = self.runtime.topics.checkpoints
+        for (topic, partition), error in written.failed.items():
+            log.error("write to %s[%d] failed: %s; the partition recovers", topic, partition, error)
+        for (topic, partition), offset in written.last_offsets.items():
+            if topic == journal_topic:
+                self.written(partition, offset)
+        return {partition for _, partition in written.failed if partition >= 0}  # -1: no job to recover
 
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _home(self, key: bytes | None) -> int:
+        """The partition of the job a record is keyed by (-1 for no key)."""
+        return self.runtime.partition_of(key.decode("utf-8", "replace")) if key else -1
+
+    async def _close(self, recovery: Recovery) -> None:
+        await self._executor.call(recovery.close)
+
+    def _spawn(self, work: Any) -> None:
+        self._executor.spawn(work)

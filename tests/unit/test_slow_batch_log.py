@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from coordinator.service.app import SLOW_BATCH_S, _report_slow_batch, now_ms
+from coordinator.service.app import now_ms
+from coordinator.service.inputs import SLOW_BATCH_S, report_slow_batch
+
+
+def _report_slow_batch(messages: list[Fetched], *times: float) -> None:
+    """The report, its wall clock the host's."""
+    arrived, deciding, decided, published = times
+    report_slow_batch(messages, arrived, deciding, decided, published, now_ms())
 
 
 @dataclass
