@@ -150,9 +150,13 @@ def create_topics(
     deadline = time.monotonic() + timeout
     admin = _admin(bootstrap)
     settings = {"max.message.bytes": str(DEFAULT_MAX_MESSAGE_BYTES), **(config or {})}
-    new = [NewTopic(name, num_partitions=partitions, config=dict(settings)) for name in names]
+    # Only those it cannot see: a secured cluster refuses to create an existing topic to a principal
+    # without Create (TOPIC_AUTHORIZATION_FAILED), and an administrator may have made them.
+    seen = admin.list_topics(timeout=timeout).topics
+    missing = [name for name in names if name not in seen or seen[name].error is not None]
+    new = [NewTopic(name, num_partitions=partitions, config=dict(settings)) for name in missing]
     created: list[str] = []
-    for name, future in admin.create_topics(new, request_timeout=timeout).items():
+    for name, future in (admin.create_topics(new, request_timeout=timeout) if new else {}).items():
         try:
             future.result(timeout=max(0.1, deadline - time.monotonic()))
             created.append(name)

@@ -355,8 +355,8 @@ def read_partition_to_end(
         for msg in messages:
             error = msg.error()
             if error is not None:
-                if error.fatal():
-                    raise KafkaException(error)
+                if error.fatal() or error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise KafkaException(error)  # no waiting heals a refusal: say it at once
                 if error.code() != KafkaError._PARTITION_EOF:
                     log.warning("reading %s[%d]: %s", topic, partition, error)
                 continue
