@@ -229,10 +229,21 @@ def check_topics(bootstrap: str, prefix: str) -> Check:
 
 
 def check_retention(bootstrap: str, prefix: str) -> Check:
+    from confluent_kafka import KafkaException
+
     from coordinator.service.app import JournalRetentionError, Settings, check_journal_retention
+    from events.kafka.acls import is_refusal
 
     try:
         check_journal_retention(Settings(bootstrap, prefix))
+    except KafkaException as exc:
+        if not is_refusal(exc.args[0]):
+            raise
+        return Check(
+            "journal retention", CheckStatus.SKIPPED,
+            f"this principal may not read {Topics(prefix).checkpoints}'s settings (DescribeConfigs)",
+            "the coordinator checks them when it starts (a coordinator's ACLs allow it)",
+        )  # fmt: skip
     except JournalRetentionError as exc:
         # The refusal is the coordinator's own: finite retention, compaction, or both.
         found, _, fix = str(exc).partition(". Keep every record for ever:")
@@ -313,7 +324,34 @@ def beside_the_broker(coordinator: Check, broker: Check) -> Check:
     )  # fmt: skip
 
 
-def diagnose(bootstrap: str | None, prefix: str, url: str) -> list[Check]:
+def check_acls(bootstrap: str, prefix: str, role: str) -> Check:
+    """Whether the principal of the client settings holds every ACL of ``role`` on the prefix's topics
+    and groups (events/kafka/acls.py, docs/security.md), as the cluster itself reports what it allows
+    it; the ``kafka-acls.sh`` commands that grant what it lacks."""
+    from confluent_kafka import KafkaException
+
+    from events.kafka.acls import Role, lacking_commands, lacking_summary, missing_grants, principal_of
+    from events.kafka.client_config import client_properties
+
+    name = "Kafka ACLs"
+    try:
+        lacking = missing_grants(bootstrap, Role(role), Topics(prefix))
+    except (KafkaException, TimeoutError) as exc:
+        return Check(name, CheckStatus.WARN, f"the cluster did not say what this principal may do ({exc})")
+    principal = principal_of(client_properties())
+    if lacking is None:
+        return Check(name, CheckStatus.SKIPPED, "the cluster reports no ACLs (no authorizer)")
+    if lacking:
+        return Check(
+            name, CheckStatus.FAIL,
+            f"{principal} lacks what a {role} needs: {lacking_summary(lacking)}",
+            "an administrator grants it (docs/security.md): "
+            + "; ".join(lacking_commands(lacking, principal, bootstrap)),
+        )  # fmt: skip
+    return Check(name, CheckStatus.OK, f"{principal} holds every ACL a {role} needs on {prefix}*")
+
+
+def diagnose(bootstrap: str | None, prefix: str, url: str, role: str = "coordinator") -> list[Check]:
     """Every check, in order; those that need the broker are skipped when it does not answer, or
     when no Kafka client can be made with the client settings."""
     settings = check_client_settings()
@@ -330,10 +368,12 @@ def diagnose(bootstrap: str | None, prefix: str, url: str) -> list[Check]:
             checks.append(check_retention(bootstrap, prefix))
         else:
             checks.append(Check("journal retention", CheckStatus.SKIPPED, "the journal topic is missing"))
+        checks.append(check_acls(bootstrap, prefix, role))
     else:
         checks += [
             Check("topics", CheckStatus.SKIPPED, "no broker"),
             Check("journal retention", CheckStatus.SKIPPED, "no broker"),
+            Check("Kafka ACLs", CheckStatus.SKIPPED, "no broker"),
         ]
     checks.append(beside_the_broker(check_coordinator(url), broker))
     return checks

@@ -12,6 +12,7 @@ from coordinator.cli.common import (
     VIOLATION,
     Bootstrap,
     TopicPrefix,
+    fail,
 )
 from events.wire.topics import DEFAULT_PREFIX
 
@@ -23,6 +24,15 @@ def doctor(
         str, typer.Option("--url", help="A coordinator worker's web views.")
     ] = "http://127.0.0.1:6066",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per check and line.")] = False,
+    role: Annotated[
+        str,
+        typer.Option(
+            "--role",
+            metavar="ROLE",
+            help="Whose Kafka ACLs to check the client settings' principal for: coordinator, driver, "
+            "task or operator (docs/security.md).",
+        ),
+    ] = "coordinator",
 ) -> None:
     """Check what cutline needs here: Python, Java, the broker, the topics, the journal's
     retention and the coordinator; say what to fix. Exits 1 if a check failed."""
@@ -32,9 +42,13 @@ def doctor(
     from rich.table import Table
 
     from coordinator.doctor import CheckStatus, diagnose
+    from events.kafka.acls import Role
+
+    if role not in {r.value for r in Role}:
+        fail(Console(stderr=True), f"--role {role}: give one of {', '.join(r.value for r in Role)}")
 
     with Console(stderr=True).status("checking..."):
-        checks = diagnose(bootstrap, topic_prefix, url)
+        checks = diagnose(bootstrap, topic_prefix, url, role)
     if as_json:
         for check in checks:
             print(json.dumps(dataclasses.asdict(check)))

@@ -484,6 +484,8 @@ def _send(errors: Console, bootstrap: str, topic: str, request: Request) -> Sent
     from confluent_kafka import Message, Producer
 
     from coordinator.stop_outcome import Sent
+    from events.kafka.acls import is_refusal, refusal
+    from events.kafka.client_config import client_properties
     from events.kafka.clients import produce_record, producer_config
 
     producer = Producer(producer_config(bootstrap, {"allow.auto.create.topics": False}))
@@ -493,11 +495,15 @@ def _send(errors: Console, bootstrap: str, topic: str, request: Request) -> Sent
     def on_delivery(error: Any, message: Message) -> None:
         if error is not None:
             problems.append(str(error))
+            refused.extend([error] if is_refusal(error) else [])
         else:
             delivered.append(message)
 
+    refused: list[Any] = []
     produce_record(producer, topic, request, on_delivery=on_delivery)
     producer.flush(SEND_TIMEOUT_S)
+    if refused:
+        fail(errors, refusal("Write", topic, client_properties(), bootstrap))
     if problems or not delivered:
         why = problems[0] if problems else f"not delivered within {SEND_TIMEOUT_S:g} s"
         fail(errors, f"the request could not be sent to {topic} at {bootstrap}: {why}")

@@ -36,6 +36,30 @@ def _need_free_port(console: Console, host: str, port: int) -> None:
         )
 
 
+def _need_acls(console: Console, bootstrap: str, prefix: str) -> None:
+    """Fail, naming each ACL a coordinator lacks and the command that grants it, where the cluster
+    says so (docs/security.md): without them it would be refused in a loop, deep in its start. Where
+    the cluster answers no such question (no authorizer, the embedded broker), nothing is checked."""
+    from confluent_kafka import KafkaException
+
+    from events.kafka.acls import Role, lacking_commands, lacking_summary, missing_grants, principal_of
+    from events.kafka.client_config import client_properties
+    from events.wire.topics import Topics
+
+    try:
+        lacking = missing_grants(bootstrap, Role.COORDINATOR, Topics(prefix))
+    except (KafkaException, TimeoutError):
+        return  # the question itself failed: the start goes on, and says what it meets
+    if lacking:
+        principal = principal_of(client_properties())
+        commands = "\n".join(f"  {c}" for c in lacking_commands(lacking, principal, bootstrap))
+        fail(
+            console,
+            f"{principal} lacks ACLs a coordinator needs: {lacking_summary(lacking)} (docs/security.md, "
+            f'"Kafka ACLs per principal"). An administrator grants them with:\n{commands}',
+        )
+
+
 def coordinator(
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = DEFAULT_PREFIX,
@@ -174,6 +198,7 @@ def coordinator(
     from coordinator.service.watchdog import die_with_watchdog
 
     die_with_watchdog(bootstrap=bootstrap)
+    _need_acls(errors, bootstrap, topic_prefix)
     errors.print(
         f"coordinator: topics {topic_prefix}*, "
         f"dashboard on http://{web_advertised_host or web_host}:{web_port}/",
