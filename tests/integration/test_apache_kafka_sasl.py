@@ -1,0 +1,331 @@
+"""Secured Kafka, for real (issue 47, step 4): SASL_SSL, SCRAM-SHA-512 and cutline's ACLs.
+
+One Apache Kafka node serves the module (events/dev/kafka_security.py): a SASL_SSL listener with a CA
+and a broker certificate made for the test, SCRAM-SHA-512 users created when its storage is
+formatted, and Kafka's ``StandardAuthorizer`` with no access for anyone but what ACLs grant. An
+administrator creates the protocol's topics and the ACLs of cutline's trust model
+(:mod:`events.kafka.acls`, docs/security.md): the coordinator alone writes the journal, the barriers
+and its own topics; a task writes acknowledgements and declines and reads barriers and the journal;
+a driver writes statuses; an operator writes requests. Every client takes its principal's settings
+as a user gives them: a properties file of mode 0600 named by ``CUTLINE_KAFKA_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+from support import eventually
+
+from coordinator.service.app import Settings, ensure_topics
+from coordinator.service.supervisor import CoordinatorProcess
+from events.dev.apache_kafka import ApacheKafka
+from events.dev.kafka_security import ADMIN, SaslSsl
+from events.kafka.acls import Grant, Role, acl_bindings
+from events.kafka.client_config import CONFIG_FILE_VARIABLE
+from events.kafka.clients import job_key, producer_config
+from events.kafka.log import LogMessage, read_to_end
+from events.task.participant import JobDriver, Participant
+from events.wire.codec import decode, encode
+from events.wire.fencing import epoch_header
+from events.wire.records import (
+    CheckpointBarrier,
+    CheckpointCompleted,
+    CheckpointConfig,
+    CheckpointKind,
+    JobStatus,
+)
+from events.wire.topics import Topics
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PRINCIPALS = {
+    "coordinator": Role.COORDINATOR,
+    "driver": Role.DRIVER,
+    "task": Role.TASK,
+    "operator": Role.OPERATOR,
+}
+"""A principal per role, each granted exactly its role's ACLs."""
+
+PREFIX = "secured."
+FORGERY = "forgery."
+"""The topics of the forgery tests: what lands there cannot spoil the journal of the others."""
+
+
+@dataclass(frozen=True)
+class Secured:
+    """The secured broker, the protocol's topics, and each principal's properties file."""
+
+    kafka: ApacheKafka
+    topics: Topics
+    files: dict[str, Path]
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.bootstrap
+
+    def env(self, user: str) -> dict[str, str]:
+        """The environment of a process that logs in as ``user``."""
+        return {**os.environ, CONFIG_FILE_VARIABLE: str(self.files[user])}
+
+    @contextlib.contextmanager
+    def acting_as(self, user: str) -> Iterator[None]:
+        """Clients made in this process meanwhile log in as ``user``."""
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(CONFIG_FILE_VARIABLE, str(self.files[user]))
+            yield
+
+
+def _without(bindings: list[AclBinding], topic: str, operation: str) -> list[AclBinding]:
+    return [b for b in bindings if not (b.name == topic and b.operation.name == operation)]
+
+
+def _acls(topics: Topics, forgery: Topics) -> list[AclBinding]:
+    """Each role's ACLs for its principal, on both prefixes; and the principals of the failure tests:
+    ``novice``, an operator without Write on the requests; ``half-coordinator``, a coordinator without
+    Read on the acknowledgements; ``misgranted``, a task granted Write on the journal by mistake."""
+    bindings = [
+        binding
+        for prefix in (topics, forgery)
+        for user, role in PRINCIPALS.items()
+        for binding in acl_bindings(role, f"User:{user}", prefix)
+    ]
+    bindings += _without(acl_bindings(Role.OPERATOR, "User:novice", topics), topics.requests, "WRITE")
+    bindings += _without(
+        acl_bindings(Role.COORDINATOR, "User:half-coordinator", forgery), forgery.acks, "READ"
+    )
+    bindings += acl_bindings(Role.TASK, "User:misgranted", forgery)
+    bindings += _grant(Grant("topic", forgery.checkpoints, ("Write",)), "misgranted")
+    return list(dict.fromkeys(bindings))  # each principal's grant of the placeholder group once
+
+
+def _grant(grant: Grant, user: str) -> list[AclBinding]:
+    return [
+        AclBinding(ResourceType.TOPIC, grant.name, ResourcePatternType.LITERAL, f"User:{user}", "*",
+                   AclOperation[op.upper()], AclPermissionType.ALLOW)
+        for op in grant.operations
+    ]  # fmt: skip
+
+
+@pytest.fixture(name="secured", scope="module")
+def _secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    users = [*PRINCIPALS, "novice", "half-coordinator", "misgranted"]
+    directory = tmp_path_factory.mktemp("principals")
+    with ApacheKafka(heap="384m", security=SaslSsl.with_users(users)) as kafka:
+        files = {
+            user: kafka.properties_file(user, directory / f"{user}.properties") for user in [ADMIN, *users]
+        }
+        secured = Secured(kafka, Topics(PREFIX), files)
+        with secured.acting_as(ADMIN):
+            for prefix in (PREFIX, FORGERY):
+                ensure_topics(Settings(kafka.bootstrap, prefix, partitions=2))
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap, **kafka.client_properties()})
+        for future in admin.create_acls(_acls(secured.topics, Topics(FORGERY))).values():
+            future.result(timeout=30)
+        yield secured
+
+
+@pytest.fixture(autouse=True)
+def _session_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUTLINE_SESSION_TIMEOUT", "6")
+
+
+def cutline(secured: Secured, user: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """``cutline ARGS`` as ``user`` would run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env={**secured.env(user), "COLUMNS": "250"},
+    )  # fmt: skip
+
+
+class SecuredJob:
+    """A job of two Python participants (the task principal) and its driver (the driver principal)."""
+
+    def __init__(self, secured: Secured, job_id: str, root: Path) -> None:
+        self.stops: list[JobStatus] = []
+        with secured.acting_as("driver"):
+            self.driver = JobDriver(secured.bootstrap, job_id, secured.topics)
+        with secured.acting_as("task"):
+            self.tasks = [
+                Participant(
+                    secured.bootstrap, job_id, task, 1, secured.topics, self.snapshot, lambda: {"in:0": 1},
+                    on_stop=self.stopped,
+                )
+                for task in ("t0", "t1")
+            ]  # fmt: skip
+            for task in self.tasks:
+                task.run_in_thread()
+        config = CheckpointConfig(300, (root / "checkpoints").as_uri(), timeout_ms=10_000)
+        self.driver.running(["t0", "t1"], config, attempt=1)
+
+    def snapshot(self, barrier: CheckpointBarrier) -> bytes:
+        return b"state"
+
+    def stopped(self, status: JobStatus, drain: bool) -> None:
+        self.stops.append(status)
+        self.driver.status(status)
+
+    def close(self) -> None:
+        for task in self.tasks:
+            task.close()
+        self.driver.close()
+
+
+def test_the_coordinator_participants_and_the_cli_work_over_sasl_ssl(
+    secured: Secured, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The coordinator, two participants and a driver, each as its own principal with exactly its
+    role's ACLs over SASL_SSL, complete checkpoints; an operator's ``cutline status``, ``tail``,
+    ``trigger``, ``stop`` and ``replay --verify`` work, the job ends FINISHED, and no client was
+    refused anything on the way."""
+    job_id = "sasl-job"
+    coordinator = CoordinatorProcess(secured.bootstrap, PREFIX)
+    job: SecuredJob | None = None
+    try:
+        with secured.acting_as("coordinator"):
+            coordinator.start(timeout=90)
+        job = SecuredJob(secured, job_id, tmp_path)
+        eventually(
+            lambda: coordinator.get(f"/jobs/{job_id}/checkpoints").get("counts", {}).get("completed", 0),
+            lambda completed: completed >= 2,
+            timeout=60,
+            what="two completed checkpoints",
+        )
+        bootstrap = ("--bootstrap", secured.bootstrap, "--topic-prefix", PREFIX)
+
+        status = cutline(secured, "operator", "status", job_id, "--url", coordinator.url)
+        assert 0 == status.returncode, status.stdout + status.stderr
+        tail = cutline(
+            secured, "operator", "tail", "checkpoints", *bootstrap, "--from-beginning", "--json", "-n", "3"
+        )
+        assert 0 == tail.returncode, tail.stdout + tail.stderr
+        assert 3 == len([json.loads(line) for line in tail.stdout.splitlines()])
+        trigger = cutline(secured, "operator", "trigger", job_id, *bootstrap, "--timeout", "30")
+        assert 0 == trigger.returncode, trigger.stdout + trigger.stderr
+        savepoints = str(tmp_path / "savepoints")
+        stop = cutline(
+            secured, "operator", "stop", job_id, *bootstrap, "--savepoint", savepoints, "--timeout", "30"
+        )
+        assert 0 == stop.returncode, stop.stdout + stop.stderr
+        assert [JobStatus.FINISHED, JobStatus.FINISHED] == job.stops  # each task told to stop
+        replay = cutline(secured, "operator", "replay", *bootstrap, "--verify", "--quiet")
+        assert 0 == replay.returncode, replay.stdout + replay.stderr
+        refused = [r.getMessage() for r in caplog.records if "AUTHORIZATION" in r.getMessage()]
+        refused += [line for line in coordinator.log_path.read_text().splitlines() if "AUTHORIZATION" in line]
+        assert [] == refused
+    except AssertionError as error:
+        raise AssertionError(f"{error}\ncoordinator log:\n{coordinator.tail(60)}") from None
+    finally:
+        if job is not None:
+            job.close()
+        coordinator.stop()
+
+
+# ------------------------------------------------------------------ what the ACLs refuse
+
+
+def forge(secured: Secured, user: str, job_id: str) -> KafkaError | None:
+    """As ``user``, write into the journal a ``CheckpointCompleted`` no coordinator decided, under an
+    epoch above any claim (as a forger who read the journal would); the broker's answer."""
+    topics = Topics(FORGERY)
+    forged = CheckpointCompleted(
+        job_id, 7, CheckpointKind.CHECKPOINT, int(time.time() * 1000), 1, {}, 0, {"in:0": 1_000_000}
+    )
+    with secured.acting_as(user):
+        producer = Producer(producer_config(secured.bootstrap))
+    answers: list[KafkaError | None] = []
+
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        answers.append(error)
+
+    producer.produce(
+        topics.checkpoints, key=job_key(job_id), value=encode(forged), headers=[epoch_header(2**40)],
+        on_delivery=delivered,
+    )  # fmt: skip
+    assert 0 == producer.flush(30)
+    (answer,) = answers
+    return answer
+
+
+def forged_in_journal(secured: Secured, job_id: str) -> list[LogMessage]:
+    with secured.acting_as("operator"):
+        return [
+            m for m in read_to_end(secured.bootstrap, Topics(FORGERY).checkpoints) if m.key == job_key(job_id)
+        ]
+
+
+def test_the_broker_refuses_a_task_principal_s_forged_completion_in_the_journal_acl(secured: Secured) -> None:
+    """A task's principal may write acknowledgements, not the journal: a forged ``CheckpointCompleted``
+    produced into it is refused by the broker (TOPIC_AUTHORIZATION_FAILED), and nothing lands."""
+    answer = forge(secured, "task", "forged-by-a-task")
+
+    assert answer is not None and KafkaError.TOPIC_AUTHORIZATION_FAILED == answer.code(), answer
+    assert [] == forged_in_journal(secured, "forged-by-a-task")
+
+
+def test_with_write_on_the_journal_granted_by_mistake_the_forgery_lands_acl(secured: Secured) -> None:
+    """The same forgery by a task principal also granted Write on the journal (the grant
+    docs/security.md says never to make) lands: the refusal above is the ACL's doing."""
+    assert forge(secured, "misgranted", "forged-by-mistake") is None
+    (landed,) = forged_in_journal(secured, "forged-by-mistake")
+    assert isinstance(decode(landed.value or b""), CheckpointCompleted)
+
+
+def test_an_operator_missing_an_acl_is_told_which_and_how_to_grant_it_acl(secured: Secured) -> None:
+    """``cutline trigger`` by an operator whose principal lacks Write on the requests topic fails at
+    once (not at its timeout) with the ACL it lacks and the ``kafka-acls.sh`` command that grants it;
+    ``cutline doctor --role operator`` fails its ACL check with the same. With the full operator
+    ACLs, the doctor's check passes."""
+    bootstrap = ("--bootstrap", secured.bootstrap, "--topic-prefix", PREFIX)
+    started = time.monotonic()
+    trigger = cutline(secured, "novice", "trigger", "any-job", *bootstrap, "--timeout", "60")
+    took = time.monotonic() - started
+
+    said = trigger.stdout + trigger.stderr
+    assert 0 != trigger.returncode
+    assert took < 30, f"cutline trigger took {took:.0f} s to give up"
+    assert f"User:novice may not Write topic {PREFIX}requests" in said
+    assert (
+        f"--allow-principal User:novice --operation Write --operation Describe --topic {PREFIX}requests"
+        in said
+    )
+    doctor = cutline(secured, "novice", "doctor", "--role", "operator", *bootstrap, "--json")
+    (acls,) = [c for c in map(json.loads, doctor.stdout.splitlines()) if c["name"] == "Kafka ACLs"]
+    assert "fail" == acls["verdict"] and 1 == doctor.returncode
+    assert f"User:novice lacks what a operator needs: Write on topic {PREFIX}requests" == acls["found"]
+    assert f"--operation Write --topic {PREFIX}requests" in acls["fix"]
+    granted = cutline(secured, "operator", "doctor", "--role", "operator", *bootstrap, "--json")
+    (acls,) = [c for c in map(json.loads, granted.stdout.splitlines()) if c["name"] == "Kafka ACLs"]
+    assert ("ok", f"User:operator holds every ACL a operator needs on {PREFIX}*") == (
+        acls["verdict"],
+        acls["found"],
+    )
+
+
+def test_a_coordinator_missing_an_acl_refuses_to_start_and_names_it_acl(secured: Secured) -> None:
+    """A coordinator whose principal lacks Read on the acknowledgements exits at start, naming the ACL
+    and the command that grants it, instead of being refused in a loop inside its consumer."""
+    coordinator = CoordinatorProcess(secured.bootstrap, FORGERY)
+    with secured.acting_as("half-coordinator"), pytest.raises(RuntimeError, match="exited with") as exited:
+        coordinator.start(timeout=60)
+
+    said = str(exited.value)
+    assert f"User:half-coordinator lacks ACLs a coordinator needs: Read on topic {FORGERY}acks" in said
+    assert f"--allow-principal User:half-coordinator --operation Read --topic {FORGERY}acks" in said
