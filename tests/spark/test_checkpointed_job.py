@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -525,6 +526,33 @@ def test_forged_journal_records_never_cost_the_latest_checkpoint_and_it_restores
     _assert_exactly_once(words.produced, out)
 
 
+def _booming(
+    bootstrap: str, prefix: str, given: Input, tmp_path: Path, *, delay_ms: int, once: bool
+) -> tuple[JobSettings, Callable[[CheckpointedJob], Any]]:
+    """A word count whose task raises on the word "boom" (``once``: only the first time any task sees
+    it), with a fixed-delay strategy of 2 attempts ``delay_ms`` apart; its settings and its writer
+    (a :class:`CutFileSink` into ``tmp_path / "out"``)."""
+    flag = tmp_path / "boomed"
+
+    def count_or_boom(state: dict[str, int], records: Any) -> tuple[dict[str, int], list[Any]]:
+        if not (once and flag.exists()) and any(b"boom" in (r.value or b"") for r in records):
+            flag.touch()
+            raise RuntimeError("boom: a task failure injected by the test")
+        return count_words(state, records)
+
+    step = StatefulStep(update=count_or_boom, output_schema=WORD_COUNT.output_schema, initial=dict)
+    strategy = RestartStrategy(RestartStrategyKind.FIXED_DELAY, attempts=2, delay_ms=delay_ms)
+    settings = _settings(
+        bootstrap, prefix, given.topic, tmp_path, given.job_id, interval_ms=500, restart_strategy=strategy
+    )
+
+    def writer(job: CheckpointedJob) -> Any:
+        sink = CutFileSink(job, tmp_path / "out")
+        return job.stream(step).writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds")
+
+    return settings, writer
+
+
 def test_a_query_that_fails_is_restarted_in_the_same_driver_and_counts_stay_exact(
     spark: Any,
     bootstrap: str,
@@ -537,24 +565,8 @@ def test_a_query_that_fails_is_restarted_in_the_same_driver_and_counts_stay_exac
     the job reports FAILING, the fixed-delay strategy schedules attempt 2, and ``run`` starts it in
     this SparkSession from the latest completed checkpoint. The sink's raw output then holds every
     word exactly once."""
-    words, job_id = given.words, given.job_id
-    flag, out = tmp_path / "boomed", tmp_path / "out"
-
-    def count_or_boom(state: dict[str, int], records: Any) -> tuple[dict[str, int], list[Any]]:
-        if not flag.exists() and any(b"boom" in (r.value or b"") for r in records):
-            flag.touch()
-            raise RuntimeError("boom: a task failure injected by the test")
-        return count_words(state, records)
-
-    step = StatefulStep(update=count_or_boom, output_schema=WORD_COUNT.output_schema, initial=dict)
-    strategy = RestartStrategy(RestartStrategyKind.FIXED_DELAY, attempts=2, delay_ms=500)
-    settings = _settings(
-        bootstrap, topic_prefix, given.topic, tmp_path, job_id, interval_ms=500, restart_strategy=strategy
-    )
-
-    def writer(job: CheckpointedJob) -> Any:
-        sink = CutFileSink(job, out)
-        return job.stream(step).writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds")
+    words, job_id, out = given.words, given.job_id, tmp_path / "out"
+    settings, writer = _booming(bootstrap, topic_prefix, given, tmp_path, delay_ms=500, once=True)
 
     with CheckpointedJob(spark, settings) as job:
         runner = threading.Thread(target=job.run, args=(writer,), daemon=True)
@@ -591,20 +603,7 @@ def test_a_cancel_in_the_restart_delay_wins_and_no_next_attempt_starts(
     comes in that delay. ``run`` returns at once without starting attempt 2, and the job ends
     CANCELED (issue 53: before, the next attempt started anyway and the coordinator ran it)."""
     words, job_id = given.words, given.job_id
-
-    def boom(state: dict[str, int], records: Any) -> tuple[dict[str, int], list[Any]]:
-        if any(b"boom" in (r.value or b"") for r in records):
-            raise RuntimeError("boom: a task failure injected by the test")
-        return count_words(state, records)
-
-    step = StatefulStep(update=boom, output_schema=WORD_COUNT.output_schema, initial=dict)
-    strategy = RestartStrategy(RestartStrategyKind.FIXED_DELAY, attempts=2, delay_ms=30_000)
-    settings = _settings(
-        bootstrap, topic_prefix, given.topic, tmp_path, job_id, interval_ms=500, restart_strategy=strategy
-    )
-
-    def writer(job: CheckpointedJob) -> Any:
-        return job.stream(step).writeStream.foreachBatch(CutFileSink(job, tmp_path / "out"))
+    settings, writer = _booming(bootstrap, topic_prefix, given, tmp_path, delay_ms=30_000, once=False)
 
     with CheckpointedJob(spark, settings) as job:
         runner = threading.Thread(target=job.run, args=(writer,), daemon=True)
@@ -613,7 +612,9 @@ def test_a_cancel_in_the_restart_delay_wins_and_no_next_attempt_starts(
         words._producer.produce(given.topic, value=b"boom", partition=0)
         words._producer.flush(10)
         _wait(
-            lambda: _journal(bootstrap, topic_prefix, job_id, JobRestartScheduled), "attempt 2 scheduled", 60
+            lambda: bool(_journal(bootstrap, topic_prefix, job_id, JobRestartScheduled)),
+            "attempt 2 scheduled",
+            60,
         )
         job.driver.request(JobCancelRequested(job_id, int(time.time() * 1000), "cancel-in-delay"))
         runner.join(20)
