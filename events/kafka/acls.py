@@ -272,13 +272,14 @@ def _group_lacks(admin: Any, grant: Grant, timeout: float) -> list[Lacking]:
 
 
 def lacking_commands(lacking: Iterable[Lacking], principal: str, bootstrap: str = "BROKER:9093") -> list[str]:
-    """The ``kafka-acls.sh`` commands that grant what is lacking (one per topic or group)."""
-    return [
-        acl_command(
-            Grant(item.grant.resource, item.resource, item.operations), principal, bootstrap=bootstrap
-        )
-        for item in lacking
-    ]
+    """The ``kafka-acls.sh`` commands that grant what is lacking: one per topic or group, or one per
+    prefix for what a prefixed grant covers."""
+    commands: dict[str, None] = {}
+    for item in lacking:
+        name = item.grant.name if item.grant.prefixed else item.resource
+        grant = Grant(item.grant.resource, name, item.operations, item.grant.prefixed)
+        commands[acl_command(grant, principal, bootstrap=bootstrap)] = None
+    return list(commands)
 
 
 def refusal(
