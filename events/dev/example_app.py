@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from events.kafka.clients import consumer_config, watermark_offsets
 from events.stopping import Stop, StopSignals
-from events.task.participant import JobDriver, Participant, load_task_snapshot
+from events.task.participant import JobDriver, MissingTopics, Participant, load_task_snapshot, require_topics
 from events.wire.codec import use_wire
 from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointConfig, JobStatus
 from events.wire.schema_registry import wire_from_environment
@@ -120,13 +120,15 @@ class WordCount:
         """Restore, then count until ``stop`` is set, ``idle_exit`` s pass without input, or
         ``max_records`` records were counted in this run; returns the counts.
 
-        With ``driver`` and ``config`` this app also publishes the job's status.
+        With ``driver`` and ``config`` this app also publishes the job's status. Its input
+        partition must exist: :class:`MissingTopics` says what to do, before anything starts.
         """
         if driver is None:
             with JobDriver(self.bootstrap, self.job_id, self.topics) as driver:
                 return self.run(
                     stop, driver=driver, config=config, idle_exit=idle_exit, max_records=max_records
                 )
+        require_topics(self.bootstrap, [self.key])
         self.restore(driver)
         consumer = Consumer(consumer_config(self.bootstrap, self.group))
         tp = TopicPartition(self.topic, self.partition)
@@ -249,7 +251,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         else None
     )
     with StopSignals() as stop:
-        counts = app.run(stop, config=config, idle_exit=args.idle_exit)
+        try:
+            counts = app.run(stop, config=config, idle_exit=args.idle_exit)
+        except MissingTopics as exc:
+            log.error("%s", exc)
+            return 2
     text = json.dumps(dict(counts.most_common()), indent=2)
     if args.output is not None:
         args.output.write_text(text + "\n")

@@ -34,6 +34,7 @@ from events.wire.records import Record
 __all__ = [
     "FETCH_WAIT_MAX_MS",
     "PARTITIONER",
+    "MissingTopics",
     "commit_offsets",
     "consume_available",
     "consumer_config",
@@ -48,6 +49,8 @@ __all__ = [
     "producer_config",
     "read_partition_to_end",
     "record_key",
+    "require_topics",
+    "topics_problem",
     "watermark_offsets",
 ]
 
@@ -218,6 +221,54 @@ def commit_offsets(consumer: Consumer, offsets: Sequence[TopicPartition]) -> str
         return str(exc)
     failed = [f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in result or () if tp.error is not None]
     return "; ".join(failed) if failed else None
+
+
+class MissingTopics(LookupError):
+    """Topics (or partitions) an app reads do not exist: :func:`require_topics` says which, and what
+    to do."""
+
+
+def topics_problem(bootstrap: str, wanted: Iterable[str], existing: Mapping[str, int]) -> str | None:
+    """What to say when some of ``wanted`` are not among the ``existing`` topics (name -> partition
+    count), or None when all are. A wanted name is a topic, or ``topic:partition`` (an offsets key,
+    as a participant's ``offsets()`` names its partitions): then that partition must exist too. Pure."""
+    problems: list[str] = []
+    for name in dict.fromkeys(wanted):
+        topic, _, partition = name.rpartition(":") if ":" in name else (name, "", "")
+        count = existing.get(topic)
+        if count is None:
+            problems.append(
+                f"topic {topic} does not exist at {bootstrap}: create it (cutline topics create "
+                "creates only cutline's topics) or check the name"
+            )
+        elif partition and (not partition.isdigit() or int(partition) >= count):
+            problems.append(
+                f"topic {topic} has {count} partition{'s' if count != 1 else ''} at {bootstrap}, "
+                f"no partition {partition}: check the partition, or add partitions to the topic"
+            )
+    return "; ".join(problems) or None
+
+
+def require_topics(
+    bootstrap: str,
+    wanted: Iterable[str],
+    *,
+    timeout: float = 10.0,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """Raise :class:`MissingTopics` at once, with what to do, unless every topic (or
+    ``topic:partition``) in ``wanted`` exists: an app checks its input topics at start, rather than
+    read nothing while empty checkpoints complete. It only lists the cluster's topics (a consumer's
+    metadata request creates none); KafkaException when the broker does not answer in ``timeout`` s."""
+    consumer = Consumer(consumer_config(bootstrap, extra=extra))
+    try:
+        metadata = consumer.list_topics(timeout=timeout)
+    finally:
+        consumer.close()
+    existing = {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
+    problem = topics_problem(bootstrap, wanted, existing)
+    if problem is not None:
+        raise MissingTopics(problem)
 
 
 def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> int:

@@ -46,10 +46,12 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from events.clock import now_ms
 from events.extras import MissingExtra
 from events.kafka.clients import (
+    MissingTopics,
     commit_offsets,
     deliver,
     produce_record,
     producer_config,
+    require_topics,
 )
 from events.kafka.feed import FeedRecord, FeedSubscription, JobFeed, SharedJobFeed, read_job_partition
 from events.task import storage
@@ -88,12 +90,14 @@ from events.wire.validation import job_directory_problem
 
 __all__ = [
     "JobDriver",
+    "MissingTopics",
     "Participant",
     "ParticipantStats",
     "SnapshotCorrupted",
     "UnsupportedLocation",
     "load_task_snapshot",
     "local_path",
+    "require_topics",
     "snapshot_uri",
     "valid_completions",
     "write_atomic",
