@@ -7,8 +7,9 @@ participant takes the cut right then (``snapshot(barrier)`` and ``offsets()``,
 so exactly the records processed so far), writes the snapshot atomically under
 the barrier's location and acknowledges it, or declines. From the journal it
 learns of completions (it commits the checkpoint's offsets of its partitions to
-the consumer group and calls ``on_complete``) and aborts (it deletes its
-snapshot).
+the consumer group, deletes the snapshots of checkpoints beyond ``retained`` and
+calls ``on_complete``) and aborts (it deletes its snapshot); a checkpoint's directory
+goes with the job's last snapshot in it.
 
 A :class:`JobDriver` publishes the job's status and finds completed checkpoints
 in the journal, to restore from; :func:`load_task_snapshot` reads a task's snapshot back and
@@ -177,6 +178,12 @@ def load_task_snapshot(handle: StateHandle) -> bytes:
 # (by a Spark job's driver, or by the coordinator for a completion too large for one journal
 # record: events/wire/metadata.py): its ``CheckpointCompleted``, so that the directory alone is enough to
 # restore from or to inspect.
+
+
+def leftover_metadata_only(names: Iterable[str]) -> bool:
+    """Whether a discarded checkpoint's directory, listed as ``names`` after a task deleted its own
+    snapshot, holds nothing but its ``_metadata``: the job's last snapshot of it is gone. Pure."""
+    return set(names) == {METADATA_FILE}
 
 
 class MetadataProblem(LookupError):
@@ -409,6 +416,10 @@ class Participant:
                 self.attempt,
             )
             return
+        if checkpoint_id in self.ledger.aborted_ids:  # its abort came first: a snapshot would stay behind
+            self.stats.ignored_barriers += 1
+            log.info("task %s ignores barrier %d: the journal aborted it", self.task_id, checkpoint_id)
+            return
         previous = self._replies.get(checkpoint_id)
         if previous is not None:  # a re-sent barrier: answer the same, never snapshot twice
             self.stats.resent.append(checkpoint_id)
@@ -565,13 +576,21 @@ class Participant:
             return
         self.stats.committed.append(checkpoint_id)
 
-    def _discard(self, discard: Discard) -> bool:
-        """Delete this participant's own snapshot of the checkpoint, if it wrote one; did it?"""
+    def _discard(self, discard: Discard, *, completed: bool = True) -> bool:
+        """Delete this participant's own snapshot of the checkpoint, if it wrote one; did it?
+
+        Then its directory, once nothing is left in it: the job's tasks share it and the last to
+        discard removes it. A completed checkpoint's ``_metadata`` (the coordinator's, for a completion
+        too large for the journal) goes with the last snapshot; nothing else of another writer does."""
         uri = self._files.pop(discard.checkpoint_id, None)
         if uri is None:
             return False
+        directory = uri.rsplit("/", 1)[0]  # snapshot_uri: the location, then one file name
         try:
             storage.delete(uri)
+            if completed and leftover_metadata_only(storage.list_names(directory)):
+                storage.delete(storage.join(directory, METADATA_FILE))
+            storage.remove_empty_directory(directory)
         except (OSError, MissingExtra) as exc:
             log.warning("task %s could not discard %s: %s", self.task_id, uri, exc)
         return True
@@ -581,7 +600,7 @@ class Participant:
         if self.stopping is not None and self.stopping.checkpoint_id == checkpoint_id:
             self.stopping = None  # the stop savepoint failed: the job keeps running
         self._replies.pop(checkpoint_id, None)  # a barrier re-sent for it now counts as stale
-        if decision.discard is not None and self._discard(decision.discard):
+        if decision.discard is not None and self._discard(decision.discard, completed=False):
             self.stats.aborted.append(checkpoint_id)
 
     # --------------------------------------------------- latency markers

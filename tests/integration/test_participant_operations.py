@@ -1,17 +1,99 @@
-"""What an operator meets running Python participant jobs, against a real broker: an input topic
-that does not exist is said at start.
+"""What an operator meets running Python participant jobs, against a real broker and coordinator: an
+input topic that does not exist is said at start, and the checkpoint directories the job discards go
+away.
+
+One coordinator serves the module; each test runs a job of its own.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from uuid import uuid4
 
 import pytest
+from support import TEST_PARTITIONS, eventually
 
+from coordinator.service.app import Settings, ensure_topics
+from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
-from events.task.participant import MissingTopics, require_topics
+from events.task.participant import JobDriver, MissingTopics, Participant, require_topics
+from events.wire.records import CheckpointAborted, CheckpointBarrier, CheckpointConfig, JobStatus
+from events.wire.topics import Topics
+
+
+@pytest.fixture(scope="module", name="topics")
+def _topics(bootstrap: str) -> Iterator[Topics]:
+    topics = Topics(f"ops-{uuid4().hex[:8]}.")
+    ensure_topics(Settings(bootstrap, topics.prefix, partitions=TEST_PARTITIONS))
+    with CoordinatorProcess(bootstrap, topics.prefix):
+        yield topics
+
+
+class Job:
+    """A job of ``tasks`` participants (each in its own thread, state ``b"state-<task>"``), RUNNING
+    with ``config``; a task whose snapshot of a checkpoint id in ``decline`` raises declines it."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: Topics,
+        config: CheckpointConfig,
+        tasks: int = 2,
+        decline: frozenset[int] = frozenset(),
+    ) -> None:
+        self.id = f"job-{uuid4().hex[:8]}"
+        self.decline = decline
+        self.driver = JobDriver(bootstrap, self.id, topics)
+        self.tasks = [
+            Participant(
+                bootstrap,
+                self.id,
+                f"task-{i}",
+                1,
+                topics,
+                snapshot=lambda barrier, i=i: self.snapshot(i, barrier),
+                offsets=lambda i=i: {f"in:{i}": 7},
+            )
+            for i in range(tasks)
+        ]
+        for task in self.tasks:
+            task.run_in_thread()
+        self.driver.running([f"task-{i}" for i in range(tasks)], config, attempt=1)
+
+    def snapshot(self, index: int, barrier: CheckpointBarrier) -> bytes:
+        if index == len(self.tasks) - 1 and barrier.checkpoint_id in self.decline:
+            raise OSError(f"task-{index} declines checkpoint {barrier.checkpoint_id} on purpose")
+        return f"state-{index}".encode()
+
+    def completed(self) -> int:
+        """Checkpoints every task saw complete."""
+        return min(len(task.stats.completed) for task in self.tasks)
+
+    def close(self) -> None:
+        for task in self.tasks:
+            task.close()
+        self.driver.close()
+
+
+MakeJob = Callable[..., Job]
+"""``make_job(config, decline=...)``: a job of two tasks on the module's coordinator."""
+
+
+@pytest.fixture(name="make_job")
+def _make_job(bootstrap: str, topics: Topics) -> Iterator[MakeJob]:
+    jobs: list[Job] = []
+
+    def make(config: CheckpointConfig, decline: frozenset[int] = frozenset()) -> Job:
+        jobs.append(Job(bootstrap, topics, config, decline=decline))
+        return jobs[-1]
+
+    yield make
+    for job in jobs:
+        job.close()
+
 
 # ------------------------------------------------------------- the input topic
 
@@ -51,3 +133,30 @@ def test_the_example_app_on_a_missing_topic_fails_at_once_saying_what_to_do(boot
     assert 2 == done.returncode, done.stdout + done.stderr
     assert f"topic {missing} does not exist at {bootstrap}: create it" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# ----------------------------------------------------- checkpoint directories
+
+
+def test_with_one_retained_only_the_latest_checkpoint_s_directory_is_left(
+    make_job: MakeJob, tmp_path: Path
+) -> None:
+    """A checkpoint every 100 ms, ``retained`` 1, a checkpoint one task declines, and a cancel that
+    aborts the one pending: the tasks delete their snapshots of every discarded and aborted
+    checkpoint, and the last task to go removes the emptied directory."""
+    root = tmp_path / "checkpoints"
+    config = CheckpointConfig(100, root.as_uri(), timeout_ms=10_000, tolerable_failures=100, retained=1)
+    job = make_job(config, decline=frozenset({3}))
+    eventually(lambda: job.completed() >= 6, timeout=60, what="six completed checkpoints")
+
+    job.driver.status(JobStatus.CANCELED)
+
+    latest = max(c.checkpoint_id for c in job.driver.completions())
+    directory = root / job.id
+    eventually(
+        lambda: sorted(p.name for p in directory.iterdir()),
+        lambda names: names == [f"chk-{latest}"],
+        what=f"only chk-{latest} in {directory}",
+    )
+    assert ["task-0", "task-1"] == sorted(p.name for p in (directory / f"chk-{latest}").iterdir())
+    assert 3 in {a.checkpoint_id for a in job.driver.journal((CheckpointAborted,))}  # the declined one
