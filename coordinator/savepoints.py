@@ -59,6 +59,51 @@ def savepoints(events: Iterable[JournalEvent], job_id: str | None = None) -> lis
     ]
 
 
+def state_files(events: Iterable[JournalEvent], savepoint: Savepoint) -> tuple[str, ...]:
+    """The state files (URIs) the journal's completion of ``savepoint`` names: its handles that are
+    not inline; none when it is journaled by reference (they are in its ``_metadata``)."""
+    for event in events:
+        if (
+            isinstance(event, CheckpointCompleted)
+            and (event.job_id, event.checkpoint_id) == (savepoint.job_id, savepoint.checkpoint_id)
+            and event.metadata is None
+        ):
+            return tuple(handle.uri for _, handle in sorted(event.handles.items()) if handle.inline is None)
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    """Whether a savepoint is still on disk, as ``cutline savepoints list`` says it."""
+
+    on_disk: bool | None
+    """None: cannot be told here (not on the local file system)."""
+    metadata: bool | None
+    """Whether its ``_metadata`` is there (None: cannot be told)."""
+
+    @property
+    def shown(self) -> str:
+        if self.on_disk is None:
+            return "?"
+        if not self.on_disk:
+            return "no"
+        return "yes" if self.metadata else "yes, no _metadata"
+
+
+def presence(metadata: bool | None, files: Sequence[bool | None]) -> Presence:
+    """A savepoint is on disk when its ``_metadata`` is there (``metadata``), or, without one (a
+    savepoint older than its tasks' writing it, or whose tasks could not see each other's files),
+    when every state file its journal record names is there (``files``: each one's presence, None
+    when it cannot be told; none known: it cannot be told either). Pure."""
+    if metadata is None:
+        return Presence(None, None)
+    if metadata:
+        return Presence(True, True)
+    if not files or None in files:
+        return Presence(False if False in files else None, False)
+    return Presence(all(files), False)
+
+
 def needed_locations(states: Mapping[str, JobState]) -> dict[str, str]:
     """Canonical location -> why a restore may need it, over every job of the journal.
 

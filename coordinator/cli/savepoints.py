@@ -21,8 +21,10 @@ from coordinator.cli.common import (
 from coordinator.cli.help import CutlineCommand, CutlineGroup
 from coordinator.savepoints import (
     Disposal,
+    Presence,
     Refused,
     Root,
+    Savepoint,
     plan_disposal,
     real_below,
     refuse_needed,
@@ -88,7 +90,6 @@ def savepoints_list(
     from rich.table import Table
 
     from coordinator.savepoints import canonical_location, needed_locations, savepoints
-    from events.task.participant import METADATA_FILE, UnsupportedLocation, local_path
 
     errors = Console(stderr=True, highlight=False)
     events, states = _journal_states(errors, bootstrap, topic_prefix)
@@ -102,19 +103,17 @@ def savepoints_list(
         )
         return
     needed = needed_locations(states)
-    rows = []
-    for savepoint in found:
-        try:
-            on_disk: bool | None = (local_path(savepoint.location) / METADATA_FILE).exists()
-        except UnsupportedLocation:
-            on_disk = None
-        rows.append((savepoint, on_disk, needed.get(canonical_location(savepoint.location))))
+    rows = [
+        (savepoint, _presence(events, savepoint), needed.get(canonical_location(savepoint.location)))
+        for savepoint in found
+    ]
     if as_json:
         import dataclasses
         import json
 
-        for savepoint, on_disk, needed_by in rows:
-            print(json.dumps({**dataclasses.asdict(savepoint), "on_disk": on_disk, "needed_by": needed_by}))
+        for savepoint, present, needed_by in rows:
+            body = {**dataclasses.asdict(savepoint), "on_disk": present.on_disk, "metadata": present.metadata}
+            print(json.dumps({**body, "needed_by": needed_by}))
         return
     table = Table(title=f"savepoints of {job}")
     for column in ("id", "attempt", "completed", "took", "size", "tasks", "location", "on disk", "needed by"):
@@ -123,7 +122,7 @@ def savepoints_list(
             justify="right" if column in ("id", "attempt", "took", "size", "tasks") else "left",
             overflow="fold",
         )
-    for savepoint, on_disk, needed_by in rows:
+    for savepoint, present, needed_by in rows:
         table.add_row(
             str(savepoint.checkpoint_id),
             str(savepoint.attempt),
@@ -132,10 +131,27 @@ def savepoints_list(
             format_bytes(savepoint.size_bytes),
             str(savepoint.tasks) if savepoint.tasks >= 0 else "see show",
             savepoint.location,
-            {True: "yes", False: "no", None: "?"}[on_disk],
+            present.shown,
             needed_by or "-",
         )
     console.print(table)
+
+
+def _presence(events: list[JournalEvent], savepoint: Savepoint) -> Presence:
+    """Whether ``savepoint``'s ``_metadata``, or else every state file its journal record names, is
+    on the local disk."""
+    from coordinator.savepoints import presence, state_files
+    from events.task.participant import METADATA_FILE, UnsupportedLocation, local_path
+
+    def exists(uri: str) -> bool | None:
+        try:
+            return local_path(uri).is_file()
+        except UnsupportedLocation:
+            return None
+
+    metadata = exists(f"{savepoint.location.rstrip('/')}/{METADATA_FILE}")
+    files = [] if metadata else [exists(uri) for uri in state_files(events, savepoint)]
+    return presence(metadata, files)
 
 
 @savepoints_app.command("show", cls=CutlineCommand)

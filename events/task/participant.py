@@ -7,9 +7,9 @@ participant takes the cut right then (``snapshot(barrier)`` and ``offsets()``,
 so exactly the records processed so far), writes the snapshot atomically under
 the barrier's location and acknowledges it, or declines. From the journal it
 learns of completions (it commits the checkpoint's offsets of its partitions to
-the consumer group, deletes the snapshots of checkpoints beyond ``retained`` and
-calls ``on_complete``) and aborts (it deletes its snapshot); a checkpoint's directory
-goes with the job's last snapshot in it.
+the consumer group, deletes the snapshots of checkpoints beyond ``retained``, writes a
+completed savepoint's ``_metadata`` and calls ``on_complete``) and aborts (it deletes its
+snapshot); a checkpoint's directory goes with the job's last snapshot in it.
 
 A :class:`JobDriver` publishes the job's status and finds completed checkpoints
 in the journal, to restore from; :func:`load_task_snapshot` reads a task's snapshot back and
@@ -60,7 +60,7 @@ from events.task.latency import LatencyMarker, MarkerSchedule
 from events.task.ledger import Abort, Complete, Discard, Ignore, JobLedger, Stop, completion_problem
 from events.task.reply import Answer, Reply, Snapshotted, answer, failure, fits_inline
 from events.task.storage import UnsupportedLocation, local_path, write_atomic
-from events.wire.codec import DecodeError, avro_decoder, decode
+from events.wire.codec import DecodeError, avro_decoder, decode, default_codec
 from events.wire.metadata import (
     METADATA_FILE as METADATA_FILE,  # re-exported: its home before events.wire.metadata
 )
@@ -180,6 +180,31 @@ def load_task_snapshot(handle: StateHandle) -> bytes:
 # restore from or to inspect.
 
 
+def savepoint_metadata_directory(decision: Complete, metadata_written: bool) -> str | None:
+    """Where a participant writes the ``_metadata`` of a completion, or None: a savepoint's, into the
+    directory its trigger named (:attr:`Complete.metadata`: the participant saw it triggered), unless
+    the coordinator wrote it already (a completion journaled by reference). Checkpoints get none from
+    a participant: the journal has them, and a restore reads them there. Pure."""
+    if decision.completed.kind is not CheckpointKind.SAVEPOINT or metadata_written:
+        return None
+    return decision.metadata
+
+
+def missing_state(completed: CheckpointCompleted) -> str | None:
+    """Why ``completed``'s snapshot files are not all there at their sizes (the first missing one),
+    or None. Inline state is in the record itself."""
+    for task, handle in sorted(completed.handles.items()):
+        if handle.inline is not None:
+            continue
+        try:
+            size = storage.size(handle.uri)
+        except (OSError, ValueError, MissingExtra) as exc:
+            return f"the state of {task} ({handle.uri}) cannot be read here: {type(exc).__name__}: {exc}"
+        if size != handle.size_bytes:
+            return f"the state of {task} ({handle.uri}) is {size} bytes, not {handle.size_bytes}"
+    return None
+
+
 def leftover_metadata_only(names: Iterable[str]) -> bool:
     """Whether a discarded checkpoint's directory, listed as ``names`` after a task deleted its own
     snapshot, holds nothing but its ``_metadata``: the job's last snapshot of it is gone. Pure."""
@@ -262,6 +287,8 @@ class ParticipantStats:
     """Completed checkpoints whose snapshot this participant deleted: beyond ``retained``."""
     slowest_delivery_ms: int = 0
     """The longest an ack or decline took from ``produce()`` to the broker's acknowledgement."""
+    metadata_written: list[int] = field(default_factory=list)
+    """Completed savepoints whose ``_metadata`` this participant wrote."""
 
 
 class Participant:
@@ -514,6 +541,7 @@ class Participant:
 
     def _on_journal(self, record: CheckpointCompleted | CheckpointAborted) -> None:
         """Carry out what the ledger decides on a completion or an abort."""
+        by_reference = isinstance(record, CheckpointCompleted) and record.by_reference
         if isinstance(record, CheckpointCompleted) and record.by_reference and record.attempt == self.attempt:
             try:  # its handles and offsets are in its metadata object (docs/design.md, "Record sizes")
                 record = resolve_completion(record)
@@ -524,7 +552,7 @@ class Participant:
         if isinstance(decision, Ignore):
             self._ignore(record, decision.reason)
         elif isinstance(decision, Complete):
-            self._on_completed(decision)
+            self._on_completed(decision, metadata_written=by_reference)
         elif isinstance(decision, Abort):
             self._on_aborted(decision)
         elif isinstance(record, CheckpointCompleted):  # another attempt's
@@ -537,10 +565,15 @@ class Participant:
                 self.attempt,
             )
 
-    def _on_completed(self, decision: Complete) -> None:
+    def _on_completed(self, decision: Complete, *, metadata_written: bool = False) -> None:
+        """Commit, write a savepoint's ``_metadata`` (unless the coordinator wrote it:
+        ``metadata_written``), discard, tell the app, and stop after a stop savepoint."""
         completed = decision.completed
         self.stats.completed.append(completed.checkpoint_id)
         self._commit(completed.checkpoint_id, decision.commit)
+        directory = savepoint_metadata_directory(decision, metadata_written)
+        if directory is not None:
+            self._write_metadata(directory, completed)
         for discard in decision.discard:
             if self._discard(discard):
                 self.stats.discarded.append(discard.checkpoint_id)
@@ -548,6 +581,33 @@ class Participant:
             self._on_complete(completed)
         if decision.stop is not None:
             self._stop_with(decision.stop.status, drain=decision.stop.drain)
+
+    def _write_metadata(self, directory: str, completed: CheckpointCompleted) -> None:
+        """The savepoint's ``_metadata`` beside the snapshots it names, once every snapshot file is
+        there at its size (the job's tasks write the same bytes; the last rename wins)."""
+        problem = missing_state(completed)
+        if problem is not None:
+            log.warning(
+                "task %s writes no %s for savepoint %d in %s: %s",
+                self.task_id,
+                METADATA_FILE,
+                completed.checkpoint_id,
+                directory,
+                problem,
+            )
+            return
+        try:
+            storage.write_bytes(storage.join(directory, METADATA_FILE), default_codec().encode(completed))
+        except (OSError, ValueError, MissingExtra) as exc:
+            log.warning(
+                "task %s could not write %s of savepoint %d: %s",
+                self.task_id,
+                METADATA_FILE,
+                completed.checkpoint_id,
+                exc,
+            )
+            return
+        self.stats.metadata_written.append(completed.checkpoint_id)
 
     def _stop_with(self, status: JobStatus, *, drain: bool) -> None:
         """The job stops (its stop savepoint completed, or it was canceled): tell the app, once."""

@@ -1,12 +1,14 @@
 """What an operator meets running Python participant jobs, against a real broker and coordinator: an
-input topic that does not exist is said at start, and the checkpoint directories the job discards go
-away.
+input topic that does not exist is said at start, savepoints are listed on disk and shown, and the
+checkpoint directories the job discards go away.
 
 One coordinator serves the module; each test runs a job of its own.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -19,8 +21,14 @@ from support import TEST_PARTITIONS, eventually
 from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import create_topics
-from events.task.participant import JobDriver, MissingTopics, Participant, require_topics
-from events.wire.records import CheckpointAborted, CheckpointBarrier, CheckpointConfig, JobStatus
+from events.task.participant import METADATA_FILE, JobDriver, MissingTopics, Participant, require_topics
+from events.wire.records import (
+    CheckpointAborted,
+    CheckpointBarrier,
+    CheckpointConfig,
+    CheckpointKind,
+    JobStatus,
+)
 from events.wire.topics import Topics
 
 
@@ -30,6 +38,23 @@ def _topics(bootstrap: str) -> Iterator[Topics]:
     ensure_topics(Settings(bootstrap, topics.prefix, partitions=TEST_PARTITIONS))
     with CoordinatorProcess(bootstrap, topics.prefix):
         yield topics
+
+
+def cutline(
+    bootstrap: str, topics: Topics, *args: str, kafka: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """A cutline command as a user runs it (``kafka``: with the module's broker and topics)."""
+    command = [sys.executable, "-m", "coordinator.cli", *args]
+    if kafka:
+        command += ["--bootstrap", bootstrap, "--topic-prefix", topics.prefix]
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=90, env={**os.environ, "COLUMNS": "250"}
+    )
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of every row of the tables rich printed in ``text``."""
+    return [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if "│" in line]
 
 
 class Job:
@@ -133,6 +158,45 @@ def test_the_example_app_on_a_missing_topic_fails_at_once_saying_what_to_do(boot
     assert 2 == done.returncode, done.stdout + done.stderr
     assert f"topic {missing} does not exist at {bootstrap}: create it" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# ------------------------------------------------------------------ savepoints
+
+
+def test_a_participant_savepoint_is_listed_on_disk_shown_and_disposed(
+    bootstrap: str, topics: Topics, make_job: MakeJob, tmp_path: Path
+) -> None:
+    """The job's tasks write the savepoint's ``_metadata`` beside their snapshots once it completes,
+    so ``savepoints list`` finds it on disk, ``show`` prints its tasks' state, and ``dispose`` works."""
+    job = make_job(CheckpointConfig(200, (tmp_path / "checkpoints").as_uri(), timeout_ms=10_000))
+    eventually(job.completed, what="a completed checkpoint")
+
+    triggered = cutline(bootstrap, topics, "trigger", job.id, "--savepoint", str(tmp_path / "savepoints"))
+
+    assert 0 == triggered.returncode, triggered.stdout + triggered.stderr
+    [savepoint] = [c for c in job.driver.completions() if c.kind is CheckpointKind.SAVEPOINT]
+    directory = Path(savepoint.location.removeprefix("file://"))
+    eventually(lambda: (directory / METADATA_FILE).is_file(), what="the savepoint's _metadata")
+
+    listed = cutline(bootstrap, topics, "savepoints", "list", job.id, "--json")
+    assert 0 == listed.returncode, listed.stdout + listed.stderr
+    [row] = [json.loads(line) for line in listed.stdout.splitlines()]
+    expected = (savepoint.checkpoint_id, savepoint.location, True, True, 2)
+    assert expected == (row["checkpoint_id"], row["location"], row["on_disk"], row["metadata"], row["tasks"])
+
+    shown = cutline(bootstrap, topics, "savepoints", "show", str(directory), kafka=False)
+    assert 0 == shown.returncode, shown.stdout + shown.stderr
+    assert f"savepoint {savepoint.checkpoint_id} of job {job.id}" in shown.stdout
+    rows = table_rows(shown.stdout)
+    assert [["in:0", "7"], ["in:1", "7"]] == [row for row in rows if row[0].startswith("in:")]
+    present = {row[0]: row[-1] for row in rows if row[0].startswith("task-")}
+    assert {"task-0": "yes", "task-1": "yes"} == present, shown.stdout  # there, at its size
+
+    disposed = cutline(
+        bootstrap, topics, "savepoints", "dispose", str(directory), "--savepoint-root", str(tmp_path)
+    )
+    assert 0 == disposed.returncode, disposed.stdout + disposed.stderr
+    assert not directory.exists()
 
 
 # ----------------------------------------------------- checkpoint directories

@@ -1,6 +1,6 @@
 """Which savepoints the journal lists, which locations a restore may still need, and which
 savepoints may be disposed of (only inside a savepoint root, never a checkpoint, never one a
-restore may need)."""
+restore may need), and whether one is still on disk."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from coordinator.savepoints import (
     Root,
     needed_locations,
     plan_disposal,
+    presence,
     real_below,
     refuse_needed,
     refuse_outside_roots,
     savepoints,
+    state_files,
     why_needed,
 )
 from coordinator.state import JobState
@@ -233,3 +235,40 @@ def test_real_below_is_strictly_below() -> None:
     assert real_below("/sp/a7", "/sp/")
     assert not real_below("/sp", "/sp")
     assert not real_below("/spare/a7", "/sp")
+
+
+class TestPresence:
+    """``cutline savepoints list``'s "on disk": its ``_metadata``, or else every state file the
+    journal names."""
+
+    def test_a_savepoint_with_its_metadata_is_on_disk(self) -> None:
+        assert ("yes", True) == (presence(True, []).shown, presence(True, []).on_disk)
+
+    def test_without_metadata_it_is_on_disk_when_every_state_file_is(self) -> None:
+        """A savepoint older than its tasks' writing ``_metadata``, or whose tasks did not see each
+        other's files: its files are there."""
+        present = presence(False, [True, True])
+
+        assert (True, False, "yes, no _metadata") == (present.on_disk, present.metadata, present.shown)
+
+    def test_a_missing_state_file_means_not_on_disk(self) -> None:
+        assert "no" == presence(False, [True, False]).shown
+        assert "no" == presence(False, [None, False]).shown
+
+    def test_what_cannot_be_told_here_is_a_question_mark(self) -> None:
+        """Not on the local file system, or no state file named (journaled by reference, inline)."""
+        for metadata, files in ((None, []), (False, []), (False, [True, None])):
+            assert "?" == presence(metadata, files).shown
+
+    def test_state_files_are_the_journal_s_handles_that_are_not_inline(self) -> None:
+        handles = {
+            "t1": StateHandle("file:///sp/a1/t1", 3, "ab"),
+            "t0": StateHandle("file:///sp/a1/t0", 3, "cd"),
+            "t2": StateHandle("file:///sp/a1/t2", 3, "ef", b"abc"),
+        }
+        journal = [
+            CheckpointCompleted("a", 1, CheckpointKind.SAVEPOINT, 1, 1, handles, 9, {}, 1, "file:///sp/a1")
+        ]
+        [savepoint] = savepoints(journal, "a")
+
+        assert ("file:///sp/a1/t0", "file:///sp/a1/t1") == state_files(journal, savepoint)
