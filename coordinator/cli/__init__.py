@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from coordinator.cli import broker, demo, doctor, jobs, replay, savepoints, topics
+from coordinator.cli import broker, demo, doctor, jobs, replay, savepoints, state, topics
 from coordinator.cli.common import USAGE_ERROR, fail
 from coordinator.cli.help import CutlineCommand, CutlineGroup
 from coordinator.cli.service import _worker_command as _worker_command  # the watchdog's tests
@@ -50,6 +50,9 @@ command()(jobs.trigger)
 command()(jobs.stop)
 command()(jobs.cancel)
 app.add_typer(savepoints.savepoints_app, name="savepoints")
+state.state_app.command(cls=CutlineCommand)(state.show)
+state.state_app.command(cls=CutlineCommand)(state.diff)
+app.add_typer(state.state_app, name="state")
 command()(jobs.tail)
 command()(replay.replay)
 command("journal-demo", hidden=True)(replay.journal_demo)

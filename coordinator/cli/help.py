@@ -31,6 +31,7 @@ ORDER = (
     "stop",
     "cancel",
     "savepoints",
+    "state",
     "tail",
     "replay",
 )
