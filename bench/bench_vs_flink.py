@@ -2,13 +2,14 @@
 (docs/design.md, "Performance targets").
 
     uv run python bench/bench_vs_flink.py [--quick] [--participants 2 8] [--checkpoints 100]
-                                          [--modes thread shared] [--storage files inline]
-                                          [--flink-python PATH] [--json OUT]
+                                          [--brokers tansu kafka] [--modes thread shared]
+                                          [--storage files inline] [--flink-python PATH] [--json OUT]
 
 For each size N (2 and 8), one after the other so that both systems see the same machine:
 
-- **cutline, N participants**: the embedded broker and one ``cutline coordinator`` (Faust)
-  process are started for the row, N real participants run as threads of this process, a
+- **cutline, N participants**: a broker (``--brokers``: the embedded Tansu, and Apache Kafka itself
+  from its Maven Central jars, a row each) and one ``cutline coordinator`` (Faust) process are
+  started for the row, N real participants run as threads of this process, a
   checkpoint is triggered every ``--interval-ms``; after ``--warmup`` checkpoints,
   ``--checkpoints`` are measured. Latency is ``CheckpointCompleted.duration_ms`` (trigger →
   completed, the coordinator's clock). This is ``bench_coordinator.bench_latency``, the latency
@@ -29,7 +30,9 @@ For each size N (2 and 8), one after the other so that both systems see the same
   is judged on. The anchor runs long enough for them (``--flink-seconds``; the MiniCluster's start
   counts in it).
 
-Order: cutline 2 (each mode), Flink 2, cutline 8 (each mode), Flink 8 (``--rounds`` repeats it).
+Order: cutline 2 (each broker and mode), Flink 2, cutline 8 (each broker and mode), Flink 8
+(``--rounds`` repeats it). When the anchor fails at a size, the cutline rows of that size are kept,
+printed and written with why (the table's Flink row says ``failed: ...``).
 The target (docs/design.md, "Performance targets"): cutline's p50 and p99 at or below Flink's at the same
 size in the same run.
 
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -60,6 +64,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.bench_coordinator import (
+    BROKERS,
     LatencyResult,
     bench_latency,
     broker,
@@ -243,6 +248,8 @@ class CutlineRow:
     """``thread``: a feed and a producer per participant; ``shared``: one of each for all."""
     load_at_start: tuple[float, float, float]
     setup_s: float
+    broker: str = "tansu"
+    """The broker of the row: ``tansu`` or ``kafka`` (:data:`bench.bench_coordinator.BROKERS`)."""
 
     @property
     def storage(self) -> str:
@@ -258,11 +265,13 @@ def run_cutline(
     scratch: Path,
     console: Console,
     inline_threshold_bytes: int = 0,
+    broker_kind: str = "tansu",
 ) -> CutlineRow:
-    """One latency row on a broker and a coordinator of its own (both stopped afterwards)."""
+    """One latency row on a broker (``broker_kind``) and a coordinator of its own (both stopped
+    afterwards)."""
     at_start = load()
     started = time.monotonic()
-    with broker() as (bootstrap, _, broker_pid):
+    with broker(broker_kind) as (bootstrap, _, broker_pid):
         topics = make_topics(bootstrap, f"vs-flink-{n}")
         coordinator = CoordinatorProcess(
             bootstrap,
@@ -278,7 +287,7 @@ def run_cutline(
             )  # fmt: skip
         finally:
             coordinator.stop()
-    return CutlineRow(result, mode, at_start, setup)
+    return CutlineRow(result, mode, at_start, setup, broker_kind)
 
 
 # ------------------------------------------------------------------ report
@@ -307,21 +316,32 @@ STORAGE = {"files": 0, "inline": 20_480}
 ``state.storage.fs.memory-threshold``."""
 
 
-def side_by_side(pairs: list[tuple[list[CutlineRow], FlinkResult]]) -> Table:
+def _alone_json(ours: CutlineRow, failure: str) -> dict[str, Any]:
+    """A cutline row of a size whose Flink anchor failed: its own figures, and why there is no anchor."""
+    r = ours.result
+    p50, p90, p99, top = _figures(r.durations)
+    return {
+        "size": r.participants, "broker": ours.broker, "mode": ours.mode, "storage": ours.storage,
+        "cutline": {"n": len(r.durations), "p50": p50, "p90": p90, "p99": p99, "max": top,
+                    "durations": r.durations, "cpu_s": r.cpu, "load_at_start": ours.load_at_start},
+        "flink": {"failed": failure}, "target_met": None,
+    }  # fmt: skip
+
+
+def side_by_side(pairs: list[tuple[list[CutlineRow], FlinkResult | str]]) -> Table:
     table = Table(title="Checkpoint latency, trigger → completed, side by side (ms)", title_justify="left")
     left = ("system", "size", "load at start")
     for col in ("system", "size", "n", "p50", "p90", "p99", "max", "mean", *left[2:],
                 "CPU %: own", "others", "≤ Flink p50 / p99", ""):  # fmt: skip
         table.add_column(col, justify="left" if col in left else "right")
     for rows, flink in pairs:
-        like = _figures(flink.durations)
-        a = flink.anchor
+        like = _figures(flink.durations) if isinstance(flink, FlinkResult) else (math.nan,) * 4
         for ours in rows:
             r = ours.result
             p50, p90, p99, top = _figures(r.durations)
             own = sum(r.cpu[k] for k in ("coordinator", "broker", "participants"))
             table.add_row(
-                "cutline (Faust, Tansu)",
+                f"cutline (Faust, {BROKERS.get(ours.broker, ours.broker)})",
                 f"{r.participants} participants, {MODES.get(ours.mode, ours.mode)}, {ours.storage}",
                 f"{len(r.durations)}",
                 f"{p50:.0f}", f"{p90:.0f}", f"{p99:.0f}", f"{top:.0f}", f"{mean(r.durations):.1f}",
@@ -329,8 +349,13 @@ def side_by_side(pairs: list[tuple[list[CutlineRow], FlinkResult]]) -> Table:
                 f"{own / r.wall_s:.0%}",
                 f"{r.cpu['other processes'] / r.wall_s:.0%}",
                 f"{like[0]:.0f} / {like[2]:.0f}",
-                verdict(r.durations, (like[0], like[2])),
+                verdict(r.durations, (like[0], like[2])) if isinstance(flink, FlinkResult) else "no anchor",
             )  # fmt: skip
+        if not isinstance(flink, FlinkResult):  # the anchor failed: the cutline rows stand alone
+            table.add_row("Flink 2.3 MiniCluster", f"[bold red]failed: {flink}[/]", *([""] * 11))
+            table.add_section()
+            continue
+        a = flink.anchor
         table.add_row(
             "Flink 2.3 MiniCluster",
             f"par. {flink.parallelism}, after {flink.warmup} warm-up",
@@ -353,9 +378,12 @@ def side_by_side(pairs: list[tuple[list[CutlineRow], FlinkResult]]) -> Table:
     return table
 
 
-def as_json(pairs: list[tuple[list[CutlineRow], FlinkResult]], meta: dict[str, Any]) -> dict[str, Any]:
+def as_json(pairs: list[tuple[list[CutlineRow], FlinkResult | str]], meta: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for ours_rows, flink in pairs:
+        if not isinstance(flink, FlinkResult):
+            rows += [_alone_json(ours, flink) for ours in ours_rows]
+            continue
         f50, f90, f99, fmax = _figures(flink.durations)
         for ours in ours_rows:
             r = ours.result
@@ -363,6 +391,7 @@ def as_json(pairs: list[tuple[list[CutlineRow], FlinkResult]], meta: dict[str, A
             rows.append(
                 {
                     "size": r.participants,
+                    "broker": ours.broker,
                     "mode": ours.mode,
                     "storage": ours.storage,
                     "inline_threshold_bytes": r.inline_threshold_bytes,
@@ -389,6 +418,24 @@ def as_json(pairs: list[tuple[list[CutlineRow], FlinkResult]], meta: dict[str, A
 
 
 # ------------------------------------------------------------------ main
+
+
+def _flink_row(
+    python: Path,
+    anchor: Path,
+    n: int,
+    seconds: int,
+    args: argparse.Namespace,
+    warmup: int,
+    checkpoints: int,
+    scratch: Path,
+) -> FlinkResult | str:
+    """The anchor's row at parallelism ``n``, or why it failed (one anchor failure used to lose
+    every cutline row of the run)."""
+    try:
+        return run_flink(python, anchor, n, seconds, args.interval_ms, warmup, checkpoints, scratch)
+    except Exception as exc:  # the anchor is a program of its own: any failure of it is reported
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
 def main() -> None:
@@ -424,6 +471,14 @@ def main() -> None:
         "the ack below Flink's default memory threshold of 20 KiB (inline), as the anchor's Flink job "
         "keeps its small state; default files",
     )
+    parser.add_argument(
+        "--brokers",
+        nargs="+",
+        choices=tuple(BROKERS),
+        default=list(BROKERS),
+        help="the broker of the cutline rows: the embedded Tansu and Apache Kafka itself (default: both, "
+        "each started for its row)",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="repeat the interleaved sequence")
     parser.add_argument(
         "--flink-python", help="a Python with apache-flink==2.3.0 (default: the scratch venv)"
@@ -457,20 +512,22 @@ def main() -> None:
         f"{python}; {checkpoints} checkpoints after {warmup} (cutline), the anchor runs {seconds} s per row"
     )
     started = time.monotonic()
-    pairs: list[tuple[list[CutlineRow], FlinkResult]] = []
+    pairs: list[tuple[list[CutlineRow], FlinkResult | str]] = []
     with tempfile.TemporaryDirectory(prefix="cutline-vs-flink-") as tmp:
         scratch = Path(tmp)
         for round_ in range(1, args.rounds + 1):
             for n in args.participants:
                 rows = []
-                for mode, storage in [(m, s) for m in args.modes for s in args.storage]:
+                combinations = [(b, m, s) for b in args.brokers for m in args.modes for s in args.storage]
+                for broker_kind, mode, storage in combinations:
                     console.print(
-                        f"[bold]round {round_}[/]: cutline, {n} participants (threads, {MODES[mode]}, "
-                        f"{storage}), load {load()}"
+                        f"[bold]round {round_}[/]: cutline on {BROKERS[broker_kind]}, {n} participants "
+                        f"(threads, {MODES[mode]}, {storage}), load {load()}"
                     )
                     ours = run_cutline(
-                        n, mode, checkpoints, warmup, args.interval_ms, scratch, console, STORAGE[storage]
-                    )
+                        n, mode, checkpoints, warmup, args.interval_ms, scratch, console, STORAGE[storage],
+                        broker_kind,
+                    )  # fmt: skip
                     r = ours.result
                     console.print(
                         f"  {len(r.durations)} measured, {r.aborted} aborted, {r.declined} declined; "
@@ -480,13 +537,18 @@ def main() -> None:
                         console.print(line, highlight=False, soft_wrap=True)
                     rows.append(ours)
                 console.print(f"[bold]round {round_}[/]: Flink, parallelism {n}, {seconds} s, load {load()}")
-                flink = run_flink(python, anchor, n, seconds, args.interval_ms, warmup, checkpoints, scratch)
-                a = flink.anchor
-                console.print(
-                    f"  anchor: flink par={n} n={a['n']} p50={a['p50']} p90={a['p90']} p99={a['p99']} "
-                    f"max={a['max']} ms; {len(flink.durations)} after the warm-up"
+                pairs.append(
+                    (rows, _flink_row(python, anchor, n, seconds, args, warmup, checkpoints, scratch))
                 )
-                pairs.append((rows, flink))
+                flink = pairs[-1][1]
+                if isinstance(flink, FlinkResult):
+                    a = flink.anchor
+                    console.print(
+                        f"  anchor: flink par={n} n={a['n']} p50={a['p50']} p90={a['p90']} p99={a['p99']} "
+                        f"max={a['max']} ms; {len(flink.durations)} after the warm-up"
+                    )
+                else:  # the cutline rows of the size are kept and printed all the same
+                    console.print(f"  [bold red]the Flink anchor failed:[/] {flink}")
     console.print(side_by_side(pairs))
     console.print(
         "cutline: CheckpointCompleted.duration_ms; Flink: checkpointDuration from its log. Percentiles of "
