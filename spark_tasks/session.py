@@ -51,6 +51,7 @@ def spark_session(
     from pyspark.sql import SparkSession
 
     from spark_tasks.kafka_source import KafkaSource
+    from spark_tasks.state_source import CutlineStateSource
 
     missing = [name for name in executor_env if name not in os.environ]
     if missing:
@@ -82,6 +83,7 @@ def spark_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(log_level)
     session.dataSource.register(KafkaSource)
+    session.dataSource.register(CutlineStateSource)
     return session
 
 
@@ -100,12 +102,14 @@ def connect_spark(remote: str, *, conf: Mapping[str, str] | None = None) -> Any:
     from pyspark.sql import SparkSession
 
     from spark_tasks.kafka_source import KafkaSource
+    from spark_tasks.state_source import CutlineStateSource
 
     builder = SparkSession.builder.remote(remote)
     for key, value in {**STREAMING_CONFIG, **(conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.dataSource.register(KafkaSource)
+    session.dataSource.register(CutlineStateSource)
     return session
 
 

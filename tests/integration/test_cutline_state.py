@@ -9,7 +9,6 @@ deleted; a corrupt piece is an error naming it, never silent rows.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -20,66 +19,16 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("mmh3")
 
-from events.task.manifest import StepIdentity  # noqa: E402
+from keyed_checkpoints import two_keyed_checkpoints  # noqa: E402
+
 from events.task.state_view import compare, state_rows  # noqa: E402
-from events.wire.codec import encode  # noqa: E402
-from events.wire.metadata import METADATA_FILE  # noqa: E402
-from events.wire.records import CheckpointCompleted, CheckpointKind, StateHandle  # noqa: E402
-from spark_tasks.keyed import (  # noqa: E402
-    KeyedSettings,
-    KeyedState,
-    KeyedStateStore,
-    apply_changes,
-    key_group,
-    write_snapshot,
-)
 
 CUTLINE = str(Path(sys.executable).parent / "cutline")
-STEP = StepIdentity("counts", "tests.words_of")
-
-
-def _state(counts: dict[str, int]) -> KeyedState:
-    state: KeyedState = {}
-    for key, count in counts.items():
-        state.setdefault(key_group(key), {})[key] = json.dumps(count).encode()
-    return state
-
-
-def _checkpoint(
-    root: Path, store: KeyedStateStore, state: KeyedState, checkpoint_id: int, batch: int
-) -> Path:
-    """The keyed task's snapshot of ``state`` for checkpoint ``checkpoint_id``, with its ``_metadata``."""
-    settings = KeyedSettings(
-        job_id="wc", bootstrap="unused:9092", state_root=str(root / "state"), parallelism=1,
-        inputs=frozenset({("words", 0)}), run_id="r1", attempt=1,
-    )  # fmt: skip
-    directory = root / "checkpoints" / "wc" / f"chk-{checkpoint_id}"
-    barrier = {"id": checkpoint_id, "attempt": 1, "kind": "CHECKPOINT", "location": directory.as_uri()}
-    uri, data, _ = write_snapshot(store, state, range(128), 128, "keyed-0", settings, barrier, batch, STEP)
-    handle = StateHandle(uri, len(data), hashlib.sha256(data).hexdigest())
-    completed = CheckpointCompleted(
-        job_id="wc", checkpoint_id=checkpoint_id, kind=CheckpointKind.CHECKPOINT, timestamp_ms=0,
-        duration_ms=1, handles={"keyed-0": handle}, size_bytes=len(data), offsets={"words:0": batch * 10},
-        attempt=1, location=directory.as_uri(),
-    )  # fmt: skip
-    (directory / METADATA_FILE).write_bytes(encode(completed))
-    return directory
 
 
 @pytest.fixture(name="two")
 def _two_checkpoints(tmp_path: Path) -> tuple[Path, Path]:
-    """Checkpoint 1 of {a: 1, b: 2, c: 3}; then a batch changes a, deletes b, adds d: checkpoint 2."""
-    store = KeyedStateStore(str(tmp_path / "state"), 0)
-    first = _state({"a": 1, "b": 2, "c": 3})
-    store.seed(first)
-    chk1 = _checkpoint(tmp_path, store, first, 1, 0)
-    changes: dict[int, dict[str, bytes | None]] = {key_group("a"): {"a": b"10"}, key_group("b"): {"b": None}}
-    changes.setdefault(key_group("d"), {})["d"] = b"4"
-    second = {g: dict(keys) for g, keys in first.items()}
-    apply_changes(second, changes)
-    store.save(1, second, changes)
-    chk2 = _checkpoint(tmp_path, store, second, 2, 1)
-    return chk1, chk2
+    return two_keyed_checkpoints(tmp_path)
 
 
 def _cutline(*args: str) -> subprocess.CompletedProcess[str]:

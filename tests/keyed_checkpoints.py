@@ -1,0 +1,70 @@
+"""Keyed checkpoints on disk, written by the keyed tasks' own writer, for the tests that read state back.
+
+:func:`two_keyed_checkpoints`: checkpoint 1 of ``{a: 1, b: 2, c: 3}`` (a full piece), then a batch
+changes ``a`` to 10, deletes ``b`` and adds ``d: 4``: checkpoint 2 (a delta on it), each with its
+``_metadata``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from events.task.manifest import StepIdentity
+from events.wire.codec import encode
+from events.wire.metadata import METADATA_FILE
+from events.wire.records import CheckpointCompleted, CheckpointKind, StateHandle
+from spark_tasks.keyed import (
+    KeyedSettings,
+    KeyedState,
+    KeyedStateStore,
+    apply_changes,
+    key_group,
+    write_snapshot,
+)
+
+STEP = StepIdentity("counts", "tests.words_of")
+
+
+def _state(counts: dict[str, int]) -> KeyedState:
+    state: KeyedState = {}
+    for key, count in counts.items():
+        state.setdefault(key_group(key), {})[key] = json.dumps(count).encode()
+    return state
+
+
+def _checkpoint(
+    root: Path, store: KeyedStateStore, state: KeyedState, checkpoint_id: int, batch: int
+) -> Path:
+    """The keyed task's snapshot of ``state`` for checkpoint ``checkpoint_id``, with its ``_metadata``."""
+    settings = KeyedSettings(
+        job_id="wc", bootstrap="unused:9092", state_root=str(root / "state"), parallelism=1,
+        inputs=frozenset({("words", 0)}), run_id="r1", attempt=1,
+    )  # fmt: skip
+    directory = root / "checkpoints" / "wc" / f"chk-{checkpoint_id}"
+    barrier = {"id": checkpoint_id, "attempt": 1, "kind": "CHECKPOINT", "location": directory.as_uri()}
+    uri, data, _ = write_snapshot(store, state, range(128), 128, "keyed-0", settings, barrier, batch, STEP)
+    handle = StateHandle(uri, len(data), hashlib.sha256(data).hexdigest())
+    completed = CheckpointCompleted(
+        job_id="wc", checkpoint_id=checkpoint_id, kind=CheckpointKind.CHECKPOINT, timestamp_ms=0,
+        duration_ms=1, handles={"keyed-0": handle}, size_bytes=len(data), offsets={"words:0": batch * 10},
+        attempt=1, location=directory.as_uri(),
+    )  # fmt: skip
+    (directory / METADATA_FILE).write_bytes(encode(completed))
+    return directory
+
+
+def two_keyed_checkpoints(root: Path) -> tuple[Path, Path]:
+    """Checkpoint 1 of {a: 1, b: 2, c: 3}; then a batch changes a, deletes b, adds d: checkpoint 2."""
+    store = KeyedStateStore(str(root / "state"), 0)
+    first = _state({"a": 1, "b": 2, "c": 3})
+    store.seed(first)
+    chk1 = _checkpoint(root, store, first, 1, 0)
+    changes: dict[int, dict[str, bytes | None]] = {key_group("a"): {"a": b"10"}, key_group("b"): {"b": None}}
+    changes.setdefault(key_group("d"), {})["d"] = b"4"
+    second = {g: dict(keys) for g, keys in first.items()}
+    apply_changes(second, changes)
+    store.save(1, second, changes)
+    chk2 = _checkpoint(root, store, second, 2, 1)
+    return chk1, chk2
