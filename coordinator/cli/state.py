@@ -19,8 +19,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.cli.common import fail
+from coordinator.cli.common import Bootstrap, TopicPrefix, fail, need_bootstrap
 from coordinator.cli.help import CutlineGroup
+from events.wire.topics import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
     from events.task.state_view import StateChange, StateRow
@@ -33,7 +34,15 @@ state_app = typer.Typer(
 )
 
 Location = Annotated[
-    Path, typer.Argument(metavar="DIR", help="A checkpoint or savepoint directory (it holds _metadata).")
+    str,
+    typer.Argument(
+        metavar="DIR|ID",
+        help="A checkpoint or savepoint directory (it holds _metadata), or with --job a checkpoint id.",
+    ),
+]
+Job = Annotated[
+    str | None,
+    typer.Option("--job", metavar="JOB", help="Take checkpoint ids, resolved through JOB's journal."),
 ]
 Uid = Annotated[str | None, typer.Option("--uid", metavar="STEP", help="Only this keyed step's state.")]
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON object per line, for any tool.")]
@@ -49,16 +58,41 @@ def shown(state: bytes | None) -> Any:
         return "base64:" + base64.b64encode(state).decode()
 
 
-def _completed(errors: Console, location: Path) -> CheckpointCompleted:
+def _completed(
+    errors: Console, where: str, job: str | None, bootstrap: str | None, prefix: str
+) -> CheckpointCompleted:
+    """The completion ``where`` names: a directory's ``_metadata``, or with ``job`` the completion of
+    checkpoint id ``where`` in the job's journal (fencing applied)."""
     from events.extras import MissingExtra, require
     from events.task.participant import MetadataProblem, read_checkpoint_metadata
     from events.wire.metadata import MetadataUnavailable, resolve_completion
 
     try:
         require("spark", "cutline state (reading keyed state pieces)")
-        return resolve_completion(read_checkpoint_metadata(location.resolve()))
+        if job is None:
+            return resolve_completion(read_checkpoint_metadata(Path(where).resolve()))
+        return resolve_completion(_journaled(errors, where, job, bootstrap, prefix))
     except (MissingExtra, MetadataProblem, MetadataUnavailable) as exc:
         fail(errors, str(exc))
+
+
+def _journaled(
+    errors: Console, where: str, job: str, bootstrap: str | None, prefix: str
+) -> CheckpointCompleted:
+    from events.task.participant import JobDriver, valid_completions
+    from events.wire.records import CheckpointCompleted
+    from events.wire.topics import Topics
+
+    if not where.isdigit():
+        fail(errors, f"with --job, give checkpoint ids, not {where!r}")
+    bootstrap = need_bootstrap(errors, bootstrap)
+    with JobDriver(bootstrap, job, Topics(prefix)) as driver:
+        completed = valid_completions(driver.journal((CheckpointCompleted,)))
+    for found in completed:
+        if found.checkpoint_id == int(where):
+            return found
+    known = ", ".join(str(c.checkpoint_id) for c in completed[-10:]) or "none"
+    fail(errors, f"job {job!r} has no completed checkpoint {where} in its journal (the latest: {known})")
 
 
 def _rows(errors: Console, completed: CheckpointCompleted, uid: str | None) -> list[StateRow]:
@@ -74,14 +108,18 @@ def _rows(errors: Console, completed: CheckpointCompleted, uid: str | None) -> l
 
 def show(
     location: Location,
+    job: Job = None,
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
     uid: Uid = None,
     key: Annotated[str | None, typer.Option("--key", help="Only this key.")] = None,
     limit: Annotated[int, typer.Option("--limit", metavar="N", help="At most N rows (0: all).")] = 50,
     as_json: AsJson = False,
 ) -> None:
-    """Every key's state at the checkpoint in DIR (Flink's State Processor API, read side)."""
+    """Every key's state at the checkpoint in DIR, or checkpoint ID of --job (Flink's State Processor
+    API, read side)."""
     errors = Console(stderr=True, highlight=False)
-    completed = _completed(errors, location)
+    completed = _completed(errors, location, job, bootstrap, topic_prefix)
     rows = [row for row in _rows(errors, completed, uid) if key is None or row.key == key]
     if key is not None and not rows:
         fail(
@@ -112,16 +150,23 @@ def show(
 
 
 def diff(
-    before: Annotated[Path, typer.Argument(metavar="DIR_A", help="The earlier checkpoint or savepoint.")],
-    after: Annotated[Path, typer.Argument(metavar="DIR_B", help="The later one.")],
+    before: Annotated[
+        str, typer.Argument(metavar="A", help="The earlier checkpoint: a directory, or an id.")
+    ],
+    after: Annotated[str, typer.Argument(metavar="B", help="The later one.")],
+    job: Job = None,
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
     uid: Uid = None,
     as_json: AsJson = False,
 ) -> None:
-    """The keys added, removed and changed from the checkpoint in DIR_A to the one in DIR_B."""
+    """The keys added, removed and changed from checkpoint A to checkpoint B (directories, or with
+    --job JOB checkpoint ids of its journal: `cutline state diff --job wordcount 41 42`)."""
     from events.task.state_view import compare
 
     errors = Console(stderr=True, highlight=False)
-    a, b = _completed(errors, before), _completed(errors, after)
+    a = _completed(errors, before, job, bootstrap, topic_prefix)
+    b = _completed(errors, after, job, bootstrap, topic_prefix)
     if a.job_id != b.job_id:
         errors.print(Text(f"note: {before} is job {a.job_id!r}'s, {after} job {b.job_id!r}'s", "yellow"))
     found = compare(_rows(errors, a, uid), _rows(errors, b, uid))

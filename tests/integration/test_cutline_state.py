@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,29 @@ def test_an_unknown_uid_says_which_steps_there_are(two: tuple[Path, Path]) -> No
     result = _cutline("show", str(two[0]), "--uid", "totals")
 
     assert 0 != result.returncode and "its keyed steps: 'counts'" in result.stderr
+
+
+def test_checkpoint_ids_of_a_job_are_resolved_through_its_journal(
+    two: tuple[Path, Path], bootstrap: str
+) -> None:
+    """`cutline state diff --job wc 1 2`: the completions come from the job's journal partition."""
+    from confluent_kafka import Producer
+    from support import create_protocol_topics
+
+    from events.kafka.clients import producer_config
+
+    prefix = f"state{uuid.uuid4().hex[:6]}."
+    topics = create_protocol_topics(bootstrap, prefix)
+    producer = Producer(producer_config(bootstrap))
+    for directory in two:
+        producer.produce(topics.checkpoints, key=b"wc", value=(directory / "_metadata").read_bytes())
+    assert 0 == producer.flush(10)
+
+    result = _cutline(
+        "diff", "--job", "wc", "1", "2", "--bootstrap", bootstrap, "--topic-prefix", prefix, "--json"
+    )
+    missing = _cutline("show", "--job", "wc", "7", "--bootstrap", bootstrap, "--topic-prefix", prefix)
+
+    assert 0 == result.returncode, result.stderr
+    assert {"d", "b", "a"} == {json.loads(line)["key"] for line in result.stdout.splitlines()}
+    assert 0 != missing.returncode and "no completed checkpoint 7" in missing.stderr
