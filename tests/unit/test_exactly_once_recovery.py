@@ -1,0 +1,111 @@
+"""What an exactly-once sink sends again when it resumes, and how it names and stages its output:
+the pure core of events/task/exactly_once.py (docs/exactly-once.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from events.task.exactly_once import (
+    Completion,
+    Marker,
+    OutputRecord,
+    RecoveryPlan,
+    Staged,
+    StagedOutput,
+    StagedOutputCorrupted,
+    decode_staged,
+    encode_staged,
+    marker_key,
+    pending_through,
+    recovery_plan,
+    transactional_id,
+)
+
+
+def test_a_completed_checkpoint_after_the_marker_is_committed_again() -> None:
+    # given: checkpoint 3 committed; 4 staged and completed, its commit lost with the process
+    marker = Marker(3, 1)
+    staged = [Staged(4, 1)]
+    completions = [Completion(3, 1), Completion(4, 1)]
+    # when
+    plan = recovery_plan(marker, staged, completions)
+    # then
+    assert plan == RecoveryPlan(commit=(4,), delete=())
+    assert plan.marker == 4
+
+
+def test_a_staged_file_up_to_the_marker_is_deleted_not_sent_twice() -> None:
+    # given: the commit of 4 went through, the process died before deleting its staged file
+    plan = recovery_plan(Marker(4, 1), [Staged(4, 1)], [Completion(4, 1)])
+    # then
+    assert plan == RecoveryPlan(commit=(), delete=(4,))
+    assert plan.marker is None
+
+
+def test_without_a_marker_every_completed_staged_checkpoint_is_committed_in_order() -> None:
+    plan = recovery_plan(None, [Staged(6, 1), Staged(5, 1)], [Completion(5, 1), Completion(6, 1)])
+    assert plan.commit == (5, 6)
+
+
+def test_a_checkpoint_that_never_completed_is_deleted_unsent() -> None:
+    # given: 5 completed, 6 was acked but the job restarted before the journal completed it
+    plan = recovery_plan(Marker(5, 1), [Staged(6, 1)], [Completion(5, 1)], restored=5)
+    # then: the job reads 6's input again from 5's cut
+    assert plan == RecoveryPlan(commit=(), delete=(6,))
+
+
+def test_an_aborted_checkpoint_goes_with_the_next_completed_one_of_its_attempt() -> None:
+    # given: 5 aborted (another task declined), 6 completed: 6's cut covers 5's input too
+    plan = recovery_plan(Marker(4, 1), [Staged(5, 1), Staged(6, 1)], [Completion(6, 1)])
+    assert plan.commit == (5, 6)
+
+
+def test_an_aborted_checkpoint_of_a_dead_attempt_is_not_covered_by_a_later_attempt() -> None:
+    # given: attempt 1 staged 5 and died; attempt 2 restored 4 and completed 6
+    plan = recovery_plan(Marker(4, 1), [Staged(5, 1), Staged(6, 2)], [Completion(4, 1), Completion(6, 2)])
+    # then: 5's input was read again by attempt 2, whose output is in 6
+    assert plan == RecoveryPlan(commit=(6,), delete=(5,))
+
+
+def test_completions_after_the_restored_checkpoint_are_not_committed() -> None:
+    # given: 7 completed too, but the job resumes from 6 (it reads 7's input again)
+    plan = recovery_plan(Marker(5, 1), [Staged(6, 1), Staged(7, 1)], [Completion(6, 1), Completion(7, 1)], 6)
+    assert plan == RecoveryPlan(commit=(6,), delete=(7,))
+
+
+def test_a_running_completion_sends_every_staged_checkpoint_up_to_it() -> None:
+    assert pending_through([7, 5, 6], 6) == (5, 6)
+    assert pending_through([7], 6) == ()
+
+
+def test_transactional_ids_are_stable_and_never_shared_by_two_tasks() -> None:
+    assert transactional_id("cutline", "wordcount", "counts", "task-0") == "cutline-wordcount-counts-task%2D0"
+    assert transactional_id("p", "a-b", "c", "t") != transactional_id("p", "a", "b-c", "t")
+    assert marker_key("wordcount", "counts", "task-0") == b"wordcount/counts/task-0"
+
+
+def staged() -> StagedOutput:
+    records = (
+        OutputRecord("out", b"\x00\xffvalue", b"key", headers=(("h", b"\x01"),)),
+        OutputRecord("out", None, None, partition=3),
+    )
+    return StagedOutput("job", "sink", "task-0", 4, 2, records)
+
+
+def test_a_staged_file_reads_back_as_written() -> None:
+    data = encode_staged(staged())
+    back = decode_staged(data, "chk-4/task-0.out")
+    assert back.records == staged().records
+    assert (back.checkpoint_id, back.attempt, back.task_id) == (4, 2, "task-0")
+
+
+def test_a_staged_file_whose_records_changed_is_refused() -> None:
+    data = encode_staged(staged()).replace(b'"out"', b'"own"', 2)
+    with pytest.raises(StagedOutputCorrupted, match="sha256"):
+        decode_staged(data, "chk-4/task-0.out")
+
+
+def test_a_torn_staged_file_is_refused() -> None:
+    data = encode_staged(staged())
+    with pytest.raises(StagedOutputCorrupted):
+        decode_staged(data[: len(data) // 2], "chk-4/task-0.out")
