@@ -246,9 +246,11 @@ class TestBoundedRecovery:
         block = list(islice(simulate(Random(5), jobs=4), 1_000))
         frames = [(job_key(e.job_id), encode(e)) for e in block]
         timings = {}
-        topics = Topics("r.")
-        for size in (1_000, 1_000_000):
-            with local_broker() as broker:  # its own: the other journals' records weigh nothing here
+        # a broker of its own, and the small journal measured before the large one is written: no
+        # other journal's records weigh on either measurement
+        with local_broker() as broker:
+            for size in (1_000, 1_000_000):
+                topics = Topics(f"r{size}.")
                 create_topics(broker.bootstrap, [topics.checkpoints, topics.snapshots], partitions=1)
                 produce_frames(broker.bootstrap, topics, frames, size // len(block))
                 first = Coordinator(topics, partitions=1)
