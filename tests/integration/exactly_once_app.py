@@ -1,0 +1,94 @@
+"""A one-task participant that copies its input to an output topic through an ExactlyOnceSink: the
+child process tests/integration/test_exactly_once_sink.py SIGKILLs at each crash point.
+
+Its settings are the JSON in ``EXACTLY_ONCE_APP``. It says on stdout what it does (``ready``,
+``processed N``, ``step NAME CHECKPOINT``), and at the step ``crash`` names it says ``stopped at NAME
+CHECKPOINT`` and waits there for its SIGKILL. ``variant: no-marker`` recovers without reading the
+marker (it commits every completed staged checkpoint again): the broken sink the tests must catch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer, TopicPartition
+
+from events.kafka.clients import consume_available, consumer_config
+from events.task.exactly_once import Completion, ExactlyOnceSink, Marker, RecoveryPlan, Staged, recovery_plan
+from events.task.participant import JobDriver, Participant, load_task_snapshot
+from events.wire.records import CheckpointBarrier
+from events.wire.topics import Topics
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def without_marker(
+    marker: Marker | None, staged: Iterable[Staged], completions: Iterable[Completion], restored: int | None
+) -> RecoveryPlan:
+    return recovery_plan(None, staged, completions, restored)
+
+
+def restored_offset(bootstrap: str, job: str, task: str, topics: Topics, restored: int | None) -> int:
+    if restored is None:
+        return 0
+    with JobDriver(bootstrap, job, topics) as driver:
+        completed = driver.completed_checkpoint(restored)
+    assert completed is not None, f"checkpoint {restored} is not in the journal"
+    offset: int = json.loads(load_task_snapshot(completed.handles[task]))["offset"]
+    return offset
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING)
+    settings = json.loads(os.environ["EXACTLY_ONCE_APP"])
+    bootstrap, job, task = settings["bootstrap"], settings["job"], settings["task"]
+    topics = Topics(settings["prefix"])
+    crash = tuple(settings["crash"]) if settings.get("crash") else None
+
+    def step(name: str, checkpoint_id: int) -> None:
+        say(f"step {name} {checkpoint_id}")
+        if crash == (name, checkpoint_id):
+            say(f"stopped at {name} {checkpoint_id}")
+            threading.Event().wait()  # until the test's SIGKILL
+
+    restored = settings.get("restored")
+    position = {"offset": restored_offset(bootstrap, job, task, topics, restored)}
+    sink = ExactlyOnceSink(bootstrap, job, task, topics, uid="copy", step=step)
+    recovered = sink.recover(
+        restored, plan=without_marker if settings.get("variant") == "no-marker" else None
+    )
+    say(f"recovered commit={list(recovered.plan.commit)} delete={list(recovered.plan.delete)}")
+
+    def snapshot(barrier: CheckpointBarrier) -> bytes:
+        staged = sink.stage(barrier)
+        output = {"name": staged.uri.rsplit("/", 1)[-1], "sha256": staged.sha256}
+        return json.dumps({"offset": position["offset"], "output": output}).encode()
+
+    def offsets() -> dict[str, int]:
+        return {f"{settings['input']}:0": position["offset"]}
+
+    consumer = Consumer(consumer_config(bootstrap))
+    consumer.assign([TopicPartition(settings["input"], 0, position["offset"])])
+    participant = Participant(
+        bootstrap, job, task, settings["attempt"], topics, snapshot, offsets, on_complete=sink.complete
+    )
+    say("ready")
+    while True:
+        for msg in consume_available(consumer, 100, 0.02):
+            if msg.error() is not None or msg.offset() is None:
+                continue
+            sink.send(settings["output"], msg.value(), key=str(msg.offset()).encode())
+            position["offset"] = (msg.offset() or 0) + 1
+            say(f"processed {position['offset']}")
+        participant.poll(0.02)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
