@@ -215,7 +215,8 @@ class OutputRecord:
 @dataclass(frozen=True)
 class StagedOutput:
     """What a task staged at a barrier: its records, and where and with which digest they are.
-    The app may keep ``name`` and ``sha256`` in its snapshot; a restore checks them."""
+    The app may keep ``uri`` and ``sha256`` in its snapshot; recovery checks each file against the
+    sha256 of its own header (:func:`decode_staged`), not yet against a snapshot's."""
 
     job_id: str
     uid: str
