@@ -15,6 +15,27 @@ from typing import Any
 
 from coordinator.web_trust import linkable
 
+WEB_CLIENT_PREFIX = "cutline-web-"
+"""The Kafka client ids of the coordinator's workers: this, then the port of the worker's views."""
+
+
+def web_client_id(port: int) -> str:
+    """The Kafka client id of a worker whose views answer on ``port``: the coordinator group's
+    description (each member's host and client id) then tells a command with nothing but the
+    cluster's address where the views are (``cutline status --bootstrap``)."""
+    return f"{WEB_CLIENT_PREFIX}{port}"
+
+
+def views_url(client_id: str, host: str) -> str | None:
+    """The views of the member with ``client_id`` on ``host`` (as the broker saw it: ``/10.0.0.7``);
+    None for a member that is not a cutline worker, or does not say its port."""
+    port = client_id.removeprefix(WEB_CLIENT_PREFIX)
+    if port == client_id or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    host = host.lstrip("/")
+    return f"http://{f'[{host}]' if ':' in host else host}:{int(port)}"
+
+
 LOCAL_ONLY = "local"
 """The query parameter that asks a worker for its own view only: the one a worker sends its peers,
 so that no view asks another in a loop."""

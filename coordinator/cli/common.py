@@ -28,15 +28,50 @@ TopicPrefix: TypeAlias = Annotated[
 ]
 DEFAULT_URL = "http://127.0.0.1:6066"
 CoordinatorUrl: TypeAlias = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--url",
         envvar="CUTLINE_URL",
         metavar="URL",
-        help="The web views of any worker of the coordinator group (default: $CUTLINE_URL or the "
-        "local worker's).",
+        help="The web views of any worker of the coordinator group (default: $CUTLINE_URL; else, with "
+        "--bootstrap or $CUTLINE_BOOTSTRAP, a worker the group names; else the local worker's).",
     ),
 ]
+
+
+def coordinator_urls(bootstrap: str, topic_prefix: str, timeout: float = 10.0) -> list[str]:
+    """The views of the coordinator group's workers, from the group's description at ``bootstrap``
+    (each worker's Kafka client id names its port: :func:`coordinator.group_view.web_client_id`)."""
+    from coordinator.group_view import views_url
+    from events.dev.broker import _admin
+
+    admin = _admin(bootstrap)
+    group = f"{topic_prefix}coordinator"
+    description = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result()
+    found = (views_url(m.client_id, m.host) for m in description.members)
+    return sorted({url for url in found if url is not None})
+
+
+def resolve_url(console: Console, url: str | None, bootstrap: str | None, topic_prefix: str) -> str:
+    """Where to ask: ``url`` (``--url``, ``$CUTLINE_URL``); else a worker of the group at ``bootstrap``;
+    else the local worker's default."""
+    if url:
+        return url
+    if not bootstrap:
+        return DEFAULT_URL
+    check_broker(console, bootstrap)
+    try:
+        urls = coordinator_urls(bootstrap, topic_prefix)
+    except Exception as exc:  # the admin client's errors are KafkaException, or a future's
+        fail(console, f"cannot describe the coordinator group at {bootstrap} ({exc}); pass --url")
+    if not urls:
+        fail(
+            console,
+            f"no coordinator worker of prefix {topic_prefix!r} is in its group at {bootstrap}: start one "
+            "with `cutline coordinator`, check --topic-prefix, or pass --url (the embedded Tansu broker "
+            "describes a group without its members: there --url, or $CUTLINE_URL, is the way)",
+        )
+    return urls[0]
 
 
 def fail(console: Console, message: str) -> NoReturn:

@@ -14,7 +14,6 @@ from confluent_kafka import KafkaException
 from rich.console import Console
 
 from coordinator.cli.common import (
-    DEFAULT_URL,
     Bootstrap,
     CoordinatorUrl,
     TopicPrefix,
@@ -22,6 +21,7 @@ from coordinator.cli.common import (
     fail,
     need_bootstrap,
     need_topics,
+    resolve_url,
 )
 from events.wire.codec import default_codec
 from events.wire.records import RestartStrategyKind
@@ -114,7 +114,9 @@ def run(
 
 def status(
     job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
-    url: CoordinatorUrl = DEFAULT_URL,
+    url: CoordinatorUrl = None,
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
 ) -> None:
     """Print a job's checkpoint statistics (the coordinator's /jobs/JOB/checkpoints) as tables.
 
@@ -122,7 +124,7 @@ def status(
     from coordinator.timeline import render_status
 
     errors = Console(stderr=True, highlight=False)
-    base = url.rstrip("/")
+    base = resolve_url(errors, url, bootstrap, topic_prefix).rstrip("/")
     path = f"/jobs/{_quoted(job)}"
     with _coordinator_errors(errors, base, job):
         stats, headers = _get(base, f"{path}/checkpoints")
@@ -194,7 +196,9 @@ def _latency(base: str, path: str) -> dict[str, object] | None:
 
 
 def jobs_list(
-    url: CoordinatorUrl = DEFAULT_URL,
+    url: CoordinatorUrl = None,
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = DEFAULT_PREFIX,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="One JSON object per job (the coordinator's /jobs), for any tool."),
@@ -208,7 +212,7 @@ def jobs_list(
     from rich.text import Text
 
     errors = Console(stderr=True, highlight=False)
-    base = url.rstrip("/")
+    base = resolve_url(errors, url, bootstrap, topic_prefix).rstrip("/")
     with _coordinator_errors(errors, base):
         answer, _ = _get(base, "/jobs")
     for peer in answer.get("unreachable", []):

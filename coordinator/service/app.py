@@ -34,6 +34,7 @@ from confluent_kafka import Producer
 from faust.tables import TableManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from coordinator.group_view import web_client_id
 from coordinator.ownership import UNKNOWN_GENERATION
 from coordinator.service.broker_probe import BrokerProbe, metadata_probe
 from coordinator.service.claims import PartitionRecovery, new_worker_id, snapshot_message
@@ -334,6 +335,8 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{settings.bootstrap}",
+        # the group's description then tells a CLI where each worker's views are (web_client_id)
+        broker_client_id=web_client_id(settings.web_port),
         store="memory://",
         TableManager=TablelessManager,
         datadir=str(settings.data_dir),
