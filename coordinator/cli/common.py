@@ -52,9 +52,23 @@ def coordinator_urls(bootstrap: str, topic_prefix: str, timeout: float = 10.0) -
     return sorted({url for url in found if url is not None})
 
 
+def _answers(url: str, timeout: float = 1.0) -> bool:
+    """Does a coordinator worker answer at ``url`` (its ``/ready``, whatever the status)?"""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/ready", timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True  # a 503 is a worker answering
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def resolve_url(console: Console, url: str | None, bootstrap: str | None, topic_prefix: str) -> str:
-    """Where to ask: ``url`` (``--url``, ``$CUTLINE_URL``); else a worker of the group at ``bootstrap``;
-    else the local worker's default."""
+    """Where to ask: ``url`` (``--url``, ``$CUTLINE_URL``); else a worker of the group at ``bootstrap``
+    (or, when the group names none, the local worker if one answers); else the local worker's default."""
     if url:
         return url
     if not bootstrap:
@@ -64,6 +78,8 @@ def resolve_url(console: Console, url: str | None, bootstrap: str | None, topic_
         urls = coordinator_urls(bootstrap, topic_prefix)
     except Exception as exc:  # the admin client's errors are KafkaException, or a future's
         fail(console, f"cannot describe the coordinator group at {bootstrap} ({exc}); pass --url")
+    if not urls and _answers(DEFAULT_URL):
+        return DEFAULT_URL  # the local worker (on Tansu, whose group descriptions have no members)
     if not urls:
         fail(
             console,
