@@ -492,9 +492,19 @@ class ApacheKafka:
         self._spawn(check_java(), self._jars or resolve_jars(), node)
         self._await_ready(timeout)
 
-    def pause(self, node_id: int) -> None:
-        """SIGSTOP node ``node_id``: its sockets stay open and its clients' requests wait, unanswered."""
-        _signal_group(self._procs[node_id], signal.SIGSTOP)
+    def pause(self, node_id: int, timeout: float = 10.0) -> None:
+        """SIGSTOP node ``node_id``, and return once every thread of its JVM is stopped (a signal is
+        delivered to a thread running on another core a moment later, and meanwhile it may still
+        answer a request): its sockets stay open and its clients' requests wait, unanswered."""
+        proc = self._procs[node_id]
+        _signal_group(proc, signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while not _all_threads_stopped(proc.pid):
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"Kafka node {node_id} (pid {proc.pid}) not stopped {timeout:g}s after SIGSTOP"
+                )
+            time.sleep(0.001)
 
     def resume(self, node_id: int) -> None:
         """SIGCONT node ``node_id`` after :meth:`pause`."""
@@ -699,6 +709,16 @@ class ApacheKafka:
                 text = path.read_text(errors="replace").splitlines()[-lines:]
                 parts.append(f"--- {path.name}\n" + ("\n".join(text) or "(empty)"))
         return "\n".join(parts) or "(no log)"
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped by a signal (Linux: state T in /proc/<pid>/task/*/stat)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0] for task in tasks]
+    except OSError:
+        return False
+    return bool(states) and all(state in ("T", "t") for state in states)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

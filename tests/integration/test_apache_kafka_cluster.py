@@ -96,11 +96,16 @@ def test_the_leader_of_a_journal_partition_killed_and_restarted_loses_and_double
         assert 3 == len(replicas)
         stored = _stored(bootstrap, topics)
 
-        killed_at = time.time()
         cluster.kill(leader)
+        killed_at = time.time()  # the node is gone: what completes after this was written without it
         resumed = jobs.wait_for_new_completions(killed_at, timeout=120)
-        new_leader, in_sync = _partitions(bootstrap, topics.checkpoints)[partition]
-        assert new_leader != leader and leader not in in_sync
+        new_leader, _ = eventually(
+            lambda: _partitions(bootstrap, topics.checkpoints)[partition],
+            lambda led: led[0] not in (leader, -1) and leader not in led[1],
+            timeout=30,
+            interval=0.2,
+            what=f"a new leader of journal partition {partition}, node {leader} out of its in-sync replicas",
+        )
 
         restarted_at = time.time()
         cluster.restart(leader)
