@@ -614,6 +614,9 @@ class OffsetProbe:
                 "group.id": f"cutline-offset-probe-{uuid.uuid4().hex}",
                 "fetch.wait.max.ms": DEFAULT_FETCH_WAIT_MAX_MS,
                 "logger": log,
+                # CUTLINE_KAFKA_*: a CheckpointedJob's probe is given no config, and a secured
+                # cluster's listener refuses a client without its security settings
+                **client_properties(),
                 **self._config,
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
