@@ -30,6 +30,8 @@ __all__ = [
     "Lacking",
     "Role",
     "acl_bindings",
+    "application_grants",
+    "grant_bindings",
     "grants",
     "kafka_acls_commands",
     "missing_grants",
@@ -132,6 +134,34 @@ def _grants(role: Role, topics: Topics) -> tuple[Grant, ...]:
     )
 
 
+SPARK_SOURCE_GROUPS = ("cutline-kafka-source-", "cutline-offset-probe-")
+"""Prefixes of the throwaway ``group.id`` of the ``cutline-kafka`` source's consumers
+(spark_tasks/kafka_source.py: assign-only, never joined; Describe spares the warnings)."""
+
+
+def application_grants(topics: Topics, inputs: Iterable[str], group: str) -> tuple[Grant, ...]:
+    """What an application whose driver and tasks share one principal needs (a Spark job: its
+    executors get the driver's settings): a driver's and a task's grants, Read on its input topics,
+    Read on the consumer group it commits checkpointed offsets to (a ``CheckpointedJob``'s is its job
+    id unless ``JobSettings.group`` says), and Describe on its source consumers' groups."""
+    chosen = [
+        *grants(Role.DRIVER, topics),
+        *grants(Role.TASK, topics),
+        *(Grant("topic", name, ("Read", "Describe"), why="its input") for name in inputs),
+        Grant("group", group, ("Read", "Describe"), why="commits checkpointed offsets"),
+        *(Grant("group", p, ("Describe",), True, "the source's consumers") for p in SPARK_SOURCE_GROUPS),
+    ]
+    merged: dict[tuple[str, str, bool], Grant] = {}
+    for grant in chosen:
+        key = (grant.resource, grant.name, grant.prefixed)
+        known = merged.get(key)
+        operations = grant.operations if known is None else (*known.operations, *grant.operations)
+        merged[key] = Grant(
+            grant.resource, grant.name, tuple(dict.fromkeys(operations)), grant.prefixed, grant.why
+        )
+    return tuple(merged.values())
+
+
 def _resource_option(grant: Grant) -> list[str]:
     option = ["--topic", grant.name] if grant.resource == "topic" else ["--group", grant.name]
     return [*option, "--resource-pattern-type", "prefixed"] if grant.prefixed else option
@@ -158,11 +188,16 @@ def kafka_acls_commands(
 
 def acl_bindings(role: Role, principal: str, topics: Topics) -> list[Any]:
     """``confluent_kafka.admin.AclBinding`` of each operation of each grant (``AdminClient.create_acls``)."""
+    return grant_bindings(grants(role, topics), principal)
+
+
+def grant_bindings(chosen: Iterable[Grant], principal: str) -> list[Any]:
+    """``confluent_kafka.admin.AclBinding`` of each operation of ``chosen``."""
     from confluent_kafka.admin._acl import AclBinding, AclOperation, AclPermissionType
     from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
     bindings = []
-    for grant in grants(role, topics):
+    for grant in chosen:
         resource = ResourceType.TOPIC if grant.resource == "topic" else ResourceType.GROUP
         pattern = ResourcePatternType.PREFIXED if grant.prefixed else ResourcePatternType.LITERAL
         for operation in grant.operations:

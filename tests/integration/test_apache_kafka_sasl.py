@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +38,9 @@ from support import eventually
 from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.apache_kafka import ApacheKafka
+from events.dev.broker import create_topics
 from events.dev.kafka_security import ADMIN, SaslSsl
-from events.kafka.acls import Grant, Role, acl_bindings
+from events.kafka.acls import Grant, Role, acl_bindings, application_grants, grant_bindings
 from events.kafka.client_config import CONFIG_FILE_VARIABLE
 from events.kafka.clients import job_key, producer_config
 from events.kafka.log import LogMessage, read_to_end
@@ -53,6 +55,7 @@ from events.wire.records import (
     JobStatus,
 )
 from events.wire.topics import Topics
+from spark_tasks.wordcount import read_counts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -65,6 +68,9 @@ PRINCIPALS = {
 """A principal per role, each granted exactly its role's ACLs."""
 
 PREFIX = "secured."
+SPARK_JOB = "sasl-spark"
+SPARK_INPUT = f"{PREFIX}words"
+"""The Spark job's id (its consumer group) and input topic."""
 FORGERY = "forgery."
 """The topics of the forgery tests: what lands there cannot spoil the journal of the others."""
 
@@ -113,6 +119,7 @@ def _acls(topics: Topics, forgery: Topics) -> list[AclBinding]:
     )
     bindings += acl_bindings(Role.TASK, "User:misgranted", forgery)
     bindings += _grant(Grant("topic", forgery.checkpoints, ("Write",)), "misgranted")
+    bindings += grant_bindings(application_grants(topics, [SPARK_INPUT], SPARK_JOB), "User:spark")
     return list(dict.fromkeys(bindings))  # each principal's grant of the placeholder group once
 
 
@@ -126,7 +133,7 @@ def _grant(grant: Grant, user: str) -> list[AclBinding]:
 
 @pytest.fixture(name="secured", scope="module")
 def _secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    users = [*PRINCIPALS, "novice", "half-coordinator", "misgranted"]
+    users = [*PRINCIPALS, "novice", "half-coordinator", "misgranted", "spark"]
     directory = tmp_path_factory.mktemp("principals")
     with ApacheKafka(heap="384m", security=SaslSsl.with_users(users)) as kafka:
         files = {
@@ -136,6 +143,7 @@ def _secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         with secured.acting_as(ADMIN):
             for prefix in (PREFIX, FORGERY):
                 ensure_topics(Settings(kafka.bootstrap, prefix, partitions=2))
+            create_topics(kafka.bootstrap, [SPARK_INPUT], partitions=2)
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap, **kafka.client_properties()})
         for future in admin.create_acls(_acls(secured.topics, Topics(FORGERY))).values():
             future.result(timeout=30)
@@ -236,6 +244,45 @@ def test_the_coordinator_participants_and_the_cli_work_over_sasl_ssl(
         if job is not None:
             job.close()
         coordinator.stop()
+
+
+@pytest.mark.spark
+def test_a_spark_job_checkpoints_over_sasl_ssl_with_an_application_s_acls(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """The word count (``python -m spark_tasks.wordcount``, a local Spark whose Python workers inherit
+    the settings) as one principal with a driver's and a task's ACLs, Read on its input and on its
+    consumer group: it completes checkpoints over SASL_SSL, counts every word once, commits its
+    offsets to its group, and ends FINISHED when its input goes idle; no client was refused."""
+    coordinator = CoordinatorProcess(secured.bootstrap, PREFIX)
+    produced: Counter[str] = Counter()
+    with secured.acting_as(ADMIN):
+        producer = Producer(producer_config(secured.bootstrap))
+    for n in range(200):
+        line = " ".join(["alpha", "beta", "gamma"][: 1 + n % 3])
+        producer.produce(SPARK_INPUT, value=line.encode(), partition=n % 2)
+        produced.update(line.split())
+    assert 0 == producer.flush(30)
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "spark_tasks.wordcount", "--bootstrap", secured.bootstrap, "--job", SPARK_JOB,
+        "--topic", SPARK_INPUT, "--topic-prefix", PREFIX, "--work-dir", str(tmp_path / "work"),
+        "--location", (tmp_path / "checkpoints").as_uri(), "--out", str(out), "--interval-ms", "500",
+        "--idle-stop", "6", "--no-restore",
+    ]  # fmt: skip
+    try:
+        with secured.acting_as("coordinator"):
+            coordinator.start(timeout=90)
+        job = subprocess.run(command, capture_output=True, text=True, timeout=300, env=secured.env("spark"))
+    finally:
+        coordinator.stop()
+    said = job.stdout + job.stderr
+    assert 0 == job.returncode, said[-4000:]
+    (stopped,) = [e for e in map(json.loads, job.stdout.splitlines()) if e.get("event") == "stopped"]
+    assert stopped["completed"], said[-4000:]
+    assert produced == read_counts(out)
+    assert "AUTHORIZATION" not in said
+    assert [] == [line for line in coordinator.log_path.read_text().splitlines() if "AUTHORIZATION" in line]
 
 
 # ------------------------------------------------------------------ what the ACLs refuse

@@ -12,6 +12,7 @@ from events.kafka.acls import (
     Lacking,
     Role,
     acl_bindings,
+    application_grants,
     grants,
     kafka_acls_commands,
     lacking_commands,
@@ -85,3 +86,13 @@ def test_what_is_lacking_is_granted_by_one_command_per_resource() -> None:
     group = Grant("group", "cutline.coordinator", ("Read", "Describe"))
     (command,) = lacking_commands([Lacking(group, group.name, ("Read",))], "User:c", "b:1")
     assert command.endswith("--allow-principal User:c --operation Read --group cutline.coordinator")
+
+
+def test_a_spark_job_s_one_principal_holds_a_driver_s_and_a_task_s_grants_and_its_inputs() -> None:
+    chosen = application_grants(TOPICS, ["words"], "wordcount")
+    writes = {g.name for g in chosen if "Write" in g.operations}
+    assert {TOPICS.job_status, TOPICS.requests, TOPICS.acks, TOPICS.declines} == writes
+    assert ("Read", "Describe") == next(g.operations for g in chosen if g.name == "words")
+    assert ("Read", "Describe") == next(g.operations for g in chosen if g.name == "wordcount")
+    assert {"cutline-kafka-source-", "cutline-offset-probe-"} == {g.name for g in chosen if g.prefixed}
+    assert len(chosen) == len({(g.resource, g.name) for g in chosen}), "one grant per resource"
