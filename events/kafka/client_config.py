@@ -30,6 +30,11 @@ FETCH_WAIT_VARIABLE = "CUTLINE_FETCH_WAIT_MS"
 """``fetch.wait.max.ms`` of cutline's consumers that do not choose their own (and of the
 coordinator's workers, ``cutline coordinator --fetch-wait-ms``)."""
 
+NOT_CLIENT_PROPERTIES = frozenset({CONFIG_FILE_VARIABLE, "CUTLINE_KAFKA_CACHE", "CUTLINE_KAFKA_LIBS"})
+"""``CUTLINE_KAFKA_*`` variables that are not client properties: the properties file, and where
+Apache Kafka's jars are cached or found (events/dev/apache_kafka.py, spark_tasks/connector.py); taken
+for properties, every client failed (``No such configuration property: "cache"``)."""
+
 REDACTED = "[redacted]"
 """What a message shows instead of a secret's value."""
 
@@ -164,7 +169,7 @@ def client_properties(environ: Mapping[str, str] | None = None) -> dict[str, str
             ) from None
         properties.update(parse_properties(text, path))
     for name, value in sorted(environ.items()):
-        if name.startswith(VARIABLE_PREFIX) and name != CONFIG_FILE_VARIABLE:
+        if name.startswith(VARIABLE_PREFIX) and name not in NOT_CLIENT_PROPERTIES:
             properties[name.removeprefix(VARIABLE_PREFIX).lower().replace("_", ".")] = value
     properties.pop("bootstrap.servers", None)  # --bootstrap / CUTLINE_BOOTSTRAP say where
     return _without_jaas(properties)

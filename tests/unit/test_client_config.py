@@ -155,3 +155,14 @@ def test_an_error_that_quotes_a_secret_shows_it_redacted() -> None:
     shown = scrubbed('bad value "hunter2-and-more" or "hunter2" of bob', properties)
 
     assert 'bad value "[redacted]" or "[redacted]" of bob' == shown
+
+
+def test_the_jar_cache_variables_of_apache_kafka_are_not_client_properties() -> None:
+    """``CUTLINE_KAFKA_CACHE`` and ``CUTLINE_KAFKA_LIBS`` say where Apache Kafka's jars are
+    (docs/usage.md); as ``cache`` and ``libs`` properties, librdkafka refused every client."""
+    environ = {
+        "CUTLINE_KAFKA_CACHE": "/tmp/jars",
+        "CUTLINE_KAFKA_LIBS": "/opt/kafka/libs",
+        "CUTLINE_KAFKA_ACKS": "1",
+    }
+    assert {"acks": "1"} == client_properties(environ)
