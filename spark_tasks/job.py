@@ -897,6 +897,13 @@ class CheckpointedJob:
             "job %s attempt %d is RUNNING with %d tasks", self.settings.job_id, self.attempt, len(self.tasks)
         )
 
+    def _canceled_after_failing(self) -> None:
+        """``cutline cancel`` reached this driver after its attempt had failed but before the restart
+        delay began (on Apache Kafka the journal's cancel can arrive first): cancel wins there too,
+        the attempt is CANCELED and no next attempt starts."""
+        log.warning("job %s was canceled after attempt %d failed", self.settings.job_id, self.attempt)
+        self._publish_canceled()
+
     def _publish_canceled(self) -> None:
         """The attempt that failed is CANCELED: the job was canceled in its restart delay."""
         try:
@@ -1143,11 +1150,16 @@ class CheckpointedJob:
             try:
                 self.await_termination()
             except Exception as exc:  # the query failed: the strategy decides
+                if self._stopping and self._canceled.is_set():
+                    self._canceled_after_failing()
+                    return
                 if self._stopping:
                     raise
                 log.warning("job %s attempt %d failed: %s", self.settings.job_id, self.attempt, exc)
             else:
                 if self._listener is None or self._listener.exception is None or self._stopping:
+                    if self._canceled.is_set() and self._listener is not None and self._listener.exception:
+                        self._canceled_after_failing()
                     return
             decision = self._await_decision()
             if isinstance(decision, JobFailedPermanently):
