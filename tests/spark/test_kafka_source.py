@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from support import eventually
 
 from events.dev.broker import create_topics
 from events.kafka.clients import producer_config
@@ -236,8 +237,13 @@ def test_read_partition_stops_at_the_end_when_the_last_offsets_are_not_records(
     for i in range(3):
         producer.produce(topic, key=b"k", value=b"v%d" % i, headers=[("n", str(i).encode())])
     producer.commit_transaction(30)
-    end = end_offsets(bootstrap, [(topic, 0)])[(topic, 0)]
-    assert 4 == end  # three records and the commit marker
+    # three records and the commit marker; Apache Kafka may write the marker just after
+    # commit_transaction returned, and until then the end a read_committed reader sees is still 0
+    end = eventually(
+        lambda: end_offsets(bootstrap, [(topic, 0)])[(topic, 0)],
+        lambda found: found == 4,
+        what="the end past the three records and the commit marker",
+    )
     options = KafkaSourceOptions.parse(
         {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "includeHeaders": "true"}
     )
