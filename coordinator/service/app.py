@@ -427,16 +427,16 @@ class Shell:
             ThreadExecutor(),
             self.clock,
             self,
+            on_jobs_changed=lambda: self.ticker.due_moved.set(),
         )
         self.ticker = Ticker(self.worker, self.clock, self.send_tick, settings.tick_interval)
         self.inputs = InputLoop(
             self.worker,
             self.clock,
-            settings.topics.ticks,
+            topics,
             consumer=self,
-            pending=self.pending,
-            patience=2 * settings.session_timeout,
             on_decided=self.ticker.due_moved.set,
+            on_tick=self.ticker.decided,
         )
 
     # ------------------------------------------------------------ writes
@@ -509,19 +509,24 @@ class Shell:
     # ------------------------------------------------------------ input
 
     def prefetch(self) -> None:
-        """The next batch comes in while the journal is written (:meth:`DirectConsumer.prefetch`)."""
+        """:class:`~coordinator.service.ports.InputConsumer`: the next batch comes in while the
+        journal is written (:meth:`DirectConsumer.prefetch`)."""
         consumer = self.app.consumer
         if isinstance(consumer, DirectConsumer):
             consumer.prefetch()
 
-    def pending(self, partition: int) -> bool:
-        """Does the consumer hold ``partition`` in a generation the worker has not been told of?"""
-        generation = getattr(self.app, "consumer_generation_id", UNKNOWN_GENERATION)
-        return generation > self.worker.ownership.generation and any(
-            tp.partition == partition
-            for tp in self.app.consumer.assignment()
-            if tp.topic in self.input_topics
-        )
+    def next_offset(self, topic: str, partition: int) -> int | None:
+        consumer = self.app.consumer
+        return consumer.next_offset(topic, partition) if isinstance(consumer, DirectConsumer) else None
+
+    def committed(self, topic: str, partition: int) -> int | None:
+        consumer = self.app.consumer
+        return consumer.committed(topic, partition) if isinstance(consumer, DirectConsumer) else None
+
+    async def rewind(self, topic: str, partition: int, offset: int) -> None:
+        consumer = self.app.consumer
+        if isinstance(consumer, DirectConsumer):
+            await consumer.rewind(topic, partition, offset)
 
     # ------------------------------------------------------------ timers
 

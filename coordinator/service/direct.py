@@ -10,18 +10,23 @@ as the records aiokafka fetched (no Faust message per record), and acks the
 batch's offsets in one pass.
 
 Everything else stays Faust's: group membership and rebalance callbacks, the
-consumer thread, offset commits (an offset is acked only after the handler
-returned, that is after its journal writes are acknowledged), the producer,
-timers and web views. Messages of other topics take Faust's usual path. It
-overrides ``Consumer._drain_messages`` and repeats the loop of
-``Consumer.getmany`` and the bookkeeping of ``Consumer.ack``, all private: the
-faust-streaming version is bounded in ``pyproject.toml`` and
+consumer thread, offset commits (an offset is acked only when the handler
+returns it, that is after its journal writes are acknowledged), the producer,
+timers and web views. The handler can also rewind an input partition
+(:meth:`DirectConsumer.rewind`): its records come again from an offset, and
+what was fetched or acked of it past that offset before counts for nothing.
+Messages of other topics take Faust's usual path. It overrides
+``Consumer._drain_messages`` and repeats the loop of ``Consumer.getmany`` and
+the bookkeeping of ``Consumer.ack``, all private: the faust-streaming version
+is bounded in ``pyproject.toml`` and
 ``tests/unit/test_direct_consumer.py`` checks the parts it relies on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -32,10 +37,12 @@ from faust.types import TP
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
-BatchHandler = Callable[[Sequence[Any]], Awaitable[None]]
+BatchHandler = Callable[[Sequence[Any]], Awaitable[Sequence[Any]]]
 """Decides a batch of fetched records (aiokafka's ``ConsumerRecord``: topic, partition, offset,
-timestamp in ms, key, value, headers), in order per partition; returns once their effects are
-durable."""
+timestamp in ms, key, value, headers), in order per partition; returns, once their effects are
+durable, the records whose offsets may be committed (the others come again after a rewind, or
+from the committed offset after a rebalance). Also called with no record when a fetch found
+none (the handler may rewind)."""
 
 
 class DirectConsumer(faust_aiokafka.Consumer):
@@ -56,6 +63,7 @@ class DirectConsumer(faust_aiokafka.Consumer):
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
         read_offset = self._read_offset
+        handed = self._handed
         direct_topics = self.direct_topics
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
@@ -73,10 +81,11 @@ class DirectConsumer(faust_aiokafka.Consumer):
                             await self._add_gap(tp, r_offset + 1, offset)  # compacted or aborted offsets
                         if tp.topic in direct_topics:
                             direct.append((tp, message))
+                            handed[tp] = offset + 1
                         else:
                             await self.wait_first(callback(message), self.suspend_flow.wait())
                         read_offset[tp] = offset
-                    if direct:
+                    if direct or (not fetched and self.flow_active):
                         await self._handle_direct(direct)
                         direct = []
                         if self.between_batches is not None:
@@ -102,6 +111,15 @@ class DirectConsumer(faust_aiokafka.Consumer):
                 self._prefetch = None
 
     _prefetch: asyncio.Task[list[tuple[TP, Any]]] | None = None
+    _stale: set[TP]
+    """Partitions rewound while a prefetch was under way: its records of them are dropped."""
+    _handed: dict[TP, int]
+    """Per direct partition, the offset after the last record handed to the handler since the
+    consumer was last sought (to the committed offsets, or by a rewind)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stale, self._handed = set(), {}
 
     def prefetch(self) -> None:
         """Start fetching the next batch now. The handler calls this once it has decided a batch
@@ -115,7 +133,9 @@ class DirectConsumer(faust_aiokafka.Consumer):
     async def _next_fetch(self) -> list[tuple[TP, Any]]:
         prefetched, self._prefetch = self._prefetch, None
         if prefetched is not None:
-            return await prefetched
+            fetched = await prefetched
+            stale, self._stale = self._stale, set()
+            return [(tp, record) for tp, record in fetched if tp not in stale] if stale else fetched
         return await self._fetch_direct(timeout=1.0)
 
     async def _fetch_direct(self, timeout: float) -> list[tuple[TP, Any]]:
@@ -158,25 +178,72 @@ class DirectConsumer(faust_aiokafka.Consumer):
                     fetched.append((tp, to_message(tp, record)))
         return fetched
 
+    def next_offset(self, topic: str, partition: int) -> int | None:
+        """The offset of the next record of ``topic[partition]`` the handler gets (None: nothing
+        handed over nor committed: the partition is read from its beginning)."""
+        tp = TP(topic, partition)
+        handed = self._handed.get(tp)
+        return handed if handed is not None else self._committed_offset.get(tp)
+
+    def committed(self, topic: str, partition: int) -> int | None:
+        """The committed offset of ``topic[partition]`` as Faust knows it."""
+        return self._committed_offset.get(TP(topic, partition))
+
+    async def rewind(self, topic: str, partition: int, offset: int) -> None:
+        """Hand the records of ``topic[partition]`` to the handler again from ``offset`` on.
+
+        Its acks at or past that offset are forgotten, and so is what a prefetch under way
+        fetched of it; a committed offset past it moves back to it (at once, and the next commit
+        counts from it), so that a worker that dies before deciding the rewound records again does
+        not leave them committed. Faust's ``seek`` moves the fetch position and the read offset."""
+        tp = TP(topic, partition)
+        target = offset
+        with ack_lock:
+            committed = self._committed_offset.get(tp)
+            acked = [o for o in self._acked.get(tp, ()) if o < target]
+            self._acked[tp] = acked
+            self._acked_index[tp] = set(acked)
+            if tp in self._gap:
+                self._gap[tp].chop(target, sys.maxsize)
+            if committed is None or committed > target:
+                self._committed_offset[tp] = target
+        if self._prefetch is not None:
+            self._stale.add(tp)
+        self._handed[tp] = target
+        await self.seek(tp, target)
+        moved_back = committed is not None and committed > target
+        if moved_back and not self.app.rebalancing and tp in self.assignment():
+            with contextlib.suppress(Exception):
+                await self._commit({tp: target})
+
+    async def perform_seek(self) -> None:
+        """Faust's seek to the committed offsets (after an assignment): nothing is handed over since."""
+        self._handed.clear()
+        await super().perform_seek()
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        for tp in revoked:
+            self._handed.pop(tp, None)
+        await super().on_partitions_revoked(revoked)
+
     def read_offsets(self) -> dict[Any, int | None]:
         """The offset last read (handed on) per topic partition."""
         return dict(self._read_offset)
 
     async def _handle_direct(self, fetched: list[tuple[TP, Any]]) -> None:
-        """The handler decides the batch; then its offsets count as processed (committable).
+        """The handler decides the batch; then the offsets it returns count as processed
+        (committable), and no other.
 
-        Not when a rebalance started meanwhile. Faust dropped the revoked partitions' pending
-        acks when it began, and the handler skipped the records of partitions it no longer held.
-        Acking now would put their offsets back, undecided, and a commit after the partition
-        came back to this worker could pass over them before they are decided again. Unacked,
-        they come again from the committed offset, and those the journal holds are skipped."""
+        Which records those are is the handler's to say: only it knows which it decided under a
+        claim it still holds. Until 2026-11 every record was acked unless Faust said a rebalance
+        had started meanwhile, so the records of a partition whose decisions a late claim had
+        voided for a moment were committed undecided, and lost (issue 53)."""
         if self.batch_handler is None:
             raise RuntimeError("DirectConsumer has no batch_handler for its direct topics")
-        rebalances = self.app.rebalancing_count
-        await self.batch_handler([record for _, record in fetched])
-        if self.app.rebalancing or self.app.rebalancing_count != rebalances:
+        committable = await self.batch_handler([record for _, record in fetched])
+        if not committable:
             return
-        self._ack_offsets(fetched)
+        self._ack_offsets([(TP(record.topic, record.partition), record) for record in committable])
         commit_every = self._commit_every
         if commit_every is not None and self._n_acked >= commit_every:
             self._n_acked = 0

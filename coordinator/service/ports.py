@@ -136,11 +136,15 @@ class InputConsumer(Protocol):
         nothing handed over nor committed yet: it starts at the partition's beginning)."""
         ...
 
+    def committed(self, topic: str, partition: int) -> int | None:
+        """The offset the group has committed for ``topic[partition]``, as this consumer knows it
+        (None: none)."""
+        ...
+
     async def rewind(self, topic: str, partition: int, offset: int) -> None:
-        """Hand over the records of ``topic[partition]`` again from ``offset`` on (from the
-        committed offset when that is lower, so that nothing below ``offset`` is left unacked).
-        No record of it handed over before is acked after this, and none fetched before is
-        handed over after it."""
+        """Hand over the records of ``topic[partition]`` again from ``offset`` on: what was acked
+        of it at or past ``offset`` counts for nothing, what was fetched of it before is not handed
+        over, and the committed offset goes back to ``offset`` if it is past it."""
         ...
 
     def prefetch(self) -> None:

@@ -103,7 +103,10 @@ class Worker:
         watch: Watch | None = None,
         *,
         rules: Rules = step,
+        on_jobs_changed: Callable[[], object] = lambda: None,
     ) -> None:
+        """``on_jobs_changed`` hears that the jobs held here changed (a partition merged or dropped):
+        their due times moved without a decision."""
         self.worker_id = worker_id
         self.ownership: Ownership = initial_ownership(worker_id)
         self.runtime = runtime
@@ -116,10 +119,9 @@ class Worker:
         self.publish_lock = publish_lock
         self._writes, self._new_recovery, self._executor, self._clock = writes, new_recovery, executor, clock
         self._watch: Watch = watch or _NoWatch()
-        self._rules = rules
+        self._rules, self._on_jobs_changed = rules, on_jobs_changed
         self._recoveries: dict[int, Recovery] = {}
         self._recovery_started: dict[int, float] = {}
-        self._changed = asyncio.Event()
 
     # ------------------------------------------------------------ told by the transport
 
@@ -157,8 +159,6 @@ class Worker:
         self.ownership = made.state
         for command in made.commands:
             self._carry_out(command)
-        self._changed.set()
-        self._changed = asyncio.Event()
 
     # ------------------------------------------------------------ asked by the shell
 
@@ -176,29 +176,6 @@ class Worker:
         return not self.assignment_pending and all(
             h.phase is Phase.DECIDING for h in self.ownership.holds.values()
         )
-
-    async def settle(self, partitions: set[int], pending: Callable[[int], bool], patience: float) -> None:
-        """Wait until each of ``partitions`` is decided here or is not this worker's.
-
-        A partition being recovered, or stepped down while still held (its revocation is on its
-        way), is waited for; so is one ``pending`` says the consumer holds before the assignment
-        was told (Faust may hand over messages first). Waiting is bounded by ``patience`` seconds
-        per change, after which the caller skips what it does not decide."""
-        while True:
-            waiting = [p for p in partitions if self._unsettled(p, pending)]
-            if not waiting:
-                return
-            try:
-                await asyncio.wait_for(self._changed.wait(), patience)
-            except TimeoutError:
-                log.warning("journal partitions %s not settled after %.0f s; going on", waiting, patience)
-                return
-
-    def _unsettled(self, partition: int, pending: Callable[[int], bool]) -> bool:
-        hold = self.ownership.holds.get(partition)
-        if hold is None:
-            return pending(partition)
-        return hold.phase is not Phase.DECIDING
 
     def views(self) -> list[PartitionView]:
         views = []
@@ -319,6 +296,7 @@ class Worker:
                 await self._close(recovery)
                 return  # abandoned meanwhile
             self.runtime.merge(recovery.coordinator, partition)
+            self._on_jobs_changed()
             resent = self.runtime.resume(self._clock.now_ms(), partition, epoch)
             failed = await self.publish([Outcome(messages=resent)])
         if partition in failed:
@@ -360,6 +338,7 @@ class Worker:
         async with self.publish_lock:
             if partition not in self.owners:
                 self.runtime.drop_partition(partition)
+                self._on_jobs_changed()
 
     async def _snapshot(self, partition: int, owner: Owner) -> None:
         """Write a snapshot of ``partition``'s fold once the watcher has read past what it covers

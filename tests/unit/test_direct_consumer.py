@@ -34,7 +34,7 @@ def test_faust_s_fetch_loop_is_where_the_direct_consumer_expects_it() -> None:
 
 
 def test_the_app_s_consumer_hands_its_topics_to_the_handler_and_subscribes_them() -> None:
-    async def handler(messages: Sequence[Any]) -> None:
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
         raise AssertionError("nothing is fetched here")
 
     def between_batches() -> None:
@@ -67,7 +67,7 @@ def test_a_decided_batch_s_offsets_become_committable_once_each() -> None:
     """``_ack_offsets`` does for a batch of records what Faust's ``ack`` does per message: the
     consumer's next commit covers every offset decided, and an offset counts once."""
 
-    async def handler(messages: Sequence[Any]) -> None:
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
         raise AssertionError("nothing is fetched here")
 
     async def ack_twice() -> tuple[int, int | None, int | None]:
@@ -98,7 +98,7 @@ def test_a_prefetched_batch_is_the_next_one_handed_on_and_is_fetched_once() -> N
     when the fetch loop goes on, then it takes that batch (no second fetch), and asking twice
     starts one fetch."""
 
-    async def handler(messages: Sequence[Any]) -> None:
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
         raise AssertionError("nothing is fetched here")
 
     async def scenario() -> tuple[list[Any], list[Any], int]:
@@ -139,31 +139,109 @@ def _direct_app(name: str, handler: Any) -> Any:
     return app
 
 
-def test_a_batch_during_which_a_rebalance_started_acks_none_of_its_offsets() -> None:
-    """Given a batch whose partitions were revoked while it was decided (the handler skipped their
-    records), when the handler returns, then none of its offsets become committable: they come
-    again from the committed offset. A batch without a rebalance is acked as usual."""
+def test_only_the_records_the_handler_returns_become_committable() -> None:
+    """Given a batch of offsets 5-8 whose handler returns 5 and 6 (7 and 8 belong to a partition it
+    did not decide under a claim it still holds), then the next commit covers 5 and 6 only.
+    Until 2026-11 the whole batch was acked unless Faust said a rebalance had started: a late
+    claim's void window was committed undecided (issue 53)."""
     tp = TP("t.acks", 2)
     batch = [(tp, _record(tp, offset)) for offset in range(5, 9)]
 
-    async def scenario(rebalance: bool) -> tuple[int, int | None]:
-        async def handler(messages: Sequence[Any]) -> None:
-            if rebalance:
-                app.on_rebalance_start()  # what Faust's rebalance listener calls on revocation
+    async def scenario() -> tuple[int, int | None]:
+        async def handler(messages: Sequence[Any]) -> Sequence[Any]:
+            return [m for m in messages if m.offset < 7]
 
-        app = _direct_app(f"direct-consumer-rebalance-{rebalance}", handler)
+        app = _direct_app("direct-consumer-handler-acks", handler)
         await app.topics._update_indices()
         await app.consumer._handle_direct(batch)
         return app.consumer._n_acked, app.consumer._new_offset(tp)
 
-    assert (0, None) == asyncio.run(scenario(rebalance=True))
-    assert (4, 9) == asyncio.run(scenario(rebalance=False))
+    assert (2, 7) == asyncio.run(scenario())
+
+
+def test_a_rewind_hands_records_again_and_nothing_past_it_stays_acked_or_prefetched() -> None:
+    """Given offsets 10-19 acked (committed 10), a prefetch under way with records 20-21 of the
+    partition and one of another, when the partition is rewound to 12: its fetch position and read
+    offset are 12, the next commit covers 10-11 only, the committed offset stays 10 (it is not past
+    12), the prefetched records of the partition are dropped and the other's kept."""
+    tp, other = TP("t.acks", 2), TP("t.acks", 3)
+
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
+        raise AssertionError("nothing is fetched here")
+
+    async def scenario() -> tuple[list[tuple[TP, int]], int | None, Any, int | None, list[int]]:
+        app = _direct_app("direct-consumer-rewind", handler)
+        await app.topics._update_indices()
+        consumer = app.consumer
+        sought: list[tuple[TP, int]] = []
+
+        async def seek(partition: TP, offset: int) -> None:
+            sought.append((partition, offset))
+
+        async def fetch(timeout: float) -> list[tuple[TP, Any]]:
+            return [(tp, _record(tp, 20)), (tp, _record(tp, 21)), (other, _record(other, 5))]
+
+        consumer._seek = seek
+        consumer._fetch_direct = fetch
+        consumer._committed_offset[tp] = 10
+        consumer._ack_offsets([(tp, _record(tp, offset)) for offset in range(10, 20)])
+        consumer.prefetch()
+        await consumer.rewind(tp.topic, tp.partition, 12)
+        prefetched = await consumer._next_fetch()
+        return (
+            sought,
+            consumer._new_offset(tp),
+            consumer._read_offset[tp],
+            consumer.next_offset(tp.topic, tp.partition),
+            [record.offset for _, record in prefetched],
+        )
+
+    sought, next_commit, read_offset, next_offset, prefetched = asyncio.run(scenario())
+
+    assert [(tp, 12)] == sought
+    assert 12 == next_commit
+    assert 12 == read_offset
+    assert 12 == next_offset
+    assert [5] == prefetched
+
+
+def test_a_rewind_below_the_committed_offset_commits_it_at_once() -> None:
+    """The inputs of a void window were committed: rewound below, the committed offset goes back
+    at once (a worker that dies before deciding them again must not leave them committed)."""
+    tp = TP("t.acks", 2)
+
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
+        raise AssertionError("nothing is fetched here")
+
+    async def scenario() -> tuple[list[dict[TP, int]], int | None]:
+        app = _direct_app("direct-consumer-rewind-commit", handler)
+        await app.topics._update_indices()
+        consumer = app.consumer
+        commits: list[dict[TP, int]] = []
+
+        async def seek(partition: TP, offset: int) -> None:
+            pass
+
+        async def commit(offsets: dict[TP, int]) -> bool:
+            commits.append(dict(offsets))
+            return True
+
+        consumer._seek, consumer._commit = seek, commit
+        consumer.assignment = lambda: {tp}
+        consumer._committed_offset[tp] = 20
+        await consumer.rewind(tp.topic, tp.partition, 12)
+        return commits, consumer.committed(tp.topic, tp.partition)
+
+    commits, committed = asyncio.run(scenario())
+
+    assert [{tp: 12}] == commits
+    assert 12 == committed
 
 
 def test_nothing_is_committed_during_a_rebalance() -> None:
     """A commit then would carry the old generation (on the embedded broker: a second rebalance)."""
 
-    async def handler(messages: Sequence[Any]) -> None:
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
         raise AssertionError("nothing is fetched here")
 
     async def scenario() -> tuple[bool, list[str]]:
