@@ -63,10 +63,11 @@ def readiness(
     *,
     assignment_pending: bool,
     phases: Mapping[int, str],
+    why: Mapping[int, str] | None = None,
 ) -> Readiness:
     """Ready when the broker is not known unreachable, the worker has its assignment and decides
     every journal partition it holds (``phases``: each held partition's phase, ``DECIDING`` when
-    decided here)."""
+    decided here; ``why``: why one is not, where known)."""
     problems = []
     if health.reachable is False:
         since = health.since_ms if health.since_ms is not None else now_ms
@@ -79,7 +80,11 @@ def readiness(
         problems.append("waiting for the group to assign journal partitions (a first join or a rebalance)")
     waiting = {p: phase for p, phase in sorted(phases.items()) if phase != "DECIDING"}
     if waiting:
-        listed = ", ".join(f"{p} ({phase})" for p, phase in waiting.items())
+        reasons = why or {}
+        listed = ", ".join(
+            f"{p} ({phase}: {reasons[p]})" if reasons.get(p) else f"{p} ({phase})"
+            for p, phase in waiting.items()
+        )
         problems.append(f"not recovered yet: journal partitions {listed} are not decided here")
     return Readiness(not problems, tuple(problems))
 

@@ -120,6 +120,8 @@ class Hold:
     """The journal offset of that claim, once written."""
     fenced_by: Claim | None = None
     """The claim that made it step down (``STEPPED_DOWN``)."""
+    problem: str | None = None
+    """Why its last recovery (or write) failed, while it is recovered again (None: none failed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,19 +436,22 @@ def _recovery_step(state: Ownership, partition: int, hold: Hold, fact: Fact) -> 
             return _with(state, partition, written, ReadToClaim(partition, g, fact.offset))
         case ClaimWriteFailed(), Phase.CLAIMING if fact.epoch == hold.claim_epoch:
             # It may have landed: fold again to the end and claim above whatever is there.
-            return _restart(state, partition, hold, RETRY_DELAY_S)
+            failed = replace(hold, problem=f"its claim could not be written ({fact.error})")
+            return _restart(state, partition, failed, RETRY_DELAY_S)
         case ClaimSettled(), Phase.CLAIMING:
             return _settled(state, partition, hold, fact)
         case BarriersResent(), Phase.RESENDING:
-            deciding = replace(hold, phase=Phase.DECIDING)
+            deciding = replace(hold, phase=Phase.DECIDING, problem=None)
             return _with(
                 state, partition, deciding, StartDeciding(partition, hold.claim_epoch, hold.claim_offset)
             )
         case ResendFailed() | JournalWriteFailed(), Phase.RESENDING | Phase.DECIDING:
             stop = StopDeciding(partition, f"a write failed ({fact.error}); recovering again")
-            return _restart(state, partition, hold, RETRY_DELAY_S, stop)
+            failed = replace(hold, problem=f"a write failed ({fact.error})")
+            return _restart(state, partition, failed, RETRY_DELAY_S, stop)
         case RecoveryFailed(), (Phase.RECOVERING | Phase.CLAIMING):
-            return _restart(state, partition, hold, fact.retry_after_s)
+            failed = replace(hold, problem=f"recovering failed ({fact.error})")
+            return _restart(state, partition, failed, fact.retry_after_s)
     return Step(state)
 
 
@@ -482,7 +487,8 @@ def _claim_read(state: Ownership, fact: ClaimRead) -> Step:
         claim,
     )
     if _older(claim, hold.generation):
-        return _restart(state, partition, raised, 0.0, stop)
+        late = f"a late claim of generation {claim.generation} (epoch {claim.epoch}) fenced its own"
+        return _restart(state, partition, replace(raised, problem=late), 0.0, stop)
     down = replace(raised, phase=Phase.STEPPED_DOWN, fenced_by=claim)
     return _with(state, partition, down, stop)
 
@@ -494,7 +500,7 @@ def _older(claim: Claim, generation: int) -> bool:
 
 def _restart(state: Ownership, partition: int, hold: Hold, delay_s: float, *first: Command) -> Step:
     """Recover the partition again from its snapshot, for the same generation (after ``first``)."""
-    again = Hold(hold.generation, Phase.RECOVERING, highest_epoch=hold.highest_epoch)
+    again = Hold(hold.generation, Phase.RECOVERING, highest_epoch=hold.highest_epoch, problem=hold.problem)
     return _with(state, partition, again, *first, ReadSnapshot(partition, hold.generation, delay_s))
 
 

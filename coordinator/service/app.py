@@ -543,10 +543,11 @@ class Shell:
 
     async def flush_logs(self) -> None:
         """Log how many dead letters (and dropped latency measurements) each ended window of the
-        throttled logs held back."""
+        throttled logs held back, and the journal partitions held here too long undecided."""
         now = now_ms()
         self.coordinator.dead_letter_log.flush(now)
         self.coordinator.latency_log.flush(now)
+        self.worker.log_undecided()
 
     async def collect_garbage(self) -> None:
         """The cycle collector's work, on a clock, in a worker that switched it off (:func:`run`)."""

@@ -45,6 +45,10 @@ class PartitionView:
     recovery_seconds: float | None
     phase: str = "DECIDING"
     """Its :class:`coordinator.ownership.Phase`: ``STEPPED_DOWN`` when a newer claim fenced it."""
+    why: str | None = None
+    """Why it is not decided here (None: it is)."""
+    undecided_seconds: float = 0.0
+    """How long it has been held here without being decided (0 while decided)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +197,12 @@ class CoordinatorCollector(Collector):
             "How long claiming and folding the partition took.",
             labels=labels,
         )
+        undecided = GaugeMetricFamily(
+            WORKER_PREFIX + "partition_undecided_seconds",
+            "How long a journal partition assigned to this worker has not been decided here (0 while it "
+            "is): its jobs get no checkpoint meanwhile; /ready says why.",
+            labels=labels,
+        )
         stepped_down = GaugeMetricFamily(
             WORKER_PREFIX + "partitions_stepped_down",
             "Assigned journal partitions this worker stopped deciding because a newer claim fenced it.",
@@ -205,7 +215,8 @@ class CoordinatorCollector(Collector):
             offset.add_metric(key, view.journal_offset)
             if view.recovery_seconds is not None:
                 recovery.add_metric(key, view.recovery_seconds)
-        yield from (epoch, ready, offset, recovery, stepped_down)
+            undecided.add_metric(key, view.undecided_seconds)
+        yield from (epoch, ready, offset, recovery, undecided, stepped_down)
 
         lag = GaugeMetricFamily(
             WORKER_PREFIX + "input_lag",

@@ -76,6 +76,9 @@ ASSET_TYPES = {
 def partition_json(view: PartitionView, worker: Worker) -> dict[str, Any]:
     """One held partition in ``/ready``."""
     shown: dict[str, Any] = {"epoch": view.epoch, "ready": view.ready, "phase": view.phase}
+    if view.why is not None:
+        shown["why"] = view.why
+        shown["undecided_seconds"] = round(view.undecided_seconds, 3)
     hold = worker.ownership.holds.get(view.partition)
     if view.phase == Phase.STEPPED_DOWN and hold is not None and hold.fenced_by is not None:
         claim = hold.fenced_by
@@ -122,12 +125,14 @@ class ViewContext:
 
     def readiness(self) -> Readiness:
         """Whether this worker is ready (``/ready``'s status), and why not."""
+        views = self.worker.views()
         return readiness(
             self.broker.health,
             self.broker.bootstrap,
             now_ms(),
             assignment_pending=self.worker.assignment_pending,
-            phases={view.partition: view.phase for view in self.worker.views()},
+            phases={view.partition: view.phase for view in views},
+            why={view.partition: view.why for view in views if view.why},
         )
 
 

@@ -33,6 +33,7 @@ from coordinator.ownership import (
     Command,
     Fact,
     FoldJournal,
+    Hold,
     JournalWriteFailed,
     Ownership,
     PartitionsAssigned,
@@ -59,6 +60,10 @@ log = logging.getLogger("cutline.coordinator")
 
 SNAPSHOT_WAIT_S = 5.0
 """How long a fold snapshot waits for the journal watcher to read past the offset it covers."""
+
+UNDECIDED_WARN_S = 10.0
+"""A partition held this long without being decided here is logged, with why (then every minute)."""
+UNDECIDED_REPEAT_S = 60.0
 
 Rules = Callable[[Ownership, Fact], Step]
 """The ownership rules: :func:`coordinator.ownership.step` (the simulator can show older ones)."""
@@ -122,6 +127,9 @@ class Worker:
         self._rules, self._on_jobs_changed = rules, on_jobs_changed
         self._recoveries: dict[int, Recovery] = {}
         self._recovery_started: dict[int, float] = {}
+        self._undecided_since: dict[int, float] = {}
+        """Held partitions not decided here -> since when."""
+        self._undecided_logged: dict[int, float] = {}
 
     # ------------------------------------------------------------ told by the transport
 
@@ -159,6 +167,17 @@ class Worker:
         self.ownership = made.state
         for command in made.commands:
             self._carry_out(command)
+        self._note_undecided()
+
+    def _note_undecided(self) -> None:
+        holds, since = self.ownership.holds, self._undecided_since
+        for partition in [p for p in since if holds.get(p) is None or holds[p].phase is Phase.DECIDING]:
+            del since[partition]
+            self._undecided_logged.pop(partition, None)
+        now = None
+        for partition, hold in holds.items():
+            if hold.phase is not Phase.DECIDING and partition not in since:
+                since[partition] = now = now if now is not None else self._clock.monotonic()
 
     # ------------------------------------------------------------ asked by the shell
 
@@ -179,8 +198,10 @@ class Worker:
 
     def views(self) -> list[PartitionView]:
         views = []
+        now = self._clock.monotonic()
         for partition, hold in sorted(self.ownership.holds.items()):
             owner = self.owners.get(partition)
+            since = self._undecided_since.get(partition)
             views.append(
                 PartitionView(
                     partition,
@@ -189,9 +210,33 @@ class Worker:
                     owner.journal_offset if owner else hold.claim_offset,
                     owner.recovery_seconds if owner else None,
                     hold.phase.value,
+                    why_undecided(hold),
+                    0.0 if since is None else now - since,
                 )
             )
         return views
+
+    def log_undecided(self) -> None:
+        """Log each partition held here and not decided for :data:`UNDECIDED_WARN_S` or more, with
+        why (its jobs get no checkpoints meanwhile), once a minute while it lasts."""
+        now = self._clock.monotonic()
+        for partition, since in sorted(self._undecided_since.items()):
+            hold = self.ownership.holds.get(partition)
+            last = self._undecided_logged.get(partition)
+            if (
+                hold is None
+                or now - since < UNDECIDED_WARN_S
+                or (last is not None and now - last < UNDECIDED_REPEAT_S)
+            ):
+                continue
+            self._undecided_logged[partition] = now
+            log.warning(
+                "journal partition %d: assigned here %.0f s ago and not decided: %s; its jobs get no "
+                "checkpoints until it is",
+                partition,
+                now - since,
+                why_undecided(hold),
+            )
 
     async def publish(self, outcomes: Sequence[Outcome]) -> set[int]:
         """Journal first; barriers and dead letters once the broker holds the journal records.
@@ -378,3 +423,28 @@ class Worker:
 
     def _spawn(self, work: Any) -> None:
         self._executor.spawn(work)
+
+
+def why_undecided(hold: Hold) -> str | None:
+    """Why a partition held here is not decided (None: it is), for people (``/ready``, the log)."""
+    failed = "" if hold.problem is None else f"; the last try: {hold.problem}"
+    match hold.phase:
+        case Phase.DECIDING:
+            return None
+        case Phase.RECOVERING:
+            return f"recovering: reading its snapshot and the journal after it{failed}"
+        case Phase.CLAIMING:
+            return (
+                f"claiming it with epoch {hold.claim_epoch} and reading the journal up to that claim{failed}"
+            )
+        case Phase.RESENDING:
+            return "claimed: sending the barriers of its pending checkpoints again"
+        case Phase.STEPPED_DOWN:
+            claim = hold.fenced_by
+            if claim is None:
+                return "stepped down"
+            return (
+                f"stepped down: worker {claim.worker_id} claimed it with epoch {claim.epoch} (generation "
+                f"{claim.generation}); decided here again once the group assigns it anew"
+            )
+    return None

@@ -125,6 +125,18 @@ class TestReadiness:
             "not recovered yet: journal partitions 1 (RECOVERING), 2 (STEPPED_DOWN) are not decided here",
         ) == verdict.problems
 
+    def test_a_partition_that_is_not_decided_says_why(self) -> None:
+        """Issue 52: a partition that cannot be decided says why, never silently."""
+        why = {1: "recovering: reading its snapshot and the journal after it; the last try: timed out"}
+        verdict = readiness(
+            after((1000, None)), BROKER, 0, assignment_pending=False, phases={1: "RECOVERING"}, why=why
+        )
+
+        assert (
+            "not recovered yet: journal partitions 1 (RECOVERING: recovering: reading its snapshot and the "
+            "journal after it; the last try: timed out) are not decided here",
+        ) == verdict.problems
+
     def test_every_problem_is_listed(self) -> None:
         verdict = ready(after((1, DOWN), (2, DOWN)), pending=True, phases={3: "CLAIMING"})
 

@@ -162,6 +162,18 @@ def test_partitions_stepped_down_are_counted() -> None:
     assert 1 == metrics[("cutline_coordinator_partitions_stepped_down", ())]
 
 
+def test_how_long_each_held_partition_has_not_been_decided_is_a_gauge() -> None:
+    """A partition that cannot be decided says so (issue 52): 0 while decided here."""
+    views = [
+        PartitionView(3, epoch=4, ready=True, journal_offset=99, recovery_seconds=0.25),
+        PartitionView(6, 0, False, -1, None, "RECOVERING", "recovering: ...", undecided_seconds=42.5),
+    ]
+    metrics = scraped(CoordinatorCollector(Coordinator(TOPICS), partitions=lambda: views))
+
+    assert 0 == metrics[("cutline_coordinator_partition_undecided_seconds", (("partition", "3"),))]
+    assert 42.5 == metrics[("cutline_coordinator_partition_undecided_seconds", (("partition", "6"),))]
+
+
 @pytest.mark.parametrize(("reachable", "value"), [(None, 1.0), (True, 1.0), (False, 0.0)])
 def test_the_broker_counts_as_reachable_until_the_probe_finds_it_is_not(
     reachable: bool | None, value: float

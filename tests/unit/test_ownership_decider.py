@@ -121,10 +121,12 @@ class TestRecovery:
         )
 
     def test_a_failed_claim_write_recovers_again(self) -> None:
-        """A claim whose write failed may have landed: the partition is folded again, after a pause."""
+        """A claim whose write failed may have landed: the partition is folded again, after a pause,
+        and its hold says why."""
+        why = "its claim could not be written (timed out)"
         given(*deciding_facts()[:3]).when(ClaimWriteFailed(P, 5, 4, "timed out")).then(
             ReadSnapshot(P, 5, 1.0)
-        ).holding(P, Hold(5, Phase.RECOVERING, highest_epoch=3))
+        ).holding(P, Hold(5, Phase.RECOVERING, highest_epoch=3, problem=why))
 
     def test_a_failed_read_is_tried_again_after_the_delay_it_names(self) -> None:
         """A recovery that failed (a changed partition count) waits as long as the failure says."""
@@ -238,7 +240,8 @@ class TestNewerClaims:
         when = given(*deciding_facts()).when(ClaimRead(P, theirs))
         assert [StopDeciding, ReadSnapshot] == [type(c) for c in when.commands]
         assert ReadSnapshot(P, 5) == when.commands[1]
-        assert Hold(5, Phase.RECOVERING, highest_epoch=5) == when.state.holds[P]
+        why = "a late claim of generation 4 (epoch 5) fenced its own"
+        assert Hold(5, Phase.RECOVERING, highest_epoch=5, problem=why) == when.state.holds[P]
 
     def test_its_own_claim_read_back_changes_nothing(self) -> None:
         """The watcher reads the worker's own claim first: nothing happens."""
