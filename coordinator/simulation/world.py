@@ -722,13 +722,19 @@ class World:
             kinds += ["join", "join-then-leave"]
         self._do(rng.choice(kinds))
 
-    def _do(self, kind: str) -> None:  # noqa: C901 - one case per fault
-        rng = self.rng
-        alive = [n for n in self.nodes.values() if n.alive]
-        running = [n for n in alive if n.running]
+    def _do(self, kind: str) -> None:
+        """One fault by name (the rng's, or a scenario's script)."""
         self.faults += 1
         if kind not in HARMLESS:
             self._disturb()
+        if not (self._group_fault(kind) or self._broker_fault(kind)):
+            self.faults -= 1  # not possible now (a pause with one worker running, say)
+
+    def _group_fault(self, kind: str) -> bool:
+        rng = self.rng
+        alive = [n for n in self.nodes.values() if n.alive]
+        running = [n for n in alive if n.running]
+        paused = [n for n in alive if n.status == "paused"]
         match kind:
             case "join":
                 self._new_node()
@@ -739,49 +745,46 @@ class World:
                 self._leave(rng.choice(running))
             case "pause" if len(running) >= 2:
                 self._pause(rng.choice(running))
-            case "pause-claiming" if len(running) >= 2:
-                claiming = [
-                    n for n in running if any(j.kind == "write_claim" for j in n.executor.threads.started)
-                ]
-                self._pause(rng.choice(claiming or running))
+            case "pause-claiming" | "pause-recovering" if len(running) >= 2:
+                steps = ("write_claim",) if kind == "pause-claiming" else ("read_snapshot", "fold_journal")
+                busy = [n for n in running if any(j.kind in steps for j in n.executor.threads.started)]
+                self._pause(rng.choice(busy or running))
             case "pause-next-recovery":
                 self.pause_next_recovery = True
-            case "pause-recovering" if len(running) >= 2:
-                steps = ("read_snapshot", "fold_journal")
-                recovering = [n for n in running if any(j.kind in steps for j in n.executor.threads.started)]
-                self._pause(rng.choice(recovering or running))
-            case "resume":
-                paused = [n for n in alive if n.status == "paused"]
-                if paused:
-                    self._resume(rng.choice(paused))
+            case "resume" if paused:
+                self._resume(rng.choice(paused))
             case "kill" if len(running) >= 2:
                 self._kill(rng.choice(running))
+            case _:
+                return False
+        return True
+
+    def _broker_fault(self, kind: str) -> bool:
+        rng, now = self.rng, self.clock.now
+        match kind:
             case "broker-pause":
-                self.broker_down_until = self.clock.now + rng.uniform(0.1, 1.5)
+                self.broker_down_until = now + rng.uniform(0.1, 1.5)
                 self.note(f"FAULT broker paused until {self.broker_down_until - self.start:.3f}")
             case "compact":
                 self.log.compact_snapshots()
                 self.note("FAULT snapshots compacted")
             case "flaky":
-                self.flaky_until = self.clock.now + rng.uniform(0.2, 2.0)
+                self.flaky_until = now + rng.uniform(0.2, 2.0)
                 self.note(f"FAULT writes fail now and then until {self.flaky_until - self.start:.3f}")
             case "slow-snapshots":
                 self.slow_snapshots = not self.slow_snapshots
                 self.note(f"FAULT snapshot reads {'slow' if self.slow_snapshots else 'quick again'}")
-            case unreadable if unreadable.startswith("unreadable-"):
-                partition = int(unreadable.removeprefix("unreadable-"))
-                self.unreadable[partition] = self.clock.now + 12.0
-                self.note(
-                    f"FAULT partition {partition} cannot be recovered until {self.unreadable[partition]:.3f}"
+            case "unreadable" | "unreadable-0":
+                partition = 0 if kind == "unreadable-0" else rng.randrange(self.scenario.partitions)
+                self.unreadable[partition] = now + (
+                    12.0 if kind == "unreadable-0" else rng.uniform(3.0, 12.0)
                 )
-            case "unreadable":
-                partition = rng.randrange(self.scenario.partitions)
-                self.unreadable[partition] = self.clock.now + rng.uniform(3.0, 12.0)
                 self.note(
                     f"FAULT partition {partition} cannot be recovered until {self.unreadable[partition]:.3f}"
                 )
             case _:
-                self.faults -= 1
+                return False
+        return True
 
     def _leave(self, node: Node) -> None:
         self.note(f"FAULT {node.wid} leaves")
