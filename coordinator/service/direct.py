@@ -197,6 +197,8 @@ class DirectConsumer(faust_aiokafka.Consumer):
         counts from it), so that a worker that dies before deciding the rewound records again does
         not leave them committed. Faust's ``seek`` moves the fetch position and the read offset."""
         tp = TP(topic, partition)
+        if tp not in self.assignment():
+            return  # revoked meanwhile: the next owner starts from the committed offset
         target = offset
         with ack_lock:
             committed = self._committed_offset.get(tp)
@@ -212,7 +214,7 @@ class DirectConsumer(faust_aiokafka.Consumer):
         self._handed[tp] = target
         await self.seek(tp, target)
         moved_back = committed is not None and committed > target
-        if moved_back and not self.app.rebalancing and tp in self.assignment():
+        if moved_back and not self.app.rebalancing:
             with contextlib.suppress(Exception):
                 await self._commit({tp: target})
 

@@ -183,6 +183,7 @@ def test_a_rewind_hands_records_again_and_nothing_past_it_stays_acked_or_prefetc
 
         consumer._seek = seek
         consumer._fetch_direct = fetch
+        consumer.assignment = lambda: {tp, other}
         consumer._committed_offset[tp] = 10
         consumer._ack_offsets([(tp, _record(tp, offset)) for offset in range(10, 20)])
         consumer.prefetch()
@@ -203,6 +204,28 @@ def test_a_rewind_hands_records_again_and_nothing_past_it_stays_acked_or_prefetc
     assert 12 == read_offset
     assert 12 == next_offset
     assert [5] == prefetched
+
+
+def test_a_partition_revoked_meanwhile_is_not_rewound() -> None:
+    tp = TP("t.acks", 2)
+
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
+        raise AssertionError("nothing is fetched here")
+
+    async def scenario() -> int | None:
+        app = _direct_app("direct-consumer-rewind-revoked", handler)
+        consumer = app.consumer
+
+        async def seek(partition: TP, offset: int) -> None:
+            raise AssertionError("a partition not assigned is not sought")
+
+        consumer._seek = seek
+        consumer.assignment = lambda: set()
+        consumer._committed_offset[tp] = 20
+        await consumer.rewind(tp.topic, tp.partition, 12)
+        return consumer.committed(tp.topic, tp.partition)
+
+    assert 20 == asyncio.run(scenario())
 
 
 def test_a_rewind_below_the_committed_offset_commits_it_at_once() -> None:
