@@ -5,7 +5,8 @@ A pure state machine, like :mod:`coordinator.decider`, for the rules of docs/coo
 (past tense: :class:`PartitionsAssigned`, :class:`ClaimWritten`, :class:`ClaimRead`, ...),
 hands each to :func:`step`, and carries out the *commands* it returns (imperative:
 :class:`ReadSnapshot`, :class:`WriteClaim`, :class:`StartDeciding`, ...). The deterministic
-simulator (:mod:`coordinator.simulate_ownership`) runs the same function for many workers.
+simulator (:mod:`coordinator.simulation`) runs the production worker, and so this function, for
+many workers.
 
 Per partition, a worker goes through these phases::
 

@@ -1,20 +1,20 @@
 """The old coordinator's ownership rules, kept ONLY so the simulator can show their bug again.
 
-Never used by the service. :mod:`coordinator.simulate_ownership` runs workers under these rules
-when asked for ``Rules.LEGACY``; its regression test shows that a seed breaks the invariant
-"the assigned worker is never fenced without stepping down" under them and passes under
-:func:`coordinator.ownership.step`. The old shell's three mistakes, each reproduced here:
+Never used by the service. :mod:`coordinator.simulate_ownership` (``--rules legacy``) runs the
+production :class:`~coordinator.service.worker.Worker` with these rules in place of
+:func:`coordinator.ownership.step`; its tests show that seeds break an invariant under them that
+hold under the current rules. The old rules' mistakes, each reproduced here:
 
-- **no generation guard**: a recovery result is taken whatever generation it was for, the shell
-  produced a queued claim even after the partition was revoked (the simulator skips its guard
-  under these rules), and a claim under way went on after a revocation;
+- **no generation guard in the rules**: a recovery result is taken whatever generation it was
+  for, and a claim under way went on after a revocation (the worker's own guard on a queued
+  claim still applies);
 - **a lost claim is retried higher whatever the winner's generation**: two workers can fence
   each other in turn;
-- **no step-down on a newer claim**: the old shell did not watch the journal, so a fenced worker
-  went on deciding (all its records void) and believed it owned the partition.
+- **no step-down on a newer claim**: a fenced worker goes on deciding (all its records void) and
+  believes it owns the partition.
 
 It works on the same :class:`~coordinator.ownership.Ownership` data and returns the same
-commands, so the simulator's shell carries both out the same way.
+commands, so the worker carries both out the same way.
 """
 
 from __future__ import annotations
