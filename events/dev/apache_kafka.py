@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import base64
-import fcntl
 import functools
 import logging
 import os
@@ -24,8 +23,8 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +33,7 @@ from typing import IO, Any, Self
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from events.dev import maven
 from events.dev.broker import HOST, BrokerError, free_port
 from events.dev.kafka_security import ADMIN, Certificates, SaslSsl, make_certificates
 from events.kafka.client_config import client_properties
@@ -172,11 +172,7 @@ class KafkaJars:
 
 def cache_root() -> Path:
     """``$CUTLINE_KAFKA_CACHE``, else ``$XDG_CACHE_HOME/cutline``, else ``~/.cache/cutline``."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "cutline"
+    return maven.cache_root(CACHE_ENV)
 
 
 def pom(version: str = KAFKA_VERSION) -> str:
@@ -196,18 +192,6 @@ def pom(version: str = KAFKA_VERSION) -> str:
     )
 
 
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` (two test workers resolving at once wait for each other)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def resolve_jars(version: str = KAFKA_VERSION, cache: Path | None = None, timeout: float = 900) -> KafkaJars:
     """The broker's jars: ``$CUTLINE_KAFKA_LIBS``, or ``<cache>/kafka-<version>/libs``, copied there by
     Maven the first time (under a file lock; a ``complete`` marker is written after a whole copy)."""
@@ -221,7 +205,7 @@ def resolve_jars(version: str = KAFKA_VERSION, cache: Path | None = None, timeou
     jars = KafkaJars(version, home / "libs")
     if (home / "complete").exists():
         return jars
-    with _file_lock(home.parent / f"kafka-{version}.lock"):
+    with maven.file_lock(home.parent / f"kafka-{version}.lock"):
         if (home / "complete").exists():
             return jars
         _copy_with_maven(version, home, timeout)
