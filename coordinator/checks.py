@@ -189,7 +189,7 @@ def _running_problem(changed: JobStatusChanged) -> str | None:
     if problem is None and len(changed.tasks) > MAX_TASKS:
         problem = f"a job may have at most {MAX_TASKS} tasks, got {len(changed.tasks)}"
     if problem is None and changed.config is not None:
-        problem = _job_dir_problem(changed.job_id, changed.config.location)
+        problem = job_directory_problem(changed.job_id, changed.config.location)  # the driver checks it too
     if problem is None and len(set(changed.tasks)) != len(changed.tasks):
         problem = f"task ids must be unique: {excerpt(list(changed.tasks))}"
     restored = changed.restored_checkpoint_id
@@ -242,12 +242,6 @@ def _location_problem(config: CheckpointConfig) -> str | None:
     if root.scheme == "file" and not root.segments:
         return "location must not be the root of the file system"
     return None
-
-
-def _job_dir_problem(job_id: str, location: str) -> str | None:
-    """Does ``job_id`` name exactly one directory below ``location``? The wire's rule, which a
-    driver checks too before it publishes RUNNING (:func:`events.wire.validation.job_directory_problem`)."""
-    return job_directory_problem(job_id, location)
 
 
 @functools.lru_cache(maxsize=1024)
