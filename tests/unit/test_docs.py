@@ -73,8 +73,12 @@ class TestLengths:
         assert "uv run pytest" in text
 
     def test_benchmarks_hold_todays_figures_only(self) -> None:
-        """docs/benchmarks.md holds one current figure per target (history is in git): at most 300 lines."""
-        assert len((DOCS / "benchmarks.md").read_text().splitlines()) <= 300
+        """docs/benchmarks.md holds one current figure per target (history is in git): at most 450 lines.
+
+        The bound grew from 300 when the Apache Kafka, connector, exactly-once output and state reader
+        issues each brought benchmarks of their own; it still stops a history of runs piling up.
+        """
+        assert len((DOCS / "benchmarks.md").read_text().splitlines()) <= 450
 
 
 class TestCitations:
