@@ -16,7 +16,6 @@ import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 
 from coordinator.restart import strategy_problem
 from coordinator.state import MAX_CONCURRENT_CHECKPOINTS, JobState
@@ -46,6 +45,7 @@ from events.wire.validation import (
     parse_offsets_key,
     parse_uri,
 )
+from events.wire.vocabulary import Rejection
 
 __all__ = [
     "InputRejected",
@@ -61,32 +61,6 @@ __all__ = [
     "storage_uri",
     "task_input",
 ]
-
-
-class Rejection(StrEnum):
-    """Why an input was refused and sent to the dead-letter topic."""
-
-    UNKNOWN_JOB = "UNKNOWN_JOB"
-    STALE_ATTEMPT = "STALE_ATTEMPT"
-    UNKNOWN_ATTEMPT = "UNKNOWN_ATTEMPT"
-    UNKNOWN_TASK = "UNKNOWN_TASK"
-    INVALID_ID = "INVALID_ID"
-    UNKNOWN_CHECKPOINT = "UNKNOWN_CHECKPOINT"
-    INVALID_OFFSETS = "INVALID_OFFSETS"
-    STATE_OUTSIDE_LOCATION = "STATE_OUTSIDE_LOCATION"
-    INVALID_STATE_HANDLE = "INVALID_STATE_HANDLE"
-    INVALID_METRICS = "INVALID_METRICS"
-    SAVEPOINT_TARGET_NOT_ALLOWED = "SAVEPOINT_TARGET_NOT_ALLOWED"
-    """Only the shell's symbolic-link check uses it; the decider's own refusal is a journaled
-    ``TriggerRejected`` with the same name."""
-    INVALID_CONFIG = "INVALID_CONFIG"
-    INVALID_STATUS = "INVALID_STATUS"
-    INVALID_REQUEST = "INVALID_REQUEST"
-    """A checkpoint, stop or cancel request with a field over its bound (docs/wire-format.md,
-    "Bounds") or a target on a plain checkpoint."""
-    RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
-    """Only the shell uses it: the input's decision would write a record over its topic's
-    ``max.message.bytes`` (docs/design.md, "Record sizes"); nothing of it is journaled."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,11 +4,9 @@ Topic names are in :mod:`events.wire.topics` (:class:`~events.wire.topics.Topics
 in :mod:`events.wire.codec` and docs/wire-format.md. This module holds the remaining words a reader of
 the topics meets: the Kafka headers, the reasons of dead letters, and the reasons tasks decline with.
 
-The decider's own reasons for refusing an input, :class:`coordinator.decider.Rejection`, stay
-defined next to the decider that decides them (the pure core names its refusals itself, and
-``events`` does not import ``coordinator`` at import time); this module re-exports the enum, so
-``from events.wire.vocabulary import Rejection`` names every dead-letter reason from one place. The re-export
-is lazy (PEP 562), so importing this module loads nothing but the standard library.
+The reasons the decider refuses an input with, :class:`Rejection`, are here too, so the wire's
+vocabulary is complete in ``events`` and ``events`` imports nothing of ``coordinator``
+(tests/unit/test_layers.py); ``coordinator.checks`` and ``coordinator.decider`` use them.
 
 Pure: the standard library only (tests/unit/test_layers.py).
 """
@@ -16,10 +14,7 @@ Pure: the standard library only (tests/unit/test_layers.py).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final
-
-if TYPE_CHECKING:
-    from coordinator.decider import Rejection
+from typing import Final
 
 __all__ = [
     "CAUSE_HEADER",
@@ -109,10 +104,27 @@ class DeclineReason(StrEnum):
     IO_EXCEPTION = "IO_EXCEPTION"
 
 
-def __getattr__(name: str) -> Any:
-    """The lazy re-export of :class:`coordinator.decider.Rejection` (see the module docstring)."""
-    if name == "Rejection":
-        from coordinator.decider import Rejection
+class Rejection(StrEnum):
+    """Why an input was refused and sent to the dead-letter topic."""
 
-        return Rejection
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    UNKNOWN_JOB = "UNKNOWN_JOB"
+    STALE_ATTEMPT = "STALE_ATTEMPT"
+    UNKNOWN_ATTEMPT = "UNKNOWN_ATTEMPT"
+    UNKNOWN_TASK = "UNKNOWN_TASK"
+    INVALID_ID = "INVALID_ID"
+    UNKNOWN_CHECKPOINT = "UNKNOWN_CHECKPOINT"
+    INVALID_OFFSETS = "INVALID_OFFSETS"
+    STATE_OUTSIDE_LOCATION = "STATE_OUTSIDE_LOCATION"
+    INVALID_STATE_HANDLE = "INVALID_STATE_HANDLE"
+    INVALID_METRICS = "INVALID_METRICS"
+    SAVEPOINT_TARGET_NOT_ALLOWED = "SAVEPOINT_TARGET_NOT_ALLOWED"
+    """Only the shell's symbolic-link check uses it; the decider's own refusal is a journaled
+    ``TriggerRejected`` with the same name."""
+    INVALID_CONFIG = "INVALID_CONFIG"
+    INVALID_STATUS = "INVALID_STATUS"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    """A checkpoint, stop or cancel request with a field over its bound (docs/wire-format.md,
+    "Bounds") or a target on a plain checkpoint."""
+    RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
+    """Only the shell uses it: the input's decision would write a record over its topic's
+    ``max.message.bytes`` (docs/design.md, "Record sizes"); nothing of it is journaled."""
