@@ -26,7 +26,13 @@ from coordinator.commands import (
     StopJob,
     Tick,
 )
-from coordinator.restart import GiveUp, Restart, RestartHistory, failure_window, on_failure
+from coordinator.restart import (
+    GiveUpRestarting,
+    RestartAfterDelay,
+    RestartHistory,
+    failure_window,
+    on_failure,
+)
 from coordinator.state import (
     COUNTED_REASONS,
     MAX_PENDING_SAVEPOINTS,
@@ -535,10 +541,10 @@ def _restart_or_give_up(d: _Deciding, now: int, failure: str, jitter: float) -> 
     history = RestartHistory(state.restarts, state.backoff_ms, state.last_failure_ms, state.failure_times)
     if state.config is None:
         never_ran = "the job never ran with a configuration (no restart strategy)"
-        restart_plan: Restart | GiveUp = GiveUp(never_ran)
+        restart_plan: RestartAfterDelay | GiveUpRestarting = GiveUpRestarting(never_ran)
     else:
         restart_plan = on_failure(state.config.restart_strategy, history, now, jitter)
-    if isinstance(restart_plan, GiveUp):
+    if isinstance(restart_plan, GiveUpRestarting):
         d.emit(JobFailedPermanently(state.job_id, state.attempt, now, restart_plan.reason, failure))
         return
     # Flink restores the latest completed checkpoint, or what the attempt itself started from.

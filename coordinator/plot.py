@@ -24,7 +24,7 @@ from events.wire.records import (
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class EndedCheckpoint:
     """How one checkpoint ended: when it was triggered, how long it took, and why it failed."""
 
     job_id: str
@@ -37,11 +37,11 @@ class Outcome:
 
 
 class CheckpointOutcomes:
-    """Collects an :class:`Outcome` per ended checkpoint while a journal streams past."""
+    """Collects an :class:`EndedCheckpoint` per ended checkpoint while a journal streams past."""
 
     def __init__(self) -> None:
         self._triggered: dict[tuple[str, int], CheckpointTriggered] = {}
-        self.outcomes: list[Outcome] = []
+        self.outcomes: list[EndedCheckpoint] = []
 
     def add(self, event: JournalEvent) -> None:
         match event:
@@ -50,7 +50,7 @@ class CheckpointOutcomes:
             case CheckpointCompleted():
                 start = self._triggered.pop((event.job_id, event.checkpoint_id), None)
                 self.outcomes.append(
-                    Outcome(
+                    EndedCheckpoint(
                         event.job_id,
                         event.checkpoint_id,
                         event.kind,
@@ -63,7 +63,7 @@ class CheckpointOutcomes:
                 start = self._triggered.pop((event.job_id, event.checkpoint_id), None)
                 if start is not None:
                     self.outcomes.append(
-                        Outcome(
+                        EndedCheckpoint(
                             event.job_id,
                             event.checkpoint_id,
                             start.kind,
@@ -88,7 +88,7 @@ _STYLES = {
 }
 
 
-def write_plot(outcomes: list[Outcome], path: Path, title: str = "checkpoints") -> None:
+def write_plot(outcomes: list[EndedCheckpoint], path: Path, title: str = "checkpoints") -> None:
     """Draw durations over trigger time, one marker per outcome, one panel per job."""
     if path.suffix.lower() not in FORMATS:
         raise ValueError(f"--plot writes {', '.join(FORMATS)} files, not {path.suffix or 'no suffix'}")

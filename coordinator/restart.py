@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from events.wire.records import RestartStrategy, RestartStrategyKind
 
 __all__ = [
-    "GiveUp",
-    "Restart",
+    "GiveUpRestarting",
+    "RestartAfterDelay",
     "RestartHistory",
     "failure_window",
     "on_failure",
@@ -38,7 +38,7 @@ class RestartHistory:
 
 
 @dataclass(frozen=True, slots=True)
-class Restart:
+class RestartAfterDelay:
     """Restart after ``delay_ms``; ``restarts`` and ``backoff_ms`` are the strategy's after it."""
 
     delay_ms: int
@@ -47,7 +47,7 @@ class Restart:
 
 
 @dataclass(frozen=True, slots=True)
-class GiveUp:
+class GiveUpRestarting:
     """The strategy gives up: the job fails for good, because of ``reason``."""
 
     reason: str
@@ -55,36 +55,36 @@ class GiveUp:
 
 def on_failure(
     strategy: RestartStrategy, history: RestartHistory, now_ms: int, jitter: float
-) -> Restart | GiveUp:
+) -> RestartAfterDelay | GiveUpRestarting:
     """What the job's failure at ``now_ms`` leads to. ``jitter`` in ``[0, 1]`` picks the
     exponential-delay jitter in ``[-offset, +offset]`` (Flink draws it from a random generator)."""
     match strategy.kind:
         case RestartStrategyKind.NONE:
-            return GiveUp("the restart strategy is none (restart-strategy.type: none)")
+            return GiveUpRestarting("the restart strategy is none (restart-strategy.type: none)")
         case RestartStrategyKind.FIXED_DELAY:
             restarts = history.restarts + 1
             if restarts > strategy.attempts:
-                return GiveUp(
+                return GiveUpRestarting(
                     f"fixed-delay: all {strategy.attempts} restart attempts are used "
                     "(restart-strategy.fixed-delay.attempts)"
                 )
-            return Restart(strategy.delay_ms, restarts)
+            return RestartAfterDelay(strategy.delay_ms, restarts)
         case RestartStrategyKind.FAILURE_RATE:
             most, interval = strategy.max_failures_per_interval, strategy.failure_rate_interval_ms
             window = failure_window(strategy, history.failure_times, now_ms)
             if len(window) > most and now_ms - window[0] <= interval:
-                return GiveUp(
+                return GiveUpRestarting(
                     f"failure-rate: {len(window)} failures within {interval} ms, at most {most} tolerated "
                     "(restart-strategy.failure-rate.max-failures-per-interval)"
                 )
-            return Restart(strategy.delay_ms, history.restarts + 1)
+            return RestartAfterDelay(strategy.delay_ms, history.restarts + 1)
         case RestartStrategyKind.EXPONENTIAL_DELAY:
             return _exponential(strategy, history, now_ms, jitter)
 
 
 def _exponential(
     strategy: RestartStrategy, history: RestartHistory, now_ms: int, jitter: float
-) -> Restart | GiveUp:
+) -> RestartAfterDelay | GiveUpRestarting:
     quiet = None if history.last_failure_ms is None else now_ms - history.last_failure_ms
     if quiet is None or quiet >= strategy.reset_backoff_threshold_ms + history.backoff_ms:
         backoff, restarts = strategy.initial_backoff_ms, 1  # the first failure, or a long quiet spell
@@ -95,14 +95,14 @@ def _exponential(
         backoff = max(strategy.initial_backoff_ms, min(backoff, strategy.max_backoff_ms))
         restarts = history.restarts + 1
     if restarts > strategy.attempts_before_reset_backoff:
-        return GiveUp(
+        return GiveUpRestarting(
             f"exponential-delay: {strategy.attempts_before_reset_backoff} restarts in a row without "
             f"{strategy.reset_backoff_threshold_ms} ms free of failures "
             "(restart-strategy.exponential-delay.attempts-before-reset-backoff)"
         )
     offset = int(backoff * strategy.jitter_factor)
     jittered = backoff + min(offset, int(min(max(jitter, 0.0), 1.0) * (2 * offset + 1)) - offset)
-    return Restart(max(0, min(jittered, strategy.max_backoff_ms)), restarts, backoff)
+    return RestartAfterDelay(max(0, min(jittered, strategy.max_backoff_ms)), restarts, backoff)
 
 
 def failure_window(strategy: RestartStrategy, failure_times: tuple[int, ...], now_ms: int) -> tuple[int, ...]:

@@ -50,7 +50,7 @@ __all__ = [
     "Abort",
     "Complete",
     "ConfirmRunning",
-    "Decision",
+    "LedgerAction",
     "Discard",
     "Fail",
     "Finish",
@@ -152,7 +152,7 @@ class Finish:
     stopped: SchedulerStopped
 
 
-Decision = Complete | Abort | Fail | ConfirmRunning | Restart | GiveUp | Finish | Stop | Ignore
+LedgerAction = Complete | Abort | Fail | ConfirmRunning | Restart | GiveUp | Finish | Stop | Ignore
 """What a reader does about one journal record (None from :meth:`JobLedger.fold`: nothing)."""
 
 
@@ -238,7 +238,7 @@ class JobLedger:
         """The ids the journal aborted (and the ledger accepted)."""
         return frozenset(self._aborted)
 
-    def fold(self, record: object) -> Decision | None:
+    def fold(self, record: object) -> LedgerAction | None:
         """The decision on one journal record of the job, in journal order (None: nothing to do)."""
         if isinstance(record, CheckpointTriggered):
             return self.triggered(record)

@@ -16,7 +16,14 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from coordinator.decider import Rejection, due_at
-from coordinator.restart import GiveUp, Restart, RestartHistory, failure_window, on_failure, strategy_problem
+from coordinator.restart import (
+    GiveUpRestarting,
+    RestartAfterDelay,
+    RestartHistory,
+    failure_window,
+    on_failure,
+    strategy_problem,
+)
 from coordinator.state import Reason
 from coordinator.testing import (
     JOB,
@@ -48,22 +55,24 @@ EXPONENTIAL = RestartStrategyKind.EXPONENTIAL_DELAY
 FAILURE_RATE = RestartStrategyKind.FAILURE_RATE
 
 
-def failures(strategy: RestartStrategy, times: list[int], jitter: float = 0.5) -> list[Restart | GiveUp]:
+def failures(
+    strategy: RestartStrategy, times: list[int], jitter: float = 0.5
+) -> list[RestartAfterDelay | GiveUpRestarting]:
     """What each failure at ``times`` leads to, the history carried from one to the next as the
     decider's fold of ``JobRestartScheduled`` carries it."""
     history, out = RestartHistory(), []
     for now in times:
         decision = on_failure(strategy, history, now, jitter)
         out.append(decision)
-        if isinstance(decision, GiveUp):
+        if isinstance(decision, GiveUpRestarting):
             break
         window = failure_window(strategy, history.failure_times, now)
         history = RestartHistory(decision.restarts, decision.backoff_ms, now, window)
     return out
 
 
-def delays(decisions: list[Restart | GiveUp]) -> list[int | str]:
-    return [d.delay_ms if isinstance(d, Restart) else "give up" for d in decisions]
+def delays(decisions: list[RestartAfterDelay | GiveUpRestarting]) -> list[int | str]:
+    return [d.delay_ms if isinstance(d, RestartAfterDelay) else "give up" for d in decisions]
 
 
 # -------------------------------------------------------------------- strategies
@@ -73,7 +82,7 @@ class TestNoRestart:
     def test_never_restarts(self) -> None:
         (decision,) = failures(RestartStrategy(RestartStrategyKind.NONE), [0])
 
-        assert isinstance(decision, GiveUp) and "none" in decision.reason
+        assert isinstance(decision, GiveUpRestarting) and "none" in decision.reason
 
 
 class TestFixedDelay:
@@ -217,7 +226,7 @@ def test_delays_never_exceed_the_max_backoff(
     negative."""
     times = [sum(gaps[: i + 1]) for i in range(len(gaps))]
     for decision in failures(strategy, times, jitter):
-        if isinstance(decision, Restart):
+        if isinstance(decision, RestartAfterDelay):
             assert 0 <= decision.delay_ms
             if strategy.kind is EXPONENTIAL:
                 assert decision.delay_ms <= strategy.max_backoff_ms
@@ -230,7 +239,7 @@ def test_restarts_never_exceed_the_limit(strategy: RestartStrategy, gaps: list[i
     """Fixed-delay restarts at most ``attempts`` times; exponential-delay at most
     ``attempts_before_reset_backoff`` times in a row; none never."""
     times = [sum(gaps[: i + 1]) for i in range(len(gaps))]
-    restarts = [d for d in failures(strategy, times) if isinstance(d, Restart)]
+    restarts = [d for d in failures(strategy, times) if isinstance(d, RestartAfterDelay)]
     if strategy.kind is RestartStrategyKind.NONE:
         assert restarts == []
     if strategy.kind is FIXED:
@@ -249,7 +258,7 @@ def test_the_failure_rate_window_is_respected(strategy: RestartStrategy, gaps: l
     decisions = failures(strategy, times)
     for i, decision in enumerate(decisions):
         recent = [t for t in times[: i + 1] if times[i] - t <= strategy.failure_rate_interval_ms]
-        assert isinstance(decision, GiveUp) == (len(recent) > strategy.max_failures_per_interval)
+        assert isinstance(decision, GiveUpRestarting) == (len(recent) > strategy.max_failures_per_interval)
 
 
 # ------------------------------------------------------------------- the decider
