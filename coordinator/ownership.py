@@ -48,7 +48,7 @@ __all__ = [
     "ClaimSettled",
     "ClaimWriteFailed",
     "ClaimWritten",
-    "Command",
+    "OwnershipCommand",
     "Fact",
     "FoldJournal",
     "Hold",
@@ -65,7 +65,7 @@ __all__ = [
     "ResendFailed",
     "SnapshotRead",
     "StartDeciding",
-    "Step",
+    "OwnershipStep",
     "StopDeciding",
     "WriteClaim",
     "initial_ownership",
@@ -347,23 +347,23 @@ class StopDeciding:
     fenced_by: Claim | None = None
 
 
-Command: TypeAlias = (
+OwnershipCommand: TypeAlias = (
     ReadSnapshot | FoldJournal | WriteClaim | ReadToClaim | ResendBarriers | StartDeciding | StopDeciding
 )
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class OwnershipStep:
     """The state after one fact, and what to do about it (in this order)."""
 
     state: Ownership
-    commands: tuple[Command, ...] = ()
+    commands: tuple[OwnershipCommand, ...] = ()
 
 
 # ---------------------------------------------------------------- rules
 
 
-def step(state: Ownership, fact: Fact) -> Step:
+def step(state: Ownership, fact: Fact) -> OwnershipStep:
     """The ownership after ``fact`` and the commands it calls for. Total: never raises."""
     match fact:
         case PartitionsAssigned():
@@ -374,24 +374,24 @@ def step(state: Ownership, fact: Fact) -> Step:
             return _claim_read(state, fact)
     hold = state.holds.get(fact.partition)
     if hold is None or hold.generation != fact.generation:
-        return Step(state)  # stale: work for a generation that is gone is abandoned
+        return OwnershipStep(state)  # stale: work for a generation that is gone is abandoned
     return _recovery_step(state, fact.partition, hold, fact)
 
 
-def steps(state: Ownership, facts: Iterable[Fact]) -> Step:
+def steps(state: Ownership, facts: Iterable[Fact]) -> OwnershipStep:
     """:func:`step` over ``facts`` in order: the final state and every command."""
-    commands: list[Command] = []
+    commands: list[OwnershipCommand] = []
     for fact in facts:
         made = step(state, fact)
         state = made.state
         commands.extend(made.commands)
-    return Step(state, tuple(commands))
+    return OwnershipStep(state, tuple(commands))
 
 
-def _assigned(state: Ownership, fact: PartitionsAssigned) -> Step:
+def _assigned(state: Ownership, fact: PartitionsAssigned) -> OwnershipStep:
     if fact.generation < state.generation:
-        return Step(state)  # an assignment older than one already seen: stale
-    commands: list[Command] = []
+        return OwnershipStep(state)  # an assignment older than one already seen: stale
+    commands: list[OwnershipCommand] = []
     holds = dict(state.holds)
     for partition in sorted(holds.keys() - fact.partitions):
         commands.extend(_let_go(holds.pop(partition), partition, "not in the group's new assignment"))
@@ -403,25 +403,25 @@ def _assigned(state: Ownership, fact: PartitionsAssigned) -> Step:
             commands.extend(_let_go(held, partition, "assigned again in a new generation"))
         holds[partition] = Hold(fact.generation, Phase.RECOVERING)
         commands.append(ReadSnapshot(partition, fact.generation))
-    return Step(replace(state, generation=fact.generation, holds=holds), tuple(commands))
+    return OwnershipStep(replace(state, generation=fact.generation, holds=holds), tuple(commands))
 
 
-def _revoked(state: Ownership, partitions: frozenset[int], reason: str) -> Step:
+def _revoked(state: Ownership, partitions: frozenset[int], reason: str) -> OwnershipStep:
     holds = dict(state.holds)
-    commands: list[Command] = []
+    commands: list[OwnershipCommand] = []
     for partition in sorted(partitions & holds.keys()):
         commands.extend(_let_go(holds.pop(partition), partition, reason))
-    return Step(replace(state, holds=holds), tuple(commands))
+    return OwnershipStep(replace(state, holds=holds), tuple(commands))
 
 
-def _let_go(hold: Hold, partition: int, reason: str) -> list[Command]:
+def _let_go(hold: Hold, partition: int, reason: str) -> list[OwnershipCommand]:
     """What giving up ``hold`` asks for: a partition decided (or about to be) stops at once."""
     if hold.phase in (Phase.RESENDING, Phase.DECIDING):
         return [StopDeciding(partition, reason)]
     return []
 
 
-def _recovery_step(state: Ownership, partition: int, hold: Hold, fact: Fact) -> Step:
+def _recovery_step(state: Ownership, partition: int, hold: Hold, fact: Fact) -> OwnershipStep:
     """A result of the recovery work for ``partition``'s current generation."""
     g = hold.generation
     match fact, hold.phase:
@@ -453,10 +453,10 @@ def _recovery_step(state: Ownership, partition: int, hold: Hold, fact: Fact) -> 
         case RecoveryFailed(), (Phase.RECOVERING | Phase.CLAIMING):
             failed = replace(hold, problem=f"recovering failed ({fact.error})")
             return _restart(state, partition, failed, fact.retry_after_s)
-    return Step(state)
+    return OwnershipStep(state)
 
 
-def _settled(state: Ownership, partition: int, hold: Hold, fact: ClaimSettled) -> Step:
+def _settled(state: Ownership, partition: int, hold: Hold, fact: ClaimSettled) -> OwnershipStep:
     """The journal read up to this worker's claim: own it, claim again higher, or step down."""
     effective = fact.effective
     highest = max(hold.highest_epoch, fact.highest_epoch, effective.epoch)
@@ -471,16 +471,16 @@ def _settled(state: Ownership, partition: int, hold: Hold, fact: ClaimSettled) -
     return _with(state, partition, down)
 
 
-def _claim_read(state: Ownership, fact: ClaimRead) -> Step:
+def _claim_read(state: Ownership, fact: ClaimRead) -> OwnershipStep:
     """A claim the watcher read in a partition this worker holds."""
     partition, claim = fact.partition, fact.claim
     hold = state.holds.get(partition)
     if hold is None:
-        return Step(state)
+        return OwnershipStep(state)
     raised = replace(hold, highest_epoch=max(hold.highest_epoch, claim.epoch))
     if hold.phase not in (Phase.RESENDING, Phase.DECIDING) or claim.epoch <= hold.claim_epoch:
         # Not deciding (the claim it may be making settles it), or not newer than its own claim.
-        return Step(state) if raised == hold else _with(state, partition, raised)
+        return OwnershipStep(state) if raised == hold else _with(state, partition, raised)
     stop = StopDeciding(
         partition,
         f"worker {claim.worker_id} claimed the partition with epoch {claim.epoch} "
@@ -499,13 +499,15 @@ def _older(claim: Claim, generation: int) -> bool:
     return claim.generation != UNKNOWN_GENERATION and claim.generation < generation
 
 
-def _restart(state: Ownership, partition: int, hold: Hold, delay_s: float, *first: Command) -> Step:
+def _restart(
+    state: Ownership, partition: int, hold: Hold, delay_s: float, *first: OwnershipCommand
+) -> OwnershipStep:
     """Recover the partition again from its snapshot, for the same generation (after ``first``)."""
     again = Hold(hold.generation, Phase.RECOVERING, highest_epoch=hold.highest_epoch, problem=hold.problem)
     return _with(state, partition, again, *first, ReadSnapshot(partition, hold.generation, delay_s))
 
 
-def _with(state: Ownership, partition: int, hold: Hold, *commands: Command) -> Step:
+def _with(state: Ownership, partition: int, hold: Hold, *commands: OwnershipCommand) -> OwnershipStep:
     holds = dict(state.holds)
     holds[partition] = hold
-    return Step(replace(state, holds=holds), commands)
+    return OwnershipStep(replace(state, holds=holds), commands)

@@ -27,12 +27,13 @@ from coordinator.ownership import (
     ClaimSettled,
     ClaimWriteFailed,
     ClaimWritten,
-    Command,
     Fact,
     FoldJournal,
     Hold,
     JournalFolded,
     Ownership,
+    OwnershipCommand,
+    OwnershipStep,
     PartitionsAssigned,
     PartitionsRevoked,
     Phase,
@@ -43,7 +44,6 @@ from coordinator.ownership import (
     ResendFailed,
     SnapshotRead,
     StartDeciding,
-    Step,
     StopDeciding,
     WriteClaim,
     step,
@@ -52,20 +52,20 @@ from coordinator.ownership import (
 __all__ = ["legacy_step"]
 
 
-def legacy_step(state: Ownership, fact: Fact) -> Step:
+def legacy_step(state: Ownership, fact: Fact) -> OwnershipStep:
     """The old rules: assignments as today, recovery results of any generation, no watching."""
     match fact:
         case PartitionsAssigned() | PartitionsRevoked():
             return _legacy_assignment(state, fact)
         case ClaimRead():
-            return Step(state)  # the old shell never read claims while deciding
+            return OwnershipStep(state)  # the old shell never read claims while deciding
     hold = state.holds.get(fact.partition)
     if hold is None:
-        return Step(state)
+        return OwnershipStep(state)
     return _legacy_recovery(state, fact, fact.partition, hold)
 
 
-def _legacy_assignment(state: Ownership, fact: PartitionsAssigned | PartitionsRevoked) -> Step:
+def _legacy_assignment(state: Ownership, fact: PartitionsAssigned | PartitionsRevoked) -> OwnershipStep:
     """Assignments as today, but the old shell did not cancel a claim under way: it goes on for a
     partition taken away."""
     made = step(state, fact)
@@ -73,10 +73,10 @@ def _legacy_assignment(state: Ownership, fact: PartitionsAssigned | PartitionsRe
     for partition, under_way in state.holds.items():
         if under_way.phase is Phase.CLAIMING and partition not in holds:
             holds[partition] = under_way
-    return Step(replace(made.state, holds=holds), made.commands)
+    return OwnershipStep(replace(made.state, holds=holds), made.commands)
 
 
-def _legacy_recovery(state: Ownership, fact: Fact, p: int, hold: Hold) -> Step:
+def _legacy_recovery(state: Ownership, fact: Fact, p: int, hold: Hold) -> OwnershipStep:
     """Recovery results of any generation are taken (the bug of regression seed 979)."""
     g = hold.generation
     match fact, hold.phase:
@@ -98,7 +98,7 @@ def _legacy_recovery(state: Ownership, fact: Fact, p: int, hold: Hold) -> Step:
             if fact.effective.worker_id == state.worker_id and fact.effective.epoch == hold.claim_epoch:
                 if hold.generation < state.generation:  # it won a partition no longer its own: done
                     holds = {q: h for q, h in state.holds.items() if q != p}
-                    return Step(replace(state, holds=holds))
+                    return OwnershipStep(replace(state, holds=holds))
                 held = replace(hold, phase=Phase.RESENDING, highest_epoch=highest)
                 return _with(state, p, held, ResendBarriers(p, g, hold.claim_epoch))
             # Lost: claim again, higher, whoever won and for whatever generation.
@@ -113,10 +113,10 @@ def _legacy_recovery(state: Ownership, fact: Fact, p: int, hold: Hold) -> Step:
         case RecoveryFailed(), (Phase.RECOVERING | Phase.CLAIMING):
             again = Hold(g, Phase.RECOVERING, hold.highest_epoch)
             return _with(state, p, again, ReadSnapshot(p, g, fact.retry_after_s))
-    return Step(state)
+    return OwnershipStep(state)
 
 
-def _with(state: Ownership, partition: int, hold: Hold, *commands: Command) -> Step:
+def _with(state: Ownership, partition: int, hold: Hold, *commands: OwnershipCommand) -> OwnershipStep:
     holds = dict(state.holds)
     holds[partition] = hold
-    return Step(replace(state, holds=holds), commands)
+    return OwnershipStep(replace(state, holds=holds), commands)

@@ -30,12 +30,13 @@ from coordinator.ownership import (
     Claim,
     ClaimRead,
     ClaimWriteFailed,
-    Command,
     Fact,
     FoldJournal,
     Hold,
     JournalWriteFailed,
     Ownership,
+    OwnershipCommand,
+    OwnershipStep,
     PartitionsAssigned,
     PartitionsRevoked,
     Phase,
@@ -45,7 +46,6 @@ from coordinator.ownership import (
     ResendBarriers,
     ResendFailed,
     StartDeciding,
-    Step,
     StopDeciding,
     WriteClaim,
     initial_ownership,
@@ -65,7 +65,7 @@ UNDECIDED_WARN_S = 10.0
 """A partition held this long without being decided here is logged, with why (then every minute)."""
 UNDECIDED_REPEAT_S = 60.0
 
-Rules = Callable[[Ownership, Fact], Step]
+Rules = Callable[[Ownership, Fact], OwnershipStep]
 """The ownership rules: :func:`coordinator.ownership.step` (the simulator can show older ones)."""
 
 
@@ -265,7 +265,7 @@ class Worker:
 
     # ------------------------------------------------------------ carrying out commands
 
-    def _carry_out(self, command: Command) -> None:
+    def _carry_out(self, command: OwnershipCommand) -> None:
         match command:
             case ReadSnapshot(partition=p, generation=g, delay_s=delay):
                 # A recovery it replaces is in the middle of a step: it closes itself after it.

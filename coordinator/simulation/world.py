@@ -480,7 +480,7 @@ class World:
     def _rules(self, wid: str) -> OwnershipRules:
         rules: OwnershipRules = own.step if self.rules is Rules.CURRENT else legacy_step
 
-        def traced(state: own.Ownership, fact: own.Fact) -> own.Step:
+        def traced(state: own.Ownership, fact: own.Fact) -> own.OwnershipStep:
             made = rules(state, fact)
             if made.commands or not isinstance(fact, own.ClaimRead):
                 done = ", ".join(_short(c) for c in made.commands) or "-"

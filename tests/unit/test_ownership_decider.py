@@ -17,12 +17,12 @@ from coordinator.ownership import (
     ClaimSettled,
     ClaimWriteFailed,
     ClaimWritten,
-    Command,
     Fact,
     FoldJournal,
     Hold,
     JournalFolded,
     Ownership,
+    OwnershipCommand,
     PartitionsAssigned,
     PartitionsRevoked,
     Phase,
@@ -52,9 +52,9 @@ def claim_of(worker: str, epoch: int, generation: int, offset: int) -> Claim:
 @dataclass(frozen=True)
 class When:
     state: Ownership
-    commands: tuple[Command, ...]
+    commands: tuple[OwnershipCommand, ...]
 
-    def then(self, *expected: Command) -> When:
+    def then(self, *expected: OwnershipCommand) -> When:
         assert list(expected) == list(self.commands)
         return self
 
