@@ -46,7 +46,7 @@ from bench.cpu import code_checked, machine_line
 from coordinator.decider import InputRejected, decide, evolve, fold_jobs
 from coordinator.invariants import first_violation
 from coordinator.journal import AvroReader, _cavro, read_journal_events, write_journal
-from coordinator.simulate import Step, simulate_steps
+from coordinator.simulate import HandledCommand, simulate_steps
 from coordinator.state import JobState, initial_state
 from events.wire.records import JournalEvent
 
@@ -85,9 +85,11 @@ def best_of(runs: int, fn: Callable[[], T]) -> tuple[T, float, float]:
     return min(results, key=lambda r: r[1])
 
 
-def generate(events: int, jobs: int, seed: int, console: Console) -> tuple[list[Step], list[JournalEvent]]:
+def generate(
+    events: int, jobs: int, seed: int, console: Console
+) -> tuple[list[HandledCommand], list[JournalEvent]]:
     """Simulate until ``events`` journal events exist; every step and the events."""
-    steps: list[Step] = []
+    steps: list[HandledCommand] = []
     journal: list[JournalEvent] = []
     with Progress(
         TextColumn("simulating coordinator traffic"),
@@ -109,7 +111,7 @@ def generate(events: int, jobs: int, seed: int, console: Console) -> tuple[list[
     return steps, journal[:events]
 
 
-def decide_and_evolve(steps: list[Step]) -> dict[str, JobState]:
+def decide_and_evolve(steps: list[HandledCommand]) -> dict[str, JobState]:
     """Run every command through decide and evolve, as the coordinator does."""
     states: dict[str, JobState] = {}
     for step in steps:

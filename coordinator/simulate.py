@@ -57,7 +57,7 @@ from events.wire.records import (
     TaskStatusChanged,
 )
 
-__all__ = ["START_MS", "Rates", "Step", "simulate", "simulate_steps"]
+__all__ = ["START_MS", "Rates", "HandledCommand", "simulate", "simulate_steps"]
 
 START_MS = int(datetime(2026, 11, 22, 9, 0, tzinfo=UTC).timestamp() * 1000)
 """Where simulated time starts: 2026-11-22T09:00:00Z."""
@@ -85,7 +85,7 @@ class Rates:
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class HandledCommand:
     """One command the coordinator handled and what it decided."""
 
     command: Command
@@ -298,7 +298,7 @@ class _Simulation:
 
     # ----------------------------------------------------------------------- run
 
-    def steps(self) -> Iterator[Step]:
+    def steps(self) -> Iterator[HandledCommand]:
         heap, jobs = self.heap, self.jobs
         while heap:
             now, _, command = heapq.heappop(heap)
@@ -318,12 +318,12 @@ class _Simulation:
             job.state = state
             self._react(job, events)
             self._after(job, command)
-            yield Step(command, decisions)
+            yield HandledCommand(command, decisions)
 
 
 def simulate_steps(
     rng: Random, *, jobs: int = 4, start_ms: int = START_MS, rates: Rates | None = None
-) -> Iterator[Step]:
+) -> Iterator[HandledCommand]:
     """Every command the simulated coordinator handles, with its decisions (rejections included)."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
