@@ -79,7 +79,8 @@ from events.kafka.clients import producer_config  # noqa: E402
 from events.task.participant import write_atomic  # noqa: E402
 from events.wire.records import CheckpointCompleted, CheckpointConfig  # noqa: E402
 from spark_tasks.job import CheckpointedJob, JobSettings  # noqa: E402
-from spark_tasks.kafka_source import BARRIER_KEY, FORMAT, from_offsets  # noqa: E402
+from spark_tasks.kafka_source.offsets import BARRIER_KEY, from_offsets  # noqa: E402
+from spark_tasks.kafka_source.options import FORMAT  # noqa: E402
 from spark_tasks.keyed import (  # noqa: E402
     TARGET_COLUMN,
     KeyedSettings,

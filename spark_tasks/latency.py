@@ -2,7 +2,7 @@
 marker rows of the ``cutline-kafka`` source.
 
 The source folds a marker into a batch's end offset and emits it as one row per Kafka partition
-(column ``cutline_marker``, :mod:`spark_tasks.kafka_source`); like a barrier row it never reaches
+(column ``cutline_marker``, :mod:`spark_tasks.kafka_source.reading`); like a barrier row it never reaches
 user code. Each stage it passes records ``now - marked_time`` as a
 :class:`~events.wire.records.LatencyMeasured` for its operator subtask and sends them, without waiting,
 to the acks topic once its task is done; the coordinator folds them into the job's histograms.
@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from events.kafka.clients import produce_record
 from events.task.latency import LatencyMarker
 from events.wire.records import LatencyMeasured
-from spark_tasks.kafka_source import MARKER_COLUMN
+from spark_tasks.kafka_source.reading import MARKER_COLUMN
 
 if TYPE_CHECKING:
     from spark_tasks.tasks import TaskSettings

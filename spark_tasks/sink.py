@@ -59,7 +59,8 @@ from typing import TYPE_CHECKING, Any
 from events.task.latency import LatencyMarker
 from events.task.participant import write_atomic
 from events.wire.validation import parse_offsets
-from spark_tasks.kafka_source import SOURCE_ID, TopicPartitionKey, barrier_of, from_offsets, marker_of
+from spark_tasks.kafka_source.offsets import TopicPartitionKey, barrier_of, from_offsets, marker_of
+from spark_tasks.kafka_source.options import SOURCE_ID
 from spark_tasks.keyed import batch_id_known
 from spark_tasks.latency import SINK, send_measurements
 from spark_tasks.tasks import TaskSettings

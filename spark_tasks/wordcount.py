@@ -50,7 +50,7 @@ from events.wire.records import CheckpointConfig
 from events.wire.schema_registry import wire_from_environment
 from events.wire.topics import DEFAULT_PREFIX
 from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
-from spark_tasks.kafka_source import barrier_of, from_offsets, marker_of
+from spark_tasks.kafka_source.offsets import barrier_of, from_offsets, marker_of
 from spark_tasks.keyed import KeyedBatchStep
 from spark_tasks.sink import CutFileSink, read_rows
 from spark_tasks.state import KafkaRecord, StatefulStep

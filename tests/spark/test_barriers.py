@@ -19,17 +19,10 @@ from events.dev.broker import create_topics
 from events.kafka.clients import job_key, partition_for, produce_record, producer_config
 from events.wire.fencing import epoch_header
 from events.wire.records import CheckpointBarrier, CheckpointKind
-from spark_tasks.kafka_source import (
-    BARRIER_KEY,
-    FORMAT,
-    BarrierFeed,
-    KafkaInputPartition,
-    KafkaSourceOptions,
-    barrier_of,
-    from_offsets,
-    kafka_schema,
-    to_offsets,
-)
+from spark_tasks.kafka_source.offsets import BARRIER_KEY, barrier_of, from_offsets, to_offsets
+from spark_tasks.kafka_source.options import FORMAT, KafkaSourceOptions
+from spark_tasks.kafka_source.probes import BarrierFeed
+from spark_tasks.kafka_source.reading import KafkaInputPartition, kafka_schema
 
 PARTITIONS = 4
 BARRIER_PARTITIONS = 8

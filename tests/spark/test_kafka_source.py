@@ -16,20 +16,11 @@ from support import eventually
 from events.dev.broker import create_topics
 from events.kafka.clients import producer_config
 from events.kafka.log import read_to_end
-from spark_tasks.kafka_source import (
-    FORMAT,
-    KafkaInputPartition,
-    KafkaSource,
-    KafkaSourceOptions,
-    KafkaStreamReader,
-    _row,
-    end_offsets,
-    from_offsets,
-    kafka_schema,
-    rate_limit,
-    read_chunks,
-    to_offsets,
-)
+from spark_tasks.kafka_source.offsets import from_offsets, rate_limit, to_offsets
+from spark_tasks.kafka_source.options import FORMAT, KafkaSourceOptions
+from spark_tasks.kafka_source.probes import end_offsets
+from spark_tasks.kafka_source.reader import KafkaSource, KafkaStreamReader
+from spark_tasks.kafka_source.reading import KafkaInputPartition, kafka_schema, read_chunks, record_row
 
 # The columns of the built-in source (spark-sql-kafka-0-10), in its order.
 SPARK_KAFKA_DDL = (
@@ -259,7 +250,7 @@ def test_read_partition_stops_at_the_end_when_the_last_offsets_are_not_records(
 
 def _rows(options: KafkaSourceOptions, split: KafkaInputPartition) -> list[tuple[Any, ...]]:
     """The split's records as the source's columns, in tuples."""
-    return [_row(m, options.include_headers) for chunk in read_chunks(options, split) for m in chunk]
+    return [record_row(m, options.include_headers) for chunk in read_chunks(options, split) for m in chunk]
 
 
 def _reader(bootstrap: str, topic: str, **options: str) -> KafkaStreamReader:

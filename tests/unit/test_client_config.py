@@ -21,7 +21,7 @@ from events.kafka.client_config import (
     scrubbed,
 )
 from events.kafka.clients import consumer_config, producer_config
-from spark_tasks.kafka_source import KafkaSourceOptions
+from spark_tasks.kafka_source.options import KafkaSourceOptions
 
 SASL = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice"}
 

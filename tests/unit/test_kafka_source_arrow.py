@@ -1,5 +1,5 @@
 """The source's Arrow batches, without Spark: they hold exactly what PySpark would have made of the
-rows (spark_tasks.kafka_source.record_batch and barrier_batch)."""
+rows (spark_tasks.kafka_source.reading.record_batch and barrier_batch)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from confluent_kafka import Message
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
-from spark_tasks.kafka_source import (
+from spark_tasks.kafka_source.reader import KafkaSource
+from spark_tasks.kafka_source.reading import (
     KafkaInputPartition,
-    KafkaSource,
-    _row,
     barrier_batch,
     kafka_schema,
     record_batch,
+    record_row,
 )
 
 BARRIER = {
@@ -69,7 +69,7 @@ def test_a_record_batch_holds_what_pyspark_makes_of_the_rows(include_headers: bo
 
     batch = record_batch(messages, schema, include_headers)
 
-    rows = [_row(m, include_headers) + ((None,) if barriers else ()) for m in messages]
+    rows = [record_row(m, include_headers) + ((None,) if barriers else ()) for m in messages]
     assert batch.equals(_as_pyspark_would(rows, include_headers, barriers))
     assert batch.schema.equals(schema)
 

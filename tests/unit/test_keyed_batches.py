@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from spark_tasks.kafka_source import BARRIER_COLUMN, MARKER_COLUMN, kafka_schema
+from spark_tasks.kafka_source.reading import BARRIER_COLUMN, MARKER_COLUMN, kafka_schema
 from spark_tasks.keyed import (
     KeyedBatchStep,
     KeyedState,

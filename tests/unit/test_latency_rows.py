@@ -1,4 +1,4 @@
-"""Latency markers as rows, without Spark (spark_tasks/kafka_source.py, spark_tasks/latency.py,
+"""Latency markers as rows, without Spark (spark_tasks/kafka_source/, spark_tasks/latency.py,
 spark_tasks/keyed.py): the offsets carry them, the source's batches hold them, and the map side
 measures them and copies them to every shuffle partition without a pair for user code."""
 
@@ -11,19 +11,21 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from events.task.latency import LatencyMarker
-from spark_tasks.kafka_source import (
+from spark_tasks.kafka_source.offsets import (
     BARRIER_KEY,
-    MARKER_COLUMN,
     MARKER_KEY,
-    KafkaInputPartition,
-    KafkaSourceOptions,
-    barrier_batch,
     barrier_of,
     from_offsets,
-    kafka_schema,
-    marker_batch,
     marker_of,
     to_offsets,
+)
+from spark_tasks.kafka_source.options import KafkaSourceOptions
+from spark_tasks.kafka_source.reading import (
+    MARKER_COLUMN,
+    KafkaInputPartition,
+    barrier_batch,
+    kafka_schema,
+    marker_batch,
 )
 from spark_tasks.keyed import SHUFFLE_SCHEMA, KeyedStep, route_step
 from spark_tasks.latency import ROUTE, Measurements

@@ -14,9 +14,10 @@ import pytest
 
 from events.task.participant import write_atomic
 from events.task.reply import Reply, answer
+from events.wire.barrier_entry import entry_barrier
 from events.wire.records import CheckpointAcknowledged, CheckpointDeclined
 from spark_tasks import tasks
-from spark_tasks.kafka_source import entry_barrier, kafka_schema
+from spark_tasks.kafka_source.reading import kafka_schema
 from spark_tasks.state import VERSIONS_KEPT, PartitionStateStore, StateLost
 from spark_tasks.tasks import TaskSettings, partition_step, snapshot_files, write_partition_snapshot
 from spark_tasks.wordcount import WORD_COUNT

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from spark_tasks.kafka_source import BARRIER_KEY, MARKER_KEY  # noqa: E402
+from spark_tasks.kafka_source.offsets import BARRIER_KEY, MARKER_KEY  # noqa: E402
 from spark_tasks.wordcount import (  # noqa: E402
     MAX_OFFSETS_PER_TRIGGER,
     IdleClock,
