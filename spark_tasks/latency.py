@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,9 +27,7 @@ from events.kafka.clients import produce_record
 from events.task.latency import LatencyMarker
 from events.wire.records import LatencyMeasured
 from spark_tasks.kafka_source.reading import MARKER_COLUMN
-
-if TYPE_CHECKING:
-    from spark_tasks.tasks import TaskSettings
+from spark_tasks.replies import ReplyTarget, task_producer
 
 __all__ = ["KEYED", "ROUTE", "SINK", "STEP", "Measurements", "measure", "send_measurements"]
 
@@ -72,7 +70,7 @@ class Measurements:
             self.marker(row[MARKER_COLUMN])
         return batch.filter(pc.is_null(column)), markers
 
-    def send(self, settings: TaskSettings) -> None:
+    def send(self, settings: ReplyTarget) -> None:
         send_measurements(settings, self.taken)
         self.taken = []
 
@@ -92,14 +90,12 @@ def measure(
     return marker.measured(job_id, attempt, operator_id, index, time.time_ns() // 1_000_000)
 
 
-def send_measurements(settings: TaskSettings, measurements: Iterable[LatencyMeasured]) -> None:
+def send_measurements(settings: ReplyTarget, measurements: Iterable[LatencyMeasured]) -> None:
     """Hand ``measurements`` to the task's producer for the acks topic; never waits (a lost one
     costs a sample, never the batch)."""
-    from spark_tasks.tasks import _producer
-
     producer: Any = None
     for measured in measurements:
-        producer = producer or _producer(settings)
+        producer = producer or task_producer(settings)
         try:
             produce_record(producer, settings.topics.acks, measured)
         except Exception as exc:  # a full queue, a closed producer: a sample lost

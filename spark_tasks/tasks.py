@@ -40,7 +40,6 @@ checkpoint, which is older than the loss.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -52,27 +51,28 @@ from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
-from confluent_kafka import KafkaException, Producer
 
 from events.clock import now_ms
-from events.kafka.clients import deliver, produce_record, producer_config
 from events.task.participant import (
     local_path,
     snapshot_uri,
     write_atomic,
 )
-from events.task.reply import Answer, Failed, Outcome, Snapshotted, answer, failure
-from events.wire.codec import WireSettings, codec_for, process_wire
+from events.task.reply import Failed, Outcome, Snapshotted, answer, failure
+from events.wire.barrier_entry import entry_barrier, parse_barrier_json
+from events.wire.codec import WireSettings, process_wire
 from events.wire.records import CheckpointBarrier
 from events.wire.topics import Topics
 from events.wire.vocabulary import DeclineReason
-from spark_tasks.kafka_source import BARRIER_COLUMN, entry_barrier
+from spark_tasks.kafka_source.reading import BARRIER_COLUMN
 from spark_tasks.latency import STEP, Measurements
+from spark_tasks.replies import await_replies, send_reply
 from spark_tasks.state import KafkaRecord, PartitionStateStore, StatefulStep, StateLost, task_id
 from spark_tasks.workers import freeze_worker_heap
 
 __all__ = [
     "TaskSettings",
+    "await_replies",
     "partition_step",
     "send_reply",
     "snapshot_files",
@@ -82,12 +82,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-ACK_TIMEOUT_S = 10.0
-
-_producers: dict[tuple[str, tuple[tuple[str, Any], ...]], Producer] = {}
-"""One producer per Python worker and cluster: Spark reuses its Python workers, so
-acks after the first do not pay for a connection."""
 
 
 @dataclass(frozen=True)
@@ -116,59 +110,6 @@ class TaskSettings:
     @property
     def topics(self) -> Topics:
         return Topics(self.topic_prefix)
-
-
-def _producer(settings: TaskSettings) -> Producer:
-    key = (settings.bootstrap, tuple(sorted(settings.producer_extra.items())))
-    producer = _producers.get(key)
-    if producer is None:
-        producer = _producers[key] = Producer(producer_config(settings.bootstrap, settings.producer_extra))
-    return producer
-
-
-def send_reply(settings: TaskSettings, answered: Answer, *, wait: bool = True) -> None:
-    """Send an ack or a decline, naming the coordinator epoch of the barrier it answers, and wait
-    until the broker has it (or log why not).
-
-    ``wait=False`` only hands it to the producer: the task goes on with its records and calls
-    :func:`await_replies` before it ends (the ack's round trip overlaps the task's work)."""
-    reply, topic, headers = answered.reply, answered.topic(settings.topics), answered.headers
-    if not wait:
-
-        def delivered(error: Any, message: Any) -> None:
-            if error is not None:
-                log.error(
-                    "task %s could not send %s of checkpoint %d to %s: %s",
-                    reply.task_id, type(reply).__name__, reply.checkpoint_id, topic, error,
-                )  # fmt: skip
-
-        produce_record(
-            _producer(settings),
-            topic,
-            reply,
-            on_delivery=delivered,
-            headers=headers,
-            codec=codec_for(settings.wire),
-        )
-        return
-    try:
-        deliver(_producer(settings), topic, reply, ACK_TIMEOUT_S, headers, codec_for(settings.wire))
-    except (KafkaException, TimeoutError) as exc:
-        # The checkpoint then expires on the coordinator; failing the task would only
-        # make Spark fail the query, and a retry could not do better than the broker.
-        log.error(
-            "task %s could not send %s of checkpoint %d to %s: %s",
-            reply.task_id, type(reply).__name__, reply.checkpoint_id, topic, exc,
-        )  # fmt: skip
-
-
-def await_replies(settings: TaskSettings) -> None:
-    """Wait (up to :data:`ACK_TIMEOUT_S`) until the replies sent with ``wait=False`` are delivered."""
-    left = _producer(settings).flush(ACK_TIMEOUT_S)
-    if left:
-        log.error(
-            "%d checkpoint replies of job %s not delivered in %gs", left, settings.job_id, ACK_TIMEOUT_S
-        )
 
 
 _SNAPSHOT_SAFE = ":@=+,"
@@ -304,9 +245,9 @@ def partition_step(
                     if current.next_offset is not None or key in records:
                         raise RuntimeError(
                             f"barrier row of {topic}[{partition}] after its records: the source must "
-                            "emit a batch's barrier first (spark_tasks.kafka_source)"
+                            "emit a batch's barrier first (spark_tasks.kafka_source.reader)"
                         )
-                    entry = json.loads(barrier)
+                    entry = parse_barrier_json(barrier)
                     checkpoint = entry_barrier(settings.job_id, entry)
                     outcome = (
                         Failed(DeclineReason.TASK_CHECKPOINT_FAILURE, current.missing)
