@@ -11,7 +11,9 @@ AdminClient (:func:`acl_bindings`), the check of what a principal lacks, asked o
 The model: only the coordinator writes the journal, the barriers, the dead letters and its own
 topics; tasks write acknowledgements and declines (and their RUNNING status) and read barriers and
 the journal; drivers write job statuses and requests and read the journal; operators write requests
-and read the journal and the dead letters.
+and read the journal and the dead letters. A task or Spark job with an exactly-once Kafka sink also
+needs the sink's grants (:func:`sink_grants`): its transactional ids by their prefix, its output
+topics and the commit markers' topic.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ __all__ = [
     "missing_grants",
     "principal_of",
     "refusal",
+    "sink_commands",
+    "sink_commits_topic",
+    "sink_grants",
+    "sink_transactional_id_prefix",
 ]
 
 CLUSTER = "kafka-cluster"
@@ -73,7 +79,7 @@ class Grant:
     on a topic or a group, by its literal name or by a name prefix."""
 
     resource: str
-    """``topic`` or ``group``."""
+    """``topic``, ``group`` or ``transactional-id``."""
     name: str
     operations: tuple[str, ...]
     prefixed: bool = False
@@ -138,7 +144,7 @@ def _grants(role: Role, topics: Topics) -> tuple[Grant, ...]:
 
 SPARK_SOURCE_GROUPS = ("cutline-kafka-source-", "cutline-offset-probe-")
 """Prefixes of the throwaway ``group.id`` of the ``cutline-kafka`` source's consumers
-(spark_tasks/kafka_source.py: assign-only, never joined; Describe spares the warnings)."""
+(spark_tasks/kafka_source/: assign-only, never joined; Describe spares the warnings)."""
 
 
 def application_grants(topics: Topics, inputs: Iterable[str], group: str) -> tuple[Grant, ...]:
@@ -164,8 +170,54 @@ def application_grants(topics: Topics, inputs: Iterable[str], group: str) -> tup
     return tuple(merged.values())
 
 
+def sink_transactional_id_prefix(topics: Topics) -> str:
+    """An exactly-once sink's default ``transactional_id_prefix``: the topic prefix without its dot."""
+    return topics.prefix.rstrip(".") or "cutline"
+
+
+def sink_commits_topic(topics: Topics) -> str:
+    """The exactly-once sinks' commit markers: ``<prefix>sink-commits`` (compacted)."""
+    return f"{topics.prefix}sink-commits"
+
+
+def sink_grants(
+    topics: Topics, outputs: Iterable[str], transactional_id_prefix: str | None = None
+) -> tuple[Grant, ...]:
+    """What an exactly-once Kafka sink needs beyond its task's (or Spark job's) grants
+    (docs/exactly-once.md): Write on its transactional ids, by their prefix; Write on its output
+    topics; Write on the commit markers' topic and Read there for recovery (Create unless an
+    administrator made it, compacted)."""
+    prefix = transactional_id_prefix or sink_transactional_id_prefix(topics)
+    return (
+        Grant("transactional-id", prefix, ("Write", "Describe"), True, "its transactions, one id a task"),
+        *(Grant("topic", name, ("Write", "Describe"), why="its output") for name in dict.fromkeys(outputs)),
+        Grant(
+            "topic",
+            sink_commits_topic(topics),
+            ("Create", "Write", "Read", "Describe"),
+            why="its commit markers: written with the output, read at recovery",
+        ),
+    )
+
+
+def sink_commands(
+    principal: str,
+    topics: Topics,
+    outputs: Iterable[str],
+    transactional_id_prefix: str | None = None,
+    bootstrap: str = "BROKER:9093",
+) -> list[str]:
+    """One ``kafka-acls.sh`` command per grant of an exactly-once sink to ``principal``."""
+    chosen = sink_grants(topics, outputs, transactional_id_prefix)
+    return [acl_command(grant, principal, bootstrap=bootstrap) for grant in chosen]
+
+
+RESOURCE_OPTIONS = {"topic": "--topic", "group": "--group", "transactional-id": "--transactional-id"}
+"""``kafka-acls.sh``'s option for each kind of resource."""
+
+
 def _resource_option(grant: Grant) -> list[str]:
-    option = ["--topic", grant.name] if grant.resource == "topic" else ["--group", grant.name]
+    option = [RESOURCE_OPTIONS[grant.resource], grant.name]
     return [*option, "--resource-pattern-type", "prefixed"] if grant.prefixed else option
 
 
@@ -200,7 +252,11 @@ def grant_bindings(chosen: Iterable[Grant], principal: str) -> list[Any]:
 
     bindings = []
     for grant in chosen:
-        resource = ResourceType.TOPIC if grant.resource == "topic" else ResourceType.GROUP
+        resource = {
+            "topic": ResourceType.TOPIC,
+            "group": ResourceType.GROUP,
+            "transactional-id": ResourceType.TRANSACTIONAL_ID,
+        }[grant.resource]
         pattern = ResourcePatternType.PREFIXED if grant.prefixed else ResourcePatternType.LITERAL
         for operation in grant.operations:
             bindings.append(

@@ -29,11 +29,12 @@ from urllib.parse import quote
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from events.dev.broker import create_topics
+from events.kafka.acls import sink_commits_topic, sink_transactional_id_prefix
 from events.kafka.clients import consumer_config, partition_count, partition_for, producer_config
 from events.kafka.clients import read_partition_to_end as read_to_end
 from events.kafka.feed import read_job_partition
 from events.task import storage
-from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointTriggered
+from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointTriggered, JobStatus
 from events.wire.topics import Topics
 
 __all__ = [
@@ -42,11 +43,14 @@ __all__ = [
     "Completion",
     "ExactlyOnceSink",
     "Marker",
+    "OutputBuffer",
     "OutputRecord",
+    "Recovered",
     "RecoveryPlan",
     "Staged",
     "StagedOutput",
     "StagedOutputCorrupted",
+    "Step",
     "commits_topic",
     "create_commits_topic",
     "decode_staged",
@@ -54,6 +58,7 @@ __all__ = [
     "marker_key",
     "recovery_plan",
     "staged_name",
+    "transaction_timeout_problem",
     "transactional_id",
 ]
 
@@ -61,6 +66,8 @@ log = logging.getLogger(__name__)
 
 STAGED_FORMAT = "cutline-staged-output"
 STAGED_VERSION = 1
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+"""librdkafka's default ``transaction.timeout.ms``."""
 DEFAULT_MAX_BUFFERED_BYTES = 64 * 1024 * 1024
 """The most a sink keeps between two barriers (keys, values and headers): past it ``send`` refuses."""
 
@@ -151,6 +158,23 @@ def recovery_plan(
     return RecoveryPlan(tuple(commit), tuple(delete))
 
 
+def transaction_timeout_problem(transaction_timeout_ms: int, commit_timeout_ms: int) -> str | None:
+    """Why ``transaction.timeout.ms`` does not suit the sink, or None. Pure.
+
+    A transaction of this sink begins after the journal completed its checkpoint and ends with that
+    commit: it never spans a checkpoint interval or a checkpoint's duration (Flink's pitfall), only
+    one commit, which the sink gives ``commit_timeout_ms``. A broker that aborted it sooner would
+    make every large commit fail."""
+    if transaction_timeout_ms < commit_timeout_ms:
+        return (
+            f"transaction.timeout.ms={transaction_timeout_ms} is shorter than the sink's commit timeout "
+            f"({commit_timeout_ms} ms): the broker could abort a commit the sink still waits for. Raise "
+            f"transaction.timeout.ms to at least {commit_timeout_ms} (a transaction spans one commit, "
+            "not a checkpoint: the checkpoint interval and timeout do not bound it)"
+        )
+    return None
+
+
 def pending_through(staged: Iterable[int], completed: int) -> tuple[int, ...]:
     """The staged checkpoints a completion of ``completed`` sends: every one up to it (an aborted
     checkpoint's records go with the next completed one, whose cut covers them too), ascending. Pure."""
@@ -179,7 +203,7 @@ def marker_key(job_id: str, uid: str, task_id: str) -> bytes:
 
 def commits_topic(topics: Topics) -> str:
     """The marker topic: ``<prefix>sink-commits``."""
-    return f"{topics.prefix}sink-commits"
+    return sink_commits_topic(topics)
 
 
 def staged_name(task_id: str) -> str:
@@ -312,6 +336,45 @@ def decode_staged(data: bytes, uri: str = "") -> StagedOutput:
     )
 
 
+class OutputBuffer:
+    """The records a task sends between two barriers, bounded, and their staging at the barrier.
+
+    No Kafka client: it pickles (a Spark sink's ``foreachBatch`` half runs where Spark runs it)."""
+
+    def __init__(self, job_id: str, uid: str, task_id: str, max_buffered_bytes: int) -> None:
+        self.job_id, self.uid, self.task_id = job_id, uid, task_id
+        self.max_buffered_bytes = max_buffered_bytes
+        self.records: list[OutputRecord] = []
+        self.size = 0
+
+    def add(self, record: OutputRecord) -> None:
+        """Keep ``record`` until the next barrier; :class:`BufferFull` past the bound."""
+        if self.size + record.size > self.max_buffered_bytes:
+            raise BufferFull(
+                f"sink {self.uid} of task {self.task_id}: {self.size + record.size} bytes "
+                f"sent since the last barrier, more than max_buffered_bytes={self.max_buffered_bytes}: "
+                "checkpoint more often or raise the bound"
+            )
+        self.records.append(record)
+        self.size += record.size
+
+    def stage(self, barrier: CheckpointBarrier) -> StagedOutput:
+        """Write the buffered records to ``<location>/<task>.out``, atomically and durably, and
+        start an empty buffer."""
+        output = StagedOutput(
+            self.job_id, self.uid, self.task_id, barrier.checkpoint_id, barrier.attempt, tuple(self.records)
+        )
+        uri = storage.join(barrier.location, staged_name(self.task_id))
+        data = encode_staged(output)
+        storage.write_bytes(uri, data)
+        self.discard()
+        return dataclasses.replace(output, uri=uri, sha256=hashlib.sha256(data).hexdigest())
+
+    def discard(self) -> None:
+        """Forget the buffered records."""
+        self.records, self.size = [], 0
+
+
 # ---------------------------------------------------------------- the shell
 
 
@@ -362,14 +425,12 @@ class ExactlyOnceSink:
         self.uid = uid
         self.topics = topics
         self.commits = commits_topic(topics)
-        prefix = transactional_id_prefix or topics.prefix.rstrip(".") or "cutline"
+        prefix = transactional_id_prefix or sink_transactional_id_prefix(topics)
         self.transactional_id = transactional_id(prefix, job_id, uid, task_id)
-        self.max_buffered_bytes = max_buffered_bytes
         self.timeout = timeout
         self._consumer_extra = dict(consumer_extra or {})
         self._step = step
-        self._buffer: list[OutputRecord] = []
-        self._buffered_bytes = 0
+        self._buffer = OutputBuffer(job_id, uid, task_id, max_buffered_bytes)
         self._pending = _Pending()
         create_commits_topic(bootstrap, topics, commits_partitions)
         config = producer_config(
@@ -380,10 +441,19 @@ class ExactlyOnceSink:
                 **(producer_extra or {}),
             },
         )
+        problem = transaction_timeout_problem(
+            int(config.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)), int(timeout * 1000)
+        )
+        if problem is not None:
+            raise ValueError(f"sink {uid} of {job_id}/{task_id}: {problem}")
         self._producer = Producer(config)
         self._initialised = False
+        self.marker: Marker | None = None
+        """The last commit marker this sink read (at :meth:`recover`) or committed."""
         self.committed: list[int] = []
         """Checkpoints whose output this sink committed, in order."""
+        self.aborted: list[int] = []
+        """Staged checkpoints a cancel deleted unsent."""
 
     # ------------------------------------------------------------ between barriers
 
@@ -397,33 +467,18 @@ class ExactlyOnceSink:
         headers: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         """Keep one output record until the next barrier; :class:`BufferFull` past the bound."""
-        record = OutputRecord(topic, value, key, partition, tuple(headers))
-        if self._buffered_bytes + record.size > self.max_buffered_bytes:
-            raise BufferFull(
-                f"sink {self.uid} of task {self.task_id}: {self._buffered_bytes + record.size} bytes "
-                f"sent since the last barrier, more than max_buffered_bytes={self.max_buffered_bytes}: "
-                "checkpoint more often or raise the bound"
-            )
-        self._buffer.append(record)
-        self._buffered_bytes += record.size
+        self._buffer.add(OutputRecord(topic, value, key, partition, tuple(headers)))
 
     @property
     def buffered(self) -> int:
         """Records sent since the last barrier."""
-        return len(self._buffer)
+        return len(self._buffer.records)
 
     def stage(self, barrier: CheckpointBarrier) -> StagedOutput:
         """Write the records sent since the last barrier to ``<location>/<task>.out``, atomically and
         durably; call it from the participant's ``snapshot``, so the ack covers them."""
-        output = StagedOutput(
-            self.job_id, self.uid, self.task_id, barrier.checkpoint_id, barrier.attempt, tuple(self._buffer)
-        )
-        uri = storage.join(barrier.location, staged_name(self.task_id))
-        data = encode_staged(output)
-        storage.write_bytes(uri, data)
-        staged = dataclasses.replace(output, uri=uri, sha256=hashlib.sha256(data).hexdigest())
+        staged = self._buffer.stage(barrier)
         self._pending.by_id[barrier.checkpoint_id] = staged
-        self._buffer, self._buffered_bytes = [], 0
         self._at("staged", barrier.checkpoint_id)
         return staged
 
@@ -438,6 +493,46 @@ class ExactlyOnceSink:
         for checkpoint_id in ids:
             del self._pending.by_id[checkpoint_id]
 
+    def commit_staged(self, completed: CheckpointCompleted, locations: Mapping[int, str]) -> tuple[int, ...]:
+        """The journal completed ``completed``: commit the staged files of its attempt found in
+        ``locations`` (the checkpoints' locations, by id) after the last marker and up to it, in one
+        transaction (as :meth:`complete`, for a sink whose files another process staged); the ids
+        committed."""
+        done = 0 if self.marker is None else self.marker.checkpoint_id
+        wanted = {k: where for k, where in locations.items() if done < k <= completed.checkpoint_id}
+        found = {k: s for k, s in self._find_staged(wanted).items() if s.attempt == completed.attempt}
+        ids = pending_through(found, completed.checkpoint_id)
+        if ids:
+            self._commit([found[k] for k in ids], Marker(completed.checkpoint_id, completed.attempt))
+        return ids
+
+    # ------------------------------------------------------------ stop and cancel
+
+    def on_stop(self, status: JobStatus, drain: bool = False) -> None:
+        """The participant's ``on_stop``: a stop savepoint's output was committed by its completion
+        (``on_complete`` comes first); a cancel aborts what is pending (:meth:`abort`)."""
+        if status is JobStatus.CANCELED:
+            self.abort()
+
+    def abort(self, locations: Mapping[int, str] | None = None) -> tuple[int, ...]:
+        """Cancel: forget the records sent since the last barrier and delete, unsent, the files staged
+        for checkpoints not completed (this process's, and those found in ``locations`` after the
+        marker); the ids deleted. Nothing of theirs is in an open transaction."""
+        self._buffer.discard()
+        done = 0 if self.marker is None else self.marker.checkpoint_id
+        found = self._find_staged({k: where for k, where in (locations or {}).items() if k > done})
+        pending = {**found, **self._pending.by_id}
+        self._pending.by_id.clear()
+        ids = tuple(sorted(pending))
+        for checkpoint_id in ids:
+            self._delete(pending[checkpoint_id])
+        self.aborted.extend(ids)
+        if ids:
+            log.info(
+                "sink %s of %s/%s: canceled, deleted staged %s", self.uid, self.job_id, self.task_id, ids
+            )
+        return ids
+
     # ------------------------------------------------------------ recovery
 
     def recover(
@@ -447,7 +542,7 @@ class ExactlyOnceSink:
         output of completed checkpoints after the marker (up to ``restored``, the checkpoint the job
         resumes from; None: every completed one) and delete the rest (:func:`recovery_plan`)."""
         self._init_transactions()
-        marker = self.read_marker()
+        marker = self.marker = self.read_marker()
         triggers, completions = self._journal()
         found = self._find_staged(triggers)
         decide = plan or recovery_plan
@@ -532,9 +627,19 @@ class ExactlyOnceSink:
     # ------------------------------------------------------------ committing
 
     def _init_transactions(self) -> None:
-        if not self._initialised:
+        if self._initialised:
+            return
+        try:
             self._producer.init_transactions(self.timeout)
-            self._initialised = True
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+                raise ValueError(
+                    f"sink {self.uid} of {self.job_id}/{self.task_id}: the broker refuses its "
+                    "transaction.timeout.ms (above the broker's transaction.max.timeout.ms): lower it, "
+                    "one commit is all it has to outlast"
+                ) from exc
+            raise
+        self._initialised = True
 
     def _commit(self, outputs: Sequence[StagedOutput], marker: Marker) -> None:
         """One transaction: every record of ``outputs`` in order, then the marker; then the staged
@@ -557,6 +662,7 @@ class ExactlyOnceSink:
         except KafkaException as exc:
             self._abort_after(exc)
             raise
+        self.marker = marker
         self.committed.extend(o.checkpoint_id for o in outputs)
         self._at("committed", marker.checkpoint_id)
         for output in outputs:

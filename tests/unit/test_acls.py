@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AclOperation
+from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
 from events.kafka.acls import (
     Grant,
@@ -13,11 +13,15 @@ from events.kafka.acls import (
     Role,
     acl_bindings,
     application_grants,
+    grant_bindings,
     grants,
     kafka_acls_commands,
     lacking_commands,
     refusal,
+    sink_commands,
+    sink_grants,
 )
+from events.task.exactly_once import commits_topic, transactional_id
 from events.wire.topics import Topics
 
 SECURITY = Path(__file__).resolve().parents[2] / "docs" / "security.md"
@@ -96,3 +100,31 @@ def test_a_spark_job_s_one_principal_holds_a_driver_s_and_a_task_s_grants_and_it
     assert ("Read", "Describe") == next(g.operations for g in chosen if g.name == "wordcount")
     assert {"cutline-kafka-source-", "cutline-offset-probe-"} == {g.name for g in chosen if g.prefixed}
     assert len(chosen) == len({(g.resource, g.name) for g in chosen}), "one grant per resource"
+
+
+def test_an_exactly_once_sink_s_grants_cover_the_ids_and_topics_it_uses() -> None:
+    """Its transactional ids by their prefix, its outputs, and Read and Write on the commit markers."""
+    chosen = sink_grants(TOPICS, ["word-counts"])
+    (ids,) = [g for g in chosen if g.resource == "transactional-id"]
+    assert ids.prefixed and ("Write", "Describe") == ids.operations
+    assert ids.covers(transactional_id("cutline", "wordcount", "counts", "driver"))
+    assert ("Write", "Describe") == next(g.operations for g in chosen if g.name == "word-counts")
+    markers = next(g for g in chosen if g.name == commits_topic(TOPICS))
+    assert {"Write", "Read"} <= set(markers.operations)
+
+
+def test_a_sink_s_transactional_ids_are_granted_by_their_prefix_with_kafka_acls() -> None:
+    commands = sink_commands("User:task", TOPICS, ["word-counts"], transactional_id_prefix="wc")
+    assert commands[0].endswith(
+        "--allow-principal User:task --operation Write --operation Describe "
+        "--transactional-id wc --resource-pattern-type prefixed"
+    )
+    documented = SECURITY.read_text()
+    for command in sink_commands("User:task", TOPICS, ["word-counts"]):
+        assert command in documented, "docs/security.md gives the sink's commands"
+
+
+def test_a_sink_s_transactional_id_grant_becomes_a_transactional_id_binding() -> None:
+    bindings = grant_bindings(sink_grants(TOPICS, ["out"])[:1], "User:x")
+    assert {ResourceType.TRANSACTIONAL_ID} == {b.restype for b in bindings}
+    assert {ResourcePatternType.PREFIXED} == {b.resource_pattern_type for b in bindings}

@@ -18,8 +18,10 @@ from events.task.exactly_once import (
     marker_key,
     pending_through,
     recovery_plan,
+    transaction_timeout_problem,
     transactional_id,
 )
+from spark_tasks.kafka_sink import columns_problem, output_record
 
 
 def test_a_completed_checkpoint_after_the_marker_is_committed_again() -> None:
@@ -109,3 +111,49 @@ def test_a_torn_staged_file_is_refused() -> None:
     data = encode_staged(staged())
     with pytest.raises(StagedOutputCorrupted):
         decode_staged(data[: len(data) // 2], "chk-4/task-0.out")
+
+
+# ------------------------------------------------------------------ transaction.timeout.ms
+
+
+def test_a_transaction_timeout_shorter_than_one_commit_is_refused_with_what_to_do() -> None:
+    # when: the broker could abort a commit the sink waits 30 s for
+    problem = transaction_timeout_problem(10_000, commit_timeout_ms=30_000)
+    # then
+    assert problem is not None
+    assert "transaction.timeout.ms=10000" in problem and "at least 30000" in problem
+
+
+def test_a_transaction_timeout_that_outlasts_one_commit_is_enough_whatever_the_checkpoint_interval() -> None:
+    # a transaction spans one commit after the completion, never a checkpoint
+    assert transaction_timeout_problem(60_000, commit_timeout_ms=30_000) is None
+
+
+# ------------------------------------------------------------------ the Spark sink's rows
+
+
+def test_a_row_of_the_kafka_formats_columns_becomes_one_record() -> None:
+    row = {
+        "key": "alpha",
+        "value": b"3",
+        "topic": "counts",
+        "partition": 2,
+        "headers": [{"key": "h", "value": b"v"}],
+    }
+    assert output_record(row, None) == OutputRecord("counts", b"3", b"alpha", 2, (("h", b"v"),))
+
+
+def test_the_sinks_topic_is_used_instead_of_the_rows_as_in_spark() -> None:
+    row = {"value": "x", "topic": "elsewhere"}
+    assert output_record(row, "counts") == OutputRecord("counts", b"x", None, None, ())
+
+
+def test_a_value_of_another_type_says_which_column() -> None:
+    with pytest.raises(TypeError, match="'value' must be binary or string"):
+        output_record({"value": 3, "topic": "t"}, None)
+
+
+def test_a_dataframe_without_value_or_topic_is_refused_with_what_to_do() -> None:
+    assert "no 'value' column" in (columns_problem(["key", "topic"], None) or "")
+    assert "add one or give the sink a topic" in (columns_problem(["key", "value"], None) or "")
+    assert columns_problem(["key", "value"], "counts") is None
