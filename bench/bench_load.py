@@ -1,183 +1,418 @@
-"""How checkpoint latency grows with load, on the embedded Tansu and on Apache Kafka, in one run
-(issue 47, "Side by side"; docs/benchmarks.md).
+"""How checkpoint latency grows with load, on the embedded Tansu and on Apache Kafka, next to Flink's
+MiniCluster, in one run (issue 47, "Side by side"; docs/benchmarks.md, "Latency under load").
 
     uv run python bench/bench_load.py [--brokers tansu kafka] [--jobs 1 4 16 64]
-                                      [--participants 2 8 32] [--checkpoints 30] [--json OUT]
+                                      [--participants 2 8 32] [--modes thread shared]
+                                      [--checkpoints 20] [--interval-ms 500]
+                                      [--flink-parallelism 32] [--flink-python PATH] [--json OUT]
 
-For each broker (started for its part, one coordinator worker on it):
+For each broker (started for its part, one ``cutline coordinator`` worker on it, as a user runs it):
 
 - **jobs per worker**: ``J`` jobs at once (1, 4, 16, 64), each of two participants that share one
-  feed and one producer, each checkpointing every ``--interval-ms``; the latency of every job's
-  checkpoints after ``--warmup``, pooled;
+  feed and one producer (each job as its own process would have them), every job checkpointing
+  every ``--interval-ms``. After each job's first ``--warmup`` checkpoints, its next
+  ``--checkpoints`` are measured, and the jobs' are pooled;
 - **participants per job**: one job of ``P`` participants (2, 8, 32), each with a feed and a
   producer of its own (``thread``), then all sharing one (``shared``).
 
-Latency is ``CheckpointCompleted.duration_ms`` (trigger → completed, the coordinator's clock), read
-from the journal after the row. The targets on Apache Kafka: p99 at 16 jobs within 2× of 1 job;
-32 participants at or below Flink at parallelism 32 (``bench/bench_vs_flink.py --participants 32``,
-the same machine, the same run where possible). CPU of the broker and the coordinator over each row
-is printed beside it, and the machine's load: a busy machine says more about itself than about
-cutline.
+Every participant is a thread of this process (bench.bench_coordinator.Participants: a 1 KiB
+snapshot in an fsynced file each). Latency is ``CheckpointCompleted.duration_ms`` (trigger →
+completed, the coordinator's clock), read from the journal as it is written. Each row shows where
+the machine's CPU went meanwhile, in % of one core: the coordinator worker, the broker, this
+process (the participants and their feeds) and every other process of the machine (other work).
+
+Then Flink 2.3's MiniCluster at ``--flink-parallelism`` (32) with the same interval, warm-up and
+number of checkpoints (``bench/bench_vs_flink.py``'s anchor, in its scratch venv). The targets on
+Apache Kafka: p99 at 16 jobs within 2x of 1 job; 32 participants at or below Flink at parallelism
+32 (p50 and p99), both judged in this run. A failed or missing Flink anchor leaves the cutline rows
+standing, its row saying why.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from bench.bench_coordinator import BROKERS, Participants, broker, make_topics, percentile
-from bench.cpu import machine_line
+from bench.bench_coordinator import BROKERS, Meter, Participants, broker, make_topics, percentile
+from bench.bench_vs_flink import (
+    ANCHOR,
+    FlinkResult,
+    FlinkUnavailable,
+    flink_python,
+    run_flink,
+)
+from bench.cpu import code_checked, machine_line
 from coordinator.service.supervisor import CoordinatorProcess
-from events.kafka.log import read_journal_topic
+from events.dev.broker import partition_counts
+from events.kafka.clients import consume_available, consumer_config, job_key
 from events.task.participant import JobDriver
+from events.wire.codec import decode
 from events.wire.records import CheckpointCompleted, CheckpointConfig, JobStatus
 from events.wire.topics import Topics
 
 COMMAND = "uv run python bench/bench_load.py"
+JOBS_RATIO_TARGET = 2.0
+"""p99 at 16 jobs on one worker within this many times the p99 of 1 job (on Apache Kafka)."""
+MODES = {"thread": "a feed each", "shared": "one shared feed"}
+
+
+def load() -> tuple[float, float, float]:
+    one, five, fifteen = os.getloadavg()
+    return round(one, 2), round(five, 2), round(fifteen, 2)
 
 
 @dataclass(frozen=True)
 class LoadRow:
     broker: str
     dimension: str
-    """``jobs`` (jobs per worker, two participants each, shared) or ``participants`` (of one job)."""
+    """``jobs`` (jobs per worker, two participants each, sharing a feed) or ``participants`` (of one
+    job)."""
     size: int
     mode: str
-    checkpoints: int
-    p50: float
-    p99: float
+    durations: list[int]
+    """``--checkpoints`` per job after its warm-up, every job's pooled."""
+    cpu: dict[str, float]
+    """CPU seconds over the row: coordinator, broker, bench (this process: the participants),
+    other processes, and the row's wall time."""
     load_at_start: tuple[float, float, float]
-    seconds: float
+    complete: bool = True
+    """False when a job did not reach its checkpoints before the row's deadline (its rows are short)."""
+    tail_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.durations, 50)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.durations, 99)
+
+    def share(self, name: str) -> float:
+        """CPU of ``name`` in % of one core over the row."""
+        return 100 * self.cpu.get(name, 0.0) / max(self.cpu.get("wall", 1.0), 1e-9)
 
 
-def _load() -> tuple[float, float, float]:
-    import os
+# ------------------------------------------------------------------ journal
 
-    return os.getloadavg()
+
+class Completions:
+    """Every ``CheckpointCompleted`` of ``jobs`` in the journal, read as it is written, in a thread.
+
+    Only the messages keyed by one of the jobs are decoded, so the tail costs this process little
+    while the row runs."""
+
+    def __init__(self, bootstrap: str, topic: str, jobs: set[str]) -> None:
+        self._keys = {job_key(job) for job in jobs}
+        self.durations: dict[str, list[int]] = {job: [] for job in jobs}
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        count = partition_counts(bootstrap, [topic])[topic]
+        self._consumer = Consumer(consumer_config(bootstrap, extra={"fetch.wait.max.ms": 100}))
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(count)])
+        self._thread = threading.Thread(target=self._run, name="load-completions", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for message in consume_available(self._consumer, 5_000, 0.2):
+                value = message.value()
+                if message.error() or message.key() not in self._keys or not value:
+                    continue
+                event = decode(value)
+                if isinstance(event, CheckpointCompleted):
+                    with self._cond:
+                        self.durations[event.job_id].append(event.duration_ms)
+                        self._cond.notify_all()
+
+    def wait(self, each: int, timeout: float) -> bool:
+        """Until every job has completed ``each`` checkpoints; False if ``timeout`` s passed first."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while min(len(d) for d in self.durations.values()) < each:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(min(remaining, 0.5))
+        return True
+
+    def measured(self, warmup: int, checkpoints: int) -> list[int]:
+        with self._cond:
+            return [d for job in sorted(self.durations) for d in self.durations[job][warmup:][:checkpoints]]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+
+# ------------------------------------------------------------------ rows
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A broker and one coordinator worker on fresh topics."""
+
+    kind: str
+    bootstrap: str
+    topics: Topics
+    coordinator: CoordinatorProcess
+    broker_pid: int | None
 
 
 @contextmanager
-def _worker(kind: str, scratch: Path) -> Iterator[tuple[str, Topics]]:
-    """A broker of ``kind`` and one coordinator worker on fresh topics."""
-    with broker(kind) as (bootstrap, _, _pid):
+def running_worker(kind: str, scratch: Path) -> Iterator[Worker]:
+    with broker(kind) as (bootstrap, _, broker_pid):
         topics = make_topics(bootstrap, f"load-{kind}")
         coordinator = CoordinatorProcess(
             bootstrap, topics.prefix, log_path=scratch / f"coordinator-{kind}.log"
         )
         coordinator.start(timeout=120)
         try:
-            yield bootstrap, topics
+            yield Worker(kind, bootstrap, topics, coordinator, broker_pid)
         finally:
             coordinator.stop()
 
 
-def _durations(bootstrap: str, topics: Topics, jobs: set[str], warmup: int) -> list[int]:
-    """The completed checkpoints' durations of ``jobs``, each job's first ``warmup`` left out."""
-    seen: dict[str, int] = {}
-    durations = []
-    for event, _ in read_journal_topic(bootstrap, topics.checkpoints, lambda message, problem: None):
-        if isinstance(event, CheckpointCompleted) and event.job_id in jobs:
-            seen[event.job_id] = seen.get(event.job_id, 0) + 1
-            if seen[event.job_id] > warmup:
-                durations.append(event.duration_ms)
-    return durations
-
-
 def run_row(
-    bootstrap: str,
-    topics: Topics,
-    jobs: int,
-    participants: int,
-    mode: str,
-    args: argparse.Namespace,
-    scratch: Path,
-) -> tuple[list[int], float]:
-    """``jobs`` jobs of ``participants`` each, until every job completed warm-up + checkpoints."""
+    worker: Worker, dimension: str, jobs: int, participants: int, mode: str, args: argparse.Namespace
+) -> LoadRow:
+    """``jobs`` jobs of ``participants`` each, until every job completed warm-up + checkpoints (or the
+    row's deadline passed)."""
+    at_start = load()
     tag = f"{jobs}x{participants}-{mode}-{time.time_ns()}"
     names = {f"load-{tag}-{j}" for j in range(jobs)}
     config = CheckpointConfig(
-        interval_ms=args.interval_ms, location=(scratch / tag).as_uri(), timeout_ms=30_000,
+        interval_ms=args.interval_ms, location=(args.scratch / tag).as_uri(), timeout_ms=30_000,
         tolerable_failures=1_000,
     )  # fmt: skip
     wanted = args.warmup + args.checkpoints
-    started = time.monotonic()
+    completions = Completions(worker.bootstrap, worker.topics.checkpoints, names)
     with ExitStack() as stack:
+        stack.callback(completions.close)
+        drivers = []
         for name in sorted(names):
-            group = Participants(bootstrap, topics, name, participants, mode)
+            group = Participants(worker.bootstrap, worker.topics, name, participants, mode)
             stack.callback(group.close)
-            driver = JobDriver(bootstrap, name, topics)
+            driver = JobDriver(worker.bootstrap, name, worker.topics)
             stack.callback(driver.close)
+            drivers.append((driver, group))
+        # every job's clients exist before the first starts: the measured span is the jobs' running
+        meter = Meter({"coordinator": worker.coordinator.worker_pid, "broker": worker.broker_pid})
+        for driver, group in drivers:
             driver.running(group.task_ids, config, attempt=1)
             stack.callback(driver.status, JobStatus.FINISHED)
-        deadline = started + wanted * args.interval_ms / 1000 * 4 + 60
-        while time.monotonic() < deadline:
-            counts = _durations(bootstrap, topics, names, 0)
-            if len(counts) >= wanted * jobs:
-                break
-            time.sleep(1.0)
-    return _durations(bootstrap, topics, names, args.warmup), time.monotonic() - started
+        complete = completions.wait(wanted, timeout=wanted * args.interval_ms / 1000 * 6 + 60)
+        cpu = meter.stop()
+    return LoadRow(
+        worker.kind, dimension, jobs if dimension == "jobs" else participants, mode,
+        completions.measured(args.warmup, args.checkpoints), cpu, at_start, complete,
+    )  # fmt: skip
 
 
-def _rows(kind: str, args: argparse.Namespace, scratch: Path, console: Console) -> Iterator[LoadRow]:
-    with _worker(kind, scratch) as (bootstrap, topics):
-        sizes = [("jobs", j, 2, "shared") for j in args.jobs]
-        sizes += [("participants", 1, p, m) for p in args.participants for m in ("thread", "shared")]
+def broker_rows(kind: str, args: argparse.Namespace, console: Console) -> Iterator[LoadRow]:
+    sizes = [("jobs", j, 2, "shared") for j in args.jobs]
+    sizes += [("participants", 1, p, m) for p in args.participants for m in args.modes]
+    with running_worker(kind, args.scratch) as worker:
         for dimension, jobs, participants, mode in sizes:
-            at_start = _load()
             size = jobs if dimension == "jobs" else participants
-            console.print(f"{BROKERS[kind]}: {dimension} {size} ({mode}), load {at_start}")
-            durations, seconds = run_row(bootstrap, topics, jobs, participants, mode, args, scratch)
-            row = LoadRow(
-                kind, dimension, size, mode, len(durations), percentile(durations, 50),
-                percentile(durations, 99), at_start, round(seconds, 1),
-            )  # fmt: skip
-            console.print(f"  {row.checkpoints} checkpoints: p50 {row.p50:.0f} / p99 {row.p99:.0f} ms")
+            console.print(f"{BROKERS[kind]}: {dimension} {size} ({MODES[mode]}), load {load()}")
+            row = run_row(worker, dimension, jobs, participants, mode, args)
+            short = (
+                "" if row.complete else " [bold red](deadline passed: not every job got its checkpoints)[/]"
+            )
+            console.print(
+                f"  {len(row.durations)} checkpoints: p50 {row.p50:.0f} / p99 {row.p99:.0f} ms; CPU % of a "
+                f"core: coordinator {row.share('coordinator'):.0f}, broker {row.share('broker'):.0f}, "
+                f"participants {row.share('bench'):.0f}, others {row.share('other processes'):.0f}{short}"
+            )
             yield row
 
 
-def table(rows: list[LoadRow]) -> Table:
+# ------------------------------------------------------------------ Flink
+
+
+def flink_rows(args: argparse.Namespace, console: Console) -> list[FlinkResult | str]:
+    """Flink at each ``--flink-parallelism``, or why it could not run (the cutline rows stand)."""
+    if not args.flink_parallelism:
+        return []
+    try:
+        python = flink_python(args.flink_python, console)
+    except FlinkUnavailable as exc:
+        return [f"unavailable: {exc}" for _ in args.flink_parallelism]
+    seconds = int((args.warmup + args.checkpoints) * args.interval_ms / 1000 * 1.5) + 30
+    found: list[FlinkResult | str] = []
+    for parallelism in args.flink_parallelism:
+        console.print(f"Flink 2.3 MiniCluster: parallelism {parallelism}, {seconds} s, load {load()}")
+        try:
+            result: FlinkResult | str = run_flink(
+                python, Path(args.anchor), parallelism, seconds, args.interval_ms, args.warmup,
+                args.checkpoints, args.scratch,
+            )  # fmt: skip
+        except Exception as exc:  # the anchor is a program of its own: any failure of it is reported
+            result = f"{type(exc).__name__}: {str(exc)[:300]}"
+        console.print(f"  {_flink_line(result)}")
+        found.append(result)
+    return found
+
+
+def _flink_line(result: FlinkResult | str) -> str:
+    if isinstance(result, str):
+        return f"[bold red]the Flink anchor failed:[/] {result}"
+    d = result.durations
+    p50, p99 = percentile(d, 50), percentile(d, 99)
+    return f"{len(d)} checkpoints after {result.warmup}: p50 {p50:.0f} / p99 {p99:.0f} ms"
+
+
+# ------------------------------------------------------------------ report
+
+
+def table(rows: list[LoadRow], flink: list[FlinkResult | str]) -> Table:
     out = Table(title="Checkpoint latency under load, trigger → completed (ms)", title_justify="left")
-    for column in ("broker", "load", "size", "mode", "n", "p50", "p99", "load at start", "s"):
-        out.add_column(column, justify="right" if column in ("size", "n", "p50", "p99", "s") else "left")
+    right = ("size", "n", "p50", "p99", "max", "coordinator", "broker", "participants", "others")
+    for column in ("system", "load", "size", "mode", "n", "p50", "p99", "max", "coordinator", "broker",
+                   "participants", "others", "load at start"):  # fmt: skip
+        out.add_column(column, justify="right" if column in right else "left")
     for r in rows:
         out.add_row(
-            BROKERS[r.broker], "jobs per worker" if r.dimension == "jobs" else "participants per job",
-            str(r.size), r.mode, str(r.checkpoints), f"{r.p50:.0f}", f"{r.p99:.0f}",
-            "/".join(f"{v:.2f}" for v in r.load_at_start), f"{r.seconds:.0f}",
+            f"cutline on {BROKERS[r.broker]}",
+            "jobs per worker" if r.dimension == "jobs" else "participants per job",
+            str(r.size), MODES[r.mode], str(len(r.durations)) + ("" if r.complete else " (short)"),
+            f"{r.p50:.0f}", f"{r.p99:.0f}", f"{max(r.durations, default=0)}",
+            *(f"{r.share(k):.0f} %" for k in ("coordinator", "broker", "bench", "other processes")),
+            "/".join(f"{v:.2f}" for v in r.load_at_start),
+        )  # fmt: skip
+    for f in flink:
+        if isinstance(f, str):
+            out.add_row("Flink 2.3 MiniCluster", "", "", f"[bold red]failed: {f[:120]}[/]", *([""] * 9))
+            continue
+        out.add_row(
+            "Flink 2.3 MiniCluster", "parallelism", str(f.parallelism), "", str(len(f.durations)),
+            f"{percentile(f.durations, 50):.0f}", f"{percentile(f.durations, 99):.0f}",
+            f"{max(f.durations, default=0)}", "", "", f"{100 * f.cpu['flink'] / f.wall_s:.0f} %",
+            f"{100 * f.cpu['other processes'] / f.wall_s:.0f} %",
+            "/".join(f"{v:.2f}" for v in f.load_at_start),
         )  # fmt: skip
     return out
 
 
-def main() -> None:
+def verdicts(rows: list[LoadRow], flink: list[FlinkResult | str]) -> list[str]:
+    """The targets, per broker: p99 at 16 jobs against 1 job, and 32 participants against Flink at 32."""
+    lines = []
+    by_key = {(r.broker, r.dimension, r.size, r.mode): r for r in rows}
+    anchors = {f.parallelism: f for f in flink if isinstance(f, FlinkResult)}
+    for kind in dict.fromkeys(r.broker for r in rows):
+        one, sixteen = by_key.get((kind, "jobs", 1, "shared")), by_key.get((kind, "jobs", 16, "shared"))
+        if one and sixteen:
+            ratio = sixteen.p99 / one.p99
+            met = "met" if ratio <= JOBS_RATIO_TARGET else "[bold red]missed[/]"
+            lines.append(
+                f"{BROKERS[kind]}: p99 at 16 jobs {sixteen.p99:.0f} ms against 1 job {one.p99:.0f} ms = "
+                f"{ratio:.2f}x (target ≤ {JOBS_RATIO_TARGET:g}x) {met}"
+            )
+        for mode in MODES:
+            row, anchor = by_key.get((kind, "participants", 32, mode)), anchors.get(32)
+            if row and anchor:
+                f50, f99 = percentile(anchor.durations, 50), percentile(anchor.durations, 99)
+                met = "met" if row.p50 <= f50 and row.p99 <= f99 else "[bold red]missed[/]"
+                lines.append(
+                    f"{BROKERS[kind]}: 32 participants ({MODES[mode]}) p50/p99 "
+                    f"{row.p50:.0f}/{row.p99:.0f} ms against Flink at parallelism 32 "
+                    f"{f50:.0f}/{f99:.0f} ms {met}"
+                )
+    return lines
+
+
+def as_json(rows: list[LoadRow], flink: list[FlinkResult | str], meta: dict[str, Any]) -> dict[str, Any]:
+    found: list[dict[str, Any]] = []
+    for f in flink:
+        if isinstance(f, str):
+            found.append({"failed": f})
+        else:
+            d = f.durations
+            found.append({"parallelism": f.parallelism, "n": len(d), "p50": percentile(d, 50),
+                          "p99": percentile(d, 99), "durations": d, "anchor_line": f.anchor, "cpu_s": f.cpu,
+                          "load_at_start": f.load_at_start})  # fmt: skip
+    cutline = [{**asdict(r), "p50": r.p50, "p99": r.p99} for r in rows]
+    return {**meta, "rows": cutline, "flink": found}
+
+
+# ------------------------------------------------------------------ main
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--brokers", nargs="+", choices=tuple(BROKERS), default=list(BROKERS))
-    parser.add_argument("--jobs", type=int, nargs="+", default=[1, 4, 16, 64], help="jobs per worker")
-    parser.add_argument("--participants", type=int, nargs="+", default=[2, 8, 32], help="of one job")
-    parser.add_argument("--checkpoints", type=int, default=30, help="measured per job and row")
+    parser.add_argument("--jobs", type=int, nargs="*", default=[1, 4, 16, 64], help="jobs per worker")
+    parser.add_argument("--participants", type=int, nargs="*", default=[2, 8, 32], help="of one job")
+    parser.add_argument("--modes", nargs="+", choices=tuple(MODES), default=list(MODES),
+                        help="participants with a feed and a producer each (thread), "
+                        "or sharing one (shared)")  # fmt: skip
+    parser.add_argument("--checkpoints", type=int, default=20, help="measured per job and row")
     parser.add_argument("--warmup", type=int, default=3, help="first checkpoints of each job left out")
-    parser.add_argument("--interval-ms", type=int, default=500, help="every job's checkpoint interval")
-    parser.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--interval-ms", type=int, default=500, help="every job's (and Flink's) checkpoint interval"
+    )
+    parser.add_argument("--flink-parallelism", type=int, nargs="*", default=[32],
+                        help="Flink rows (default 32; none: no Flink row)")  # fmt: skip
+    parser.add_argument("--flink-python", help="a Python with apache-flink==2.3.0 (default: the scratch venv "
+                        "/tmp/cutline-flink-venv, made if missing)")  # fmt: skip
+    parser.add_argument("--anchor", default=str(ANCHOR), help="the Flink anchor script")
+    parser.add_argument("--json", metavar="OUT", help="also write the rows (and every duration) as JSON")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     console = Console(highlight=False)
-    console.print(f"[bold]{COMMAND}[/]: {machine_line()}, load average {_load()} at start")
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200)
+    at_start, started = load(), time.monotonic()
+    console.print(
+        f"[bold]{COMMAND}[/]: {machine_line()}, code from {code_checked()}, load average {at_start} "
+        f"at start; a checkpoint every {args.interval_ms} ms, {args.checkpoints} measured per job after "
+        f"{args.warmup}"
+    )
     rows: list[LoadRow] = []
+    flink: list[FlinkResult | str] = []
     with tempfile.TemporaryDirectory(prefix="cutline-load-") as tmp:
-        for kind in args.brokers:
-            rows += _rows(kind, args, Path(tmp), console)
-    console.print(table(rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1))
+        args.scratch = Path(tmp)
+        try:
+            for kind in args.brokers:
+                for row in broker_rows(kind, args, console):
+                    rows.append(row)
+            flink = flink_rows(args, console)
+        finally:  # what was measured is printed, whatever stopped the run
+            console.print(table(rows, flink))
+            for line in verdicts(rows, flink):
+                console.print(line)
+            end = load()
+            console.print(
+                "CPU in % of one core over each row: the coordinator worker, the broker, this process (the "
+                "participants, their feeds and producers), every other process of the machine (other work); "
+                f"Flink: the anchor and its JVM. total {time.monotonic() - started:.0f} s, load average "
+                f"{end} at the end"
+            )
+            if args.json:
+                meta = {"command": COMMAND, "date": datetime.now().isoformat(timespec="seconds"),
+                        "load_at_start": at_start, "load_at_end": end, "interval_ms": args.interval_ms,
+                        "warmup": args.warmup, "checkpoints": args.checkpoints}  # fmt: skip
+                Path(args.json).write_text(json.dumps(as_json(rows, flink, meta), indent=1, default=list))
 
 
 if __name__ == "__main__":

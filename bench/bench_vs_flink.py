@@ -3,7 +3,8 @@
 
     uv run python bench/bench_vs_flink.py [--quick] [--participants 2 8] [--checkpoints 100]
                                           [--brokers tansu kafka] [--modes thread shared]
-                                          [--storage files inline] [--flink-python PATH] [--json OUT]
+                                          [--storage files inline] [--kills 2]
+                                          [--flink-python PATH] [--anchor PATH] [--json OUT]
 
 For each size N (2 and 8), one after the other so that both systems see the same machine:
 
@@ -30,15 +31,25 @@ For each size N (2 and 8), one after the other so that both systems see the same
   is judged on. The anchor runs long enough for them (``--flink-seconds``; the MiniCluster's start
   counts in it).
 
+- **failover, on each broker** (``--kills`` rounds, 0 leaves it out): ``bench/bench_recovery.py``'s
+  failover on that broker: 3 ``cutline coordinator`` workers, 6 jobs of 3 participant threads, a
+  checkpoint every 200 ms; each round SIGKILLs the worker process that owns a job while one of its
+  checkpoints is pending, and times the kill → the new owner's claim → every job of the killed
+  worker completing a checkpoint again (target: within the session timeout + 2 s). Flink's anchor
+  has no failover to set beside it.
+
 Order: cutline 2 (each broker and mode), Flink 2, cutline 8 (each broker and mode), Flink 8
-(``--rounds`` repeats it). When the anchor fails at a size, the cutline rows of that size are kept,
-printed and written with why (the table's Flink row says ``failed: ...``).
+(``--rounds`` repeats it), then failover on each broker. When the anchor fails at a size, the
+cutline rows of that size are kept, printed and written with why (the table's Flink row says
+``failed: ...``); whatever stops the run, the rows measured before are printed (and written).
 The target (docs/design.md, "Performance targets"): cutline's p50 and p99 at or below Flink's at the same
 size in the same run.
 
-``--flink-python`` names a Python with ``apache-flink==2.3.0``; without it the venv
-``/tmp/cutline-flink-venv`` is made (``uv venv --python 3.11``) or reused. Java 11 or 17 must be on
-the PATH.
+Where Flink comes from: ``--flink-python`` (or ``$CUTLINE_FLINK_PYTHON``) names a Python with
+``apache-flink==2.3.0``; without it the venv ``/tmp/cutline-flink-venv`` is made (``uv venv
+--python 3.11``) or reused. ``--anchor`` (or ``$CUTLINE_FLINK_ANCHOR``) names the anchor script,
+by default ``../shared/anchors/flink_checkpoint_latency.py`` beside the checkout. Java 11 or 17 must
+be on the PATH.
 """
 
 from __future__ import annotations
@@ -78,8 +89,13 @@ from coordinator.service.supervisor import CoordinatorProcess
 
 COMMAND = "uv run python bench/bench_vs_flink.py"
 ROOT = Path(__file__).resolve().parents[1]
-ANCHOR = ROOT.parent / "shared" / "anchors" / "flink_checkpoint_latency.py"
+ANCHOR = Path(
+    os.environ.get("CUTLINE_FLINK_ANCHOR")
+    or ROOT.parent / "shared" / "anchors" / "flink_checkpoint_latency.py"
+)
+"""The Flink anchor script (``--anchor``): ``$CUTLINE_FLINK_ANCHOR``, else the one beside the checkout."""
 FLINK_VENV = Path("/tmp/cutline-flink-venv")
+"""The scratch venv made for Flink when neither ``--flink-python`` nor ``$CUTLINE_FLINK_PYTHON`` names one."""
 FLINK_VERSION = "2.3.0"
 ANCHOR_LINE = re.compile(r"flink par=(\d+) n=(\d+) p50=(\d+) p90=(\d+) p99=(\d+) max=(\d+) ms")
 COMPLETED_LINE = re.compile(r"Completed checkpoint (\d+) .*checkpointDuration=(\d+) ms")
@@ -290,6 +306,105 @@ def run_cutline(
     return CutlineRow(result, mode, at_start, setup, broker_kind)
 
 
+# ---------------------------------------------------------------- failover
+
+
+@dataclass
+class FailoverRow:
+    """The failover rounds on one broker (``bench.bench_recovery.Kill`` each), or why they stopped."""
+
+    broker: str
+    kills: list[Any]
+    session_timeout: float
+    load_at_start: tuple[float, float, float]
+    failure: str | None = None
+
+    @property
+    def target_s(self) -> float:
+        return self.session_timeout + FAILOVER_MARGIN_S
+
+
+FAILOVER_MARGIN_S = 2.0
+"""Target: a killed worker's jobs complete checkpoints again within the session timeout + this."""
+
+
+def run_failover(kind: str, kills: int, scratch: Path, console: Console) -> FailoverRow:
+    """``bench/bench_recovery.py``'s failover on a broker of ``kind``: 3 workers, 6 jobs of 3
+    participants, ``kills`` SIGKILLs of a job's owner (its worker process), a replacement between
+    rounds."""
+    # Imported here: bench_recovery imports the coordinator's Faust app, which the latency rows'
+    # process (their participants) must not carry.
+    from bench.bench_recovery import Cluster, kill_one
+    from coordinator.service.app import Settings
+
+    settings = argparse.Namespace(
+        workers=3, jobs=6, tasks=3, interval_ms=200, timeout_ms=4_000,
+        session_timeout=Settings.session_timeout, worker_loglevel="warning",
+    )  # fmt: skip
+    row = FailoverRow(kind, [], Settings.session_timeout, load())
+    directory = scratch / f"failover-{kind}-{time.time_ns()}"
+    directory.mkdir(parents=True)
+    try:
+        with broker(kind) as (bootstrap, _, _pid):
+            cluster = Cluster(bootstrap, settings, directory)
+            try:
+                cluster.wait_completions(3, timeout=120)
+                for i in range(kills):
+                    job = cluster.jobs[i % len(cluster.jobs)]
+                    kill = kill_one(cluster, job, timeout=120, what="worker")
+                    row.kills.append(kill)
+                    console.print(
+                        f"  round {i + 1}: killed the owner of {job} (pid {kill.victim_pid}, "
+                        f"{len(kill.victim_jobs)} jobs): new claim after {kill.claim_s:.2f} s, all its jobs "
+                        f"completed again after {kill.all_s:.2f} s"
+                    )
+                    if i + 1 < kills:
+                        cluster.start_workers(1)  # the replacement; the group rebalances onto it
+                        time.sleep(3.0)
+                        cluster.wait_completions(3, timeout=120)
+            finally:
+                cluster.close()
+    except Exception as exc:  # keep the rounds measured before, and say why the rest is missing
+        row.failure = f"{type(exc).__name__}: {str(exc)[:300]}"
+        console.print(f"  [bold red]failover on {BROKERS[kind]} stopped:[/] {row.failure}")
+    return row
+
+
+def failover_table(rows: list[FailoverRow]) -> Table:
+    table = Table(
+        title="Failover: SIGKILL of a job's owner (its worker process) among 3 workers, "
+        "seconds after the kill",
+        title_justify="left",
+    )
+    for col in ("broker", "round", "load at start", "→ new claim", "→ job completes again",
+                "→ all its jobs", "target", ""):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("broker", "load at start", "") else "right")
+    for row in rows:
+        for i, k in enumerate(row.kills, 1):
+            table.add_row(
+                f"cutline (Faust, {BROKERS.get(row.broker, row.broker)})", f"{i}",
+                "/".join(f"{v:.2f}" for v in row.load_at_start), f"{k.claim_s:.2f}", f"{k.job_s:.2f}",
+                f"{k.all_s:.2f}", f"≤ {row.target_s:g}",
+                "met" if k.all_s <= row.target_s else "[bold red]missed[/]",
+            )  # fmt: skip
+        if row.failure is not None:
+            table.add_row(BROKERS.get(row.broker, row.broker), "", "", f"[bold red]stopped: {row.failure}[/]")
+        table.add_section()
+    return table
+
+
+def failover_json(rows: list[FailoverRow]) -> list[dict[str, Any]]:
+    return [
+        {
+            "broker": row.broker, "session_timeout_s": row.session_timeout, "target_s": row.target_s,
+            "load_at_start": row.load_at_start, "failure": row.failure,
+            "kills": [{"claim_s": k.claim_s, "job_s": k.job_s, "all_s": k.all_s, "jobs": len(k.victim_jobs),
+                       "load_at_kill": k.load_at_kill} for k in row.kills],
+        }
+        for row in rows
+    ]  # fmt: skip
+
+
 # ------------------------------------------------------------------ report
 
 
@@ -348,7 +463,7 @@ def side_by_side(pairs: list[tuple[list[CutlineRow], FlinkResult | str]]) -> Tab
                 "/".join(f"{v:.2f}" for v in ours.load_at_start),
                 f"{own / r.wall_s:.0%}",
                 f"{r.cpu['other processes'] / r.wall_s:.0%}",
-                f"{like[0]:.0f} / {like[2]:.0f}",
+                f"{like[0]:.0f} / {like[2]:.0f}" if isinstance(flink, FlinkResult) else "-",
                 verdict(r.durations, (like[0], like[2])) if isinstance(flink, FlinkResult) else "no anchor",
             )  # fmt: skip
         if not isinstance(flink, FlinkResult):  # the anchor failed: the cutline rows stand alone
@@ -438,7 +553,7 @@ def _flink_row(
         return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -479,26 +594,137 @@ def main() -> None:
         help="the broker of the cutline rows: the embedded Tansu and Apache Kafka itself (default: both, "
         "each started for its row)",
     )
+    parser.add_argument(
+        "--kills",
+        type=int,
+        help="failover rounds on each broker after the latency rows (2; quick 1; 0: none)",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="repeat the interleaved sequence")
     parser.add_argument(
-        "--flink-python", help="a Python with apache-flink==2.3.0 (default: the scratch venv)"
+        "--flink-python",
+        default=os.environ.get("CUTLINE_FLINK_PYTHON"),
+        help=f"a Python with apache-flink=={FLINK_VERSION} (default: $CUTLINE_FLINK_PYTHON, else the "
+        f"scratch venv {FLINK_VENV}, made if missing)",
     )
-    parser.add_argument("--anchor", default=str(ANCHOR), help="the Flink anchor script")
+    parser.add_argument(
+        "--anchor",
+        default=str(ANCHOR),
+        help=f"the Flink anchor script (default: $CUTLINE_FLINK_ANCHOR, else {ANCHOR})",
+    )
     parser.add_argument("--json", metavar="OUT", help="also write the figures (and every duration) as JSON")
     args = parser.parse_args()
-    checkpoints = args.checkpoints or (20 if args.quick else 100)
-    warmup = args.warmup if args.warmup is not None else (3 if args.quick else 5)
+    args.checkpoints = args.checkpoints or (20 if args.quick else 100)
+    args.warmup = args.warmup if args.warmup is not None else (3 if args.quick else 5)
+    args.kills = args.kills if args.kills is not None else (1 if args.quick else 2)
     # The anchor runs for a fixed time, the MiniCluster's start included: long enough for warm-up +
     # checkpoints with room to spare (a busy machine, checkpoints slower than the interval); as
     # many as cutline's row measures are kept.
-    seconds = args.flink_seconds or int((warmup + checkpoints) * args.interval_ms / 1000 * 1.5) + 15
+    args.flink_seconds = (
+        args.flink_seconds or int((args.warmup + args.checkpoints) * args.interval_ms / 1000 * 1.5) + 15
+    )
+    return args
 
+
+Pairs = list[tuple[list[CutlineRow], FlinkResult | str]]
+
+
+def measure_sizes(
+    args: argparse.Namespace, python: Path, scratch: Path, console: Console, pairs: Pairs
+) -> None:
+    """The interleaved latency rows, appended to ``pairs`` as they are measured (a size whose Flink row
+    was not reached says so)."""
+    for round_ in range(1, args.rounds + 1):
+        for n in args.participants:
+            rows: list[CutlineRow] = []
+            pairs.append((rows, "not run: the run stopped before it"))
+            combinations = [(b, m, s) for b in args.brokers for m in args.modes for s in args.storage]
+            for broker_kind, mode, storage in combinations:
+                console.print(
+                    f"[bold]round {round_}[/]: cutline on {BROKERS[broker_kind]}, {n} participants "
+                    f"(threads, {MODES[mode]}, {storage}), load {load()}"
+                )
+                ours = run_cutline(
+                    n, mode, args.checkpoints, args.warmup, args.interval_ms, scratch, console,
+                    STORAGE[storage], broker_kind,
+                )  # fmt: skip
+                r = ours.result
+                console.print(
+                    f"  {len(r.durations)} measured, {r.aborted} aborted, {r.declined} declined; "
+                    f"p50 {percentile(r.durations, 50):.0f} / p99 {percentile(r.durations, 99):.0f} ms"
+                )
+                for line in slowest_lines([r]):
+                    console.print(line, highlight=False, soft_wrap=True)
+                rows.append(ours)
+            seconds = args.flink_seconds
+            console.print(f"[bold]round {round_}[/]: Flink, parallelism {n}, {seconds} s, load {load()}")
+            flink = _flink_row(
+                python, Path(args.anchor), n, seconds, args, args.warmup, args.checkpoints, scratch
+            )
+            pairs[-1] = (rows, flink)
+            if isinstance(flink, FlinkResult):
+                a = flink.anchor
+                console.print(
+                    f"  anchor: flink par={n} n={a['n']} p50={a['p50']} p90={a['p90']} p99={a['p99']} "
+                    f"max={a['max']} ms; {len(flink.durations)} after the warm-up"
+                )
+            else:  # the cutline rows of the size are kept and printed all the same
+                console.print(f"  [bold red]the Flink anchor failed:[/] {flink}")
+
+
+def report(
+    args: argparse.Namespace,
+    pairs: Pairs,
+    failovers: list[FailoverRow],
+    at_start: tuple[float, float, float],
+    started: float,
+    console: Console,
+) -> None:
+    """The tables of what was measured (and the JSON file)."""
+    if pairs:
+        console.print(side_by_side(pairs))
+        console.print(
+            "cutline: CheckpointCompleted.duration_ms; Flink: checkpointDuration from its log. Percentiles "
+            "of the cutline and 'after warm-up' rows by nearest rank; the anchor's line uses its own "
+            "(sorted\\[int(q·n)]) over every checkpoint, the first (start-up) ones included ('n of m': it "
+            "read only the last n of the m checkpoints Flink logged). CPU in % of one core over the row: "
+            "'own' is cutline's coordinator, broker and this process (the participants), or the anchor and "
+            "its JVM; 'others' is the rest of the machine; load: the 1, 5 and 15 min load averages."
+        )
+    if failovers:
+        console.print(failover_table(failovers))
+    end = load()
+    console.print(f"total {time.monotonic() - started:.0f} s, load average {end} at the end")
+    if not args.json:
+        return
+    meta = {
+        "command": COMMAND + (" --quick" if args.quick else ""),
+        "date": datetime.now().isoformat(timespec="seconds"),
+        "machine": {
+            "cores": os.cpu_count(),
+            "arch": platform.machine(),
+            "python": platform.python_version(),
+            "cpu": cpu_model(),
+        },
+        "load_at_start": at_start,
+        "load_at_end": end,
+        "interval_ms": args.interval_ms,
+        "warmup": args.warmup,
+        "flink_seconds": args.flink_seconds,
+        "failover": failover_json(failovers),
+    }
+    Path(args.json).write_text(json.dumps(as_json(pairs, meta), indent=1, default=list))
+    console.print(f"figures written to {args.json}")
+
+
+def main() -> None:
+    args = parse_args()
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=220)
-    anchor = Path(args.anchor)
-    if not anchor.exists():
-        console.print(f"[bold red]no Flink anchor at {anchor}[/] (pass --anchor PATH)")
+    if not Path(args.anchor).exists():
+        console.print(
+            f"[bold red]no Flink anchor at {args.anchor}[/] (pass --anchor PATH or set CUTLINE_FLINK_ANCHOR)"
+        )
         sys.exit(2)
     try:
         python = flink_python(args.flink_python, console)
@@ -509,76 +735,24 @@ def main() -> None:
     console.print(
         f"[bold]{COMMAND}[/]{' --quick' if args.quick else ''}: {machine_line()}, "
         f"code from {code_checked()}, load average {at_start} at start; Flink {FLINK_VERSION} from "
-        f"{python}; {checkpoints} checkpoints after {warmup} (cutline), the anchor runs {seconds} s per row"
+        f"{python} with {args.anchor}; {args.checkpoints} checkpoints after {args.warmup} (cutline), the "
+        f"anchor runs {args.flink_seconds} s per row"
     )
     started = time.monotonic()
-    pairs: list[tuple[list[CutlineRow], FlinkResult | str]] = []
+    pairs: Pairs = []
+    failovers: list[FailoverRow] = []
     with tempfile.TemporaryDirectory(prefix="cutline-vs-flink-") as tmp:
         scratch = Path(tmp)
-        for round_ in range(1, args.rounds + 1):
-            for n in args.participants:
-                rows = []
-                combinations = [(b, m, s) for b in args.brokers for m in args.modes for s in args.storage]
-                for broker_kind, mode, storage in combinations:
-                    console.print(
-                        f"[bold]round {round_}[/]: cutline on {BROKERS[broker_kind]}, {n} participants "
-                        f"(threads, {MODES[mode]}, {storage}), load {load()}"
-                    )
-                    ours = run_cutline(
-                        n, mode, checkpoints, warmup, args.interval_ms, scratch, console, STORAGE[storage],
-                        broker_kind,
-                    )  # fmt: skip
-                    r = ours.result
-                    console.print(
-                        f"  {len(r.durations)} measured, {r.aborted} aborted, {r.declined} declined; "
-                        f"p50 {percentile(r.durations, 50):.0f} / p99 {percentile(r.durations, 99):.0f} ms"
-                    )
-                    for line in slowest_lines([r]):
-                        console.print(line, highlight=False, soft_wrap=True)
-                    rows.append(ours)
-                console.print(f"[bold]round {round_}[/]: Flink, parallelism {n}, {seconds} s, load {load()}")
-                pairs.append(
-                    (rows, _flink_row(python, anchor, n, seconds, args, warmup, checkpoints, scratch))
+        try:
+            measure_sizes(args, python, scratch, console, pairs)
+            for broker_kind in args.brokers if args.kills > 0 else []:
+                console.print(
+                    f"[bold]failover[/] on {BROKERS[broker_kind]}: 3 workers, 6 jobs of 3 participants, "
+                    f"{args.kills} kills, load {load()}"
                 )
-                flink = pairs[-1][1]
-                if isinstance(flink, FlinkResult):
-                    a = flink.anchor
-                    console.print(
-                        f"  anchor: flink par={n} n={a['n']} p50={a['p50']} p90={a['p90']} p99={a['p99']} "
-                        f"max={a['max']} ms; {len(flink.durations)} after the warm-up"
-                    )
-                else:  # the cutline rows of the size are kept and printed all the same
-                    console.print(f"  [bold red]the Flink anchor failed:[/] {flink}")
-    console.print(side_by_side(pairs))
-    console.print(
-        "cutline: CheckpointCompleted.duration_ms; Flink: checkpointDuration from its log. Percentiles of "
-        "the cutline and 'after warm-up' rows by nearest rank; the anchor's line uses its own "
-        "(sorted\\[int(q·n)]) over "
-        "every checkpoint, the first (start-up) ones included ('n of m': it read only the last n of the m "
-        "checkpoints Flink logged). CPU in % of one core over the row: 'own' "
-        "is cutline's coordinator, broker and this process (the participants), or the anchor and its JVM; "
-        "'others' is the rest of the machine; load: the 1, 5 and 15 min load averages."
-    )
-    end = load()
-    console.print(f"total {time.monotonic() - started:.0f} s, load average {end} at the end")
-    if args.json:
-        meta = {
-            "command": COMMAND + (" --quick" if args.quick else ""),
-            "date": datetime.now().isoformat(timespec="seconds"),
-            "machine": {
-                "cores": os.cpu_count(),
-                "arch": platform.machine(),
-                "python": platform.python_version(),
-                "cpu": cpu_model(),
-            },
-            "load_at_start": at_start,
-            "load_at_end": end,
-            "interval_ms": args.interval_ms,
-            "warmup": warmup,
-            "flink_seconds": seconds,
-        }
-        Path(args.json).write_text(json.dumps(as_json(pairs, meta), indent=1, default=list))
-        console.print(f"figures written to {args.json}")
+                failovers.append(run_failover(broker_kind, args.kills, scratch, console))
+        finally:  # whatever stopped the run, the rows measured before it are printed and written
+            report(args, pairs, failovers, at_start, started, console)
 
 
 if __name__ == "__main__":
