@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +36,9 @@ from confluent_kafka.admin import AdminClient
 from events.dev import maven
 from events.dev.broker import HOST, BrokerError, free_port
 from events.dev.kafka_security import ADMIN, Certificates, SaslSsl, make_certificates
+from events.kafka.acls import Role, acl_bindings
 from events.kafka.client_config import client_properties
+from events.wire.topics import Topics
 
 __all__ = [
     "KAFKA_VERSION",
@@ -44,6 +46,7 @@ __all__ = [
     "KafkaJars",
     "KafkaNode",
     "KafkaUnavailable",
+    "ROLE_USERS",
     "check_java",
     "resolve_jars",
 ]
@@ -96,6 +99,11 @@ JVM_OPTIONS = (
     "-Djava.awt.headless=true",
     "-XX:+ExitOnOutOfMemoryError",
 )
+
+
+ROLE_USERS = tuple(role.value for role in Role)
+"""The users of a broker secured for cutline (``SaslSsl.with_users(ROLE_USERS)``): one per role of
+its trust model (events/kafka/acls.py), named after it; :meth:`ApacheKafka.grant_roles` grants them."""
 
 
 class KafkaUnavailable(BrokerError):
@@ -369,7 +377,9 @@ class ApacheKafka:
     ``StandardAuthorizer`` (:mod:`events.dev.kafka_security`) instead of PLAINTEXT.
 
     A node can crash and come back (:meth:`kill`, :meth:`restart`) or freeze (:meth:`pause`,
-    :meth:`resume`), as a broker of a production cluster does.
+    :meth:`resume`), as a broker of a production cluster does. A secured one grants ACLs
+    (:meth:`create_acls`; cutline's roles: :meth:`grant_roles`) and writes its users' client
+    properties files (:meth:`properties_files`).
     """
 
     def __init__(
@@ -445,6 +455,38 @@ class ApacheKafka:
         if self._settings.security is None or self._tls is None:
             raise BrokerError("a properties file is for a secured, started Apache Kafka")
         return self._settings.security.properties_file(user, self._tls, path)
+
+    def properties_files(self, directory: Path) -> dict[str, Path]:
+        """Every user's :meth:`properties_file`, ``<directory>/<user>.properties``, by user."""
+        if self._settings.security is None:
+            raise BrokerError("properties files are for a secured Apache Kafka")
+        users = self._settings.security.users
+        return {user: self.properties_file(user, directory / f"{user}.properties") for user in users}
+
+    def create_acls(self, bindings: Iterable[Any], timeout: float = 30.0) -> None:
+        """Create ``bindings`` (``confluent_kafka.admin.AclBinding``) as the super user, and return once
+        the cluster has taken every one."""
+        if self._settings.security is None:
+            raise BrokerError("ACLs are for a secured Apache Kafka: this one has no authorizer")
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "logger": log,
+            **self.client_properties(),
+        }
+        admin = AdminClient(conf)  # held until every future is done: a client destroyed fails them
+        futures = admin.create_acls(list(dict.fromkeys(bindings)), request_timeout=timeout)
+        try:
+            for future in futures.values():
+                future.result(timeout=timeout)
+        except KafkaException as exc:
+            raise BrokerError(f"creating ACLs on {self.bootstrap} failed: {exc.args[0]}") from exc
+
+    def grant_roles(self, topics: Topics) -> None:
+        """Each role's ACLs on ``topics`` (:func:`events.kafka.acls.grants`) to the user named after it
+        (:data:`ROLE_USERS`): cutline's trust model on one prefix."""
+        self.create_acls(
+            binding for role in Role for binding in acl_bindings(role, f"User:{role.value}", topics)
+        )
 
     def node(self, node_id: int) -> KafkaNode:
         """The node ``node_id`` (1 to ``brokers``)."""
