@@ -3,13 +3,21 @@
 :func:`two_keyed_checkpoints`: checkpoint 1 of ``{a: 1, b: 2, c: 3}`` (a full piece), then a batch
 changes ``a`` to 10, deletes ``b`` and adds ``d: 4``: checkpoint 2 (a delta on it), each with its
 ``_metadata``.
+
+:data:`UPPER_WORD_COUNT`: the keyed word count with another key function (upper-cased words), the
+step a savepoint of the word count is re-keyed for.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from events.task.manifest import StepIdentity
 from events.wire.codec import encode
@@ -23,6 +31,7 @@ from spark_tasks.keyed import (
     key_group,
     write_snapshot,
 )
+from spark_tasks.wordcount import KEYED_WORD_COUNT, words_of
 
 STEP = StepIdentity("counts", "tests.words_of")
 
@@ -68,3 +77,13 @@ def two_keyed_checkpoints(root: Path) -> tuple[Path, Path]:
     store.save(1, second, changes)
     chk2 = _checkpoint(root, store, second, 2, 1)
     return chk1, chk2
+
+
+def upper_words_of(records: pa.RecordBatch) -> Any:
+    """The word count's pairs with upper-cased words: a key function that keys ``alpha`` as ``ALPHA``."""
+    pairs = words_of(records)
+    return pairs.set_column(1, "key", pc.utf8_upper(pairs.column("key")))
+
+
+UPPER_WORD_COUNT = replace(KEYED_WORD_COUNT, pairs_of=upper_words_of)
+"""The keyed word count (uid ``word-count``) keyed by :func:`upper_words_of`."""

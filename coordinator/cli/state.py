@@ -37,7 +37,8 @@ Location = Annotated[
     str,
     typer.Argument(
         metavar="DIR|ID",
-        help="A checkpoint or savepoint directory (it holds _metadata), or with --job a checkpoint id.",
+        help="A checkpoint or savepoint directory (it holds _metadata; a path or a URI: s3://…), or "
+        "with --job a checkpoint id.",
     ),
 ]
 Job = Annotated[
@@ -70,7 +71,8 @@ def _completed(
     try:
         require("spark", "cutline state (reading keyed state pieces)")
         if job is None:
-            return resolve_completion(read_checkpoint_metadata(Path(where).resolve()))
+            directory = where if "://" in where else Path(where).resolve()
+            return resolve_completion(read_checkpoint_metadata(directory))
         return resolve_completion(_journaled(errors, where, job, bootstrap, prefix))
     except (MissingExtra, MetadataProblem, MetadataUnavailable) as exc:
         fail(errors, str(exc))

@@ -93,7 +93,8 @@ def apply_changes(state: KeyedState, changes: Mapping[int, Mapping[str, bytes | 
 
 
 def read_piece(piece: Piece, root: str) -> bytes:
-    """A piece's bytes, checked against its size and sha256; it must lie below ``root``, as the one
+    """A piece's bytes, checked against its size and sha256 (a missing one is
+    :class:`SnapshotCorrupted` too, naming it); it must lie below ``root``, as the one
     URI parser of cutline reads both (:func:`events.wire.validation.is_within`: an encoded ``..`` is no
     way out)."""
     if not is_within(piece.uri, root):
@@ -102,7 +103,12 @@ def read_piece(piece: Piece, root: str) -> bytes:
         raise SnapshotCorrupted(
             f"piece {piece.uri} is a symbolic link (or lies below one) to a file outside {root}: refused"
         )
-    data = storage.read_bytes(piece.uri)
+    try:
+        data = storage.read_bytes(piece.uri)
+    except FileNotFoundError:
+        raise SnapshotCorrupted(
+            f"piece {piece.uri} is missing: its manifest names it, nothing is there"
+        ) from None
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != piece.size or digest != piece.sha256:
         raise SnapshotCorrupted(
