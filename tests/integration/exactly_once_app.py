@@ -5,6 +5,8 @@ Its settings are the JSON in ``EXACTLY_ONCE_APP``. It says on stdout what it doe
 ``processed N``, ``step NAME CHECKPOINT``), and at the step ``crash`` names it says ``stopped at NAME
 CHECKPOINT`` and waits there for its SIGKILL. ``variant: no-marker`` recovers without reading the
 marker (it commits every completed staged checkpoint again): the broken sink the tests must catch.
+When the job stops it says ``job FINISHED`` or ``job CANCELED`` with what its sink committed and
+aborted.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 from events.kafka.clients import consume_available, consumer_config
 from events.task.exactly_once import Completion, ExactlyOnceSink, Marker, RecoveryPlan, Staged, recovery_plan
 from events.task.participant import JobDriver, Participant, load_task_snapshot
-from events.wire.records import CheckpointBarrier
+from events.wire.records import CheckpointBarrier, JobStatus
 from events.wire.topics import Topics
 
 
@@ -76,8 +78,21 @@ def main() -> None:
 
     consumer = Consumer(consumer_config(bootstrap))
     consumer.assign([TopicPartition(settings["input"], 0, position["offset"])])
+
+    def stopped(status: JobStatus, drain: bool) -> None:
+        sink.on_stop(status, drain)
+        say(f"job {status.value} committed={sink.committed} aborted={sink.aborted}")
+
     participant = Participant(
-        bootstrap, job, task, settings["attempt"], topics, snapshot, offsets, on_complete=sink.complete
+        bootstrap,
+        job,
+        task,
+        settings["attempt"],
+        topics,
+        snapshot,
+        offsets,
+        on_complete=sink.complete,
+        on_stop=stopped,
     )
     say("ready")
     while True:

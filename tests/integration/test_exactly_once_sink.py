@@ -43,7 +43,9 @@ from events.wire.records import (
     CheckpointDeclined,
     CheckpointKind,
     CheckpointTriggered,
+    JobStatus,
     Record,
+    SchedulerStopped,
 )
 from events.wire.topics import Topics
 
@@ -145,10 +147,13 @@ class Job:
         produce_record(self.producer, topic, record)
         assert self.producer.flush(10) == 0
 
-    def barrier(self, checkpoint_id: int, attempt: int) -> CheckpointAcknowledged:
+    def barrier(
+        self, checkpoint_id: int, attempt: int, kind: CheckpointKind = CheckpointKind.CHECKPOINT, **stop: bool
+    ) -> CheckpointAcknowledged:
+        """Checkpoint ``checkpoint_id`` triggered (a stop-with-savepoint with ``stop=True``), its
+        barrier sent; the task's ack."""
         location = self.location(checkpoint_id)
-        kind = CheckpointKind.CHECKPOINT
-        trigger = CheckpointTriggered(JOB, checkpoint_id, attempt, kind, 1, location, (TASK,), 2**40)
+        trigger = CheckpointTriggered(JOB, checkpoint_id, attempt, kind, 1, location, (TASK,), 2**40, **stop)
         self.send(self.topics.checkpoints, trigger)
         self.send(self.topics.barriers, CheckpointBarrier(JOB, checkpoint_id, attempt, kind, 1, location))
         return eventually(lambda: self._ack(checkpoint_id), what=f"the ack of checkpoint {checkpoint_id}")
@@ -162,12 +167,12 @@ class Job:
                 pytest.fail(f"the task declined checkpoint {record.checkpoint_id}: {record.message}")
         return self.received.get(checkpoint_id)
 
-    def complete(self, ack: CheckpointAcknowledged) -> None:
+    def complete(self, ack: CheckpointAcknowledged, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> None:
         assert ack.state is not None
         completed = CheckpointCompleted(
             JOB,
             ack.checkpoint_id,
-            CheckpointKind.CHECKPOINT,
+            kind,
             2,
             1,
             {TASK: ack.state},
@@ -332,3 +337,32 @@ def test_an_aborted_checkpoints_output_is_committed_with_the_next_completed_one(
     assert job.output_values() == Counter({f"w{i}": 1 for i in range(10)})
     job.checkpoint(child, 3, attempt=1)  # 3's cut covers 2's input too
     assert_exactly_once(job)
+
+
+# ------------------------------------------------------------------ stop and cancel
+
+
+@pytest.mark.parametrize("drain", [False, True])
+def test_a_stop_with_a_savepoint_commits_the_last_output(job: Job, drain: bool) -> None:
+    # given: w10..w19 read after checkpoint 1
+    child = first_attempt(job)
+    # when: cutline stop (--drain): a stop savepoint that completes
+    savepoint = CheckpointKind.SAVEPOINT
+    job.complete(job.barrier(2, attempt=1, kind=savepoint, stop=True, drain=drain), kind=savepoint)
+    # then: the job is FINISHED with the savepoint's output committed
+    child.said("job FINISHED committed=[1, 2] aborted=[]")
+    assert_exactly_once(job)
+
+
+def test_a_cancel_aborts_the_pending_output(job: Job) -> None:
+    # given: checkpoint 2 acked (w10..w19 staged), not completed, and w20..w29 read after its barrier
+    child = first_attempt(job)
+    job.barrier(2, attempt=1)
+    job.words(10)
+    child.said("processed 30")
+    # when: cutline cancel (the scheduler stops CANCELLING)
+    job.send(job.topics.checkpoints, SchedulerStopped(JOB, 1, 3, JobStatus.CANCELLING))
+    # then: the staged output is deleted unsent, and nothing after checkpoint 1 is visible
+    child.said("job CANCELED committed=[1] aborted=[2]")
+    assert job.staged_files() == []
+    assert job.output_values("read_uncommitted") == Counter({f"w{i}": 1 for i in range(10)})
