@@ -89,11 +89,13 @@ from events.task.participant import (
     read_checkpoint_metadata,
     valid_completions,
 )
+from events.task.reply import Answer, barrier_epoch
 from events.task.storage import write_atomic
 from events.wire.codec import WireSettings, codec_for, process_wire, use_wire
 from events.wire.metadata import MetadataUnavailable, resolve_completion
 from events.wire.records import (
     CheckpointAborted,
+    CheckpointAcknowledged,
     CheckpointCompleted,
     CheckpointConfig,
     CheckpointFailureThresholdExceeded,
@@ -109,11 +111,19 @@ from events.wire.records import (
 )
 from events.wire.topics import DEFAULT_PREFIX, Topics
 from events.wire.validation import parse_uri
+from spark_tasks.barrier_source import CHANNEL
+from spark_tasks.connector_cuts import SOURCE_TASK, CutFollower, SourceAck
+from spark_tasks.connector_source import CONNECTOR_FORMAT, connector_options, connector_stream
 from spark_tasks.kafka_source import (
     BACKGROUND_FETCH_WAIT_MAX_MS,
+    EARLIEST,
     FORMAT,
+    LATEST,
     KafkaSource,
     OffsetProbe,
+    TopicPartitionKey,
+    entry_barrier,
+    from_offsets,
     to_offsets,
 )
 from spark_tasks.keyed import (
@@ -147,7 +157,7 @@ from spark_tasks.restore import (
 )
 from spark_tasks.session import is_connect_session
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
-from spark_tasks.tasks import TaskSettings, partition_step, snapshot_names
+from spark_tasks.tasks import TaskSettings, partition_step, send_reply, snapshot_names
 
 __all__ = [
     "METADATA_FILE",
@@ -162,6 +172,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Restore = Literal["latest"] | int | str | Path | None
+Source = Literal["cutline-kafka", "kafka"]
 
 
 class CheckpointFailuresExceeded(RuntimeError):
@@ -215,9 +226,11 @@ class JobSettings:
     ``restore``: ``"latest"`` (the latest completed checkpoint of ``job_id``, if any),
     a checkpoint id of this job, the path or ``file:`` URI of a savepoint or checkpoint
     directory (it holds ``_metadata``: this job's, or ``restore_from_job``'s), or None (start empty).
-    ``source_options`` go to the ``cutline-kafka`` source as they are (for example
-    ``maxOffsetsPerTrigger`` or ``kafka.*``); ``startingOffsets`` applies only when
-    nothing is restored (default ``earliest``).
+    ``source`` reads the topics with ``cutline-kafka`` (the default) or Spark's own ``kafka``
+    connector (a keyed job; the session needs the connector's jars: docs/spark.md, "Checkpoints on
+    Spark's own kafka connector"). ``source_options`` go to that source as they are (for example
+    ``maxOffsetsPerTrigger`` or ``kafka.*``, in its client's names); ``startingOffsets`` applies only
+    when nothing is restored (default ``earliest``).
     """
 
     job_id: str
@@ -247,6 +260,8 @@ class JobSettings:
     latency_interval_ms: int = 0
     """Emit a latency marker at most this often (Flink's ``latencyTrackingInterval``); 0, the
     default as in Flink: none (docs/spark.md, "Latency markers")."""
+    source: Source = "cutline-kafka"
+    """``cutline-kafka`` or ``kafka`` (Spark's own connector): the format the job reads its topics with."""
     allow_non_restored_state: bool = False
     """Restore even though the checkpoint holds state this job does not map (another kind of step,
     partitions it does not read, another keyed step's state): that state is left behind and the
@@ -461,6 +476,16 @@ class CheckpointedJob:
         if not self.partitions:
             raise ValueError(f"topics {list(settings.topics)} have no partitions: create them first")
         keyed = settings.keyed_partitions
+        if settings.source not in (FORMAT, CONNECTOR_FORMAT):
+            raise ValueError(
+                f"JobSettings.source must be {FORMAT!r} or {CONNECTOR_FORMAT!r}, not {settings.source!r}"
+            )
+        if settings.source == CONNECTOR_FORMAT and keyed is None:
+            raise ValueError(
+                "a job on Spark's kafka connector (JobSettings.source='kafka') is keyed: set "
+                "keyed_partitions and use stream_keyed; a per-partition StatefulStep job reads with "
+                "source='cutline-kafka'"
+            )
         if keyed is not None and not 0 < keyed <= settings.max_parallelism:
             raise ValueError(
                 f"keyed_partitions={keyed}: a keyed job has 1 to max_parallelism "
@@ -470,7 +495,12 @@ class CheckpointedJob:
             [task_id(t, p) for t, p in self.partitions]
             if keyed is None
             else [keyed_task_id(i) for i in range(keyed)]
+            + ([SOURCE_TASK] if settings.source == CONNECTOR_FORMAT else [])
         )
+        self._cuts: CutFollower | None = None
+        """On the connector: the driver's ``source`` task, following the query's offset log."""
+        self._first_cut: dict[TopicPartitionKey, int] = {}
+        """On the connector: the exact offsets the query's first batch starts at."""
         self._restored_state: dict[tuple[str, int], bytes] = {}
         """A per-partition job's restored snapshots, until :meth:`_seed_state` writes them."""
         self._restored_keyed: list[KeyedState] = []
@@ -703,8 +733,16 @@ class CheckpointedJob:
 
     # ---------------------------------------------------------------- query
 
+    @property
+    def on_connector(self) -> bool:
+        """Does the job read with Spark's own ``kafka`` connector?"""
+        return self.settings.source == CONNECTOR_FORMAT
+
     def _source(self, source_options: Mapping[str, Any] | None) -> Any:
-        """The ``cutline-kafka`` stream of the job's topics, from the restored offsets, with barriers."""
+        """The ``cutline-kafka`` stream of the job's topics, from the restored offsets, with barriers
+        (on the connector: :meth:`_connector_source`)."""
+        if self.on_connector:
+            return self._connector_source(source_options)
         self.spark.dataSource.register(KafkaSource)
         options = {
             "kafka.bootstrap.servers": self.settings.bootstrap,
@@ -728,6 +766,81 @@ class CheckpointedJob:
         for key, value in options.items():
             reader = reader.option(key, value)
         return reader.load()
+
+    def _connector_source(self, source_options: Mapping[str, Any] | None) -> Any:
+        """Spark's ``format("kafka")`` stream of the job's topics from exact offsets (the restored ones,
+        or ``startingOffsets`` resolved), unioned with the job's ``cutline-barriers`` source."""
+        settings = self.settings
+        user = {**settings.source_options, **(source_options or {})}
+        starting = (
+            self.starting_offsets
+            if self.restored is not None
+            else str(user.get("startingOffsets", "earliest"))
+        )
+        self._first_cut = self._exact_offsets(starting)
+        options = connector_options(
+            user,
+            bootstrap=settings.bootstrap,
+            topics=settings.topics,
+            group=settings.consumer_group,
+            starting=self._first_cut,
+            restored=None if self.restored is None else self.restored.checkpoint_id,
+        )
+        barriers = {
+            "cutline.job": settings.job_id,
+            "cutline.bootstrap": settings.bootstrap,
+            "cutline.topicPrefix": settings.topic_prefix,
+            "cutline.attempt": self.attempt,
+            "cutline.wireFormat": settings.wire.wire_format,
+            "cutline.schemaRegistryUrl": settings.wire.schema_registry_url or "",
+            "cutline.pauseFile": str(self.pause_file),
+        }
+        return connector_stream(self.spark, options, barriers)
+
+    def _exact_offsets(self, starting: str) -> dict[TopicPartitionKey, int]:
+        """``startingOffsets`` (``earliest``, ``latest`` or JSON naming every partition, -2 earliest and
+        -1 latest) as the offset of each of the job's partitions."""
+        with OffsetProbe(self.settings.bootstrap, {}, self.timeout) as probe:
+            if starting == "earliest":
+                return probe.earliest(self.partitions)
+            if starting == "latest":
+                return probe.latest(self.partitions)
+            requested = from_offsets(starting)
+            missing = [f"{t}[{p}]" for t, p in self.partitions if (t, p) not in requested]
+            if missing:
+                raise ValueError(
+                    "startingOffsets must name every partition of the job's topics (-2 earliest, -1 "
+                    f"latest); missing: {', '.join(missing)}"
+                )
+            own = {tp: requested[tp] for tp in self.partitions}
+            earliest = probe.earliest(tp for tp, offset in own.items() if offset == EARLIEST)
+            latest = probe.latest(tp for tp, offset in own.items() if offset == LATEST)
+            return {tp: earliest.get(tp, latest.get(tp, offset)) for tp, offset in own.items()}
+
+    def _send_source_ack(self, ack: SourceAck) -> None:
+        """The ``source`` task's ack: the cut's offsets, no state (:mod:`spark_tasks.connector_cuts`)."""
+        settings = self.settings
+        barrier = entry_barrier(settings.job_id, ack.barrier)
+        reply = CheckpointAcknowledged(
+            job_id=settings.job_id,
+            checkpoint_id=barrier.checkpoint_id,
+            attempt=barrier.attempt,
+            task_id=SOURCE_TASK,
+            timestamp_ms=time.time_ns() // 1_000_000,
+            offsets={f"{t}:{p}": offset for (t, p), offset in sorted(ack.offsets.items())},
+        )
+        task = TaskSettings(
+            settings.job_id, settings.bootstrap, "", settings.topic_prefix, wire=settings.wire
+        )
+        send_reply(task, Answer(reply, barrier_epoch(ack.barrier.get("epoch"))))
+        log.info(
+            "job %s: source acknowledged checkpoint %d at batch %d's %s: %s",
+            settings.job_id,
+            barrier.checkpoint_id,
+            ack.batch_id,
+            "end" if ack.after_commit else "start",
+            dict(reply.offsets),
+        )
 
     @staticmethod
     def _schema(ddl: str) -> Any:
@@ -788,11 +901,14 @@ class CheckpointedJob:
             bootstrap=self.settings.bootstrap,
             state_root=self.keyed_root,
             parallelism=parallelism,
-            inputs=frozenset(self.partitions),
+            # on the connector, a barrier comes from the barrier source alone (its batch aligns the
+            # Kafka partitions), and the driver's source task acks the cut's offsets
+            inputs=frozenset({CHANNEL}) if self.on_connector else frozenset(self.partitions),
             topic_prefix=self.settings.topic_prefix,
             run_id=self.run_id,
             attempt=self.attempt,
             wire=self.settings.wire,
+            acks_carry_offsets=not self.on_connector,
         )
         return (
             self._source(source_options)
@@ -862,7 +978,20 @@ class CheckpointedJob:
             self.close()
             raise
         self._listener.follow(self.query)
+        if self.on_connector:
+            self._cuts = CutFollower(
+                spark_checkpoint,
+                self._first_cut,
+                self.partitions,
+                self._send_source_ack,
+                name=f"cutline-cuts-{self.settings.job_id}",
+            )
         return self.query
+
+    def _close_cuts(self) -> None:
+        if self._cuts is not None:
+            self._cuts.close()
+            self._cuts = None
 
     def _set_aside_stale_spark_checkpoint(self, spark_checkpoint: Path) -> None:
         """Rename ``spark_checkpoint`` aside if it exists: an earlier driver of this attempt number
@@ -1202,6 +1331,7 @@ class CheckpointedJob:
             with contextlib.suppress(Exception):
                 self._listener.unregister()
         self._listener = None
+        self._close_cuts()
         target = restart.restore_checkpoint_id
         history = self.driver.journal((SchedulerStarted, CheckpointCompleted))
         self._begin_attempt(restart.attempt, self.settings.restore if target is None else target, history)
@@ -1274,7 +1404,8 @@ class CheckpointedJob:
         if self.query is not None:
             self.pause_file.parent.mkdir(parents=True, exist_ok=True)
             self.pause_file.touch()
-            self._between_batches()
+            if self._cuts is None or not self._cuts.held.is_set():  # held: no batch runs or will
+                self._between_batches()
             self.query.stop()
             if self._listener is not None:
                 self._listener.ended.wait(10)
@@ -1319,6 +1450,7 @@ class CheckpointedJob:
         if self._follower is not None:
             self._follower.close()
             self._follower = None
+        self._close_cuts()
         self.driver.close()
 
     def __enter__(self) -> Self:

@@ -541,13 +541,18 @@ class KeyedSettings:
     """URL (or local path) of the job attempt's state store."""
     parallelism: int
     inputs: frozenset[tuple[str, int]]
-    """The job's input partitions: a barrier must arrive from every one of them."""
+    """The channels a barrier must arrive from, every one of them: the job's input partitions, or on
+    Spark's kafka connector the ``cutline-barriers`` source's one
+    (:data:`spark_tasks.barrier_source.CHANNEL`)."""
     topic_prefix: str = Topics().prefix
     producer_extra: Mapping[str, Any] = field(default_factory=dict)
     run_id: str = ""
     attempt: int = 0
     wire: WireSettings = field(default_factory=process_wire)
     """The framing of the replies: the driver's."""
+    acks_carry_offsets: bool = True
+    """Partition 0's acks carry the cut's offsets, from the barrier rows (``cutline-kafka``); False on
+    Spark's kafka connector, where the driver's ``source`` task acks them."""
 
     @property
     def topics(self) -> Topics:
@@ -765,26 +770,71 @@ def process_step(
         latency.send(_task_settings(settings))
         task = keyed_task_id(index)
         state, missing = _load_state(store, index, batch_id)
-        if barriers:
-            outcome = _on_barriers(step, settings, store, index, groups, batch_id, barriers, state, missing)
-            entry = json.loads(next(iter(barriers.values()))[0])
-            checkpoint = entry_barrier(settings.job_id, entry)
-            _send(settings, answer(checkpoint, entry.get("epoch"), task, outcome, now_ms()))
+        reply = _Replier(step, settings, store, index, groups, barriers)
+        if not reply.after_batch:
+            reply(batch_id, state, missing)  # the state at the batch's start: the cut
         if state is None:
             if missing is not None:
                 log.error("task %s skips batch %d: %s", task, batch_id, missing)
                 store.lost(batch_id + 1, missing)
-            if barriers:
-                _await(settings)
+            reply.finish(batch_id, missing)
             return
         changes, rows = fold_pairs(batch_step, state, pairs, groups, index)
         apply_changes(state, changes)
         store.save(batch_id + 1, state, changes)
-        if barriers:
-            _await(settings)  # the ack's round trip overlapped the fold; the task ends once it is out
+        if reply.after_batch:
+            reply(batch_id + 1, state, None)  # a stop: the state after the batch, its last
+        reply.finish(batch_id, None)  # the ack's round trip overlapped the fold; the task ends once it is out
         yield from _output_batches(rows, output)
 
     return run
+
+
+@dataclass
+class _Replier:
+    """A shuffle task's answer to the barrier of its batch, if it has one: the snapshot at the batch's
+    start (the cut), or for a stop-with-savepoint barrier after the batch's records, so that its cut
+    is the end of the last batch the job runs (docs/spark.md, "Stop with a savepoint")."""
+
+    step: AnyKeyedStep
+    settings: KeyedSettings
+    store: KeyedStateStore
+    index: int
+    groups: range
+    barriers: Mapping[tuple[str, int], tuple[str, int]]
+    answered: bool = False
+
+    @property
+    def after_batch(self) -> bool:
+        return any(json.loads(raw).get("stop") for raw, _ in self.barriers.values())
+
+    def __call__(self, version: int, state: KeyedState | None, missing: str | None) -> None:
+        """Snapshot ``state`` (the partition's ``version``) and send the ack, or the decline."""
+        if not self.barriers or self.answered:
+            return
+        outcome = _on_barriers(
+            self.step,
+            self.settings,
+            self.store,
+            self.index,
+            self.groups,
+            version,
+            self.barriers,
+            state,
+            missing,
+        )
+        entry = json.loads(next(iter(self.barriers.values()))[0])
+        checkpoint = entry_barrier(self.settings.job_id, entry)
+        task = keyed_task_id(self.index)
+        _send(self.settings, answer(checkpoint, entry.get("epoch"), task, outcome, now_ms()))
+        self.answered = True
+
+    def finish(self, batch_id: int, missing: str | None) -> None:
+        """Answer now if not yet (a stop's barrier with no state: the decline), and wait until the
+        answer is out."""
+        if self.barriers:
+            self(batch_id, None, missing)
+            _await(self.settings)
 
 
 def _output_batches(rows: Any, output: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -926,8 +976,10 @@ def _on_barriers(
         )
     if state is None:
         return Failed(DeclineReason.TASK_CHECKPOINT_FAILURE, str(missing))
-    # Only partition 0 records the cut's source offsets: once per checkpoint, as Flink's sources do.
-    offsets = {f"{t}:{p}": cut for (t, p), (_, cut) in sorted(barriers.items())} if index == 0 else {}
+    # Only partition 0 records the cut's source offsets: once per checkpoint, as Flink's sources do
+    # (on Spark's kafka connector the driver's ``source`` task does: spark_tasks.connector_cuts).
+    records = index == 0 and settings.acks_carry_offsets
+    offsets = {f"{t}:{p}": cut for (t, p), (_, cut) in sorted(barriers.items())} if records else {}
     started = time.perf_counter()
     try:
         manifest_uri, data, piece = write_snapshot(

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 from events.task.latency import LatencyMarker
 from events.task.participant import write_atomic
 from events.wire.validation import parse_offsets
+from spark_tasks.barrier_source import is_barrier_offset  # a job on Spark's kafka connector
 from spark_tasks.kafka_source.offsets import TopicPartitionKey, barrier_of, from_offsets, marker_of
 from spark_tasks.kafka_source.options import SOURCE_ID
 from spark_tasks.keyed import batch_id_known
@@ -148,7 +149,7 @@ def _offset_line(spark_checkpoint: Path, batch_id: int) -> str:
     except OSError as exc:
         raise RuntimeError(f"cannot read batch {batch_id}'s offsets in Spark's offset log: {exc}") from exc
     # "v1", the batch metadata, then one line per source ("-" for a source without offsets)
-    sources = [line for line in lines[2:] if line.strip() not in ("", "-")]
+    sources = [line for line in lines[2:] if line.strip() not in ("", "-") and not is_barrier_offset(line)]
     if len(lines) < 3 or len(sources) != 1:
         raise RuntimeError(
             f"{path}: expected Spark's offset log with exactly one source (the job's cutline-kafka), "

@@ -16,13 +16,20 @@ decoded as UTF-8.
 - ``{"finish": name}``: waits until the query ends (an ``available_now`` one), its table's rows;
 - ``{"rows": name}``: the table's rows so far;
 - ``{"stop": name}``: stops the query.
+
+``python connector_session.py job --source kafka|cutline-kafka <word count options>`` is a job's
+driver instead: :func:`spark_tasks.wordcount.run_wordcount` (the keyed word count with ``--keyed``)
+on a session with the connector's jars, reading with the source named, its events one JSON line each
+on stdout (as ``python -m spark_tasks.wordcount``'s). SIGTERM stops it (CANCELED).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -132,6 +139,70 @@ def rows(answer: list[list[Any]]) -> list[Row]:
     )
 
 
+class ConnectorDriver:
+    """A word count job's driver on the connector (``python connector_session.py job``), a child
+    process in a process group of its own; its JSON events as they come (:meth:`seen`)."""
+
+    def __init__(self, args: list[str], log_path: Path) -> None:
+        self.args = args
+        self.log_path = log_path
+        self.events: list[dict[str, Any]] = []
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self) -> ConnectorDriver:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, __file__, "job", *self.args],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                text=True,
+                start_new_session=True,
+            )
+        threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True).start()
+        return self
+
+    def _read(self, stdout: IO[str]) -> None:
+        for line in stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                self.events.append(event)
+
+    def seen(self, event: str) -> list[dict[str, Any]]:
+        """The driver's ``event`` lines so far; raises with its log's tail if it exited failing."""
+        assert self.process is not None
+        code = self.process.poll()
+        if code not in (None, 0):
+            raise AssertionError(f"the driver exited with {code}:\n{self.tail()}")
+        return [e for e in list(self.events) if e.get("event") == event]
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(line for line in text if not line.lstrip().startswith("at "))[-6000:]
+
+    def kill(self) -> None:
+        """SIGKILL the driver and its process group (its Spark JVM, its Python workers)."""
+        assert self.process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self, timeout: float = 90.0) -> int:
+        """SIGTERM (the job stops CANCELED) and wait; SIGKILL after ``timeout``. Its exit code."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.process.returncode
+
+
 # --------------------------------------------------------------------------- the session's side
 
 
@@ -207,5 +278,44 @@ def main() -> None:
         spark.stop()
 
 
+def run_job(argv: list[str]) -> int:
+    """A word count job's driver on a session with the connector (see the module docstring)."""
+    import dataclasses
+    import logging
+
+    from events.stopping import StopSignals
+    from spark_tasks.connector import kafka_connector
+    from spark_tasks.session import spark_session
+    from spark_tasks.wordcount import build_parser, job_settings, run_wordcount
+
+    parser = build_parser()
+    parser.add_argument("--source", choices=("kafka", "cutline-kafka"), default="kafka")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    settings = dataclasses.replace(job_settings(args), source=args.source)
+    with StopSignals() as stop:
+        conf = {**dict(args.conf), "spark.jars": kafka_connector().spark_jars}
+        spark = spark_session(args.master, f"cutline-{args.job}", conf=conf)
+        try:
+            job = run_wordcount(
+                spark, settings, args.out, trigger=f"{args.trigger_ms} milliseconds", stop=stop
+            )
+        finally:
+            spark.stop()
+    print(
+        json.dumps(
+            {
+                "event": "stopped",
+                "attempt": job.attempt,
+                "completed": [c.checkpoint_id for c in job.completed],
+            }
+        ),
+        flush=True,
+    )
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["job"]:
+        sys.exit(run_job(sys.argv[2:]))
     main()

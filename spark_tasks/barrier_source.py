@@ -1,0 +1,278 @@
+"""The ``cutline-barriers`` source: checkpoint barriers for a query that reads Kafka with Spark's own
+``kafka`` connector (docs/spark.md, "Checkpoints on Spark's own kafka connector").
+
+The JVM connector cannot fold a barrier into its offsets as ``cutline-kafka`` does, so a checkpointed
+job unions its ``format("kafka")`` stream with this small Python Data Source. Spark plans a
+micro-batch across every source of a query at once and logs all their end offsets together in
+``<checkpoint>/offsets/N``, so a barrier this source folds into a batch's end offset is in exactly
+that batch, beside the Kafka offsets the batch reads: the batch's start is the checkpoint's cut on
+every Kafka partition at once.
+
+- **Offsets.** ``{"__cutline_barriers__": n}``: ``n`` barriers folded so far; a batch with a barrier
+  ends at ``{"__cutline_barrier__": <entry>, "__cutline_barriers__": n + 1}`` (the entry is
+  :mod:`events.wire.barrier_entry`'s). With no barrier pending :meth:`BarrierStreamReader.latestOffset`
+  answers the start itself, so this source alone never makes a batch run.
+- **One row per barrier batch**: ``topic`` ``cutline-barriers``, ``partition`` 0, ``offset`` ``n + 1``,
+  ``key``/``value`` null, ``timestamp`` the barrier's, ``cutline_barrier`` the entry's JSON. The keyed
+  map side copies it to every shuffle partition (:func:`spark_tasks.keyed.route_step`).
+- **Stop with a savepoint.** After a batch that folded a stop barrier, ``latestOffset`` *holds*: it
+  does not return until another barrier arrives (the savepoint failed and the coordinator's scheduler
+  resumed) or, once the job's pause file exists, :data:`HOLD_AFTER_PAUSE_S` later. Spark plans no
+  batch meanwhile, whatever the Kafka source has, and the job stops the query (an interrupt Spark
+  takes as a clean stop) when the savepoint completes.
+
+Options: ``cutline.job`` and ``cutline.bootstrap`` (required), ``cutline.topicPrefix`` (default
+``cutline.``), ``cutline.attempt`` (barriers of older attempts are ignored), ``cutline.wireFormat``,
+``cutline.schemaRegistryUrl``, ``cutline.barrierFetchWaitMs`` (default 500) and ``cutline.pauseFile``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from events.wire.codec import WireSettings
+from events.wire.topics import DEFAULT_PREFIX, Topics
+from spark_tasks.kafka_source import (
+    BACKGROUND_FETCH_WAIT_MAX_MS,
+    BARRIER_KEY,
+    BarrierFeed,
+    barrier_json,
+    kafka_schema,
+)
+from spark_tasks.workers import freeze_worker_heap
+
+__all__ = [
+    "CHANNEL",
+    "FOLDED_KEY",
+    "FORMAT",
+    "HOLD_AFTER_PAUSE_S",
+    "BarrierOffset",
+    "BarrierSource",
+    "BarrierSourceOptions",
+    "BarrierStreamReader",
+    "holds",
+    "is_barrier_offset",
+    "next_end",
+]
+
+log = logging.getLogger(__name__)
+
+FORMAT = "cutline-barriers"
+"""The name to pass to ``spark.readStream.format(...)`` after ``spark.dataSource.register(BarrierSource)``."""
+
+FOLDED_KEY = "__cutline_barriers__"
+"""The key of this source's offset: how many barriers it folded. It tells its line in Spark's offset
+log from the Kafka source's."""
+
+CHANNEL = (FORMAT, 0)
+"""The ``(topic, partition)`` of the barrier rows: the one input channel a keyed task aligns on."""
+
+HOLD_AFTER_PAUSE_S = 30.0
+"""How long a held ``latestOffset`` goes on holding once the job's pause file exists: the job stops
+the query right after creating it, and a worker whose query has gone must not sleep for ever."""
+
+_HOLD_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class BarrierOffset:
+    """This source's offset: ``folded`` barriers so far, and the last one's entry if the batch that
+    ends here folded it (a batch's start carries its predecessor's)."""
+
+    folded: int
+    barrier: Mapping[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Spark's offset (keys sorted: Spark compares offsets by their text)."""
+        if self.barrier is None:
+            return {FOLDED_KEY: self.folded}
+        return {BARRIER_KEY: {k: self.barrier[k] for k in sorted(self.barrier)}, FOLDED_KEY: self.folded}
+
+    @classmethod
+    def from_json(cls, offset: Mapping[str, Any] | str) -> BarrierOffset:
+        parsed: Any = json.loads(offset) if isinstance(offset, str) else offset
+        folded = parsed.get(FOLDED_KEY) if isinstance(parsed, Mapping) else None
+        if isinstance(folded, bool) or not isinstance(folded, int) or folded < 0:
+            raise ValueError(f"a {FORMAT} offset is {{{FOLDED_KEY!r}: <count>}}, got {offset!r}")
+        barrier = parsed.get(BARRIER_KEY)
+        if barrier is not None and not isinstance(barrier, Mapping):
+            raise ValueError(f"{BARRIER_KEY} must be an object, got {barrier!r}")
+        return cls(folded, None if barrier is None else dict(barrier))
+
+    @property
+    def stops(self) -> bool:
+        """Does it carry a stop-with-savepoint barrier?"""
+        return self.barrier is not None and bool(self.barrier.get("stop"))
+
+
+def is_barrier_offset(line: str) -> bool:
+    """Is ``line`` of Spark's offset log this source's (and not the Kafka source's)?"""
+    try:
+        parsed = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(parsed, Mapping) and FOLDED_KEY in parsed
+
+
+def next_end(start: BarrierOffset, pending: Mapping[str, Any] | None) -> BarrierOffset:
+    """The end offset of the batch planned from ``start``: the oldest ``pending`` barrier folded, or,
+    with none, the start itself (so no batch runs for this source)."""
+    if pending is None:
+        return start
+    return BarrierOffset(start.folded + 1, dict(pending))
+
+
+def holds(start: BarrierOffset, pending: Mapping[str, Any] | None) -> bool:
+    """Must the next batch wait? After a stop barrier's batch, until another barrier comes."""
+    return start.stops and pending is None
+
+
+@dataclass(frozen=True)
+class BarrierSourceOptions:
+    """The parsed options of one :class:`BarrierSource`."""
+
+    job: str
+    bootstrap: str
+    topic_prefix: str = DEFAULT_PREFIX
+    attempt: int = 0
+    wire: WireSettings = WireSettings()
+    fetch_wait_ms: int = BACKGROUND_FETCH_WAIT_MAX_MS
+    pause_file: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> BarrierSourceOptions:
+        opts = {str(k).lower(): v for k, v in options.items()}
+        missing = [name for name in ("cutline.job", "cutline.bootstrap") if not opts.get(name)]
+        if missing:
+            raise ValueError(
+                f"{FORMAT} needs the options {', '.join(missing)} (CheckpointedJob sets them; see "
+                "docs/spark.md, 'Checkpoints on Spark's own kafka connector')"
+            )
+        registry = str(opts.get("cutline.schemaregistryurl", "")).strip() or None
+        return cls(
+            job=str(opts["cutline.job"]),
+            bootstrap=str(opts["cutline.bootstrap"]),
+            topic_prefix=str(opts.get("cutline.topicprefix", DEFAULT_PREFIX)),
+            attempt=int(opts.get("cutline.attempt", 0)),
+            wire=WireSettings(
+                schema_registry_url=registry,
+                wire_format=str(opts.get("cutline.wireformat", "single-object")).strip(),
+            ),
+            fetch_wait_ms=int(opts.get("cutline.barrierfetchwaitms", BACKGROUND_FETCH_WAIT_MAX_MS)),
+            pause_file=str(opts["cutline.pausefile"]) if opts.get("cutline.pausefile") else None,
+        )
+
+
+@dataclass(frozen=True)
+class BarrierPartition(InputPartition):
+    """The one Spark task of a barrier batch: its barrier row."""
+
+    folded: int
+    barrier: str
+    timestamp_ms: int
+
+
+class BarrierStreamReader(DataSourceStreamReader):
+    """Plans batches of barriers: one barrier (one row) per batch, at most."""
+
+    def __init__(self, options: BarrierSourceOptions) -> None:
+        self.options = options
+        self._last = BarrierOffset(0)
+        self._feed: BarrierFeed | None = None
+        """Made on first use on the driver's source runner (never in a planning worker or executor)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_feed"] = None
+        return state
+
+    def _barrier_feed(self) -> BarrierFeed:
+        if self._feed is None:
+            options = self.options
+            self._feed = BarrierFeed(
+                options.bootstrap,
+                Topics(options.topic_prefix).barriers,
+                options.job,
+                min_attempt=options.attempt,
+                fetch_wait_ms=options.fetch_wait_ms,
+                wire=options.wire,
+            )
+        return self._feed
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._barrier_feed()  # from now on: barriers sent before the first batch are not missed
+        return BarrierOffset(0).to_json()
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        begin = self._last if start is None else BarrierOffset.from_json(start)
+        feed = self._barrier_feed()
+        if begin.barrier is not None:
+            feed.mark_folded(begin.barrier)  # folded into the batch that ended at ``begin``
+        feed.poll()
+        if holds(begin, feed.peek()):
+            self._hold(feed)
+        end = next_end(begin, feed.take())
+        if end is not begin:
+            log.info("%s folds barrier %s into batch %d's end", FORMAT, end.barrier, end.folded)
+        self._last = end
+        return end.to_json()
+
+    def _hold(self, feed: BarrierFeed) -> None:
+        """Block the planning of the next batch after a stop barrier's (see the module docstring)."""
+        log.info("%s holds the next batch: stop-with-savepoint", FORMAT)
+        paused_at: float | None = None
+        while feed.peek() is None:
+            time.sleep(_HOLD_POLL_S)
+            feed.poll()
+            pause = self.options.pause_file
+            if pause is not None and os.path.exists(pause):
+                paused_at = time.monotonic() if paused_at is None else paused_at
+                if time.monotonic() - paused_at > HOLD_AFTER_PAUSE_S:
+                    return
+        log.info("%s reads on: a barrier after the stop's (its savepoint failed)", FORMAT)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BarrierPartition]:
+        begin, until = BarrierOffset.from_json(start), BarrierOffset.from_json(end)
+        if until.barrier is None or until.folded == begin.folded:
+            return []
+        timestamp = until.barrier.get("timestamp_ms", 0)
+        return [BarrierPartition(until.folded, barrier_json(until.barrier), int(timestamp))]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        if not isinstance(partition, BarrierPartition):
+            raise TypeError(f"{FORMAT} cannot read {partition!r}")
+        freeze_worker_heap()
+        at = datetime.fromtimestamp(partition.timestamp_ms / 1000, UTC)
+        yield (None, None, CHANNEL[0], CHANNEL[1], partition.folded, at, -1, partition.barrier)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the barrier was taken from the feed when its batch was planned."""
+
+    def stop(self) -> None:
+        if self._feed is not None:
+            self._feed.close()
+            self._feed = None
+
+
+class BarrierSource(DataSource):
+    """``spark.readStream.format("cutline-barriers")``: a checkpointed job's barriers as a stream."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return kafka_schema(barriers=True)
+
+    def streamReader(self, schema: StructType) -> BarrierStreamReader:
+        return BarrierStreamReader(BarrierSourceOptions.parse(self.options))
