@@ -5,15 +5,20 @@ three replicas and ``min.insync.replicas`` 2, Kafka's default timeouts) loses th
 journal partition to SIGKILL while jobs checkpoint, and gets it back on the same ports and log dir.
 The journal must neither lose nor double a decision (the coordinator writes with ``acks=all``,
 idempotently), and every job must complete checkpoints again; the test prints how long each took
-(docs/benchmarks.md, "Broker failover").
+(docs/benchmarks.md, "Broker failover"). The same on a secured cluster: SASL_SSL listeners
+(SCRAM-SHA-512, a CA made for the run, the brokers replicating as the super user) and Kafka's
+``StandardAuthorizer`` with cutline's ACLs (events/kafka/acls.py), every client logging in as its
+role's principal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -24,7 +29,9 @@ from test_ownership_races import Checkpointing, spread_jobs
 from coordinator.invariants import first_violation
 from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.supervisor import CoordinatorProcess
-from events.dev.apache_kafka import ApacheKafka
+from events.dev.apache_kafka import ROLE_USERS, ApacheKafka
+from events.dev.kafka_security import ADMIN, SaslSsl
+from events.kafka.client_config import CONFIG_FILE_VARIABLE, client_properties
 from events.kafka.clients import job_key, partition_for
 from events.kafka.log import LogMessage, read_journal_topic, read_to_end
 from events.wire.records import CheckpointCompleted, CheckpointTriggered, JournalEvent
@@ -35,10 +42,35 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PARTITIONS = 2
 
 
-@pytest.fixture(name="cluster", scope="module")
-def _cluster() -> Iterator[ApacheKafka]:
-    with ApacheKafka(brokers=3, heap="256m") as cluster:
-        yield cluster
+@dataclass(frozen=True)
+class Cluster:
+    """Three nodes, and each user's client properties file where they are secured (none: PLAINTEXT)."""
+
+    kafka: ApacheKafka
+    files: Mapping[str, Path] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def acting_as(self, user: str) -> Iterator[None]:
+        """Clients made in this process meanwhile log in as ``user`` (as anyone on a PLAINTEXT cluster)."""
+        if not self.files:
+            yield
+            return
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(CONFIG_FILE_VARIABLE, str(self.files[user]))
+            yield
+
+
+@pytest.fixture(name="cluster")
+def _cluster() -> Iterator[Cluster]:
+    with ApacheKafka(brokers=3, heap="256m") as kafka:
+        yield Cluster(kafka)
+
+
+@pytest.fixture(name="secured_cluster")
+def _secured_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three SASL_SSL nodes with the ``StandardAuthorizer``; a user per role (events.dev.apache_kafka)."""
+    with ApacheKafka(brokers=3, heap="256m", security=SaslSsl.with_users(ROLE_USERS)) as kafka:
+        yield Cluster(kafka, kafka.properties_files(tmp_path_factory.mktemp("principals")))
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +81,9 @@ def _settings_of_a_real_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, tuple[int, ...]]]:
     """Each partition's leader and in-sync replicas, as the cluster's metadata says."""
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    metadata = AdminClient({"bootstrap.servers": bootstrap, **client_properties()}).list_topics(
+        topic, timeout=10
+    )
     return {p: (m.leader, tuple(sorted(m.isrs))) for p, m in metadata.topics[topic].partitions.items()}
 
 
@@ -73,7 +107,7 @@ def _stored(bootstrap: str, topics: Topics) -> dict[tuple[int, int], bytes | Non
 
 
 def test_the_leader_of_a_journal_partition_killed_and_restarted_loses_and_doubles_no_decision(
-    cluster: ApacheKafka, topic_prefix: str, tmp_path: Path
+    cluster: Cluster, topic_prefix: str, tmp_path: Path
 ) -> None:
     """Given a coordinator worker and two jobs checkpointing every 200 ms on a three-node cluster,
     when the leader of the first job's journal partition is SIGKILLed, then another replica leads
@@ -81,66 +115,90 @@ def test_the_leader_of_a_journal_partition_killed_and_restarted_loses_and_double
     it rejoins the partition's in-sync replicas and every job completes checkpoints again. Every
     journal record stored before the kill is still there at its offset, no checkpoint id is
     triggered or completed twice, and ``cutline replay --verify`` passes."""
-    settings = Settings(cluster.bootstrap, topic_prefix, partitions=PARTITIONS)
-    ensure_topics(settings)
+    kill_and_restart_a_journal_leader(cluster, topic_prefix, tmp_path)
+
+
+def test_on_a_sasl_ssl_cluster_with_cutline_s_acls_a_journal_leader_killed_and_restarted_stops_no_job(
+    secured_cluster: Cluster, topic_prefix: str, tmp_path: Path
+) -> None:
+    """The same on three SASL_SSL nodes with cutline's ACLs on the test's prefix: the coordinator logs
+    in as the coordinator principal, the participants and their drivers as the task principal, the
+    test's reads and ``cutline replay --verify`` as the operator, each with exactly its role's ACLs;
+    and the coordinator is refused nothing on the way."""
+    secured_cluster.kafka.grant_roles(Topics(topic_prefix))
+    kill_and_restart_a_journal_leader(secured_cluster, topic_prefix, tmp_path)
+
+
+def kill_and_restart_a_journal_leader(cluster: Cluster, topic_prefix: str, tmp_path: Path) -> None:
+    """SIGKILL the leader of a journal partition while two jobs checkpoint, then restart it; check the
+    journal and print the times (the tests' common body)."""
+    settings = Settings(cluster.kafka.bootstrap, topic_prefix, partitions=PARTITIONS)
     bootstrap, topics = settings.bootstrap, settings.topics
+    with cluster.acting_as(ADMIN):
+        ensure_topics(settings)
+    cluster.kafka.await_topics([*topics.all, *topics.internal])  # the participants ask any node
     job_ids = spread_jobs(PARTITIONS, PARTITIONS)
     partition = partition_for(job_key(job_ids[0]), PARTITIONS)
-    jobs = Checkpointing(bootstrap, topics, tmp_path, job_ids, PARTITIONS)
+    with cluster.acting_as("task"):
+        jobs = Checkpointing(bootstrap, topics, tmp_path, job_ids, PARTITIONS)
     coordinator = CoordinatorProcess(bootstrap, topic_prefix)
-    try:
-        coordinator.start(timeout=90)
-        jobs.start()
-        jobs.wait_for_new_completions(0.0, timeout=60)
-        leader, replicas = _partitions(bootstrap, topics.checkpoints)[partition]
-        assert 3 == len(replicas)
-        stored = _stored(bootstrap, topics)
+    with cluster.acting_as("operator"):
+        try:
+            with cluster.acting_as("coordinator"):
+                coordinator.start(timeout=90)
+            jobs.start()
+            jobs.wait_for_new_completions(0.0, timeout=60)
+            leader, replicas = _partitions(bootstrap, topics.checkpoints)[partition]
+            assert 3 == len(replicas)
+            stored = _stored(bootstrap, topics)
 
-        cluster.kill(leader)
-        killed_at = time.time()  # the node is gone: what completes after this was written without it
-        resumed = jobs.wait_for_new_completions(killed_at, timeout=120)
-        new_leader, _ = eventually(
-            lambda: _partitions(bootstrap, topics.checkpoints)[partition],
-            lambda led: led[0] not in (leader, -1) and leader not in led[1],
-            timeout=30,
-            interval=0.2,
-            what=f"a new leader of journal partition {partition}, node {leader} out of its in-sync replicas",
-        )
+            cluster.kafka.kill(leader)
+            killed_at = time.time()  # the node is gone: what completes after this was written without it
+            resumed = jobs.wait_for_new_completions(killed_at, timeout=120)
+            new_leader, _ = eventually(
+                lambda: _partitions(bootstrap, topics.checkpoints)[partition],
+                lambda led: led[0] not in (leader, -1) and leader not in led[1],
+                timeout=30,
+                interval=0.2,
+                what=f"a new leader of journal partition {partition}, node {leader} out of its ISR",
+            )
 
-        restarted_at = time.time()
-        cluster.restart(leader)
-        caught_up = eventually(
-            lambda: _partitions(bootstrap, topics.checkpoints)[partition],
-            lambda led: leader in led[1],
-            timeout=60,
-            interval=0.2,
-            what=f"node {leader} back in the in-sync replicas of journal partition {partition}",
-        )
-        rejoined = time.time() - restarted_at
-        again = jobs.wait_for_new_completions(time.time(), timeout=60)
-        print(
-            f"journal partition {partition}: leader {leader} SIGKILLed, every job completed a checkpoint "
-            f"{resumed:.1f} s later (new leader {new_leader}); restarted, in sync again after "
-            f"{rejoined:.1f} s ({caught_up}), every job completed a checkpoint {again:.1f} s after that"
-        )
-    except AssertionError as error:
-        raise AssertionError(f"{error}\ncoordinator log:\n{coordinator.tail()}") from None
-    finally:
-        jobs.close()
-        coordinator.stop()
+            restarted_at = time.time()
+            cluster.kafka.restart(leader)
+            caught_up = eventually(
+                lambda: _partitions(bootstrap, topics.checkpoints)[partition],
+                lambda led: leader in led[1],
+                timeout=60,
+                interval=0.2,
+                what=f"node {leader} back in the in-sync replicas of journal partition {partition}",
+            )
+            rejoined = time.time() - restarted_at
+            again = jobs.wait_for_new_completions(time.time(), timeout=60)
+            print(
+                f"journal partition {partition}: leader {leader} SIGKILLed, every job completed a checkpoint "
+                f"{resumed:.1f} s later (new leader {new_leader}); restarted, in sync again after "
+                f"{rejoined:.1f} s ({caught_up}), every job completed a checkpoint {again:.1f} s after that"
+            )
+        except AssertionError as error:
+            raise AssertionError(f"{error}\ncoordinator log:\n{coordinator.tail()}") from None
+        finally:
+            jobs.close()
+            coordinator.stop()
 
-    after = _stored(bootstrap, topics)
-    lost = [where for where, value in stored.items() if after.get(where) != value]
-    assert [] == lost, "journal records stored before the kill are gone or changed"
-    journal = _journal(bootstrap, topics)
-    for job in job_ids:
-        for kind in (CheckpointTriggered, CheckpointCompleted):
-            ids = _ids(journal, kind, job)
-            assert sorted(set(ids)) == ids, f"{job}: {kind.__name__} ids doubled or out of order: {ids}"
-    assert first_violation(journal) is None
-    replay = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", "replay", "--bootstrap", bootstrap, "--topic-prefix",
-         topic_prefix, "--verify", "--quiet"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert 0 == replay.returncode, replay.stdout + replay.stderr
+        after = _stored(bootstrap, topics)
+        lost = [where for where, value in stored.items() if after.get(where) != value]
+        assert [] == lost, "journal records stored before the kill are gone or changed"
+        journal = _journal(bootstrap, topics)
+        for job in job_ids:
+            for kind in (CheckpointTriggered, CheckpointCompleted):
+                ids = _ids(journal, kind, job)
+                assert sorted(set(ids)) == ids, f"{job}: {kind.__name__} ids doubled or out of order: {ids}"
+        assert first_violation(journal) is None
+        replay = subprocess.run(
+            [sys.executable, "-m", "coordinator.cli", "replay", "--bootstrap", bootstrap, "--topic-prefix",
+             topic_prefix, "--verify", "--quiet"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert 0 == replay.returncode, replay.stdout + replay.stderr
+    refused = [line for line in coordinator.log_path.read_text().splitlines() if "AUTHORIZATION" in line]
+    assert [] == refused, "the coordinator was refused what its ACLs should grant"
