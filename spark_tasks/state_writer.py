@@ -178,7 +178,7 @@ def write_new_savepoint(
     already count ends there (none: the job reads its input from the earliest offset)."""
     keys, states = _columns(data, key, state)
     keyed = keyed_state_of(keys, states, step)
-    return _write(keyed, step, location, job_id, offsets or {}, parallelism, 0)
+    return _write(keyed, step, location, job_id, offsets or {}, parallelism, 1)
 
 
 def _check_source(stored: StoredState, step: AnyKeyedStep, source: str) -> None:

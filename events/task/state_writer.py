@@ -26,7 +26,7 @@ from events.task.participant import read_checkpoint_metadata
 from events.wire.codec import Codec, default_codec
 from events.wire.metadata import METADATA_FILE, resolve_completion
 from events.wire.records import CheckpointCompleted, CheckpointKind, StateHandle
-from events.wire.validation import parse_offsets
+from events.wire.validation import MAX_CHECKPOINT_ID, parse_offsets
 
 __all__ = [
     "SavepointFiles",
@@ -65,7 +65,8 @@ class SavepointTarget:
     offsets: Mapping[str, int] = field(default_factory=dict)
     """Where the job reads on, ``topic:partition`` → offset: the input the state already holds ends
     there. A partition without one starts from the earliest offset."""
-    checkpoint_id: int = 0
+    checkpoint_id: int = 1
+    """The id the job reports restoring (1 to ``MAX_CHECKPOINT_ID``, as every checkpoint id)."""
     timestamp_ms: int = 0
 
 
@@ -94,9 +95,15 @@ def _task(index: int) -> str:
 
 
 def _check_target(target: SavepointTarget) -> None:
-    """The key groups of the tasks are 0 to max parallelism - 1, each once, and the offsets parse."""
+    """A job id, a checkpoint id a job may restore, the key groups of the tasks 0 to max parallelism -
+    1 each once, and offsets that parse."""
     if not target.job_id:
         raise SavepointWriteRefused("a savepoint needs the id of the job that restores it (job_id)")
+    if not 1 <= target.checkpoint_id <= MAX_CHECKPOINT_ID:
+        raise SavepointWriteRefused(
+            f"checkpoint id {target.checkpoint_id}: a savepoint's id is 1 to {MAX_CHECKPOINT_ID}, as any "
+            "checkpoint's (the coordinator refuses a job that reports restoring another)"
+        )
     covered = [group for groups in target.task_groups for group in groups]
     if sorted(covered) != list(range(target.max_parallelism)):
         raise SavepointWriteRefused(

@@ -27,7 +27,12 @@ from keyed_checkpoints import UPPER_WORD_COUNT  # noqa: E402
 
 from events.task.participant import SnapshotCorrupted, read_checkpoint_metadata  # noqa: E402
 from events.task.state_view import state_rows  # noqa: E402
-from events.task.state_writer import SavepointWriteRefused, read_savepoint_state  # noqa: E402
+from events.task.state_writer import (  # noqa: E402
+    SavepointTarget,
+    SavepointWriteRefused,
+    read_savepoint_state,
+    savepoint_files,
+)
 from spark_tasks.keyed import key_group, key_group_range, read_manifest  # noqa: E402
 from spark_tasks.restore import JobShape, Refusal, Refused, RestorePlan, plan_restore, restore_step  # noqa: E402
 from spark_tasks.state_writer import Rekeying, transform_savepoint, write_new_savepoint  # noqa: E402
@@ -67,7 +72,8 @@ def test_savepoint_writer_bootstrap_holds_the_table_as_a_jobs_savepoint_would(tm
     )
 
     assert COUNTS == _shown(str(location))
-    assert ("wc", "SAVEPOINT", OFFSETS) == (completed.job_id, completed.kind.name, dict(completed.offsets))
+    assert ("wc", "SAVEPOINT", 1) == (completed.job_id, completed.kind.name, completed.checkpoint_id)
+    assert OFFSETS == completed.offsets
     manifests = {task: read_manifest(handle) for task, handle in completed.handles.items()}
     assert {f"keyed-{i}": key_group_range(i, 3) for i in range(3)} == {
         task: m.key_groups for task, m in manifests.items()
@@ -113,6 +119,25 @@ def test_savepoint_writer_refuses_data_the_step_does_not_keep(tmp_path: Path, da
         write_new_savepoint(data, KEYED_WORD_COUNT, tmp_path / "sp", job_id="wc")
 
     assert not (tmp_path / "sp").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"checkpoint_id": 0}, "checkpoint id 0: a savepoint's id is 1 to"),
+        ({"task_groups": [range(64)]}, r"key groups \['0-63'\] are not 0-127 each once"),
+        ({"task_groups": [range(100), range(90, 128)]}, "are not 0-127 each once"),
+        ({"offsets": {"words": 3}}, "offsets: offsets key 'words' is not 'topic:partition'"),
+        ({"job_id": ""}, "needs the id of the job"),
+    ],
+)
+def test_savepoint_writer_refuses_a_savepoint_no_job_restores(change: dict[str, Any], reason: str) -> None:
+    """A checkpoint id the coordinator refuses, key groups missing or claimed twice, malformed
+    offsets, no job: refused before any file is decided."""
+    target = SavepointTarget("wc", "file:///savepoints/sp", KEYED_WORD_COUNT.identity, 128, [range(128)])
+
+    with pytest.raises(SavepointWriteRefused, match=reason):
+        savepoint_files({}, replace(target, **change))
 
 
 def test_savepoint_writer_never_overwrites_a_savepoint(tmp_path: Path) -> None:
