@@ -1,0 +1,82 @@
+"""A Spark driver whose word count writes to Kafka through an ExactlyOnceKafkaSink: the child process
+tests/spark/test_kafka_sink.py SIGKILLs (with its JVM) at a crash point of a commit.
+
+Its settings are the JSON in ``KAFKA_SINK_APP``. It says on stdout what it does (``recovered
+commit=[..] delete=[..]``, ``transactional_id ID``, ``started``, ``step NAME CHECKPOINT``); at the
+first step ``crash`` names (``[name, first checkpoint id]``) it says ``stopped at NAME CHECKPOINT``
+and waits there for its SIGKILL. ``variant: no-marker`` recovers without reading the marker: the
+broken sink the test must catch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from events.task.exactly_once import Completion, Marker, RecoveryPlan, Staged, recovery_plan
+from events.wire.records import CheckpointConfig
+from spark_tasks.job import CheckpointedJob, JobSettings
+from spark_tasks.kafka_sink import ExactlyOnceKafkaSink
+from spark_tasks.session import local_spark
+from spark_tasks.wordcount import WORD_COUNT
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def without_marker(
+    marker: Marker | None, staged: Iterable[Staged], completions: Iterable[Completion], restored: int | None
+) -> RecoveryPlan:
+    return recovery_plan(None, staged, completions, restored)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING)
+    settings = json.loads(os.environ["KAFKA_SINK_APP"])
+    crash = settings.get("crash")
+
+    def step(name: str, checkpoint_id: int) -> None:
+        say(f"step {name} {checkpoint_id}")
+        if crash and name == crash[0] and checkpoint_id >= crash[1]:
+            say(f"stopped at {name} {checkpoint_id}")
+            threading.Event().wait()  # until the test's SIGKILL
+
+    from pyspark.sql.functions import col, struct, to_json
+
+    spark = local_spark("kafka-sink-app")
+    job = CheckpointedJob(
+        spark,
+        JobSettings(
+            job_id=settings["job"],
+            bootstrap=settings["bootstrap"],
+            topics=(settings["input"],),
+            config=CheckpointConfig(interval_ms=1000, timeout_ms=60_000, location=settings["location"]),
+            work_dir=Path(settings["work_dir"]),
+            topic_prefix=settings["prefix"],
+        ),
+    )
+    sink = ExactlyOnceKafkaSink(
+        job,
+        topic=settings["output"],
+        uid="counts",
+        step=step,
+        recovery=without_marker if settings.get("variant") == "no-marker" else None,
+    )
+    plan = sink.recovered.plan
+    say(f"recovered commit={list(plan.commit)} delete={list(plan.delete)}")
+    say(f"transactional_id {sink.transactional_id}")
+    counts = job.stream(WORD_COUNT)
+    rows = struct("topic", "partition", "offset", "word", "added", "count")
+    out = counts.select(col("word").alias("key"), to_json(rows).alias("value"))
+    job.start(out.writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds"))
+    say("started")
+    job.await_termination()
+
+
+if __name__ == "__main__":
+    main()
