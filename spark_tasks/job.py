@@ -486,6 +486,11 @@ class CheckpointedJob:
                 "keyed_partitions and use stream_keyed; a per-partition StatefulStep job reads with "
                 "source='cutline-kafka'"
             )
+        if settings.source == CONNECTOR_FORMAT and settings.latency_interval_ms:
+            raise ValueError(
+                "latency markers (latency_interval_ms) ride in cutline-kafka's offsets: a job on Spark's "
+                "kafka connector has none yet; set latency_interval_ms=0 or source='cutline-kafka'"
+            )
         if keyed is not None and not 0 < keyed <= settings.max_parallelism:
             raise ValueError(
                 f"keyed_partitions={keyed}: a keyed job has 1 to max_parallelism "
