@@ -29,7 +29,6 @@ from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
     AclPermissionType,
-    AdminClient,
     ResourcePatternType,
     ResourceType,
 )
@@ -120,7 +119,7 @@ def _acls(topics: Topics, forgery: Topics) -> list[AclBinding]:
     bindings += acl_bindings(Role.TASK, "User:misgranted", forgery)
     bindings += _grant(Grant("topic", forgery.checkpoints, ("Write",)), "misgranted")
     bindings += grant_bindings(application_grants(topics, [SPARK_INPUT], SPARK_JOB), "User:spark")
-    return list(dict.fromkeys(bindings))  # each principal's grant of the placeholder group once
+    return bindings
 
 
 def _grant(grant: Grant, user: str) -> list[AclBinding]:
@@ -136,17 +135,12 @@ def _secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     users = [*PRINCIPALS, "novice", "half-coordinator", "misgranted", "spark"]
     directory = tmp_path_factory.mktemp("principals")
     with ApacheKafka(heap="384m", security=SaslSsl.with_users(users)) as kafka:
-        files = {
-            user: kafka.properties_file(user, directory / f"{user}.properties") for user in [ADMIN, *users]
-        }
-        secured = Secured(kafka, Topics(PREFIX), files)
+        secured = Secured(kafka, Topics(PREFIX), kafka.properties_files(directory))
         with secured.acting_as(ADMIN):
             for prefix in (PREFIX, FORGERY):
                 ensure_topics(Settings(kafka.bootstrap, prefix, partitions=2))
             create_topics(kafka.bootstrap, [SPARK_INPUT], partitions=2)
-        admin = AdminClient({"bootstrap.servers": kafka.bootstrap, **kafka.client_properties()})
-        for future in admin.create_acls(_acls(secured.topics, Topics(FORGERY))).values():
-            future.result(timeout=30)
+        kafka.create_acls(_acls(secured.topics, Topics(FORGERY)))
         yield secured
 
 
