@@ -11,7 +11,8 @@ For each broker (started for its part, one ``cutline coordinator`` worker on it,
 - **jobs per worker**: ``J`` jobs at once (1, 4, 16, 64), each of two participants that share one
   feed and one producer (each job as its own process would have them), every job checkpointing
   every ``--interval-ms``. After each job's first ``--warmup`` checkpoints, its next
-  ``--checkpoints`` are measured, and the jobs' are pooled;
+  ``--checkpoints`` are measured (more where a row would have fewer than ``--min-samples`` in all:
+  a p99 of fewer than 100 is the maximum), and the jobs' are pooled;
 - **participants per job**: one job of ``P`` participants (2, 8, 32), each with a feed and a
   producer of its own (``thread``), then all sharing one (``shared``).
 
@@ -22,10 +23,16 @@ the machine's CPU went meanwhile, in % of one core: the coordinator worker, the 
 process (the participants and their feeds) and every other process of the machine (other work).
 
 Then Flink 2.3's MiniCluster at ``--flink-parallelism`` (32) with the same interval, warm-up and
-number of checkpoints (``bench/bench_vs_flink.py``'s anchor, in its scratch venv). The targets on
-Apache Kafka: p99 at 16 jobs within 2x of 1 job; 32 participants at or below Flink at parallelism
-32 (p50 and p99), both judged in this run. A failed or missing Flink anchor leaves the cutline rows
-standing, its row saying why.
+number of checkpoints as a row of one job (``bench/bench_vs_flink.py``'s anchor, in its scratch
+venv). The targets on Apache Kafka: p99 at 16 jobs within 2x of 1 job; 32 participants at or
+below Flink at parallelism 32 (p50 and p99), both judged in this run. A failed or missing Flink
+anchor leaves the cutline rows standing, its row saying why.
+
+``--fetch-wait-ms`` sets the ``fetch.wait.max.ms`` of the coordinator's and the participants'
+consumers (``CUTLINE_FETCH_WAIT_MS``) and of the shared feeds: cutline's defaults (2-5 ms) are made
+for the embedded broker, which answers a waiting fetch only after half its wait; Apache Kafka answers
+as soon as records arrive, so there a long wait costs no latency and each idle consumer stops
+sending the broker hundreds of fetches a second.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from bench.bench_vs_flink import (
 from bench.cpu import code_checked, machine_line
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import partition_counts
+from events.kafka import feed
 from events.kafka.clients import consume_available, consumer_config, job_key
 from events.task.participant import JobDriver
 from events.wire.codec import decode
@@ -199,7 +207,8 @@ def run_row(
         interval_ms=args.interval_ms, location=(args.scratch / tag).as_uri(), timeout_ms=30_000,
         tolerable_failures=1_000,
     )  # fmt: skip
-    wanted = args.warmup + args.checkpoints
+    measured = max(args.checkpoints, -(-args.min_samples // jobs))
+    wanted = args.warmup + measured
     completions = Completions(worker.bootstrap, worker.topics.checkpoints, names)
     with ExitStack() as stack:
         stack.callback(completions.close)
@@ -219,7 +228,7 @@ def run_row(
         cpu = meter.stop()
     return LoadRow(
         worker.kind, dimension, jobs if dimension == "jobs" else participants, mode,
-        completions.measured(args.warmup, args.checkpoints), cpu, at_start, complete,
+        completions.measured(args.warmup, measured), cpu, at_start, complete,
     )  # fmt: skip
 
 
@@ -253,14 +262,15 @@ def flink_rows(args: argparse.Namespace, console: Console) -> list[FlinkResult |
         python = flink_python(args.flink_python, console)
     except FlinkUnavailable as exc:
         return [f"unavailable: {exc}" for _ in args.flink_parallelism]
-    seconds = int((args.warmup + args.checkpoints) * args.interval_ms / 1000 * 1.5) + 30
+    checkpoints = max(args.checkpoints, args.min_samples)  # as many as a cutline row of one job
+    seconds = int((args.warmup + checkpoints) * args.interval_ms / 1000 * 1.5) + 30
     found: list[FlinkResult | str] = []
     for parallelism in args.flink_parallelism:
         console.print(f"Flink 2.3 MiniCluster: parallelism {parallelism}, {seconds} s, load {load()}")
         try:
             result: FlinkResult | str = run_flink(
                 python, Path(args.anchor), parallelism, seconds, args.interval_ms, args.warmup,
-                args.checkpoints, args.scratch,
+                checkpoints, args.scratch,
             )  # fmt: skip
         except Exception as exc:  # the anchor is a program of its own: any failure of it is reported
             result = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -282,9 +292,9 @@ def _flink_line(result: FlinkResult | str) -> str:
 
 def table(rows: list[LoadRow], flink: list[FlinkResult | str]) -> Table:
     out = Table(title="Checkpoint latency under load, trigger → completed (ms)", title_justify="left")
-    right = ("size", "n", "p50", "p99", "max", "coordinator", "broker", "participants", "others")
+    right = ("size", "n", "p50", "p99", "max", "coordinator", "broker", "participants / Flink", "others")
     for column in ("system", "load", "size", "mode", "n", "p50", "p99", "max", "coordinator", "broker",
-                   "participants", "others", "load at start"):  # fmt: skip
+                   "participants / Flink", "others", "load at start"):  # fmt: skip
         out.add_column(column, justify="right" if column in right else "left")
     for r in rows:
         out.add_row(
@@ -363,7 +373,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--modes", nargs="+", choices=tuple(MODES), default=list(MODES),
                         help="participants with a feed and a producer each (thread), "
                         "or sharing one (shared)")  # fmt: skip
-    parser.add_argument("--checkpoints", type=int, default=20, help="measured per job and row")
+    parser.add_argument("--checkpoints", type=int, default=20, help="measured per job and row, at least")
+    parser.add_argument(
+        "--min-samples",
+        type=int,
+        default=100,
+        help="checkpoints measured per row at least, the jobs' pooled (100: a p99 that is not the max; a "
+        "job of a row with fewer jobs measures more of its checkpoints)",
+    )
+    parser.add_argument(
+        "--fetch-wait-ms",
+        type=int,
+        help="fetch.wait.max.ms of the coordinator's and the participants' consumers "
+        "(CUTLINE_FETCH_WAIT_MS) and of the shared feeds (default: cutline's own, short for Tansu)",
+    )
     parser.add_argument("--warmup", type=int, default=3, help="first checkpoints of each job left out")
     parser.add_argument(
         "--interval-ms", type=int, default=500, help="every job's (and Flink's) checkpoint interval"
@@ -379,6 +402,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.fetch_wait_ms is not None:  # the workers inherit the environment; the shared feeds read the
+        os.environ["CUTLINE_FETCH_WAIT_MS"] = str(args.fetch_wait_ms)  # module's default when made
+        feed.SHARED_FETCH_WAIT_MS = args.fetch_wait_ms
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=200)
@@ -386,7 +412,8 @@ def main() -> None:
     console.print(
         f"[bold]{COMMAND}[/]: {machine_line()}, code from {code_checked()}, load average {at_start} "
         f"at start; a checkpoint every {args.interval_ms} ms, {args.checkpoints} measured per job after "
-        f"{args.warmup}"
+        f"{args.warmup} (at least {args.min_samples} a row); fetch.wait.max.ms "
+        f"{os.environ.get('CUTLINE_FETCH_WAIT_MS', 'cutline defaults')}"
     )
     rows: list[LoadRow] = []
     flink: list[FlinkResult | str] = []

@@ -77,6 +77,7 @@ from rich.table import Table
 from bench.bench_coordinator import (
     BROKERS,
     LatencyResult,
+    breakdown_table,
     bench_latency,
     broker,
     make_topics,
@@ -601,6 +602,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, default=1, help="repeat the interleaved sequence")
     parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="also show where each row's time went, stage by stage along the critical path",
+    )
+    parser.add_argument(
         "--flink-python",
         default=os.environ.get("CUTLINE_FLINK_PYTHON"),
         help=f"a Python with apache-flink=={FLINK_VERSION} (default: $CUTLINE_FLINK_PYTHON, else the "
@@ -680,6 +686,8 @@ def report(
     console: Console,
 ) -> None:
     """The tables of what was measured (and the JSON file)."""
+    if pairs and args.stages:
+        console.print(breakdown_table([row.result for rows, _ in pairs for row in rows]))
     if pairs:
         console.print(side_by_side(pairs))
         console.print(
