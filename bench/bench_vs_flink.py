@@ -77,8 +77,8 @@ from rich.table import Table
 from bench.bench_coordinator import (
     BROKERS,
     LatencyResult,
-    breakdown_table,
     bench_latency,
+    breakdown_table,
     broker,
     make_topics,
     mean,
