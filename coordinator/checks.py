@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from coordinator.restart import strategy_problem
 from coordinator.state import MAX_CONCURRENT_CHECKPOINTS, JobState
+from events.wire.fencing import VOID_EPOCH, epoch_problem, header_epoch
 from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointConfig,
@@ -45,7 +46,7 @@ from events.wire.validation import (
     parse_offsets_key,
     parse_uri,
 )
-from events.wire.vocabulary import Rejection
+from events.wire.vocabulary import DeadLetterReason, Rejection
 
 __all__ = [
     "InputRejected",
@@ -57,7 +58,10 @@ __all__ = [
     "job_of",
     "job_status",
     "known_job",
+    "linked_handle",
+    "linked_savepoint",
     "request_fields",
+    "stale_answer",
     "storage_uri",
     "task_input",
 ]
@@ -344,6 +348,41 @@ def _handle_problem(state: JobState, handle: StateHandle, location: str, limit: 
     return None
 
 
+def linked_handle(
+    state: JobState, handle: StateHandle | None, where: str, links: Mapping[str, str]
+) -> InputRejected | None:
+    """An accepted ``file:`` state handle of the checkpoint at ``where`` must stay inside the
+    checkpoint's directory once symbolic links are followed: ``links`` is the file system's answer,
+    asked by the shell before deciding (:mod:`coordinator.links`). Inline state has no file to follow."""
+    if handle is None or handle.inline is not None:
+        return None
+    resolved = links.get(handle.uri)
+    if resolved is None:
+        return None
+    return _refuse(
+        state,
+        Rejection.STATE_OUTSIDE_LOCATION,
+        f"state {handle.uri!r} resolves to {resolved!r} through a symbolic link, "
+        f"outside checkpoint location {where!r}",
+    )
+
+
+def linked_savepoint(
+    state: JobState, location: str, roots: tuple[str, ...], links: Mapping[str, str]
+) -> InputRejected | None:
+    """A savepoint's ``location`` must stay inside its savepoint roots (``roots``) once symbolic
+    links are followed (``links``, as for :func:`linked_handle`)."""
+    resolved = links.get(location)
+    if resolved is None:
+        return None
+    return _refuse(
+        state,
+        Rejection.SAVEPOINT_TARGET_NOT_ALLOWED,
+        f"savepoint location {location!r} resolves to {resolved!r} through a symbolic link, "
+        f"outside the savepoint roots {roots}",
+    )
+
+
 def inline_problem(handle: StateHandle, limit: int) -> str | None:
     """Why the inline state of ``handle`` is not acceptable for a checkpoint that allows ``limit``
     bytes inline (None: it is). The size and digest are checked here, once, so that every reader
@@ -409,4 +448,46 @@ def _outside_problem(uri: str, location: str) -> str | None:
         return f"state URI is not a storage URI cutline accepts: {excerpt(exc)}"
     if not inner.within(root):
         return f"state {excerpt(uri)!r} is outside checkpoint location {excerpt(location)!r}"
+    return None
+
+
+def stale_answer(
+    answer: CheckpointAcknowledged | CheckpointDeclined,
+    headers: Iterable[tuple[str, bytes | None]],
+    epoch: int,
+    triggered: int | None,
+    state: JobState | None,
+) -> tuple[str, str] | None:
+    """The dead-letter reason and message of an ack or decline that answers a superseded barrier, or
+    whose epoch header is void (None: it answers a valid one, or cannot tell). ``epoch``: the one the
+    worker decides under; ``triggered``: the epoch the checkpoint's trigger was journaled in (None:
+    it is not pending); ``state``: the job's (None: unknown). Docs/design.md, "Ownership and fencing"."""
+    answered = header_epoch(headers)  # as every reader reads a record's epoch
+    if answered is None:
+        return None  # a writer that does not echo epochs: the decider's checks apply
+    if triggered is not None and answered >= triggered:
+        return None  # the usual answer, to the barrier of the epoch that triggered it
+    what = "ack" if isinstance(answer, CheckpointAcknowledged) else "decline"
+    checkpoint_id = answer.checkpoint_id
+    if answered == VOID_EPOCH:
+        return DeadLetterReason.VOID_EPOCH, (
+            f"the {what} of checkpoint {checkpoint_id} has {epoch_problem(headers)}: "
+            "it is void (docs/design.md, Ownership and fencing); "
+            "answer with the one epoch header of the barrier"
+        )
+    if triggered is not None:
+        return DeadLetterReason.STALE_EPOCH, (
+            f"the {what} of checkpoint {checkpoint_id} answers a barrier of coordinator epoch "
+            f"{answered}, but the checkpoint was triggered in epoch {triggered}: that barrier came "
+            "from a superseded coordinator (its trigger is void); answer the current barrier"
+        )
+    never_triggered = state is None or checkpoint_id >= state.next_checkpoint_id
+    if answered < epoch and never_triggered:
+        # An id the valid journal has not reached: only a void trigger can have sent that barrier.
+        # A late or repeated answer to a valid checkpoint that is over is the decider's to reject.
+        return DeadLetterReason.STALE_EPOCH, (
+            f"the {what} of checkpoint {checkpoint_id} answers a barrier of coordinator epoch "
+            f"{answered}; the journal's epoch is {epoch} and has no such pending checkpoint "
+            "(the barrier came from a superseded coordinator)"
+        )
     return None

@@ -7,6 +7,7 @@ journal always reproduces the same state.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -21,6 +22,13 @@ from events.wire.records import (
     JobStopRequested,
     TaskStatusChanged,
 )
+
+Links: TypeAlias = Mapping[str, str] | None
+"""``links`` of an ack, a checkpoint request and a stop: the shell's answer, asked before deciding
+(:mod:`coordinator.links`), about the ``file:`` paths the decision would accept or write: each one
+that leads out of where it must stay through a symbolic link, with the real path it resolves to
+(None: none does, or nothing was asked). The decider refuses on it as on any other input check, so
+``decide`` stays pure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +73,7 @@ class RequestCheckpoint:
     request: CheckpointRequested
     now_ms: int
     savepoint_roots: tuple[str, ...] = ()
+    links: Links = None
 
     @property
     def job_id(self) -> str:
@@ -79,6 +88,7 @@ class StopJob:
     request: JobStopRequested
     now_ms: int
     savepoint_roots: tuple[str, ...] = ()
+    links: Links = None
 
     @property
     def job_id(self) -> str:
@@ -100,10 +110,12 @@ class CancelJob:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class AcknowledgeCheckpoint:
-    """Record a task's acknowledgement (and complete the checkpoint if it was the last)."""
+    """Record a task's acknowledgement (and complete the checkpoint if it was the last);
+    ``links``: see :data:`Links`."""
 
     ack: CheckpointAcknowledged
     now_ms: int
+    links: Links = None
 
     @property
     def job_id(self) -> str:

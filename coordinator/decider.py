@@ -8,6 +8,7 @@ The rules are Flink's ``CheckpointCoordinator``'s (docs/design.md, "The checkpoi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from typing import TypeAlias, TypeVar, assert_never
@@ -90,8 +91,10 @@ __all__ = [
     "initial_state",
     "inline_limit",
     "inline_problem",
+    "savepoint_location",
     "savepoint_name",
     "savepoint_roots",
+    "trusted_roots",
 ]
 
 
@@ -663,6 +666,8 @@ def _request_checkpoint(d: _Deciding, command: RequestCheckpoint) -> None:
                 )
             )
         return
+    if savepoint and _linked_savepoint(d, command, request.target):
+        return
     _trigger(d, now, request.kind, periodic=False, request_id=request.request_id, target=request.target)
 
 
@@ -684,6 +689,28 @@ def savepoint_roots(location: str, configured: tuple[str, ...]) -> tuple[Storage
     if parent is None or (parent.scheme == "file" and not parent.segments):
         return (root,)
     return (parent,)
+
+
+@functools.lru_cache(maxsize=1024)
+def trusted_roots(location: str, configured: tuple[str, ...]) -> tuple[str, ...]:
+    """The directories a job's checkpoints and savepoints may be written below: its savepoint roots
+    and its checkpoint location (where checkpoints, and savepoints without a target, go)."""
+    return (*(str(r) for r in savepoint_roots(location, configured)), location)
+
+
+def savepoint_location(state: JobState, target: str | None, now: int) -> str:
+    """Where a savepoint the job triggers at ``now`` (for ``target``) goes: its next id's directory."""
+    return _location(state, state.next_checkpoint_id, CheckpointKind.SAVEPOINT, target, now)
+
+
+def _linked_savepoint(d: _Deciding, command: RequestCheckpoint | StopJob, target: str | None) -> bool:
+    """Refuse a savepoint whose location the file system showed to lead out of its roots."""
+    if not command.links:
+        return False
+    state = d.state
+    location = savepoint_location(state, target, command.now_ms)
+    roots = trusted_roots(state.config.location if state.config else "", command.savepoint_roots)
+    return d.refused(checks.linked_savepoint(state, location, roots, command.links))
 
 
 def _target_problem(state: JobState, target: str, configured: tuple[str, ...]) -> str | None:
@@ -744,6 +771,8 @@ def _stop_with_savepoint(d: _Deciding, command: StopJob) -> None:
         if problem is not None:
             d.emit(_rejected_request(command, Reason.SAVEPOINT_TARGET_NOT_ALLOWED, problem))
             return
+    if _linked_savepoint(d, command, request.target):
+        return
     message = f"the job is stopping with a savepoint (request {excerpt(request.request_id)})"
     _abort_pending_and_queued(d, now, message)
     _trigger(
@@ -1067,6 +1096,10 @@ def _acknowledge(d: _Deciding, command: AcknowledgeCheckpoint) -> None:
         return  # late: the checkpoint completed or aborted already (Flink logs and discards)
     if ack.task_id in pending.acks:
         return  # duplicate: a retried task or a re-run batch acknowledged twice
+    if command.links and d.refused(
+        checks.linked_handle(d.state, ack.state, pending.triggered.location, command.links)
+    ):
+        return
     d.emit(
         TaskAcknowledged(
             job_id=ack.job_id,

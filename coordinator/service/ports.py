@@ -16,6 +16,11 @@ simulator runs under a seed.
   (:class:`coordinator.service.watcher.JournalWatcher`).
 - :class:`InputConsumer`: where the consumer of the input topics stands, and a rewind
   (:class:`coordinator.service.direct.DirectConsumer`).
+- :class:`FileChecks`: whether ``file:`` paths lead out through symbolic links, asked by the runtime
+  before it decides (:class:`coordinator.service.file_view.LocalFiles`; defined beside it, as the
+  runtime takes it and this module imports the runtime).
+- :class:`MetadataObjects`: where the ``_metadata`` objects of completions too large for the journal
+  are written, before the journal records that refer to them (:class:`StoredMetadata`).
 """
 
 from __future__ import annotations
@@ -26,19 +31,24 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
 from coordinator.ownership import Fact
+from coordinator.service.file_view import FileChecks
 from coordinator.service.runtime import Coordinator, Outgoing
 from coordinator.service.writer import Written
 from coordinator.snapshot import PartitionSnapshot
+from events.task import storage
 
 T = TypeVar("T")
 
 __all__ = [
     "Clock",
     "Executor",
+    "FileChecks",
     "InputConsumer",
+    "MetadataObjects",
     "Recovery",
     "RecoveryFactory",
     "SendTick",
+    "StoredMetadata",
     "SystemClock",
     "ThreadExecutor",
     "Watch",
@@ -152,6 +162,14 @@ class InputConsumer(Protocol):
         ...
 
 
+class MetadataObjects(Protocol):
+    """Where completions too large for the journal are written (docs/design.md, "Record sizes")."""
+
+    def write(self, uri: str, frame: bytes) -> None:
+        """Write ``frame`` at ``uri``, all or nothing; raises when it cannot."""
+        ...
+
+
 SendTick = Callable[[str, int], Awaitable[None]]
 """Sends a tick for a job (its id, the time in ms) to the ticks topic, keyed by the job."""
 
@@ -192,3 +210,10 @@ class ThreadExecutor:
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+class StoredMetadata:
+    """Metadata objects through :mod:`events.task.storage` (local files, object stores)."""
+
+    def write(self, uri: str, frame: bytes) -> None:
+        storage.write_bytes(uri, frame)

@@ -52,7 +52,16 @@ from coordinator.ownership import (
     step,
 )
 from coordinator.service.metrics import PartitionView
-from coordinator.service.ports import Clock, Executor, Recovery, RecoveryFactory, Watch, Writes
+from coordinator.service.ports import (
+    Clock,
+    Executor,
+    MetadataObjects,
+    Recovery,
+    RecoveryFactory,
+    StoredMetadata,
+    Watch,
+    Writes,
+)
 from coordinator.service.runtime import Coordinator, Outcome
 from coordinator.service.writer import Written
 
@@ -109,9 +118,11 @@ class Worker:
         *,
         rules: Rules = step,
         on_jobs_changed: Callable[[], object] = lambda: None,
+        metadata: MetadataObjects | None = None,
     ) -> None:
         """``on_jobs_changed`` hears that the jobs held here changed (a partition merged or dropped):
-        their due times moved without a decision."""
+        their due times moved without a decision; ``metadata`` takes the outcomes' ``_metadata``
+        objects (:class:`~coordinator.service.ports.StoredMetadata`: through the storage layer)."""
         self.worker_id = worker_id
         self.ownership: Ownership = initial_ownership(worker_id)
         self.runtime = runtime
@@ -125,6 +136,7 @@ class Worker:
         self._writes, self._new_recovery, self._executor, self._clock = writes, new_recovery, executor, clock
         self._watch: Watch = watch or _NoWatch()
         self._rules, self._on_jobs_changed = rules, on_jobs_changed
+        self._metadata: MetadataObjects = metadata or StoredMetadata()
         self._recoveries: dict[int, Recovery] = {}
         self._recovery_started: dict[int, float] = {}
         self._undecided_since: dict[int, float] = {}
@@ -239,17 +251,49 @@ class Worker:
             )
 
     async def publish(self, outcomes: Sequence[Outcome]) -> set[int]:
-        """Journal first; barriers and dead letters once the broker holds the journal records.
+        """Metadata objects first, then the journal; barriers and dead letters once the broker holds
+        the journal records.
 
         Every write is awaited: input offsets are committed (acked) only after every journal
-        write of the input is acknowledged. Returns the partitions whose writes failed."""
+        write of the input is acknowledged. A partition whose metadata object could not be written
+        writes nothing of the batch (its journal records would refer to a missing object): like a
+        failed journal write, it recovers and its inputs come again. Returns the partitions whose
+        writes failed."""
         journal_topic = self.runtime.topics.checkpoints
+        failed = await self._write_metadata(outcomes) if any(o.metadata for o in outcomes) else set()
         journal = [m for o in outcomes for m in o.messages if m.topic == journal_topic]
         others = [m for o in outcomes for m in o.messages if m.topic != journal_topic]
-        failed = self._note(await self._writes.write(journal)) if journal else set()
+        if failed:
+            journal = [m for m in journal if self._home(m.key) not in failed]
+        if journal:
+            failed |= self._note(await self._writes.write(journal))
         if others:
             kept = [m for m in others if self._home(m.key) not in failed]
             failed |= self._note(await self._writes.write(kept))
+        return failed
+
+    async def _write_metadata(self, outcomes: Sequence[Outcome]) -> set[int]:
+        """Write the outcomes' metadata objects (on the executor: storage blocks); the partitions
+        of the jobs whose object could not be written."""
+        failed: set[int] = set()
+        for outcome in outcomes:
+            for written in outcome.metadata:
+                partition = self.runtime.partition_of(outcome.job_id) if outcome.job_id else -1
+                if partition in failed:
+                    continue
+                try:
+                    await self._executor.call(self._metadata.write, written.uri, written.frame)
+                except Exception as exc:
+                    log.error(
+                        "metadata object %s of job %r could not be written (%s: %s); journal "
+                        "partition %d recovers and its inputs come again",
+                        written.uri,
+                        outcome.job_id,
+                        type(exc).__name__,
+                        exc,
+                        partition,
+                    )
+                    failed.add(partition)
         return failed
 
     async def write_snapshots(self) -> None:

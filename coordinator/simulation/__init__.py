@@ -6,6 +6,8 @@ the decider in it) run under one seeded scheduler over a simulated group and log
 - :mod:`coordinator.simulation.loop`: simulated time, an event loop per worker, an executor
   without threads;
 - :mod:`coordinator.simulation.broker`: the in-memory log and the ports over it;
+- :mod:`coordinator.simulation.files`: the file system's ports in memory (no links, metadata
+  objects by URI);
 - :mod:`coordinator.simulation.oracle`: the invariants;
 - :mod:`coordinator.simulation.world`: one seed's world, its faults, the run.
 

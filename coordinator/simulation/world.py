@@ -54,6 +54,7 @@ from coordinator.simulation.broker import (
     SimWatch,
     SimWrites,
 )
+from coordinator.simulation.files import SimFiles, SimMetadata
 from coordinator.simulation.loop import BusyLoop, Job, Scheduler, SimClock, SimExecutor, SimLoop
 from coordinator.simulation.oracle import (
     TP,
@@ -423,7 +424,9 @@ class World:
             self.scheduler.after(delay, lambda: self._on_node(holder[0], action))
 
         executor = SimExecutor(loop, THREADS, schedule, lambda job: self._started(holder[0], job))
-        runtime = Coordinator(self.topics, rng=Random(self.rng.random()), partitions=self.scenario.partitions)
+        runtime = Coordinator(
+            self.topics, rng=Random(self.rng.random()), partitions=self.scenario.partitions, files=SimFiles()
+        )
 
         def home(key: bytes | None) -> int:
             return runtime.partition_of(key.decode()) if key else 0
@@ -453,6 +456,7 @@ class World:
             watch,
             rules=self._rules(wid),
             on_jobs_changed=lambda: ticker_ref[0].due_moved.set(),
+            metadata=SimMetadata(),
         )
         worker_ref.append(worker)
         ticker = Ticker(worker, self.clock, self._send_tick, TICK_INTERVAL_S)

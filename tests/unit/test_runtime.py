@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from coordinator.commands import AcknowledgeCheckpoint
+from coordinator import fold_state, inbox
 from coordinator.decider import due_at, fold_jobs
 from coordinator.service import runtime
 from coordinator.service.runtime import Coordinator, Outcome, parse_cause
@@ -514,7 +515,7 @@ class TestIsolation:
 
         letter = letter_of(coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), value, 0))
 
-        assert letter.value == value[: runtime.MAX_DEAD_LETTER_VALUE]
+        assert letter.value == value[: inbox.MAX_DEAD_LETTER_VALUE]
         assert "cut to its first 524288 of 1048576 bytes" in letter.message
 
     def test_invalid_savepoint_roots_are_refused_at_start(self) -> None:
@@ -722,8 +723,8 @@ class TestDue:
         coordinator.tick(JOB, 10_000)
         before = coordinator.due(10**9)
         walks: list[object] = []
-        counted = runtime.due_at
-        monkeypatch.setattr(runtime, "due_at", lambda state: walks.append(state) or counted(state))
+        counted = fold_state.due_at
+        monkeypatch.setattr(fold_state, "due_at", lambda state: walks.append(state) or counted(state))
 
         coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(None, 1, "a"), 10_001)
 
@@ -739,4 +740,4 @@ class TestDue:
         coordinator.states.clear()  # as when the job's partition is revoked
 
         assert [] == coordinator.due(10**9)
-        assert {} == coordinator._due_at
+        assert {} == coordinator.fold._due_at

@@ -19,6 +19,7 @@ from coordinator.admission import (
 )
 from coordinator.commands import ChangeJobStatus, Tick
 from coordinator.decider import fold_jobs
+from coordinator.service.ports import StoredMetadata
 from coordinator.service.runtime import Coordinator, Outcome
 from events.wire.codec import decode, encode
 from events.wire.metadata import MetadataUnavailable, by_reference, resolve_completion
@@ -168,6 +169,8 @@ class TestCompletionByReference:
             offsets = {f"topic-{task}-{p:03d}:0": p for p in range(40)}
             outcome = coordinator.handle(TOPICS.acks, 0, i + 1, JOB.encode(), _ack(task, offsets), 10_001)
             assert outcome.rejected is None and not any(isinstance(r, DeadLetter) for r in _records(outcome))
+            for written in outcome.metadata:  # as the worker does, before the journal records
+                StoredMetadata().write(written.uri, written.frame)
             journal += outcome.journal
         return coordinator, journal
 
