@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.commands import AcknowledgeCheckpoint
 from coordinator import fold_state, inbox
-from coordinator.decider import due_at, fold_jobs
+from coordinator.commands import AcknowledgeCheckpoint
+from coordinator.decider import InputRejected, Rejection, decide_steps, due_at, fold_jobs, trusted_roots
+from coordinator.links import Below, questions
 from coordinator.service import runtime
 from coordinator.service.runtime import Coordinator, Outcome, parse_cause
 from events.wire.codec import decode, encode
@@ -667,6 +668,56 @@ class TestSymbolicLinks:
 
         assert "SAVEPOINT_TARGET_NOT_ALLOWED" == letter_of(outcome).reason
         assert pending == dict(coordinator.states[JOB].pending)
+
+
+class TestLinksAreInputs:
+    """The file system is asked before deciding (coordinator/links.py); the decider refuses on its
+    answers where its rules would accept the input, so nothing after ``decide`` vetoes it."""
+
+    def test_the_last_ack_asks_for_its_handle_and_the_completion_s_metadata_object(
+        self, coordinator: Coordinator
+    ) -> None:
+        """Given checkpoint 1 of tasks a and b, task a acked, then b's ack asks about its handle and
+        about ``<location>/_metadata``; a repeated ack of a asks nothing."""
+        running(coordinator)
+        coordinator.tick(JOB, 10_000)
+        coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes("file:///ckpt/job/chk-1/a"), 10_001)
+        state = coordinator.states[JOB]
+        last = AcknowledgeCheckpoint(decode_ack(ack_bytes("file:///ckpt/job/chk-1/b", task="b")), 10_002)
+        again = AcknowledgeCheckpoint(decode_ack(ack_bytes("file:///ckpt/job/chk-1/a")), 10_002)
+
+        roots = trusted_roots("file:///ckpt", ())
+        assert (
+            Below("file:///ckpt/job/chk-1/b", "file:///ckpt/job/chk-1", roots),
+            Below("file:///ckpt/job/chk-1/_metadata", "file:///ckpt/job/chk-1", roots),
+        ) == questions(state, last, ())
+        assert () == questions(state, again, ())
+
+    def test_a_repeated_ack_reported_linked_out_is_still_nothing(self, coordinator: Coordinator) -> None:
+        """Given task a's ack counted, when the same ack comes again with its handle reported to lead
+        out through a link, then the decider decides nothing (a duplicate), as before any link check;
+        the first such ack is refused STATE_OUTSIDE_LOCATION."""
+        running(coordinator)
+        coordinator.tick(JOB, 10_000)
+        uri = "file:///ckpt/job/chk-1/a"
+        ack = decode_ack(ack_bytes(uri))
+        linked = {uri: "/etc/passwd"}
+        state = coordinator.states[JOB]
+
+        (refused,) = decide_steps(state, AcknowledgeCheckpoint(ack, 10_001, linked))
+        coordinator.handle(TOPICS.acks, 0, 1, JOB.encode(), ack_bytes(uri), 10_001)
+        repeated = decide_steps(coordinator.states[JOB], AcknowledgeCheckpoint(ack, 10_002, linked))
+
+        assert isinstance(refused[0], InputRejected)
+        assert Rejection.STATE_OUTSIDE_LOCATION == refused[0].reason
+        assert "/etc/passwd" in refused[0].message
+        assert [] == repeated
+
+
+def decode_ack(value: bytes) -> CheckpointAcknowledged:
+    ack = decode(value)
+    assert isinstance(ack, CheckpointAcknowledged)
+    return ack
 
 
 class TestDue:
