@@ -51,7 +51,11 @@ def stop_with_savepoint(
     journal.request(JobStopRequested(job_id, int(time.time() * 1000), uuid.uuid4().hex, target.as_uri()))
     assert running.process is not None
     assert 0 == running.process.wait(180), running.tail()
-    ended = [e for e in journal.journal((SchedulerStopped,)) if e.attempt == attempt]
+    ended = [
+        e
+        for e in journal.journal((SchedulerStopped,))
+        if isinstance(e, SchedulerStopped) and e.attempt == attempt
+    ]
     assert [JobStatus.FINISHED] == [e.status for e in ended]
     (savepoint,) = [
         c for c in completions(bootstrap, prefix, job_id, attempt) if c.kind is CheckpointKind.SAVEPOINT

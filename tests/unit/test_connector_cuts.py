@@ -5,6 +5,7 @@ task's answer read from Spark's offset log, and the connector options a checkpoi
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ FIRST = {("words", 0): 0, ("words", 1): 0}
 
 
 def logged(
-    batch_id: int, offsets: dict[tuple[str, int], int], folded: int, barrier: dict | None
+    batch_id: int, offsets: dict[tuple[str, int], int], folded: int, barrier: dict[str, Any] | None
 ) -> LoggedBatch:
     return LoggedBatch(batch_id, offsets, BarrierOffset(folded, barrier))
 
