@@ -126,9 +126,9 @@ def _secure(console: Console, running: ApacheKafka, topic_prefix: str, clients: 
         f"ACLs of docs/security.md on {topic_prefix}*):",
         soft_wrap=True,
     )
-    width = max(map(len, files))
+    width, path_width = max(map(len, files)), max(len(str(path)) for path in files.values())
     for user, path in files.items():
-        console.print(f"  {user:<{width}}  {path}   {USERS.get(user, '')}", soft_wrap=True)
+        console.print(f"  {user:<{width}}  {str(path):<{path_width}}  {USERS.get(user, '')}", soft_wrap=True)
     prefix = [] if topic_prefix == DEFAULT_PREFIX else ["--topic-prefix", topic_prefix]
 
     def as_user(user: str, *command: str) -> str:

@@ -5,6 +5,7 @@ leaves no process of its tree; without Java or Maven it says what to install."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -62,6 +63,29 @@ def test_cutline_broker_exits_1_saying_its_broker_died(tmp_path: Path) -> None:
 
     assert 1 == code
     assert "exited by itself (killed by signal 9" in stderr and "its data is lost" in stderr
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _stop_tree(command: subprocess.Popen[str]) -> None:
+    """After a failure: SIGTERM the command, then SIGKILL what is left of its tree (a SIGKILLed
+    ``cutline broker`` would leave its JVMs running, each in a session of its own)."""
+    if command.poll() is not None:
+        return
+    tree = _tree(command.pid)
+    command.terminate()
+    try:
+        command.wait(60)
+    except subprocess.TimeoutExpired:
+        for pid in [command.pid, *tree]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        command.wait()
 
 
 class Printed:
@@ -127,7 +151,7 @@ def test_cutline_broker_kafka_sasl_prints_each_principal_s_client_properties_and
         assert all(0o600 == path.stat().st_mode & 0o777 for path in files.values())
         export, create, _coordinator, tail, _list, _task = printed.after("next, in another shell:")
         env["CUTLINE_BOOTSTRAP"] = export.removeprefix("export CUTLINE_BOOTSTRAP=")
-        tree = _tree(command.pid)
+        tree = {pid: _cmdline(pid) for pid in _tree(command.pid)}
 
         created = _run_printed(create, env)
         assert 0 == created.returncode, created.stdout + created.stderr
@@ -146,10 +170,10 @@ def test_cutline_broker_kafka_sasl_prints_each_principal_s_client_properties_and
         command.send_signal(signal.SIGTERM)
         code = command.wait(60)
     finally:
-        if command.poll() is None:
-            command.kill()
+        _stop_tree(command)
     assert 0 == code
-    assert len(tree) >= 1 and [] == [pid for pid in tree if Path(f"/proc/{pid}").exists()]
+    assert any(b"kafka.Kafka" in cmdline for cmdline in tree.values()), "the JVM was not in its tree"
+    assert [] == [pid for pid in tree if Path(f"/proc/{pid}").exists()]
     assert [] == [path for path in files.values() if path.exists()]
 
 
