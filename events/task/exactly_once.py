@@ -432,7 +432,6 @@ class ExactlyOnceSink:
         self._step = step
         self._buffer = OutputBuffer(job_id, uid, task_id, max_buffered_bytes)
         self._pending = _Pending()
-        create_commits_topic(bootstrap, topics, commits_partitions)
         config = producer_config(
             bootstrap,
             {
@@ -446,6 +445,7 @@ class ExactlyOnceSink:
         )
         if problem is not None:
             raise ValueError(f"sink {uid} of {job_id}/{task_id}: {problem}")
+        create_commits_topic(bootstrap, topics, commits_partitions)
         self._producer = Producer(config)
         self._initialised = False
         self.marker: Marker | None = None

@@ -7,6 +7,7 @@ import pytest
 
 from events.task.exactly_once import (
     Completion,
+    ExactlyOnceSink,
     Marker,
     OutputRecord,
     RecoveryPlan,
@@ -21,6 +22,7 @@ from events.task.exactly_once import (
     transaction_timeout_problem,
     transactional_id,
 )
+from events.wire.topics import Topics
 from spark_tasks.kafka_sink import columns_problem, output_record
 
 
@@ -157,3 +159,12 @@ def test_a_dataframe_without_value_or_topic_is_refused_with_what_to_do() -> None
     assert "no 'value' column" in (columns_problem(["key", "topic"], None) or "")
     assert "add one or give the sink a topic" in (columns_problem(["key", "value"], None) or "")
     assert columns_problem(["key", "value"], "counts") is None
+
+
+def test_a_sink_refuses_a_transaction_timeout_shorter_than_its_commit_before_it_does_anything() -> None:
+    # when: the sink is made (no broker at this address: the check comes first)
+    with pytest.raises(ValueError, match=r"sink counts of wc/task-0: transaction.timeout.ms=5000 is shorter"):
+        ExactlyOnceSink(
+            "127.0.0.1:1", "wc", "task-0", Topics("cutline."), uid="counts",
+            producer_extra={"transaction.timeout.ms": 5000}, timeout=30.0,
+        )  # fmt: skip
