@@ -1,7 +1,7 @@
 """Which decisions fit their topics (docs/design.md, "Record sizes"): pure rules, no I/O.
 
-The shell (:mod:`coordinator.service.runtime`) encodes each decision's records and asks these
-rules before anything is journaled or the state changes: an input whose decision would not fit is
+The encoder (:mod:`coordinator.encoding`) encodes each decision's records and asks these rules
+before anything is journaled or the state changes: an input whose decision would not fit is
 refused (``RECORD_TOO_LARGE``, a dead letter), and a completion too large for the journal goes to
 a metadata object instead (:mod:`events.wire.metadata`).
 """

@@ -1,4 +1,9 @@
-"""One view of the file system per decided batch, for the symbolic-link check (docs/security.md).
+"""The file system's answers to the runtime's questions (:mod:`coordinator.links`): whether a ``file:``
+path leads out of where it must stay through a symbolic link (docs/security.md).
+
+:class:`FileChecks` is the port the runtime asks through, before it decides; :class:`LocalFiles`
+answers it from the host's file system (:func:`linked_out`, :func:`resolved_outside`), through one
+:class:`BatchFileView` per decided batch.
 
 The check walks the names below a checkpoint's root and asks of each whether it is a symbolic
 link, something else, or not there. Asked with one ``lstat`` per name and ack, that is a system
