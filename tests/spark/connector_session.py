@@ -19,8 +19,9 @@ decoded as UTF-8.
 
 ``python connector_session.py job --source kafka|cutline-kafka <word count options>`` is a job's
 driver instead: :func:`spark_tasks.wordcount.run_wordcount` (the keyed word count with ``--keyed``)
-on a session with the connector's jars, reading with the source named, its events one JSON line each
-on stdout (as ``python -m spark_tasks.wordcount``'s). SIGTERM stops it (CANCELED).
+on a session with the connector's jars (with ``--remote``, a Spark Connect server's that has them),
+reading with the source named, its events one JSON line each on stdout (as ``python -m
+spark_tasks.wordcount``'s). SIGTERM stops it (CANCELED).
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ def run_job(argv: list[str]) -> int:
 
     from events.stopping import StopSignals
     from spark_tasks.connector import kafka_connector
-    from spark_tasks.session import spark_session
+    from spark_tasks.session import connect_spark, spark_session
     from spark_tasks.wordcount import build_parser, job_settings, run_wordcount
 
     parser = build_parser()
@@ -294,8 +295,11 @@ def run_job(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     settings = dataclasses.replace(job_settings(args), source=args.source)
     with StopSignals() as stop:
-        conf = {**dict(args.conf), "spark.jars": kafka_connector().spark_jars}
-        spark = spark_session(args.master, f"cutline-{args.job}", conf=conf)
+        if args.remote:  # the Connect server has the connector's jars (its own spark.jars)
+            spark = connect_spark(args.remote, conf=dict(args.conf))
+        else:
+            conf = {**dict(args.conf), "spark.jars": kafka_connector().spark_jars}
+            spark = spark_session(args.master, f"cutline-{args.job}", conf=conf)
         try:
             job = run_wordcount(
                 spark, settings, args.out, trigger=f"{args.trigger_ms} milliseconds", stop=stop
