@@ -9,18 +9,20 @@
 
 One row per key (a per-partition task's whole state is one row, keyed by its task), with the
 checkpoint directory of the piece that last wrote it: ``task``, ``key_group`` (null for a
-per-partition task), ``key``, ``state`` (the stored bytes), ``state_json`` (the state as JSON text
-when it is UTF-8 JSON, a ``KeyedStep``'s default serializer; else null) and ``written_in``. One
-Spark partition per task; each reads its manifest and pieces and checks them as a restore does
-(:mod:`events.task.state_view`): a corrupt piece fails the query naming it, never silent rows.
+per-partition task), ``key``, ``state`` (the stored bytes), ``state_json`` (the state's text when
+it is UTF-8 JSON, as a ``KeyedStep``'s default serializer and the word count's counts are; else
+null) and ``written_in``. One Spark partition per task; each reads its manifest and pieces and
+checks them as a restore does, folds them with Arrow and yields Arrow batches
+(:func:`events.task.state_view.state_tables`): a corrupt piece fails the query naming it, never
+silent rows.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -28,19 +30,15 @@ __all__ = ["FORMAT", "SCHEMA", "CutlineStateSource"]
 
 FORMAT = "cutline-state"
 SCHEMA = "task string, key_group int, key string, state binary, state_json string, written_in string"
+COLUMNS = ["task", "key_group", "key", "state", "state_json", "written_in"]
+BATCH_ROWS = 65_536
+"""Rows per Arrow batch a task yields (its keys are folded with Arrow and handed to Spark as batches)."""
 
 
 class _TaskPartition(InputPartition):
     def __init__(self, task: str) -> None:
         super().__init__(task)
         self.task = task
-
-
-def _as_json(state: bytes) -> str | None:
-    try:
-        return json.dumps(json.loads(state.decode("utf-8")), ensure_ascii=False)
-    except (UnicodeDecodeError, ValueError):
-        return None
 
 
 class _Reader(DataSourceReader):
@@ -59,16 +57,28 @@ class _Reader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return [_TaskPartition(task) for task in sorted(self._completed().handles)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from dataclasses import replace
 
-        from events.task.state_view import state_rows
+        from events.task.state_view import json_texts, state_tables
 
         completed = self._completed()
         task = partition.task  # type: ignore[attr-defined]
         alone = replace(completed, handles={task: completed.handles[task]})
-        for row in state_rows(alone, self.uid):
-            yield row.task, row.key_group, row.key, row.state, _as_json(row.state), row.written_in
+        for name, table in state_tables(alone, self.uid):
+            for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+                states = batch.column("state")
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        pa.array([name] * batch.num_rows, pa.string()),
+                        batch.column("key_group"),
+                        batch.column("key"),
+                        states,
+                        json_texts(states),
+                        batch.column("written_in"),
+                    ],
+                    names=COLUMNS,
+                )
 
 
 class CutlineStateSource(DataSource):

@@ -27,6 +27,7 @@ __all__ = [
     "apply_changes",
     "decode_piece",
     "encode_piece",
+    "piece_table",
     "pieces_root",
     "read_key_groups",
     "read_manifest",
@@ -62,17 +63,23 @@ def encode_piece(changes: Mapping[int, Mapping[str, bytes | None]]) -> bytes:
     return sink.getvalue()
 
 
-def decode_piece(data: bytes, wanted: range | None = None, where: str = "a piece") -> Changes:
-    """The changes in a piece (only the key groups in ``wanted``, when given); bytes that are not a
-    piece raise :class:`SnapshotCorrupted` (a restore then tries an older checkpoint)."""
+def piece_table(data: bytes, where: str = "a piece") -> pa.Table:
+    """A piece's rows as an Arrow table of :data:`PIECE_SCHEMA`; bytes that are not a piece raise
+    :class:`SnapshotCorrupted` (a restore then tries an older checkpoint)."""
     try:
         table = pa.ipc.open_stream(data).read_all()
         if not table.schema.equals(PIECE_SCHEMA):
             raise ValueError(f"columns {table.schema.names}, not {PIECE_SCHEMA.names}")
     except (pa.ArrowException, ValueError) as exc:
         raise SnapshotCorrupted(f"{where} is not an Arrow stream of keyed state: {exc}") from exc
+    return table
+
+
+def decode_piece(data: bytes, wanted: range | None = None, where: str = "a piece") -> Changes:
+    """The changes in a piece (only the key groups in ``wanted``, when given); bytes that are not a
+    piece raise :class:`SnapshotCorrupted` (:func:`piece_table`)."""
     changes: Changes = {}
-    columns = table.to_pydict()
+    columns = piece_table(data, where).to_pydict()
     for group, key, state in zip(columns["key_group"], columns["key"], columns["state"], strict=True):
         if wanted is None or group in wanted:
             changes.setdefault(group, {})[key] = state

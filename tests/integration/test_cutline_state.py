@@ -123,3 +123,16 @@ def test_checkpoint_ids_of_a_job_are_resolved_through_its_journal(
     assert 0 == result.returncode, result.stderr
     assert {"d", "b", "a"} == {json.loads(line)["key"] for line in result.stdout.splitlines()}
     assert 0 != missing.returncode and "no completed checkpoint 7" in missing.stderr
+
+
+def test_cutline_state_json_texts_are_the_states_that_are_json() -> None:
+    """Numbers at once, other states parsed one by one; not UTF-8 or not JSON: null."""
+    import pyarrow as pa
+
+    from events.task.state_view import json_texts
+
+    states = [b"10", b"-2.5e3", b'{"a": [1]}', b"not json", b"\xff\xfe", b"007", b'"x"']
+    utf8 = [s for s in states if s != b"\xff\xfe"]
+
+    assert ["10", "-2.5e3", '{"a": [1]}', None, None, None, '"x"'] == json_texts(pa.array(states)).to_pylist()
+    assert ["10", "-2.5e3", '{"a": [1]}', None, None, '"x"'] == json_texts(pa.array(utf8)).to_pylist()
