@@ -66,6 +66,12 @@ def _checkpoint(
 
 def two_keyed_checkpoints(root: Path) -> tuple[Path, Path]:
     """Checkpoint 1 of {a: 1, b: 2, c: 3}; then a batch changes a, deletes b, adds d: checkpoint 2."""
+    chk1, chk2, _ = three_keyed_checkpoints(root)
+    return chk1, chk2
+
+
+def three_keyed_checkpoints(root: Path) -> tuple[Path, Path, Path]:
+    """:func:`two_keyed_checkpoints`, then a batch that changes nothing: checkpoint 3 (an empty delta)."""
     store = KeyedStateStore(str(root / "state"), 0)
     first = _state({"a": 1, "b": 2, "c": 3})
     store.seed(first)
@@ -76,7 +82,9 @@ def two_keyed_checkpoints(root: Path) -> tuple[Path, Path]:
     apply_changes(second, changes)
     store.save(1, second, changes)
     chk2 = _checkpoint(root, store, second, 2, 1)
-    return chk1, chk2
+    store.save(2, second, {})
+    chk3 = _checkpoint(root, store, second, 3, 2)
+    return chk1, chk2, chk3
 
 
 def upper_words_of(records: pa.RecordBatch) -> Any:

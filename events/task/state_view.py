@@ -144,7 +144,9 @@ def keyed_table(handle: StateHandle, manifest: Manifest) -> pa.Table:
         column = table.column("key_group")
         table = table.filter(pc.and_(pc.greater_equal(column, groups.start), pc.less(column, groups.stop)))
         tables.append(
-            table.append_column("written_in", pa.array([directory_name(piece.uri)] * table.num_rows))
+            table.append_column(
+                "written_in", pa.array([directory_name(piece.uri)] * table.num_rows, pa.string())
+            )
         )
     folded = pa.concat_tables(tables)
     if len(tables) > 1:

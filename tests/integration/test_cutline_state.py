@@ -14,13 +14,14 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("mmh3")
 
-from keyed_checkpoints import two_keyed_checkpoints  # noqa: E402
+from keyed_checkpoints import three_keyed_checkpoints, two_keyed_checkpoints  # noqa: E402
 
 from events.task.state_view import compare, state_rows  # noqa: E402
 
@@ -136,3 +137,25 @@ def test_cutline_state_json_texts_are_the_states_that_are_json() -> None:
 
     assert ["10", "-2.5e3", '{"a": [1]}', None, None, None, '"x"'] == json_texts(pa.array(states)).to_pylist()
     assert ["10", "-2.5e3", '{"a": [1]}', None, None, '"x"'] == json_texts(pa.array(utf8)).to_pylist()
+
+
+def test_cutline_state_reads_a_checkpoint_whose_last_delta_is_empty(tmp_path: Path) -> None:
+    """A batch that changed nothing: its delta piece has no rows; the keys are checkpoint 2's, each
+    still last written where it was."""
+    from events.task.participant import read_checkpoint_metadata
+
+    _, chk2, chk3 = three_keyed_checkpoints(tmp_path)
+
+    rows = state_rows(read_checkpoint_metadata(chk3), "counts")
+
+    assert [p.keys for p in _manifest_of(chk3).pieces] == [3, 3, 0]
+    assert [(r.key, r.state, r.written_in) for r in state_rows(read_checkpoint_metadata(chk2))] == [
+        (r.key, r.state, r.written_in) for r in rows
+    ]
+
+
+def _manifest_of(checkpoint: Path) -> Any:
+    from events.task.keyed_pieces import read_manifest
+    from events.task.participant import read_checkpoint_metadata
+
+    return read_manifest(read_checkpoint_metadata(checkpoint).handles["keyed-0"])
