@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from connector_jobs import STARTS_S, completions, driver, spark_starting_offsets
 from connector_session import ConnectorDriver
-from test_connector_job import STARTS_S, completions, driver, spark_starting_offsets
 from wordfeed import Input, every, wait
 
 from coordinator.service.supervisor import CoordinatorProcess

@@ -9,84 +9,36 @@ shared ``spark`` session.
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from connector_jobs import (
+    SHUFFLE,
+    STARTS_S,
+    batch_ends,
+    committed,
+    completions,
+    driver,
+    spark_starting_offsets,
+)
 from connector_session import ConnectorDriver
 from wordfeed import PARTITIONS, Input, every, wait
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.kafka.clients import consumer_config
-from events.task.participant import JobDriver
-from events.wire.records import CheckpointCompleted
-from events.wire.topics import Topics
-from spark_tasks.connector_cuts import SOURCE_TASK, read_logged_batch
+from spark_tasks.connector_cuts import SOURCE_TASK
 from spark_tasks.keyed import keyed_task_id
 from spark_tasks.wordcount import final_counts, read_counts
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 """Two driver starts on a loaded 2-core machine, each up to :data:`STARTS_S`."""
 
-SHUFFLE = 2
-STARTS_S = 300.0
-"""How long a driver may take to start Spark and run its first batch: 30 s on an idle 2-core
-machine, minutes when other processes keep its cores busy."""
-
 
 @pytest.fixture(scope="module")
 def topic_prefix() -> str:
     """One topic prefix, and so one coordinator (``coordinator``), for this module."""
     return f"t{uuid.uuid4().hex[:8]}."
-
-
-def driver(given: Input, bootstrap: str, prefix: str, tmp_path: Path, n: int, *extra: str) -> ConnectorDriver:
-    args = [
-        "--bootstrap", bootstrap, "--job", given.job_id, "--topic", given.topic, "--topic-prefix", prefix,
-        "--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "out"),
-        "--location", (tmp_path / "checkpoints").as_uri(), "--keyed", str(SHUFFLE), "--interval-ms", "1000",
-        "--conf", "spark.sql.streaming.minBatchesToRetain=100000",  # every batch's offsets stay to compare
-        *extra,
-    ]  # fmt: skip
-    return ConnectorDriver(args, tmp_path / f"driver-{n}.log").start()
-
-
-def completions(bootstrap: str, prefix: str, job_id: str, attempt: int) -> list[CheckpointCompleted]:
-    """The completed checkpoints of the job's ``attempt``, in the journal's order."""
-    return [c for c in JobDriver(bootstrap, job_id, Topics(prefix)).completions() if c.attempt == attempt]
-
-
-def committed(bootstrap: str, group: str, topic: str) -> dict[str, int]:
-    """The consumer group's committed offsets, as a checkpoint names them."""
-    consumer = Consumer(consumer_config(bootstrap, group))
-    try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
-    finally:
-        consumer.close()
-    return {f"{tp.topic}:{tp.partition}": tp.offset for tp in found if tp.offset >= 0}
-
-
-def batch_ends(spark_checkpoint: Path) -> list[dict[str, int]]:
-    """The Kafka source's end offsets of every micro-batch in Spark's offset log, as a checkpoint
-    names offsets."""
-    ends = []
-    for batch_id in sorted(int(p.name) for p in (spark_checkpoint / "offsets").iterdir() if p.name.isdigit()):
-        batch = read_logged_batch(spark_checkpoint, batch_id)
-        assert batch is not None
-        ends.append({f"{t}:{p}": offset for (t, p), offset in batch.offsets.items()})
-    return ends
-
-
-def spark_starting_offsets(spark_checkpoint: Path) -> dict[str, int]:
-    """Where the Kafka source's first batch started: the initial offsets the connector writes to its
-    metadata log (``sources/0/0``: a zero byte, ``v1``, then the JSON)."""
-    text = (spark_checkpoint / "sources" / "0" / "0").read_bytes().lstrip(b"\0").decode()
-    offsets: Mapping[str, Mapping[str, int]] = json.loads(text.split("\n", 1)[1])
-    return {f"{topic}:{p}": offset for topic, parts in offsets.items() for p, offset in parts.items()}
 
 
 def test_connector_keyed_job_cuts_at_batch_ends_commits_its_group_and_restores_exactly_after_a_kill(

@@ -8,28 +8,23 @@ The drivers are child processes (``connector_session.py job``), as in test_conne
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+from connector_jobs import (
+    STARTS_S,
+    driver,
+    last_cut_end,
+    spark_starting_offsets,
+    stop_with_savepoint,
+)
 from connector_session import ConnectorDriver
-from test_connector_job import STARTS_S, completions, driver, spark_starting_offsets
 from wordfeed import Input, every, wait
 
 from coordinator.service.supervisor import CoordinatorProcess
-from events.task.participant import JobDriver
-from events.wire.records import (
-    CheckpointCompleted,
-    CheckpointKind,
-    JobStatus,
-    JobStopRequested,
-    SchedulerStopped,
-)
-from events.wire.topics import Topics
-from spark_tasks.sink import CUTS_DIR, ROLLED_BACK_DIR
+from spark_tasks.sink import ROLLED_BACK_DIR
 from spark_tasks.wordcount import final_counts, read_counts
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -40,33 +35,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 def topic_prefix() -> str:
     """One topic prefix, and so one coordinator (``coordinator``), for this module."""
     return f"t{uuid.uuid4().hex[:8]}."
-
-
-def stop_with_savepoint(
-    running: ConnectorDriver, bootstrap: str, prefix: str, job_id: str, attempt: int, target: Path
-) -> CheckpointCompleted:
-    """``cutline stop JOB --savepoint TARGET`` (its request): the driver ends by itself, exit 0, the
-    attempt FINISHED; the savepoint."""
-    journal = JobDriver(bootstrap, job_id, Topics(prefix))
-    journal.request(JobStopRequested(job_id, int(time.time() * 1000), uuid.uuid4().hex, target.as_uri()))
-    assert running.process is not None
-    assert 0 == running.process.wait(180), running.tail()
-    ended = [
-        e
-        for e in journal.journal((SchedulerStopped,))
-        if isinstance(e, SchedulerStopped) and e.attempt == attempt
-    ]
-    assert [JobStatus.FINISHED] == [e.status for e in ended]
-    (savepoint,) = [
-        c for c in completions(bootstrap, prefix, job_id, attempt) if c.kind is CheckpointKind.SAVEPOINT
-    ]
-    return savepoint
-
-
-def last_cut_end(out: Path) -> dict[str, int]:
-    """The end offsets of the sink's last output file (its ``_cuts`` record)."""
-    cuts = [json.loads(p.read_text()) for p in (out / CUTS_DIR).glob("*.json")]
-    return dict(max(cuts, key=lambda c: sum(c["end"].values()))["end"])
 
 
 def test_connector_stop_with_savepoint_restores_into_cutline_kafka_and_back_with_nothing_rolled_back(
