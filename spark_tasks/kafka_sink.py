@@ -172,8 +172,11 @@ class ExactlyOnceKafkaSink:
 
     Create it for each job attempt, after the :class:`~spark_tasks.job.CheckpointedJob` and before
     its query starts (it recovers first), and :meth:`close` it after the query ended: a stop
-    savepoint's output is committed by then. ``step`` is called at each step of a commit and after
-    each staging (tests stop a driver there); ``recovery`` replaces the recovery plan (tests only).
+    savepoint's output is committed by then. (With :meth:`CheckpointedJob.run`, whose
+    ``make_writer`` is called for every attempt, close the previous attempt's sink there: the new
+    one fences its producer, but its journal consumer stays open until closed.) ``step`` is called
+    at each step of a commit and after each staging (tests stop a driver there); ``recovery``
+    replaces the recovery plan (tests only).
     """
 
     def __init__(

@@ -3,6 +3,8 @@ the pure core of events/task/exactly_once.py (docs/exactly-once.md)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from events.task.exactly_once import (
@@ -168,3 +170,20 @@ def test_a_sink_refuses_a_transaction_timeout_shorter_than_its_commit_before_it_
             "127.0.0.1:1", "wc", "task-0", Topics("cutline."), uid="counts",
             producer_extra={"transaction.timeout.ms": 5000}, timeout=30.0,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        OutputRecord("counts", b"3", b"alpha", 2, (("h", b"v"), ("x", b""))),
+        OutputRecord('a "quoted" tôpic', None, None, None, ()),
+        OutputRecord("t", b"", b"\x00\xff", 0, ()),
+    ],
+)
+def test_a_staged_record_line_is_the_json_of_its_documented_fields(record: OutputRecord) -> None:
+    # when
+    output = StagedOutput("wc", "counts", "task-0", 1, 1, (record,))
+    line = encode_staged(output).split(b"\n")[1]
+    # then: the fields of docs/exactly-once.md, and the record back
+    assert list(json.loads(line)) == ["topic", "partition", "key", "value", "headers"]
+    assert decode_staged(encode_staged(output)).records == (record,)
