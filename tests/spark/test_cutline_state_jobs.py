@@ -164,9 +164,10 @@ def test_savepoint_writer_bootstrap_and_rekeyed_savepoints_restore_and_count_on_
     """Given 120 lines in the input and a DataFrame of the counts of its first 20 records per
     partition (a history table), a savepoint written from it for 3 tasks restores into the job with
     4 shuffle partitions, which reads on from those offsets: its output adds exactly the input after
-    them, its last counts are the whole input's. Re-keyed for the upper-cased word count, the
-    savepoint restores into that step, which counts on exactly too; a transform that keeps the old
-    key function is refused by that step, naming the step that wrote it."""
+    them, its last counts are the whole input's, and its own checkpoint reads back as a recount.
+    Re-keyed for the upper-cased word count, the savepoint restores into that step, which counts on
+    exactly too; a transform that keeps the old key function is refused by that step, naming the
+    step that wrote it."""
     from pyspark import cloudpickle
 
     # the new key function's module is the tests', not installed where the workers run: sent by value
@@ -191,9 +192,14 @@ def test_savepoint_writer_bootstrap_and_rekeyed_savepoints_restore_and_count_on_
         wait(
             lambda: final_counts(out) == dict(words.produced), "every word counted on from the savepoint", 90
         )
+        job.wait_for_completed(1, timeout=60)
         job.stop()
     assert read_counts(out) == words.produced - history
     assert final_counts(out) == dict(words.produced)
+    # rescaled from the savepoint's 3 tasks to 4, the job's own checkpoint reads back exactly too
+    rescaled = [c for c in job.completed if c.kind is CheckpointKind.CHECKPOINT][-1]
+    assert SHUFFLE == len(rescaled.handles)
+    assert dict(_recount(bootstrap, given.topic, rescaled.offsets)) == _read_state(spark, rescaled.location)
 
     kept = transform_savepoint(written.location, tmp_path / "kept", KEYED_WORD_COUNT, keep=lambda k, c: True)
     upper = replace(settings, job_id=f"{job_id}-upper", restore_from_job=job_id)
