@@ -27,12 +27,14 @@ from typing import TypeAlias
 from coordinator.commands import AcknowledgeCheckpoint, Command, RequestCheckpoint, StopJob, Tick
 from coordinator.decider import savepoint_location, trusted_roots
 from coordinator.state import JobState, PendingCheckpoint
+from events.wire.codegen import fast_init
 from events.wire.metadata import metadata_uri
 from events.wire.records import CheckpointKind
 
 __all__ = ["Below", "Question", "WithinRoots", "questions", "with_links"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Below:
     """Does ``uri`` stay below the real directory of the checkpoint at ``location`` (the real path of
@@ -43,6 +45,7 @@ class Below:
     roots: tuple[str, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class WithinRoots:
     """Does the real path of ``uri`` stay in (or equal) the real path of one of ``roots``?"""
