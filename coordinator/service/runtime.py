@@ -29,11 +29,11 @@ with the reason; the job's state stays what it was before that message. Ticks ar
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -97,7 +97,8 @@ class Outcome:
 
 
 class Coordinator:
-    """Decides every input and keeps what the journal says (:attr:`fold`).
+    """Decides every input and keeps what the journal says (:attr:`fold`, whose ``states``,
+    ``stats``, ``positions`` and ``trigger_epochs`` it shows as its own).
 
     ``now_ms`` always comes from the caller (the service's clock); ``rng`` only draws the
     first-trigger jitter, which the journal then records; ``files`` answers the file system's
@@ -146,12 +147,10 @@ class Coordinator:
         worker that takes a job over starts them afresh (as Flink's on a restart)."""
         self.latency_log = ThrottledLog(log, "latency measurements dropped")
 
-    @contextlib.contextmanager
-    def batch(self, scan_after: int = SCAN_AFTER) -> Iterator[object]:
+    def batch(self, scan_after: int = SCAN_AFTER) -> AbstractContextManager[object]:
         """Decide the inputs handled inside this block as one batch: the file system is asked
         through one view (:meth:`LocalFiles.batch`), so the link checks hold as of the batch."""
-        with self.files.batch(scan_after) as view:
-            yield view
+        return self.files.batch(scan_after)
 
     # --------------------------------------------------------- the fold (FoldState)
 
