@@ -206,17 +206,38 @@ def check_broker(bootstrap: str | None) -> Check:
 
 
 def check_topics(bootstrap: str, prefix: str) -> Check:
+    """Whether every topic of the prefix exists with one partition count. A topic the principal may
+    not Describe is left out of its listing: it is named as not visible, not as missing (the ACLs
+    check says whether the role needs it)."""
+    from confluent_kafka import Consumer
+
     from events.dev.broker import partition_counts
+    from events.kafka.client_config import client_properties
+    from events.kafka.clients import consumer_config, refused_topics
+    from events.kafka.refusals import principal_of
 
     topics = Topics(prefix)
     names = [*topics.all, *topics.internal]
     counts = partition_counts(bootstrap, names)
-    missing = [name for name in names if name not in counts]
+    consumer = Consumer(consumer_config(bootstrap))  # a consumer's metadata requests create no topic
+    try:
+        unseen = refused_topics(consumer, [name for name in names if name not in counts], bootstrap=bootstrap)
+    finally:
+        consumer.close()
+    missing = [name for name in names if name not in counts and name not in unseen]
     create = f"cutline topics create --bootstrap {bootstrap} --topic-prefix {prefix}"
+    hidden = (
+        f"; not visible to {principal_of(client_properties())} (no Describe ACL: the Kafka ACLs check "
+        f"says whether its role needs it): {', '.join(unseen)}"
+        if unseen
+        else ""
+    )
     if missing:
-        return Check("topics", CheckStatus.FAIL, f"missing: {', '.join(missing)}", f"create them: {create}")
+        return Check(
+            "topics", CheckStatus.FAIL, f"missing: {', '.join(missing)}{hidden}", f"create them: {create}"
+        )
     by_count: dict[int, list[str]] = {}
-    for name in names:
+    for name in counts:
         by_count.setdefault(counts[name], []).append(name)
     if len(by_count) > 1:
         found = "; ".join(f"{n} partitions: {', '.join(ts)}" for n, ts in sorted(by_count.items()))
@@ -225,7 +246,10 @@ def check_topics(bootstrap: str, prefix: str) -> Check:
             "every cutline topic needs the same partition count (a job's records go to the same "
             "partition of each); recreate the odd ones, or all with a new --topic-prefix",
         )  # fmt: skip
-    return Check("topics", CheckStatus.OK, f"{len(names)} topics with {counts[names[0]]} partitions each")
+    if not counts:
+        return Check("topics", CheckStatus.WARN, f"none visible{hidden}", "see the Kafka ACLs check")
+    count = next(iter(counts.values()))
+    return Check("topics", CheckStatus.OK, f"{len(counts)} topics with {count} partitions each{hidden}")
 
 
 def check_retention(bootstrap: str, prefix: str) -> Check:

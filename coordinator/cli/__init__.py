@@ -127,11 +127,13 @@ def cutline(
 
 
 def main() -> None:
-    """The ``cutline`` console script."""
+    """The ``cutline`` console script. A missing extra, and a principal the broker refused
+    (the ACL it lacks and its command, wherever a command met it), end it with what to do."""
     from events.extras import MissingExtra
+    from events.kafka.refusals import AccessRefused
 
     try:
         app()
-    except MissingExtra as exc:
+    except (MissingExtra, AccessRefused) as exc:
         Console(stderr=True, highlight=False).print(Text(str(exc), "red"), soft_wrap=True)
         raise SystemExit(USAGE_ERROR) from None

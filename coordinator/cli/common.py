@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, NoReturn, TypeAlias
 
@@ -73,10 +73,16 @@ def resolve_url(console: Console, url: str | None, bootstrap: str | None, topic_
         return url
     if not bootstrap:
         return DEFAULT_URL
+    from events.kafka.refusals import explain
+
     check_broker(console, bootstrap)
     try:
         urls = coordinator_urls(bootstrap, topic_prefix)
     except Exception as exc:  # the admin client's errors are KafkaException, or a future's
+        group = f"{topic_prefix}coordinator"
+        refused = explain(exc, "Describe", group, bootstrap=bootstrap)
+        if refused is not None:
+            fail(console, f"cannot find a coordinator worker: {refused}\n(or pass --url)")
         fail(console, f"cannot describe the coordinator group at {bootstrap} ({exc}); pass --url")
     if not urls and _answers(DEFAULT_URL):
         return DEFAULT_URL  # the local worker (on Tansu, whose group descriptions have no members)
@@ -119,21 +125,36 @@ def check_broker(console: Console, bootstrap: str) -> None:
         fail(console, f"no Kafka broker answers at {bootstrap} ({exc}); start one with `cutline broker`")
 
 
-def need_topics(console: Console, bootstrap: str, topic_prefix: str, names: Sequence[str]) -> None:
+def need_topics(
+    console: Console, bootstrap: str, topic_prefix: str, names: Sequence[str] | Mapping[str, str]
+) -> None:
     """Fail with one line when one of ``names`` does not exist (the topics were never created, or
-    ``--topic-prefix`` is wrong). It only lists the cluster's topics: nothing is created."""
+    ``--topic-prefix`` is wrong), or naming the ACL and its command when the principal may not
+    Describe one (a listing leaves such a topic out: it is not missing). ``names`` may map each
+    topic to the operation the command needs on it (``Write``, ``Read``), which the ACL then names
+    too. It only lists the cluster's topics: nothing is created."""
     from confluent_kafka import Consumer, KafkaException
 
-    from events.kafka.clients import consumer_config
+    from events.kafka.clients import consumer_config, refused_topics
+    from events.kafka.refusals import refusal_message
 
     consumer = Consumer(consumer_config(bootstrap))  # a consumer's metadata requests create no topic
     try:
         existing = set(consumer.list_topics(timeout=BROKER_WAIT_S).topics)
+        unseen = [name for name in names if name not in existing]
+        refused = refused_topics(consumer, unseen, BROKER_WAIT_S, bootstrap)
     except KafkaException as exc:
         fail(console, f"cannot list the topics at {bootstrap}: {exc}")
     finally:
         consumer.close()
-    problem = missing_topics(bootstrap, topic_prefix, names, existing)
+    if refused:
+        needs = names if isinstance(names, Mapping) else {}
+        messages = (
+            refusal_message("Describe", "topic", name, bootstrap=bootstrap, also=[needs.get(name, "Read")])
+            for name in refused
+        )
+        fail(console, "\n".join(messages))
+    problem = missing_topics(bootstrap, topic_prefix, list(names), existing)
     if problem is not None:
         fail(console, problem)
 

@@ -408,11 +408,12 @@ def _send_and_follow(
 
     console = Console(highlight=False)
     if not wait:
-        need_topics(errors, bootstrap, topics.prefix, [topics.requests])
+        need_topics(errors, bootstrap, topics.prefix, {topics.requests: "Write"})
         _send(errors, bootstrap, topics.requests, request)
         console.print(requested(request, topics.checkpoints), soft_wrap=True)
         return 0
-    need_topics(errors, bootstrap, topics.prefix, [topics.requests, topics.checkpoints, topics.dead_letters])
+    reads = {topics.checkpoints: "Read", topics.dead_letters: "Read"}
+    need_topics(errors, bootstrap, topics.prefix, {topics.requests: "Write", **reads})
     return _follow(errors, console, bootstrap, topics, request, timeout)
 
 
@@ -549,6 +550,7 @@ def tail(
     from coordinator.timeline import describe_record, record_json
     from events.kafka.clients import consumer_config
     from events.kafka.log import FencedMarks, log_message, partitions_of
+    from events.kafka.refusals import explain
 
     errors = Console(stderr=True, highlight=False)
     bootstrap = need_bootstrap(errors, bootstrap)
@@ -575,6 +577,9 @@ def tail(
         seen, last = 0, time.monotonic()
         while (count is None or seen < count) and (idle is None or time.monotonic() - last < idle):
             message = consumer.poll(0.2)
+            refused = None if message is None else explain(message.error(), "Read", name, bootstrap=bootstrap)
+            if refused is not None:
+                fail(errors, refused)  # no waiting heals a refusal: say it at once
             if message is None or message.error() is not None:
                 continue
             last = time.monotonic()

@@ -42,6 +42,7 @@ from coordinator.split_replay import replay_file
 from coordinator.state import JobState, initial_state
 from coordinator.timeline import Acks, ack_progress, format_bytes, job_summary, timeline_line
 from events.kafka.log import LogMessage, read_journal_topic
+from events.kafka.refusals import AccessRefused
 from events.wire.records import JournalEvent, TaskAcknowledged
 from events.wire.topics import DEFAULT_PREFIX, Topics
 
@@ -283,6 +284,8 @@ def _journal_errors(errors: Console, from_file: Path | None) -> Iterator[None]:
         fail(errors, f"{from_file}: no such file; give the path of a journal file to --from-file")
     except IsADirectoryError:
         fail(errors, f"{from_file} is a directory; give the path of a journal file to --from-file")
+    except AccessRefused as exc:  # the broker's, not the file system's
+        fail(errors, str(exc))
     except PermissionError:
         fail(errors, f"{from_file}: permission denied; check the file's permissions")
     except JournalFileError as exc:

@@ -45,7 +45,7 @@ def topics_create(
             )
         created = ensure_topics(settings)
         settle_partitions(settings)  # someone else may have created some at the same time
-    except TopicLayoutError as exc:
+    except (TopicLayoutError, TimeoutError) as exc:
         fail(errors, str(exc))
     names = [*settings.topics.all, *settings.topics.internal]
     counts = partition_counts(bootstrap, names)

@@ -18,13 +18,19 @@ topics and the commit markers' topic.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from events.kafka.clients import PLACEHOLDER_GROUP
+from events.kafka.refusals import (
+    AUTHORIZATION_ERRORS,
+    grant_command,
+    is_refusal,
+    principal_of,
+    refusal_message,
+)
 from events.wire.topics import Topics
 
 __all__ = [
@@ -48,14 +54,6 @@ __all__ = [
     "sink_grants",
     "sink_transactional_id_prefix",
 ]
-
-CLUSTER = "kafka-cluster"
-"""The name of the one cluster resource."""
-
-AUTHORIZATION_ERRORS = frozenset(
-    {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"}
-)
-"""librdkafka's names of the errors a broker answers a request the principal may not make with."""
 
 
 GROUP_WAIT_S = 2.0
@@ -139,6 +137,7 @@ def _grants(role: Role, topics: Topics) -> tuple[Grant, ...]:
         Grant("topic", topics.requests, write, why="cutline trigger, stop, cancel"),
         Grant("topic", topics.checkpoints, read, why="cutline status, replay, tail, and answers"),
         Grant("topic", topics.dead_letters, read, why="refusals of its requests"),
+        Grant("group", f"{topics.prefix}coordinator", ("Describe",), why="list, status: find a worker"),
     )
 
 
@@ -212,25 +211,15 @@ def sink_commands(
     return [acl_command(grant, principal, bootstrap=bootstrap) for grant in chosen]
 
 
-RESOURCE_OPTIONS = {"topic": "--topic", "group": "--group", "transactional-id": "--transactional-id"}
-"""``kafka-acls.sh``'s option for each kind of resource."""
-
-
-def _resource_option(grant: Grant) -> list[str]:
-    option = [RESOURCE_OPTIONS[grant.resource], grant.name]
-    return [*option, "--resource-pattern-type", "prefixed"] if grant.prefixed else option
-
-
 def acl_command(
     grant: Grant, principal: str, operations: Sequence[str] | None = None, bootstrap: str = "BROKER:9093"
 ) -> str:
     """The ``kafka-acls.sh`` command that grants ``principal`` (``User:name``) ``operations`` (all of the
     grant's by default)."""
-    words = ["kafka-acls.sh", "--bootstrap-server", bootstrap, "--command-config", "admin.properties"]
-    words += ["--add", "--allow-principal", principal]
-    for operation in operations or grant.operations:
-        words += ["--operation", operation]
-    return shlex.join([*words, *_resource_option(grant)])
+    chosen = operations or grant.operations
+    return grant_command(
+        principal, grant.resource, grant.name, chosen, prefixed=grant.prefixed, bootstrap=bootstrap
+    )
 
 
 def kafka_acls_commands(
@@ -276,13 +265,6 @@ def _enum_name(operation: str) -> str:
 def _kafka_name(operation: Any) -> str:
     """``AclOperation.DESCRIBE_CONFIGS`` -> ``DescribeConfigs``."""
     return "".join(word.capitalize() for word in str(operation.name).split("_"))
-
-
-def principal_of(properties: Mapping[str, str]) -> str:
-    """The principal the client settings log in as: ``User:<sasl.username>``, else a placeholder
-    (an mTLS principal is the certificate's distinguished name)."""
-    username = properties.get("sasl.username")
-    return f"User:{username}" if username else "User:<principal>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,19 +361,8 @@ def refusal(
     operation: str, resource: str, properties: Mapping[str, str], bootstrap: str, kind: str = "topic"
 ) -> str:
     """What a client the broker refused ``operation`` on ``resource`` says: the ACL its principal
-    lacks and the command that grants it."""
-    principal = principal_of(properties)
-    command = acl_command(Grant(kind, resource, (operation, "Describe")), principal, bootstrap=bootstrap)
-    return (
-        f"{principal} may not {operation} {kind} {resource}: the cluster's ACLs do not allow it "
-        f'(docs/security.md, "Kafka ACLs per principal"). An administrator grants it with:\n  {command}'
-    )
-
-
-def is_refusal(error: Any) -> bool:
-    """Whether a ``KafkaError`` is the broker's refusal of the principal (an authorization error)."""
-    name = getattr(error, "name", None)
-    return callable(name) and name() in AUTHORIZATION_ERRORS
+    lacks and the command that grants it (:func:`events.kafka.refusals.refusal_message`)."""
+    return refusal_message(operation, kind, resource, bootstrap=bootstrap, properties=properties)
 
 
 def lacking_summary(lacking: Iterable[Lacking]) -> str:

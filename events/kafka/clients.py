@@ -28,6 +28,7 @@ from confluent_kafka import (
 )
 
 from events.kafka.client_config import client_properties, fetch_wait_ms
+from events.kafka.refusals import PLACEHOLDER_BOOTSTRAP, AccessRefused, explain, is_refusal, refusal_message
 from events.wire.codec import Codec, default_codec
 from events.wire.records import Record
 
@@ -49,6 +50,7 @@ __all__ = [
     "producer_config",
     "read_partition_to_end",
     "record_key",
+    "refused_topics",
     "require_topics",
     "topics_problem",
     "watermark_offsets",
@@ -191,8 +193,9 @@ def deliver(
 ) -> None:
     """Produce ``record`` and wait until the broker has it.
 
-    Raises KafkaException with the broker's error, or TimeoutError if it was not
-    delivered within ``timeout`` s.
+    Raises :class:`~events.kafka.refusals.AccessRefused` when the principal may not write ``topic``,
+    KafkaException with any other error of the broker, or TimeoutError if it was not delivered within
+    ``timeout`` s.
     """
     errors: list[KafkaError] = []
     delivered: list[Message] = []
@@ -206,7 +209,8 @@ def deliver(
     produce_record(producer, topic, record, on_delivery=on_delivery, headers=headers, codec=codec)
     producer.flush(timeout)
     if errors:
-        raise KafkaException(errors[0])
+        refused = explain(errors[0], "Write", topic)
+        raise KafkaException(errors[0]) if refused is None else AccessRefused(refused)
     if not delivered:
         raise TimeoutError(f"{type(record).__name__} not delivered to {topic} within {timeout:g}s")
 
@@ -259,26 +263,60 @@ def require_topics(
     """Raise :class:`MissingTopics` at once, with what to do, unless every topic (or
     ``topic:partition``) in ``wanted`` exists: an app checks its input topics at start, rather than
     read nothing while empty checkpoints complete. It only lists the cluster's topics (a consumer's
-    metadata request creates none); KafkaException when the broker does not answer in ``timeout`` s."""
+    metadata request creates none); :class:`~events.kafka.refusals.AccessRefused` when the principal
+    may not Describe one (the listing leaves it out); KafkaException when the broker does not answer in
+    ``timeout`` s."""
+    wanted = list(wanted)
     consumer = Consumer(consumer_config(bootstrap, extra=extra))
     try:
-        metadata = consumer.list_topics(timeout=timeout)
+        listed = consumer.list_topics(timeout=timeout).topics
+        existing = {name: len(topic.partitions) for name, topic in listed.items() if topic.error is None}
+        unseen = [name.rpartition(":")[0] if ":" in name else name for name in wanted]
+        refused = refused_topics(consumer, [n for n in unseen if n not in existing], timeout, bootstrap)
     finally:
         consumer.close()
-    existing = {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
+    if refused:
+        raise AccessRefused("\n".join(refused.values()))
     problem = topics_problem(bootstrap, wanted, existing)
     if problem is not None:
         raise MissingTopics(problem)
 
 
 def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> int:
-    """The number of partitions of ``topic``; a clear error if it does not exist."""
+    """The number of partitions of ``topic``; :class:`~events.kafka.refusals.AccessRefused` naming the
+    ACL when the principal may not Describe it (with the Write a producer, or the Read a consumer, needs
+    next), LookupError saying what to do when it does not exist."""
     metadata = client.list_topics(topic, timeout=timeout)
     info = metadata.topics.get(topic)
+    if info is not None and is_refusal(info.error):
+        needs = "Write" if isinstance(client, Producer) else "Read"
+        raise AccessRefused(
+            refusal_message("Describe", "topic", topic, error=info.error.name(), also=[needs])
+        )
     if info is None or info.error is not None or not info.partitions:
         reason = info.error if info is not None and info.error is not None else "no partitions"
-        raise LookupError(f"topic {topic!r} is not available ({reason}); create it first (create_topics)")
+        raise LookupError(
+            f"topic {topic!r} is not available ({reason}): create it (`cutline topics create` creates "
+            "cutline's topics) or check the name"
+        )
     return len(info.partitions)
+
+
+def refused_topics(
+    client: Consumer | Producer,
+    names: Iterable[str],
+    timeout: float = 10.0,
+    bootstrap: str = PLACEHOLDER_BOOTSTRAP,
+) -> dict[str, str]:
+    """Of ``names`` (topics a listing of the cluster left out), those the principal may not Describe,
+    each with what to say (:func:`~events.kafka.refusals.refusal_message`); the others do not exist. A
+    listing leaves out a topic either way: only the metadata of that one topic tells them apart."""
+    refused: dict[str, str] = {}
+    for name in dict.fromkeys(names):
+        info = client.list_topics(name, timeout=timeout).topics.get(name)
+        if info is not None and info.error is not None and info.error.name() == "TOPIC_AUTHORIZATION_FAILED":
+            refused[name] = refusal_message("Describe", "topic", name, bootstrap=bootstrap)
+    return refused
 
 
 def job_partition(client: Consumer | Producer, topic: str, job_id: str, timeout: float = 10.0) -> int:
@@ -363,6 +401,9 @@ def find_ends(
                 if error is None:
                     continue  # below the end: there before the call
                 where = (msg.topic() or "", msg.partition() or 0)
+                refused = explain(error, "Read", where[0])
+                if refused is not None:
+                    raise AccessRefused(refused)  # no waiting heals a refusal: say it at once
                 if error.code() == KafkaError._PARTITION_EOF:
                     ends[where] = int(msg.offset() or 0)
                 elif error.fatal():
@@ -406,8 +447,11 @@ def read_partition_to_end(
         for msg in messages:
             error = msg.error()
             if error is not None:
-                if error.fatal() or error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                    raise KafkaException(error)  # no waiting heals a refusal: say it at once
+                refused = explain(error, "Read", topic)
+                if refused is not None:
+                    raise AccessRefused(refused)  # no waiting heals a refusal: say it at once
+                if error.fatal():
+                    raise KafkaException(error)
                 if error.code() != KafkaError._PARTITION_EOF:
                     log.warning("reading %s[%d]: %s", topic, partition, error)
                 continue

@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from events.kafka.client_config import client_properties
 from events.kafka.clients import find_ends, watermark_offsets
 from events.kafka.feed import JobFeed
+from events.kafka.refusals import AccessRefused, explain
 from events.wire.barrier_entry import barrier_entry, entry_key
 from events.wire.codec import WireSettings, codec_for
 from events.wire.records import CheckpointBarrier
@@ -106,7 +107,8 @@ class OffsetProbe:
                 if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, None):
                     log.info("topic %s does not exist (yet)", topic)
                     continue
-                raise KafkaException(info.error)
+                refused = explain(info.error, "Read", topic)  # the ACL it lacks, not "missing"
+                raise KafkaException(info.error) if refused is None else AccessRefused(refused)
             found.extend((topic, p) for p in info.partitions)
         return sorted(found, key=partition_order)
 
