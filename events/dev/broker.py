@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +26,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # not re-exported
 
 from events.kafka.client_config import client_properties
+from events.kafka.refusals import AccessRefused, explain
 from events.wire.sizes import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = [
@@ -138,11 +139,14 @@ def create_topics(
     """Create the topics that do not exist yet and return their names.
 
     Every topic gets an explicit ``max.message.bytes`` (docs/design.md, "Record sizes"): ``config``'s, or
-    Apache
-    Kafka's default (:data:`events.wire.sizes.DEFAULT_MAX_MESSAGE_BYTES`), so that a cluster whose
+    Apache Kafka's default (:data:`events.wire.sizes.DEFAULT_MAX_MESSAGE_BYTES`), so that a cluster whose
     broker default differs does not change what the coordinator may write. Existing topics are left
-    alone. Returns once every created topic shows
-    ``partitions`` partitions in the cluster metadata.
+    alone. Returns once every broker of the cluster (:func:`await_topics`) serves each topic that was
+    not there with a leader for each partition, ``partitions`` of them for a created one: the
+    controller creates a topic, and each broker learns of it a moment later; a client that asked
+    another broker meanwhile would be told it does not exist. :class:`~events.kafka.refusals.AccessRefused`
+    names the ACL when the principal may not create one; TimeoutError names the brokers and topics
+    still missing at ``timeout``.
     """
     names = list(dict.fromkeys(topics))
     if not names:
@@ -161,23 +165,57 @@ def create_topics(
             future.result(timeout=max(0.1, deadline - time.monotonic()))
             created.append(name)
         except KafkaException as exc:
+            refused = explain(exc, "Create", name, bootstrap=bootstrap)
+            if refused is not None:
+                raise AccessRefused(refused) from None
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-    pending = set(names)
-    while pending:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"topics not visible in metadata after {timeout:g}s: {sorted(pending)}")
-        metadata = admin.list_topics(timeout=max(0.1, min(5.0, remaining)))
-        for name in list(pending):
-            topic = metadata.topics.get(name)
-            if topic is None or topic.error is not None:
-                continue
-            if name not in created or len(topic.partitions) >= partitions:
-                pending.discard(name)
-        if pending:
-            time.sleep(0.05)
+    # Those it created, and those someone else created meanwhile (TOPIC_ALREADY_EXISTS): new too.
+    wanted = {name: partitions if name in created else 1 for name in missing}
+    await_topics(bootstrap, wanted, max(0.1, deadline - time.monotonic()))
     return [name for name in names if name in created]
+
+
+def await_topics(bootstrap: str, wanted: Mapping[str, int], timeout: float = 30) -> None:
+    """Return once every broker of the cluster at ``bootstrap`` serves each topic of ``wanted`` with at
+    least its number of partitions, each with a leader. Each broker is asked by a client of its own (a
+    new client's first request goes to the one broker it knows); TimeoutError names the brokers and
+    what each still lacked at ``timeout``."""
+    if not wanted:
+        return
+    deadline = time.monotonic() + timeout
+    brokers = _admin(bootstrap).list_topics(timeout=timeout).brokers.values()
+    lacking: dict[str, list[str]] = {f"{b.host}:{b.port}": list(wanted) for b in brokers}
+    while lacking:
+        for address in list(lacking):
+            lacking[address] = _not_served(address, wanted, max(0.1, min(5.0, deadline - time.monotonic())))
+            if not lacking[address]:
+                del lacking[address]
+        if lacking and time.monotonic() >= deadline:
+            found = "; ".join(f"{address}: {', '.join(sorted(names))}" for address, names in lacking.items())
+            raise TimeoutError(
+                f"after {timeout:g}s, brokers still do not serve these topics (with a leader for each "
+                f"partition): {found}. Is every broker up? Its log says why"
+            )
+        if lacking:
+            time.sleep(0.05)
+
+
+def _not_served(address: str, wanted: Mapping[str, int], timeout: float) -> list[str]:
+    """The topics of ``wanted`` the broker at ``address`` does not serve yet, as its own metadata says."""
+    try:
+        known = _admin(address).list_topics(timeout=timeout).topics
+    except KafkaException:
+        return list(wanted)  # not answering (yet): asked again
+    served = ((name, known.get(name)) for name in wanted)
+    return [
+        name
+        for name, topic in served
+        if topic is None
+        or topic.error is not None
+        or len(topic.partitions) < wanted[name]
+        or any(p.leader < 0 or p.error is not None for p in topic.partitions.values())
+    ]
 
 
 class EmbeddedBroker:

@@ -106,6 +106,32 @@ def _stored(bootstrap: str, topics: Topics) -> dict[tuple[int, int], bytes | Non
     return {(m.partition, m.offset): m.value for m in read_to_end(bootstrap, topics.checkpoints)}
 
 
+def test_topics_just_created_are_served_by_every_node_when_their_creation_returns(
+    cluster: Cluster, topic_prefix: str
+) -> None:
+    """Given three nodes, when cutline's topics are created (``ensure_topics``, behind ``cutline topics
+    create`` and a coordinator's start), then as soon as it returns each node's own metadata (a client
+    that knows that node alone) names every topic with all its partitions, each with a leader: a
+    participant that asks any node at once finds them (the controller creates a topic, and each broker
+    learns of it a moment later)."""
+    settings = Settings(cluster.kafka.bootstrap, topic_prefix, partitions=PARTITIONS)
+    names = [*settings.topics.all, *settings.topics.internal]
+
+    ensure_topics(settings)
+
+    for node in cluster.kafka.nodes:
+        served = AdminClient({"bootstrap.servers": node.address}).list_topics(timeout=10).topics
+        unserved = [
+            name
+            for name in names
+            if name not in served
+            or served[name].error is not None
+            or PARTITIONS != len(served[name].partitions)
+            or any(p.leader < 0 for p in served[name].partitions.values())
+        ]
+        assert [] == unserved, f"node {node.node_id} does not serve these yet"
+
+
 def test_the_leader_of_a_journal_partition_killed_and_restarted_loses_and_doubles_no_decision(
     cluster: Cluster, topic_prefix: str, tmp_path: Path
 ) -> None:
@@ -135,8 +161,7 @@ def kill_and_restart_a_journal_leader(cluster: Cluster, topic_prefix: str, tmp_p
     settings = Settings(cluster.kafka.bootstrap, topic_prefix, partitions=PARTITIONS)
     bootstrap, topics = settings.bootstrap, settings.topics
     with cluster.acting_as(ADMIN):
-        ensure_topics(settings)
-    cluster.kafka.await_topics([*topics.all, *topics.internal])  # the participants ask any node
+        ensure_topics(settings)  # returns once every node serves them: the participants ask any node
     job_ids = spread_jobs(PARTITIONS, PARTITIONS)
     partition = partition_for(job_key(job_ids[0]), PARTITIONS)
     with cluster.acting_as("task"):
