@@ -1,6 +1,6 @@
 """Benchmark: the shell's own cost, the shipped Faust worker against a plain loop (issue 52, item 3).
 
-    uv run python bench/bench_shell.py [--brokers kafka tansu] [--quick] [--acks 40000] [--tasks 200]
+    uv run python bench/bench_shell.py [--brokers kafka tansu] [--quick] [--acks 40000] [--tasks 1000]
                                        [--rounds 2] [--checkpoints 100] [--interval-ms 200]
 
 On each broker (Apache Kafka from ``events/dev/apache_kafka.py``, then the embedded Tansu; or
@@ -57,6 +57,7 @@ from bench.bench_coordinator import (
 )
 from bench.cpu import code_checked, machine_line
 from coordinator.service.supervisor import CoordinatorProcess
+from coordinator.state import MAX_CONCURRENT_CHECKPOINTS
 
 COMMAND = "uv run python bench/bench_shell.py"
 RATIO_TARGET = 1.3
@@ -158,7 +159,12 @@ def main() -> None:
     parser.add_argument("--brokers", nargs="+", choices=tuple(BROKERS), default=["kafka", "tansu"])
     parser.add_argument("--quick", action="store_true", help="10,000 acks, one round, 30 checkpoints")
     parser.add_argument("--acks", type=int, help="acks per flood (40000; quick 10000)")
-    parser.add_argument("--tasks", type=int, default=200, help="tasks of the flooded job")
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        default=1000,
+        help="tasks of the flooded job (acks / tasks checkpoints: at most 64)",
+    )
     parser.add_argument("--rounds", type=int, help="floods per shell, taking turns (2; quick 1)")
     parser.add_argument(
         "--checkpoints", type=int, help="measured checkpoints per latency run (100; quick 30)"
@@ -171,6 +177,11 @@ def main() -> None:
     acks = args.acks or (10_000 if args.quick else 40_000)
     rounds = args.rounds or (1 if args.quick else 2)
     checkpoints = args.checkpoints or (30 if args.quick else 100)
+    if not 1 <= acks // args.tasks <= MAX_CONCURRENT_CHECKPOINTS:
+        parser.error(
+            f"--acks {acks} / --tasks {args.tasks} makes {acks // args.tasks} checkpoints pending at once; "
+            f"a job may have 1 to {MAX_CONCURRENT_CHECKPOINTS} (max_concurrent): give more tasks or fewer acks"
+        )
 
     console = Console(highlight=False) if sys.stdout.isatty() else Console(highlight=False, width=200)
     console.print(
