@@ -180,7 +180,7 @@ def main() -> None:
     if not 1 <= acks // args.tasks <= MAX_CONCURRENT_CHECKPOINTS:
         parser.error(
             f"--acks {acks} / --tasks {args.tasks} makes {acks // args.tasks} checkpoints pending at once; "
-            f"a job may have 1 to {MAX_CONCURRENT_CHECKPOINTS} (max_concurrent): give more tasks or fewer acks"
+            f"a job may have 1 to {MAX_CONCURRENT_CHECKPOINTS} (max_concurrent): more tasks or fewer acks"
         )
 
     console = Console(highlight=False) if sys.stdout.isatty() else Console(highlight=False, width=200)
