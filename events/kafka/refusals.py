@@ -116,10 +116,11 @@ def refusal_message(
         else ""
     )
     command = grant_command(principal, kind, resource, operations, bootstrap=bootstrap)
+    more = [op for op in dict.fromkeys(also) if op not in (operation, "Describe")]
+    needed = f", and the {' and '.join(more)} this needs too," if more else ""
     return (
         f"{principal} may not {operation} {kind} {resource} ({error or _error_of(kind)}): the cluster's "
-        f"ACLs do not allow it ({GUIDE}{unseen}). An administrator grants it"
-        f"{''.join(f', and the {op} this needs too' for op in also if op != operation)} with:\n  {command}"
+        f"ACLs do not allow it ({GUIDE}{unseen}). An administrator grants it{needed} with:\n  {command}"
     )
 
 
