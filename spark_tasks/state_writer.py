@@ -1,6 +1,6 @@
 """Write a keyed step's savepoint from data (Flink's ``SavepointWriter``): bootstrap a job's state from
 a batch DataFrame or an Arrow table, or transform a savepoint's state (drop keys, rewrite states,
-re-key it for a new key function), with any number of tasks::
+re-key it for a new key function or a new max parallelism), with any number of tasks::
 
     history = spark.table("word_totals").selectExpr("word AS key", "total AS state")
     write_new_savepoint(history, KEYED_WORD_COUNT, "/savepoints/bootstrap", job_id="wordcount",
@@ -56,11 +56,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Rekeying:
-    """A transform's explicit re-keying for a step with another key function: ``step`` is the new
-    step (the savepoint records its uid and key function), ``key_of(old_key)`` the key the new key
-    function gives what the old one keyed ``old_key`` (``lambda key: key`` when the keys are the
-    same). Old keys that become one new key are refused unless ``merge(states)`` makes one state of
-    their states (decoded, in old-key order)."""
+    """A transform's explicit re-keying for another step: ``step`` is the new step (the savepoint
+    records its uid and key function, and its keys are grouped by its max parallelism),
+    ``key_of(old_key)`` the key the new key function gives what the old one keyed ``old_key``
+    (``lambda key: key`` when the keys are the same: a new max parallelism, say). Old keys that
+    become one new key are refused unless ``merge(states)`` makes one state of their states
+    (decoded, in old-key order)."""
 
     step: AnyKeyedStep
     key_of: Callable[[str], str]
@@ -245,10 +246,6 @@ def transform_savepoint(
         rows = [(key, new) for key, value in rows if (new := rewrite(key, value)) is not None]
     target = step if rekey is None else rekey.step
     if rekey is not None:
-        if rekey.step.max_parallelism != step.max_parallelism:
-            raise SavepointWriteRefused(
-                "a re-keying keeps the max parallelism: key groups cannot be remapped"
-            )
         rows = _rekeyed(rows, rekey)
     keyed = keyed_state_of(pa.array([key for key, _ in rows], pa.string()), [v for _, v in rows], target)
     return _write(

@@ -232,3 +232,22 @@ def test_cutline_state_reads_and_writes_savepoints_on_s3(s3: Any) -> None:
     corrupt = _cutline("show", f"{bucket}/sp-2")
     assert 0 != corrupt.returncode and "corrupt" in corrupt.stderr
     assert piece.rsplit("/", 1)[1] in corrupt.stderr.replace("\n", "")
+
+
+def test_savepoint_writer_regroups_keys_for_another_max_parallelism(tmp_path: Path) -> None:
+    """A job cannot change its max parallelism (key groups cannot be remapped), but the writer has
+    the keys: re-keyed as they are for the step with 256 key groups, each key is in its key group of
+    256, and a job of 256 restores it while one of 128 refuses it."""
+    write_new_savepoint(_table(COUNTS), KEYED_WORD_COUNT, tmp_path / "sp", job_id="wc", parallelism=2)
+    wider = replace(KEYED_WORD_COUNT, max_parallelism=256)
+
+    written = transform_savepoint(
+        tmp_path / "sp", tmp_path / "wide", KEYED_WORD_COUNT, rekey=Rekeying(wider, lambda key: key)
+    )
+
+    manifests = {task: read_manifest(handle) for task, handle in written.handles.items()}
+    assert {256} == {m.max_parallelism for m in manifests.values()}
+    assert {(k, key_group(k, 256)) for k in COUNTS} == {(r.key, r.key_group) for r in state_rows(written)}
+    assert COUNTS == _shown(str(tmp_path / "wide"))
+    assert isinstance(plan_restore(written, _shape(3, max_parallelism=256), manifests), RestorePlan)
+    assert isinstance(plan_restore(written, _shape(3), manifests), Refused)
