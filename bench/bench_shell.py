@@ -16,7 +16,9 @@ On each broker (Apache Kafka from ``events/dev/apache_kafka.py``, then the embed
 Measured as a user would (the parts and their definitions are ``bench/bench_coordinator.py``'s):
 
 1. **acks/s**: one ack flood per shell per round (shells taking turns, ``--rounds`` each), the
-   rate of ``TaskAcknowledged`` in the journal (the worker's clock);
+   rate of ``TaskAcknowledged`` in the journal (the worker's clock), and the CPU the worker's
+   process (and its main thread) spent per ack: on a loaded machine the rate is the machine's,
+   the CPU per ack still the shell's;
 2. **checkpoint latency** at 2 participants (threads in this process), trigger → completed
    (``CheckpointCompleted.duration_ms``), p50 and p99;
 3. along each checkpoint's critical path, **the ack path** (the last ack produced → its decision,
@@ -127,6 +129,14 @@ def rows(run: BrokerRun) -> list[tuple[str, float, float, str, bool | None]]:
     rates = {s: [r.journal_rate for r in run.floods if r.shell == s] for s in ("faust", "plain")}
     f_rate, p_rate = min(rates["faust"], default=0.0), min(rates["plain"], default=0.0)
     found.append(("acks/s (the slowest round)", f_rate, p_rate, f">= {ACKS_TARGET:,}", f_rate >= ACKS_TARGET))
+    for name, process in (
+        ("CPU µs per ack, worker process", "coordinator"),
+        ("… its main thread", "coordinator main thread"),
+    ):
+        cpu = {
+            s: mean([r.us_per_ack(process) for r in run.floods if r.shell == s]) for s in ("faust", "plain")
+        }
+        found.append((name, cpu["faust"], cpu["plain"], "", None))
     return found
 
 
