@@ -81,6 +81,7 @@ from events.task.keyed_pieces import (
     apply_changes,
     decode_piece,
     encode_piece,
+    encode_state_type,
     read_key_groups,
     read_manifest,
     read_manifests,
@@ -267,11 +268,16 @@ class KeyedStep(Generic[S]):
     """The step's identity across versions of the job (Flink's operator uid). Snapshots record it
     and the key function's name; a restore into a step with another refuses unless the job allows
     non-restored state (:mod:`spark_tasks.restore`)."""
+    state_type: pa.DataType | None = None
+    """The Arrow type of one key's state (optional; its serialized form must be that type's JSON, as
+    the default serializer gives). Snapshots record it: ``cutline-state`` reads states as a column of
+    it (docs/state.md), and a restore refuses state of another type."""
 
     @property
     def identity(self) -> StepIdentity:
-        """What a snapshot records of this step: its uid and its key function's qualified name."""
-        return StepIdentity(self.uid, callable_name(self.key_by))
+        """What a snapshot records of this step: its uid, its key function's qualified name and its
+        state type."""
+        return StepIdentity(self.uid, callable_name(self.key_by), _recorded(self.state_type))
 
     def batched(self) -> KeyedBatchStep:
         """This step as the keyed path runs it: ``key_by`` and ``update`` called record by record and
@@ -282,7 +288,12 @@ class KeyedStep(Generic[S]):
             output_schema=self.output_schema,
             max_parallelism=self.max_parallelism,
             uid=self.uid,
+            state_type=self.state_type,
         )
+
+
+def _recorded(state_type: pa.DataType | None) -> str | None:
+    return None if state_type is None else encode_state_type(state_type)
 
 
 def _as_stored(states: pa.Array) -> pa.Array:
@@ -315,11 +326,13 @@ class KeyedBatchStep:
     max_parallelism: int = MAX_PARALLELISM
     uid: str | None = None
     """As :attr:`KeyedStep.uid`."""
+    state_type: pa.DataType | None = None
+    """As :attr:`KeyedStep.state_type` (the stored bytes, ``encode_states``'s, are its JSON)."""
 
     @property
     def identity(self) -> StepIdentity:
-        """What a snapshot records of this step: its uid and ``pairs_of``'s qualified name."""
-        return StepIdentity(self.uid, callable_name(self.pairs_of))
+        """What a snapshot records of this step: its uid, ``pairs_of``'s qualified name and its state type."""
+        return StepIdentity(self.uid, callable_name(self.pairs_of), _recorded(self.state_type))
 
     def batched(self) -> KeyedBatchStep:
         return self

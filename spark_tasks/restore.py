@@ -15,6 +15,9 @@ A job restores exactly or not at all, as Flink does:
 - **The same step.** A keyed checkpoint records its step's identity (uid and key function);
   another step's state is :attr:`Refusal.STEP_CHANGED` unless allowed (then the step starts empty).
   A checkpoint written before identities were recorded restores into any step.
+- **The same state type.** A step that declares its state's type (``KeyedStep.state_type``) refuses
+  keyed state recorded with another (:attr:`Refusal.STATE_TYPE_CHANGED`, even when non-restored
+  state is allowed: the states would not decode). State recorded without a type restores as before.
 
 :func:`refusal_message` turns refusals into one screen: the three newest, why, and advice that works.
 """
@@ -56,6 +59,7 @@ class Refusal(Enum):
     MAX_PARALLELISM = "max parallelism"
     NOT_RESTORED = "not restored"
     STEP_CHANGED = "step changed"
+    STATE_TYPE_CHANGED = "state type changed"
     OTHER_JOB = "another job's"
 
 
@@ -72,6 +76,9 @@ ADVICE = {
     "behind (Flink's --allowNonRestoredState)",
     Refusal.OTHER_JOB: "restore a savepoint or checkpoint of this job, or name the job it belongs to "
     "(JobSettings(restore_from_job=...), --restore-from-job) to restore it on purpose",
+    Refusal.STATE_TYPE_CHANGED: "restore into a step whose state_type is the state's, or migrate the "
+    "state to the new type first (spark_tasks.state_writer.transform_savepoint with rewrite=, into the "
+    "new step; docs/state.md)",
     Refusal.STEP_CHANGED: "give the step the uid and key function its state was written with "
     "(KeyedStep(uid=...)), or pass allow_non_restored_state=True to start the step's state empty",
 }
@@ -280,13 +287,35 @@ def restore_step(
     """Whether the planned keyed state is ``step``'s: None (restore it), :class:`LeftBehind` (another
     step's, allowed: start empty), or :class:`Refused` (another step's)."""
     recorded = {s for s in plan.steps if s is not None}
-    if not plan.keyed_state or not recorded or recorded == {step}:
+    if not plan.keyed_state or not recorded:
+        return None
+    changed_type = _state_type_problem(plan, step)
+    if changed_type is not None:
+        return changed_type
+    if recorded == {step}:
         return None
     written = " and ".join(sorted(s.describe() for s in recorded))
     reason = f"its keyed state was written by the step with {written}; this step has {step.describe()}"
     if allow_non_restored_state:
         return LeftBehind(reason)
     return Refused(plan.checkpoint_id, Refusal.STEP_CHANGED, reason)
+
+
+def _state_type_problem(plan: RestorePlan, step: StepIdentity) -> Refused | None:
+    """Refused when ``step`` declares a state type and the planned state was recorded with another
+    (state recorded without one restores into any)."""
+    recorded = sorted({s.state_type for s in plan.steps if s is not None and s.state_type is not None})
+    if step.state_type is None or not recorded or recorded == [step.state_type]:
+        return None
+    from events.task.keyed_pieces import state_type_name
+
+    held = " and ".join(state_type_name(t) for t in recorded)
+    wanted = state_type_name(step.state_type)
+    return Refused(
+        plan.checkpoint_id,
+        Refusal.STATE_TYPE_CHANGED,
+        f"its keyed state has state type {held}; this step's state type is {wanted}",
+    )
 
 
 def refusal_message(job_id: str, refused: Sequence[Refused], *, latest: bool) -> str:

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from events.clock import now_ms
 from events.task.keyed_pieces import KeyedState
+from events.task.state_view import StateDoesNotFit, typed_states
 from events.task.state_writer import (
     SavepointTarget,
     SavepointWriteRefused,
@@ -119,10 +120,25 @@ def keyed_state_of(keys: pa.Array, states: pa.Array | Sequence[Any], step: AnyKe
         twice = [str(v["values"]) for v in counts.to_pylist() if v["counts"] > 1][:3]
         raise SavepointWriteRefused(f"keys occur more than once ({', '.join(twice)}): one state per key")
     groups = key_groups(keys, step.max_parallelism).tolist()
+    encoded = _encode(step, states)
+    _check_state_type(step, keys, encoded)
     state: KeyedState = {}
-    for group, key, data in zip(groups, keys.to_pylist(), _encode(step, states), strict=True):
+    for group, key, data in zip(groups, keys.to_pylist(), encoded, strict=True):
         state.setdefault(group, {})[key] = data
     return state
+
+
+def _check_state_type(step: AnyKeyedStep, keys: pa.Array, encoded: list[bytes]) -> None:
+    """A step that declares its state type (recorded in the savepoint) stores that type's JSON:
+    refused otherwise, as ``cutline-state`` could not read the states as it."""
+    if step.state_type is None:
+        return
+    try:
+        typed_states(pa.array(encoded, pa.binary()), step.state_type, keys, "the savepoint")
+    except StateDoesNotFit as exc:
+        raise SavepointWriteRefused(
+            f"the step declares state_type {step.state_type}, but its encoder stores another: {exc}"
+        ) from None
 
 
 def _columns(data: Any, key: str, state: str) -> tuple[pa.Array, pa.Array]:

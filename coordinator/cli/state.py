@@ -4,12 +4,15 @@ Reads the checkpoint's ``_metadata`` and its state files (:mod:`events.task.stat
 step's keys and states, each with the checkpoint that last wrote it, and a per-partition task's
 state; and the keys added, removed and changed between two checkpoints. A state that is UTF-8 JSON
 (a :class:`~spark_tasks.keyed.KeyedStep`'s default serializer) is shown as JSON, any other as
-``base64:``. Needs the ``spark`` extra (pyarrow reads the pieces).
+``base64:``; where the step recorded its state's type, ``show`` gives each state decoded as that
+type (:func:`events.task.state_view.typed_states`). Needs the ``spark`` extra (pyarrow reads the
+pieces).
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -46,6 +49,15 @@ Job = Annotated[
     typer.Option("--job", metavar="JOB", help="Take checkpoint ids, resolved through JOB's journal."),
 ]
 Uid = Annotated[str | None, typer.Option("--uid", metavar="STEP", help="Only this keyed step's state.")]
+Task = Annotated[
+    str | None,
+    typer.Option(
+        "--task",
+        metavar="TASK",
+        help="Only this task's state: keyed-N (a shuffle partition), or topic-partition (a per-partition "
+        "task's or a participant's snapshot).",
+    ),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON object per line, for any tool.")]
 
 
@@ -97,15 +109,45 @@ def _journaled(
     fail(errors, f"job {job!r} has no completed checkpoint {where} in its journal (the latest: {known})")
 
 
-def _rows(errors: Console, completed: CheckpointCompleted, uid: str | None) -> list[StateRow]:
+def _rows(
+    errors: Console, completed: CheckpointCompleted, uid: str | None, task: str | None = None
+) -> list[StateRow]:
     from events.task.participant import SnapshotCorrupted
     from events.task.state_view import require_uid, state_rows
 
     try:
         require_uid(completed, uid)
-        return state_rows(completed, uid)
+        return state_rows(completed, uid, task)
     except (LookupError, SnapshotCorrupted, OSError) as exc:
         fail(errors, f"checkpoint {completed.checkpoint_id}: {exc}")
+
+
+def _values(
+    errors: Console, completed: CheckpointCompleted, uid: str | None, rows: list[StateRow]
+) -> list[Any]:
+    """Each row's state as people read it: decoded as the step's recorded state type where it has
+    one (keyed rows), else :func:`shown`."""
+    import pyarrow as pa
+
+    from events.task.state_view import StateDoesNotFit, recorded_state_type, typed_states
+
+    state_type = recorded_state_type(completed, uid)
+    values: list[Any] = []
+    for (task, keyed), group in itertools.groupby(rows, key=lambda r: (r.task, r.key_group is not None)):
+        same = list(group)
+        if state_type is None or not keyed:
+            values += [shown(row.state) for row in same]
+            continue
+        states = pa.array([row.state for row in same], pa.binary())
+        try:
+            values += typed_states(states, state_type, pa.array([row.key for row in same]), task).to_pylist()
+        except StateDoesNotFit as exc:
+            fail(errors, f"checkpoint {completed.checkpoint_id}: {exc}")
+    return values
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def show(
@@ -114,37 +156,37 @@ def show(
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = DEFAULT_PREFIX,
     uid: Uid = None,
+    task: Task = None,
     key: Annotated[str | None, typer.Option("--key", help="Only this key.")] = None,
     limit: Annotated[int, typer.Option("--limit", metavar="N", help="At most N rows (0: all).")] = 50,
     as_json: AsJson = False,
 ) -> None:
     """Every key's state at the checkpoint in DIR, or checkpoint ID of --job (Flink's State Processor
-    API, read side)."""
+    API, read side), typed as the step declared it."""
     errors = Console(stderr=True, highlight=False)
     completed = _completed(errors, location, job, bootstrap, topic_prefix)
-    rows = [row for row in _rows(errors, completed, uid) if key is None or row.key == key]
+    rows = [row for row in _rows(errors, completed, uid, task) if key is None or row.key == key]
     if key is not None and not rows:
         fail(
             errors,
             f"checkpoint {completed.checkpoint_id} holds no key {key!r}" + (f" of {uid!r}" if uid else ""),
         )
     total, rows = len(rows), rows[:limit] if limit > 0 else rows
+    values = _values(errors, completed, uid, rows)
     if as_json:
-        for row in rows:
+        for row, value in zip(rows, values, strict=True):
             line = {"task": row.task, "key_group": row.key_group, "key": row.key}
-            line |= {"state": shown(row.state), "written_in": row.written_in}
-            print(json.dumps(line, ensure_ascii=False))
+            line |= {"state": value, "written_in": row.written_in}
+            print(_json(line))
         return
     table = Table(
         title=f"job {completed.job_id}, {completed.kind.lower()} {completed.checkpoint_id}: {total} keys"
     )
     for column in ("task", "key group", "key", "state", "last written in"):
         table.add_column(column, overflow="fold")
-    for row in rows:
+    for row, value in zip(rows, values, strict=True):
         group = "" if row.key_group is None else str(row.key_group)
-        table.add_row(
-            row.task, group, row.key, json.dumps(shown(row.state), ensure_ascii=False), row.written_in
-        )
+        table.add_row(row.task, group, row.key, _json(value), row.written_in)
     console = Console(highlight=False)
     console.print(table)
     if total > len(rows):
@@ -160,6 +202,7 @@ def diff(
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = DEFAULT_PREFIX,
     uid: Uid = None,
+    task: Task = None,
     as_json: AsJson = False,
 ) -> None:
     """The keys added, removed and changed from checkpoint A to checkpoint B (directories, or with
@@ -171,7 +214,7 @@ def diff(
     b = _completed(errors, after, job, bootstrap, topic_prefix)
     if a.job_id != b.job_id:
         errors.print(Text(f"note: {before} is job {a.job_id!r}'s, {after} job {b.job_id!r}'s", "yellow"))
-    found = compare(_rows(errors, a, uid), _rows(errors, b, uid))
+    found = compare(_rows(errors, a, uid, task), _rows(errors, b, uid, task))
     kinds = (("added", found.added), ("removed", found.removed), ("changed", found.changed))
     if as_json:
         for kind, changes in kinds:

@@ -8,6 +8,7 @@ The format's one home: Spark's keyed tasks write pieces with :func:`encode_piece
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 from collections.abc import Mapping
@@ -26,6 +27,8 @@ __all__ = [
     "KeyedState",
     "apply_changes",
     "decode_piece",
+    "decode_state_type",
+    "encode_state_type",
     "encode_piece",
     "piece_table",
     "pieces_root",
@@ -33,6 +36,7 @@ __all__ = [
     "read_manifest",
     "read_manifests",
     "read_piece",
+    "state_type_name",
 ]
 
 PIECE_SCHEMA = pa.schema([("key_group", pa.int32()), ("key", pa.string()), ("state", pa.binary())])
@@ -61,6 +65,28 @@ def encode_piece(changes: Mapping[int, Mapping[str, bytes | None]]) -> bytes:
     with pa.ipc.new_stream(sink, PIECE_SCHEMA) as writer:
         writer.write_table(table)
     return sink.getvalue()
+
+
+def encode_state_type(state_type: pa.DataType) -> str:
+    """A step's declared state type as a manifest records it: the base64 of an Arrow schema with one
+    field, ``state`` (exact for any Arrow type, structs and lists included)."""
+    return base64.b64encode(pa.schema([("state", state_type)]).serialize().to_pybytes()).decode()
+
+
+def decode_state_type(encoded: str) -> pa.DataType:
+    """The Arrow type :func:`encode_state_type` recorded; text that is not one raises ``ValueError``."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(encoded, validate=True))).field("state").type
+    except (pa.ArrowException, ValueError, KeyError) as exc:
+        raise ValueError(f"{encoded[:40]!r} is not a recorded state type: {exc}") from exc
+
+
+def state_type_name(encoded: str) -> str:
+    """A recorded state type as people read it (Arrow's name: ``int64``, ``struct<count: int64>``)."""
+    try:
+        return str(decode_state_type(encoded))
+    except ValueError:
+        return f"an unreadable type ({encoded[:40]!r})"
 
 
 def piece_table(data: bytes, where: str = "a piece") -> pa.Table:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from events.task.participant import SnapshotCorrupted
@@ -55,6 +55,10 @@ class StepIdentity:
 
     uid: str | None
     key_by: str
+    state_type: str | None = field(default=None, compare=False)
+    """The declared type of the step's state, encoded (:func:`events.task.keyed_pieces.encode_state_type`);
+    None when the step declares none or the manifest predates it. Not part of the identity: a restore
+    compares it on its own (:mod:`spark_tasks.restore`)."""
 
     def describe(self) -> str:
         uid = "no uid" if self.uid is None else f"uid {self.uid!r}"
@@ -106,6 +110,8 @@ class Manifest:
         }
         if self.step is not None:
             document["step"] = {"uid": self.step.uid, "key_by": self.step.key_by}
+            if self.step.state_type is not None:
+                document["step"]["state_type"] = self.step.state_type
         return json.dumps(document, sort_keys=True, indent=1).encode()
 
     @staticmethod
@@ -140,4 +146,5 @@ def _identity(step: dict[str, Any]) -> StepIdentity:
     uid = step["uid"]
     if uid is not None and not isinstance(uid, str):
         raise TypeError(f"the step's uid {uid!r} is not a string")
-    return StepIdentity(uid, str(step["key_by"]))
+    state_type = step.get("state_type")
+    return StepIdentity(uid, str(step["key_by"]), None if state_type is None else str(state_type))

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from events.task.keyed_pieces import piece_table, pieces_root, read_manifest, read_piece
+from events.task.keyed_pieces import decode_state_type, piece_table, pieces_root, read_manifest, read_piece
 from events.task.manifest import Manifest, is_keyed_task
 from events.task.participant import load_task_snapshot
 from events.wire.records import CheckpointCompleted, StateHandle
@@ -30,15 +31,23 @@ __all__ = [
     "ROW_SCHEMA",
     "StateChange",
     "StateDiff",
+    "StateDoesNotFit",
     "StateRow",
     "compare",
     "json_texts",
     "keyed_table",
+    "recorded_state_type",
     "require_uid",
+    "state_columns",
     "state_rows",
     "state_tables",
     "step_uids",
+    "typed_states",
 ]
+
+
+class StateDoesNotFit(ValueError):
+    """A state is not JSON of the type or columns it is read as; the message names its task and key."""
 
 
 ROW_SCHEMA = pa.schema(
@@ -88,10 +97,31 @@ def step_uids(completed: CheckpointCompleted) -> list[str | None]:
     return sorted({m.step.uid if m.step else None for m in manifests}, key=lambda uid: uid or "")
 
 
-def state_rows(completed: CheckpointCompleted, uid: str | None = None) -> list[StateRow]:
-    """Every key's state in ``completed`` (with ``uid``: of that keyed step only), sorted by key
-    group and key; then every per-partition task's state (none with ``uid``)."""
+def recorded_state_type(completed: CheckpointCompleted, uid: str | None = None) -> pa.DataType | None:
+    """The state type the keyed step (``uid``'s, or the checkpoint's one keyed step) declared, as its
+    manifests record it; None when they record none, or when the checkpoint holds several keyed
+    steps and ``uid`` names none of them."""
+    steps = {read_manifest(h).step for t, h in sorted(completed.handles.items()) if is_keyed_task(t)} - {None}
+    types = {s.state_type for s in steps if s is not None and (uid is None or s.uid == uid)}
+    if len(types) != 1 or None in types or (uid is None and len(steps) > 1):
+        return None
+    return decode_state_type(str(next(iter(types))))
+
+
+def state_rows(
+    completed: CheckpointCompleted, uid: str | None = None, task: str | None = None
+) -> list[StateRow]:
+    """Every key's state in ``completed`` (with ``uid``: of that keyed step only; with ``task``: of
+    that task only), sorted by key group and key; then every per-partition task's state (none with
+    ``uid``)."""
     rows: list[StateRow] = []
+    if task is not None:
+        if task not in completed.handles:
+            known = ", ".join(sorted(completed.handles)) or "none"
+            raise LookupError(
+                f"checkpoint {completed.checkpoint_id} holds no task {task!r}; its tasks: {known}"
+            )
+        completed = replace(completed, handles={task: completed.handles[task]})
     for task, table in state_tables(completed, uid):
         columns = table.to_pydict()
         rows += [
@@ -192,6 +222,82 @@ def _json_text(state: bytes | None) -> str | None:
     except (UnicodeDecodeError, ValueError):
         return None
     return text
+
+
+def typed_states(states: pa.Array, state_type: pa.DataType, keys: pa.Array, task: str) -> pa.Array:
+    """Stored states (each the JSON of one state) as a column of ``state_type``: numbers at once
+    (Arrow casts their text), others parsed one by one. A state that is not JSON of the type raises
+    :class:`StateDoesNotFit` naming its task and key."""
+    if pa.types.is_integer(state_type) or pa.types.is_floating(state_type):
+        try:
+            return states.cast(pa.string()).cast(state_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # some state is not a number's text: parse each, to name it
+    values = _parsed(states, keys, task)
+    return _column(values, state_type, keys, task, f"state type {state_type}")
+
+
+def state_columns(states: pa.Array, keys: pa.Array, task: str, fields: pa.Schema) -> list[pa.Array]:
+    """Stored JSON states as the columns of ``fields`` (a user's schema): a state that is a JSON object
+    gives each column its field of that name (null where it has none); any other state fills the one
+    column there is. A state that fits neither, or a value not of its column's type, raises
+    :class:`StateDoesNotFit` naming its task and key."""
+    if len(fields) == 1:
+        try:
+            return [typed_states(states, fields[0].type, keys, task)]
+        except StateDoesNotFit:
+            pass  # objects, to be read by field name
+    names = set(fields.names)
+    rows = _parsed(states, keys, task)
+    for value, key in zip(rows, keys.to_pylist(), strict=True):
+        if value is not None and not _has_columns(value, names) and len(names) != 1:
+            raise StateDoesNotFit(
+                f"task {task}, key {key!r}: its state {_excerpt(value)} is not a JSON object with any of "
+                f"the columns {fields.names}, so it fills none: give one column for such states, or name "
+                "the object's fields"
+            )
+    columns = []
+    for field in fields:
+        values = [v.get(field.name) if _has_columns(v, names) else v for v in rows]
+        columns.append(_column(values, field.type, keys, task, f"column {field.name} {field.type}"))
+    return columns
+
+
+def _has_columns(value: Any, names: set[str]) -> bool:
+    return isinstance(value, dict) and bool(value.keys() & names)
+
+
+def _parsed(states: pa.Array, keys: pa.Array, task: str) -> list[Any]:
+    values: list[Any] = []
+    for state, key in zip(states.to_pylist(), keys.to_pylist(), strict=True):
+        try:
+            values.append(None if state is None else json.loads(state))
+        except (UnicodeDecodeError, ValueError):
+            raise StateDoesNotFit(
+                f"task {task}, key {key!r}: its state is not JSON ({state[:40]!r}), so it has no typed "
+                "value: read the state column (bytes) instead"
+            ) from None
+    return values
+
+
+def _column(values: list[Any], state_type: pa.DataType, keys: pa.Array, task: str, what: str) -> pa.Array:
+    try:
+        return pa.array(values, state_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        pass  # find the state that does not fit, to name it
+    for value, key in zip(values, keys.to_pylist(), strict=True):
+        try:
+            pa.array([value], state_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
+            raise StateDoesNotFit(
+                f"task {task}, key {key!r}: its state {_excerpt(value)} does not fit {what}: {exc}"
+            ) from None
+    raise StateDoesNotFit(f"task {task}: its states do not fit {what}")
+
+
+def _excerpt(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def compare(before: Iterable[StateRow], after: Iterable[StateRow]) -> StateDiff:
