@@ -6,6 +6,9 @@ changes ``a`` to 10, deletes ``b`` and adds ``d: 4``: checkpoint 2 (a delta on i
 
 :data:`UPPER_WORD_COUNT`: the keyed word count with another key function (upper-cased words), the
 step a savepoint of the word count is re-keyed for.
+
+:data:`TALLY_STEP`: a keyed step whose state is a declared struct (:data:`TALLY`), and
+:data:`TALLIES`, states of it. :func:`per_partition_checkpoint`: a per-partition job's checkpoint.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from events.task import storage
 from events.task.manifest import StepIdentity
+from events.task.participant import snapshot_uri
 from events.wire.codec import encode
 from events.wire.metadata import METADATA_FILE
 from events.wire.records import CheckpointCompleted, CheckpointKind, StateHandle
@@ -27,6 +32,7 @@ from spark_tasks.keyed import (
     KeyedSettings,
     KeyedState,
     KeyedStateStore,
+    KeyedStep,
     apply_changes,
     key_group,
     write_snapshot,
@@ -95,3 +101,46 @@ def upper_words_of(records: pa.RecordBatch) -> Any:
 
 UPPER_WORD_COUNT = replace(KEYED_WORD_COUNT, pairs_of=upper_words_of)
 """The keyed word count (uid ``word-count``) keyed by :func:`upper_words_of`."""
+
+
+TALLY = pa.struct([("count", pa.int64()), ("last", pa.string())])
+TALLIES = {"alpha": {"count": 3, "last": "x"}, "beta": {"count": 5, "last": "y"}}
+
+
+def keep_last(key: str, state: Any, values: Any) -> tuple[Any, list[Any]]:
+    """A tally of a key's values: how many, and the last."""
+    count = (state or {"count": 0})["count"] + len(values)
+    return {"count": count, "last": values[-1]}, []
+
+
+def tally_pairs(record: Any) -> list[tuple[str, Any]]:
+    return [(record.value.decode(), record.value.decode())]
+
+
+TALLY_STEP = KeyedStep(tally_pairs, keep_last, "word string", uid="tallies", state_type=TALLY)
+
+
+def per_partition_checkpoint(root: Path) -> Path:
+    """A checkpoint of a per-partition job: task words-0's snapshot in a file, as a participant writes
+    it at a barrier (:func:`snapshot_uri`), and words-1's inline in its handle."""
+    directory = root / "chk-5"
+    directory.mkdir(parents=True)
+    first, second = b'{"alpha": 2, "beta": 1}', b'{"gamma": 4}'
+    uri = snapshot_uri(directory.as_uri(), "words-0")
+    storage.write_bytes(uri, first)
+    handles = {
+        "words-0": StateHandle(uri, len(first), hashlib.sha256(first).hexdigest()),
+        "words-1": StateHandle(
+            snapshot_uri(directory.as_uri(), "words-1"),
+            len(second),
+            hashlib.sha256(second).hexdigest(),
+            inline=second,
+        ),
+    }
+    completed = CheckpointCompleted(
+        job_id="pp", checkpoint_id=5, kind=CheckpointKind.CHECKPOINT, timestamp_ms=0, duration_ms=1,
+        handles=handles, size_bytes=len(first), offsets={"words:0": 3, "words:1": 1},
+        location=directory.as_uri(),
+    )  # fmt: skip
+    (directory / METADATA_FILE).write_bytes(encode(completed))
+    return directory

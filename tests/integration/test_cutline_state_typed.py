@@ -10,23 +10,20 @@ savepoint at restore, naming both types.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
-from keyed_checkpoints import two_keyed_checkpoints  # noqa: E402
+from keyed_checkpoints import TALLIES, TALLY, TALLY_STEP, per_partition_checkpoint, two_keyed_checkpoints  # noqa: E402
 
-from events.task import storage  # noqa: E402
-from events.task.participant import read_checkpoint_metadata, snapshot_uri  # noqa: E402
+from events.task.participant import read_checkpoint_metadata  # noqa: E402
 from events.task.state_view import (  # noqa: E402
     StateDoesNotFit,
     recorded_state_type,
@@ -35,30 +32,13 @@ from events.task.state_view import (  # noqa: E402
     typed_states,
 )
 from events.task.state_writer import SavepointWriteRefused  # noqa: E402
-from events.wire.codec import encode  # noqa: E402
-from events.wire.metadata import METADATA_FILE  # noqa: E402
-from events.wire.records import CheckpointCompleted, CheckpointKind, StateHandle  # noqa: E402
-from spark_tasks.keyed import KeyedStep, read_manifest  # noqa: E402
+from events.wire.records import CheckpointCompleted  # noqa: E402
+from spark_tasks.keyed import read_manifest  # noqa: E402
 from spark_tasks.restore import JobShape, Refusal, Refused, RestorePlan, plan_restore, restore_step  # noqa: E402
 from spark_tasks.state_writer import write_new_savepoint  # noqa: E402
 from spark_tasks.wordcount import KEYED_WORD_COUNT  # noqa: E402
 
 CUTLINE = str(Path(sys.executable).parent / "cutline")
-TALLY = pa.struct([("count", pa.int64()), ("last", pa.string())])
-TALLIES = {"alpha": {"count": 3, "last": "x"}, "beta": {"count": 5, "last": "y"}}
-
-
-def keep_last(key: str, state: Any, values: Any) -> tuple[Any, list[Any]]:
-    """A tally of a key's values: how many, and the last."""
-    count = (state or {"count": 0})["count"] + len(values)
-    return {"count": count, "last": values[-1]}, []
-
-
-def tally_pairs(record: Any) -> list[tuple[str, Any]]:
-    return [(record.value.decode(), record.value.decode())]
-
-
-TALLY_STEP = KeyedStep(tally_pairs, keep_last, "word string", uid="tallies", state_type=TALLY)
 TYPED_WORD_COUNT = replace(KEYED_WORD_COUNT, state_type=pa.int64())
 
 
@@ -123,36 +103,10 @@ def test_cutline_state_columns_of_a_users_schema_decode_json_states_by_field() -
         state_columns(pa.array([b"1", b'"x"']), keys, "keyed-0", two.remove(1))
 
 
-def _per_partition_checkpoint(root: Path) -> Path:
-    """A checkpoint of a per-partition job: task words-0's snapshot in a file, as a participant writes
-    it at a barrier (:func:`snapshot_uri`), and words-1's inline in its handle."""
-    directory = root / "chk-5"
-    directory.mkdir(parents=True)
-    first, second = b'{"alpha": 2, "beta": 1}', b'{"gamma": 4}'
-    uri = snapshot_uri(directory.as_uri(), "words-0")
-    storage.write_bytes(uri, first)
-    handles = {
-        "words-0": StateHandle(uri, len(first), hashlib.sha256(first).hexdigest()),
-        "words-1": StateHandle(
-            snapshot_uri(directory.as_uri(), "words-1"),
-            len(second),
-            hashlib.sha256(second).hexdigest(),
-            inline=second,
-        ),
-    }
-    completed = CheckpointCompleted(
-        job_id="pp", checkpoint_id=5, kind=CheckpointKind.CHECKPOINT, timestamp_ms=0, duration_ms=1,
-        handles=handles, size_bytes=len(first), offsets={"words:0": 3, "words:1": 1},
-        location=directory.as_uri(),
-    )  # fmt: skip
-    (directory / METADATA_FILE).write_bytes(encode(completed))
-    return directory
-
-
 def test_cutline_state_show_reads_per_partition_and_participant_snapshots_by_task(tmp_path: Path) -> None:
     """Each per-partition task's snapshot is one row keyed by its task; `--task` gives one; a task
     the checkpoint does not hold is an error listing those it does."""
-    directory = _per_partition_checkpoint(tmp_path)
+    directory = per_partition_checkpoint(tmp_path)
 
     one = _cutline("show", str(directory), "--task", "words-1", "--json")
     every = state_rows(read_checkpoint_metadata(directory))
