@@ -74,6 +74,16 @@ def batch_ends(spark_checkpoint: Path) -> list[dict[str, int]]:
     return ends
 
 
+def batches_after_the_stop(spark_checkpoint: Path) -> list[int]:
+    """The micro-batches Spark planned after the first one that folded a stop barrier (its offset
+    log; a batch's barrier source offset carries the last barrier folded, new or not)."""
+    ids = sorted(int(p.name) for p in (spark_checkpoint / "offsets").iterdir() if p.name.isdigit())
+    batches = [read_logged_batch(spark_checkpoint, batch_id) for batch_id in ids]
+    stops = [b.batch_id for b in batches if b is not None and b.barriers.stops]
+    assert stops, f"no batch of {spark_checkpoint} folded a stop barrier"
+    return [batch_id for batch_id in ids if batch_id > stops[0]]
+
+
 def spark_starting_offsets(spark_checkpoint: Path) -> dict[str, int]:
     """Where the Kafka source's first batch started: the initial offsets the connector writes to its
     metadata log (``sources/0/0``: a zero byte, ``v1``, then the JSON)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from connector_jobs import (
     STARTS_S,
+    batches_after_the_stop,
     driver,
     last_cut_end,
     spark_starting_offsets,
@@ -59,6 +60,8 @@ def test_connector_stop_with_savepoint_restores_into_cutline_kafka_and_back_with
         producing.set()
         feeder.join(10)
         assert dict(on_connector.offsets) == last_cut_end(out)
+        # the barrier source held: Spark planned no batch after the stop's, though words kept coming
+        assert [] == batches_after_the_stop(tmp_path / "work" / "attempt-1" / "spark")
 
         words.produce(40)
         restore = ["--restore", on_connector.location]
