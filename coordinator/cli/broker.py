@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from coordinator.cli.common import DEFAULT_URL, TopicPrefix, fail
+from coordinator.cli.common import TopicPrefix, fail
 from events.wire.topics import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def _secure(console: Console, running: ApacheKafka, topic_prefix: str, clients: 
         as_user("admin", "topics", "create"),
         as_user("coordinator", "coordinator"),
         as_user("operator", "tail", "checkpoints", "--from-beginning"),
-        as_user("operator", "list", "--url", DEFAULT_URL),
+        as_user("operator", "list"),
         f"export CUTLINE_KAFKA_CONFIG={shlex.quote(str(files['task']))}   # in a participant's process",
     ):
         console.print(f"  {line}", soft_wrap=True)

@@ -488,34 +488,6 @@ class ApacheKafka:
             binding for role in Role for binding in acl_bindings(role, f"User:{role.value}", topics)
         )
 
-    def await_topics(self, names: Iterable[str], timeout: float = 30.0) -> None:
-        """Return once each node's own metadata names every topic of ``names``. A topic the controller
-        created reaches each broker's metadata a moment later (seconds on a busy machine), and a client
-        that asks another broker meanwhile is told it does not exist."""
-        wanted, deadline = set(names), time.monotonic() + timeout
-        for node in self._nodes:
-            while not self._knows(node, wanted, max(0.1, deadline - time.monotonic())):
-                if time.monotonic() > deadline:
-                    raise BrokerError(
-                        f"Kafka node {node.node_id} did not learn of {sorted(wanted)} in {timeout:g}s"
-                    )
-                time.sleep(0.1)
-
-    def _knows(self, node: KafkaNode, wanted: set[str], timeout: float) -> bool:
-        """Whether ``node``'s own metadata names every topic of ``wanted`` (a new client's first request
-        goes to the one broker it knows: its bootstrap)."""
-        conf: dict[str, Any] = {
-            "bootstrap.servers": node.address,
-            "logger": log,
-            **client_properties(),
-            **self.client_properties(),
-        }
-        try:
-            known = AdminClient(conf).list_topics(timeout=min(5.0, timeout)).topics
-        except KafkaException:
-            return False
-        return all(name in known and known[name].error is None for name in wanted)
-
     def node(self, node_id: int) -> KafkaNode:
         """The node ``node_id`` (1 to ``brokers``)."""
         for node in self._nodes:
