@@ -65,7 +65,6 @@ from bench.bench_vs_flink import (
 from bench.cpu import code_checked, machine_line
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import partition_counts
-from events.kafka import feed
 from events.kafka.clients import consume_available, consumer_config, job_key
 from events.task.participant import JobDriver
 from events.wire.codec import decode
@@ -402,9 +401,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    if args.fetch_wait_ms is not None:  # the workers inherit the environment; the shared feeds read the
-        os.environ["CUTLINE_FETCH_WAIT_MS"] = str(args.fetch_wait_ms)  # module's default when made
-        feed.SHARED_FETCH_WAIT_MS = args.fetch_wait_ms
+    if args.fetch_wait_ms is not None:  # the workers and the shared feeds read the environment
+        os.environ["CUTLINE_FETCH_WAIT_MS"] = str(args.fetch_wait_ms)
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=200)

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from coordinator.cli.common import TopicPrefix, fail
+from events.kafka.client_config import EMBEDDED_BROKER_FETCH_WAIT_MS, FETCH_WAIT_VARIABLE
 from events.wire.topics import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
@@ -88,6 +89,13 @@ def broker(
                     Text(f"export CUTLINE_BOOTSTRAP={running.bootstrap}   (Ctrl-C stops; {note})", "dim"),
                     soft_wrap=True,
                 )
+                if isinstance(
+                    running, EmbeddedBroker
+                ):  # its deviation: a fetch is answered after half its wait
+                    console.print(
+                        Text(f"export {FETCH_WAIT_VARIABLE}={EMBEDDED_BROKER_FETCH_WAIT_MS}", "dim"),
+                        soft_wrap=True,
+                    )
                 if directory is not None:
                     assert not isinstance(running, EmbeddedBroker)
                     _secure(console, running, topic_prefix, Path(directory))

@@ -15,6 +15,7 @@ from coordinator.cli.common import (
     fail,
     need_bootstrap,
 )
+from events.kafka.client_config import FETCH_WAIT_MS
 from events.wire.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 
 
@@ -119,12 +120,12 @@ def coordinator(
             "--fetch-wait-ms",
             envvar="CUTLINE_FETCH_WAIT_MS",
             min=1,
-            help="fetch.wait.max.ms of the worker's input consumers. The embedded broker answers a "
-            "fetch that finds nothing only after half of it (docs/embedded-broker.md), hence the short "
-            "default; Apache Kafka answers as soon as records arrive, so 500 there costs no latency "
-            "and spares the brokers' CPU.",
+            help="fetch.wait.max.ms of the worker's input consumers. Apache Kafka answers a fetch as "
+            "soon as records arrive, so the long default costs no latency; the embedded broker answers "
+            "one only after half of it (docs/embedded-broker.md): `cutline demo` sets "
+            "CUTLINE_FETCH_WAIT_MS=5 there, and `cutline broker` prints the line that does.",
         ),
-    ] = 2,
+    ] = FETCH_WAIT_MS,
     partitions: Annotated[
         int,
         typer.Option(

@@ -30,6 +30,18 @@ FETCH_WAIT_VARIABLE = "CUTLINE_FETCH_WAIT_MS"
 """``fetch.wait.max.ms`` of cutline's consumers that do not choose their own (and of the
 coordinator's workers, ``cutline coordinator --fetch-wait-ms``)."""
 
+FETCH_WAIT_MS = 500
+"""The default ``fetch.wait.max.ms`` of cutline's consumers that follow a topic: Apache Kafka
+answers a fetch as soon as records arrive, so a long wait costs no latency and spares the brokers
+a fetch every few milliseconds per idle consumer. Reads to a partition's end choose their own short
+wait (there Apache Kafka waits the whole of it)."""
+
+EMBEDDED_BROKER_FETCH_WAIT_MS = 5
+"""``CUTLINE_FETCH_WAIT_MS`` where the embedded Tansu broker runs: it answers a fetch that finds
+nothing only after half of its wait, not when records arrive (docs/embedded-broker.md), so a hop
+costs half the wait. :class:`events.dev.broker.EmbeddedBroker` sets it for its process and the
+processes that process starts, unless it is set already."""
+
 NOT_CLIENT_PROPERTIES = frozenset({CONFIG_FILE_VARIABLE, "CUTLINE_KAFKA_CACHE", "CUTLINE_KAFKA_LIBS"})
 """``CUTLINE_KAFKA_*`` variables that are not client properties: the properties file, and where
 Apache Kafka's jars are cached or found (events/dev/apache_kafka.py, spark_tasks/connector.py); taken
@@ -139,11 +151,9 @@ def variable_name(property_name: str) -> str:
     return VARIABLE_PREFIX + property_name.upper().replace(".", "_")
 
 
-def fetch_wait_ms(default: int, environ: Mapping[str, str] | None = None) -> int:
-    """``CUTLINE_FETCH_WAIT_MS`` if set, else ``default``. The defaults are short because the embedded
-    broker answers a fetch that finds nothing only after half of its wait (docs/embedded-broker.md);
-    Apache Kafka answers as soon as records arrive, so a long wait there costs no latency and
-    spares the brokers' CPU."""
+def fetch_wait_ms(default: int = FETCH_WAIT_MS, environ: Mapping[str, str] | None = None) -> int:
+    """``CUTLINE_FETCH_WAIT_MS`` if set, else ``default`` (:data:`FETCH_WAIT_MS`, right for Apache
+    Kafka; the embedded broker sets the variable to :data:`EMBEDDED_BROKER_FETCH_WAIT_MS`)."""
     environ = os.environ if environ is None else environ
     value = environ.get(FETCH_WAIT_VARIABLE, "").strip()
     if not value:

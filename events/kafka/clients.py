@@ -6,8 +6,8 @@ and every producer places keys as Faust, aiokafka and the Java client do
 (murmur2), so all events of one job share a partition number in every topic.
 confluent-kafka's default partitioner (CRC32) would scatter them.
 
-Consumers get a short ``fetch.wait.max.ms``: the embedded broker answers a
-parked fetch only after about half of it (docs/embedded-broker.md).
+Consumers that follow a topic wait up to ``CUTLINE_FETCH_WAIT_MS`` (500 ms by default, right for
+Apache Kafka; the embedded broker sets a short one: docs/embedded-broker.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from events.kafka.client_config import client_properties, fetch_wait_ms
+from events.kafka.client_config import FETCH_WAIT_MS, client_properties, fetch_wait_ms
 from events.kafka.refusals import PLACEHOLDER_BOOTSTRAP, AccessRefused, explain, is_refusal, refusal_message
 from events.wire.codec import Codec, default_codec
 from events.wire.records import Record
@@ -61,9 +61,9 @@ log = logging.getLogger(__name__)
 PARTITIONER = "murmur2_random"
 """librdkafka's name for the Java client's key hash (Faust and aiokafka use it too)."""
 
-FETCH_WAIT_MAX_MS = 5
-"""Low, because the embedded broker parks a fetch for half of it: a hop costs about that much
-(``CUTLINE_FETCH_WAIT_MS`` sets another: :func:`events.kafka.client_config.fetch_wait_ms`)."""
+FETCH_WAIT_MAX_MS = FETCH_WAIT_MS
+"""``fetch.wait.max.ms`` of cutline's consumers unless ``CUTLINE_FETCH_WAIT_MS`` says otherwise
+(:func:`events.kafka.client_config.fetch_wait_ms`)."""
 
 PLACEHOLDER_GROUP = "cutline.unused"
 """librdkafka wants a ``group.id`` even for ``assign()``-only consumers that never commit."""

@@ -29,6 +29,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from events.kafka.client_config import fetch_wait_ms
 from events.kafka.clients import (
     consume_available,
     consumer_config,
@@ -324,7 +325,7 @@ class SharedJobFeed:
         timeout: float = 30.0,
     ) -> None:
         self.job_id = job_id
-        config = {"fetch.wait.max.ms": SHARED_FETCH_WAIT_MS, **(config or {})}
+        config = {"fetch.wait.max.ms": fetch_wait_ms(), **(config or {})}
         self._feed = JobFeed(
             bootstrap, job_id, topics, claims_topic=claims_topic, config=config, timeout=timeout
         )
@@ -376,9 +377,6 @@ class SharedJobFeed:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-SHARED_FETCH_WAIT_MS = 2
-"""The shared consumer's ``fetch.wait.max.ms`` (``config`` overrides it)."""
 
 SHARED_POLL_S = 0.1
 """How long the shared feed's thread waits for records in one poll (it wakes when they arrive)."""
