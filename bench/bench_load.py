@@ -384,7 +384,8 @@ def parse_args() -> argparse.Namespace:
         "--fetch-wait-ms",
         type=int,
         help="fetch.wait.max.ms of the coordinator's and the participants' consumers "
-        "(CUTLINE_FETCH_WAIT_MS) and of the shared feeds (default: cutline's own: 500 ms, 5 where the embedded broker runs)",
+        "(CUTLINE_FETCH_WAIT_MS) and of the shared feeds (default: cutline's own: 500 ms, 5 where "
+        "the embedded broker runs)",
     )
     parser.add_argument("--warmup", type=int, default=3, help="first checkpoints of each job left out")
     parser.add_argument(
