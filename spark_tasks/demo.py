@@ -16,7 +16,11 @@ the job wrote through its :class:`~spark_tasks.sink.CutFileSink`
 (:func:`spark_tasks.wordcount.read_counts` sums each row's ``added``, with no
 de-duplication) equal the words produced, and so does the last count of each word
 the job wrote (:func:`spark_tasks.wordcount.final_counts`): its rows are the final
-counts, nothing is summed outside Spark.
+counts, nothing is summed outside Spark. The job writes the same rows to the topic ``word-counts``
+through an :class:`~spark_tasks.kafka_sink.ExactlyOnceKafkaSink` too, and the demo checks them as a
+``read_committed`` consumer sees them: every word counted once, across the crash. On the embedded
+Tansu, which shows aborted transactions to such consumers (docs/embedded-broker.md), it says what
+that check cannot show there (``--broker kafka`` shows it).
 
 The driver runs in its own process group, so the crash is a real one (the
 Python driver, its JVM and its Python workers die at once) and the terminal's
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import random
 import sys
 import tempfile
@@ -68,7 +73,7 @@ from events.wire.records import (
 )
 from events.wire.schema_registry import wire_from_environment
 from events.wire.topics import Topics
-from spark_tasks.wordcount import SparkDriver, final_counts, read_counts
+from spark_tasks.wordcount import SparkDriver, final_counts, read_counts, read_kafka_counts
 
 JOB = "wordcount"
 WORDS = [
@@ -136,6 +141,8 @@ class DemoResult:
     restored_from: int | None
     crashed: bool
     seconds: float
+    kafka: KafkaOutput | None = None
+    """The rows the job wrote to Kafka, as a ``read_committed`` consumer sees them."""
 
     @property
     def exactly_once(self) -> bool:
@@ -145,6 +152,33 @@ class DemoResult:
             and self.crashed
             and self.restored_from is not None
         )
+
+    @property
+    def kafka_exactly_once(self) -> bool:
+        kafka = self.kafka
+        return (
+            kafka is not None
+            and kafka.counted == self.produced
+            and kafka.final == dict(self.produced)
+            and self.crashed
+            and self.restored_from is not None
+        )
+
+
+@dataclass(frozen=True)
+class KafkaOutput:
+    """What a ``read_committed`` consumer of the job's Kafka output saw, and on which broker."""
+
+    topic: str
+    counted: Counter[str]
+    """Words counted: ``added`` summed over every row, with no de-duplication."""
+    final: dict[str, int]
+    """The last count of each word (a keyed job's result)."""
+    shows_aborted: bool
+    """The broker shows aborted transactions to ``read_committed`` consumers (the embedded Tansu)."""
+    committed_again: tuple[int, ...] = ()
+    """Checkpoints whose output the restarted driver's sink committed again: the crash fell between
+    their completion and their commit, maybe during a transaction that its recovery aborted."""
 
 
 class DemoError(RuntimeError):
@@ -395,6 +429,7 @@ def run_demo(
         options.prefix = f"cutline.demo-{int(time.time())}."
     topics = Topics(options.prefix)
     topic = f"{options.prefix}words"
+    counts_topic = f"{options.prefix}word-counts"
     out = workdir / "out"
     with ExitStack() as stack:
         if options.broker == "kafka" and not options.bootstrap:
@@ -408,7 +443,7 @@ def run_demo(
         # as `cutline topics create` makes them: the journal kept for ever (Apache Kafka's default
         # retention of 7 days would make the coordinator refuse it), the snapshots compacted
         ensure_topics(Settings(bootstrap, options.prefix))
-        create_topics(bootstrap, [topic], partitions=options.partitions)
+        create_topics(bootstrap, [topic, counts_topic], partitions=options.partitions)
         coordinator = CoordinatorProcess(bootstrap, options.prefix, log_path=workdir / "coordinator.log")
         stack.callback(coordinator.stop)
         with console.status("starting the coordinator (joins its consumer group)..."):
@@ -428,7 +463,7 @@ def run_demo(
             [
                 *("--bootstrap", bootstrap, "--job", JOB, "--topic", topic, "--topic-prefix", options.prefix),
                 *("--work-dir", str(workdir / "spark"), "--location", (workdir / "checkpoints").as_uri()),
-                *("--out", str(out), "--interval-ms", str(options.interval_ms)),
+                *("--out", str(out), "--kafka-out", counts_topic, "--interval-ms", str(options.interval_ms)),
                 *(("--keyed", str(options.keyed)) if options.keyed else ()),
                 # a checkpoint completes with the micro-batch its barrier is folded into: a few
                 # seconds when the machine is busy, so a generous timeout
@@ -460,7 +495,13 @@ def run_demo(
                             driver.request(request)
                         return savepoints
 
-                    result = _play(options, screen, started, stop_job)
+                    def read_kafka(committed_again: tuple[int, ...]) -> KafkaOutput:
+                        """The job's Kafka output, as a `read_committed` consumer sees it."""
+                        counted, final = read_kafka_counts(bootstrap, counts_topic)
+                        shows_aborted = options.broker == "tansu" and not options.bootstrap
+                        return KafkaOutput(counts_topic, counted, final, shows_aborted, committed_again)
+
+                    result = _play(options, screen, started, stop_job, read_kafka)
             finally:
                 if not console.is_terminal:
                     console.print()  # a live display ends without a newline when not on a terminal
@@ -470,7 +511,13 @@ def run_demo(
     return result
 
 
-def _play(options: DemoOptions, screen: _Screen, started: float, stop_job: Callable[[], str]) -> DemoResult:
+def _play(
+    options: DemoOptions,
+    screen: _Screen,
+    started: float,
+    stop_job: Callable[[], str],
+    read_kafka: Callable[[tuple[int, ...]], KafkaOutput],
+) -> DemoResult:
     """The story: start, crash after a few checkpoints, restore, carry on, drain, stop, measure."""
     spark, words = screen.spark, screen.words
     spark.start()
@@ -566,6 +613,12 @@ def _play(options: DemoOptions, screen: _Screen, started: float, stop_job: Calla
     screen.say(
         f"the job is FINISHED with {where} (`cutline run` exit 0); a new run restores it (restore=DIR)"
     )
+    screen.phase = "reading the Kafka output as a read_committed consumer"
+    screen.refresh()
+    committed_again = tuple((screen.restored or {}).get("kafka_committed_again", ()))
+    kafka = read_kafka(committed_again)
+    if not options.keyed:  # a row's count is its input partition's: the words' counts are the sums
+        kafka = dataclasses.replace(kafka, final=dict(kafka.counted))
     screen.phase = "done"
     screen.refresh()
     stats = screen.stats
@@ -578,6 +631,7 @@ def _play(options: DemoOptions, screen: _Screen, started: float, stop_job: Calla
         restored_from=None if screen.restored is None else int(screen.restored["checkpoint_id"]),
         crashed=True,
         seconds=time.monotonic() - started,
+        kafka=kafka,
     )
 
 
@@ -595,8 +649,39 @@ def summary(result: DemoResult) -> Table:
     table.add_row("restored from checkpoint", str(result.restored_from))
     table.add_row("words produced", f"{result.produced.total():,}")
     table.add_row("words counted", f"{result.counted.total():,}")
+    if result.kafka is not None:
+        table.add_row(f"words in {result.kafka.topic}", f"{result.kafka.counted.total():,} (read_committed)")
     table.add_row("took", f"{result.seconds:.0f} s")
     return table
+
+
+def kafka_verdict(result: DemoResult) -> tuple[bool | None, str]:
+    """The exactly-once line of the Kafka output and whether it held: True, False, or None when a
+    broker that shows aborted transactions (Tansu) showed more words than produced after a crash in
+    a commit, whose transaction the next driver aborted and did again. Pure."""
+    kafka = result.kafka
+    if kafka is None:
+        return False, "exactly-once to Kafka: not checked"
+    seen = f"{kafka.counted.total():,} words in {kafka.topic} = {result.produced.total():,} produced"
+    if result.kafka_exactly_once:
+        if kafka.shows_aborted:
+            return True, (
+                f"exactly-once to Kafka: OK as a read_committed consumer sees it, {seen}; "
+                "Tansu would show it aborted transactions too: --broker kafka shows they stay hidden"
+            )
+        return True, f"exactly-once to Kafka: OK for a read_committed consumer, {seen}"
+    if (
+        kafka.shows_aborted
+        and kafka.committed_again
+        and kafka.final == dict(result.produced)
+        and all(kafka.counted[word] >= n for word, n in result.produced.items())
+    ):
+        return None, (
+            f"exactly-once to Kafka: not shown on Tansu, {seen} (none lost, final counts right): the crash "
+            f"fell in the commit of checkpoint {kafka.committed_again[-1]}, and Tansu shows the transaction "
+            "the next driver aborted; --broker kafka hides it"
+        )
+    return False, f"exactly-once to Kafka: FAILED, {seen}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -641,6 +726,12 @@ def main(argv: list[str] | None = None) -> int:
         console.print(Text("exactly-once: not checked", "bold red"))
         return 1
     console.print(summary(result))
+    held = _print_verdicts(console, result)
+    return 0 if held else 1
+
+
+def _print_verdicts(console: Console, result: DemoResult) -> bool:
+    """The exactly-once lines of the file output and of the Kafka output; whether neither failed."""
     if result.exactly_once:
         console.print(
             Text(
@@ -651,17 +742,24 @@ def main(argv: list[str] | None = None) -> int:
             ),
             soft_wrap=True,
         )
-        return 0
-    console.print(Text("exactly-once: FAILED", "bold red"), soft_wrap=True)
+    else:
+        console.print(Text("exactly-once: FAILED", "bold red"), soft_wrap=True)
+    kafka_held, line = kafka_verdict(result)
+    style = {True: "bold green", False: "bold red", None: "bold yellow"}[kafka_held]
+    console.print(Text(line, style), soft_wrap=True)
+    if result.exactly_once and kafka_held is not False:
+        return True
     if result.restored_from is None:
         console.print("  the restarted job did not restore from a checkpoint")
-    for word in sorted(set(result.produced) | set(result.counted)):
-        if result.produced[word] != result.counted[word] or result.final.get(word) != result.produced[word]:
+    kafka = result.kafka or KafkaOutput("", Counter(), {}, shows_aborted=False)
+    for word in sorted(set(result.produced) | set(result.counted) | set(kafka.counted)):
+        counts = (result.counted[word], result.final.get(word), kafka.counted[word], kafka.final.get(word))
+        if any(count != result.produced[word] for count in counts):
             console.print(
-                f"  {word}: produced {result.produced[word]}, counted {result.counted[word]}, "
-                f"final count {result.final.get(word)}"
+                f"  {word}: produced {result.produced[word]}, counted {counts[0]}, final count {counts[1]}; "
+                f"in Kafka counted {counts[2]}, final count {counts[3]}"
             )
-    return 1
+    return False
 
 
 if __name__ == "__main__":

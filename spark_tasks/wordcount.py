@@ -11,6 +11,9 @@ through :class:`~spark_tasks.sink.CutFileSink`, whose files hold each record's
 output exactly once across crashes and restores (it rolls back what a crashed
 attempt wrote after the restored checkpoint). :func:`read_counts` sums ``added``
 over those raw rows: no de-duplication, so a row written twice or lost shows.
+With ``--kafka-out TOPIC`` the same rows also go to a Kafka topic (key: the word, value: the row
+as JSON) through :class:`~spark_tasks.kafka_sink.ExactlyOnceKafkaSink`, visible to
+``read_committed`` readers once their checkpoint completes (:func:`read_kafka_counts`).
 
 On start the job restores from the latest completed checkpoint of its job id
 (``--restore`` for a checkpoint id or a savepoint directory, ``--no-restore`` to
@@ -43,13 +46,16 @@ from typing import IO, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import Consumer
 
+from events.kafka.clients import consumer_config, partition_count, read_partition_to_end
 from events.stopping import Stop, StopSignals
 from events.wire.codec import use_wire
 from events.wire.records import CheckpointConfig
 from events.wire.schema_registry import wire_from_environment
 from events.wire.topics import DEFAULT_PREFIX
 from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
+from spark_tasks.kafka_sink import ExactlyOnceKafkaSink
 from spark_tasks.kafka_source.offsets import barrier_of, from_offsets, marker_of
 from spark_tasks.keyed import KeyedBatchStep
 from spark_tasks.sink import CutFileSink, read_rows
@@ -195,6 +201,34 @@ def final_counts(*outs: Path) -> dict[str, int]:
     return counts
 
 
+def counts_of(rows: Iterable[Mapping[str, Any]]) -> tuple[Counter[str], dict[str, int]]:
+    """The words counted in output rows (``added`` summed, no de-duplication) and each word's
+    ``count`` in the last row that has it. Pure."""
+    counted: Counter[str] = Counter()
+    final: dict[str, int] = {}
+    for row in rows:
+        counted[row["word"]] += row["added"]
+        final[row["word"]] = row["count"]
+    return counted, final
+
+
+def read_kafka_counts(
+    bootstrap: str, topic: str, isolation: str = "read_committed"
+) -> tuple[Counter[str], dict[str, int]]:
+    """:func:`counts_of` the rows ``--kafka-out`` wrote, as a reader with ``isolation`` sees them
+    (a word's rows are in one partition, in order: its last row has its last count)."""
+    consumer = Consumer(consumer_config(bootstrap, extra={"isolation.level": isolation}))
+    try:
+        rows = [
+            json.loads(message.value() or b"")
+            for partition in range(partition_count(consumer, topic))
+            for message in read_partition_to_end(consumer, topic, partition)
+        ]
+    finally:
+        consumer.close()
+    return counts_of(rows)
+
+
 def read_counts(*outs: Path) -> Counter[str]:
     """The words counted in sink directories: ``added`` summed over every raw row of their output files.
 
@@ -284,6 +318,27 @@ class IdleClock:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class FilesAndKafka:
+    """A ``foreachBatch`` function that writes each micro-batch's rows to files and to Kafka, both
+    exactly once: the rows are computed once (persisted) and given to each sink."""
+
+    files: CutFileSink
+    kafka: ExactlyOnceKafkaSink
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        from pyspark.sql.functions import col, struct, to_json
+
+        batch_df.persist()
+        try:
+            self.files(batch_df, batch_id)
+            self.kafka(
+                batch_df.select(col("word").alias("key"), to_json(struct("*")).alias("value")), batch_id
+            )
+        finally:
+            batch_df.unpersist()
+
+
 def run_wordcount(
     spark: Any,
     settings: JobSettings,
@@ -292,13 +347,17 @@ def run_wordcount(
     trigger: str = "200 milliseconds",
     stop: Stop | None = None,
     idle_stop: float | None = None,
+    kafka_topic: str | None = None,
     on_event: Any = _emit,
 ) -> CheckpointedJob:
-    """Run the word count until ``stop`` is set, ``idle_stop`` s pass without input, or it fails."""
+    """Run the word count until ``stop`` is set, ``idle_stop`` s pass without input, or it fails;
+    with ``kafka_topic``, its rows go to that topic too (:class:`FilesAndKafka`)."""
     stop = stop or threading.Event()
     job = CheckpointedJob(spark, settings)
     out.mkdir(parents=True, exist_ok=True)
     sink = CutFileSink(job, out)
+    # it recovers before the query starts: it commits again what a dead driver's completed checkpoints staged
+    kafka = None if kafka_topic is None else ExactlyOnceKafkaSink(job, topic=kafka_topic, uid="word-counts")
     if job.restored is not None:
         on_event(
             "restored",
@@ -307,6 +366,7 @@ def run_wordcount(
             offsets=dict(job.restored.offsets),
             attempt=job.attempt,
             rolled_back=len(sink.rolled_back),
+            kafka_committed_again=[] if kafka is None else list(kafka.recovered.plan.commit),
         )
     if settings.keyed_partitions:
         counts = job.stream_keyed(
@@ -314,7 +374,8 @@ def run_wordcount(
         )
     else:
         counts = job.stream(WORD_COUNT)
-    job.start(counts.writeStream.foreachBatch(sink).trigger(processingTime=trigger))
+    writer = sink if kafka is None else FilesAndKafka(sink, kafka)
+    job.start(counts.writeStream.foreachBatch(writer).trigger(processingTime=trigger))
     reported = 0
     records = 0
     last_batch: int | None = None
@@ -355,6 +416,8 @@ def run_wordcount(
             job.stop(finished=not stop.is_set())
         try:
             job.await_termination(30)
+            if kafka is not None:
+                kafka.close()  # once the journal is read to its end: a stop savepoint's output is committed
         finally:
             job.close()
     return job
@@ -523,6 +586,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--location", required=True, help="checkpoint storage root (file:// URI or path)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--topic-prefix", default=DEFAULT_PREFIX)
+    parser.add_argument(
+        "--kafka-out",
+        metavar="TOPIC",
+        help="also write the rows to this Kafka topic, exactly once (committed with the checkpoints)",
+    )
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--timeout-ms", type=int, default=10_000)
     parser.add_argument("--tolerable-failures", type=int, default=3)
@@ -651,6 +719,7 @@ def main(argv: Iterable[str] | None = None) -> int:
                 trigger=f"{args.trigger_ms} milliseconds",
                 stop=stop,
                 idle_stop=args.idle_stop,
+                kafka_topic=args.kafka_out,
             )
         except CheckpointFailuresExceeded as exc:
             _emit("failed", error=str(exc))

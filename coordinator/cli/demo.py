@@ -62,7 +62,7 @@ def demo(
     ] = 8,
 ) -> None:
     """The main job: a keyed Spark word count that checkpoints with cutline, crashes, restores, and
-    checks exactly-once."""
+    checks exactly-once, in its files and in its Kafka output (read_committed)."""
     from events.extras import require
 
     require("spark", "cutline's Spark integration (spark_tasks)")
