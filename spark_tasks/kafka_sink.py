@@ -145,26 +145,31 @@ class StagedBatches:
             problem = columns_problem(batch_df.columns, self.topic)
             if problem is not None:
                 raise ValueError(f"sink {self.buffer.uid}: {problem}")
-        self._stage_at_barrier(batch_id)
+        staged = self._stage_at_barrier(batch_id)
         with batch_id_known(batch_df, batch_id, self.batch_property):
             rows = batch_df.select(*[c for c in KAFKA_COLUMNS if c in batch_df.columns]).collect()
         for row in rows:
             self.buffer.add(output_record(row.asDict(recursive=True), self.topic))
         self.next_batch = batch_id + 1
+        if self.step is not None and staged:
+            self.step("acked", self.last_staged)  # the barrier batch ran: its tasks acked
+        elif self.step is not None and rows:
+            self.step("buffered", self.last_staged)  # rows in memory only, for the next barrier
 
-    def _stage_at_barrier(self, batch_id: int) -> None:
-        """Stage the rows of the batches before this one if a barrier of this attempt opens it: its
-        cut is the batch's start, and its tasks ack while the batch runs."""
+    def _stage_at_barrier(self, batch_id: int) -> bool:
+        """Stage the rows of the batches before this one if a barrier of this attempt opens it (its
+        cut is the batch's start, and its tasks ack while the batch runs); whether it did."""
         entry = barrier_of(_offset_line(self.spark_checkpoint, batch_id))
         if entry is None:
-            return
+            return False
         barrier = entry_barrier(self.buffer.job_id, entry)
         if barrier.attempt != self.attempt or barrier.checkpoint_id <= self.last_staged:
-            return  # another attempt's, or sent again by a newer coordinator: its cut was earlier
+            return False  # another attempt's, or sent again by a newer coordinator: its cut was earlier
         self.buffer.stage(barrier)
         self.last_staged = barrier.checkpoint_id
         if self.step is not None:
             self.step("staged", barrier.checkpoint_id)
+        return True
 
 
 class ExactlyOnceKafkaSink:
@@ -175,7 +180,9 @@ class ExactlyOnceKafkaSink:
     savepoint's output is committed by then. (With :meth:`CheckpointedJob.run`, whose
     ``make_writer`` is called for every attempt, close the previous attempt's sink there: the new
     one fences its producer, but its journal consumer stays open until closed.) ``step`` is called
-    at each step of a commit and after each staging (tests stop a driver there); ``recovery``
+    at each step of a commit, after each staging (``staged``: before the barrier batch's tasks ack),
+    after a barrier batch ran (``acked``) and after another batch's rows were kept (``buffered``):
+    tests stop a driver there; ``recovery``
     replaces the recovery plan (tests only).
     """
 

@@ -4,8 +4,9 @@ tests/spark/test_kafka_sink.py SIGKILLs (with its JVM) at a crash point of a com
 Its settings are the JSON in ``KAFKA_SINK_APP``. It says on stdout what it does (``recovered
 commit=[..] delete=[..]``, ``transactional_id ID``, ``started``, ``step NAME CHECKPOINT``); at the
 first step ``crash`` names (``[name, first checkpoint id]``) it says ``stopped at NAME CHECKPOINT``
-and waits there for its SIGKILL. ``variant: no-marker`` recovers without reading the marker: the
-broken sink the test must catch.
+and waits there for its SIGKILL, and so does any later step of the other half (the committer does
+not commit after the batches stopped, nor the reverse). ``variant: no-marker`` recovers without
+reading the marker: the broken sink the test must catch.
 """
 
 from __future__ import annotations
@@ -39,10 +40,19 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     settings = json.loads(os.environ["KAFKA_SINK_APP"])
     crash = settings.get("crash")
+    stopped = threading.Event()
+    committed: set[int] = set()
 
     def step(name: str, checkpoint_id: int) -> None:
         say(f"step {name} {checkpoint_id}")
-        if crash and name == crash[0] and checkpoint_id >= crash[1]:
+        if name == "committed":
+            committed.add(checkpoint_id)
+        if stopped.is_set():  # the other half (batches or committer) goes no further either
+            threading.Event().wait()
+        # ``buffered`` stops once the checkpoint before is committed: nothing but the buffer is pending
+        at_crash = bool(crash) and name == crash[0] and checkpoint_id >= crash[1]
+        if at_crash and (name != "buffered" or checkpoint_id in committed):
+            stopped.set()
             say(f"stopped at {name} {checkpoint_id}")
             threading.Event().wait()  # until the test's SIGKILL
 
