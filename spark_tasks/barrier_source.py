@@ -15,6 +15,10 @@ every Kafka partition at once.
 - **One row per barrier batch**: ``topic`` ``cutline-barriers``, ``partition`` 0, ``offset`` ``n + 1``,
   ``key``/``value`` null, ``timestamp`` the barrier's, ``cutline_barrier`` the entry's JSON. The keyed
   map side copies it to every shuffle partition (:func:`spark_tasks.keyed.route_step`).
+- **Stopping.** While the job's pause file exists (``CheckpointedJob.stop`` creates it) ``latestOffset``
+  blocks, up to :data:`HOLD_AFTER_PAUSE_S`, after creating ``<pause file>.held``: the job then stops
+  the query, which interrupts that call, never a running batch (an interrupted ``foreachBatch``
+  batch can overflow the query thread's stack in classic PySpark, SPARK-48717).
 - **Stop with a savepoint.** After a batch that folded a stop barrier, ``latestOffset`` *holds*: it
   does not return until another barrier arrives (the savepoint failed and the coordinator's scheduler
   resumed) or, once the job's pause file exists, :data:`HOLD_AFTER_PAUSE_S` later. Spark plans no
@@ -60,6 +64,7 @@ __all__ = [
     "BarrierSource",
     "BarrierSourceOptions",
     "BarrierStreamReader",
+    "held_file",
     "holds",
     "is_barrier_offset",
     "next_end",
@@ -113,6 +118,11 @@ class BarrierOffset:
     def stops(self) -> bool:
         """Does it carry a stop-with-savepoint barrier?"""
         return self.barrier is not None and bool(self.barrier.get("stop"))
+
+
+def held_file(pause_file: str) -> str:
+    """The file the barrier source creates once it holds the next batch: the job may stop the query."""
+    return f"{pause_file}.held"
 
 
 def is_barrier_offset(line: str) -> bool:
@@ -215,6 +225,9 @@ class BarrierStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         begin = self._last if start is None else BarrierOffset.from_json(start)
+        if self._paused():
+            self._hold_paused()
+            return begin.to_json()
         feed = self._barrier_feed()
         if begin.barrier is not None:
             feed.mark_folded(begin.barrier)  # folded into the batch that ended at ``begin``
@@ -227,9 +240,29 @@ class BarrierStreamReader(DataSourceStreamReader):
         self._last = end
         return end.to_json()
 
+    def _paused(self) -> bool:
+        pause = self.options.pause_file
+        return pause is not None and os.path.exists(pause)
+
+    def _mark_held(self) -> None:
+        """Tell the job that no batch will be planned (``<pause file>.held``): it stops the query now."""
+        if self.options.pause_file is not None:
+            with open(held_file(self.options.pause_file), "w"):
+                pass
+
+    def _hold_paused(self) -> None:
+        """The job is stopping: block the planning of the next batch until the query is stopped (or
+        the pause file goes, or :data:`HOLD_AFTER_PAUSE_S` pass), so that the stop interrupts this
+        call rather than a batch."""
+        self._mark_held()
+        paused_at = time.monotonic()
+        while self._paused() and time.monotonic() - paused_at <= HOLD_AFTER_PAUSE_S:
+            time.sleep(_HOLD_POLL_S)
+
     def _hold(self, feed: BarrierFeed) -> None:
         """Block the planning of the next batch after a stop barrier's (see the module docstring)."""
         log.info("%s holds the next batch: stop-with-savepoint", FORMAT)
+        self._mark_held()
         paused_at: float | None = None
         while feed.peek() is None:
             time.sleep(_HOLD_POLL_S)

@@ -111,7 +111,7 @@ from events.wire.records import (
 )
 from events.wire.topics import DEFAULT_PREFIX, Topics
 from events.wire.validation import parse_uri
-from spark_tasks.barrier_source import CHANNEL
+from spark_tasks.barrier_source import CHANNEL, held_file
 from spark_tasks.connector_cuts import SOURCE_TASK, CutFollower, SourceAck
 from spark_tasks.connector_source import CONNECTOR_FORMAT, connector_options, connector_stream
 from spark_tasks.kafka_source import (
@@ -972,6 +972,7 @@ class CheckpointedJob:
         self._listener = _Listener(self)
         self._listener.register()
         self.pause_file.unlink(missing_ok=True)  # a stopped run's, in the same directory
+        Path(held_file(str(self.pause_file))).unlink(missing_ok=True)
         spark_checkpoint = self.work_dir / "spark"
         self._set_aside_stale_spark_checkpoint(spark_checkpoint)
         writer = writer.queryName(self.query_name).option("checkpointLocation", str(spark_checkpoint))
@@ -1409,8 +1410,7 @@ class CheckpointedJob:
         if self.query is not None:
             self.pause_file.parent.mkdir(parents=True, exist_ok=True)
             self.pause_file.touch()
-            if self._cuts is None or not self._cuts.held.is_set():  # held: no batch runs or will
-                self._between_batches()
+            self._between_batches()
             self.query.stop()
             if self._listener is not None:
                 self._listener.ended.wait(10)
@@ -1423,7 +1423,10 @@ class CheckpointedJob:
         thread on a long traceback; the query then ends without its terminated event.
         """
         deadline = time.monotonic() + timeout
+        held = Path(held_file(str(self.pause_file)))
         while time.monotonic() < deadline:
+            if self.on_connector and held.exists():
+                return  # the barrier source holds the next batch's planning: stopping interrupts that
             try:
                 status = self.query.status
             except Exception:  # the query is already gone
