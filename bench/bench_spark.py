@@ -3,7 +3,7 @@
 
     uv run python bench/bench_spark.py [--records 300000] [--per-trigger 20000] [--rounds 2] [--quick]
                                        [--keyed 8] [--markers 1000] [--snapshots]
-                                       [--keyed 8 --native [--keys 9 100000]]
+                                       [--keyed 8 --native [--keys 9 100000]] [--connector]
 
 One local SparkSession (``local[2]``), the embedded broker (or ``CUTLINE_BOOTSTRAP``)
 and a coordinator process. ``--records`` lines of words are produced once to a
@@ -36,6 +36,11 @@ HDFS-backed state store (Spark's default) and once with RocksDB, for each ``--ke
 distinct words (one topic each), in ABC/CBA rounds. It prints records/s per run, the ratio cutline /
 HDFS-backed store, and the CPU per run (docs/design.md, "Performance targets": at or above the
 HDFS-backed store at 9 and at 100,000 keys).
+
+``--connector`` (with ``--keyed N``) reads with Spark's own ``kafka`` connector instead of
+``cutline-kafka``, in every variant: the job with ``JobSettings(source="kafka")``, the others with
+``format("kafka")`` (docs/spark.md, "Checkpoints on Spark's own kafka connector"). Run it on
+Apache Kafka (``CUTLINE_BOOTSTRAP``): on the embedded broker the connector's ends fall short.
 
 ``--markers MS`` compares the job with cutline against itself with latency markers every ``MS``
 ms (``JobSettings.latency_interval_ms``), in ABBA rounds (docs/design.md, "Performance targets":
@@ -239,10 +244,11 @@ def _wait_done(query: Any, records: int, timeout: float = 600) -> None:
 
 
 def _source(spark: Any, bootstrap: str, topic: str, args: Any) -> Any:
-    """The ``cutline-kafka`` stream of ``topic`` from its start, ``args.per_trigger`` offsets a batch
-    (the input of the runs without cutline's job: with it, the job makes the same stream)."""
+    """The ``cutline-kafka`` stream (with ``--connector``, Spark's ``kafka``) of ``topic`` from its
+    start, ``args.per_trigger`` offsets a batch (the input of the runs without cutline's job: with
+    it, the job makes the same stream)."""
     return (
-        spark.readStream.format(FORMAT)
+        spark.readStream.format("kafka" if args.connector else FORMAT)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
@@ -317,6 +323,7 @@ def run_cutline(
         source_options={"maxOffsetsPerTrigger": args.per_trigger},
         keyed_partitions=args.keyed or None,
         latency_interval_ms=markers_ms,
+        source="kafka" if args.connector else "cutline-kafka",
     )
     started = time.monotonic()
     with CheckpointedJob(spark, settings) as job:
@@ -422,6 +429,11 @@ def main() -> None:
         "--keys", type=int, nargs="+", default=[len(WORDS)], help="distinct words, one backlog each"
     )
     parser.add_argument(
+        "--connector",
+        action="store_true",
+        help="with --keyed N: read with Spark's own kafka connector instead of cutline-kafka",
+    )
+    parser.add_argument(
         "--markers",
         type=int,
         default=0,
@@ -435,17 +447,20 @@ def main() -> None:
     if args.snapshots:
         console.print(snapshot_sizes())
         return
+    if args.connector and not args.keyed:
+        parser.error(
+            "--connector runs the keyed word count (a job on the connector is keyed): give --keyed N"
+        )
     if args.native:
         if not args.keyed:
             parser.error("--native compares the keyed word count: give --keyed N")
         native_comparison(args, console)
         return
     work = Path(tempfile.mkdtemp(prefix="cutline-bench-spark-"))
-    from spark_tasks.session import local_spark
-
     kind = f"keyed word count ({args.keyed} shuffle partitions)" if args.keyed else "word count"
     console.print(
-        f"[bold]Spark {kind} with and without cutline[/] — {args.records:,} records, "
+        f"[bold]Spark {kind} with and without cutline[/], reading with {_source_name(args)} — "
+        f"{args.records:,} records, "
         f"{PARTITIONS} partitions, maxOffsetsPerTrigger {args.per_trigger:,}, trigger {args.trigger_ms} ms, "
         f"{args.rounds} round(s); {machine_line()}, "
         f"code from {code_checked()}, load {os.getloadavg()[0]:.2f}"
@@ -463,7 +478,7 @@ def main() -> None:
         began = time.monotonic()
         produce(bootstrap, topic, args.records)
         console.print(f"produced {args.records:,} records in {time.monotonic() - began:.1f} s")
-        spark = local_spark("cutline-bench")
+        spark = _session(args)
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
         try:
             # warm-up, not measured: the JVM, the Python workers, the code paths of both runs
@@ -497,16 +512,29 @@ def main() -> None:
         report(console, runs)
 
 
+def _source_name(args: Any) -> str:
+    return "Spark's kafka connector" if args.connector else "cutline-kafka"
+
+
+def _session(args: Any) -> Any:
+    """``local[2]``, with Spark's kafka connector's jars for ``--connector``."""
+    from spark_tasks.connector import kafka_connector
+    from spark_tasks.session import local_spark, spark_session
+
+    if not args.connector:
+        return local_spark("cutline-bench")
+    return spark_session("local[2]", "cutline-bench", conf={"spark.jars": kafka_connector().spark_jars})
+
+
 def native_comparison(args: Any, console: Console) -> None:
     """cutline's keyed word count against Spark's own stateful aggregation, for each ``--keys``:
     one warm-up run of each variant, then rounds in ABC and CBA order."""
-    from spark_tasks.session import local_spark
-
     variants = [*NATIVE_STORES, CUTLINE_KEYED]
     console.print(
         f"[bold]Keyed word count: cutline (checkpoint every {args.interval_ms} ms) against Spark's "
-        f"groupBy().count()[/] — {args.records:,} records, {PARTITIONS} partitions, {args.keyed} shuffle "
-        f"partitions, keys {', '.join(f'{k:,}' for k in args.keys)}, maxOffsetsPerTrigger "
+        f"groupBy().count()[/], reading with {_source_name(args)} — {args.records:,} records, "
+        f"{PARTITIONS} partitions, {args.keyed} shuffle partitions, keys "
+        f"{', '.join(f'{k:,}' for k in args.keys)}, maxOffsetsPerTrigger "
         f"{args.per_trigger:,}, trigger {args.trigger_ms} ms, {args.rounds} round(s); {machine_line()}, "
         f"code from {code_checked()}, load {os.getloadavg()[0]:.2f}"
     )
@@ -520,7 +548,7 @@ def native_comparison(args: Any, console: Console) -> None:
         create_topics(bootstrap, list(topics.values()), partitions=PARTITIONS)
         for keys, topic in topics.items():
             produce(bootstrap, topic, args.records, keys)
-        spark = local_spark("cutline-bench")
+        spark = _session(args)
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
         try:
             for name in variants:  # warm-up, not measured
