@@ -127,8 +127,6 @@ class CutFollower:
         self.partitions = frozenset(partitions)
         self.send = send
         self.interval = interval
-        self.held = threading.Event()
-        """Set once a stop barrier's batch was logged: the barrier source holds the next batch."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -153,7 +151,6 @@ class CutFollower:
     def _answer(self, ack: SourceAck) -> bool:
         """Send ``ack`` (a stop's once its batch committed); False if the follower was closed first."""
         if ack.after_commit:
-            self.held.set()
             while not is_committed(self.spark_checkpoint, ack.batch_id):
                 if self._stop.wait(self.interval):
                     return False
