@@ -667,7 +667,7 @@ def kafka_verdict(result: DemoResult) -> tuple[bool | None, str]:
         if kafka.shows_aborted:
             return True, (
                 f"exactly-once to Kafka: OK as a read_committed consumer sees it, {seen}; "
-                "Tansu would show it aborted transactions too: --broker kafka shows they stay hidden"
+                "on Tansu it would see aborted transactions too (--broker kafka hides them)"
             )
         return True, f"exactly-once to Kafka: OK for a read_committed consumer, {seen}"
     if (

@@ -49,6 +49,8 @@ def test_demo_on_apache_kafka_writes_its_counts_to_kafka_exactly_once() -> None:
     """`cutline demo --broker kafka --duration 20`: the same story on Apache Kafka, and a
     read_committed consumer of the job's Kafka output sees every word counted once across the crash."""
     environment = {k: v for k, v in os.environ.items() if k != "CUTLINE_BOOTSTRAP"}
+    # the suite's 3 s worker session is below the group.min.session.timeout.ms (6 s) of the demo's broker
+    environment["CUTLINE_SESSION_TIMEOUT"] = "6"
 
     stdout, stderr = _demo(["--broker", "kafka"], environment)
 

@@ -42,7 +42,7 @@ def test_every_word_once_on_tansu_is_ok_and_says_what_tansu_cannot_show() -> Non
     held, line = kafka_verdict(result(Counter(PRODUCED), dict(PRODUCED), tansu=True))
     assert held is True
     assert "OK as a read_committed consumer sees it" in line
-    assert "--broker kafka shows they stay hidden" in line
+    assert "on Tansu it would see aborted transactions too (--broker kafka hides them)" in line
 
 
 def test_a_duplicate_on_apache_kafka_fails() -> None:
