@@ -6,7 +6,8 @@ commit=[..] delete=[..]``, ``transactional_id ID``, ``started``, ``step NAME CHE
 first step ``crash`` names (``[name, first checkpoint id]``) it says ``stopped at NAME CHECKPOINT``
 and waits there for its SIGKILL, and so does any later step of the other half (the committer does
 not commit after the batches stopped, nor the reverse). ``variant: no-marker`` recovers without
-reading the marker: the broken sink the test must catch.
+reading the marker: the broken sink the test must catch. With ``crash`` at ``acked``, the running
+committer commits nothing: the journal may complete the checkpoint before its batch returns.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     settings = json.loads(os.environ["KAFKA_SINK_APP"])
     crash = settings.get("crash")
-    stopped = threading.Event()
+    started, stopped = threading.Event(), threading.Event()
     committed: set[int] = set()
 
     def step(name: str, checkpoint_id: int) -> None:
@@ -48,6 +49,9 @@ def main() -> None:
         if name == "committed":
             committed.add(checkpoint_id)
         if stopped.is_set():  # the other half (batches or committer) goes no further either
+            threading.Event().wait()
+        if crash and crash[0] == "acked" and name == "committing" and started.is_set():
+            stopped.wait()  # the completion may come before the batch returns: it is not committed
             threading.Event().wait()
         # ``buffered`` stops once the checkpoint before is committed: nothing but the buffer is pending
         at_crash = bool(crash) and name == crash[0] and checkpoint_id >= crash[1]
@@ -84,6 +88,7 @@ def main() -> None:
     rows = struct("topic", "partition", "offset", "word", "added", "count")
     out = counts.select(col("word").alias("key"), to_json(rows).alias("value"))
     job.start(out.writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds"))
+    started.set()
     say("started")
     job.await_termination()
 
