@@ -69,6 +69,7 @@ from bench.cpu import code_checked, machine_busy, machine_line, main_thread_cpu,
 from coordinator.decider import due_at
 from coordinator.service.runtime import Coordinator
 from coordinator.service.supervisor import CoordinatorProcess
+from coordinator.state import MAX_CONCURRENT_CHECKPOINTS
 from events.dev.broker import EmbeddedBroker, partition_counts, wait_for_broker
 from events.kafka.clients import (
     consume_available,
@@ -1138,7 +1139,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="a short run (about 45 s)")
     parser.add_argument(
-        "--tasks", type=int, nargs="+", help="task counts of the ack floods (200 2000; quick 1000)"
+        "--tasks", type=int, nargs="+", help="task counts of the ack floods (1000 2000; quick 1000)"
     )
     parser.add_argument("--acks", type=int, help="acks per flood (40000; quick 10000)")
     parser.add_argument(
@@ -1189,8 +1190,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     quick = args.quick
-    task_counts = args.tasks or ([1000] if quick else [200, 2000])
+    task_counts = args.tasks or ([1000] if quick else [1000, 2000])
     acks = args.acks or (10_000 if quick else 40_000)
+    for n in task_counts:  # a flood of n tasks is acks // n checkpoints pending at once
+        if not 1 <= acks // n <= MAX_CONCURRENT_CHECKPOINTS:
+            raise SystemExit(
+                f"{acks:,} acks of {n:,} tasks are {acks // n} checkpoints at once, and a job may have 1 to "
+                f"{MAX_CONCURRENT_CHECKPOINTS} (max_concurrent): give more tasks or fewer acks"
+            )
     checkpoints = args.checkpoints or (30 if quick else 100)
     mode = args.mode or ("thread" if quick else "both")
     modes = ["thread", "process"] if mode == "both" else [mode]
