@@ -5,7 +5,9 @@ through an ExactlyOnceKafkaSink, on a real local Spark, Apache Kafka and a coord
 A ``read_committed`` reader must see every input word counted once: the ``added`` of its rows sum
 to what was produced, and no (partition, offset, word) is there twice. A driver SIGKILLed after a
 checkpoint completed and before its output was committed has it committed by the next driver; a
-sink that does not read its marker duplicates output there, so the test can fail.
+sink that does not read its marker duplicates output there, so the test can fail. Drivers SIGKILLed
+before a barrier, after the snapshot and after the ack leave nothing, a file to delete, and a file
+to commit.
 """
 
 from __future__ import annotations
