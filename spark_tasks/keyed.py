@@ -90,7 +90,7 @@ from events.task.manifest import Manifest, Piece, StepIdentity, callable_name
 from events.task.participant import (
     SnapshotCorrupted,
 )
-from events.task.reply import Answer, Failed, Outcome, Snapshotted, answer, failure
+from events.task.reply import Answer, Failed, SnapshotOutcome, Snapshotted, answer, failure
 from events.wire.codec import WireSettings, process_wire
 from events.wire.records import StateHandle
 from events.wire.topics import Topics
@@ -967,7 +967,7 @@ def _on_barriers(
     barriers: Mapping[tuple[str, int], tuple[str, int]],
     state: KeyedState | None,
     missing: str | None,
-) -> Outcome:
+) -> SnapshotOutcome:
     """Snapshot the state at the cut once a barrier has come from every input partition; what came
     of it (the answer to the barrier is :func:`events.task.reply.answer`'s)."""
     entries = {json.dumps(json.loads(raw), sort_keys=True) for raw, _ in barriers.values()}

@@ -58,7 +58,7 @@ from events.task.participant import (
     snapshot_uri,
     write_atomic,
 )
-from events.task.reply import Failed, Outcome, Snapshotted, answer, failure
+from events.task.reply import Failed, SnapshotOutcome, Snapshotted, answer, failure
 from events.wire.barrier_entry import entry_barrier, parse_barrier_json
 from events.wire.codec import WireSettings, process_wire
 from events.wire.records import CheckpointBarrier
@@ -154,7 +154,7 @@ def _is_decimal(text: str) -> bool:
 
 def write_partition_snapshot(
     settings: TaskSettings, barrier: CheckpointBarrier, topic: str, partition: int, cut: int, data: bytes
-) -> Outcome:
+) -> SnapshotOutcome:
     """Write ``data`` (the state at offset ``cut``) under the barrier's location; what came of it.
 
     A retried task or a re-run batch finds this run's snapshot of this very cut and takes its bytes."""

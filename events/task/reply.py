@@ -31,7 +31,7 @@ from events.wire.vocabulary import DeclineReason
 __all__ = [
     "Answer",
     "Failed",
-    "Outcome",
+    "SnapshotOutcome",
     "Reply",
     "Snapshotted",
     "answer",
@@ -64,7 +64,7 @@ class Failed:
     message: str
 
 
-Outcome = Snapshotted | Failed
+SnapshotOutcome = Snapshotted | Failed
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def barrier_epoch(epoch: object) -> int | None:
 
 
 def answer(
-    barrier: CheckpointBarrier, epoch: int | None, task_id: str, outcome: Outcome, now_ms: int
+    barrier: CheckpointBarrier, epoch: int | None, task_id: str, outcome: SnapshotOutcome, now_ms: int
 ) -> Answer:
     """The reply of ``task_id`` to ``barrier`` (sent by coordinator ``epoch``) at ``now_ms``: the ack
     of a :class:`Snapshotted` that passes the checks (see the module docstring), else the decline
@@ -120,7 +120,7 @@ def answer(
     return Answer(_reply(barrier, task_id, outcome, now_ms), barrier_epoch(epoch))
 
 
-def _reply(barrier: CheckpointBarrier, task_id: str, outcome: Outcome, now_ms: int) -> Reply:
+def _reply(barrier: CheckpointBarrier, task_id: str, outcome: SnapshotOutcome, now_ms: int) -> Reply:
     if isinstance(outcome, Failed):
         return CheckpointDeclined(
             job_id=barrier.job_id,
