@@ -57,6 +57,7 @@ __all__ = [
     "decode_staged",
     "encode_staged",
     "marker_key",
+    "orphans_for",
     "recovery_plan",
     "staged_name",
     "transaction_timeout_problem",
@@ -157,6 +158,17 @@ def recovery_plan(
         else:
             delete.append(found.checkpoint_id)
     return RecoveryPlan(tuple(commit), tuple(delete))
+
+
+def orphans_for(task_id: str, tasks: Iterable[str], previous: Iterable[str]) -> tuple[str, ...]:
+    """The tasks of earlier attempts that no task of ``tasks`` has any more (a rescale to fewer tasks)
+    whose output ``task_id`` recovers: each orphan has one owner among ``tasks`` (the orphans and the
+    tasks sorted, dealt in turn), so its completed output is committed once. Pure."""
+    current = sorted(set(tasks))
+    if task_id not in current:
+        raise ValueError(f"task {task_id!r} is not one of the attempt's tasks {current}: pass every task")
+    orphans = sorted(set(previous) - set(current))
+    return tuple(orphan for i, orphan in enumerate(orphans) if current[i % len(current)] == task_id)
 
 
 def transaction_timeout_problem(transaction_timeout_ms: int, commit_timeout_ms: int) -> str | None:
@@ -395,6 +407,8 @@ class Recovered:
     plan: RecoveryPlan
     records: int
     """Records it sent again."""
+    adopted: tuple[tuple[str, Recovered], ...] = ()
+    """The recovery of each task of an earlier attempt this one took over (:func:`orphans_for`)."""
 
 
 @dataclass
@@ -432,6 +446,16 @@ class ExactlyOnceSink:
         self.job_id = job_id
         self.task_id = task_id
         self.uid = uid
+        self._options: dict[str, Any] = {
+            "uid": uid,
+            "transactional_id_prefix": transactional_id_prefix,
+            "max_buffered_bytes": max_buffered_bytes,
+            "producer_extra": producer_extra,
+            "consumer_extra": consumer_extra,
+            "commits_partitions": commits_partitions,
+            "timeout": timeout,
+            "step": step,
+        }
         self.topics = topics
         self.commits = commits_topic(topics)
         prefix = transactional_id_prefix or sink_transactional_id_prefix(topics)
@@ -545,14 +569,23 @@ class ExactlyOnceSink:
     # ------------------------------------------------------------ recovery
 
     def recover(
-        self, restored: int | None = None, *, plan: Callable[..., RecoveryPlan] | None = None
+        self,
+        restored: int | None = None,
+        *,
+        plan: Callable[..., RecoveryPlan] | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> Recovered:
         """Fence and abort what a dead producer of this task left open, then commit again the staged
         output of completed checkpoints after the marker (up to ``restored``, the checkpoint the job
-        resumes from; None: every completed one) and delete the rest (:func:`recovery_plan`)."""
+        resumes from; None: every completed one) and delete the rest (:func:`recovery_plan`).
+
+        ``tasks`` (every task of this attempt) makes it also recover, the same way and under their own
+        transactional ids and markers, its share of the tasks that earlier attempts' checkpoints
+        named and this attempt has not (:func:`orphans_for`): a rescale to fewer tasks loses nothing.
+        """
         self._init_transactions()
         marker = self.marker = self.read_marker()
-        triggers, completions = self._journal()
+        triggers, completions, named = self._journal()
         found = self._find_staged(triggers)
         decide = plan or recovery_plan
         decided: RecoveryPlan = decide(
@@ -575,7 +608,23 @@ class ExactlyOnceSink:
             decided.commit,
             decided.delete,
         )
-        return Recovered(marker, decided, sent)
+        orphans = () if tasks is None else orphans_for(self.task_id, tasks, named)
+        adopted = tuple((orphan, self._recover_orphan(orphan, restored, plan)) for orphan in orphans)
+        return Recovered(marker, decided, sent, adopted)
+
+    def _recover_orphan(
+        self, orphan: str, restored: int | None, plan: Callable[..., RecoveryPlan] | None
+    ) -> Recovered:
+        """Recover task ``orphan`` of an earlier attempt as its own sink would: its transactional id
+        fenced (what it left open aborted), its completed output committed with its marker."""
+        sink = ExactlyOnceSink(self.bootstrap, self.job_id, orphan, self.topics, **self._options)
+        try:
+            recovered = sink.recover(restored, plan=plan)
+        finally:
+            sink.close()
+        self.committed.extend(sink.committed)
+        log.info("sink %s of %s/%s took over task %s", self.uid, self.job_id, self.task_id, orphan)
+        return recovered
 
     def read_marker(self) -> Marker | None:
         """The last commit marker of this task (read_committed), or None."""
@@ -593,10 +642,12 @@ class ExactlyOnceSink:
             consumer.close()
         return marker
 
-    def _journal(self) -> tuple[dict[int, str], list[Completion]]:
-        """The job's checkpoint locations (by id) and completions, from the journal."""
+    def _journal(self) -> tuple[dict[int, str], list[Completion], set[str]]:
+        """The job's checkpoint locations (by id), completions, and every task a trigger named, from
+        the journal."""
         locations: dict[int, str] = {}
         completions: list[Completion] = []
+        named: set[str] = set()
         kinds = {CheckpointTriggered.__name__, CheckpointCompleted.__name__}
         for found in read_job_partition(
             self.bootstrap,
@@ -609,11 +660,13 @@ class ExactlyOnceSink:
             record = found.record
             if isinstance(record, CheckpointTriggered):
                 locations.setdefault(record.checkpoint_id, record.location)
+                named.update(record.tasks)
             elif isinstance(record, CheckpointCompleted):
                 if record.location:
                     locations.setdefault(record.checkpoint_id, record.location)
                 completions.append(Completion(record.checkpoint_id, record.attempt))
-        return locations, completions
+                named.update(record.handles)
+        return locations, completions, named
 
     def _find_staged(self, locations: Mapping[int, str]) -> dict[int, StagedOutput]:
         """This task's staged files in the journal's checkpoint locations, checked."""

@@ -1,7 +1,9 @@
 """A one-task participant that copies its input to an output topic through an ExactlyOnceSink: the
 child process tests/integration/test_exactly_once_sink.py SIGKILLs at each crash point.
 
-Its settings are the JSON in ``EXACTLY_ONCE_APP``. It says on stdout what it does (``ready``,
+Its settings are the JSON in ``EXACTLY_ONCE_APP``: it reads partition ``partition`` (0 unless given)
+of the input, and ``tasks`` (every task of the attempt, when given) makes its recovery take over the
+tasks of earlier attempts that the attempt has not. It says on stdout what it does (``ready``,
 ``processed N``, ``step NAME CHECKPOINT``), and at the step ``crash`` names it says ``stopped at NAME
 CHECKPOINT`` and waits there for its SIGKILL. ``variant: no-marker`` recovers without reading the
 marker (it commits every completed staged checkpoint again): the broken sink the tests must catch.
@@ -64,9 +66,13 @@ def main() -> None:
     position = {"offset": restored_offset(bootstrap, job, task, topics, restored)}
     sink = ExactlyOnceSink(bootstrap, job, task, topics, uid="copy", step=step)
     recovered = sink.recover(
-        restored, plan=without_marker if settings.get("variant") == "no-marker" else None
+        restored,
+        plan=without_marker if settings.get("variant") == "no-marker" else None,
+        tasks=settings.get("tasks"),
     )
     say(f"recovered commit={list(recovered.plan.commit)} delete={list(recovered.plan.delete)}")
+    for orphan, theirs in recovered.adopted:
+        say(f"took over {orphan} commit={list(theirs.plan.commit)} delete={list(theirs.plan.delete)}")
 
     def snapshot(barrier: CheckpointBarrier) -> bytes:
         staged = sink.stage(barrier)
@@ -74,10 +80,11 @@ def main() -> None:
         return json.dumps({"offset": position["offset"], "output": output}).encode()
 
     def offsets() -> dict[str, int]:
-        return {f"{settings['input']}:0": position["offset"]}
+        return {f"{settings['input']}:{partition}": position["offset"]}
 
+    partition = int(settings.get("partition", 0))
     consumer = Consumer(consumer_config(bootstrap))
-    consumer.assign([TopicPartition(settings["input"], 0, position["offset"])])
+    consumer.assign([TopicPartition(settings["input"], partition, position["offset"])])
 
     def stopped(status: JobStatus, drain: bool) -> None:
         sink.on_stop(status, drain)

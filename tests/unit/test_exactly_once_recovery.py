@@ -19,6 +19,7 @@ from events.task.exactly_once import (
     decode_staged,
     encode_staged,
     marker_key,
+    orphans_for,
     pending_through,
     recovery_plan,
     transaction_timeout_problem,
@@ -77,6 +78,33 @@ def test_completions_after_the_restored_checkpoint_are_not_committed() -> None:
     # given: 7 completed too, but the job resumes from 6 (it reads 7's input again)
     plan = recovery_plan(Marker(5, 1), [Staged(6, 1), Staged(7, 1)], [Completion(6, 1), Completion(7, 1)], 6)
     assert plan == RecoveryPlan(commit=(6,), delete=(7,))
+
+
+def test_a_rescale_to_fewer_tasks_gives_each_removed_task_one_owner() -> None:
+    # given: attempt 1 ran task-0..task-3; attempt 2 runs task-0 and task-1
+    previous = ["task-0", "task-1", "task-2", "task-3"]
+    tasks = ["task-1", "task-0"]
+    # when
+    shares = {task: orphans_for(task, tasks, previous) for task in tasks}
+    # then: task-2 and task-3 are recovered, each by one task, so their output is committed once
+    assert shares == {"task-0": ("task-2",), "task-1": ("task-3",)}
+
+
+def test_orphans_are_dealt_in_turn_when_there_are_more_than_tasks() -> None:
+    previous = [f"task-{i}" for i in range(8)]
+    shares = [orphans_for(task, ["task-0", "task-1"], previous) for task in ("task-0", "task-1")]
+    assert shares == [("task-2", "task-4", "task-6"), ("task-3", "task-5", "task-7")]
+
+
+def test_a_rescale_to_as_many_or_more_tasks_leaves_no_orphan() -> None:
+    previous = ["task-0", "task-1"]
+    assert orphans_for("task-0", ["task-0", "task-1"], previous) == ()
+    assert orphans_for("task-3", [f"task-{i}" for i in range(4)], previous) == ()
+
+
+def test_a_task_outside_the_attempts_tasks_is_refused_with_what_to_pass() -> None:
+    with pytest.raises(ValueError, match="not one of the attempt's tasks.*pass every task"):
+        orphans_for("task-9", ["task-0"], ["task-0", "task-1"])
 
 
 def test_a_running_completion_sends_every_staged_checkpoint_up_to_it() -> None:
