@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException
 
 from events.kafka.feed import JobFeed
-from events.task import storage
 from events.task.exactly_once import (
     DEFAULT_MAX_BUFFERED_BYTES,
     ExactlyOnceSink,
@@ -50,7 +49,6 @@ from events.task.exactly_once import (
     Recovered,
     RecoveryPlan,
     Step,
-    staged_name,
 )
 from events.wire.records import CheckpointCompleted, CheckpointTriggered, JobStatus, SchedulerStopped
 from spark_tasks.kafka_source import barrier_of, entry_barrier
@@ -65,7 +63,6 @@ __all__ = [
     "SINK_TASK",
     "ExactlyOnceKafkaSink",
     "OutputLost",
-    "OutputStagedLate",
     "StagedBatches",
     "columns_problem",
     "output_record",
@@ -82,24 +79,6 @@ FOLLOW_WAIT_S = 0.2
 
 class OutputLost(RuntimeError):
     """The batches' half lost the rows it kept (Spark ran it afresh in the middle of a query)."""
-
-
-class OutputStagedLate(RuntimeError):
-    """The sink staged a checkpoint's output after the journal completed it: something ran the
-    barrier batch (its tasks acked) before the sink was called in ``foreachBatch``."""
-
-
-def staged_late_problem(uid: str, checkpoint_ids: Sequence[int]) -> str | None:
-    """Why a ``foreachBatch`` that staged ``checkpoint_ids`` after their completion must stop, or None.
-    Pure."""
-    if not checkpoint_ids:
-        return None
-    return (
-        f"sink {uid}: checkpoint {', '.join(map(str, checkpoint_ids))} completed before the sink staged "
-        "its output, so the batch ran (its tasks acked) before the sink was called. The sink commits "
-        "that output, but a driver that died in between would have lost it: call the "
-        "ExactlyOnceKafkaSink first in foreachBatch, before anything else runs the batch"
-    )
 
 
 def columns_problem(columns: Sequence[str], topic: str | None) -> str | None:
@@ -222,7 +201,6 @@ class ExactlyOnceKafkaSink:
         recovery: Callable[..., RecoveryPlan] | None = None,
     ) -> None:
         settings = job.settings
-        self._job = job
         self.job_id, self.attempt = settings.job_id, job.attempt
         self.committer = ExactlyOnceSink(
             settings.bootstrap,
@@ -261,9 +239,6 @@ class ExactlyOnceKafkaSink:
             step,
         )
         self._locations: dict[int, str] = {}
-        self._late: dict[int, tuple[CheckpointCompleted, dict[int, str]]] = {}
-        self.staged_late: list[int] = []
-        """Checkpoints whose output was staged after their completion, and committed then."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.failure: BaseException | None = None
@@ -274,21 +249,7 @@ class ExactlyOnceKafkaSink:
         self._thread.start()
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-        staged = self.batches.last_staged
         self.batches(batch_df, batch_id)
-        if self.batches.last_staged != staged:
-            self._refuse_late(self.batches.last_staged)
-
-    def _refuse_late(self, checkpoint_id: int) -> None:
-        """A barrier batch staged ``checkpoint_id`` here (in the driver): if the job already saw it
-        completed, fail the query with what to do (:class:`OutputStagedLate`); the committer commits
-        the output (on Spark Connect the batches run elsewhere, and only the committer acts)."""
-        completed = [c.checkpoint_id for c in list(self._job.completed) if c.attempt == self.attempt]
-        problem = staged_late_problem(
-            self.committer.uid, [checkpoint_id] if checkpoint_id in completed else []
-        )
-        if problem is not None:
-            raise OutputStagedLate(problem)
 
     def __getstate__(self) -> dict[str, Any]:
         """Spark Connect pickles the ``foreachBatch`` function: only its batches' half goes."""
@@ -327,35 +288,7 @@ class ExactlyOnceKafkaSink:
             entries = self._feed.poll(wait)
             for entry in entries:
                 self._on_record(entry.record)
-            self._commit_late()
             return len(entries)
-
-    def _commit_late(self) -> tuple[int, ...]:
-        """Commit the output of completed checkpoints that was staged after their completion (the
-        rows before their cut: the checkpoint covers them), once, with the staged output before it;
-        the checkpoints it committed so."""
-        committed: list[int] = []
-        for checkpoint_id, (record, upto) in sorted(self._late.items()):
-            if not self._staged_at(upto.get(checkpoint_id)):
-                continue
-            del self._late[checkpoint_id]
-            if checkpoint_id in self.committer.commit_staged(record, upto):
-                committed.append(checkpoint_id)
-                log.error(
-                    "sink %s of job %s: checkpoint %d's output was staged after its completion; "
-                    "committed now. Call the sink first in foreachBatch",
-                    self.transactional_id,
-                    self.job_id,
-                    checkpoint_id,
-                )
-        self.staged_late.extend(committed)
-        return tuple(committed)
-
-    @staticmethod
-    def _staged_at(location: str | None) -> bool:
-        """Whether the sink's staged file is in ``location`` (unknown: treated as there, and
-        :meth:`~events.task.exactly_once.ExactlyOnceSink.commit_staged` finds what it finds)."""
-        return location is None or storage.exists(storage.join(location, staged_name(SINK_TASK)))
 
     def _on_record(self, record: object) -> None:
         if isinstance(record, CheckpointTriggered) and record.attempt == self.attempt:
@@ -363,11 +296,7 @@ class ExactlyOnceKafkaSink:
         elif isinstance(record, CheckpointCompleted) and record.attempt == self.attempt:
             if record.location:
                 self._locations.setdefault(record.checkpoint_id, record.location)
-            upto = {k: v for k, v in self._locations.items() if k <= record.checkpoint_id}
-            if self._staged_at(upto.get(record.checkpoint_id)):
-                self.committer.commit_staged(record, upto)
-            else:  # not staged yet: its rows and those before wait for it, with one marker
-                self._late[record.checkpoint_id] = (record, upto)
+            self.committer.commit_staged(record, self._locations)
             self._locations = {k: v for k, v in self._locations.items() if k > record.checkpoint_id}
         elif (
             isinstance(record, SchedulerStopped)

@@ -407,62 +407,6 @@ def test_an_aborted_checkpoints_output_stays_invisible_and_the_transactional_id_
     assert seen.counted == given.words.produced
 
 
-def test_a_spark_sink_called_after_the_batch_ran_commits_the_output_once_and_refuses_to_go_on(
-    spark: Any,
-    bootstrap: str,
-    topic_prefix: str,
-    coordinator: CoordinatorProcess,
-    given: Input,
-    tmp_path: Path,
-) -> None:
-    from spark_tasks.kafka_source import barrier_of, entry_barrier
-    from spark_tasks.sink import _offset_line
-
-    output = f"{given.topic}-counts"
-    create_topics(bootstrap, [output], partitions=1)
-    given.words.produce(40)
-    settings = _settings(bootstrap, topic_prefix, given, tmp_path, timeout_ms=60_000)
-    with CheckpointedJob(spark, settings) as job:
-        sink = ExactlyOnceKafkaSink(job, topic=output)
-        cuts: list[int] = []
-
-        def another_sink_first(batch_df: Any, batch_id: int) -> None:
-            """Runs the batch (its tasks ack a barrier) and lets the checkpoint complete, then calls
-            the Kafka sink: the misuse."""
-            batch_df.count()
-            entry = barrier_of(_offset_line(job.work_dir / "spark", batch_id))
-            if entry is not None:
-                cut = entry_barrier(job.settings.job_id, entry).checkpoint_id
-                cuts.append(cut)
-                wait(lambda: any(c.checkpoint_id == cut for c in job.completed), "the completion", 60)
-            sink(batch_df, batch_id)
-
-        try:
-            # given: a foreachBatch that runs the batch before it calls the sink
-            _start_with(job, another_sink_first)
-            # when: the first checkpoint completes before its output is staged
-            # then: the query fails at once, saying to call the sink first
-            with pytest.raises(Exception, match="call the ExactlyOnceKafkaSink first in foreachBatch"):
-                job.await_termination(180)
-        finally:
-            sink.close()
-    # and the output staged after the completion (the rows before its cut) was committed once
-    assert sink.committed == cuts[:1]
-    seen = every_word_counted(bootstrap, output, given.words.produced)
-    assert seen.twice == set()
-    assert seen.counted == given.words.produced
-
-
-def _start_with(job: CheckpointedJob, write: Any) -> None:
-    from pyspark.sql.functions import col, struct, to_json
-
-    from spark_tasks.wordcount import WORD_COUNT
-
-    rows = struct("topic", "partition", "offset", "word", "added", "count")
-    out = job.stream(WORD_COUNT).select(col("word").alias("key"), to_json(rows).alias("value"))
-    job.start(out.writeStream.foreachBatch(write).trigger(processingTime="200 milliseconds"))
-
-
 def test_a_stop_with_a_savepoint_commits_the_output_up_to_its_cut(
     spark: Any,
     bootstrap: str,

@@ -26,7 +26,7 @@ from events.task.exactly_once import (
     transactional_id,
 )
 from events.wire.topics import Topics
-from spark_tasks.kafka_sink import columns_problem, output_record, staged_late_problem
+from spark_tasks.kafka_sink import columns_problem, output_record
 
 
 def test_a_completed_checkpoint_after_the_marker_is_committed_again() -> None:
@@ -105,25 +105,6 @@ def test_a_rescale_to_as_many_or_more_tasks_leaves_no_orphan() -> None:
 def test_a_task_outside_the_attempts_tasks_is_refused_with_what_to_pass() -> None:
     with pytest.raises(ValueError, match="not one of the attempt's tasks.*pass every task"):
         orphans_for("task-9", ["task-0"], ["task-0", "task-1"])
-
-
-def test_output_staged_after_its_checkpoint_completed_is_covered_by_it_and_committed_once() -> None:
-    # given: the Spark sink was called after its barrier batch ran: checkpoint 2 completed, then the
-    # rows before its cut were staged (the committer found no file at the completion)
-    staged, completions = [Staged(2, 1)], [Completion(1, 1), Completion(2, 1)]
-    # when: it is committed (at once, or by the next driver's recovery)
-    first = recovery_plan(Marker(1, 1), staged, completions, restored=2)
-    # then: once; its marker makes a second look delete it
-    assert first == RecoveryPlan(commit=(2,), delete=())
-    assert recovery_plan(Marker(2, 1), staged, completions, restored=2) == RecoveryPlan((), (2,))
-
-
-def test_a_spark_sink_that_staged_after_the_completion_says_to_call_it_first() -> None:
-    problem = staged_late_problem("counts", [4])
-    assert problem is not None
-    assert "checkpoint 4 completed before the sink staged its output" in problem
-    assert "call the ExactlyOnceKafkaSink first in foreachBatch" in problem
-    assert staged_late_problem("counts", []) is None
 
 
 def test_a_running_completion_sends_every_staged_checkpoint_up_to_it() -> None:
