@@ -27,13 +27,12 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from events.kafka.client_config import FETCH_WAIT_MS, client_properties, fetch_wait_ms
+from events.kafka.client_config import client_properties, fetch_wait_ms
 from events.kafka.refusals import PLACEHOLDER_BOOTSTRAP, AccessRefused, explain, is_refusal, refusal_message
 from events.wire.codec import Codec, default_codec
 from events.wire.records import Record
 
 __all__ = [
-    "FETCH_WAIT_MAX_MS",
     "PARTITIONER",
     "MissingTopics",
     "commit_offsets",
@@ -60,10 +59,6 @@ log = logging.getLogger(__name__)
 
 PARTITIONER = "murmur2_random"
 """librdkafka's name for the Java client's key hash (Faust and aiokafka use it too)."""
-
-FETCH_WAIT_MAX_MS = FETCH_WAIT_MS
-"""``fetch.wait.max.ms`` of cutline's consumers unless ``CUTLINE_FETCH_WAIT_MS`` says otherwise
-(:func:`events.kafka.client_config.fetch_wait_ms`)."""
 
 PLACEHOLDER_GROUP = "cutline.unused"
 """librdkafka wants a ``group.id`` even for ``assign()``-only consumers that never commit."""
@@ -149,7 +144,7 @@ def consumer_config(
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": fetch_wait_ms(FETCH_WAIT_MAX_MS),
+        "fetch.wait.max.ms": fetch_wait_ms(),
         "logger": log,
         **client_properties(),
         **(extra or {}),

@@ -29,7 +29,6 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from events.kafka.client_config import fetch_wait_ms
 from events.kafka.clients import (
     consume_available,
     consumer_config,
@@ -325,7 +324,6 @@ class SharedJobFeed:
         timeout: float = 30.0,
     ) -> None:
         self.job_id = job_id
-        config = {"fetch.wait.max.ms": fetch_wait_ms(), **(config or {})}
         self._feed = JobFeed(
             bootstrap, job_id, topics, claims_topic=claims_topic, config=config, timeout=timeout
         )
