@@ -8,11 +8,6 @@ task's output is missing, so the test can fail.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from support import eventually, on_apache_kafka
-from test_exactly_once_sink import APP, Child
+from test_exactly_once_sink import Child, launch
 
 from events.dev.broker import create_topics
 from events.kafka.clients import (
@@ -108,18 +103,7 @@ class RescaledJob:
             "restored": restored,
             "crash": crash,
         }
-        process = subprocess.Popen(
-            [sys.executable, str(APP)],
-            env={**os.environ, "EXACTLY_ONCE_APP": json.dumps(settings)},
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        child = Child(process)
-        assert process.stdout is not None
-        stdout = process.stdout
-        threading.Thread(
-            target=lambda: child.lines.extend(line.strip() for line in stdout), daemon=True
-        ).start()
+        child = launch(settings)
         self.children[task] = child
         child.said("ready")
         return child

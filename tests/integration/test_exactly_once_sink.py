@@ -78,6 +78,21 @@ class Child:
         self.process.wait(10)
 
 
+def launch(settings: dict[str, object]) -> Child:
+    """Start the participant app with ``settings``, its stdout lines collected into the child."""
+    process = subprocess.Popen(
+        [sys.executable, str(APP)],
+        env={**os.environ, "EXACTLY_ONCE_APP": json.dumps(settings)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child = Child(process)
+    assert process.stdout is not None
+    stdout = process.stdout
+    threading.Thread(target=lambda: child.lines.extend(line.strip() for line in stdout), daemon=True).start()
+    return child
+
+
 class Job:
     """The topics, the input, the child processes, and the coordinator's part, played by the test."""
 
@@ -123,18 +138,7 @@ class Job:
             "crash": crash,
             "variant": variant,
         }
-        process = subprocess.Popen(
-            [sys.executable, str(APP)],
-            env={**os.environ, "EXACTLY_ONCE_APP": json.dumps(settings)},
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        child = Child(process)
-        assert process.stdout is not None
-        stdout = process.stdout
-        threading.Thread(
-            target=lambda: child.lines.extend(line.strip() for line in stdout), daemon=True
-        ).start()
+        child = launch(settings)
         self.children.append(child)
         child.said("ready")
         return child
