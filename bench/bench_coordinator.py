@@ -66,10 +66,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from bench.cpu import code_checked, machine_busy, machine_line, main_thread_cpu, process_cpu
-from coordinator.decider import due_at
+from coordinator.core.decider import due_at
+from coordinator.core.state import MAX_CONCURRENT_CHECKPOINTS
 from coordinator.service.runtime import Coordinator
 from coordinator.service.supervisor import CoordinatorProcess
-from coordinator.state import MAX_CONCURRENT_CHECKPOINTS
 from events.dev.broker import EmbeddedBroker, partition_counts, wait_for_broker
 from events.kafka.clients import (
     consume_available,

@@ -2,7 +2,7 @@
 
     uv run python bench/bench_decider.py [--events 1000000] [--jobs 4] [--seed 1] [--no-docs]
 
-Simulates coordinator traffic with the real decider (coordinator/simulate.py),
+Simulates coordinator traffic with the real decider (coordinator/simulation/traffic.py),
 then measures:
 
 (a) events folded per second by ``evolve`` alone, over the events in memory,
@@ -43,11 +43,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from bench.cpu import code_checked, machine_line
-from coordinator.decider import InputRejected, decide, evolve, fold_jobs
-from coordinator.invariants import first_violation
-from coordinator.journal import AvroReader, _cavro, read_journal_events, write_journal
-from coordinator.simulate import HandledCommand, simulate_steps
-from coordinator.state import JobState, initial_state
+from coordinator.core.decider import InputRejected, decide, evolve, fold_jobs
+from coordinator.core.invariants import first_violation
+from coordinator.core.state import JobState, initial_state
+from coordinator.replay.journal import AvroReader, _cavro, read_journal_events, write_journal
+from coordinator.simulation.traffic import HandledCommand, simulate_steps
 from events.wire.records import JournalEvent
 
 ROOT = Path(__file__).resolve().parent.parent

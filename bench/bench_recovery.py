@@ -16,7 +16,7 @@
      the claims since (the figure a failover pays);
    - *from the start, no snapshot* (``load_fold_snapshot=None``): reads and folds the whole journal.
 
-   The journals repeat one simulated block of 1,000 events (``coordinator.simulate.simulate``, 4
+   The journals repeat one simulated block of 1,000 events (``coordinator.simulation.traffic.simulate``, 4
    jobs), as ``tests/integration/test_recovery.py`` does: simulating and encoding a million
    events would take minutes, and the fold's cost per event does not depend on the mix. The first
    owner's snapshot is the in-memory fold of exactly those events (``Coordinator.recover``). The
@@ -75,12 +75,12 @@ from rich.table import Table
 
 from bench.bench_coordinator import Participants, Tail, broker, journal_partition, make_topics
 from bench.cpu import code_checked, machine_line
+from coordinator.core.state import state_json
 from coordinator.service.app import Settings
 from coordinator.service.claims import ClaimedPartition, claim_partition, snapshot_message
 from coordinator.service.runtime import Coordinator
 from coordinator.service.supervisor import CoordinatorProcess
-from coordinator.simulate import simulate
-from coordinator.state import state_json
+from coordinator.simulation.traffic import simulate
 from events.dev.broker import EmbeddedBroker, create_topics
 from events.kafka.clients import consumer_config, job_key, producer_config
 from events.kafka.log import read_to_end

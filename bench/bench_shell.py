@@ -58,8 +58,8 @@ from bench.bench_coordinator import (
     percentile,
 )
 from bench.cpu import code_checked, machine_line
+from coordinator.core.state import MAX_CONCURRENT_CHECKPOINTS
 from coordinator.service.supervisor import CoordinatorProcess
-from coordinator.state import MAX_CONCURRENT_CHECKPOINTS
 
 COMMAND = "uv run python bench/bench_shell.py"
 RATIO_TARGET = 1.3

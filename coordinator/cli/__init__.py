@@ -22,8 +22,8 @@ from coordinator.cli.common import USAGE_ERROR, fail
 from coordinator.cli.help import CutlineCommand, CutlineGroup
 from coordinator.cli.service import _worker_command as _worker_command  # the watchdog's tests
 from coordinator.cli.service import coordinator as coordinator
-from coordinator.replay_selection import Cut, parse_until
-from coordinator.replay_selection import Selection as _Selection  # noqa: F401 (tests use it)
+from coordinator.replay.selection import Cut, parse_until
+from coordinator.replay.selection import Selection as _Selection  # noqa: F401 (tests use it)
 
 __all__ = ["Cut", "app", "main", "parse_until"]
 

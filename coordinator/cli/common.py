@@ -41,8 +41,8 @@ CoordinatorUrl: TypeAlias = Annotated[
 
 def coordinator_urls(bootstrap: str, topic_prefix: str, timeout: float = 10.0) -> list[str]:
     """The views of the coordinator group's workers, from the group's description at ``bootstrap``
-    (each worker's Kafka client id names its port: :func:`coordinator.group_view.web_client_id`)."""
-    from coordinator.group_view import views_url
+    (each worker's Kafka client id names its port: :func:`coordinator.service.group_view.web_client_id`)."""
+    from coordinator.service.group_view import views_url
     from events.dev.broker import _admin
 
     admin = _admin(bootstrap)

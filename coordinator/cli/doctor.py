@@ -41,7 +41,7 @@ def doctor(
 
     from rich.table import Table
 
-    from coordinator.doctor import CheckStatus, diagnose
+    from coordinator.service.doctor import CheckStatus, diagnose
     from events.kafka.acls import Role
 
     if role not in {r.value for r in Role}:

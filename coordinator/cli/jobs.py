@@ -1,7 +1,7 @@
 """A job's commands: ``cutline run``, ``status``, ``list``, ``trigger``, ``stop``, ``cancel`` and ``tail``.
 
 ``trigger``, ``stop`` and ``cancel`` send a request and follow its outcome in the job's journal and
-dead letters (the rules: coordinator/stop_outcome.py)."""
+dead letters (the rules: coordinator/replay/stop_outcome.py)."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ from events.wire.records import RestartStrategyKind
 from events.wire.topics import DEFAULT_PREFIX, Topics
 
 if TYPE_CHECKING:
-    from coordinator.stop_outcome import Request, Sent
+    from coordinator.replay.stop_outcome import Request, Sent
     from events.wire.records import JobStatus
 
 FAILED = 1
-"""The exit code of a request that was refused or failed (coordinator/stop_outcome.py's)."""
+"""The exit code of a request that was refused or failed (coordinator/replay/stop_outcome.py's)."""
 
 STRATEGY_NAMES = {kind.flink_name: kind for kind in RestartStrategyKind}
 
@@ -86,7 +86,7 @@ def run(
     Ctrl-C cancels the job. Example: cutline run --job wc --restart-strategy fixed-delay
     --attempts 3 -- python -m spark_tasks.wordcount ...
     """
-    from coordinator.restart import strategy_problem
+    from coordinator.core.restart import strategy_problem
     from coordinator.service.job_runner import RunSettings, supervise
     from events.wire.records import RestartStrategy
 
@@ -121,7 +121,7 @@ def status(
     """Print a job's checkpoint statistics (the coordinator's /jobs/JOB/checkpoints) as tables.
 
     Any worker of the coordinator group answers: one that does not own JOB asks the owner."""
-    from coordinator.timeline import render_status
+    from coordinator.replay.timeline import render_status
 
     errors = Console(stderr=True, highlight=False)
     base = resolve_url(errors, url, bootstrap, topic_prefix).rstrip("/")
@@ -244,7 +244,7 @@ def _jobs_table(jobs: list[Mapping[str, Any]], title: str) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    from coordinator.timeline import format_time
+    from coordinator.replay.timeline import format_time
 
     owners = len({job.get("owner") for job in jobs}) > 1
     table = Table(title=title)
@@ -404,7 +404,7 @@ def _send_and_follow(
 ) -> int:
     """Send ``request`` (unless the journal already answers it) and, with ``wait``, follow the job's
     journal and dead letters to its outcome; the exit code."""
-    from coordinator.stop_outcome import requested
+    from coordinator.replay.stop_outcome import requested
 
     console = Console(highlight=False)
     if not wait:
@@ -422,7 +422,7 @@ def _follow(
 ) -> int:
     import time
 
-    from coordinator.stop_outcome import Progress, answer_before_sending, follow, timed_out
+    from coordinator.replay.stop_outcome import Progress, answer_before_sending, follow, timed_out
     from events.kafka.feed import JobFeed
 
     job = request.job_id
@@ -458,8 +458,8 @@ def _follow(
 def _journaled_status(bootstrap: str, topics: Topics, request: Request) -> JobStatus | None:
     """The job's status as its journal has it now, for a cancel (None for other requests, which the
     coordinator always answers)."""
-    from coordinator.decider import fold
-    from coordinator.state import initial_state
+    from coordinator.core.decider import fold
+    from coordinator.core.state import initial_state
     from events.kafka.feed import read_job_partition
     from events.wire.records import (
         JobCancelRequested,
@@ -488,7 +488,7 @@ def _send(errors: Console, bootstrap: str, topic: str, request: Request) -> Sent
     that does not exist is not created (``allow.auto.create.topics`` is off)."""
     from confluent_kafka import Message, Producer
 
-    from coordinator.stop_outcome import Sent
+    from coordinator.replay.stop_outcome import Sent
     from events.kafka.acls import is_refusal, refusal
     from events.kafka.client_config import client_properties
     from events.kafka.clients import produce_record, producer_config
@@ -547,7 +547,7 @@ def tail(
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
     from rich.text import Text
 
-    from coordinator.timeline import describe_record, record_json
+    from coordinator.replay.timeline import describe_record, record_json
     from events.kafka.clients import consumer_config
     from events.kafka.log import FencedMarks, log_message, partitions_of
     from events.kafka.refusals import explain

@@ -25,9 +25,10 @@ from coordinator.cli.common import (
     check_broker,
     fail,
 )
-from coordinator.decider import evolve
-from coordinator.file_check import FileCheck, FirstViolation, first_verdict
-from coordinator.journal import (
+from coordinator.core.decider import evolve
+from coordinator.core.state import JobState, initial_state
+from coordinator.replay.file_check import FileCheck, FirstViolation, first_verdict
+from coordinator.replay.journal import (
     ContainerCodec,
     FileTally,
     JournalFileError,
@@ -35,12 +36,11 @@ from coordinator.journal import (
     read_journal_share,
     write_journal,
 )
-from coordinator.plot import CheckpointOutcomes, write_plot
-from coordinator.replay_selection import JournalSource, Selection, journal_source, parse_until
-from coordinator.simulate import simulate
-from coordinator.split_replay import replay_file
-from coordinator.state import JobState, initial_state
-from coordinator.timeline import Acks, ack_progress, format_bytes, job_summary, timeline_line
+from coordinator.replay.plot import CheckpointOutcomes, write_plot
+from coordinator.replay.selection import JournalSource, Selection, journal_source, parse_until
+from coordinator.replay.split import replay_file
+from coordinator.replay.timeline import Acks, ack_progress, format_bytes, job_summary, timeline_line
+from coordinator.simulation.traffic import simulate
 from events.kafka.log import LogMessage, read_journal_topic
 from events.kafka.refusals import AccessRefused
 from events.wire.records import JournalEvent, TaskAcknowledged
@@ -227,8 +227,9 @@ def replay(
         from_file=from_file is not None, selection=selection, quiet=quiet, plot=plot is not None
     )
     split = source is JournalSource.SPLIT
-    # A whole file, quiet, is split by job over this process and a helper (coordinator/split_replay.py);
-    # otherwise a file is checked by a helper process while this one folds it (coordinator/file_check.py).
+    # A whole file, quiet, is split by job over this process and a helper (coordinator/replay/split.py);
+    # otherwise a file is checked by a helper process while this one folds it
+    # (coordinator/replay/file_check.py).
     check = FileCheck(from_file, selection) if verify and from_file is not None and not split else None
     check_here = verify and not split and (check is None or not check.in_helper)
     outcomes = CheckpointOutcomes() if plot is not None else None

@@ -19,7 +19,7 @@ from coordinator.cli.common import (
     need_topics,
 )
 from coordinator.cli.help import CutlineCommand, CutlineGroup
-from coordinator.savepoints import (
+from coordinator.core.savepoints import (
     Disposal,
     Presence,
     Refused,
@@ -30,8 +30,8 @@ from coordinator.savepoints import (
     refuse_needed,
     refuse_outside_roots,
 )
-from coordinator.state import JobState
-from coordinator.timeline import format_bytes, format_time
+from coordinator.core.state import JobState
+from coordinator.replay.timeline import format_bytes, format_time
 from events.kafka.log import read_journal_topic
 from events.wire.records import CheckpointCompleted, CheckpointKind, JournalEvent
 from events.wire.topics import DEFAULT_PREFIX, Topics
@@ -48,7 +48,7 @@ def _journal_states(
     console: Console, bootstrap: str | None, topic_prefix: str
 ) -> tuple[list[JournalEvent], dict[str, JobState]]:
     """The journal topic's effective events (fencing applied, foreign records skipped) and their fold."""
-    from coordinator.decider import fold_jobs
+    from coordinator.core.decider import fold_jobs
 
     bootstrap = need_bootstrap(console, bootstrap)
     need_topics(console, bootstrap, topic_prefix, [Topics(topic_prefix).checkpoints])
@@ -89,7 +89,7 @@ def savepoints_list(
     """The completed savepoints of JOB, from the journal: where, when, how big, still on disk, needed."""
     from rich.table import Table
 
-    from coordinator.savepoints import canonical_location, needed_locations, savepoints
+    from coordinator.core.savepoints import canonical_location, needed_locations, savepoints
 
     errors = Console(stderr=True, highlight=False)
     events, states = _journal_states(errors, bootstrap, topic_prefix)
@@ -140,7 +140,7 @@ def savepoints_list(
 def _presence(events: list[JournalEvent], savepoint: Savepoint) -> Presence:
     """Whether ``savepoint``'s ``_metadata``, or else every state file its journal record names, is
     on the local disk."""
-    from coordinator.savepoints import presence, state_files
+    from coordinator.core.savepoints import presence, state_files
     from events.task.participant import METADATA_FILE, UnsupportedLocation, local_path
 
     def exists(uri: str) -> bool | None:

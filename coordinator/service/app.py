@@ -34,12 +34,13 @@ from confluent_kafka import Producer
 from faust.tables import TableManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from coordinator.group_view import web_client_id
-from coordinator.ownership import UNKNOWN_GENERATION
+from coordinator.core.ownership import UNKNOWN_GENERATION
+from coordinator.core.snapshot import PartitionSnapshot
 from coordinator.service.broker_probe import BrokerProbe, metadata_probe
 from coordinator.service.claims import PartitionRecovery, new_worker_id, snapshot_message
 from coordinator.service.direct import DirectConsumer, use_direct_consumer
 from coordinator.service.gc_schedule import GC_INTERVAL_S, ScheduledCollections
+from coordinator.service.group_view import web_client_id
 from coordinator.service.inputs import InputLoop, Ticker
 from coordinator.service.metrics import InputLag
 from coordinator.service.ports import SystemClock, ThreadExecutor
@@ -48,10 +49,9 @@ from coordinator.service.throttled_log import throttle_repeated_lines
 from coordinator.service.views import host_guard, register_views
 from coordinator.service.watchdog import MEMBER_FILE_ENV, membership_of, record_membership
 from coordinator.service.watcher import JournalWatcher
+from coordinator.service.web_trust import allowed_hosts
 from coordinator.service.worker import Worker
 from coordinator.service.writer import Writer, Written
-from coordinator.snapshot import PartitionSnapshot
-from coordinator.web_trust import allowed_hosts
 from events.dev.broker import create_topics, max_message_bytes, partition_counts, topic_config
 from events.kafka.client_config import aiokafka_security, client_properties, faust_credentials
 from events.kafka.clients import producer_config
@@ -115,7 +115,7 @@ def now_ms() -> int:
 
 LOG_FLUSH_S = 1.0
 """Seconds between two looks for throttled log windows that ended (the count of the dead letters
-a window held back is logged within this of its end: coordinator/log_throttle.py)."""
+a window held back is logged within this of its end: coordinator/service/log_throttle.py)."""
 
 
 def _patch_fetch_wait(wait_ms: int) -> None:

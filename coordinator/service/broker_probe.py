@@ -3,8 +3,8 @@
 A worker whose broker died keeps answering its views from memory, and its Kafka clients retry in
 the background: nothing in its state changes. So a thread of its own asks the broker for the
 journal topic's metadata every :data:`PROBE_INTERVAL_S`, waiting at most :data:`PROBE_TIMEOUT_S`,
-and folds each answer into a :class:`~coordinator.health.BrokerHealth` (pure:
-:func:`coordinator.health.probed`), which ``/ready`` and the dashboard read. It logs one line when
+and folds each answer into a :class:`~coordinator.service.health.BrokerHealth` (pure:
+:func:`coordinator.service.health.probed`), which ``/ready`` and the dashboard read. It logs one line when
 the broker becomes unreachable and one when it answers again, never one per probe; its own client
 logs nothing (the worker's other clients say enough about a refused connection).
 
@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from coordinator.health import BrokerHealth, probed
+from coordinator.service.health import BrokerHealth, probed
 from events.wire.sizes import excerpt
 
 log = logging.getLogger("cutline.coordinator")

@@ -1,6 +1,6 @@
 """Recovering a journal partition (docs/coordinator.md, "N workers, claims and fencing"): the Kafka I/O.
 
-:mod:`coordinator.ownership` decides what a worker does with a partition; this module does the
+:mod:`coordinator.core.ownership` decides what a worker does with a partition; this module does the
 reading and writing each of its commands asks for, one blocking step at a time (a worker runs
 each in a thread), and reports what happened as the fact the state machine takes next:
 
@@ -36,7 +36,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from coordinator.ownership import (
+from coordinator.core.ownership import (
     UNKNOWN_GENERATION,
     Claim,
     ClaimSettled,
@@ -56,8 +56,8 @@ from coordinator.ownership import (
     WriteClaim,
     step,
 )
+from coordinator.core.snapshot import PartitionSnapshot, SnapshotError, decode_snapshot, encode_snapshot
 from coordinator.service.runtime import Coordinator
-from coordinator.snapshot import PartitionSnapshot, SnapshotError, decode_snapshot, encode_snapshot
 from events.kafka.clients import (
     consumer_config,
     job_key,
@@ -130,7 +130,7 @@ SnapshotLoader = Callable[[Coordinator, bytes], tuple[int, int]]
 
 
 def load_fold_snapshot(coordinator: Coordinator, value: bytes) -> tuple[int, int]:
-    """:data:`SnapshotLoader` of :mod:`coordinator.snapshot` frames."""
+    """:data:`SnapshotLoader` of :mod:`coordinator.core.snapshot` frames."""
     snapshot = decode_snapshot(value)
     coordinator.load(snapshot)
     return snapshot.epoch, snapshot.journal_offset
@@ -226,7 +226,7 @@ class PartitionRecovery:
     """The reads and writes of recovering one journal partition for one group generation.
 
     Blocking (confluent-kafka): a worker runs each step in a thread, one step at a time, and
-    hands the fact it returns to :func:`coordinator.ownership.step`. The fold goes into a fresh
+    hands the fact it returns to :func:`coordinator.core.ownership.step`. The fold goes into a fresh
     :class:`~coordinator.service.runtime.Coordinator` that the worker merges into its own once
     the claim holds. ``timeout`` bounds a stalled read (no fetch answer for that long), not the
     fold: a long journal or a paused broker only make it take longer.

@@ -1,4 +1,4 @@
-"""The file system's answers to the runtime's questions (:mod:`coordinator.links`): whether a ``file:``
+"""The file system's answers to the runtime's questions (:mod:`coordinator.core.links`): whether a ``file:``
 path leads out of where it must stay through a symbolic link (docs/security.md).
 
 :class:`FileChecks` is the port the runtime asks through, before it decides; :class:`LocalFiles`
@@ -132,7 +132,7 @@ class BatchFileView:
 
 
 class FileChecks(Protocol):
-    """The file system's answers the runtime asks for before it decides (:mod:`coordinator.links`)."""
+    """The file system's answers the runtime asks for before it decides (:mod:`coordinator.core.links`)."""
 
     def batch(self, scan_after: int) -> AbstractContextManager[object]:
         """Answer the questions asked inside this block as of one view of the file system."""

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from coordinator.health import BrokerHealth
 from coordinator.service.gc_schedule import ScheduledCollections
+from coordinator.service.health import BrokerHealth
 from coordinator.service.runtime import Coordinator
 from events.task.latency import MAX_HISTOGRAMS, Granularity, HistogramKey
 
@@ -44,7 +44,7 @@ class PartitionView:
     journal_offset: int
     recovery_seconds: float | None
     phase: str = "DECIDING"
-    """Its :class:`coordinator.ownership.Phase`: ``STEPPED_DOWN`` when a newer claim fenced it."""
+    """Its :class:`coordinator.core.ownership.Phase`: ``STEPPED_DOWN`` when a newer claim fenced it."""
     why: str | None = None
     """Why it is not decided here (None: it is)."""
     undecided_seconds: float = 0.0

@@ -30,11 +30,11 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
-from coordinator.ownership import Fact
+from coordinator.core.ownership import Fact
+from coordinator.core.snapshot import PartitionSnapshot
 from coordinator.service.file_view import FileChecks
 from coordinator.service.runtime import Coordinator, Outgoing
 from coordinator.service.writer import Written
-from coordinator.snapshot import PartitionSnapshot
 from events.task import storage
 
 T = TypeVar("T")

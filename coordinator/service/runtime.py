@@ -5,12 +5,12 @@
 
 1. decode: the bytes, the topic, the key, the partition and the answered epoch are checked;
 2. ask: what the file system must say about the ``file:`` paths the decision could accept or
-   write (:mod:`coordinator.links`, through the :class:`~coordinator.service.ports.FileChecks` port),
+   write (:mod:`coordinator.core.links`, through the :class:`~coordinator.service.ports.FileChecks` port),
    handed to the decider as data;
-3. decide: :func:`coordinator.decider.decide_steps`, pure;
-4. encode: journal records, barriers and ``_metadata`` objects (:mod:`coordinator.encoding`, pure;
+3. decide: :func:`coordinator.core.decider.decide_steps`, pure;
+4. encode: journal records, barriers and ``_metadata`` objects (:mod:`coordinator.core.encoding`, pure;
    a record that would not fit its topic refuses the input), then the fold takes the result
-   (:class:`coordinator.fold_state.FoldState`).
+   (:class:`coordinator.core.fold_state.FoldState`).
 
 Nothing after ``decide`` reads or writes a file: the worker writes the outcome's metadata objects
 before its journal records, then publishes (journal first, then barriers and dead letters). The
@@ -37,18 +37,18 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import cast
 
-from coordinator.checks import stale_answer
-from coordinator.commands import Command, Tick
-from coordinator.decider import InputRejected, Rejection, decide_steps
-from coordinator.encoding import Encoder, MetadataObject, Outgoing
-from coordinator.fold_state import FoldState, parse_cause
-from coordinator.inbox import ACCEPTED, command_for, dead_letter, envelope_problem
-from coordinator.links import Below, questions, with_links
+from coordinator.core.checks import stale_answer
+from coordinator.core.commands import Command, Tick
+from coordinator.core.decider import InputRejected, Rejection, decide_steps
+from coordinator.core.encoding import Encoder, MetadataObject, Outgoing
+from coordinator.core.fold_state import FoldState, parse_cause
+from coordinator.core.inbox import ACCEPTED, command_for, dead_letter, envelope_problem
+from coordinator.core.links import Below, questions, with_links
+from coordinator.core.snapshot import PartitionSnapshot
+from coordinator.core.state import JobState, initial_state
+from coordinator.core.stats import CheckpointStats
 from coordinator.service.file_view import SCAN_AFTER, FileChecks, LocalFiles
 from coordinator.service.throttled_log import ThrottledLog
-from coordinator.snapshot import PartitionSnapshot
-from coordinator.state import JobState, initial_state
-from coordinator.stats import CheckpointStats
 from events.kafka.clients import job_key, partition_for
 from events.task.latency import (
     MAX_HISTOGRAMS,

@@ -1,4 +1,4 @@
-"""A logger's warnings through a :class:`~coordinator.log_throttle.LogThrottle`: one line per key and
+"""A logger's warnings through a :class:`~coordinator.service.log_throttle.LogThrottle`: one line per key and
 interval, then a line counting those held back (docs/coordinator.md, "Logs")."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from coordinator.log_throttle import DEFAULT_INTERVAL_MS, HeldBack, LogThrottle
+from coordinator.service.log_throttle import DEFAULT_INTERVAL_MS, HeldBack, LogThrottle
 
 __all__ = ["NOISY_LOGGERS", "RepeatedLines", "ThrottledLog", "throttle_repeated_lines"]
 

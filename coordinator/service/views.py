@@ -1,7 +1,7 @@
 """The coordinator's web views: the dashboard, its JSON views and Prometheus metrics (read-only).
 
 Any worker shows the whole group: ``/jobs`` asks the other members of the group for their own
-jobs (``?local=1``) and merges the answers (coordinator/group_view.py), and a job's views on a
+jobs (``?local=1``) and merges the answers (coordinator/service/group_view.py), and a job's views on a
 worker that does not own the job answer with the owner's. Peers are asked on the event loop with
 short timeouts; one that is down or slow is shown as unreachable, never an error.
 """
@@ -25,7 +25,12 @@ import faust
 from aiohttp import web as aiohttp_web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from coordinator.group_view import (
+from coordinator.core.ownership import Phase
+from coordinator.core.state import JobState, state_json
+from coordinator.core.stats import CheckpointStats, checkpoints_json, config_json, details_json, task_rows
+from coordinator.service.broker_probe import BrokerProbe, now_ms
+from coordinator.service.gc_schedule import ScheduledCollections
+from coordinator.service.group_view import (
     LOCAL_ONLY,
     PeerAnswer,
     PeerAnswered,
@@ -34,17 +39,12 @@ from coordinator.group_view import (
     owner_of,
     peers_to_ask,
 )
-from coordinator.health import Readiness, broker_json, readiness
-from coordinator.job_view import config_rows, job_json, summary_json
-from coordinator.ownership import Phase
-from coordinator.service.broker_probe import BrokerProbe, now_ms
-from coordinator.service.gc_schedule import ScheduledCollections
+from coordinator.service.health import Readiness, broker_json, readiness
+from coordinator.service.job_view import config_rows, job_json, summary_json
 from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
 from coordinator.service.runtime import Coordinator
+from coordinator.service.web_trust import host_refusal, linkable
 from coordinator.service.worker import Worker
-from coordinator.state import JobState, state_json
-from coordinator.stats import CheckpointStats, checkpoints_json, config_json, details_json, task_rows
-from coordinator.web_trust import host_refusal, linkable
 from events.task.latency import LatencyHistograms, latency_json
 from events.wire.sizes import excerpt
 from events.wire.topics import Topics
@@ -291,7 +291,8 @@ def local_jobs(views: ViewContext) -> list[dict[str, Any]]:
 
 
 def linked(url: str) -> str | None:
-    """``url`` when the dashboard may link it (an http(s) URL, coordinator/web_trust.py), else None."""
+    """``url`` when the dashboard may link it (an http(s) URL, see coordinator/service/web_trust.py),
+    else None."""
     return url if linkable(url) else None
 
 
@@ -515,7 +516,7 @@ REFUSED_NAMES_LOGGED = 100
 
 def host_guard(allowed: frozenset[str]) -> Callable[..., Awaitable[aiohttp_web.StreamResponse]]:
     """An aiohttp middleware that answers 421 to a request whose Host header does not name this
-    coordinator (DNS rebinding, coordinator/web_trust.py), saying which option allows a name."""
+    coordinator (DNS rebinding, coordinator/service/web_trust.py), saying which option allows a name."""
     logged: set[str] = set()
 
     @aiohttp_web.middleware

@@ -4,7 +4,7 @@ A worker that keeps deciding a partition after another worker claimed it writes 
 records (the fencing rule), and without reading the journal it would never notice: its views
 would show the partition healthy while none of its checkpoints count. So one thread per worker
 tails the journal partitions it holds, from its own claim on, and hands every claim it reads
-to the worker (:class:`coordinator.ownership.ClaimRead`): a newer one makes the worker step
+to the worker (:class:`coordinator.core.ownership.ClaimRead`): a newer one makes the worker step
 down at once. Other records are skipped by their fingerprint, without decoding them.
 
 The position it has read to, reported with each batch's claims, is what makes a fold snapshot
@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
-from coordinator.ownership import Claim
+from coordinator.core.ownership import Claim
 from coordinator.service.claims import claim_of
 from events.kafka.clients import consumer_config
 from events.kafka.log import log_message

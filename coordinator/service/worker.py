@@ -1,6 +1,6 @@
 """The worker: ownership, recovery and fold snapshots of journal partitions, independent of Faust.
 
-It holds this worker's :class:`coordinator.ownership.Ownership`, turns what the transport tells it
+It holds this worker's :class:`coordinator.core.ownership.Ownership`, turns what the transport tells it
 (assignments, revocations, the claims the journal watcher reads) into the state machine's facts,
 and carries out the commands that come back: recovery steps on the executor (a
 :class:`~coordinator.service.ports.Recovery` per partition and generation), barriers resent and
@@ -13,7 +13,7 @@ Everything it does outside itself goes through the ports of :mod:`coordinator.se
 threads, the deterministic simulator (:mod:`coordinator.simulation`) its in-memory log and seeded
 scheduler, and runs this same class.
 
-No decision about ownership is taken here: they are all :func:`coordinator.ownership.step`'s.
+No decision about ownership is taken here: they are all :func:`coordinator.core.ownership.step`'s.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.ownership import (
+from coordinator.core.ownership import (
     BarriersResent,
     Claim,
     ClaimRead,
@@ -75,7 +75,7 @@ UNDECIDED_WARN_S = 10.0
 UNDECIDED_REPEAT_S = 60.0
 
 Rules = Callable[[Ownership, Fact], OwnershipStep]
-"""The ownership rules: :func:`coordinator.ownership.step` (the simulator can show older ones)."""
+"""The ownership rules: :func:`coordinator.core.ownership.step` (the simulator can show older ones)."""
 
 
 @dataclass(slots=True)

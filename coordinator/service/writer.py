@@ -29,7 +29,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from coordinator.encoding import Outgoing
+from coordinator.core.encoding import Outgoing
 from events.kafka.clients import producer_config
 from events.wire.sizes import TopicLimits
 

@@ -11,5 +11,5 @@ the decider in it) run under one seeded scheduler over a simulated group and log
 - :mod:`coordinator.simulation.oracle`: the invariants;
 - :mod:`coordinator.simulation.world`: one seed's world, its faults, the run.
 
-``python -m coordinator.simulate_ownership`` runs seeds and replays one.
+``python -m coordinator.simulation.run`` runs seeds and replays one.
 """

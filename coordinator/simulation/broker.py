@@ -22,6 +22,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from coordinator.core.snapshot import PartitionSnapshot
 from coordinator.service.claims import (
     PartitionRecovery,
     StoredSnapshot,
@@ -32,7 +33,6 @@ from coordinator.service.claims import (
 from coordinator.service.runtime import Outgoing
 from coordinator.service.writer import Written
 from coordinator.simulation.oracle import RecoveryReads
-from coordinator.snapshot import PartitionSnapshot
 from events.kafka.log import LogMessage
 from events.wire.codec import DecodeError, default_codec
 from events.wire.fencing import HeaderDict, epoch_of
@@ -40,7 +40,7 @@ from events.wire.records import CoordinatorClaimed
 from events.wire.topics import Topics
 
 if TYPE_CHECKING:
-    from coordinator.ownership import Claim
+    from coordinator.core.ownership import Claim
     from coordinator.simulation.loop import SimClock
 
 

@@ -29,11 +29,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from coordinator.decider import evolve
-from coordinator.ownership import Claim
+from coordinator.core.decider import evolve
+from coordinator.core.ownership import Claim
+from coordinator.core.state import JobState, initial_state
 from coordinator.service.claims import claim_of
 from coordinator.service.runtime import parse_cause
-from coordinator.state import JobState, initial_state
 from events.kafka.log import JournalRecord, LogMessage, fenced_journal
 from events.wire.fencing import Fence, epoch_of
 from events.wire.records import CheckpointCompleted, CheckpointTriggered, CoordinatorClaimed

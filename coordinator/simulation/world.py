@@ -39,8 +39,9 @@ from enum import StrEnum
 from random import Random
 from typing import Any
 
-from coordinator import ownership as own
-from coordinator.ownership_legacy import legacy_step
+from coordinator.core import ownership as own
+from coordinator.core.snapshot import decode_snapshot
+from coordinator.core.testing import config
 from coordinator.service.inputs import InputLoop, Ticker
 from coordinator.service.runtime import Coordinator
 from coordinator.service.worker import Rules as OwnershipRules
@@ -55,6 +56,7 @@ from coordinator.simulation.broker import (
     SimWrites,
 )
 from coordinator.simulation.files import SimFiles, SimMetadata
+from coordinator.simulation.legacy_ownership import legacy_step
 from coordinator.simulation.loop import BusyLoop, Job, Scheduler, SimClock, SimExecutor, SimLoop
 from coordinator.simulation.oracle import (
     TP,
@@ -71,8 +73,6 @@ from coordinator.simulation.oracle import (
     check_step_down,
     check_window,
 )
-from coordinator.snapshot import decode_snapshot
-from coordinator.testing import config
 from events.kafka.clients import job_key, partition_for
 from events.wire.codec import default_codec
 from events.wire.fencing import EPOCH_HEADER
@@ -116,9 +116,9 @@ class Rules(StrEnum):
     """Which ownership rules the workers follow."""
 
     CURRENT = "current"
-    """:func:`coordinator.ownership.step`."""
+    """:func:`coordinator.core.ownership.step`."""
     LEGACY = "legacy"
-    """The old coordinator's (:mod:`coordinator.ownership_legacy`)."""
+    """The old coordinator's (:mod:`coordinator.simulation.legacy_ownership`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +249,7 @@ class SimulationFailed(AssertionError):
         super().__init__(
             f"seed {seed} ({rules.value} rules), step {step} ({at:.3f} s): {violation}\n"
             f"last {len(self.trace)} lines:\n" + "\n".join(self.trace) + "\n"
-            f"replay: uv run python -m coordinator.simulate_ownership --seed {seed}{flag} -v"
+            f"replay: uv run python -m coordinator.simulation.run --seed {seed}{flag} -v"
         )
 
 

@@ -175,7 +175,7 @@ _DECODERS: dict[type, Callable[[Mapping[str, Any]], Any]] = {}
 
 PLAIN_DEFAULTS = (type(None), bool, int, float, str)
 """Defaults that are their own Avro value: a missing field takes them without conversion (the
-compiled record decoders here, and journal files read as written, ``coordinator/journal.py``)."""
+compiled record decoders here, and journal files read as written, ``coordinator/replay/journal.py``)."""
 
 
 def _compile_decoder(cls: type) -> Callable[[Mapping[str, Any]], Any]:

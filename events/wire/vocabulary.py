@@ -6,7 +6,7 @@ the topics meets: the Kafka headers, the reasons of dead letters, and the reason
 
 The reasons the decider refuses an input with, :class:`Rejection`, are here too, so the wire's
 vocabulary is complete in ``events`` and ``events`` imports nothing of ``coordinator``
-(tests/unit/test_layers.py); ``coordinator.checks`` and ``coordinator.decider`` use them.
+(tests/unit/test_layers.py); ``coordinator.core.checks`` and ``coordinator.core.decider`` use them.
 
 Pure: the standard library only (tests/unit/test_layers.py).
 """

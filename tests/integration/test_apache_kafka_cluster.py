@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient
 from support import eventually
 from test_ownership_races import Checkpointing, spread_jobs
 
-from coordinator.invariants import first_violation
+from coordinator.core.invariants import first_violation
 from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.apache_kafka import ROLE_USERS, ApacheKafka

@@ -25,14 +25,14 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from support import eventually
 from test_ownership_races import Checkpointing, spread_jobs
 
-from coordinator.decider import fold_jobs
+from coordinator.core.decider import fold_jobs
+from coordinator.core.state import state_json
 from coordinator.service.app import Settings, broker_supports_idempotence, ensure_topics
 from coordinator.service.claims import claim_partition, snapshot_key
 from coordinator.service.runtime import Outgoing
 from coordinator.service.supervisor import CoordinatorProcess
 from coordinator.service.writer import Writer, Written
-from coordinator.simulate import simulate
-from coordinator.state import state_json
+from coordinator.simulation.traffic import simulate
 from events.dev.apache_kafka import ApacheKafka
 from events.dev.broker import create_topics
 from events.kafka.clients import consumer_config, job_key, watermark_offsets

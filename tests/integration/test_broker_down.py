@@ -25,8 +25,8 @@ import pytest
 from playwright.sync_api import sync_playwright
 from support import TEST_PARTITIONS, LocalBroker, eventually, local_broker
 
-from coordinator.doctor import CheckStatus, diagnose
 from coordinator.service.app import Settings, ensure_topics
+from coordinator.service.doctor import CheckStatus, diagnose
 from coordinator.service.supervisor import CoordinatorProcess
 from events.task.participant import JobDriver
 from events.wire.records import CheckpointConfig

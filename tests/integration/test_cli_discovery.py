@@ -17,7 +17,7 @@ from uuid import uuid4
 import pytest
 from support import broker_kind, create_protocol_topics, eventually
 
-from coordinator.group_view import views_url, web_client_id
+from coordinator.service.group_view import views_url, web_client_id
 from coordinator.service.supervisor import CoordinatorProcess
 from events.task.participant import JobDriver
 from events.wire.records import CheckpointConfig

@@ -21,10 +21,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 from support import create_protocol_topics, eventually
 
-from coordinator.decider import fold_jobs
-from coordinator.invariants import first_violation
+from coordinator.core.decider import fold_jobs
+from coordinator.core.invariants import first_violation
+from coordinator.core.state import state_json
 from coordinator.service.supervisor import CoordinatorProcess
-from coordinator.state import state_json
 from events.dev.broker import create_topics
 from events.kafka.clients import consumer_config, producer_config
 from events.kafka.log import LogMessage, read_journal_topic, read_to_end

@@ -23,10 +23,10 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 from support import TEST_PARTITIONS, eventually
 
+from coordinator.core.stats import HISTORY_SIZE
 from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.supervisor import CoordinatorProcess
-from coordinator.stats import HISTORY_SIZE
-from coordinator.units import UNLIMITED
+from coordinator.service.units import UNLIMITED
 from events.task.participant import JobDriver, Participant
 from events.wire.records import CheckpointConfig, CheckpointKind, CheckpointRequested
 from events.wire.topics import Topics

@@ -28,7 +28,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 from support import create_protocol_topics, eventually, on_apache_kafka
 
-from coordinator.invariants import first_violation
+from coordinator.core.invariants import first_violation
 from coordinator.service.app import Settings, TopicLayoutError, settle_partitions
 from coordinator.service.claims import snapshot_key
 from coordinator.service.supervisor import CoordinatorProcess, stop_all

@@ -21,7 +21,8 @@ import pytest
 from confluent_kafka import Producer
 from support import LocalBroker, local_broker
 
-from coordinator.decider import fold_jobs
+from coordinator.core.decider import fold_jobs
+from coordinator.core.state import state_json
 from coordinator.service.claims import (
     ClaimedPartition,
     PartitionCountChanged,
@@ -29,8 +30,7 @@ from coordinator.service.claims import (
     snapshot_message,
 )
 from coordinator.service.runtime import Coordinator
-from coordinator.simulate import simulate
-from coordinator.state import state_json
+from coordinator.simulation.traffic import simulate
 from events.dev.broker import create_topics
 from events.kafka.clients import job_key, producer_config
 from events.kafka.log import read_to_end

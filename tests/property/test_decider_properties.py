@@ -5,7 +5,7 @@ task #j", "let time jump past the timeout", "restart from the latest
 savepoint", some garbage) and maps each onto a concrete command against the
 state the coordinator holds at that moment, so checkpoints really complete,
 expire, get subsumed and fail jobs. Each test states one property (docs/design.md, "The checkpoint decider";
-style anchors lessons 11-13); ``coordinator.invariants`` states the journal
+style anchors lessons 11-13); ``coordinator.core.invariants`` states the journal
 rules once, for these tests and for ``cutline replay --verify``.
 
 Set ``CUTLINE_PROPERTY_PROFILE=thorough`` for a long run.
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, find, given, settings
 from hypothesis import strategies as st
 
-from coordinator.commands import (
+from coordinator.core.commands import (
     AcknowledgeCheckpoint,
     ChangeJobStatus,
     ChangeTaskStatus,
@@ -32,7 +32,7 @@ from coordinator.commands import (
     RequestCheckpoint,
     Tick,
 )
-from coordinator.decider import (
+from coordinator.core.decider import (
     Decision,
     InputRejected,
     decide,
@@ -43,9 +43,9 @@ from coordinator.decider import (
     fold_jobs,
     inline_limit,
 )
-from coordinator.invariants import Violation, first_violation, violations
-from coordinator.state import JobState, Reason, initial_state
-from coordinator.testing import (
+from coordinator.core.invariants import Violation, first_violation, violations
+from coordinator.core.state import JobState, Reason, initial_state
+from coordinator.core.testing import (
     LOCATION,
     ack,
     config,
@@ -139,7 +139,8 @@ class Scenario:
 
 
 def render(command: Command) -> str:
-    """A command as the ``coordinator.testing`` builder call that makes it: short, and pastes into a test."""
+    """A command as the ``coordinator.core.testing`` builder call that makes it: short, and pastes into
+    a test."""
     match command:
         case ChangeJobStatus(changed=c):
             cfg = ""

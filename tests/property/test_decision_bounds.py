@@ -15,12 +15,12 @@ import os
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from coordinator.admission import TRIGGER_HEADROOM
-from coordinator.checks import InputRejected
-from coordinator.commands import Command
-from coordinator.decider import decide, fold
-from coordinator.state import JobState, initial_state
-from coordinator.testing import (
+from coordinator.core.admission import TRIGGER_HEADROOM
+from coordinator.core.checks import InputRejected
+from coordinator.core.commands import Command
+from coordinator.core.decider import decide, fold
+from coordinator.core.state import JobState, initial_state
+from coordinator.core.testing import (
     ack,
     cancel,
     config,

@@ -9,8 +9,8 @@ from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.checks import stale_answer
-from coordinator.timeline import record_json
+from coordinator.core.checks import stale_answer
+from coordinator.replay.timeline import record_json
 from events.kafka.clients import job_key
 from events.kafka.feed import JobRecords
 from events.kafka.log import fenced_journal, log_message

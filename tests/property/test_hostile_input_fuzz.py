@@ -19,7 +19,7 @@ from urllib.parse import unquote
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.decider import fold_jobs
+from coordinator.core.decider import fold_jobs
 from coordinator.service.runtime import Coordinator, Outcome
 from events.wire.codec import decode, encode
 from events.wire.records import (

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.ownership import Claim
+from coordinator.core.ownership import Claim
+from coordinator.core.testing import config
 from coordinator.service.claims import generation_header
-from coordinator.simulate_ownership import (
+from coordinator.simulation.run import (
     SEED_ENV,
     Deciding,
     Oracle,
@@ -31,7 +32,6 @@ from coordinator.simulate_ownership import (
     simulate,
 )
 from coordinator.simulation.world import Rules, SimulationFailed, World, late_claim, unrecoverable_partition
-from coordinator.testing import config
 from events.kafka.log import LogMessage
 from events.wire.codec import default_codec
 from events.wire.fencing import HeaderDict, epoch_header
@@ -54,7 +54,7 @@ class TestSeeds:
         """2,000 seeds of rebalances (back to back too), pauses (in the middle of a claim too),
         kills, joins, leaves, broker pauses, failing writes, slow and failing snapshot reads, long
         journals and compaction: no invariant breaks. (Its speed is a benchmark's business:
-        ``python -m coordinator.simulate_ownership --seeds 2000 --processes 2`` prints it; a timed
+        ``python -m coordinator.simulation.run --seeds 2000 --processes 2`` prints it; a timed
         assertion fails on a busy machine, not on slow code.)"""
         summary = run_seeds(0, SEEDS, processes=2)
 
@@ -84,7 +84,7 @@ class TestSeeds:
         assert 6 == failed.value.violation.invariant
         assert f"seed 3 (current rules), step {failed.value.step}" in report
         assert 0 < len(failed.value.trace) <= 40
-        assert "replay: uv run python -m coordinator.simulate_ownership --seed 3 -v" in report
+        assert "replay: uv run python -m coordinator.simulation.run --seed 3 -v" in report
 
     def test_the_command_line_replays_one_seed(
         self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -171,7 +171,7 @@ class _waiting_for_every_partition:
         async def waiting(loop: Any, records: Any) -> Any:
             import asyncio
 
-            from coordinator.ownership import Phase
+            from coordinator.core.ownership import Phase
 
             holds = loop.worker.ownership.holds
             while any(holds.get(r.partition) is not None and holds[r.partition].phase is not Phase.DECIDING

@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_decider_properties import PROPERTY, Scenario, play, scenarios
 
-from coordinator.decider import InputRejected, evolve
-from coordinator.snapshot import PartitionSnapshot, decode_snapshot, encode_snapshot, trigger_key
-from coordinator.state import JobState, initial_state
-from coordinator.stats import CheckpointStats, track
-from coordinator.testing import differences
+from coordinator.core.decider import InputRejected, evolve
+from coordinator.core.snapshot import PartitionSnapshot, decode_snapshot, encode_snapshot, trigger_key
+from coordinator.core.state import JobState, initial_state
+from coordinator.core.stats import CheckpointStats, track
+from coordinator.core.testing import differences
 from events.wire.codec import default_codec
 from events.wire.records import JournalEvent
 

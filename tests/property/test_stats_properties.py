@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from test_decider_properties import PROPERTY, Scenario, scenarios
 from test_snapshot_properties import fold_with_stats
 
-from coordinator.stats import with_progress
+from coordinator.core.stats import with_progress
 from events.wire.records import TaskAcknowledged
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.commands import Command
-from coordinator.decider import Decision, decide, fold
-from coordinator.state import JobState, initial_state
-from coordinator.testing import JOB, ack, cancel, decline, request, running, stop, tick
+from coordinator.core.commands import Command
+from coordinator.core.decider import Decision, decide, fold
+from coordinator.core.state import JobState, initial_state
+from coordinator.core.testing import JOB, ack, cancel, decline, request, running, stop, tick
 from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,

@@ -12,7 +12,7 @@ import random
 import statistics
 import tracemalloc
 
-from coordinator.decider import fold
+from coordinator.core.decider import fold
 from coordinator.service.runtime import Coordinator
 from events.wire.codec import encode
 from events.wire.records import (

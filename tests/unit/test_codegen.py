@@ -25,17 +25,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import coordinator.commands
+import coordinator.core.commands
 import coordinator.service.runtime
 import events.wire.records
 import events.wire.validation
-from coordinator.state import JobState, PendingCheckpoint, Scheduler, pending_checkpoint, with_tasks
-from coordinator.testing import run_commands, running, tick
+from coordinator.core.state import JobState, PendingCheckpoint, Scheduler, pending_checkpoint, with_tasks
+from coordinator.core.testing import run_commands, running, tick
 from events.wire.codec import _from_avro_fields, avro_decoder, to_avro
 from events.wire.codegen import compile_into, define, fast_init, replacer, slot_setters
 from events.wire.records import CheckpointConfig, CheckpointTriggered, StateHandle
 
-SCANNED = (events.wire.records, events.wire.validation, coordinator.commands, coordinator.service.runtime)
+SCANNED = (
+    events.wire.records,
+    events.wire.validation,
+    coordinator.core.commands,
+    coordinator.service.runtime,
+)
 USERS = sorted(
     {
         cls

@@ -10,9 +10,9 @@ decision follows.
 
 from __future__ import annotations
 
-from coordinator.decider import decide, due_at, fold
-from coordinator.state import JobState, initial_state
-from coordinator.testing import JOB, ack, config, job_status, request, running, tick
+from coordinator.core.decider import decide, due_at, fold
+from coordinator.core.state import JobState, initial_state
+from coordinator.core.testing import JOB, ack, config, job_status, request, running, tick
 from events.wire.records import (
     CheckpointCompleted,
     CheckpointTriggered,

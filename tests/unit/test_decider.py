@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.decider import Rejection, barriers_owed, due_at, inline_limit, savepoint_name
-from coordinator.state import MAX_QUEUED_REQUESTS, Reason
-from coordinator.testing import (
+from coordinator.core.decider import Rejection, barriers_owed, due_at, inline_limit, savepoint_name
+from coordinator.core.state import MAX_QUEUED_REQUESTS, Reason
+from coordinator.core.testing import (
     JOB,
     LOCATION,
     Given,

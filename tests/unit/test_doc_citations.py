@@ -98,7 +98,7 @@ def problems() -> list[str]:
 
 
 def test_every_cited_module_name_and_file_exists() -> None:
-    """A doc that cites `coordinator.decider.decide` or `coordinator/service/runtime.py` cites code
+    """A doc that cites `coordinator.core.decider.decide` or `coordinator/service/runtime.py` cites code
     that is there today; a move or a rename updates the docs with it."""
     assert [] == problems()
 
@@ -107,15 +107,15 @@ def test_the_docs_cite_code_at_all() -> None:
     """The scan finds the citations it checks (a broken pattern would find none and pass)."""
     cited = {reference for _, reference in citations()}
 
-    assert "coordinator/decider.py" in cited
+    assert "coordinator/core/decider.py" in cited
     assert "coordinator.service.writer.Writer" in cited
 
 
 def test_a_stale_citation_is_named_with_what_is_missing() -> None:
-    assert "coordinator.decider defines no 'decide_everything'" == dotted_problem(
-        "coordinator.decider.decide_everything"
+    assert "coordinator.core.decider defines no 'decide_everything'" == dotted_problem(
+        "coordinator.core.decider.decide_everything"
     )
-    assert dotted_problem("coordinator.decider.decide") is None
+    assert dotted_problem("coordinator.core.decider.decide") is None
     assert dotted_problem("events.wire.vocabulary.Rejection.NOT_A_REASON") == (
         "events.wire.vocabulary.Rejection defines no 'NOT_A_REASON'"
     )

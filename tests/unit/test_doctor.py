@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.doctor import CheckStatus, check_java, check_python, java_major
+from coordinator.service.doctor import CheckStatus, check_java, check_python, java_major
 
 
 @pytest.mark.parametrize(

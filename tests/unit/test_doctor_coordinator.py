@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from coordinator.doctor import Check, CheckStatus, beside_the_broker, check_coordinator, coordinator_verdict
+from coordinator.service.doctor import (
+    Check,
+    CheckStatus,
+    beside_the_broker,
+    check_coordinator,
+    coordinator_verdict,
+)
 
 BASE = "http://127.0.0.1:6066"
 BROKER_DOWN = {

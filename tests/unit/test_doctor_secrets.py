@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from coordinator.cli import app
-from coordinator.doctor import CheckStatus, check_client_settings, diagnose
+from coordinator.service.doctor import CheckStatus, check_client_settings, diagnose
 from events.kafka.client_config import REDACTED
 
 LISTS = Path(__file__).parent.parent / "client_properties"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.checks import Rejection
-from coordinator.testing import config, given, running
+from coordinator.core.checks import Rejection
+from coordinator.core.testing import config, given, running
 from events.task.participant import JobDriver
 from events.wire.records import CheckpointConfig
 from events.wire.topics import Topics

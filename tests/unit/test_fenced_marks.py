@@ -6,7 +6,7 @@ the tail shows as fenced out is exactly what replay, the participants and the co
 
 from __future__ import annotations
 
-from coordinator.state import Reason
+from coordinator.core.state import Reason
 from events.kafka.log import FencedMarks, LogMessage
 from events.wire.codec import encode
 from events.wire.fencing import epoch_header

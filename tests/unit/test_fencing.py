@@ -7,7 +7,7 @@ from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.decider import fold_jobs
+from coordinator.core.decider import fold_jobs
 from events.kafka.log import LogMessage, fenced_journal, log_message
 from events.wire.codec import encode
 from events.wire.fencing import (

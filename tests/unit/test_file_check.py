@@ -1,4 +1,4 @@
-"""replay --verify's check of a journal file in a helper process (coordinator/file_check.py), on
+"""replay --verify's check of a journal file in a helper process (coordinator/replay/file_check.py), on
 real journal files: the verdict is always the one-process verdict."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import Cut, _Selection
-from coordinator.file_check import FileCheck, FirstViolation, check_file
-from coordinator.invariants import first_violation
-from coordinator.journal import write_journal
-from coordinator.simulate import simulate
+from coordinator.core.invariants import first_violation
+from coordinator.replay.file_check import FileCheck, FirstViolation, check_file
+from coordinator.replay.journal import write_journal
+from coordinator.simulation.traffic import simulate
 from events.wire.records import CheckpointCompleted, JournalEvent, TaskAcknowledged
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ class TestFileCheck:
 import json, os
 from pathlib import Path
 from coordinator.cli import Cut, _Selection
-from coordinator.file_check import FileCheck
+from coordinator.replay.file_check import FileCheck
 path = Path({str(path)!r})
 answers = {{}}
 with FileCheck(path, _Selection(Cut())) as check:

@@ -1,11 +1,11 @@
-"""One view of the coordinator group (coordinator/group_view.py): this worker's jobs and its peers'
+"""One view of the coordinator group (coordinator/service/group_view.py): this worker's jobs and its peers'
 answers merged into every job of the group with its owner, and the peers that could not be asked."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from coordinator.group_view import (
+from coordinator.service.group_view import (
     GroupView,
     OwnedJob,
     PeerAnswered,

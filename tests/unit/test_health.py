@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from coordinator.health import (
+from coordinator.service.broker_probe import BrokerProbe
+from coordinator.service.health import (
     FAILURES_BEFORE_UNREACHABLE,
     BrokerHealth,
     Readiness,
@@ -14,7 +15,6 @@ from coordinator.health import (
     probed,
     readiness,
 )
-from coordinator.service.broker_probe import BrokerProbe
 
 BROKER = "127.0.0.1:9092"
 DOWN = "Failed to get metadata: Local: Broker transport failure"

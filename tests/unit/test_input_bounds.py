@@ -8,11 +8,11 @@ never share a directory.
 
 from __future__ import annotations
 
-from coordinator.checks import Rejection
-from coordinator.decider import MAX_QUOTED_MESSAGE_CHARS, NAMED_TASKS, savepoint_name
-from coordinator.snapshot import PartitionSnapshot, encode_snapshot
-from coordinator.state import MAX_CONCURRENT_CHECKPOINTS, MAX_PENDING_SAVEPOINTS, MAX_QUEUED_REQUESTS
-from coordinator.testing import (
+from coordinator.core.checks import Rejection
+from coordinator.core.decider import MAX_QUOTED_MESSAGE_CHARS, NAMED_TASKS, savepoint_name
+from coordinator.core.snapshot import PartitionSnapshot, encode_snapshot
+from coordinator.core.state import MAX_CONCURRENT_CHECKPOINTS, MAX_PENDING_SAVEPOINTS, MAX_QUEUED_REQUESTS
+from coordinator.core.testing import (
     JOB,
     ack,
     cancel,

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
+from coordinator.core.snapshot import PartitionSnapshot
 from coordinator.service.inputs import TICK_RESEND_MS, InputLoop, Ticker
 from coordinator.service.runtime import Coordinator, Outgoing
 from coordinator.service.worker import Owner, Worker
 from coordinator.service.writer import Written
-from coordinator.snapshot import PartitionSnapshot
 from events.wire.topics import Topics
 
 T = TypeVar("T")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.decider import evolve
-from coordinator.job_view import config_rows, describe_restart_strategy, job_json, summary_json
-from coordinator.state import JobState, initial_state
-from coordinator.stats import CheckpointStats, track, with_progress
-from coordinator.testing import JOB, ack, config, job_status, run_commands, running, tick
-from coordinator.units import UNLIMITED, format_bytes, format_count, format_duration
+from coordinator.core.decider import evolve
+from coordinator.core.state import JobState, initial_state
+from coordinator.core.stats import CheckpointStats, track, with_progress
+from coordinator.core.testing import JOB, ack, config, job_status, run_commands, running, tick
+from coordinator.service.job_view import config_rows, describe_restart_strategy, job_json, summary_json
+from coordinator.service.units import UNLIMITED, format_bytes, format_count, format_duration
 from events.wire.records import JobStatus, RestartStrategy, RestartStrategyKind
 
 

@@ -1,4 +1,4 @@
-"""Journal files (coordinator/journal.py) and the traffic simulation that fills them."""
+"""Journal files (coordinator/replay/journal.py) and the traffic simulation that fills them."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import avro.io
 import fastavro
 import pytest
 
-from coordinator import journal
-from coordinator.decider import _replace_state, fold_jobs
-from coordinator.invariants import first_violation
-from coordinator.journal import (
+from coordinator.core.decider import _replace_state, fold_jobs
+from coordinator.core.invariants import first_violation
+from coordinator.replay import journal
+from coordinator.replay.journal import (
     _CLASSES,
     JOURNAL_SCHEMA_NAME,
     FileTally,
@@ -34,7 +34,7 @@ from coordinator.journal import (
     read_journal_share,
     write_journal,
 )
-from coordinator.simulate import START_MS, Rates, simulate, simulate_steps
+from coordinator.simulation.traffic import START_MS, Rates, simulate, simulate_steps
 from events.wire.codec import SCHEMAS_DIR, _from_avro_fields, from_avro, to_avro
 from events.wire.records import (
     JOURNAL_RECORDS,

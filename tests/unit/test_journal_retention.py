@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.doctor import CheckStatus, check_retention
 from coordinator.service.app import JournalRetentionError, Settings, check_journal_retention
+from coordinator.service.doctor import CheckStatus, check_retention
 
 SETTINGS = Settings("broker:9092", "t.")
 

@@ -301,7 +301,7 @@ def test_cutline_status_prints_p50_and_p99_per_operator() -> None:
     """``cutline status`` adds a table of the job's latency per operator, and none without markers."""
     from rich.console import Console
 
-    from coordinator.timeline import render_status
+    from coordinator.replay.timeline import render_status
 
     state = fold_latency(
         [measured(40, "route"), measured(60, "route"), measured(250, "sink")], LatencyHistograms()

@@ -13,22 +13,22 @@ from pathlib import Path
 import pytest
 
 PURE = [
-    "coordinator.commands",
-    "coordinator.state",
-    "coordinator.decider",
-    "coordinator.invariants",
-    "coordinator.stats",
-    "coordinator.journal",
-    "coordinator.snapshot",
-    "coordinator.savepoints",
-    "coordinator.stop_outcome",
-    "coordinator.replay_selection",
-    "coordinator.group_view",
-    "coordinator.web_trust",
-    "coordinator.job_view",
-    "coordinator.health",
-    "coordinator.units",
-    "coordinator.log_throttle",
+    "coordinator.core.commands",
+    "coordinator.core.state",
+    "coordinator.core.decider",
+    "coordinator.core.invariants",
+    "coordinator.core.stats",
+    "coordinator.replay.journal",
+    "coordinator.core.snapshot",
+    "coordinator.core.savepoints",
+    "coordinator.replay.stop_outcome",
+    "coordinator.replay.selection",
+    "coordinator.service.group_view",
+    "coordinator.service.web_trust",
+    "coordinator.service.job_view",
+    "coordinator.service.health",
+    "coordinator.service.units",
+    "coordinator.service.log_throttle",
     "events.wire.fencing",
     "events.wire.records",
     "events.wire.codec",
@@ -37,6 +37,12 @@ PURE = [
     "events.task.reply",
     "events.task.latency",
 ]
+CORE = sorted(
+    f"coordinator.core.{path.stem}"
+    for path in (Path(__file__).resolve().parents[2] / "coordinator" / "core").glob("*.py")
+    if path.stem != "__init__"
+)
+PURE = sorted(set(PURE) | set(CORE))
 FORBIDDEN = ("faust", "aiokafka", "confluent_kafka", "rich", "typer", "matplotlib", "pyspark", "mode")
 
 
@@ -200,6 +206,22 @@ def test_no_coordinator_module_imports_spark_tasks(graph: dict[str, set[str]]) -
     ]
 
     assert [] == sorted(found)
+
+
+def test_the_core_imports_only_itself_and_the_wire(graph: dict[str, set[str]]) -> None:
+    """``coordinator.core`` is the pure core: it imports nothing of the coordinator's service, replay,
+    simulation or command line, and of ``events`` only the wire contract."""
+    assert len(CORE) > 10
+    reaches = [
+        f"{module} -> {imported}"
+        for module, imports in graph.items()
+        if module.startswith("coordinator.core.")
+        for imported in imports
+        if imported.split(".")[0] in ("coordinator", "events", "spark_tasks")
+        and not imported.startswith(("coordinator.core", "events.wire"))
+    ]
+
+    assert [] == sorted(reaches)
 
 
 def test_events_imports_nothing_above_it(graph: dict[str, set[str]]) -> None:

@@ -1,4 +1,5 @@
-"""One log line per key and interval (coordinator/log_throttle.py), and the coordinator logging a flood
+"""One log line per key and interval (coordinator/service/log_throttle.py), and the coordinator logging a
+flood
 of dead letters through it (coordinator/service/runtime.py, throttled_log.py): pure logic, no Kafka."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import logging
 
 import pytest
 
-from coordinator.log_throttle import Admission, HeldBack, LogThrottle
+from coordinator.service.log_throttle import Admission, HeldBack, LogThrottle
 from coordinator.service.runtime import Coordinator
 from coordinator.service.throttled_log import ThrottledLog
 from events.wire.codec import encode

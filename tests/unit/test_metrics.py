@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.health import BrokerHealth
 from coordinator.service.gc_schedule import ScheduledCollections
+from coordinator.service.health import BrokerHealth
 from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
 from coordinator.service.runtime import Coordinator
 from events.wire.codec import encode

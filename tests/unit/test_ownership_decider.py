@@ -9,7 +9,7 @@ from hypothesis import given as hypothesis_given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from coordinator.ownership import (
+from coordinator.core.ownership import (
     UNKNOWN_GENERATION,
     BarriersResent,
     Claim,

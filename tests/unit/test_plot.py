@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from coordinator.cli import app
-from coordinator.plot import CheckpointOutcomes, write_plot
-from coordinator.testing import ack, decline, run_commands, running, tick
+from coordinator.core.testing import ack, decline, run_commands, running, tick
+from coordinator.replay.plot import CheckpointOutcomes, write_plot
 from events.wire.records import CheckpointKind
 
 

@@ -16,12 +16,12 @@ from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from coordinator.cli import Cut, app, common, parse_until
-from coordinator.decider import fold_jobs
-from coordinator.journal import read_journal_events, write_journal
-from coordinator.simulate import Rates, simulate
-from coordinator.state import JobState
-from coordinator.testing import config, heartbeat, run_commands, running, tick
-from coordinator.timeline import format_time, job_summary
+from coordinator.core.decider import fold_jobs
+from coordinator.core.state import JobState
+from coordinator.core.testing import config, heartbeat, run_commands, running, tick
+from coordinator.replay.journal import read_journal_events, write_journal
+from coordinator.replay.timeline import format_time, job_summary
+from coordinator.simulation.traffic import Rates, simulate
 from events.wire.records import (
     CheckpointCompleted,
     JournalEvent,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.replay_selection import Cut, JournalSource, Selection, journal_source
+from coordinator.replay.selection import Cut, JournalSource, Selection, journal_source
 from events.wire.records import CheckpointKind, CheckpointTriggered
 
 

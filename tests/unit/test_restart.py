@@ -15,8 +15,8 @@ from hypothesis import given as hypothesis_given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from coordinator.decider import Rejection, due_at
-from coordinator.restart import (
+from coordinator.core.decider import Rejection, due_at
+from coordinator.core.restart import (
     GiveUpRestarting,
     RestartAfterDelay,
     RestartHistory,
@@ -24,8 +24,8 @@ from coordinator.restart import (
     on_failure,
     strategy_problem,
 )
-from coordinator.state import Reason
-from coordinator.testing import (
+from coordinator.core.state import Reason
+from coordinator.core.testing import (
     JOB,
     LOCATION,
     ack,

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from coordinator import fold_state, inbox
-from coordinator.commands import AcknowledgeCheckpoint
-from coordinator.decider import InputRejected, Rejection, decide_steps, due_at, fold_jobs, trusted_roots
-from coordinator.links import Below, questions
+from coordinator.core import fold_state, inbox
+from coordinator.core.commands import AcknowledgeCheckpoint
+from coordinator.core.decider import InputRejected, Rejection, decide_steps, due_at, fold_jobs, trusted_roots
+from coordinator.core.links import Below, questions
 from coordinator.service import runtime
 from coordinator.service.runtime import Coordinator, Outcome, parse_cause
 from events.wire.codec import decode, encode
@@ -671,7 +671,7 @@ class TestSymbolicLinks:
 
 
 class TestLinksAreInputs:
-    """The file system is asked before deciding (coordinator/links.py); the decider refuses on its
+    """The file system is asked before deciding (coordinator/core/links.py); the decider refuses on its
     answers where its rules would accept the input, so nothing after ``decide`` vetoes it."""
 
     def test_the_last_ack_asks_for_its_handle_and_the_completion_s_metadata_object(

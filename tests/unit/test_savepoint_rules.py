@@ -4,7 +4,7 @@ restore may need), and whether one is still on disk."""
 
 from __future__ import annotations
 
-from coordinator.savepoints import (
+from coordinator.core.savepoints import (
     Disposal,
     Refused,
     Root,
@@ -18,7 +18,7 @@ from coordinator.savepoints import (
     state_files,
     why_needed,
 )
-from coordinator.state import JobState
+from coordinator.core.state import JobState
 from events.wire.records import (
     CheckpointCompleted,
     CheckpointKind,

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.admission import (
+from coordinator.core.admission import (
     DEAD_LETTER_ROOM,
     MAX_DEAD_LETTER_MESSAGE,
     TRIGGER_HEADROOM,
     journal_budget,
     preview,
 )
-from coordinator.commands import ChangeJobStatus, Tick
-from coordinator.decider import fold_jobs
+from coordinator.core.commands import ChangeJobStatus, Tick
+from coordinator.core.decider import fold_jobs
 from coordinator.service.ports import StoredMetadata
 from coordinator.service.runtime import Coordinator, Outcome
 from events.wire.codec import decode, encode

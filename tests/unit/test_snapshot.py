@@ -1,4 +1,4 @@
-"""Coordinator snapshots (coordinator/snapshot.py, docs/design.md, "Ownership and fencing"): exact round
+"""Coordinator snapshots (coordinator/core/snapshot.py, docs/design.md, "Ownership and fencing"): exact round
 trips, the frame, bad bytes."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibi
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.decider import decide, evolve
-from coordinator.snapshot import (
+from coordinator.core.decider import decide, evolve
+from coordinator.core.snapshot import (
     SCHEMA_NAME,
     PartitionSnapshot,
     SnapshotError,
@@ -25,7 +25,7 @@ from coordinator.snapshot import (
     snapshot_schema,
     trigger_key,
 )
-from coordinator.state import (
+from coordinator.core.state import (
     JobState,
     PendingCheckpoint,
     Reason,
@@ -35,8 +35,8 @@ from coordinator.state import (
     pending_checkpoint,
     with_tasks,
 )
-from coordinator.stats import CheckpointEntry, CheckpointStats, TaskEntry, track
-from coordinator.testing import ack, config, decline, differences, request, running, tick
+from coordinator.core.stats import CheckpointEntry, CheckpointStats, TaskEntry, track
+from coordinator.core.testing import ack, config, decline, differences, request, running, tick
 from events.wire.codec import HEADER_SIZE, MAGIC, SCHEMAS_DIR, DecodeError, default_codec, schema_fingerprint
 from events.wire.records import (
     CheckpointAborted,
@@ -534,7 +534,7 @@ class TestSchema:
         assert path.is_file(), (
             f"the snapshot schema changed (a record inside it did, or a state class); keep it so that "
             f"snapshots this version writes stay readable after the next change:\n  uv run python -c "
-            f"'import json; from coordinator.snapshot import snapshot_schema; "
+            f"'import json; from coordinator.core.snapshot import snapshot_schema; "
             f"print(json.dumps(snapshot_schema(), indent=2))' > {path.relative_to(SCHEMAS_DIR.parent)}"
         )
         assert fp == schema_fingerprint(json.loads(path.read_text())).hex()

@@ -1,5 +1,5 @@
 """A whole journal file replayed by two processes, each with a share of the jobs
-(coordinator/split_replay.py), on real journal files: the states and the verdict are always the
+(coordinator/replay/split.py), on real journal files: the states and the verdict are always the
 one-process ones."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator.cli import Cut, _Selection
-from coordinator.decider import fold_jobs
-from coordinator.file_check import FirstViolation, check_file
-from coordinator.journal import FileTally, read_journal_share, write_journal
-from coordinator.simulate import simulate
-from coordinator.split_replay import _first, replay_file, replay_share, share_taker
-from coordinator.state import JobState
+from coordinator.core.decider import fold_jobs
+from coordinator.core.state import JobState
+from coordinator.replay.file_check import FirstViolation, check_file
+from coordinator.replay.journal import FileTally, read_journal_share, write_journal
+from coordinator.replay.split import _first, replay_file, replay_share, share_taker
+from coordinator.simulation.traffic import simulate
 from events.wire.records import CheckpointCompleted, JournalEvent, TaskAcknowledged
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,7 +196,7 @@ class TestReplayFile:
         script = f"""
 import json, os
 from pathlib import Path
-import coordinator.split_replay as split
+import coordinator.replay.split as split
 helpers = []
 dying = []
 class Counted(split.ForkedCall):

@@ -8,9 +8,9 @@ from dataclasses import asdict, replace
 from itertools import islice
 from typing import Any
 
-from coordinator.decider import evolve
-from coordinator.simulate import Rates, simulate
-from coordinator.state import JobState, frozen_map, initial_state, state_json
+from coordinator.core.decider import evolve
+from coordinator.core.state import JobState, frozen_map, initial_state, state_json
+from coordinator.simulation.traffic import Rates, simulate
 
 
 def thawed(state: JobState) -> JobState:

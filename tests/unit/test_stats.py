@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from coordinator.decider import evolve
-from coordinator.state import JobState, initial_state
-from coordinator.stats import (
+from coordinator.core.decider import evolve
+from coordinator.core.state import JobState, initial_state
+from coordinator.core.stats import (
     HISTORY_SIZE,
     TASK_DETAILS_LIMIT,
     CheckpointStats,
@@ -18,7 +18,7 @@ from coordinator.stats import (
     track,
     with_progress,
 )
-from coordinator.testing import JOB, LOCATION, ack, config, decline, request, run_commands, running, tick
+from coordinator.core.testing import JOB, LOCATION, ack, config, decline, request, run_commands, running, tick
 from events.wire.records import CheckpointKind, StateHandle
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from rich.console import Console
 
-from coordinator.stats import CheckpointStats, checkpoints_json, config_json
-from coordinator.timeline import config_lines, render_status, setting_text
+from coordinator.core.stats import CheckpointStats, checkpoints_json, config_json
+from coordinator.replay.timeline import config_lines, render_status, setting_text
 from events.wire.records import CheckpointConfig
 
 CONFIG = CheckpointConfig(1000, "file:///data/checkpoints", timeout_ms=600_000, min_pause_ms=0, retained=2)

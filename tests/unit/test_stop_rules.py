@@ -3,9 +3,9 @@ pure coordinator: given/when/then with exact events."""
 
 from __future__ import annotations
 
-from coordinator.decider import due_at, savepoint_name
-from coordinator.state import Reason
-from coordinator.testing import (
+from coordinator.core.decider import due_at, savepoint_name
+from coordinator.core.state import Reason
+from coordinator.core.testing import (
     JOB,
     ack,
     cancel,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.timeline import describe, describe_record, record_json, timeline_line
+from coordinator.replay.timeline import describe, describe_record, record_json, timeline_line
 from events.wire.codec import Codec
 from events.wire.records import (
     JOURNAL_RECORDS,

@@ -1,4 +1,5 @@
-"""What the web server trusts (coordinator/web_trust.py): only ``http(s)`` peer addresses become links,
+"""What the web server trusts (coordinator/service/web_trust.py): only ``http(s)`` peer addresses become
+links,
 and only requests whose Host header names the coordinator are answered (DNS rebinding)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.web_trust import allowed_hosts, host_of, host_refusal, linkable
+from coordinator.service.web_trust import allowed_hosts, host_of, host_refusal, linkable
 
 
 class TestLinkable:

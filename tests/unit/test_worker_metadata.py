@@ -9,11 +9,11 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+from coordinator.core.snapshot import PartitionSnapshot
 from coordinator.service.ports import StoredMetadata, SystemClock, ThreadExecutor
 from coordinator.service.runtime import Coordinator, MetadataObject, Outcome, Outgoing
 from coordinator.service.worker import Worker
 from coordinator.service.writer import Written
-from coordinator.snapshot import PartitionSnapshot
 from events.kafka.clients import job_key, partition_for
 from events.wire.codec import encode
 from events.wire.metadata import resolve_completion

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from coordinator.ownership import Claim, Hold, Phase, RecoveryFailed
+from coordinator.core.ownership import Claim, Hold, Phase, RecoveryFailed
 from coordinator.service.runtime import Coordinator
 from coordinator.service.worker import UNDECIDED_WARN_S, Worker, why_undecided
 from events.wire.topics import Topics

@@ -1,6 +1,6 @@
 """Ownership of journal partitions: what one coordinator worker knows, and what it must do next.
 
-A pure state machine, like :mod:`coordinator.decider`, for the rules of docs/coordinator.md
+A pure state machine, like :mod:`coordinator.core.decider`, for the rules of docs/coordinator.md
 ("N workers, claims and fencing"). The service turns Faust callbacks and Kafka results into *facts*
 (past tense: :class:`PartitionsAssigned`, :class:`ClaimWritten`, :class:`ClaimRead`, ...),
 hands each to :func:`step`, and carries out the *commands* it returns (imperative:

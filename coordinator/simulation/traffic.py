@@ -1,7 +1,7 @@
 """Realistic coordinator traffic, decided by the real decider: journals for tests and benchmarks.
 
 A small discrete-event simulation of ``jobs`` RUNNING jobs (2-8 tasks each):
-the shell's timer ticks when :func:`~coordinator.decider.due_at` says so, tasks
+the shell's timer ticks when :func:`~coordinator.core.decider.due_at` says so, tasks
 acknowledge every barrier after a random latency, and now and then a task
 declines, a task never answers (the checkpoint expires), a task fails (the job
 restarts with a new attempt and restores its latest checkpoint), the failure
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from random import Random
 
-from coordinator.commands import (
+from coordinator.core.commands import (
     AcknowledgeCheckpoint,
     ChangeJobStatus,
     ChangeTaskStatus,
@@ -34,8 +34,8 @@ from coordinator.commands import (
     RequestCheckpoint,
     Tick,
 )
-from coordinator.decider import Decision, InputRejected, decide, due_at, evolve
-from coordinator.state import JobState, initial_state
+from coordinator.core.decider import Decision, InputRejected, decide, due_at, evolve
+from coordinator.core.state import JobState, initial_state
 from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointConfig,

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.decider import due_at, evolve
-from coordinator.snapshot import PartitionSnapshot, trigger_key
-from coordinator.state import JobState, initial_state
-from coordinator.stats import CheckpointStats, track, with_progress
+from coordinator.core.decider import due_at, evolve
+from coordinator.core.snapshot import PartitionSnapshot, trigger_key
+from coordinator.core.state import JobState, initial_state
+from coordinator.core.stats import CheckpointStats, track, with_progress
 from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 
-from coordinator.commands import (
+from coordinator.core.commands import (
     AcknowledgeCheckpoint,
     CancelJob,
     ChangeJobStatus,
@@ -21,8 +21,8 @@ from coordinator.commands import (
     StopJob,
     Tick,
 )
-from coordinator.decider import Decision, InputRejected, Rejection, decide, fold
-from coordinator.state import JobState, initial_state
+from coordinator.core.decider import Decision, InputRejected, Rejection, decide, fold
+from coordinator.core.state import JobState, initial_state
 from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointConfig,

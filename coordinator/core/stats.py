@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from coordinator.state import JobState, PendingCheckpoint
+from coordinator.core.state import JobState, PendingCheckpoint
 from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -47,7 +47,7 @@ class TaskEntry:
     """``inline`` (the snapshot rode inside the ack), ``file``, or None: the ack carried no state."""
 
 
-@dataclass(frozen=True)  # no slots: see JobState (coordinator/state.py)
+@dataclass(frozen=True)  # no slots: see JobState (coordinator/core/state.py)
 class CheckpointEntry:
     """One checkpoint as the history shows it."""
 
@@ -66,7 +66,7 @@ class CheckpointEntry:
     failure_message: str | None = None
 
 
-@dataclass(frozen=True)  # no slots: see JobState (coordinator/state.py)
+@dataclass(frozen=True)  # no slots: see JobState (coordinator/core/state.py)
 class CheckpointStats:
     """Counts, a summary of completed checkpoints, the latest of each kind and the history."""
 

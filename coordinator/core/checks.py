@@ -3,7 +3,7 @@
 Each check is pure and looks at one input in one state. It gives None when the input is
 acceptable, else the :class:`InputRejected` decision that refuses it: never journaled, the
 shell sends the input to the dead-letter topic with its :class:`Rejection` and message.
-The rules in :mod:`coordinator.decider` run only on what these checks admit.
+The rules in :mod:`coordinator.core.decider` run only on what these checks admit.
 
 A refusal here is about the input (a malformed id, another attempt, a task the job does not
 have, state outside its checkpoint); a refusal the rules make (``TriggerRejected``: tasks not
@@ -17,8 +17,8 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from coordinator.restart import strategy_problem
-from coordinator.state import MAX_CONCURRENT_CHECKPOINTS, JobState
+from coordinator.core.restart import strategy_problem
+from coordinator.core.state import MAX_CONCURRENT_CHECKPOINTS, JobState
 from events.wire.fencing import VOID_EPOCH, epoch_problem, header_epoch
 from events.wire.records import (
     CheckpointAcknowledged,
@@ -353,7 +353,7 @@ def linked_handle(
 ) -> InputRejected | None:
     """An accepted ``file:`` state handle of the checkpoint at ``where`` must stay inside the
     checkpoint's directory once symbolic links are followed: ``links`` is the file system's answer,
-    asked by the shell before deciding (:mod:`coordinator.links`). Inline state has no file to follow."""
+    asked by the shell before deciding (:mod:`coordinator.core.links`). Inline state has no file to follow."""
     if handle is None or handle.inline is not None:
         return None
     resolved = links.get(handle.uri)

@@ -1,6 +1,6 @@
 """The ``file:`` paths a decision would accept or write, asked of the file system before deciding.
 
-The decider judges URIs as strings (:mod:`coordinator.checks`); whether a ``file:`` path leads out
+The decider judges URIs as strings (:mod:`coordinator.core.checks`); whether a ``file:`` path leads out
 of where it must stay through a symbolic link, only the file system can say (docs/security.md). So
 the shell asks it first: :func:`questions` derives, from the job's state and the command alone, what
 the decision could accept or write, the shell answers each one (the
@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from coordinator.commands import AcknowledgeCheckpoint, Command, RequestCheckpoint, StopJob, Tick
-from coordinator.decider import savepoint_location, trusted_roots
-from coordinator.state import JobState, PendingCheckpoint
+from coordinator.core.commands import AcknowledgeCheckpoint, Command, RequestCheckpoint, StopJob, Tick
+from coordinator.core.decider import savepoint_location, trusted_roots
+from coordinator.core.state import JobState, PendingCheckpoint
 from events.wire.codegen import fast_init
 from events.wire.metadata import metadata_uri
 from events.wire.records import CheckpointKind
@@ -98,7 +98,7 @@ def _metadata(pending: PendingCheckpoint, roots: tuple[str, ...]) -> Below:
 
 def with_links(command: Command, links: Mapping[str, str]) -> Command:
     """``command`` carrying the answers (each ``file:`` URI that leads out, with its real path) to the
-    decider; a tick's answers are only the encoder's (:mod:`coordinator.encoding`)."""
+    decider; a tick's answers are only the encoder's (:mod:`coordinator.core.encoding`)."""
     if not links or not isinstance(command, (AcknowledgeCheckpoint, RequestCheckpoint, StopJob)):
         return command
     return dataclasses.replace(command, links=links)

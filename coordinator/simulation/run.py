@@ -9,11 +9,11 @@ replays it exactly.
 
 Run it::
 
-    uv run python -m coordinator.simulate_ownership --seed 7 -v        # one seed, every line
-    CUTLINE_SIM_SEED=7 uv run python -m coordinator.simulate_ownership  # the same
-    uv run python -m coordinator.simulate_ownership --seeds 2000 --start 0 --processes 2
-    uv run python -m coordinator.simulate_ownership --storm --seed 1     # issue 52's black-box run
-    uv run python -m coordinator.simulate_ownership --seed 7 --rules legacy
+    uv run python -m coordinator.simulation.run --seed 7 -v        # one seed, every line
+    CUTLINE_SIM_SEED=7 uv run python -m coordinator.simulation.run  # the same
+    uv run python -m coordinator.simulation.run --seeds 2000 --start 0 --processes 2
+    uv run python -m coordinator.simulation.run --storm --seed 1     # issue 52's black-box run
+    uv run python -m coordinator.simulation.run --seed 7 --rules legacy
 
 A million seeds overnight: ``--seeds 1000000 --start N --processes $(nproc)``. Seeds are
 independent, so the rate grows with the processes; give each night a new ``--start``.
@@ -152,9 +152,9 @@ def run_seeds(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m coordinator.simulate_ownership``: one seed exactly, or many."""
+    """``python -m coordinator.simulation.run``: one seed exactly, or many."""
     parser = argparse.ArgumentParser(
-        prog="python -m coordinator.simulate_ownership", description=(__doc__ or "").split("\n")[0]
+        prog="python -m coordinator.simulation.run", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--seed", type=int, help=f"replay this one seed exactly (or set {SEED_ENV})")
     parser.add_argument("--seeds", type=int, default=1000, help="how many consecutive seeds to run")

@@ -9,7 +9,7 @@ A completion too large for the journal goes by reference (Flink's ``_metadata``,
 the worker writes before the journal batch, and the journal carries the reference. The state is
 the fold of what is journaled, so the steps after such a completion are evolved from it; the
 others keep the decider's states. Whether the object would be written through a symbolic link
-out of its checkpoint's directory was asked before deciding (:mod:`coordinator.links`).
+out of its checkpoint's directory was asked before deciding (:mod:`coordinator.core.links`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from coordinator.admission import journal_budget, too_large
-from coordinator.checks import InputRejected, Rejection
-from coordinator.commands import AcknowledgeCheckpoint, ChangeTaskStatus, Command
-from coordinator.decider import Decision, barriers_owed, evolve
-from coordinator.state import JobState
-from coordinator.stats import CheckpointStats, track
+from coordinator.core.admission import journal_budget, too_large
+from coordinator.core.checks import InputRejected, Rejection
+from coordinator.core.commands import AcknowledgeCheckpoint, ChangeTaskStatus, Command
+from coordinator.core.decider import Decision, barriers_owed, evolve
+from coordinator.core.state import JobState
+from coordinator.core.stats import CheckpointStats, track
 from events.wire.codec import Codec
 from events.wire.codegen import fast_init
 from events.wire.fencing import epoch_header

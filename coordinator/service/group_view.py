@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.web_trust import linkable
+from coordinator.service.web_trust import linkable
 
 WEB_CLIENT_PREFIX = "cutline-web-"
 """The Kafka client ids of the coordinator's workers: this, then the port of the worker's views."""

@@ -1,8 +1,8 @@
 """The old coordinator's ownership rules, kept ONLY so the simulator can show their bug again.
 
-Never used by the service. :mod:`coordinator.simulate_ownership` (``--rules legacy``) runs the
+Never used by the service. :mod:`coordinator.simulation.run` (``--rules legacy``) runs the
 production :class:`~coordinator.service.worker.Worker` with these rules in place of
-:func:`coordinator.ownership.step`; its tests show that seeds break an invariant under them that
+:func:`coordinator.core.ownership.step`; its tests show that seeds break an invariant under them that
 hold under the current rules. The old rules' mistakes, each reproduced here:
 
 - **no generation guard in the rules**: a recovery result is taken whatever generation it was
@@ -13,7 +13,7 @@ hold under the current rules. The old rules' mistakes, each reproduced here:
 - **no step-down on a newer claim**: a fenced worker goes on deciding (all its records void) and
   believes it owns the partition.
 
-It works on the same :class:`~coordinator.ownership.Ownership` data and returns the same
+It works on the same :class:`~coordinator.core.ownership.Ownership` data and returns the same
 commands, so the worker carries both out the same way.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.ownership import (
+from coordinator.core.ownership import (
     BarriersResent,
     ClaimRead,
     ClaimSettled,

@@ -25,7 +25,7 @@ from events.wire.records import (
 
 Links: TypeAlias = Mapping[str, str] | None
 """``links`` of an ack, a checkpoint request and a stop: the shell's answer, asked before deciding
-(:mod:`coordinator.links`), about the ``file:`` paths the decision would accept or write: each one
+(:mod:`coordinator.core.links`), about the ``file:`` paths the decision would accept or write: each one
 that leads out of where it must stay through a symbolic link, with the real path it resolves to
 (None: none does, or nothing was asked). The decider refuses on it as on any other input check, so
 ``decide`` stays pure."""

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from coordinator.units import format_duration
+from coordinator.service.units import format_duration
 
 FAILURES_BEFORE_UNREACHABLE = 2
 """Failed probes in a row before the broker counts as unreachable: one probe that times out on a

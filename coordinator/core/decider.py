@@ -13,9 +13,9 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import TypeAlias, TypeVar, assert_never
 
-from coordinator import checks
-from coordinator.checks import InputRejected, Rejection, inline_problem, storage_uri
-from coordinator.commands import (
+from coordinator.core import checks
+from coordinator.core.checks import InputRejected, Rejection, inline_problem, storage_uri
+from coordinator.core.commands import (
     AcknowledgeCheckpoint,
     CancelJob,
     ChangeJobStatus,
@@ -27,14 +27,14 @@ from coordinator.commands import (
     StopJob,
     Tick,
 )
-from coordinator.restart import (
+from coordinator.core.restart import (
     GiveUpRestarting,
     RestartAfterDelay,
     RestartHistory,
     failure_window,
     on_failure,
 )
-from coordinator.state import (
+from coordinator.core.state import (
     COUNTED_REASONS,
     MAX_PENDING_SAVEPOINTS,
     MAX_QUEUED_REQUESTS,
@@ -330,7 +330,7 @@ class _Deciding:
     """Collects a command's decisions and the state after each, so later rules see earlier facts.
 
     Every rule records what it decides here and returns nothing: a refusal of the input is one
-    :class:`InputRejected` (from :mod:`coordinator.checks`), a no-op records nothing.
+    :class:`InputRejected` (from :mod:`coordinator.core.checks`), a no-op records nothing.
     """
 
     __slots__ = ("events", "state", "states")

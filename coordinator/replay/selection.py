@@ -1,7 +1,7 @@
 """Which events a replay takes (pure: no I/O): one job's, or every job's, up to a cut.
 
 ``cutline replay --job J --until OFFSET|TIME`` and the helper process that checks a journal
-file (coordinator/file_check.py) select events with a :class:`Selection`.
+file (coordinator/replay/file_check.py) select events with a :class:`Selection`.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class JournalSource(Enum):
     """How ``cutline replay`` reads the journal."""
 
     SPLIT = "split"
-    """A whole journal file, split by job over the process and a helper (coordinator/split_replay.py)."""
+    """A whole journal file, split by job over the process and a helper (coordinator/replay/split.py)."""
     ONE_JOB = "one-job"
     """One job's records of a journal file: the other jobs' records are not built into events."""
     FILE = "file"
@@ -101,7 +101,7 @@ def journal_source(*, from_file: bool, selection: Selection, quiet: bool, plot: 
 
 
 def _utc(timestamp_ms: int) -> str:
-    """``2026-11-22T10:00:00.123Z``, as :func:`coordinator.timeline.format_time` prints a time."""
+    """``2026-11-22T10:00:00.123Z``, as :func:`coordinator.replay.timeline.format_time` prints a time."""
     try:
         moment = datetime.fromtimestamp(timestamp_ms / 1000, UTC)
     except (OverflowError, OSError, ValueError):

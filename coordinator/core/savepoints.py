@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from coordinator.state import JobState
+from coordinator.core.state import JobState
 from events.wire.metadata import METADATA_FILE
 from events.wire.records import CheckpointCompleted, CheckpointKind, JournalEvent
 from events.wire.validation import InvalidUri, StorageUri, canonical_uri, parse_uri

@@ -19,7 +19,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.state import JobState, PendingCheckpoint
+from coordinator.core.state import JobState, PendingCheckpoint
 from events.wire.codec import Codec, DecodeError, to_avro
 from events.wire.fencing import Headers, epoch_problem
 from events.wire.records import (

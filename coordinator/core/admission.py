@@ -1,6 +1,6 @@
 """Which decisions fit their topics (docs/design.md, "Record sizes"): pure rules, no I/O.
 
-The encoder (:mod:`coordinator.encoding`) encodes each decision's records and asks these rules
+The encoder (:mod:`coordinator.core.encoding`) encodes each decision's records and asks these rules
 before anything is journaled or the state changes: an input whose decision would not fit is
 refused (``RECORD_TOO_LARGE``, a dead letter), and a completion too large for the journal goes to
 a metadata object instead (:mod:`events.wire.metadata`).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.commands import ChangeJobStatus, Command
+from coordinator.core.commands import ChangeJobStatus, Command
 from events.wire.sizes import MAX_LOGGED_CHARS
 from events.wire.validation import MAX_REQUEST_ID_BYTES, MAX_TARGET_BYTES
 

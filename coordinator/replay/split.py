@@ -1,7 +1,7 @@
 """A whole journal file replayed by two processes, each folding (and checking) the jobs of its share.
 
 A job's events depend only on that job's earlier events: the fold (``evolve``) and the invariants
-(:mod:`coordinator.invariants`) keep one state per job. So ``cutline replay -f F --quiet`` of a
+(:mod:`coordinator.core.invariants`) keep one state per job. So ``cutline replay -f F --quiet`` of a
 whole file deals its jobs out in two shares: a forked helper takes one, this process the other.
 Each reads the whole file (the Avro reading cannot be split without moving events between
 processes, which costs about as much as decoding them: docs/benchmarks.md), but builds, folds and
@@ -11,7 +11,7 @@ violations, placed by their index in the file.
 
 The result is the one-process result: the same states, and the same first violation (an event's
 violation comes before any end-of-journal one, the earliest in the file first; among
-end-of-journal ones, the earliest trigger first, as :func:`~coordinator.invariants.violations`
+end-of-journal ones, the earliest trigger first, as :func:`~coordinator.core.invariants.violations`
 orders them). If the helper cannot be started (not Linux, a threaded process), fails or dies,
 this process replays the other share itself afterwards. A replay of one job, up to a cut, with a
 timeline or a plot goes the one-process way (``coordinator/cli/replay.py``).
@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from coordinator.decider import fold_jobs
-from coordinator.file_check import FirstViolation, ForkedCall, can_fork
-from coordinator.invariants import END_RULE, Violation, violations
-from coordinator.journal import FileTally, read_journal_share
-from coordinator.state import JobState
+from coordinator.core.decider import fold_jobs
+from coordinator.core.invariants import END_RULE, Violation, violations
+from coordinator.core.state import JobState
+from coordinator.replay.file_check import FirstViolation, ForkedCall, can_fork
+from coordinator.replay.journal import FileTally, read_journal_share
 from events.wire.records import JournalEvent
 
 SHARES = 2
@@ -38,7 +38,7 @@ SHARES = 2
 
 def share_taker(share: int | None) -> Callable[[str], bool]:
     """Whether a job belongs to ``share`` (None: every job), asked once per job in the order the
-    jobs first appear in the file (:func:`~coordinator.journal.read_journal_share`): the jobs are
+    jobs first appear in the file (:func:`~coordinator.replay.journal.read_journal_share`): the jobs are
     dealt out in turn, the same way in every process that reads the file, and evenly however few
     they are (a hash of four ids can put all four in one share)."""
     if share is None:

@@ -5,16 +5,16 @@ acknowledgement), the Summary tab (``/jobs/<id>/checkpoints/summary``: minimum, 
 percentiles of the completed checkpoints' end-to-end duration and checkpointed size, as Flink's
 checkpoint Summary) and the Configuration tab (``shown`` in ``/jobs/<id>/checkpoints/config``: each
 setting with its unit, "unlimited" for Flink's ``Integer.MAX_VALUE``). The Flink-shaped views are
-:mod:`coordinator.stats`'.
+:mod:`coordinator.core.stats`'.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from coordinator.state import JobState
-from coordinator.stats import WINDOW, CheckpointStats, summarize
-from coordinator.units import format_bytes, format_count, format_duration
+from coordinator.core.state import JobState
+from coordinator.core.stats import WINDOW, CheckpointStats, summarize
+from coordinator.service.units import format_bytes, format_count, format_duration
 from events.wire.records import CheckpointConfig, JobStatus, RestartStrategy, RestartStrategyKind
 
 

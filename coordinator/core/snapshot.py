@@ -30,8 +30,8 @@ from typing import Any, TypeVar, cast
 
 from fastavro.schema import load_schema, parse_schema
 
-from coordinator.state import FrozenMap, JobState, PendingCheckpoint, Scheduler, frozen_map
-from coordinator.stats import CheckpointEntry, CheckpointStats
+from coordinator.core.state import FrozenMap, JobState, PendingCheckpoint, Scheduler, frozen_map
+from coordinator.core.stats import CheckpointEntry, CheckpointStats
 from events.wire.codec import (
     HEADER_SIZE,
     NAMESPACE,

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from coordinator.checks import inline_problem
-from coordinator.decider import evolve
-from coordinator.state import (
+from coordinator.core.checks import inline_problem
+from coordinator.core.decider import evolve
+from coordinator.core.state import (
     COUNTED_REASONS,
     JobState,
     PendingCheckpoint,

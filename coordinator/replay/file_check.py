@@ -1,7 +1,7 @@
 """``replay --verify`` of a journal file on the second core.
 
 Replay folds the file's events into job states; ``--verify`` also runs the invariants
-(:mod:`coordinator.invariants`) over the same events. Both are sequential, but they do not need
+(:mod:`coordinator.core.invariants`) over the same events. Both are sequential, but they do not need
 each other: the check reads only the events. So for a file, a forked helper process reads the file
 itself and checks it while this process folds and prints. Each process decodes the file once;
 the check and the fold, each comparable to the decoding, no longer add up on one core
@@ -26,8 +26,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar, cast
 
-from coordinator.invariants import Violation, violations
-from coordinator.journal import FileTally, read_journal_events, read_journal_share
+from coordinator.core.invariants import Violation, violations
+from coordinator.replay.journal import FileTally, read_journal_events, read_journal_share
 from events.wire.records import JournalEvent
 
 T = TypeVar("T")

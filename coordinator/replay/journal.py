@@ -164,7 +164,7 @@ def read_journal_share(
 
     Only taken records become events (about a quarter of a record's cost, the rest being the
     Avro reading), so two processes can split a replay by job, each reading the whole file
-    (``coordinator/split_replay.py``). Errors are :func:`read_journal_events`'."""
+    (``coordinator/replay/split.py``). Errors are :func:`read_journal_events`'."""
     stream, records, decoders = _open_journal(path, reader)
     return _share(stream, records, str(path), decoders, takes, tally)
 
@@ -327,7 +327,7 @@ def _open_reader(stream: IO[bytes], name: str, *, by_name: bool) -> tuple[Iterat
         what = "is empty" if not magic else f"starts with {magic!r}, not {_AVRO_MAGIC!r}"
         raise JournalFileError(
             f"{name} is not an Avro object container file (it {what}); a journal file is written by "
-            "`cutline journal-demo` or coordinator.journal.write_journal"
+            "`cutline journal-demo` or coordinator.replay.journal.write_journal"
         )
     stream.seek(0)
     try:
@@ -335,7 +335,7 @@ def _open_reader(stream: IO[bytes], name: str, *, by_name: bool) -> tuple[Iterat
     except Exception as exc:  # fastavro raises ValueError, EOFError, struct.error ... on non-Avro input
         raise JournalFileError(
             f"{name} is not an Avro object container file ({exc}); a journal file is written by "
-            "`cutline journal-demo` or coordinator.journal.write_journal"
+            "`cutline journal-demo` or coordinator.replay.journal.write_journal"
         ) from exc
     writer_schema = reader.writer_schema
     found = writer_schema.get("name") if isinstance(writer_schema, Mapping) else None

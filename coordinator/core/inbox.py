@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import cast
 
-from coordinator.admission import preview
-from coordinator.commands import (
+from coordinator.core.admission import preview
+from coordinator.core.commands import (
     AcknowledgeCheckpoint,
     CancelJob,
     ChangeJobStatus,
