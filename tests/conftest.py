@@ -165,12 +165,17 @@ and a long one started last would finish alone."""
 
 TOGETHER = ("tests/spark/",)
 """Under pytest-xdist's ``--dist loadfile``, the files under these run in one worker, as one:
-one Spark session for all of them (tests/spark/conftest.py), except :data:`APART`."""
+one Spark session for all of them (tests/spark/conftest.py), except :data:`APART` and :data:`OWN_DRIVERS`."""
 
 APART = ("tests/spark/test_cluster.py", "tests/spark/test_connect.py")
 """Spark test files that start Spark processes of their own (clusters, a Connect server) and not the
 shared session: each of their tests is a unit of its own (the longest tests of the suite, run side by
 side in two workers while the others run the rest)."""
+
+OWN_DRIVERS = ("tests/spark/test_connector_", "tests/spark/test_kafka_connector.py")
+"""Spark test files whose drivers are processes of their own (Spark's Kafka connector on its jars,
+drivers SIGKILLed and restarted), not the shared session: each file is a unit of its own, so that
+the other worker runs them while one runs the shared session's files."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -201,6 +206,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             path = nodeid.split("::", 1)[0]
             if path in APART:
                 return nodeid
+            if path.startswith(OWN_DRIVERS):
+                return path
             return next((prefix for prefix in TOGETHER if path.startswith(prefix)), path)
 
     return LoadFileSparkTogether(config, log)
