@@ -1,5 +1,5 @@
-"""``cutline demo``: checks its options and becomes ``python -m spark_tasks.demo`` (the demo, composed
-with its Spark job in spark_tasks/demo.py)."""
+"""``cutline demo``: checks its options and becomes ``python -m cutline_demo`` (the demo, composed
+outside the library packages in cutline_demo/)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def demo(
     args += ["--interval", str(interval), "--keyed", str(keyed)]
     args += ["--bootstrap", bootstrap] if bootstrap else ["--broker", broker.value]
     # This process becomes the demo (same pid, terminal, signals and exit status): the demo is
-    # composed with its Spark job in spark_tasks/, which nothing in coordinator/ imports.
+    # composed in cutline_demo/, which nothing in coordinator/ imports.
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "spark_tasks.demo", *args])
+    os.execv(sys.executable, [sys.executable, "-m", "cutline_demo", *args])

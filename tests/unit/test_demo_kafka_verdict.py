@@ -1,11 +1,11 @@
-"""The demo's exactly-once line for its Kafka output (spark_tasks/demo.py, ``kafka_verdict``): what a
+"""The demo's exactly-once line for its Kafka output (cutline_demo/demo.py, ``kafka_verdict``): what a
 ``read_committed`` consumer saw, judged against what was produced, on Apache Kafka and on Tansu."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from spark_tasks.demo import DemoResult, KafkaOutput, kafka_verdict
+from cutline_demo.demo import DemoResult, KafkaOutput, kafka_verdict
 
 PRODUCED = Counter({"barrier": 3, "kafka": 2})
 

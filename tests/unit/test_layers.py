@@ -81,6 +81,9 @@ def test_test_modules_have_unique_basenames() -> None:
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("coordinator", "events", "spark_tasks")
+"""The library packages."""
+DEMO = "cutline_demo"
+"""The demo's composition root: it wires the libraries, and none of them imports it."""
 
 KNOWN_LOOPS = {
     frozenset({"events.wire.codec", "events.wire.schema_registry"}): (
@@ -162,7 +165,7 @@ def import_loops(graph: Mapping[str, set[str]]) -> set[frozenset[str]]:
 
 @pytest.fixture(name="graph", scope="module")
 def fixture_graph() -> dict[str, set[str]]:
-    return import_graph(ROOT, PRODUCT)
+    return import_graph(ROOT, (*PRODUCT, DEMO))
 
 
 def test_the_import_graph_finds_a_loop_hidden_in_a_function(tmp_path: Path) -> None:
@@ -196,13 +199,29 @@ def test_no_import_loops_among_the_product_packages(graph: dict[str, set[str]]) 
 
 def test_no_coordinator_module_imports_spark_tasks(graph: dict[str, set[str]]) -> None:
     """The coordinator and its CLI run without the spark extra: no module of coordinator/ imports
-    spark_tasks, at module level or inside a function (the demo is composed in spark_tasks/demo.py)."""
+    spark_tasks, at module level or inside a function (the demo is composed in cutline_demo/, which
+    ``cutline demo`` runs as a process of its own)."""
     found = [
         f"{module} -> {imported}"
         for module, imports in graph.items()
         if module.split(".")[0] == "coordinator"
         for imported in imports
         if imported.split(".")[0] == "spark_tasks"
+    ]
+
+    assert [] == sorted(found)
+
+
+def test_no_library_imports_the_demo(graph: dict[str, set[str]]) -> None:
+    """coordinator, events and spark_tasks are libraries: the demo wires them (cutline_demo/), and
+    none of their modules imports it, at module level or inside a function."""
+    assert any(module.startswith(f"{DEMO}.") for module in graph)  # the demo is in the graph
+    found = [
+        f"{module} -> {imported}"
+        for module, imports in graph.items()
+        if module.split(".")[0] in PRODUCT
+        for imported in imports
+        if imported.split(".")[0] == DEMO
     ]
 
     assert [] == sorted(found)

@@ -27,8 +27,8 @@ Python driver, its JVM and its Python workers die at once) and the terminal's
 Ctrl-C reaches only the demo, which then stops everything it started in order.
 
 ``cutline demo`` (coordinator/cli/demo.py) checks its options and becomes ``python -m
-spark_tasks.demo`` with them: the demo is composed here, with the Spark job, so that nothing
-in ``coordinator/`` imports ``spark_tasks``.
+cutline_demo`` with them: the demo is composed here, outside the library packages, so that nothing
+in ``coordinator/`` imports ``spark_tasks`` and no library imports the demo.
 """
 
 from __future__ import annotations
@@ -685,8 +685,8 @@ def kafka_verdict(result: DemoResult) -> tuple[bool | None, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m spark_tasks.demo``: ``cutline demo``'s options (its help)."""
-    parser = argparse.ArgumentParser(prog="python -m spark_tasks.demo", description=__doc__.split("\n")[0])
+    """The command line of ``python -m cutline_demo``: ``cutline demo``'s options (its help)."""
+    parser = argparse.ArgumentParser(prog="python -m cutline_demo", description=__doc__.split("\n")[0])
     defaults = DemoOptions()
     parser.add_argument("--duration", type=float, default=defaults.duration)
     parser.add_argument("--bootstrap", default=defaults.bootstrap)
