@@ -59,7 +59,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, cast
-from urllib.parse import quote
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -70,7 +69,6 @@ from events.task.ledger import (
     Abort,
     Complete,
     ConfirmRunning,
-    Discard,
     Fail,
     GiveUp,
     Ignore,
@@ -110,9 +108,8 @@ from events.wire.records import (
     TriggerRejected,
 )
 from events.wire.topics import DEFAULT_PREFIX, Topics
-from events.wire.validation import parse_uri
 from spark_tasks.barrier_source import CHANNEL, held_file
-from spark_tasks.connector_cuts import SOURCE_TASK, CutFollower, SourceAck
+from spark_tasks.connector_cuts import SOURCE_TASK, CutFollower, PartitionSnapshots, SourceAck
 from spark_tasks.connector_source import CONNECTOR_FORMAT, connector_options, connector_stream
 from spark_tasks.kafka_source import (
     BACKGROUND_FETCH_WAIT_MAX_MS,
@@ -139,7 +136,6 @@ from spark_tasks.keyed import (
     keyed_task_id,
     process_step,
     read_key_groups,
-    read_manifest,
     read_manifests,
     route_step,
     shuffle_schema,
@@ -155,9 +151,10 @@ from spark_tasks.restore import (
     refusal_message,
     restore_step,
 )
+from spark_tasks.retention_executor import RetentionExecutor, RunFiles
 from spark_tasks.session import is_connect_session
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
-from spark_tasks.tasks import TaskSettings, partition_step, send_reply, snapshot_names
+from spark_tasks.tasks import TaskSettings, partition_step, send_reply
 
 __all__ = [
     "METADATA_FILE",
@@ -227,7 +224,7 @@ class JobSettings:
     a checkpoint id of this job, the path or ``file:`` URI of a savepoint or checkpoint
     directory (it holds ``_metadata``: this job's, or ``restore_from_job``'s), or None (start empty).
     ``source`` reads the topics with ``cutline-kafka`` (the default) or Spark's own ``kafka``
-    connector (a keyed job; the session needs the connector's jars: docs/spark.md, "Checkpoints on
+    connector (the session needs the connector's jars: docs/spark.md, "Checkpoints on
     Spark's own kafka connector"). ``source_options`` go to that source as they are (for example
     ``maxOffsetsPerTrigger`` or ``kafka.*``, in its client's names); ``startingOffsets`` applies only
     when nothing is restored (default ``earliest``).
@@ -480,17 +477,6 @@ class CheckpointedJob:
             raise ValueError(
                 f"JobSettings.source must be {FORMAT!r} or {CONNECTOR_FORMAT!r}, not {settings.source!r}"
             )
-        if settings.source == CONNECTOR_FORMAT and keyed is None:
-            raise ValueError(
-                "a job on Spark's kafka connector (JobSettings.source='kafka') is keyed: set "
-                "keyed_partitions and use stream_keyed; a per-partition StatefulStep job reads with "
-                "source='cutline-kafka'"
-            )
-        if settings.source == CONNECTOR_FORMAT and settings.latency_interval_ms:
-            raise ValueError(
-                "latency markers (latency_interval_ms) ride in cutline-kafka's offsets: a job on Spark's "
-                "kafka connector has none yet; set latency_interval_ms=0 or source='cutline-kafka'"
-            )
         if keyed is not None and not 0 < keyed <= settings.max_parallelism:
             raise ValueError(
                 f"keyed_partitions={keyed}: a keyed job has 1 to max_parallelism "
@@ -506,15 +492,14 @@ class CheckpointedJob:
         """On the connector: the driver's ``source`` task, following the query's offset log."""
         self._first_cut: dict[TopicPartitionKey, int] = {}
         """On the connector: the exact offsets the query's first batch starts at."""
+        self._partition_snapshots: PartitionSnapshots | None = None
+        """A per-partition job's answers to barriers on the connector (set by :meth:`stream`)."""
         self._restored_state: dict[tuple[str, int], bytes] = {}
         """A per-partition job's restored snapshots, until :meth:`_seed_state` writes them."""
         self._restored_keyed: list[KeyedState] = []
         """A keyed job's restored state per shuffle partition, until :meth:`stream_keyed` seeds it."""
-        self._pieces_of: dict[int, set[str]] = {}
-        """Pieces of a keyed job's completed checkpoints, by id: retention keeps what they need."""
-        self._aborted_dirs: list[tuple[int, str]] = []
-        self._kept_dirs: set[str] = set()
-        """Discarded checkpoints' directories that still hold pieces a retained chain needed."""
+        self._retention = RetentionExecutor(keyed=keyed is not None)
+        """What the job deletes when the ledger discards a checkpoint (:mod:`spark_tasks.retention`)."""
         self.ignored: list[tuple[Record, str]] = []
         """Journal records of this job that the job ignored, and why (each logged once)."""
         self._listener: _Listener | None = None
@@ -790,6 +775,7 @@ class CheckpointedJob:
             group=settings.consumer_group,
             starting=self._first_cut,
             restored=None if self.restored is None else self.restored.checkpoint_id,
+            per_partition=settings.keyed_partitions is None,
         )
         barriers = {
             "cutline.job": settings.job_id,
@@ -799,6 +785,9 @@ class CheckpointedJob:
             "cutline.wireFormat": settings.wire.wire_format,
             "cutline.schemaRegistryUrl": settings.wire.schema_registry_url or "",
             "cutline.pauseFile": str(self.pause_file),
+            # a per-partition job's driver snapshots at the cut (connector_cuts.PartitionSnapshots)
+            "cutline.barrierRows": str(settings.keyed_partitions is not None).lower(),
+            "cutline.latencyIntervalMs": settings.latency_interval_ms,
         }
         return connector_stream(self.spark, options, barriers)
 
@@ -881,6 +870,7 @@ class CheckpointedJob:
             wire=self.settings.wire,
             attempt=self.attempt,
         )
+        self._partition_snapshots = PartitionSnapshots(self.store, settings)
         return source.mapInArrow(partition_step(step, settings, to_arrow_schema(schema)), schema)
 
     def stream_keyed(self, step: AnyKeyedStep, source_options: Mapping[str, Any] | None = None) -> Any:
@@ -989,7 +979,7 @@ class CheckpointedJob:
                 spark_checkpoint,
                 self._first_cut,
                 self.partitions,
-                self._send_source_ack,
+                self._send_source_ack if self._partition_snapshots is None else self._partition_snapshots,
                 name=f"cutline-cuts-{self.settings.job_id}",
             )
         return self.query
@@ -1123,67 +1113,20 @@ class CheckpointedJob:
     def _on_completed(self, decision: Complete) -> None:
         completed = decision.completed
         keyed = self.settings.keyed_partitions is not None
-        if keyed and completed.kind is CheckpointKind.CHECKPOINT:
-            self._pieces_of[completed.checkpoint_id] = self._pieces_needed_by(completed)
+        pieces = (
+            self._retention.pieces_needed_by(completed)
+            if keyed and completed.kind is CheckpointKind.CHECKPOINT
+            else None
+        )
         self._commit_offsets(completed, decision.commit)
         if decision.metadata is not None:
             self._write_metadata(decision.metadata, completed)
         with self._completion:
             self.completed.append(completed)
             self._completion.notify_all()
-        for discard in decision.discard:
-            self._discard(discard)
-        if keyed and completed.kind is CheckpointKind.CHECKPOINT:
-            self._sweep_aborted(completed.checkpoint_id)
+        self._retention.completed(completed, decision.discard, pieces, self._run_files)
         if decision.stop is not None:  # the stop savepoint: its offsets and _metadata first
             self._end_with(decision.stop)
-
-    def _pieces_needed_by(self, completed: CheckpointCompleted) -> set[str]:
-        """The pieces (canonical URIs) a keyed checkpoint's manifests list (a chain reaches into older
-        checkpoints' directories: those pieces stay while this checkpoint is retained)."""
-        needed: set[str] = set()
-        for task, handle in completed.handles.items():
-            if not task.startswith("keyed-"):
-                continue
-            try:
-                manifest = read_manifest(handle)
-                needed.update(_canonical(piece.uri) for piece in manifest.pieces)
-            except (OSError, ValueError) as exc:  # SnapshotCorrupted, UnsupportedLocation, InvalidUri
-                log.warning("checkpoint %d: cannot read %s (%s)", completed.checkpoint_id, handle.uri, exc)
-        return needed
-
-    def _delete_unneeded_pieces(self, directory: str) -> None:
-        """Delete this run's keyed pieces in ``directory`` that no retained checkpoint needs; remember
-        the directory while it keeps some (a later chain may stop needing them)."""
-        needed = set().union(*self._pieces_of.values())
-        prefixes = tuple(
-            quote(f"{keyed_task_id(i)}.a{self.attempt}-{self.run_id}.cut-", safe=":@=+,")
-            for i in range(self.settings.keyed_partitions or 0)
-        )
-        kept = False
-        for name in _names(directory):
-            if name.startswith(prefixes) and name.endswith((".full", ".delta")):
-                uri = storage.join(directory, name)
-                if _canonical(uri) not in needed:
-                    _delete(uri)
-                else:
-                    kept = True
-        if kept:
-            self._kept_dirs.add(directory)
-        else:
-            self._kept_dirs.discard(directory)
-            storage.remove_empty_directory(directory)
-
-    def _sweep_aborted(self, completed_id: int) -> None:
-        """Pieces of aborted checkpoints older than a completed one, and pieces kept in discarded
-        checkpoints' directories: no snapshot chain can need them any more, unless a retained
-        checkpoint's does."""
-        for aborted_id, directory in list(self._aborted_dirs):
-            if aborted_id < completed_id:
-                self._aborted_dirs.remove((aborted_id, directory))
-                self._delete_unneeded_pieces(directory)
-        for directory in sorted(self._kept_dirs):
-            self._delete_unneeded_pieces(directory)
 
     def _write_metadata(self, directory: str, completed: CheckpointCompleted) -> None:
         """``_metadata`` next to the snapshots it describes: every handle's file is there, of its size
@@ -1231,28 +1174,12 @@ class CheckpointedJob:
         with self._lock:
             self.aborted.append(decision.aborted)
         if decision.discard is not None:
-            self._discard(decision.discard, aborted=True)
+            self._retention.aborted(decision.discard, self._run_files)
 
-    def _discard(self, discard: Discard, *, aborted: bool = False) -> None:
-        """Delete this run's snapshots of a checkpoint and its ``_metadata``, then its directory if empty
-        (on any storage: ``discard.directory`` is a storage URI).
-
-        A keyed job's pieces go only when no retained checkpoint's chain needs them; an aborted
-        checkpoint's pieces wait until a later checkpoint completes (a chain pending now may list them).
-        """
-        directory = discard.directory
-        if directory is None:  # not inside the job's checkpoint location: nothing of it is the job's
-            return
-        for name in snapshot_names(_names(directory), self.tasks, self.attempt, self.run_id):
-            _delete(storage.join(directory, name))
-        _delete(storage.join(directory, METADATA_FILE))
-        if self.settings.keyed_partitions is not None:
-            self._pieces_of.pop(discard.checkpoint_id, None)
-            if aborted:
-                self._aborted_dirs.append((discard.checkpoint_id, directory))
-            else:
-                self._delete_unneeded_pieces(directory)
-        storage.remove_empty_directory(directory)
+    @property
+    def _run_files(self) -> RunFiles:
+        """The files this run and attempt writes into checkpoint directories: retention deletes no other."""
+        return RunFiles(tuple(self.tasks), self.attempt, self.run_id, self.settings.keyed_partitions)
 
     def _on_threshold(self, exceeded: CheckpointFailureThresholdExceeded) -> None:
         self.failure = CheckpointFailuresExceeded(
@@ -1535,23 +1462,3 @@ class _JournalFollower:
         self._thread.join(5)
         self._feed.close()
         self.committer.close()
-
-
-def _names(directory: str) -> list[str]:
-    try:
-        return storage.list_names(directory)
-    except (OSError, ValueError, ImportError) as exc:
-        log.warning("cannot list %s: %s", directory, exc)
-        return []
-
-
-def _delete(uri: str) -> None:
-    try:
-        storage.delete(uri)
-    except (OSError, ValueError, ImportError) as exc:
-        log.warning("cannot delete %s: %s", uri, exc)
-
-
-def _canonical(uri: str) -> str:
-    """``uri`` as the ledger spells directories (:func:`events.wire.validation.parse_uri`)."""
-    return str(parse_uri(uri))
