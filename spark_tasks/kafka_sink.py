@@ -19,12 +19,17 @@ It is the participant sink of :mod:`events.task.exactly_once` split in two halve
   Python process of the server, which pickles it): each micro-batch's rows are kept in memory; a
   batch that begins with a barrier (the checkpoint's cut is at its start offsets) first stages what
   the batches before it wrote into ``<location>/driver.out``, before it runs, so before its tasks ack:
-  a completed checkpoint's output is on durable storage;
+  a completed checkpoint's output is on durable storage. If the barrier's tasks have already
+  snapshotted (something in ``foreachBatch`` ran the batch before the sink: :func:`staged_late_problem`),
+  it stages all the same and fails the query with :class:`OutputStagedLate`;
 - **the committer** (a thread in the driver): it follows the job's journal and, when a checkpoint
   of the attempt completes, commits the staged files up to it in one transaction with the commit
-  marker; when the job is canceled it deletes what is staged and not completed. At start it
-  recovers first (:meth:`~events.task.exactly_once.ExactlyOnceSink.recover`): it fences the
-  transactional id and commits again what a dead driver's completed checkpoints staged.
+  marker (a completion whose own file is not staged yet waits for it); when the job is canceled it
+  deletes what is staged and not completed. At start it recovers first
+  (:meth:`~events.task.exactly_once.ExactlyOnceSink.recover`): it fences the transactional id and
+  commits again what a dead driver's completed checkpoints staged.
+
+It reads the ``cutline-kafka`` source's barriers: a job on Spark's own ``kafka`` connector is refused.
 
 The sink is one task, ``driver``: its transactional id is ``<prefix>-<job>-<uid>-driver``, the same
 in every attempt and at any parallelism.
@@ -33,14 +38,16 @@ in every attempt and at any parallelism.
 from __future__ import annotations
 
 import logging
+import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 
 from events.kafka.feed import JobFeed
+from events.task import storage
 from events.task.exactly_once import (
     DEFAULT_MAX_BUFFERED_BYTES,
     ExactlyOnceSink,
@@ -49,8 +56,16 @@ from events.task.exactly_once import (
     Recovered,
     RecoveryPlan,
     Step,
+    staged_name,
 )
-from events.wire.records import CheckpointCompleted, CheckpointTriggered, JobStatus, SchedulerStopped
+from events.wire.records import (
+    CheckpointBarrier,
+    CheckpointCompleted,
+    CheckpointKind,
+    CheckpointTriggered,
+    JobStatus,
+    SchedulerStopped,
+)
 from spark_tasks.kafka_source import barrier_of, entry_barrier
 from spark_tasks.keyed import batch_id_known
 from spark_tasks.sink import _offset_line
@@ -63,9 +78,12 @@ __all__ = [
     "SINK_TASK",
     "ExactlyOnceKafkaSink",
     "OutputLost",
+    "OutputStagedLate",
     "StagedBatches",
     "columns_problem",
     "output_record",
+    "staged_late_problem",
+    "task_snapshots",
 ]
 
 log = logging.getLogger(__name__)
@@ -79,6 +97,57 @@ FOLLOW_WAIT_S = 0.2
 
 class OutputLost(RuntimeError):
     """The batches' half lost the rows it kept (Spark ran it afresh in the middle of a query)."""
+
+
+class OutputStagedLate(RuntimeError):
+    """Something in ``foreachBatch`` ran a barrier batch before the sink was called: the checkpoint's
+    tasks acked before its output was staged. The output is staged (and committed once), the query
+    fails: call the sink first."""
+
+
+_SNAPSHOT = re.compile(r"\.a(?P<attempt>\d+)(?:-[^.]+)?\.cut-\d+")
+"""A Spark task's snapshot (or keyed manifest, or piece) in a checkpoint's location:
+``<task>.a<attempt>[-<run>].cut-<cut>[...]`` (:func:`spark_tasks.tasks.snapshot_name`)."""
+
+
+def task_snapshots(names: Iterable[str], attempt: int) -> tuple[str, ...]:
+    """The files among ``names`` (of a checkpoint's location) that tasks of ``attempt`` wrote at the
+    barrier, before they acked: snapshots, keyed manifests and pieces. Pure."""
+    return tuple(
+        sorted(
+            name
+            for name in names
+            if (found := _SNAPSHOT.search(name)) is not None and int(found["attempt"]) == attempt
+        )
+    )
+
+
+def _kind(barrier: CheckpointBarrier) -> str:
+    if barrier.stop:
+        return "stop-with-savepoint" + (" --drain" if barrier.drain else "")
+    return "savepoint" if barrier.kind is CheckpointKind.SAVEPOINT else "checkpoint"
+
+
+def staged_late_problem(uid: str, barrier: CheckpointBarrier, snapshots: Sequence[str]) -> str | None:
+    """Why staging the output before ``barrier``'s cut is too late, or None. Pure.
+
+    Called first in ``foreachBatch``, the sink stages before the barrier batch runs: no task of the
+    attempt has snapshotted for the barrier yet, whatever its kind (a periodic checkpoint, a
+    savepoint, a stop-with-savepoint with or without ``--drain``: their tasks all snapshot and ack
+    while the batch runs). ``snapshots`` (:func:`task_snapshots`) already in its location mean that
+    something ran the batch first: the checkpoint may complete, and a driver that died then would
+    lose the output of the input before the cut (the restore does not read it again)."""
+    if not snapshots:
+        return None
+    shown = ", ".join(snapshots[:3]) + (", ..." if len(snapshots) > 3 else "")
+    return (
+        f"sink {uid}: the tasks of {_kind(barrier)} {barrier.checkpoint_id} snapshotted ({shown}) before "
+        "the sink staged the output before its cut: something in foreachBatch ran the batch (an action "
+        "such as collect(), count() or a write) before the sink. The output is staged and is committed "
+        "once with the checkpoint; the query stops so that a driver that dies in that window cannot lose "
+        "it. Call sink(batch_df, batch_id) first in foreachBatch, before anything else runs the batch "
+        "(persist() the batch to use it again after)"
+    )
 
 
 def columns_problem(columns: Sequence[str], topic: str | None) -> str | None:
@@ -165,10 +234,14 @@ class StagedBatches:
         barrier = entry_barrier(self.buffer.job_id, entry)
         if barrier.attempt != self.attempt or barrier.checkpoint_id <= self.last_staged:
             return False  # another attempt's, or sent again by a newer coordinator: its cut was earlier
-        self.buffer.stage(barrier)
+        snapshots = task_snapshots(storage.list_names(barrier.location), self.attempt)
+        self.buffer.stage(barrier)  # late or not: the output before the cut is on durable storage
         self.last_staged = barrier.checkpoint_id
         if self.step is not None:
             self.step("staged", barrier.checkpoint_id)
+        problem = staged_late_problem(self.buffer.uid, barrier, snapshots)
+        if problem is not None:
+            raise OutputStagedLate(problem)
         return True
 
 
@@ -201,6 +274,12 @@ class ExactlyOnceKafkaSink:
         recovery: Callable[..., RecoveryPlan] | None = None,
     ) -> None:
         settings = job.settings
+        if job.on_connector:
+            raise ValueError(
+                f"sink {uid} of job {settings.job_id}: the ExactlyOnceKafkaSink reads the barriers of the "
+                "cutline-kafka source, and this job reads with Spark's own kafka connector: its output "
+                "would never be staged. Run the job with source='cutline-kafka' (the default)"
+            )
         self.job_id, self.attempt = settings.job_id, job.attempt
         self.committer = ExactlyOnceSink(
             settings.bootstrap,
@@ -239,6 +318,10 @@ class ExactlyOnceKafkaSink:
             step,
         )
         self._locations: dict[int, str] = {}
+        self._waiting: CheckpointCompleted | None = None
+        """A completion of the attempt whose own staged file was not there yet (the sink ran late)."""
+        self.staged_late: list[int] = []
+        """Checkpoints whose output was staged after the committer saw their completion."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.failure: BaseException | None = None
@@ -288,6 +371,8 @@ class ExactlyOnceKafkaSink:
             entries = self._feed.poll(wait)
             for entry in entries:
                 self._on_record(entry.record)
+            if self._waiting is not None and self._staged(self._waiting.checkpoint_id):
+                self._commit_through(self._waiting)
             return len(entries)
 
     def _on_record(self, record: object) -> None:
@@ -296,14 +381,37 @@ class ExactlyOnceKafkaSink:
         elif isinstance(record, CheckpointCompleted) and record.attempt == self.attempt:
             if record.location:
                 self._locations.setdefault(record.checkpoint_id, record.location)
-            self.committer.commit_staged(record, self._locations)
-            self._locations = {k: v for k, v in self._locations.items() if k > record.checkpoint_id}
+            if self._staged(record.checkpoint_id):
+                self._commit_through(record)
+            else:  # staged late (the sink ran after its batch): it and the files before it wait for it
+                self._waiting = record
         elif (
             isinstance(record, SchedulerStopped)
             and record.attempt == self.attempt
             and record.status is JobStatus.CANCELLING
         ):
             self.committer.abort(self._locations)
+
+    def _staged(self, checkpoint_id: int) -> bool:
+        """Whether the sink's file for ``checkpoint_id`` is staged (at an unknown location: as if)."""
+        location = self._locations.get(checkpoint_id)
+        return location is None or storage.exists(storage.join(location, staged_name(SINK_TASK)))
+
+    def _commit_through(self, completed: CheckpointCompleted) -> None:
+        """Commit the staged files up to ``completed`` (after the marker) in one transaction."""
+        waited = self._waiting is not None and self._waiting.checkpoint_id == completed.checkpoint_id
+        self.committer.commit_staged(completed, self._locations)
+        self._locations = {k: v for k, v in self._locations.items() if k > completed.checkpoint_id}
+        self._waiting = None
+        if waited:
+            self.staged_late.append(completed.checkpoint_id)
+            log.error(
+                "sink %s of job %s: checkpoint %d completed before its output was staged (the sink was "
+                "called after something ran its batch); committed now. Call the sink first in foreachBatch",
+                self.transactional_id,
+                self.job_id,
+                completed.checkpoint_id,
+            )
 
     def close(self, settle: float = 1.0) -> None:
         """Stop committing, once the journal has been read to its end (a poll of ``settle`` s brings
