@@ -140,6 +140,7 @@ from spark_tasks.keyed import (
     route_step,
     shuffle_schema,
 )
+from spark_tasks.query_status import QueryStatusListener
 from spark_tasks.restore import (
     JobShape,
     LeftBehind,
@@ -277,153 +278,6 @@ def read_metadata(location: str | Path) -> CheckpointCompleted:
         raise NothingToRestore(str(exc)) from exc
 
 
-class _Listener:
-    """Publishes the job's status from Spark's query events.
-
-    On a classic session a StreamingQueryListener (``LeanListener``, over Py4J) tells it. Spark
-    Connect has no JVM in this process, and PySpark 4.3's client-side listener bus dies on the first
-    accumulator update a Python data source sends (an ``UNKNOWN_RESPONSE``, SPARK-59135), so there
-    a thread polls the query instead (:meth:`_poll`): its status until its first trigger has run,
-    then whether it is still active (docs/spark.md, "Spark Connect").
-    """
-
-    def __init__(self, job: CheckpointedJob) -> None:
-        from pyspark.sql.streaming.listener import StreamingQueryListener
-
-        outer = self
-
-        class LeanListener:
-            """Spark's Java listener interface, implemented over Py4J, reading only what the job needs.
-
-            PySpark's own wrapper turns every event into Python objects field by field before the
-            listener sees it: about a hundred Py4J calls per progress event, which the job pays on
-            the JVM's listener thread and its compiler threads (``bench/bench_spark.py``).
-            This one reads a run id until the query runs, then nothing.
-            """
-
-            def onQueryStarted(self, jevent: Any) -> None:
-                outer.started(jevent.runId().toString(), jevent.name())
-
-            def onQueryProgress(self, jevent: Any) -> None:
-                if not outer.running.is_set():
-                    outer.triggered(jevent.progress().runId().toString())
-
-            def onQueryIdle(self, jevent: Any) -> None:
-                if not outer.running.is_set():
-                    outer.triggered(jevent.runId().toString())
-
-            def onQueryTerminated(self, jevent: Any) -> None:
-                exception = jevent.exception()
-                outer.terminated(
-                    jevent.runId().toString(), exception.get() if exception.isDefined() else None
-                )
-
-            class Java:
-                implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
-
-        class Listener(StreamingQueryListener):
-            # ``StreamManager.addListener`` registers ``_jlistener``; the event methods below are
-            # never called through it, but the base class needs them.
-            @property
-            def _jlistener(self) -> Any:
-                if not hasattr(self, "_lean"):
-                    from pyspark import SparkContext
-
-                    jvm = SparkContext._jvm
-                    if jvm is None:
-                        raise RuntimeError("no SparkContext: start the SparkSession before the job")
-                    self._lean = jvm.PythonStreamingQueryListenerWrapper(LeanListener())
-                return self._lean
-
-            def onQueryStarted(self, event: Any) -> None:
-                outer.started(str(event.runId), event.name)
-
-            def onQueryProgress(self, event: Any) -> None:
-                outer.triggered(str(event.progress.runId))
-
-            def onQueryIdle(self, event: Any) -> None:
-                outer.triggered(str(event.runId))
-
-            def onQueryTerminated(self, event: Any) -> None:
-                outer.terminated(str(event.runId), event.exception)
-
-        self.job = job
-        self.connect = is_connect_session(job.spark)
-        self.spark_listener = None if self.connect else Listener()
-        self.run_id: str | None = None
-        self.running = threading.Event()
-        self.ended = threading.Event()
-        self.exception: str | None = None
-        """Why the query failed (Spark's message), if it did."""
-        self._unregistered = threading.Event()
-        self._poller: threading.Thread | None = None
-
-    def register(self) -> None:
-        """Before the query starts: a classic session's listener joins Spark's listener bus."""
-        if self.spark_listener is not None:
-            self.job.spark.streams.addListener(self.spark_listener)
-
-    def follow(self, query: Any) -> None:
-        """Once the query has started: on Spark Connect, poll it in a daemon thread."""
-        if self.connect:
-            self._poller = threading.Thread(
-                target=self._poll,
-                args=(query,),
-                name=f"cutline-query-{self.job.settings.job_id}",
-                daemon=True,
-            )
-            self._poller.start()
-
-    def unregister(self) -> None:
-        """Leave Spark's listener bus, or stop polling."""
-        self._unregistered.set()
-        if self._poller is not None:
-            self._poller.join(5)
-        if self.spark_listener is not None:
-            self.job.spark.streams.removeListener(self.spark_listener)
-
-    def _poll(self, query: Any) -> None:
-        """Spark Connect: RUNNING once the query's first trigger has run (:func:`has_triggered`),
-        polled every 0.1 s; then the query's end, polled every 0.5 s."""
-        run_id = str(query.runId)
-        self.started(run_id, query.name)
-        while not self._unregistered.wait(0.5 if self.running.is_set() else 0.1):
-            try:
-                if not self.running.is_set() and has_triggered(query.status, query.lastProgress is not None):
-                    self.triggered(run_id)
-                if not query.isActive:
-                    failure = query.exception()
-                    self.terminated(run_id, None if failure is None else str(failure))
-                    return
-            except Exception as exc:  # the server is gone or did not answer: say so, and keep trying
-                log.warning("job %s: cannot poll its query (%s)", self.job.settings.job_id, exc)
-                self._unregistered.wait(1.0)
-
-    def started(self, run_id: str, name: str | None) -> None:
-        if name == self.job.query_name and self.run_id is None:
-            self.run_id = run_id
-
-    def triggered(self, run_id: str) -> None:
-        if run_id == self.run_id and not self.running.is_set():
-            self.running.set()
-            self.job._publish_running()
-
-    def terminated(self, run_id: str, exception: str | None) -> None:
-        if run_id != self.run_id or self.ended.is_set():
-            return
-        self.exception = exception
-        self.job._publish_end(exception)
-        self.ended.set()
-
-
-TRIGGERED_STATUS = frozenset({"Waiting for data to arrive", "Waiting for next trigger"})
-"""Spark's status messages of a query whose first trigger has run to its end: its source has
-answered ``latestOffset`` (so it listens for barriers) and its first batch, if any, is done.
-(Before: ``Initializing …``, ``Getting offsets from …``, then ``Processing new data`` while the
-first batch runs: a checkpoint triggered then waits for that batch, which on a cold start takes
-most of a checkpoint's timeout.)"""
-
-
 QUERY_ID_NAMESPACE = uuid.UUID("8f2c6a53-3d1e-4b7a-9c4e-2a6f0d5b7e19")
 """The namespace of :func:`job_query_id`'s name-based UUIDs."""
 
@@ -440,13 +294,6 @@ def write_query_id(spark_checkpoint: Path, query_id: str) -> None:
     ``query_id``: Spark reads a query's id from the directory's ``metadata`` file, and writes a
     random one only when that file is missing."""
     write_atomic(spark_checkpoint / "metadata", json.dumps({"id": query_id}).encode())
-
-
-def has_triggered(status: Mapping[str, Any], has_progress: bool) -> bool:
-    """Has a query run its first trigger to its end, by its ``status`` and whether it reported
-    progress? What a classic session learns from the first progress or idle event, for a Spark
-    Connect query."""
-    return has_progress or status.get("message") in TRIGGERED_STATUS
 
 
 class CheckpointedJob:
@@ -502,7 +349,7 @@ class CheckpointedJob:
         """What the job deletes when the ledger discards a checkpoint (:mod:`spark_tasks.retention`)."""
         self.ignored: list[tuple[Record, str]] = []
         """Journal records of this job that the job ignored, and why (each logged once)."""
-        self._listener: _Listener | None = None
+        self._listener: QueryStatusListener | None = None
         self._follower: _JournalFollower | None = None
         self._stopping = False
         self._lock = threading.Lock()
@@ -959,7 +806,13 @@ class CheckpointedJob:
             raise RuntimeError("the job's query is already started")
         if self._follower is None:
             self._follower = _JournalFollower(self)
-        self._listener = _Listener(self)
+        self._listener = QueryStatusListener(
+            self.spark,
+            self.query_name,
+            self.settings.job_id,
+            on_running=self._publish_running,
+            on_end=self._publish_end,
+        )
         self._listener.register()
         self.pause_file.unlink(missing_ok=True)  # a stopped run's, in the same directory
         Path(held_file(str(self.pause_file))).unlink(missing_ok=True)

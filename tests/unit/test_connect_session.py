@@ -1,7 +1,7 @@
 """How a job tells a Spark Connect session from a classic one, when a polled Connect query is
 RUNNING, how a keyed job's tasks learn a batch's id inside a Connect ``foreachBatch`` function,
 and the Spark query id every driver of a job runs its query under
-(spark_tasks.session.is_connect_session, spark_tasks.job.has_triggered,
+(spark_tasks.session.is_connect_session, spark_tasks.query_status.has_triggered,
 spark_tasks.keyed.batch_id_known, spark_tasks.job.job_query_id): no Spark."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from spark_tasks.job import has_triggered, job_query_id, write_query_id
+from spark_tasks.job import job_query_id, write_query_id
 from spark_tasks.keyed import WithBatchId, batch_id_known, connect_batch_property
+from spark_tasks.query_status import has_triggered
 from spark_tasks.session import is_connect_session
 
 
