@@ -74,7 +74,11 @@ def broker(
     if kafka:
         running, what, note = _apache_kafka(port, brokers, heap, sasl)
     else:
-        running, what, note = EmbeddedBroker(port), "the broker", "data is in memory only"
+        running, what, note = (
+            EmbeddedBroker(port, ends_with_parent=True),
+            "the broker",
+            "data is in memory only",
+        )
     # Installed before the broker starts: a SIGTERM while it starts stops it once it has
     try:
         with StopSignals() as stop:
@@ -115,7 +119,7 @@ def _apache_kafka(port: int | None, brokers: int, heap: str, sasl: bool) -> tupl
     from events.dev.kafka_security import SaslSsl
 
     security = SaslSsl.with_users(ROLE_USERS) if sasl else None
-    running = ApacheKafka(port, brokers=brokers, heap=heap, security=security)
+    running = ApacheKafka(port, brokers=brokers, heap=heap, security=security, ends_with_parent=True)
     what = "Apache Kafka (SASL_SSL)" if sasl else "Apache Kafka"
     plural = "s" if brokers > 1 else ""
     note = f"Apache Kafka {KAFKA_VERSION}, {brokers} broker{plural}; data deleted on stop"

@@ -33,7 +33,7 @@ from typing import IO, Any, Self
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from events.dev import maven
+from events.dev import maven, parent_death
 from events.dev.broker import HOST, BrokerError, free_port
 from events.dev.kafka_security import ADMIN, Certificates, SaslSsl, make_certificates
 from events.kafka.acls import Role, acl_bindings
@@ -392,6 +392,7 @@ class ApacheKafka:
         security: SaslSsl | None = None,
         startup_timeout: float = 90.0,
         jars: KafkaJars | None = None,
+        ends_with_parent: bool = False,
     ) -> None:
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
@@ -400,6 +401,8 @@ class ApacheKafka:
         self._fixed_port = port
         self._startup_timeout = startup_timeout
         self._jars = jars
+        self._ends_with_parent = ends_with_parent
+        """Each node's JVM gets SIGTERM when this process dies (:mod:`events.dev.parent_death`)."""
         self._dir: Path | None = None
         self._nodes: tuple[KafkaNode, ...] = ()
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -661,6 +664,7 @@ class ApacheKafka:
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=parent_death.ends_with_parent() if self._ends_with_parent else None,
         )
 
     def _await_ready(self, timeout: float | None = None) -> None:

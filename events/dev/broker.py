@@ -25,6 +25,7 @@ from typing import IO, Any, Self
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # not re-exported
 
+from events.dev import parent_death
 from events.kafka.client_config import (
     EMBEDDED_BROKER_FETCH_WAIT_MS,
     FETCH_WAIT_VARIABLE,
@@ -234,7 +235,10 @@ class EmbeddedBroker:
         *,
         startup_timeout: float = 30.0,
         binary: str | None = None,
+        ends_with_parent: bool = False,
     ) -> None:
+        self._ends_with_parent = ends_with_parent
+        """The broker process gets SIGTERM when this process dies (:mod:`events.dev.parent_death`)."""
         self._fixed_port = port
         self._port = port
         self._startup_timeout = startup_timeout
@@ -362,6 +366,7 @@ class EmbeddedBroker:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=parent_death.ends_with_parent() if self._ends_with_parent else None,
         )
         atexit.register(self.stop)
 

@@ -65,6 +65,52 @@ def test_cutline_broker_exits_1_saying_its_broker_died(tmp_path: Path) -> None:
     assert "exited by itself (killed by signal 9" in stderr and "its data is lost" in stderr
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param([], marks=pytest.mark.tansu, id="embedded"),
+        pytest.param(["--kafka", "--heap", "256m"], marks=pytest.mark.slow, id="apache-kafka"),
+    ],
+)
+def test_a_sigkilled_cutline_broker_leaves_no_broker_running(options: list[str]) -> None:
+    """Given ``cutline broker`` serving, when the command is SIGKILLed (no chance to clean up), then
+    every process of its tree ends too (the kernel sends them SIGTERM: events/dev/parent_death.py)."""
+    command = subprocess.Popen(
+        [CUTLINE, "broker", *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        printed = Printed(command)
+        eventually(
+            lambda: any(line.startswith("bootstrap: ") for line in printed.lines),
+            timeout=180,
+            what="the broker serving",
+        )
+        tree = _tree(command.pid)
+        assert tree, "the broker runs as a child of the command"
+
+        command.kill()
+        command.wait(15)
+
+        eventually(
+            lambda: not [pid for pid in tree if _alive(pid)], timeout=60, what="the broker's processes ending"
+        )
+    finally:
+        for pid in _tree(command.pid) if command.poll() is None else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if command.poll() is None:
+            command.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def _cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
