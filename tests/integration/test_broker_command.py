@@ -119,8 +119,8 @@ def _cmdline(pid: int) -> bytes:
 
 
 def _stop_tree(command: subprocess.Popen[str]) -> None:
-    """After a failure: SIGTERM the command, then SIGKILL what is left of its tree (a SIGKILLed
-    ``cutline broker`` would leave its JVMs running, each in a session of its own)."""
+    """After a failure: SIGTERM the command, then SIGKILL what is left of its tree (its JVMs run each
+    in a session of its own)."""
     if command.poll() is not None:
         return
     tree = _tree(command.pid)
