@@ -58,12 +58,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, cast
+from typing import Any, Literal, Self
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
-from events.kafka.clients import commit_offsets, consumer_config
-from events.kafka.feed import JobFeed
 from events.task import storage
 from events.task.ledger import (
     Abort,
@@ -109,10 +107,10 @@ from events.wire.records import (
 )
 from events.wire.topics import DEFAULT_PREFIX, Topics
 from spark_tasks.barrier_source import CHANNEL, held_file
-from spark_tasks.connector_cuts import SOURCE_TASK, CutFollower, PartitionSnapshots, SourceAck
+from spark_tasks.connector_cuts import SOURCE_TASK, CutFollower, SourceAck
 from spark_tasks.connector_source import CONNECTOR_FORMAT, connector_options, connector_stream
+from spark_tasks.journal_follower import JournalFollower
 from spark_tasks.kafka_source import (
-    BACKGROUND_FETCH_WAIT_MAX_MS,
     EARLIEST,
     FORMAT,
     LATEST,
@@ -225,7 +223,7 @@ class JobSettings:
     a checkpoint id of this job, the path or ``file:`` URI of a savepoint or checkpoint
     directory (it holds ``_metadata``: this job's, or ``restore_from_job``'s), or None (start empty).
     ``source`` reads the topics with ``cutline-kafka`` (the default) or Spark's own ``kafka``
-    connector (the session needs the connector's jars: docs/spark.md, "Checkpoints on
+    connector (a keyed job; the session needs the connector's jars: docs/spark.md, "Checkpoints on
     Spark's own kafka connector"). ``source_options`` go to that source as they are (for example
     ``maxOffsetsPerTrigger`` or ``kafka.*``, in its client's names); ``startingOffsets`` applies only
     when nothing is restored (default ``earliest``).
@@ -324,6 +322,17 @@ class CheckpointedJob:
             raise ValueError(
                 f"JobSettings.source must be {FORMAT!r} or {CONNECTOR_FORMAT!r}, not {settings.source!r}"
             )
+        if settings.source == CONNECTOR_FORMAT and keyed is None:
+            raise ValueError(
+                "a job on Spark's kafka connector (JobSettings.source='kafka') is keyed: set "
+                "keyed_partitions and use stream_keyed; a per-partition StatefulStep job reads with "
+                "source='cutline-kafka'"
+            )
+        if settings.source == CONNECTOR_FORMAT and settings.latency_interval_ms:
+            raise ValueError(
+                "latency markers (latency_interval_ms) ride in cutline-kafka's offsets: a job on Spark's "
+                "kafka connector has none yet; set latency_interval_ms=0 or source='cutline-kafka'"
+            )
         if keyed is not None and not 0 < keyed <= settings.max_parallelism:
             raise ValueError(
                 f"keyed_partitions={keyed}: a keyed job has 1 to max_parallelism "
@@ -339,8 +348,6 @@ class CheckpointedJob:
         """On the connector: the driver's ``source`` task, following the query's offset log."""
         self._first_cut: dict[TopicPartitionKey, int] = {}
         """On the connector: the exact offsets the query's first batch starts at."""
-        self._partition_snapshots: PartitionSnapshots | None = None
-        """A per-partition job's answers to barriers on the connector (set by :meth:`stream`)."""
         self._restored_state: dict[tuple[str, int], bytes] = {}
         """A per-partition job's restored snapshots, until :meth:`_seed_state` writes them."""
         self._restored_keyed: list[KeyedState] = []
@@ -350,7 +357,7 @@ class CheckpointedJob:
         self.ignored: list[tuple[Record, str]] = []
         """Journal records of this job that the job ignored, and why (each logged once)."""
         self._listener: QueryStatusListener | None = None
-        self._follower: _JournalFollower | None = None
+        self._follower: JournalFollower | None = None
         self._stopping = False
         self._lock = threading.Lock()
         self._completion = threading.Condition(self._lock)
@@ -622,7 +629,6 @@ class CheckpointedJob:
             group=settings.consumer_group,
             starting=self._first_cut,
             restored=None if self.restored is None else self.restored.checkpoint_id,
-            per_partition=settings.keyed_partitions is None,
         )
         barriers = {
             "cutline.job": settings.job_id,
@@ -632,9 +638,6 @@ class CheckpointedJob:
             "cutline.wireFormat": settings.wire.wire_format,
             "cutline.schemaRegistryUrl": settings.wire.schema_registry_url or "",
             "cutline.pauseFile": str(self.pause_file),
-            # a per-partition job's driver snapshots at the cut (connector_cuts.PartitionSnapshots)
-            "cutline.barrierRows": str(settings.keyed_partitions is not None).lower(),
-            "cutline.latencyIntervalMs": settings.latency_interval_ms,
         }
         return connector_stream(self.spark, options, barriers)
 
@@ -717,7 +720,6 @@ class CheckpointedJob:
             wire=self.settings.wire,
             attempt=self.attempt,
         )
-        self._partition_snapshots = PartitionSnapshots(self.store, settings)
         return source.mapInArrow(partition_step(step, settings, to_arrow_schema(schema)), schema)
 
     def stream_keyed(self, step: AnyKeyedStep, source_options: Mapping[str, Any] | None = None) -> Any:
@@ -805,7 +807,14 @@ class CheckpointedJob:
         if self.query is not None:
             raise RuntimeError("the job's query is already started")
         if self._follower is None:
-            self._follower = _JournalFollower(self)
+            self._follower = JournalFollower(
+                self.settings.bootstrap,
+                self.settings.job_id,
+                self.topics.checkpoints,
+                self.settings.consumer_group,
+                self._on_journal_record,
+                timeout=self.timeout,
+            )
         self._listener = QueryStatusListener(
             self.spark,
             self.query_name,
@@ -832,7 +841,7 @@ class CheckpointedJob:
                 spark_checkpoint,
                 self._first_cut,
                 self.partitions,
-                self._send_source_ack if self._partition_snapshots is None else self._partition_snapshots,
+                self._send_source_ack,
                 name=f"cutline-cuts-{self.settings.job_id}",
             )
         return self.query
@@ -971,7 +980,8 @@ class CheckpointedJob:
             if keyed and completed.kind is CheckpointKind.CHECKPOINT
             else None
         )
-        self._commit_offsets(completed, decision.commit)
+        assert self._follower is not None  # the follower hands out the records
+        self._follower.commit(completed.checkpoint_id, decision.commit)
         if decision.metadata is not None:
             self._write_metadata(decision.metadata, completed)
         with self._completion:
@@ -1011,17 +1021,6 @@ class CheckpointedJob:
             log.warning(
                 "could not write %s of checkpoint %d: %s", METADATA_FILE, completed.checkpoint_id, exc
             )
-
-    def _commit_offsets(
-        self, completed: CheckpointCompleted, commit: tuple[tuple[str, int, int], ...]
-    ) -> None:
-        assert self._follower is not None
-        offsets = [TopicPartition(topic, partition, offset) for topic, partition, offset in commit]
-        if not offsets:
-            return
-        problem = commit_offsets(self._follower.committer, offsets)
-        if problem is not None:
-            log.warning("could not commit checkpoint %d's offsets: %s", completed.checkpoint_id, problem)
 
     def _on_aborted(self, decision: Abort) -> None:
         with self._lock:
@@ -1268,50 +1267,3 @@ def _start_query(writer: Any, job_id: str) -> Any:
             log.warning("job %s: the query did not start (%s); starting it again", job_id,
                         "its Python worker did not connect back in time")  # fmt: skip
     raise AssertionError("unreachable")
-
-
-class _JournalFollower:
-    """Reads the job's journal partition from its end, in a daemon thread, and tells the job."""
-
-    def __init__(self, job: CheckpointedJob) -> None:
-        self.job = job
-        settings = job.settings
-        self.committer = Consumer(consumer_config(settings.bootstrap, settings.consumer_group))
-        # From the journal's real end, fenced by its claims (docs/design.md, "Ownership and fencing").
-        # Completions need no
-        # millisecond latency: fetch rarely (see BACKGROUND_FETCH_WAIT_MAX_MS).
-        self._feed = JobFeed(
-            settings.bootstrap,
-            settings.job_id,
-            (job.topics.checkpoints,),
-            claims_topic=job.topics.checkpoints,
-            config={"fetch.wait.max.ms": BACKGROUND_FETCH_WAIT_MAX_MS},
-            timeout=job.timeout,
-        )
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"cutline-journal-{settings.job_id}", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                entries = self._feed.poll(0.05)
-            except Exception:  # a fatal consumer error: say so, and keep trying
-                log.exception("journal follower of job %s", self.job.settings.job_id)
-                time.sleep(0.5)
-                continue
-            for entry in entries:
-                try:
-                    self.job._on_journal_record(cast(Record, entry.record))
-                except Exception:  # one bad record must not stop the follower: the rest still count
-                    log.exception(
-                        "journal follower of job %s at offset %d", self.job.settings.job_id, entry.offset
-                    )
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._feed.close()
-        self.committer.close()
