@@ -14,7 +14,15 @@ every Kafka partition at once.
   answers the start itself, so this source alone never makes a batch run.
 - **One row per barrier batch**: ``topic`` ``cutline-barriers``, ``partition`` 0, ``offset`` ``n + 1``,
   ``key``/``value`` null, ``timestamp`` the barrier's, ``cutline_barrier`` the entry's JSON. The keyed
-  map side copies it to every shuffle partition (:func:`spark_tasks.keyed.route_step`).
+  map side copies it to every shuffle partition (:func:`spark_tasks.keyed.route_step`). A per-partition
+  job's tasks never see it (``cutline.barrierRows`` false): the driver snapshots their state at the
+  cut (:class:`spark_tasks.connector_cuts.PartitionSnapshots`).
+- **Latency markers** (``cutline.latencyIntervalMs`` > 0): a due marker is folded into the end offset
+  (``"__cutline_marker__": {"marked_ms": <now>}``) when ``latestOffset`` is called and becomes one row
+  after the barrier's (``cutline_marker`` the marker's JSON, source :data:`MARKER_SOURCE_ID`, subtask
+  0), which travels the union and the shuffle as the records do. The source cannot see whether the
+  Kafka source has records, so a marker makes a batch of its own: an idle query runs one batch with
+  no records per interval.
 - **Stopping.** While the job's pause file exists (``CheckpointedJob.stop`` creates it) ``latestOffset``
   blocks, up to :data:`HOLD_AFTER_PAUSE_S`, after creating ``<pause file>.held``: the job then stops
   the query, which interrupts that call, never a running batch (an interrupted ``foreachBatch``
@@ -27,7 +35,8 @@ every Kafka partition at once.
 
 Options: ``cutline.job`` and ``cutline.bootstrap`` (required), ``cutline.topicPrefix`` (default
 ``cutline.``), ``cutline.attempt`` (barriers of older attempts are ignored), ``cutline.wireFormat``,
-``cutline.schemaRegistryUrl``, ``cutline.barrierFetchWaitMs`` (default 500) and ``cutline.pauseFile``.
+``cutline.schemaRegistryUrl``, ``cutline.barrierFetchWaitMs`` (default 500), ``cutline.pauseFile``,
+``cutline.barrierRows`` (default true) and ``cutline.latencyIntervalMs`` (default 0: no markers).
 """
 
 from __future__ import annotations
@@ -44,14 +53,17 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+from events.task.latency import LatencyMarker, MarkerSchedule
 from events.wire.codec import WireSettings
 from events.wire.topics import DEFAULT_PREFIX, Topics
 from spark_tasks.kafka_source import (
     BACKGROUND_FETCH_WAIT_MAX_MS,
     BARRIER_KEY,
+    MARKER_KEY,
     BarrierFeed,
     barrier_json,
     kafka_schema,
+    marker_of,
 )
 from spark_tasks.workers import freeze_worker_heap
 
@@ -60,6 +72,7 @@ __all__ = [
     "FOLDED_KEY",
     "FORMAT",
     "HOLD_AFTER_PAUSE_S",
+    "MARKER_SOURCE_ID",
     "BarrierOffset",
     "BarrierSource",
     "BarrierSourceOptions",
@@ -86,22 +99,32 @@ HOLD_AFTER_PAUSE_S = 30.0
 """How long a held ``latestOffset`` goes on holding once the job's pause file exists: the job stops
 the query right after creating it, and a worker whose query has gone must not sleep for ever."""
 
+MARKER_SOURCE_ID = "kafka"
+"""The ``source_id`` of the latency markers of a job on the connector: they stand for the batches
+of its ``kafka`` source, which this source only carries them beside."""
+
 _HOLD_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
 class BarrierOffset:
     """This source's offset: ``folded`` barriers so far, and the last one's entry if the batch that
-    ends here folded it (a batch's start carries its predecessor's)."""
+    ends here folded it (a batch's start carries its predecessor's); ``marker_ms``, the time of the
+    latency marker the batch that ends here carries."""
 
     folded: int
     barrier: Mapping[str, Any] | None = None
+    marker_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Spark's offset (keys sorted: Spark compares offsets by their text)."""
-        if self.barrier is None:
-            return {FOLDED_KEY: self.folded}
-        return {BARRIER_KEY: {k: self.barrier[k] for k in sorted(self.barrier)}, FOLDED_KEY: self.folded}
+        out: dict[str, Any] = {}
+        if self.barrier is not None:
+            out[BARRIER_KEY] = {k: self.barrier[k] for k in sorted(self.barrier)}
+        out[FOLDED_KEY] = self.folded
+        if self.marker_ms is not None:
+            out[MARKER_KEY] = {"marked_ms": self.marker_ms}
+        return out
 
     @classmethod
     def from_json(cls, offset: Mapping[str, Any] | str) -> BarrierOffset:
@@ -112,7 +135,7 @@ class BarrierOffset:
         barrier = parsed.get(BARRIER_KEY)
         if barrier is not None and not isinstance(barrier, Mapping):
             raise ValueError(f"{BARRIER_KEY} must be an object, got {barrier!r}")
-        return cls(folded, None if barrier is None else dict(barrier))
+        return cls(folded, None if barrier is None else dict(barrier), marker_of(parsed))
 
     @property
     def stops(self) -> bool:
@@ -134,12 +157,34 @@ def is_barrier_offset(line: str) -> bool:
     return isinstance(parsed, Mapping) and FOLDED_KEY in parsed
 
 
-def next_end(start: BarrierOffset, pending: Mapping[str, Any] | None) -> BarrierOffset:
-    """The end offset of the batch planned from ``start``: the oldest ``pending`` barrier folded, or,
-    with none, the start itself (so no batch runs for this source)."""
-    if pending is None:
+def next_end(
+    start: BarrierOffset, pending: Mapping[str, Any] | None, marker_ms: int | None = None
+) -> BarrierOffset:
+    """The end offset of the batch planned from ``start``: the oldest ``pending`` barrier folded and
+    the due latency marker's time ``marker_ms``, or, with neither, the start itself (so no batch runs
+    for this source)."""
+    if pending is None and marker_ms is None:
         return start
-    return BarrierOffset(start.folded + 1, dict(pending))
+    if pending is None:
+        return BarrierOffset(start.folded, None, marker_ms)
+    return BarrierOffset(start.folded + 1, dict(pending), marker_ms)
+
+
+def batch_rows(
+    start: BarrierOffset, end: BarrierOffset, *, barrier_rows: bool = True
+) -> BarrierPartition | None:
+    """The rows of the batch from ``start`` to ``end``: its new barrier (unless ``barrier_rows`` is
+    false) and its new latency marker, as one Spark task; None if it has neither."""
+    barrier = end.barrier if end.barrier is not None and end.folded > start.folded and barrier_rows else None
+    marker = end.marker_ms if end.marker_ms is not None and end.marker_ms != start.marker_ms else None
+    if barrier is None and marker is None:
+        return None
+    return BarrierPartition(
+        end.folded,
+        None if barrier is None else barrier_json(barrier),
+        int(barrier.get("timestamp_ms", 0)) if barrier is not None else 0,
+        None if marker is None else LatencyMarker(marker, MARKER_SOURCE_ID, 0).to_json(),
+    )
 
 
 def holds(start: BarrierOffset, pending: Mapping[str, Any] | None) -> bool:
@@ -158,6 +203,11 @@ class BarrierSourceOptions:
     wire: WireSettings = WireSettings()
     fetch_wait_ms: int = BACKGROUND_FETCH_WAIT_MAX_MS
     pause_file: str | None = None
+    barrier_rows: bool = True
+    """Emit a barrier batch's barrier row (a keyed job aligns on it; a per-partition job's driver
+    snapshots instead, and its tasks see no barrier row)."""
+    latency_interval_ms: int = 0
+    """Fold a latency marker into a batch's end at most this often; 0: never (no ``cutline_marker``)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> BarrierSourceOptions:
@@ -180,16 +230,43 @@ class BarrierSourceOptions:
             ),
             fetch_wait_ms=int(opts.get("cutline.barrierfetchwaitms", BACKGROUND_FETCH_WAIT_MAX_MS)),
             pause_file=str(opts["cutline.pausefile"]) if opts.get("cutline.pausefile") else None,
+            barrier_rows=_flag(opts.get("cutline.barrierrows", "true"), "cutline.barrierRows"),
+            latency_interval_ms=_non_negative(
+                opts.get("cutline.latencyintervalms", 0), "cutline.latencyIntervalMs"
+            ),
         )
+
+    @property
+    def markers(self) -> bool:
+        """Does the source emit latency markers (and the ``cutline_marker`` column)?"""
+        return self.latency_interval_ms > 0
+
+
+def _flag(value: Any, name: str) -> bool:
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"{FORMAT}: {name} is true or false, got {value!r}")
+    return text == "true"
+
+
+def _non_negative(value: Any, name: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise ValueError(f"{FORMAT}: {name} is a number of milliseconds (0 or more), got {value!r}")
+    return number
 
 
 @dataclass(frozen=True)
 class BarrierPartition(InputPartition):
-    """The one Spark task of a barrier batch: its barrier row."""
+    """The one Spark task of a batch with a barrier or a latency marker: their rows."""
 
     folded: int
-    barrier: str
+    barrier: str | None
     timestamp_ms: int
+    marker: str | None = None
 
 
 class BarrierStreamReader(DataSourceStreamReader):
@@ -198,6 +275,7 @@ class BarrierStreamReader(DataSourceStreamReader):
     def __init__(self, options: BarrierSourceOptions) -> None:
         self.options = options
         self._last = BarrierOffset(0)
+        self._markers = MarkerSchedule(options.latency_interval_ms)
         self._feed: BarrierFeed | None = None
         """Made on first use on the driver's source runner (never in a planning worker or executor)."""
 
@@ -234,11 +312,19 @@ class BarrierStreamReader(DataSourceStreamReader):
         feed.poll()
         if holds(begin, feed.peek()):
             self._hold(feed)
-        end = next_end(begin, feed.take())
-        if end is not begin:
+        end = next_end(begin, feed.take(), self._due_marker())
+        if end.folded != begin.folded:
             log.info("%s folds barrier %s into batch %d's end", FORMAT, end.barrier, end.folded)
         self._last = end
         return end.to_json()
+
+    def _due_marker(self) -> int | None:
+        """The time of a latency marker for the batch being planned, if one is due (else None)."""
+        now = time.time_ns() // 1_000_000
+        if not self._markers.due(now):
+            return None
+        self._markers = self._markers.emitted(now)
+        return now
 
     def _paused(self) -> bool:
         pause = self.options.pause_file
@@ -276,17 +362,22 @@ class BarrierStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BarrierPartition]:
         begin, until = BarrierOffset.from_json(start), BarrierOffset.from_json(end)
-        if until.barrier is None or until.folded == begin.folded:
-            return []
-        timestamp = until.barrier.get("timestamp_ms", 0)
-        return [BarrierPartition(until.folded, barrier_json(until.barrier), int(timestamp))]
+        rows = batch_rows(begin, until, barrier_rows=self.options.barrier_rows)
+        return [] if rows is None else [rows]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         if not isinstance(partition, BarrierPartition):
             raise TypeError(f"{FORMAT} cannot read {partition!r}")
         freeze_worker_heap()
-        at = datetime.fromtimestamp(partition.timestamp_ms / 1000, UTC)
-        yield (None, None, CHANNEL[0], CHANNEL[1], partition.folded, at, -1, partition.barrier)
+        markers = self.options.markers
+        if partition.barrier is not None:
+            at = datetime.fromtimestamp(partition.timestamp_ms / 1000, UTC)
+            row = (None, None, CHANNEL[0], CHANNEL[1], partition.folded, at, -1, partition.barrier)
+            yield (*row, None) if markers else row
+        if markers and partition.marker is not None:
+            marked = LatencyMarker.from_json(partition.marker).marked_time_ms
+            at = datetime.fromtimestamp(marked / 1000, UTC)
+            yield (None, None, CHANNEL[0], CHANNEL[1], partition.folded, at, -1, None, partition.marker)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the barrier was taken from the feed when its batch was planned."""
@@ -305,7 +396,7 @@ class BarrierSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        return kafka_schema(barriers=True)
+        return kafka_schema(barriers=True, markers=BarrierSourceOptions.parse(self.options).markers)
 
     def streamReader(self, schema: StructType) -> BarrierStreamReader:
         return BarrierStreamReader(BarrierSourceOptions.parse(self.options))

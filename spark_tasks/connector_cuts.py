@@ -12,7 +12,12 @@ there; the ``cutline-barriers`` source's line in ``offsets/N`` says which barrie
   savepoint barrier, the batch's start, the cut the keyed tasks snapshot at; for a stop-with-savepoint
   barrier, the batch's end, once the batch has committed (the keyed tasks snapshot after its records,
   and nothing runs after it: :mod:`spark_tasks.barrier_source`);
-- :class:`CutFollower` is the driver's thread that carries it out, with the sending injected.
+- :class:`CutFollower` is the driver's thread that carries it out, with the sending injected;
+- :class:`PartitionSnapshots` answers for a per-partition job's tasks instead: their barrier rows
+  would be a task of their own in the union, never beside a partition's records, so the driver takes
+  each partition's snapshot at the cut from the state store the tasks keep by offset
+  (:mod:`spark_tasks.state`): the version at or below the cut is the state after every record below
+  it once the batch before has committed.
 """
 
 from __future__ import annotations
@@ -24,14 +29,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from events.clock import now_ms
+from events.task.reply import Answer, Failed, SnapshotOutcome, answer
+from events.wire.barrier_entry import entry_barrier
+from events.wire.records import CheckpointBarrier
+from events.wire.vocabulary import DeclineReason
 from spark_tasks.barrier_source import BarrierOffset, is_barrier_offset
 from spark_tasks.kafka_source import TopicPartitionKey, from_offsets
+from spark_tasks.replies import send_reply
+from spark_tasks.state import PartitionStateStore, StateLost, task_id
+from spark_tasks.tasks import TaskSettings, write_partition_snapshot
 
 __all__ = [
     "SOURCE_TASK",
     "CutFollower",
     "LoggedBatch",
+    "PartitionSnapshots",
     "SourceAck",
+    "logged_marker",
+    "new_marker",
     "parse_logged_batch",
     "read_logged_batch",
     "source_ack",
@@ -86,6 +102,20 @@ def read_logged_batch(spark_checkpoint: Path, batch_id: int) -> LoggedBatch | No
     except FileNotFoundError:
         return None
     return parse_logged_batch(batch_id, text)
+
+
+def new_marker(batch: LoggedBatch, previous: LoggedBatch | None) -> int | None:
+    """The time of the latency marker ``batch`` carries anew: a batch the Kafka source alone made
+    run ends the barrier source where it started, with the marker of the batch before."""
+    marked = batch.barriers.marker_ms
+    return None if previous is not None and marked == previous.barriers.marker_ms else marked
+
+
+def logged_marker(spark_checkpoint: Path, batch_id: int) -> int | None:
+    """The time of the latency marker new in batch ``batch_id`` of the query's offset log, or None."""
+    batch = read_logged_batch(spark_checkpoint, batch_id)
+    previous = read_logged_batch(spark_checkpoint, batch_id - 1) if batch_id > 0 else None
+    return None if batch is None else new_marker(batch, previous)
 
 
 def is_committed(spark_checkpoint: Path, batch_id: int) -> bool:
@@ -164,3 +194,43 @@ class CutFollower:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+class PartitionSnapshots:
+    """The answers of a per-partition job's tasks on the connector, one per partition of a
+    :class:`SourceAck`: the state version at or below the cut copied to the checkpoint's location
+    (:func:`~spark_tasks.tasks.write_partition_snapshot`, named as a task names it) and acked as task
+    ``<topic>-<partition>``, or declined when the store has no version there (``send`` injected)."""
+
+    def __init__(
+        self,
+        store: PartitionStateStore,
+        settings: TaskSettings,
+        send: Callable[[TaskSettings, Answer], None] = send_reply,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.send = send
+
+    def __call__(self, ack: SourceAck) -> None:
+        checkpoint = entry_barrier(self.settings.job_id, ack.barrier)
+        for (topic, partition), cut in sorted(ack.offsets.items()):
+            outcome = self._snapshot(checkpoint, topic, partition, cut)
+            task = task_id(topic, partition)
+            self.send(self.settings, answer(checkpoint, ack.barrier.get("epoch"), task, outcome, now_ms()))
+
+    def _snapshot(
+        self, checkpoint: CheckpointBarrier, topic: str, partition: int, cut: int
+    ) -> SnapshotOutcome:
+        try:
+            loaded = self.store.load(topic, partition, cut)
+        except (StateLost, OSError) as exc:
+            return Failed(DeclineReason.TASK_CHECKPOINT_FAILURE, f"{type(exc).__name__}: {exc}")
+        if loaded is None:
+            return Failed(
+                DeclineReason.TASK_CHECKPOINT_FAILURE,
+                f"no state of {topic}[{partition}] at or below offset {cut} in {self.store.root}: the "
+                "driver fell more than 8 batches behind its tasks (spark_tasks.state.VERSIONS_KEPT), or "
+                "the store was deleted; the next checkpoint may do",
+            )
+        return write_partition_snapshot(self.settings, checkpoint, topic, partition, cut, loaded[1])

@@ -29,6 +29,9 @@ CONNECTOR_FORMAT = "kafka"
 
 _OTHER_SUBSCRIPTIONS = ("assign", "subscribepattern")
 _STARTING_BY_TIME = ("startingtimestamp", "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy")
+_SPLITTING = ("minpartitions", "maxrecordsperpartition")
+"""Options with which the connector splits one Kafka partition's offsets of a batch over several
+Spark tasks."""
 
 
 class ConnectorOptionRefused(ValueError):
@@ -44,13 +47,24 @@ def connector_options(
     group: str,
     starting: Mapping[TopicPartitionKey, int],
     restored: int | None,
+    per_partition: bool = False,
 ) -> dict[str, str]:
     """The options of the job's ``format("kafka")`` stream: the user's (Spark's own names), with
     ``subscribe`` the job's topics and ``startingOffsets`` the exact offsets ``starting`` (the restored
     checkpoint's, checkpoint ``restored``, or the user's resolved to numbers), so that the job knows
-    where its first batch starts. Raises :class:`ConnectorOptionRefused` for an option that cannot be."""
+    where its first batch starts. Raises :class:`ConnectorOptionRefused` for an option that cannot be
+    (for a ``per_partition`` job, one whose state is one per Kafka partition, also those that split a
+    partition over several tasks)."""
     options = {str(k): str(v) for k, v in user.items()}
     lower = {k.lower(): k for k in options}
+    for name in _SPLITTING if per_partition else ():
+        if name in lower:
+            raise ConnectorOptionRefused(
+                f"{lower[name]} splits a Kafka partition's records of one batch over several Spark tasks, "
+                "but a per-partition StatefulStep folds each partition's records in one task, in order, "
+                "from the state at the batch's start: leave it out, or make the job keyed "
+                "(keyed_partitions and stream_keyed) to spread the work over more tasks"
+            )
     for name in _OTHER_SUBSCRIPTIONS:
         if name in lower:
             raise ConnectorOptionRefused(

@@ -107,7 +107,7 @@ from events.wire.records import (
 )
 from events.wire.topics import DEFAULT_PREFIX, Topics
 from spark_tasks.barrier_source import CHANNEL, held_file
-from spark_tasks.connector_cuts import SOURCE_TASK, CutFollower, SourceAck
+from spark_tasks.connector_cuts import SOURCE_TASK, CutFollower, PartitionSnapshots, SourceAck
 from spark_tasks.connector_source import CONNECTOR_FORMAT, connector_options, connector_stream
 from spark_tasks.journal_follower import JournalFollower
 from spark_tasks.kafka_source import (
@@ -223,7 +223,7 @@ class JobSettings:
     a checkpoint id of this job, the path or ``file:`` URI of a savepoint or checkpoint
     directory (it holds ``_metadata``: this job's, or ``restore_from_job``'s), or None (start empty).
     ``source`` reads the topics with ``cutline-kafka`` (the default) or Spark's own ``kafka``
-    connector (a keyed job; the session needs the connector's jars: docs/spark.md, "Checkpoints on
+    connector (the session needs the connector's jars: docs/spark.md, "Checkpoints on
     Spark's own kafka connector"). ``source_options`` go to that source as they are (for example
     ``maxOffsetsPerTrigger`` or ``kafka.*``, in its client's names); ``startingOffsets`` applies only
     when nothing is restored (default ``earliest``).
@@ -322,17 +322,6 @@ class CheckpointedJob:
             raise ValueError(
                 f"JobSettings.source must be {FORMAT!r} or {CONNECTOR_FORMAT!r}, not {settings.source!r}"
             )
-        if settings.source == CONNECTOR_FORMAT and keyed is None:
-            raise ValueError(
-                "a job on Spark's kafka connector (JobSettings.source='kafka') is keyed: set "
-                "keyed_partitions and use stream_keyed; a per-partition StatefulStep job reads with "
-                "source='cutline-kafka'"
-            )
-        if settings.source == CONNECTOR_FORMAT and settings.latency_interval_ms:
-            raise ValueError(
-                "latency markers (latency_interval_ms) ride in cutline-kafka's offsets: a job on Spark's "
-                "kafka connector has none yet; set latency_interval_ms=0 or source='cutline-kafka'"
-            )
         if keyed is not None and not 0 < keyed <= settings.max_parallelism:
             raise ValueError(
                 f"keyed_partitions={keyed}: a keyed job has 1 to max_parallelism "
@@ -348,6 +337,8 @@ class CheckpointedJob:
         """On the connector: the driver's ``source`` task, following the query's offset log."""
         self._first_cut: dict[TopicPartitionKey, int] = {}
         """On the connector: the exact offsets the query's first batch starts at."""
+        self._partition_snapshots: PartitionSnapshots | None = None
+        """A per-partition job's answers to barriers on the connector (set by :meth:`stream`)."""
         self._restored_state: dict[tuple[str, int], bytes] = {}
         """A per-partition job's restored snapshots, until :meth:`_seed_state` writes them."""
         self._restored_keyed: list[KeyedState] = []
@@ -629,6 +620,7 @@ class CheckpointedJob:
             group=settings.consumer_group,
             starting=self._first_cut,
             restored=None if self.restored is None else self.restored.checkpoint_id,
+            per_partition=settings.keyed_partitions is None,
         )
         barriers = {
             "cutline.job": settings.job_id,
@@ -638,6 +630,9 @@ class CheckpointedJob:
             "cutline.wireFormat": settings.wire.wire_format,
             "cutline.schemaRegistryUrl": settings.wire.schema_registry_url or "",
             "cutline.pauseFile": str(self.pause_file),
+            # a per-partition job's driver snapshots at the cut (connector_cuts.PartitionSnapshots)
+            "cutline.barrierRows": str(settings.keyed_partitions is not None).lower(),
+            "cutline.latencyIntervalMs": settings.latency_interval_ms,
         }
         return connector_stream(self.spark, options, barriers)
 
@@ -720,6 +715,7 @@ class CheckpointedJob:
             wire=self.settings.wire,
             attempt=self.attempt,
         )
+        self._partition_snapshots = PartitionSnapshots(self.store, settings)
         return source.mapInArrow(partition_step(step, settings, to_arrow_schema(schema)), schema)
 
     def stream_keyed(self, step: AnyKeyedStep, source_options: Mapping[str, Any] | None = None) -> Any:
@@ -841,7 +837,7 @@ class CheckpointedJob:
                 spark_checkpoint,
                 self._first_cut,
                 self.partitions,
-                self._send_source_ack,
+                self._send_source_ack if self._partition_snapshots is None else self._partition_snapshots,
                 name=f"cutline-cuts-{self.settings.job_id}",
             )
         return self.query

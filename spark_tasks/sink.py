@@ -59,7 +59,8 @@ from typing import TYPE_CHECKING, Any
 from events.task.latency import LatencyMarker
 from events.task.participant import write_atomic
 from events.wire.validation import parse_offsets
-from spark_tasks.barrier_source import is_barrier_offset  # a job on Spark's kafka connector
+from spark_tasks.barrier_source import MARKER_SOURCE_ID, is_barrier_offset  # a job on Spark's kafka connector
+from spark_tasks.connector_cuts import logged_marker
 from spark_tasks.kafka_source.offsets import TopicPartitionKey, barrier_of, from_offsets, marker_of
 from spark_tasks.kafka_source.options import SOURCE_ID
 from spark_tasks.keyed import batch_id_known
@@ -235,6 +236,9 @@ class CutFileSink:
     def _measure_latency(self, batch_id: int) -> None:
         """The batch's latency marker reached the sink: one measurement per source subtask that
         emitted it (the partitions the batch read, every one with a barrier), subtask 0."""
+        if self.settings.source == "kafka":  # on the connector: the cutline-barriers source's marker
+            self._measure_connector_latency(batch_id)
+            return
         marked, barrier = batch_marker(self.spark_checkpoint, batch_id)
         if marked is None:
             return
@@ -253,6 +257,19 @@ class CutFileSink:
         ]
         reporter = TaskSettings(settings.job_id, settings.bootstrap, "", topic_prefix=settings.topic_prefix)
         send_measurements(reporter, measured)
+
+    def _measure_connector_latency(self, batch_id: int) -> None:
+        """The batch's new latency marker (one, of the connector's source subtask 0) reached the sink."""
+        marked = logged_marker(self.spark_checkpoint, batch_id)
+        if marked is None:
+            return
+        settings = self.settings
+        now = time.time_ns() // 1_000_000
+        measured = LatencyMarker(marked, MARKER_SOURCE_ID, 0).measured(
+            settings.job_id, self.attempt, SINK, 0, now
+        )
+        reporter = TaskSettings(settings.job_id, settings.bootstrap, "", topic_prefix=settings.topic_prefix)
+        send_measurements(reporter, [measured])
 
     def _start(self, batch_id: int) -> dict[TopicPartitionKey, int] | None:
         """Where ``batch_id`` started reading (None: not known)."""

@@ -1,13 +1,20 @@
 """What the tests of a checkpointed job on Spark's own kafka connector share (test_connector_*.py):
-a driver of the word count on the connector in a child process, and reading what it left: the
-journal's completions, Spark's offset log and the connector's own record of its starting offsets,
-the sink's last cut; a stop with a savepoint."""
+a driver of the word count on the connector in a child process (keyed, or per partition, with latency
+markers or without), and reading what it left: the journal's completions, Spark's offset log and the
+connector's own record of its starting offsets, the sink's last cut, the per-partition counts' running
+totals, the coordinator's latency histograms; a stop with a savepoint."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
+import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -26,7 +33,7 @@ from events.wire.records import (
 )
 from events.wire.topics import Topics
 from spark_tasks.connector_cuts import read_logged_batch
-from spark_tasks.sink import CUTS_DIR
+from spark_tasks.sink import CUTS_DIR, read_rows
 
 SHUFFLE = 2
 """The word count's shuffle partitions (``--keyed``) unless a test says otherwise."""
@@ -46,6 +53,77 @@ def driver(given: Input, bootstrap: str, prefix: str, tmp_path: Path, n: int, *e
         *extra,
     ]  # fmt: skip
     return ConnectorDriver(args, tmp_path / f"driver-{n}.log").start()
+
+
+def partition_driver(
+    given: Input, bootstrap: str, prefix: str, tmp_path: Path, n: int, *extra: str, latency_ms: int = 0
+) -> ConnectorDriver:
+    """Start driver ``n`` of the test's per-partition word count (a ``StatefulStep``, one state per
+    Kafka partition) on the connector, as :func:`driver` does; with ``latency_ms``, latency markers."""
+    args = [
+        "--bootstrap", bootstrap, "--job", given.job_id, "--topic", given.topic, "--topic-prefix", prefix,
+        "--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "out"),
+        "--location", (tmp_path / "checkpoints").as_uri(), "--interval-ms", "1000",
+        "--conf", "spark.sql.streaming.minBatchesToRetain=100000",
+        *extra,
+    ]  # fmt: skip
+    log = tmp_path / f"driver-{n}.log"
+    if latency_ms:
+        return MarkedDriver([*args, "--latency-interval-ms", str(latency_ms)], log).start()
+    return ConnectorDriver(args, log).start()
+
+
+class MarkedDriver(ConnectorDriver):
+    """A driver whose job emits latency markers (``connector_marked_driver.py``)."""
+
+    def start(self) -> ConnectorDriver:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+        script = Path(__file__).with_name("connector_marked_driver.py")
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, str(script), *self.args],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                text=True,
+                start_new_session=True,
+            )
+        threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True).start()
+        return self
+
+
+def running_totals_that_break(out: Path) -> list[str]:
+    """Where a per-partition count does not carry on from the one before: for each partition and word,
+    in offset order, each row's ``count`` must be the previous row's plus its ``added``. A restore that
+    brought back the wrong state (empty, or after records it replays) breaks it."""
+    rows = sorted(read_rows(out), key=lambda r: (r["topic"], r["partition"], r["word"], r["offset"]))
+    broken, totals = [], Counter[tuple[str, int, str]]()
+    for row in rows:
+        key = (row["topic"], row["partition"], row["word"])
+        totals[key] += row["added"]
+        if row["count"] != totals[key]:
+            broken.append(f"{key} at offset {row['offset']}: count {row['count']}, counted {totals[key]}")
+    return broken
+
+
+def latency_histograms(url: str, job_id: str) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """``cutline_job_latency`` of ``job_id`` at the coordinator's ``/metrics``: (source, operator,
+    operator subtask) -> (count, sum in ms)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found: dict[tuple[str, str, str], list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "cutline_job_latency":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if labels.get("job_id") != job_id or sample.name.endswith("_bucket"):
+                continue
+            key = (labels["source_id"], labels["operator_id"], labels["operator_subtask_index"])
+            found.setdefault(key, [0.0, 0.0])[sample.name.endswith("_sum")] = sample.value
+    return {key: (count, total) for key, (count, total) in found.items()}
 
 
 def completions(bootstrap: str, prefix: str, job_id: str, attempt: int) -> list[CheckpointCompleted]:
