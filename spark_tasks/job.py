@@ -21,20 +21,23 @@ What it does:
   version; the query starts at the checkpoint's offsets. Every attempt gets a
   fresh Spark checkpoint directory under ``work_dir``: cutline's checkpoint, not
   Spark's, is what a restarted job resumes from.
-- **Job status** from a ``StreamingQueryListener``: RUNNING (one task per input
-  partition, and the checkpoint config) once the query has run its first trigger,
-  so the source is already listening for barriers; FINISHED, CANCELED (after
+- **Job status** from the query's events (:class:`~spark_tasks.query_status.QueryStatusListener`):
+  RUNNING (one task per input partition, and the checkpoint config) once the query has run its
+  first trigger, so the source is already listening for barriers; FINISHED, CANCELED (after
   :meth:`stop`) or FAILING when the query ends (the job's restart strategy decides).
 - **Restarts in the driver.** :meth:`run` starts the query a function builds and,
   when it fails, waits for the coordinator's decision: on ``JobRestartScheduled`` it
   starts the next attempt in the same SparkSession (no new JVM), restored from the
   checkpoint the decision names; on ``JobFailedPermanently`` it raises
   :class:`JobFailedForGood`.
-- **Following the journal** (a thread): a completed checkpoint's offsets are
+- **Following the journal** (a thread, :class:`~spark_tasks.journal_follower.JournalFollower`,
+  fenced by the journal's claims): a completed checkpoint's offsets are
   committed to the consumer group (``group``, default the job id), its metadata is
   written to ``<location>/_metadata`` (so a savepoint directory is enough to
   restore from), and completed checkpoints beyond ``config.retained`` are deleted
-  (never savepoints); an aborted checkpoint's snapshots are deleted;
+  (never savepoints); an aborted checkpoint's snapshots are deleted, never a piece
+  a retained checkpoint's chain needs (:mod:`spark_tasks.retention`, carried out by
+  :class:`~spark_tasks.retention_executor.RetentionExecutor`);
   ``CheckpointFailureThresholdExceeded`` stops the query, and :meth:`await_termination`
   raises :class:`CheckpointFailuresExceeded`. What each record makes the job do is
   decided by a :class:`~events.task.ledger.JobLedger`, which acts on a completion
