@@ -2,7 +2,7 @@
 
     python -m spark_tasks.wordcount --bootstrap 127.0.0.1:9092 --job wc --topic words \\
         --work-dir /tmp/wc --location file:///tmp/wc/checkpoints --out /tmp/wc/out [--interval-ms 1000]
-        [--master local[2] | --remote sc://127.0.0.1:15002]
+        [--keyed 8] [--source kafka | cutline-kafka] [--master local[2] | --remote sc://127.0.0.1:15002]
 
 Each input partition keeps a ``{word: count}`` state (:data:`WORD_COUNT`). Every
 micro-batch writes a row per word it saw: the word's new count, how many it
@@ -15,13 +15,19 @@ With ``--kafka-out TOPIC`` the same rows also go to a Kafka topic (key: the word
 as JSON) through :class:`~spark_tasks.kafka_sink.ExactlyOnceKafkaSink`, visible to
 ``read_committed`` readers once their checkpoint completes (:func:`read_kafka_counts`).
 
+A keyed count (``--keyed N``) reads Kafka with Spark's own ``kafka`` connector where its jars resolve
+(:mod:`spark_tasks.connector`: Java and Maven, or a cache), and with ``cutline-kafka`` otherwise;
+``--source`` chooses (:func:`spark_tasks.source_choice.choose_source`). The first line it prints
+says which, and why (``source``).
+
 On start the job restores from the latest completed checkpoint of its job id
 (``--restore`` for a checkpoint id or a savepoint directory, ``--no-restore`` to
 start empty). It stops on SIGTERM/SIGINT (CANCELED), after ``--idle-stop`` seconds
-without input (FINISHED; counted from the first micro-batch, and barrier rows are not input), or
+without input (FINISHED; counted from the first micro-batch, and barrier rows, the connector's
+barrier source's included, are not input), or
 when the coordinator reports too many checkpoint failures (FAILING: the restart strategy decides;
 exit 3). It prints one JSON line per event worth knowing
-(``restored``, ``running``, ``progress`` after each micro-batch with the input rows so far
+(``source``, ``restored``, ``running``, ``progress`` after each micro-batch with the input rows so far
 (barrier rows included), ``completed``, ``failed``, ``stopped``) to stdout.
 """
 
@@ -54,11 +60,14 @@ from events.wire.codec import use_wire
 from events.wire.records import CheckpointConfig
 from events.wire.schema_registry import wire_from_environment
 from events.wire.topics import DEFAULT_PREFIX
-from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore
+from spark_tasks.barrier_source import BarrierOffset
+from spark_tasks.connector import kafka_connector
+from spark_tasks.job import CheckpointedJob, CheckpointFailuresExceeded, JobSettings, Restore, Source
 from spark_tasks.kafka_sink import ExactlyOnceKafkaSink
 from spark_tasks.kafka_source.offsets import barrier_of, from_offsets, marker_of
 from spark_tasks.keyed import KeyedBatchStep
 from spark_tasks.sink import CutFileSink, read_rows
+from spark_tasks.source_choice import CONNECTOR, CUTLINE_KAFKA, SourceChoice, SourceUnavailable, choose_source
 from spark_tasks.state import KafkaRecord, StatefulStep
 
 log = logging.getLogger(__name__)
@@ -261,21 +270,36 @@ def input_rows(progress: Mapping[str, Any]) -> int:
 
 
 def records_read(progress: Mapping[str, Any]) -> int:
-    """The Kafka records a micro-batch read, from its progress: its input rows less its barrier rows
-    and latency marker rows (one per partition each when a new one is folded into the batch's end
-    offset)."""
+    """The Kafka records a micro-batch read, from its progress: its input rows less those that are no
+    record (:func:`rows_not_read`)."""
     rows = input_rows(progress)
     for source in progress.get("sources") or ():
-        try:
-            end, start = source.get("endOffset"), source.get("startOffset")
-            barrier, marker = barrier_of(end), marker_of(end)
-            if barrier is not None and barrier != barrier_of(start):
-                rows -= len(from_offsets(end))
-            if marker is not None and marker != marker_of(start):
-                rows -= len(from_offsets(end))
-        except ValueError:  # not cutline-kafka offsets (another source): every row is input
-            continue
+        rows -= rows_not_read(source)
     return max(rows, 0)
+
+
+def rows_not_read(source: Mapping[str, Any]) -> int:
+    """The rows of one source of a micro-batch that are no Kafka record: every row of the connector's
+    ``cutline-barriers`` source (one per barrier), and cutline-kafka's barrier and latency marker rows
+    (one per partition each when a new one is folded into the batch's end offset)."""
+    end: Any = source.get("endOffset")
+    start: Any = source.get("startOffset")
+    try:
+        BarrierOffset.from_json(end)
+    except ValueError:
+        pass  # not the barrier source's offset
+    else:
+        return int(source.get("numInputRows") or 0)
+    try:
+        rows = 0
+        barrier, marker = barrier_of(end), marker_of(end)
+        if barrier is not None and barrier != barrier_of(start):
+            rows += len(from_offsets(end))
+        if marker is not None and marker != marker_of(start):
+            rows += len(from_offsets(end))
+        return rows
+    except ValueError:  # not cutline-kafka offsets (Spark's kafka connector, another source): records
+        return 0
 
 
 def caught_up(progress: Mapping[str, Any]) -> bool:
@@ -611,6 +635,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-parallelism", type=int, default=128, help="key groups of the keyed count")
     parser.add_argument(
+        "--source",
+        choices=(CONNECTOR, CUTLINE_KAFKA),
+        help="read Kafka with Spark's own kafka connector (a keyed count; its jars resolved with Maven) or "
+        "with cutline-kafka (no jar); default: the connector where its jars resolve",
+    )
+    parser.add_argument(
         "--state-location", help="where the keyed state store lives (fsspec URL or path; default --work-dir)"
     )
     parser.add_argument("--restore", help="a checkpoint id of this job or a savepoint/checkpoint directory")
@@ -658,19 +688,28 @@ def _spark_conf(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _session(args: argparse.Namespace) -> Any:
-    """The command line's session: a Spark Connect one with ``--remote``, else a classic one."""
+def _session(args: argparse.Namespace, choice: SourceChoice) -> Any:
+    """The command line's session: a Spark Connect one with ``--remote``, else a classic one (with
+    the connector's jars added to ``spark.jars`` when it reads with them)."""
     from spark_tasks.session import connect_spark, spark_session
 
+    conf = dict(args.conf)
     if args.remote:
-        return connect_spark(args.remote, conf=dict(args.conf))
-    return spark_session(
-        args.master, f"cutline-{args.job}", conf=dict(args.conf), executor_env=args.executor_env
+        return connect_spark(args.remote, conf=conf)
+    if choice.connector is not None:
+        conf["spark.jars"] = ",".join(filter(None, (conf.get("spark.jars"), choice.connector.spark_jars)))
+    return spark_session(args.master, f"cutline-{args.job}", conf=conf, executor_env=args.executor_env)
+
+
+def source_choice(args: argparse.Namespace) -> SourceChoice:
+    """The source the command line's job reads with (:func:`choose_source`)."""
+    return choose_source(
+        args.source, keyed=bool(args.keyed), remote=bool(args.remote), resolve=kafka_connector
     )
 
 
-def job_settings(args: argparse.Namespace) -> JobSettings:
-    """The job the command line describes."""
+def job_settings(args: argparse.Namespace, source: Source = "cutline-kafka") -> JobSettings:
+    """The job the command line describes, reading with ``source``."""
     restore: Restore = "latest"
     if args.no_restore:
         restore = None
@@ -698,6 +737,7 @@ def job_settings(args: argparse.Namespace) -> JobSettings:
         keyed_partitions=args.keyed,
         max_parallelism=args.max_parallelism,
         state_location=args.state_location,
+        source=source,
     )
 
 
@@ -706,11 +746,16 @@ def main(argv: Iterable[str] | None = None) -> int:
     args = parser.parse_args(list(argv) if argv is not None else None)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     use_wire(wire_from_environment())  # as `cutline run` exported them
-    settings = job_settings(args)
     if args.remote and args.executor_env:
         parser.error("--executor-env is for --master: a Connect server's executors are its own")
+    try:
+        choice = source_choice(args)
+    except SourceUnavailable as exc:
+        parser.error(str(exc))
+    _emit("source", source=choice.source, line=choice.line)
+    settings = job_settings(args, choice.source)
     with StopSignals() as stop:
-        spark = _session(args)
+        spark = _session(args, choice)
         try:
             if stop.requested:  # while the JVM started: no job to start, nor to report CANCELED
                 return 0

@@ -281,7 +281,6 @@ def main() -> None:
 
 def run_job(argv: list[str]) -> int:
     """A word count job's driver on a session with the connector (see the module docstring)."""
-    import dataclasses
     import logging
 
     from events.stopping import StopSignals
@@ -289,11 +288,10 @@ def run_job(argv: list[str]) -> int:
     from spark_tasks.session import connect_spark, spark_session
     from spark_tasks.wordcount import build_parser, job_settings, run_wordcount
 
-    parser = build_parser()
-    parser.add_argument("--source", choices=("kafka", "cutline-kafka"), default="kafka")
+    parser = build_parser()  # its --source: here the connector unless cutline-kafka is asked
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    settings = dataclasses.replace(job_settings(args), source=args.source)
+    settings = job_settings(args, args.source or "kafka")
     with StopSignals() as stop:
         if args.remote:  # the Connect server has the connector's jars (its own spark.jars)
             spark = connect_spark(args.remote, conf=dict(args.conf))

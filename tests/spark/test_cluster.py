@@ -88,6 +88,7 @@ def _driver(
         # a batch a second (not the word count's 5): every batch runs a shuffle on the executors and
         # saves state to S3, and one a second is enough to checkpoint every second
         "--keyed", str(keyed), "--interval-ms", "1000", "--trigger-ms", "1000",
+        "--source", "cutline-kafka",  # the cluster and S3 with cutline's own source, whatever jars resolve
         "--timeout-ms", "120000", "--tolerable-failures", "10",
         "--master", master, "--conf", "spark.executor.cores=1", "--conf", "spark.executor.memory=1024m",
         *(arg for name in AWS for arg in ("--executor-env", name)),

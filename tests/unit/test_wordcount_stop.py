@@ -71,6 +71,22 @@ class TestRecordsRead:
     def test_offsets_of_another_source_count_every_row(self) -> None:
         assert 5 == records_read(progress(5, None, "not offsets"))
 
+    def test_the_connectors_barrier_source_rows_are_no_input(self) -> None:
+        """On Spark's kafka connector a barrier comes as a row of the ``cutline-barriers`` source, beside
+        the Kafka source's records: a batch of 5 records and a barrier read 5, one of a barrier only 0."""
+        kafka = {"startOffset": {"words": {"0": 10}}, "endOffset": {"words": {"0": 15}}, "numInputRows": 5}
+        barriers = {
+            "startOffset": json.dumps({"__cutline_barriers__": 2}),
+            "endOffset": json.dumps({BARRIER_KEY: BARRIER_3, "__cutline_barriers__": 3}),
+            "numInputRows": 1,
+        }
+        idle = {**kafka, "startOffset": kafka["endOffset"], "numInputRows": 0}
+
+        assert (5, 0) == (
+            records_read({"numInputRows": 6, "sources": [kafka, barriers]}),
+            records_read({"numInputRows": 1, "sources": [idle, barriers]}),
+        )
+
     def test_a_spark_connect_progress_counts_its_sources_rows(self) -> None:
         """A Connect query's ``lastProgress`` has no total (``numInputRows`` is None): its sources'."""
         connect = {**progress(7, None, {"words": {"0": 7}}), "numInputRows": None}
@@ -106,6 +122,19 @@ class TestIdleClock:
                 records_read(progress(1, {"w": {"0": 1}}, {BARRIER_KEY: BARRIER_3, "w": {"0": 1}})),
                 100.0 + second,
             )
+
+        assert clock.expired(now=106.0)
+
+    def test_on_the_connector_barrier_batches_do_not_reset_it_either(self) -> None:
+        """A checkpoint a second on Spark's kafka connector: each batch holds one barrier source row."""
+        clock = IdleClock(5.0)
+        clock.batch(100, now=100.0)
+        idle = {"startOffset": {"w": {"0": 1}}, "endOffset": {"w": {"0": 1}}, "numInputRows": 0}
+
+        for second in range(1, 7):
+            barrier = {"startOffset": {"__cutline_barriers__": second}, "numInputRows": 1}
+            barrier["endOffset"] = {BARRIER_KEY: BARRIER_3, "__cutline_barriers__": second + 1}
+            clock.batch(records_read({"numInputRows": 1, "sources": [idle, barrier]}), 100.0 + second)
 
         assert clock.expired(now=106.0)
 
@@ -150,6 +179,12 @@ class TestBatchCap:
         settings = job_settings(build_parser().parse_args(self.ARGS))
 
         assert {"maxOffsetsPerTrigger": MAX_OFFSETS_PER_TRIGGER} == settings.source_options
+
+    def test_the_source_asked_for_is_the_jobs(self) -> None:
+        """``--source`` is parsed; the job reads with the source :func:`choose_source` resolved."""
+        args = build_parser().parse_args([*self.ARGS, "--keyed", "2", "--source", "kafka"])
+
+        assert ("kafka", "kafka") == (args.source, job_settings(args, "kafka").source)
 
     def test_zero_lifts_the_cap(self) -> None:
         settings = job_settings(build_parser().parse_args([*self.ARGS, "--max-offsets-per-trigger", "0"]))
