@@ -5,7 +5,10 @@ Its settings are the JSON in ``EXACTLY_ONCE_APP``: it reads partition ``partitio
 of the input, and ``tasks`` (every task of the attempt, when given) makes its recovery take over the
 tasks of earlier attempts that the attempt has not. It says on stdout what it does (``ready``,
 ``processed N``, ``step NAME CHECKPOINT``), and at the step ``crash`` names it says ``stopped at NAME
-CHECKPOINT`` and waits there for its SIGKILL. ``variant: no-marker`` recovers without reading the
+CHECKPOINT`` and waits there for its SIGKILL; at the step ``hold`` names (``[NAME, CHECKPOINT, FILE]``)
+it says ``held at NAME CHECKPOINT`` and goes on once FILE exists. ``offset`` (when given) is where it
+reads its partition from, instead of its snapshot's in the restored checkpoint (a task a rescale
+added has none). ``variant: no-marker`` recovers without reading the
 marker (it commits every completed staged checkpoint again): the broken sink the tests must catch.
 When the job stops it says ``job FINISHED`` or ``job CANCELED`` with what its sink committed and
 aborted.
@@ -18,7 +21,9 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -55,15 +60,23 @@ def main() -> None:
     bootstrap, job, task = settings["bootstrap"], settings["job"], settings["task"]
     topics = Topics(settings["prefix"])
     crash = tuple(settings["crash"]) if settings.get("crash") else None
+    hold = settings.get("hold")
 
     def step(name: str, checkpoint_id: int) -> None:
         say(f"step {name} {checkpoint_id}")
         if crash == (name, checkpoint_id):
             say(f"stopped at {name} {checkpoint_id}")
             threading.Event().wait()  # until the test's SIGKILL
+        if hold and (hold[0], hold[1]) == (name, checkpoint_id):
+            say(f"held at {name} {checkpoint_id}")
+            while not Path(hold[2]).exists():  # until the test lets it go on
+                time.sleep(0.02)
 
     restored = settings.get("restored")
-    position = {"offset": restored_offset(bootstrap, job, task, topics, restored)}
+    offset = settings.get("offset")
+    if offset is None:
+        offset = restored_offset(bootstrap, job, task, topics, restored)
+    position = {"offset": offset}
     sink = ExactlyOnceSink(bootstrap, job, task, topics, uid="copy", step=step)
     recovered = sink.recover(
         restored,
