@@ -339,6 +339,12 @@ class ExactlyOnceKafkaSink:
         return {"batches": self.batches}
 
     @property
+    def waiting_for(self) -> int | None:
+        """The completed checkpoint whose staged file the committer waits for (the sink ran late), if any."""
+        waiting = self._waiting
+        return None if waiting is None else waiting.checkpoint_id
+
+    @property
     def committed(self) -> list[int]:
         """Checkpoints whose output this attempt's sink committed (recovery's included), in order."""
         return list(self.committer.committed)

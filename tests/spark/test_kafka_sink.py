@@ -407,6 +407,7 @@ def test_an_aborted_checkpoints_output_stays_invisible_and_the_transactional_id_
     assert seen.counted == given.words.produced
 
 
+@pytest.mark.parametrize("drain", [pytest.param(False, id="stop"), pytest.param(True, id="stop-drain")])
 def test_a_stop_with_a_savepoint_commits_the_output_up_to_its_cut(
     spark: Any,
     bootstrap: str,
@@ -414,6 +415,7 @@ def test_a_stop_with_a_savepoint_commits_the_output_up_to_its_cut(
     coordinator: CoordinatorProcess,
     given: Input,
     tmp_path: Path,
+    drain: bool,
 ) -> None:
     output = f"{given.topic}-counts"
     create_topics(bootstrap, [output], partitions=1)
@@ -424,9 +426,9 @@ def test_a_stop_with_a_savepoint_commits_the_output_up_to_its_cut(
         _start(job, sink)
         with Feeder(given):
             wait(lambda: sink.committed != [], "a first commit", 180)
-            # when: cutline stop
+            # when: cutline stop (with --drain or without)
             stop = JobStopRequested(
-                given.job_id, int(time.time() * 1000), uuid.uuid4().hex, (tmp_path / "sp").as_uri()
+                given.job_id, int(time.time() * 1000), uuid.uuid4().hex, (tmp_path / "sp").as_uri(), drain
             )
             job.driver.request(stop)
             assert job.await_termination(60)
@@ -434,6 +436,9 @@ def test_a_stop_with_a_savepoint_commits_the_output_up_to_its_cut(
     # input record before its cut are counted once, and nothing after it
     (savepoint,) = [c for c in job.completed if c.kind is CheckpointKind.SAVEPOINT]
     assert sink.committed[-1] == savepoint.checkpoint_id
+    # and the sink, called first, staged it before its tasks snapshotted (no OutputStagedLate) and
+    # before the completion (the committer waited for no file)
+    assert sink.staged_late == []
     seen = read_output(bootstrap, output)
     assert seen.twice == set()
     cut = {int(tp.rsplit(":", 1)[1]): offset for tp, offset in savepoint.offsets.items()}
