@@ -36,6 +36,7 @@ PURE = [
     "events.task.ledger",
     "events.task.reply",
     "events.task.latency",
+    "spark_tasks.retention",
 ]
 CORE = sorted(
     f"coordinator.core.{path.stem}"
