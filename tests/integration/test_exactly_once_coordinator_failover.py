@@ -1,0 +1,236 @@
+"""Exactly-once output across a coordinator failover in the middle of a checkpoint, on Apache Kafka
+(docs/exactly-once.md, "Every crash point, tested"): two ``cutline coordinator`` workers in one
+group; a one-task participant copies its input to an output topic through an ExactlyOnceSink
+(exactly_once_app.py) under their checkpoints. The worker that decides the job's partition is
+SIGKILLed when the task's ack of a checkpoint reaches it, before it decides (``ack``), or once it
+decided the completion, before the completion is written (``completion``). The other worker takes
+the partition over and completes or expires that checkpoint; either way a read_committed reader sees
+every input's copy exactly once, and no staged file is left.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import create_protocol_topics, eventually, on_apache_kafka
+from test_exactly_once_sink import Child, launch
+
+from coordinator.service.supervisor import CoordinatorProcess, stop_all
+from events.dev.broker import create_topics
+from events.kafka.clients import consumer_config, producer_config, read_partition_to_end
+from events.task.participant import JobDriver
+from events.wire.records import CheckpointAborted, CheckpointCompleted, CheckpointConfig
+from events.wire.topics import Topics
+
+pytestmark = pytest.mark.skipif(
+    not on_apache_kafka(), reason="Tansu shows aborted transactions to read_committed readers"
+)
+
+JOB = "copy"
+TASK = "task-0"
+SESSION_TIMEOUT = float(os.environ["CUTLINE_SESSION_TIMEOUT"])
+
+
+class DyingWorker(CoordinatorProcess):
+    """A coordinator worker that SIGKILLs itself at a chosen point of a job's checkpoint, once asked.
+
+    The test writes ``<point> <job> <id>`` to :attr:`request`: ``ack``, when the job's ack of a
+    checkpoint from ``id`` on reaches the worker, before it decides it; ``completion``, once it
+    decided a completion of the job from ``id`` on, before the completion is written to the journal.
+    The worker writes the checkpoint's id to :attr:`died` and SIGKILLs itself there (no watchdog:
+    the group notices after the session timeout)."""
+
+    HOOK = """
+import os, signal, sys
+from coordinator.service import runtime
+from events.wire.codec import decode
+from events.wire.records import CheckpointAcknowledged, CheckpointCompleted
+request = sys.argv.pop(1)
+handle = runtime.Coordinator.handle
+def die(checkpoint_id):
+    with open(request + ".died", "w") as died:
+        died.write(str(checkpoint_id))
+    os.kill(os.getpid(), signal.SIGKILL)
+def dying_handle(self, topic, partition, offset, key, value, now_ms, *args, **kwargs):
+    asked = open(request).read().split() if os.path.exists(request) else None
+    if asked and asked[0] == "ack":
+        try:
+            record = decode(value or b"")
+        except Exception:
+            record = None
+        if isinstance(record, CheckpointAcknowledged) and record.job_id == asked[1]:
+            if record.checkpoint_id >= int(asked[2]):
+                die(record.checkpoint_id)
+    outcome = handle(self, topic, partition, offset, key, value, now_ms, *args, **kwargs)
+    if asked and asked[0] == "completion":
+        for event in outcome.journal:
+            if isinstance(event, CheckpointCompleted) and event.job_id == asked[1]:
+                if event.checkpoint_id >= int(asked[2]):
+                    die(event.checkpoint_id)
+    return outcome
+runtime.Coordinator.handle = dying_handle
+from coordinator.cli import main
+main()
+"""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        super().__init__(bootstrap, prefix, watchdog=False)  # the hook runs the worker in this process
+        self.request = self.log_path.parent / "die-request"
+        self.died = self.log_path.parent / "die-request.died"
+
+    def command(self) -> list[str]:
+        plain = super().command()
+        assert plain[1:3] == ["-m", "coordinator.cli"], plain
+        return [sys.executable, "-c", self.HOOK, str(self.request), *plain[3:]]
+
+    def death(self) -> str | None:
+        """The id of the checkpoint it died in, once it did."""
+        return self.died.read_text() if self.died.exists() else None
+
+    def holds(self, job_id: str) -> bool:
+        """Whether it runs and its views hold ``job_id`` (it decides the job's partition)."""
+        if self._process is None or self._process.poll() is not None:
+            return False
+        try:
+            return job_id in {j["id"] for j in self.get("/jobs?local=1")["jobs"]}
+        except OSError:  # its views not answering for a moment: not known yet
+            return False
+
+
+class FailoverJob:
+    """Two coordinator workers, the job's driver and its one participant, and what it copies."""
+
+    def __init__(self, bootstrap: str, prefix: str, root: Path) -> None:
+        from confluent_kafka import Producer
+
+        self.bootstrap = bootstrap
+        self.topics: Topics = create_protocol_topics(bootstrap, prefix)
+        self.input, self.output = f"{prefix}words", f"{prefix}copies"
+        create_topics(bootstrap, [self.input, self.output], partitions=1)
+        self.workers = [DyingWorker(bootstrap, prefix) for _ in range(2)]
+        for worker in self.workers:
+            worker.launch()
+        for worker in self.workers:
+            worker.wait_ready(timeout=90)
+        self.producer = Producer(producer_config(bootstrap))
+        self.sent = 0
+        settings = {
+            "bootstrap": bootstrap,
+            "prefix": prefix,
+            "job": JOB,
+            "task": TASK,
+            "attempt": 1,
+            "input": self.input,
+            "output": self.output,
+        }
+        self.child: Child = launch(settings)
+        self.child.said("ready")
+        self.driver = JobDriver(bootstrap, JOB, self.topics)
+        # checkpoints every 0.5 s; one the failover leaves pending expires after 20 s
+        config = CheckpointConfig(
+            interval_ms=500, timeout_ms=20_000, tolerable_failures=10, location=root.as_uri()
+        )
+        self.driver.running((TASK,), config, attempt=1)
+        self.root = root
+
+    def words(self, count: int) -> None:
+        for _ in range(count):
+            self.producer.produce(self.input, f"w{self.sent}".encode())
+            self.sent += 1
+        assert self.producer.flush(10) == 0
+        self.child.said(f"processed {self.sent}")
+
+    def output_values(self, isolation: str = "read_committed") -> Counter[str]:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(consumer_config(self.bootstrap, extra={"isolation.level": isolation}))
+        try:
+            return Counter(
+                (m.value() or b"").decode() for m in read_partition_to_end(consumer, self.output, 0)
+            )
+        finally:
+            consumer.close()
+
+    def every_copy_committed(self) -> Counter[str]:
+        every = {f"w{i}" for i in range(self.sent)}
+        seen: Counter[str] = eventually(
+            self.output_values, lambda seen: set(seen) >= every, timeout=90, what="every copy committed"
+        )
+        return seen
+
+    def owner(self) -> DyingWorker:
+        found = eventually(
+            lambda: next((w for w in self.workers if w.holds(JOB)), None),
+            timeout=60,
+            interval=0.2,
+            what=f"the worker that holds {JOB}",
+        )
+        assert found is not None
+        return found
+
+    def decisions(self, checkpoint_id: int) -> list[CheckpointCompleted | CheckpointAborted]:
+        """The journal's completions and aborts of ``checkpoint_id``."""
+        kinds = (CheckpointCompleted, CheckpointAborted)
+        return [
+            e for e in self.driver.journal(kinds) if isinstance(e, kinds) and e.checkpoint_id == checkpoint_id
+        ]
+
+    def next_staged(self) -> int:
+        """The first checkpoint whose staged output holds every word read so far: any after the last
+        the task staged before it said it had read them."""
+        read = self.child.lines.index(f"processed {self.sent}")
+        staged = [
+            int(line.rsplit(" ", 1)[1]) for line in self.child.lines[:read] if line.startswith("step staged ")
+        ]
+        return max(staged, default=0) + 1
+
+    def close(self) -> None:
+        if self.child.process.poll() is None:
+            self.child.kill()
+        self.driver.close()
+        stop_all(self.workers)
+
+
+@pytest.fixture
+def job(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[FailoverJob]:
+    running = FailoverJob(bootstrap, topic_prefix, tmp_path / "checkpoints")
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.mark.parametrize("point", ["ack", "completion"], ids=["ack-arrived", "completion-decided"])
+def test_exactly_once_when_the_coordinator_fails_over_mid_checkpoint(job: FailoverJob, point: str) -> None:
+    # given: the job checkpoints under two workers, its first words committed
+    job.words(10)
+    job.every_copy_committed()
+    victim = job.owner()
+    # when: the worker deciding the job's partition dies at ``point`` of a checkpoint whose staged
+    # output holds the words read since the last commit
+    job.words(10)
+    victim.request.write_text(f"{point} {JOB} {job.next_staged()}")
+    died = int(eventually(victim.death, timeout=60, what=f"the owner to die at {point}"))
+    eventually(lambda: victim._process is not None and victim._process.poll() is not None, what="it gone")
+    # then: the other worker takes the partition over and completes that checkpoint, or expires it
+    # (its output then goes with the next completion)
+    survivor = job.owner()
+    assert survivor is not victim
+    decided = eventually(
+        lambda: job.decisions(died),
+        timeout=SESSION_TIMEOUT + 60,
+        what=f"checkpoint {died} completed or aborted after the failover",
+    )
+    assert len(decided) == 1, f"checkpoint {died} decided twice: {decided}"
+    # and the sink commits the output of every word read so far, once, and goes on doing so
+    job.words(10)
+    seen = job.every_copy_committed()
+    assert seen == Counter({f"w{i}": 1 for i in range(job.sent)}), f"not exactly once: {seen}"
+    assert sorted(job.root.glob(f"**/chk-{died}/{TASK}.out")) == [], "its staged file is left"
+    # no commit's transaction was open when a process died: nothing was aborted
+    assert job.output_values("read_uncommitted") == seen
