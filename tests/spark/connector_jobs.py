@@ -42,9 +42,12 @@ STARTS_S = 300.0
 machine, minutes when other processes keep its cores busy."""
 
 
-def driver(given: Input, bootstrap: str, prefix: str, tmp_path: Path, n: int, *extra: str) -> ConnectorDriver:
+def driver(
+    given: Input, bootstrap: str, prefix: str, tmp_path: Path, n: int, *extra: str, latency_ms: int = 0
+) -> ConnectorDriver:
     """Start driver ``n`` of the test's keyed word count on the connector (``extra`` options last: they
-    win), its output in ``tmp_path/out``, its log ``tmp_path/driver-<n>.log``."""
+    win), its output in ``tmp_path/out``, its log ``tmp_path/driver-<n>.log``; with ``latency_ms``,
+    latency markers."""
     args = [
         "--bootstrap", bootstrap, "--job", given.job_id, "--topic", given.topic, "--topic-prefix", prefix,
         "--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "out"),
@@ -52,7 +55,10 @@ def driver(given: Input, bootstrap: str, prefix: str, tmp_path: Path, n: int, *e
         "--conf", "spark.sql.streaming.minBatchesToRetain=100000",  # every batch's offsets stay to compare
         *extra,
     ]  # fmt: skip
-    return ConnectorDriver(args, tmp_path / f"driver-{n}.log").start()
+    log = tmp_path / f"driver-{n}.log"
+    if latency_ms:
+        return MarkedDriver([*args, "--latency-interval-ms", str(latency_ms)], log).start()
+    return ConnectorDriver(args, log).start()
 
 
 def partition_driver(
