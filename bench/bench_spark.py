@@ -65,6 +65,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -99,6 +101,7 @@ from spark_tasks.keyed import (  # noqa: E402
     shuffle_schema,
     write_snapshot,
 )
+from spark_tasks.state import KafkaRecord, StatefulStep  # noqa: E402
 from spark_tasks.tasks import TaskSettings, partition_step  # noqa: E402
 from spark_tasks.wordcount import KEYED_WORD_COUNT, WORD_COUNT, final_counts, read_counts  # noqa: E402
 
@@ -116,6 +119,8 @@ class Run:
     cpu: dict[str, float] = field(default_factory=dict)
     """CPU seconds by kind of process over the run (:func:`process_kind`)."""
     job_id: str = ""
+    load: float = 0.0
+    """The machine's 1-minute load average at the end of the run (``uptime``'s first figure)."""
 
     @property
     def measured(self) -> list[dict[str, Any]]:
@@ -132,7 +137,7 @@ class Run:
         batches = self.measured
         first = min(_start_ms(b) for b in batches)
         last = max(_start_ms(b) + b["durationMs"]["triggerExecution"] for b in batches)
-        return (last - first) / 1000
+        return float(last - first) / 1000
 
     @property
     def throughput(self) -> float:
@@ -158,12 +163,12 @@ def process_kind(command: str) -> str | None:
     """Which part of the benchmark a process below this one is, from its command line."""
     if "pyspark.daemon" in command or "pyspark.worker" in command or "pyspark/daemon" in command:
         return "Spark Python workers"
+    if "tansu" in command or "--cluster-id" in command or " kafka.Kafka " in f"{command} ":
+        return "broker"
     if "java" in command.split(" ", 1)[0]:
         return "Spark JVM"
     if "coordinator" in command:
         return "coordinator"
-    if "tansu" in command or "--cluster-id" in command:
-        return "broker"
     return None
 
 
@@ -174,6 +179,7 @@ def measured(runner: Any, *args: Any, threads: bool = False) -> Run:
     meter = TreeMeter(process_kind, self_name="driver (Python)", threads_of=kinds)
     run: Run = runner(*args)
     run.cpu = meter.stop()
+    run.load = os.getloadavg()[0]
     return run
 
 
@@ -243,12 +249,14 @@ def _wait_done(query: Any, records: int, timeout: float = 600) -> None:
     raise TimeoutError(f"{records} records not processed within {timeout:g}s")
 
 
-def _source(spark: Any, bootstrap: str, topic: str, args: Any) -> Any:
-    """The ``cutline-kafka`` stream (with ``--connector``, Spark's ``kafka``) of ``topic`` from its
-    start, ``args.per_trigger`` offsets a batch (the input of the runs without cutline's job: with
-    it, the job makes the same stream)."""
+def _source(spark: Any, bootstrap: str, topic: str, args: Any, fmt: str | None = None) -> Any:
+    """The ``cutline-kafka`` stream (with ``--connector``, Spark's ``kafka``; ``fmt`` if given) of
+    ``topic`` from its start, ``args.per_trigger`` offsets a batch (the input of the runs without
+    cutline's job: with it, the job makes the same stream)."""
+    if fmt is None:
+        fmt = "kafka" if args.connector else FORMAT
     return (
-        spark.readStream.format("kafka" if args.connector else FORMAT)
+        spark.readStream.format(fmt)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
@@ -269,14 +277,22 @@ def _run_to_end(name: str, records: int, query: Any, started: float) -> Run:
     return run
 
 
+def _struct(ddl: str) -> Any:
+    """The Spark schema of a step's ``output_schema``."""
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL(ddl)
+    assert isinstance(schema, StructType), ddl
+    return schema
+
+
 def run_plain(spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path) -> Run:
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
 
     name = f"plain-{uuid.uuid4().hex[:6]}"
     source = _source(spark, bootstrap, topic, args)
     if args.keyed:
-        schema = StructType.fromDDL(KEYED_WORD_COUNT.output_schema)
+        schema = _struct(KEYED_WORD_COUNT.output_schema)
         keyed = KeyedSettings(
             job_id=name,
             bootstrap=bootstrap,
@@ -292,7 +308,7 @@ def run_plain(spark: Any, bootstrap: str, topic: str, records: int, args: Any, w
             .mapInArrow(process_step(KEYED_WORD_COUNT, keyed, to_arrow_schema(schema)), schema)
         )
     else:
-        schema = StructType.fromDDL(WORD_COUNT.output_schema)
+        schema = _struct(WORD_COUNT.output_schema)
         settings = TaskSettings(job_id=name, bootstrap=bootstrap, state_dir=str(work / name / "state"))
         df = source.mapInArrow(partition_step(WORD_COUNT, settings, to_arrow_schema(schema)), schema)
     started = time.monotonic()
@@ -426,7 +442,15 @@ def main() -> None:
         help="with --keyed N: cutline's keyed count against Spark's groupBy().count() (HDFS, RocksDB)",
     )
     parser.add_argument(
-        "--keys", type=int, nargs="+", default=[len(WORDS)], help="distinct words, one backlog each"
+        "--keys",
+        type=int,
+        nargs="+",
+        help="distinct words, one backlog each (default 9; with --all 9 100000)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="everything on the connector in one run: the keyed rows, the stateless query, cutline-kafka",
     )
     parser.add_argument(
         "--connector",
@@ -443,9 +467,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.records, args.rounds = 60_000, 1
+    args.keys = args.keys or ([len(WORDS), 100_000] if args.all else [len(WORDS)])
     console = Console(width=150)
     if args.snapshots:
         console.print(snapshot_sizes())
+        return
+    if args.all:
+        args.connector, args.keyed = True, args.keyed or 8
+        side_by_side(args, console, "uv run python bench/bench_spark.py " + " ".join(sys.argv[1:]))
         return
     if args.connector and not args.keyed:
         parser.error(
@@ -470,7 +499,7 @@ def main() -> None:
     if args.markers:
         first, second = run_cutline, functools.partial(marked, markers_ms=args.markers)
     with (
-        broker_at(os.environ.get("CUTLINE_BOOTSTRAP")) as bootstrap,
+        _broker(args) as (bootstrap, _),
         CoordinatorProcess(bootstrap, log_path=work / "coordinator" / "log") as coordinator,
     ):
         topic = f"bench-words-{uuid.uuid4().hex[:6]}"
@@ -526,6 +555,309 @@ def _session(args: Any) -> Any:
     return spark_session("local[2]", "cutline-bench", conf={"spark.jars": kafka_connector().spark_jars})
 
 
+STATELESS_CONNECTOR = "connector, SQL parse"
+STATELESS_STEP = "connector, step"
+STATELESS_CUTLINE = "connector, step, cutline checkpoints"
+STATELESS_PYTHON_SOURCE = "cutline-kafka, SQL parse"
+STATELESS = (STATELESS_CONNECTOR, STATELESS_STEP, STATELESS_CUTLINE, STATELESS_PYTHON_SOURCE)
+"""The stateless query's variants (read, parse, write; :func:`run_stateless`): the parse in Spark SQL
+on the connector and on ``cutline-kafka``, and as cutline's job runs it (:data:`STATELESS_WORDS` per
+input partition) on the connector without and with checkpoints."""
+
+
+class NotOffered(RuntimeError):
+    """The product does not run this variant (its refusal says why): the run reports it, unmeasured."""
+
+
+def parse_words(state: dict[str, int], records: Sequence[KafkaRecord]) -> tuple[dict[str, int], list[Any]]:
+    """The stateless query as a per-partition step: each record's words, one row each, and no state."""
+    return state, [(w.lower(),) for r in records for w in (r.value or b"").decode("utf-8", "replace").split()]
+
+
+STATELESS_WORDS = StatefulStep(update=parse_words, output_schema="word string", initial=dict)
+"""The stateless query's parse as a cutline job runs it (a step that keeps nothing)."""
+
+
+def parsed_words(df: Any) -> Any:
+    """The stateless query's parse in Spark SQL: each record's words, lower-cased, one row each (a
+    barrier row has no value, so no words)."""
+    from pyspark.sql import functions as F
+
+    words = F.explode(F.split(F.lower(F.col("value").cast("string")), r"\s+")).alias("word")
+    return df.select(words).where(F.col("word") != "")
+
+
+def write_parquet(out: Path) -> Any:
+    """The stateless query's ``foreachBatch`` sink: the batch's rows as Parquet in ``out/<batch>``, written
+    by Spark's executors (no rows through the driver)."""
+
+    def sink(batch_df: Any, batch_id: int) -> None:
+        batch_df.write.mode("overwrite").parquet(str(out / f"{batch_id:08d}"))
+
+    return sink
+
+
+def _check_words(out: Path, records: int) -> None:
+    """Every word of the backlog written once (the Parquet files of every batch)."""
+    import pyarrow.parquet as pq
+
+    expected = sum(1 + i % 4 for i in range(records))
+    written = sum(pq.ParquetFile(f).metadata.num_rows for f in out.rglob("*.parquet"))
+    if written != expected:
+        raise AssertionError(f"{out}: {written} words written, produced {expected}")
+
+
+def run_stateless(
+    spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path, name: str
+) -> Run:
+    """The stateless query over ``topic``: read, parse (:func:`parsed_words`), write
+    (:func:`write_parquet`), in the variant ``name`` of :data:`STATELESS`."""
+    if name == STATELESS_CUTLINE:
+        return _run_stateless_cutline(spark, bootstrap, topic, records, args, work)
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    query_dir = work / f"stateless-{uuid.uuid4().hex[:6]}"
+    source = _source(spark, bootstrap, topic, args, FORMAT if name == STATELESS_PYTHON_SOURCE else "kafka")
+    if name == STATELESS_STEP:
+        schema = _struct(STATELESS_WORDS.output_schema)
+        settings = TaskSettings(
+            job_id=query_dir.name, bootstrap=bootstrap, state_dir=str(query_dir / "state")
+        )
+        words = source.mapInArrow(partition_step(STATELESS_WORDS, settings, to_arrow_schema(schema)), schema)
+    else:
+        words = parsed_words(source)
+    started = time.monotonic()
+    query = (
+        words.writeStream.foreachBatch(write_parquet(query_dir / "out"))
+        .option("checkpointLocation", str(query_dir / "spark"))
+        .trigger(processingTime=f"{args.trigger_ms} milliseconds")
+        .start()
+    )
+    run = _run_to_end(name, records, query, started)
+    _check_words(query_dir / "out", records)
+    return run
+
+
+def _run_stateless_cutline(
+    spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path
+) -> Run:
+    """The stateless query as a cutline job on the connector, checkpointing every ``--interval-ms``:
+    :data:`STATELESS_WORDS` per input partition. Raises :class:`NotOffered` with the job's refusal
+    when the product has no such job."""
+    name = f"stateless-cutline-{uuid.uuid4().hex[:6]}"
+    settings = JobSettings(
+        job_id=name,
+        bootstrap=bootstrap,
+        topics=(topic,),
+        config=CheckpointConfig(
+            interval_ms=args.interval_ms, location=(work / name / "checkpoints").as_uri(), timeout_ms=30_000
+        ),
+        work_dir=work / name,
+        restore=None,
+        source_options={"maxOffsetsPerTrigger": args.per_trigger},
+        source="kafka",
+    )
+    try:
+        job = CheckpointedJob(spark, settings)
+    except ValueError as refused:
+        raise NotOffered(str(refused)) from refused
+    started = time.monotonic()
+    with job:
+        out = work / name / "out"
+        query = job.start(
+            job.stream(STATELESS_WORDS)
+            .writeStream.foreachBatch(job.foreach_batch(write_parquet(out)))
+            .trigger(processingTime=f"{args.trigger_ms} milliseconds")
+        )
+        _wait_done(query, records)
+        job.stop()
+        batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        run = Run(STATELESS_CUTLINE, records, batches, list(job.completed))
+        run.job_id = name
+    run.wall_s = time.monotonic() - started
+    _check_words(out, records)
+    return run
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two variants of one query on the same backlog: ``numerator`` / ``denominator``, and the target of
+    that ratio (None: reported, no target)."""
+
+    group: str
+    numerator: str
+    denominator: str
+    target: float | None
+
+
+def side_by_side_plan(keys: Sequence[int]) -> list[tuple[str, int, list[str]]]:
+    """What ``--all`` runs: (group, distinct words of its backlog, variants), the keyed rows at each of
+    ``keys`` and the stateless query on the first backlog."""
+    return [
+        *((f"keyed, {k:,} keys", k, [*NATIVE_STORES, CUTLINE_KEYED]) for k in keys),
+        ("stateless", keys[0], list(STATELESS)),
+    ]
+
+
+def side_by_side_comparisons(keys: Sequence[int]) -> list[Comparison]:
+    """The ratios ``--all`` reports, with issue 48's targets."""
+    keyed = [
+        Comparison(f"keyed, {k:,} keys", CUTLINE_KEYED, store, 1.0) for k in keys for store in NATIVE_STORES
+    ]
+    return [
+        *keyed,
+        Comparison("stateless", STATELESS_CUTLINE, STATELESS_STEP, 0.97),
+        Comparison("stateless", STATELESS_CUTLINE, STATELESS_CONNECTOR, None),
+        Comparison("stateless", STATELESS_STEP, STATELESS_CONNECTOR, None),
+        Comparison("stateless", STATELESS_PYTHON_SOURCE, STATELESS_CONNECTOR, None),
+    ]
+
+
+def side_by_side(args: Any, console: Console, command: str) -> None:
+    """Everything on Spark's kafka connector in one session, the variants interleaved round by round
+    (ABC, then CBA) so that the machine's load falls on all alike: the keyed rows at each ``--keys`` and
+    the stateless query; one warm-up run of each variant first."""
+    plan = side_by_side_plan(args.keys)
+    console.print(
+        f"[bold]Spark on its own kafka connector, side by side[/] — {args.records:,} records a backlog, "
+        f"{PARTITIONS} partitions, keyed: {args.keyed} shuffle partitions at "
+        f"{', '.join(f'{k:,}' for k in args.keys)} keys, cutline checkpoints every {args.interval_ms} ms, "
+        f"maxOffsetsPerTrigger {args.per_trigger:,}, trigger {args.trigger_ms} ms, {args.rounds} round(s); "
+        f"{machine_line()}, code from {code_checked()}\n{uptime()}\ncommand: {command}"
+    )
+    work = Path(tempfile.mkdtemp(prefix="cutline-bench-spark-"))
+    runs: dict[str, list[Run]] = {group: [] for group, _, _ in plan}
+    unmeasured: dict[str, str] = {}
+    with (
+        _broker(args) as (bootstrap, broker_name),
+        CoordinatorProcess(bootstrap, log_path=work / "coordinator" / "log"),
+    ):
+        console.print(f"broker: {broker_name}")
+        topics = {keys: f"bench-words-{keys}-{uuid.uuid4().hex[:6]}" for keys in args.keys}
+        create_topics(bootstrap, list(topics.values()), partitions=PARTITIONS)
+        for keys, topic in topics.items():
+            produce(bootstrap, topic, args.records, keys)
+        spark = _session(args)
+        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        try:
+            with Progress(console=console, transient=True) as progress:
+                total = sum(len(variants) for _, _, variants in plan) * (args.rounds + 1)
+                task = progress.add_task("warm-up", total=total)
+                for round_ in range(-1, args.rounds):  # round -1: the warm-up, not measured
+                    for group, keys, variants in plan:
+                        for name in variants if round_ % 2 else variants[::-1]:
+                            progress.update(task, description=f"round {round_ + 1}: {group}, {name}")
+                            if name not in unmeasured:
+                                try:
+                                    run = measured(
+                                        _side_run, name, spark, bootstrap, topics[keys], args, work
+                                    )
+                                except NotOffered as refused:
+                                    unmeasured[name] = str(refused)
+                                else:
+                                    if round_ >= 0:
+                                        runs[group].append(run)
+                            progress.advance(task)
+        finally:
+            spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    side_by_side_report(console, runs, side_by_side_comparisons(args.keys), unmeasured, command)
+
+
+def _side_run(name: str, spark: Any, bootstrap: str, topic: str, args: Any, work: Path) -> Run:
+    if name in STATELESS:
+        return run_stateless(spark, bootstrap, topic, args.records, args, work, name)
+    return _variant_run(name, spark, bootstrap, topic, args, work)
+
+
+def uptime() -> str:
+    """``uptime``'s line: the machine's load when a figure was taken."""
+    import subprocess
+
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def side_by_side_report(
+    console: Console,
+    runs: dict[str, list[Run]],
+    comparisons: Sequence[Comparison],
+    unmeasured: Mapping[str, str],
+    command: str,
+) -> None:
+    """Each variant's records/s, CPU and load; then each comparison's ratio per round, its CPU ratio and
+    its verdict; the command that produced them and the load at the end."""
+    table = Table(title="Records/s in one session, each run the whole backlog; CPU s per run")
+    for column in ("query", "variant", "runs", "records/s (range)", "mean", "CPU: JVM", "Python workers",
+                   "all", "load (1 min)"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for group, done in runs.items():
+        for name in dict.fromkeys(r.name for r in done):
+            mine = [r for r in done if r.name == name]
+            rates = sorted(r.throughput for r in mine)
+            cpu = summed([r.cpu for r in mine if r.cpu])
+            loads = sorted(r.load for r in mine)
+            table.add_row(
+                group, name, str(len(mine)), f"{rates[0]:,.0f}-{rates[-1]:,.0f}",
+                f"{statistics.mean(rates):,.0f}",
+                *(f"{cpu.get(kind, 0.0) / len(mine):.1f}" for kind in ("Spark JVM", "Spark Python workers",
+                                                                        "machine")),
+                f"{loads[0]:.1f}-{loads[-1]:.1f}",
+            )  # fmt: skip
+    console.print(table)
+    verdicts = Table(title=f"Ratios (per round, interleaved); command: {command}")
+    for column in ("query", "ratio", "per round", "median", "CPU per record", "target", "verdict"):
+        verdicts.add_column(column, justify="right")
+    for c in comparisons:
+        label = f"{c.numerator} / {c.denominator}"
+        missing = [name for name in (c.numerator, c.denominator) if name in unmeasured]
+        if missing:
+            verdicts.add_row(c.group, label, "-", "-", "-", _target(c.target), f"not measured: {missing[0]}")
+            continue
+        ratios = sorted(_paired(runs[c.group], c.numerator, c.denominator))
+        if not ratios:
+            continue
+        median = statistics.median(ratios)
+        verdict = "-" if c.target is None else ("met" if median >= c.target else "missed")
+        verdicts.add_row(
+            c.group, label, ", ".join(f"{r:.2f}" for r in ratios), f"[bold]{median:.2f}[/]",
+            f"{_cpu_ratio(runs[c.group], c.denominator, c.numerator):.2f}", _target(c.target), verdict,
+        )  # fmt: skip
+    console.print(verdicts)
+    for name, why in unmeasured.items():
+        console.print(f"not measured: {name}: {why}")
+    console.print(f"command: {command}\n{uptime()}")
+
+
+def _target(target: float | None) -> str:
+    return "-" if target is None else f"≥ {target:g}"
+
+
+def _cpu_ratio(runs: list[Run], a: str, b: str) -> float:
+    """Median CPU per record of the machine in runs of ``a`` / in runs of ``b``: ``b``'s throughput ratio
+    if CPU were all that decided it (a steadier measure than a span when other work shares the cores)."""
+    per_record = {
+        name: statistics.median(r.cpu.get("machine", 0.0) / r.records for r in runs if r.name == name)
+        for name in (a, b)
+    }
+    return per_record[a] / per_record[b] if per_record[b] else float("nan")
+
+
+@contextmanager
+def _broker(args: Any) -> Iterator[tuple[str, str]]:
+    """(bootstrap, what it is): ``CUTLINE_BOOTSTRAP``'s broker; else, for the connector, Apache Kafka
+    started here (on the embedded broker the connector's batch ends fall short); else the embedded
+    broker."""
+    external = os.environ.get("CUTLINE_BOOTSTRAP")
+    if external or not args.connector:
+        with broker_at(external) as bootstrap:
+            yield bootstrap, f"CUTLINE_BOOTSTRAP={external}" if external else "embedded Tansu"
+        return
+    from events.dev.apache_kafka import KAFKA_VERSION, ApacheKafka
+
+    with ApacheKafka(heap="512m") as kafka:
+        yield kafka.bootstrap, f"Apache Kafka {KAFKA_VERSION}, one node (KRaft), 512 MB heap, started here"
+
+
 def native_comparison(args: Any, console: Console) -> None:
     """cutline's keyed word count against Spark's own stateful aggregation, for each ``--keys``:
     one warm-up run of each variant, then rounds in ABC and CBA order."""
@@ -541,7 +873,7 @@ def native_comparison(args: Any, console: Console) -> None:
     work = Path(tempfile.mkdtemp(prefix="cutline-bench-spark-"))
     runs: dict[int, list[Run]] = {keys: [] for keys in args.keys}
     with (
-        broker_at(os.environ.get("CUTLINE_BOOTSTRAP")) as bootstrap,
+        _broker(args) as (bootstrap, _),
         CoordinatorProcess(bootstrap, log_path=work / "coordinator" / "log"),
     ):
         topics = {keys: f"bench-words-{keys}-{uuid.uuid4().hex[:6]}" for keys in args.keys}
@@ -636,9 +968,11 @@ def _paired(runs: list[Run], a: str, b: str) -> list[float]:
     ]
 
 
-def marked(*args: Any, markers_ms: int) -> Run:
+def marked(
+    spark: Any, bootstrap: str, topic: str, records: int, args: Any, work: Path, *, markers_ms: int
+) -> Run:
     """:func:`run_cutline` with latency markers every ``markers_ms``."""
-    run = run_cutline(*args, markers_ms=markers_ms)
+    run = run_cutline(spark, bootstrap, topic, records, args, work, markers_ms=markers_ms)
     run.name = "with markers"
     return run
 
@@ -816,7 +1150,10 @@ def snapshot_sizes(keys: int = 100_000, fractions: tuple[float, ...] = (0.001, 0
         store.seed(state)
         location = (root / "checkpoints").as_uri()
         groups = key_group_range(0, 1)
-        _, _, full = write_snapshot(store, state, groups, 128, "keyed-0", settings, _barrier(location, 1), 0)
+        step = KEYED_WORD_COUNT.identity
+        _, _, full = write_snapshot(
+            store, state, groups, 128, "keyed-0", settings, _barrier(location, 1), 0, step
+        )
         assert full is not None
         table.add_row("all (first)", f"{full.keys:,}", full.kind, f"{full.size:,}", "100 %", "")
         rng = random.Random(1)
@@ -829,7 +1166,7 @@ def snapshot_sizes(keys: int = 100_000, fractions: tuple[float, ...] = (0.001, 0
             store.save(n, state, changes)
             began = time.perf_counter()
             _, _, piece = write_snapshot(
-                store, state, groups, 128, "keyed-0", settings, _barrier(location, n + 1), n
+                store, state, groups, 128, "keyed-0", settings, _barrier(location, n + 1), n, step
             )
             took = (time.perf_counter() - began) * 1000
             assert piece is not None
@@ -873,7 +1210,7 @@ def cpu_table(runs: list[Run]) -> Table:
     )
     for column in ("process", "without cutline", "with cutline", "difference", "difference, % of machine"):
         table.add_column(column, justify="right")
-    kinds = {
+    kinds: dict[str, list[Mapping[str, float]]] = {
         name: [r.cpu for r in runs if r.name == name and r.cpu]
         for name in ("without cutline", "with cutline")
     }
