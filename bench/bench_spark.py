@@ -4,6 +4,7 @@
     uv run python bench/bench_spark.py [--records 300000] [--per-trigger 20000] [--rounds 2] [--quick]
                                        [--keyed 8] [--markers 1000] [--snapshots]
                                        [--keyed 8 --native [--keys 9 100000]] [--connector]
+    uv run python bench/bench_spark.py --all [--records 100000] [--rounds 2] [--keys 9 100000]
 
 One local SparkSession (``local[2]``), the embedded broker (or ``CUTLINE_BOOTSTRAP``)
 and a coordinator process. ``--records`` lines of words are produced once to a
@@ -39,8 +40,19 @@ HDFS-backed store at 9 and at 100,000 keys).
 
 ``--connector`` (with ``--keyed N``) reads with Spark's own ``kafka`` connector instead of
 ``cutline-kafka``, in every variant: the job with ``JobSettings(source="kafka")``, the others with
-``format("kafka")`` (docs/spark.md, "Checkpoints on Spark's own kafka connector"). Run it on
-Apache Kafka (``CUTLINE_BOOTSTRAP``): on the embedded broker the connector's ends fall short.
+``format("kafka")`` (docs/spark.md, "Checkpoints on Spark's own kafka connector"). It runs on Apache
+Kafka, started here unless ``CUTLINE_BOOTSTRAP`` names a broker (on the embedded broker the
+connector's batch ends fall short).
+
+``--all`` measures issue 48's comparisons on the connector in one session, every variant once to warm
+up, then round by round with the order reversed each round (ABC, CBA) so that the machine's load
+falls on all alike: the keyed rows of ``--native`` at each ``--keys`` (``--keyed`` 8 unless given), and
+a stateless query (read, parse, write each batch as Parquet) on the first backlog: the parse in Spark
+SQL on the connector and on ``cutline-kafka`` (what the Python source costs), and as a per-partition
+step that keeps no state (the form a cutline job runs) on the connector without and with cutline
+checkpoints (target >= 0.97: cutline's own cost). It ends with a table of every ratio (per round and
+their median, the CPU per record ratio, the target), the command and ``uptime``; each variant's row
+shows the 1-minute load at the end of its runs.
 
 ``--markers MS`` compares the job with cutline against itself with latency markers every ``MS``
 ms (``JobSettings.latency_interval_ms``), in ABBA rounds (docs/design.md, "Performance targets":
