@@ -2,7 +2,9 @@
 
 Starts the embedded broker (unless given one) and the coordinator, produces a
 stream of words into a ``--partitions`` topic, and runs the keyed Spark word count of
-:mod:`spark_tasks.wordcount` in a child process with a checkpoint every ``--interval``:
+:mod:`spark_tasks.wordcount` in a child process with a checkpoint every ``--interval``, reading
+Kafka with Spark's own ``kafka`` connector where its jars resolve (Java and Maven, or a cache) and
+with ``cutline-kafka`` otherwise (``--source`` chooses; its ``source:`` line says which, and why):
 the words are shuffled by key group into ``--keyed`` partitions, each of which keeps
 the counts of its words, snapshots them (incrementally) and acks each checkpoint. It shows a live table of
 checkpoints (the coordinator's ``/jobs/wordcount/checkpoints`` view) and the
@@ -16,11 +18,12 @@ the job wrote through its :class:`~spark_tasks.sink.CutFileSink`
 (:func:`spark_tasks.wordcount.read_counts` sums each row's ``added``, with no
 de-duplication) equal the words produced, and so does the last count of each word
 the job wrote (:func:`spark_tasks.wordcount.final_counts`): its rows are the final
-counts, nothing is summed outside Spark. The job writes the same rows to the topic ``word-counts``
-through an :class:`~spark_tasks.kafka_sink.ExactlyOnceKafkaSink` too, and the demo checks them as a
-``read_committed`` consumer sees them: every word counted once, across the crash. On the embedded
-Tansu, which shows aborted transactions to such consumers (docs/embedded-broker.md), it says what
-that check cannot show there (``--broker kafka`` shows it).
+counts, nothing is summed outside Spark. On ``cutline-kafka`` the job writes the same rows to the
+topic ``word-counts`` through an :class:`~spark_tasks.kafka_sink.ExactlyOnceKafkaSink` too (that
+sink reads cutline-kafka's barriers: on the connector the demo says it is not checked), and the demo
+checks them as a ``read_committed`` consumer sees them: every word counted once, across the crash.
+On the embedded Tansu, which shows aborted transactions to such consumers (docs/embedded-broker.md),
+it says what that check cannot show there (``--broker kafka`` shows it).
 
 The driver runs in its own process group, so the crash is a real one (the
 Python driver, its JVM and its Python workers die at once) and the terminal's
@@ -73,6 +76,8 @@ from events.wire.records import (
 )
 from events.wire.schema_registry import wire_from_environment
 from events.wire.topics import Topics
+from spark_tasks.connector import kafka_connector
+from spark_tasks.source_choice import SourceChoice, SourceUnavailable, choose_source
 from spark_tasks.wordcount import SparkDriver, final_counts, read_counts, read_kafka_counts
 
 JOB = "wordcount"
@@ -112,6 +117,9 @@ class DemoOptions:
     partitions: int = 4
     keyed: int = 8
     """Shuffle partitions of the keyed word count (its tasks); 0: state per input partition."""
+    source: str | None = None
+    """``kafka`` (Spark's own connector), ``cutline-kafka``, or None: the connector where its jars
+    resolve, cutline-kafka otherwise."""
     interval_ms: int = 1000
     rate: int = 50
     """Lines of words per second."""
@@ -143,6 +151,8 @@ class DemoResult:
     seconds: float
     kafka: KafkaOutput | None = None
     """The rows the job wrote to Kafka, as a ``read_committed`` consumer sees them."""
+    source: str = "cutline-kafka"
+    """The source the job read Kafka with (``kafka``: Spark's own connector)."""
 
     @property
     def exactly_once(self) -> bool:
@@ -242,6 +252,15 @@ class WordStream:
             self._thread.join(10)
         self._producer.flush(30)
 
+    def end_each_partition(self, partitions: int) -> None:
+        """Write a record without a value (the word count skips it) to each partition, each alone in
+        its batch: on the embedded broker, which answers Spark's kafka connector a partition's end at
+        its last batch's first record + 1, the connector then reads every line (docs/spark.md)."""
+        for partition in range(partitions):
+            self._producer.produce(self.topic, value=None, partition=partition)
+            if self._producer.flush(30):
+                self.errors.append(f"the empty record ending partition {partition} was not delivered")
+
 
 # --------------------------------------------------------------------- the demo
 
@@ -303,6 +322,8 @@ class _Screen:
         """The job's status changes, as the journal records them (``RUNNING (attempt 1)``, ...)."""
         self.restart: JobRestartScheduled | None = None
         self._journal: JobFeed | None = None
+        self.end_partitions = False
+        """End the input with an empty record per partition (Spark's connector on the embedded broker)."""
 
     def follow(self, bootstrap: str, topics: Topics) -> None:
         """Follow the job's journal from now on: its status changes and restart decisions."""
@@ -431,6 +452,9 @@ def run_demo(
     topic = f"{options.prefix}words"
     counts_topic = f"{options.prefix}word-counts"
     out = workdir / "out"
+    choice = _choose_source(options, console)
+    on_tansu = options.broker == "tansu" and not options.bootstrap
+    console.print(choice.line, soft_wrap=True)
     with ExitStack() as stack:
         if options.broker == "kafka" and not options.bootstrap:
             with console.status("starting Apache Kafka (a few seconds; the first time Maven fetches it)..."):
@@ -463,8 +487,11 @@ def run_demo(
             [
                 *("--bootstrap", bootstrap, "--job", JOB, "--topic", topic, "--topic-prefix", options.prefix),
                 *("--work-dir", str(workdir / "spark"), "--location", (workdir / "checkpoints").as_uri()),
-                *("--out", str(out), "--kafka-out", counts_topic, "--interval-ms", str(options.interval_ms)),
+                *("--out", str(out), "--interval-ms", str(options.interval_ms)),
+                # the exactly-once Kafka sink reads cutline-kafka's barriers: no Kafka output on the connector
+                *(() if choice.on_connector else ("--kafka-out", counts_topic)),
                 *(("--keyed", str(options.keyed)) if options.keyed else ()),
+                *("--source", choice.source),
                 # a checkpoint completes with the micro-batch its barrier is folded into: a few
                 # seconds when the machine is busy, so a generous timeout
                 *("--timeout-ms", "60000", "--tolerable-failures", "10"),
@@ -484,6 +511,7 @@ def run_demo(
             try:
                 with Live(console=console, refresh_per_second=4) as live:
                     screen = _Screen(live, coordinator, words, spark, out, stop)
+                    screen.end_partitions = choice.on_connector and on_tansu
                     screen.follow(bootstrap, topics)
                     stack.callback(screen.close)
                     savepoints = (workdir / "savepoints").as_uri()  # beside the checkpoints
@@ -495,13 +523,17 @@ def run_demo(
                             driver.request(request)
                         return savepoints
 
-                    def read_kafka(committed_again: tuple[int, ...]) -> KafkaOutput:
-                        """The job's Kafka output, as a `read_committed` consumer sees it."""
+                    def read_kafka(committed_again: tuple[int, ...]) -> KafkaOutput | None:
+                        """The job's Kafka output, as a `read_committed` consumer sees it (None: none)."""
+                        if choice.on_connector:
+                            return None
                         counted, final = read_kafka_counts(bootstrap, counts_topic)
-                        shows_aborted = options.broker == "tansu" and not options.bootstrap
+                        shows_aborted = on_tansu
                         return KafkaOutput(counts_topic, counted, final, shows_aborted, committed_again)
 
-                    result = _play(options, screen, started, stop_job, read_kafka)
+                    result = dataclasses.replace(
+                        _play(options, screen, started, stop_job, read_kafka), source=choice.source
+                    )
             finally:
                 if not console.is_terminal:
                     console.print()  # a live display ends without a newline when not on a terminal
@@ -511,12 +543,22 @@ def run_demo(
     return result
 
 
+def _choose_source(options: DemoOptions, console: Console) -> SourceChoice:
+    """The source the word count reads with (:func:`~spark_tasks.source_choice.choose_source`); the
+    connector's jars are resolved here, before anything starts (Maven fetches them the first time)."""
+    with console.status("resolving Spark's kafka connector (the first time, Maven fetches its jars)..."):
+        try:
+            return choose_source(options.source, remote=False, resolve=kafka_connector)
+        except SourceUnavailable as exc:
+            raise DemoError(str(exc)) from exc
+
+
 def _play(
     options: DemoOptions,
     screen: _Screen,
     started: float,
     stop_job: Callable[[], str],
-    read_kafka: Callable[[tuple[int, ...]], KafkaOutput],
+    read_kafka: Callable[[tuple[int, ...]], KafkaOutput | None],
 ) -> DemoResult:
     """The story: start, crash after a few checkpoints, restore, carry on, drain, stop, measure."""
     spark, words = screen.spark, screen.words
@@ -582,6 +624,8 @@ def _play(
         options.spark_timeout,
     )
     words.stop()
+    if screen.end_partitions:
+        words.end_each_partition(options.partitions)
     produced = Counter(words.produced)
     if words.errors:
         screen.say(
@@ -617,7 +661,7 @@ def _play(
     screen.refresh()
     committed_again = tuple((screen.restored or {}).get("kafka_committed_again", ()))
     kafka = read_kafka(committed_again)
-    if not options.keyed:  # a row's count is its input partition's: the words' counts are the sums
+    if kafka is not None and not options.keyed:  # a row's count is its partition's: the sums are the words
         kafka = dataclasses.replace(kafka, final=dict(kafka.counted))
     screen.phase = "done"
     screen.refresh()
@@ -645,6 +689,7 @@ def summary(result: DemoResult) -> Table:
         if result.failed
         else "0",
     )
+    table.add_row("source", "Spark's kafka connector" if result.source == "kafka" else result.source)
     table.add_row("crash", "SIGKILL of the job's Spark driver" if result.crashed else "none")
     table.add_row("restored from checkpoint", str(result.restored_from))
     table.add_row("words produced", f"{result.produced.total():,}")
@@ -656,10 +701,17 @@ def summary(result: DemoResult) -> Table:
 
 
 def kafka_verdict(result: DemoResult) -> tuple[bool | None, str]:
-    """The exactly-once line of the Kafka output and whether it held: True, False, or None when a
-    broker that shows aborted transactions (Tansu) showed more words than produced after a crash in
-    a commit, whose transaction the next driver aborted and did again. Pure."""
+    """The exactly-once line of the Kafka output and whether it held: True, False, or None when it
+    was not shown: a broker that shows aborted transactions (Tansu) showed more words than produced
+    after a crash in a commit, whose transaction the next driver aborted and did again, or the job read
+    with Spark's kafka connector and wrote no Kafka output. Pure."""
     kafka = result.kafka
+    if kafka is None and result.source == "kafka":
+        return None, (
+            "exactly-once to Kafka: not checked on Spark's kafka connector, where the job writes no Kafka "
+            "output (the exactly-once Kafka sink reads cutline-kafka's barriers; --source cutline-kafka "
+            "checks it)"
+        )
     if kafka is None:
         return False, "exactly-once to Kafka: not checked"
     seen = f"{kafka.counted.total():,} words in {kafka.topic} = {result.produced.total():,} produced"
@@ -694,6 +746,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--partitions", type=int, default=defaults.partitions)
     parser.add_argument("--interval", type=int, default=defaults.interval_ms)
     parser.add_argument("--keyed", type=int, default=defaults.keyed)
+    parser.add_argument("--source", choices=("kafka", "cutline-kafka"), default=defaults.source)
     return parser
 
 
@@ -714,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:
                     partitions=args.partitions,
                     interval_ms=args.interval,
                     keyed=args.keyed,
+                    source=args.source,
                 ),
                 console,
                 stop,

@@ -54,10 +54,10 @@ class SourceChoice:
 
 
 def choose_source(
-    requested: str | None, *, keyed: bool, remote: bool, resolve: Callable[[], KafkaConnector]
+    requested: str | None, *, remote: bool, resolve: Callable[[], KafkaConnector]
 ) -> SourceChoice:
-    """The source for a word count: ``requested`` (:data:`CONNECTOR` or :data:`CUTLINE_KAFKA`), or when
-    None the connector where it can read the job (keyed, and its jars resolve: ``resolve``, which raises
+    """The source for a word count (keyed or per partition): ``requested`` (:data:`CONNECTOR` or
+    :data:`CUTLINE_KAFKA`), or when None the connector where its jars resolve (``resolve``, which raises
     :class:`~spark_tasks.connector.ConnectorUnavailable` where they do not), ``cutline-kafka`` otherwise.
 
     A job on a Spark Connect server (``remote``) gets the connector only when asked: the server's jars
@@ -66,13 +66,6 @@ def choose_source(
         raise SourceUnavailable(f"--source is {CONNECTOR!r} or {CUTLINE_KAFKA!r}, not {requested!r}")
     if requested == CUTLINE_KAFKA:
         return SourceChoice(CUTLINE_KAFKA, "as asked")
-    if not keyed:
-        if requested == CONNECTOR:
-            raise SourceUnavailable(
-                "--source kafka reads a keyed job (cutline's checkpoints on Spark's kafka connector align "
-                "on a shuffle's tasks): add --keyed N, or use --source cutline-kafka"
-            )
-        return SourceChoice(CUTLINE_KAFKA, "a job without --keyed reads with cutline-kafka")
     if remote:
         if requested == CONNECTOR:
             return SourceChoice(CONNECTOR, "as asked; the Spark Connect server's own jars")

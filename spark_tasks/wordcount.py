@@ -15,7 +15,7 @@ With ``--kafka-out TOPIC`` the same rows also go to a Kafka topic (key: the word
 as JSON) through :class:`~spark_tasks.kafka_sink.ExactlyOnceKafkaSink`, visible to
 ``read_committed`` readers once their checkpoint completes (:func:`read_kafka_counts`).
 
-A keyed count (``--keyed N``) reads Kafka with Spark's own ``kafka`` connector where its jars resolve
+The count reads Kafka with Spark's own ``kafka`` connector where its jars resolve
 (:mod:`spark_tasks.connector`: Java and Maven, or a cache), and with ``cutline-kafka`` otherwise;
 ``--source`` chooses (:func:`spark_tasks.source_choice.choose_source`). The first line it prints
 says which, and why (``source``).
@@ -637,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--source",
         choices=(CONNECTOR, CUTLINE_KAFKA),
-        help="read Kafka with Spark's own kafka connector (a keyed count; its jars resolved with Maven) or "
+        help="read Kafka with Spark's own kafka connector (its jars resolved with Maven) or "
         "with cutline-kafka (no jar); default: the connector where its jars resolve",
     )
     parser.add_argument(
@@ -703,9 +703,7 @@ def _session(args: argparse.Namespace, choice: SourceChoice) -> Any:
 
 def source_choice(args: argparse.Namespace) -> SourceChoice:
     """The source the command line's job reads with (:func:`choose_source`)."""
-    return choose_source(
-        args.source, keyed=bool(args.keyed), remote=bool(args.remote), resolve=kafka_connector
-    )
+    return choose_source(args.source, remote=bool(args.remote), resolve=kafka_connector)
 
 
 def job_settings(args: argparse.Namespace, source: Source = "cutline-kafka") -> JobSettings:

@@ -20,6 +20,15 @@ class DemoBroker(StrEnum):
     """Apache Kafka itself (Java 17+, and Maven the first time: events/dev/apache_kafka.py)."""
 
 
+class DemoSource(StrEnum):
+    """What the demo's Spark job reads Kafka with."""
+
+    kafka = "kafka"
+    """Spark's own connector (spark-sql-kafka-0-10; its jars fetched with Maven the first time)."""
+    cutline_kafka = "cutline-kafka"
+    """cutline's Python Data Source (no jar)."""
+
+
 def demo(
     duration: Annotated[
         float,
@@ -60,9 +69,19 @@ def demo(
             "per input partition instead.",
         ),
     ] = 8,
+    source: Annotated[
+        DemoSource | None,
+        typer.Option(
+            "--source",
+            help="Read Kafka with Spark's own connector (kafka: its jars fetched with Maven the first time) "
+            "or cutline-kafka (no jar). Default: the connector where its jars resolve "
+            "(Java and Maven), cutline-kafka otherwise; the demo says which.",
+        ),
+    ] = None,
 ) -> None:
     """The main job: a keyed Spark word count that checkpoints with cutline, crashes, restores, and
-    checks exactly-once, in its files and in its Kafka output (read_committed)."""
+    checks exactly-once, in its files and in its Kafka output (read_committed); on Spark's own Kafka
+    connector where its jars resolve."""
     from events.extras import require
 
     require("spark", "cutline's Spark integration (spark_tasks)")
@@ -73,6 +92,7 @@ def demo(
     args = ["--duration", str(duration), "--partitions", str(partitions)]
     args += ["--interval", str(interval), "--keyed", str(keyed)]
     args += ["--bootstrap", bootstrap] if bootstrap else ["--broker", broker.value]
+    args += ["--source", source.value] if source is not None else []
     # This process becomes the demo (same pid, terminal, signals and exit status): the demo is
     # composed in cutline_demo/, which nothing in coordinator/ imports.
     sys.stdout.flush()

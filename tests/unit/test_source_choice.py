@@ -29,55 +29,45 @@ def no_maven() -> KafkaConnector:
 
 
 class TestByDefault:
-    def test_a_keyed_count_reads_with_the_connector_where_its_jars_resolve(self) -> None:
-        choice = choose_source(None, keyed=True, remote=False, resolve=resolves)
+    def test_the_count_reads_with_the_connector_where_its_jars_resolve(self) -> None:
+        choice = choose_source(None, remote=False, resolve=resolves)
 
         assert (CONNECTOR, JARS) == (choice.source, choice.connector)
         assert "source: Spark's kafka connector 4.2.0 (its jars resolve)" == choice.line
 
     def test_without_maven_it_falls_back_to_cutline_kafka_and_says_why_in_one_line(self) -> None:
-        choice = choose_source(None, keyed=True, remote=False, resolve=no_maven)
+        choice = choose_source(None, remote=False, resolve=no_maven)
 
         assert CUTLINE_KAFKA == choice.source
         assert choice.line.startswith("source: cutline-kafka (Spark's kafka connector is not available: ")
         assert "no `mvn` is on the PATH" in choice.line and "\n" not in choice.line
 
-    def test_a_count_without_keyed_reads_with_cutline_kafka_without_resolving_anything(self) -> None:
-        choice = choose_source(None, keyed=False, remote=False, resolve=no_maven)
-
-        assert (CUTLINE_KAFKA, None) == (choice.source, choice.connector)
-        assert "without --keyed" in choice.line
-
     def test_on_spark_connect_the_servers_jars_are_unknown_so_cutline_kafka(self) -> None:
-        assert CUTLINE_KAFKA == choose_source(None, keyed=True, remote=True, resolve=resolves).source
+        assert CUTLINE_KAFKA == choose_source(None, remote=True, resolve=resolves).source
 
     def test_a_connector_of_another_spark_says_so(self) -> None:
         other = KafkaConnector("4.2.0", "4.3.0", JARS.jars)
 
-        line = choose_source(None, keyed=True, remote=False, resolve=lambda: other).line
+        line = choose_source(None, remote=False, resolve=lambda: other).line
 
         assert "source: Spark's kafka connector 4.2.0 on PySpark 4.3.0 (its jars resolve)" == line
 
 
 class TestAsAsked:
     def test_cutline_kafka_is_read_with_even_where_the_connector_resolves(self) -> None:
-        choice = choose_source(CUTLINE_KAFKA, keyed=True, remote=False, resolve=resolves)
+        choice = choose_source(CUTLINE_KAFKA, remote=False, resolve=resolves)
 
         assert (CUTLINE_KAFKA, "source: cutline-kafka (as asked)") == (choice.source, choice.line)
 
     def test_the_connector_asked_for_and_unavailable_is_an_error_saying_what_to_install(self) -> None:
         with pytest.raises(SourceUnavailable, match="--source kafka: no `mvn` is on the PATH: install it"):
-            choose_source(CONNECTOR, keyed=True, remote=False, resolve=no_maven)
-
-    def test_the_connector_asked_for_a_count_without_keyed_says_to_add_it(self) -> None:
-        with pytest.raises(SourceUnavailable, match="add --keyed N, or use --source cutline-kafka"):
-            choose_source(CONNECTOR, keyed=False, remote=False, resolve=resolves)
+            choose_source(CONNECTOR, remote=False, resolve=no_maven)
 
     def test_the_connector_asked_for_on_spark_connect_is_the_servers(self) -> None:
-        choice = choose_source(CONNECTOR, keyed=True, remote=True, resolve=no_maven)
+        choice = choose_source(CONNECTOR, remote=True, resolve=no_maven)
 
         assert (CONNECTOR, None) == (choice.source, choice.connector)
 
     def test_another_source_is_refused(self) -> None:
         with pytest.raises(SourceUnavailable, match="--source is 'kafka' or 'cutline-kafka'"):
-            choose_source("kafka-0-8", keyed=True, remote=False, resolve=resolves)
+            choose_source("kafka-0-8", remote=False, resolve=resolves)
