@@ -1,26 +1,33 @@
-"""Benchmark: a participant's exactly-once Kafka sink against a plain idempotent producer
+"""Benchmark: exactly-once output to Kafka against at-least-once output, side by side in one run
 (docs/exactly-once.md; docs/benchmarks.md, "Exactly-once output to Kafka").
 
     uv run python bench/bench_exactly_once.py [--records 200000] [--rate 5000] [--seconds 10]
-                                              [--interval-ms 1000] [--size 100] [--rounds 2]
+        [--interval-ms 1000] [--size 100] [--rounds 2] [--spark] [--flink] [--json PATH]
 
-Apache Kafka, one node started here (or ``CUTLINE_BOOTSTRAP``). A 4-partition output topic per run,
-and a ``read_committed`` consumer of it in a thread that notes when each record becomes visible.
-Two ways to write the same records, in ABBA rounds:
+Apache Kafka, one node started here (or ``CUTLINE_BOOTSTRAP``). Every output record carries the
+time its input was produced (its first 8 bytes), and a ``read_committed`` consumer of the output
+topic (4 partitions) in a thread notes when each becomes visible: **latency** is produced ->
+visible to ``read_committed`` (p50, p99); **throughput** is records from the first produced to the
+last visible.
 
-- **idempotent**: ``Producer.produce`` with ``enable.idempotence`` (at-least-once output, no
-  transaction), polled as it goes;
-- **exactly-once**: ``ExactlyOnceSink.send``; every ``--interval-ms`` the sending thread stages the
-  records at a barrier (a local file) and at once completes the checkpoint (``sink.complete``: one
-  transaction with the records and the commit marker), as a participant's ``snapshot`` and
-  ``on_complete`` do. The coordinator's round trip (barrier, ack, completion) is not in it: this is
-  the sink's own cost.
-
-Two measurements per way: **throughput**, ``--records`` records sent as fast as the way allows,
-from the first send until the last is visible to ``read_committed``; **latency**, records at
-``--rate`` per second for ``--seconds``, each carrying its send time, until visible (p50, p99).
-One unmeasured run of each way warms up first (the cluster's first transaction creates its
-transaction log).
+- **participant** (always): ``ExactlyOnceSink.send`` against a plain idempotent producer
+  (``enable.idempotence``: at-least-once output), in ABBA rounds. The sink's barrier, staging and
+  completion come every ``--interval-ms`` in the sending thread (``stage``, then ``complete``, as a
+  participant's ``snapshot`` and ``on_complete`` run; the commit runs on the sink's committing
+  thread); the coordinator's round trip is not in it. Throughput: ``--records`` sent as fast as
+  the way allows; the CPU of this process (the client: sends, staging, commits, the consumer) and
+  of the broker per record. Latency: ``--rate`` records/s for ``--seconds``.
+- **Spark** (``--spark``): the same query, a ``CheckpointedJob`` that copies its input topic's values
+  (a stateful step that counts them), checkpointed every ``--interval-ms`` by a coordinator started
+  here, writing through ``ExactlyOnceKafkaSink`` (``foreachBatch``) against Spark's own Kafka sink
+  (``format("kafka")``, at-least-once; the connector's jars from ``spark_tasks/connector.py``), on
+  ``local[2]``. Latency: ``--spark-rate`` records/s for ``--seconds`` into the running job;
+  throughput: ``--spark-records`` produced at once into the running job.
+- **Flink** (``--flink``): Flink's ``KafkaSink`` with ``DeliveryGuarantee.EXACTLY_ONCE`` (SQL
+  ``sink.delivery-guarantee = exactly-once``) copying the input topic, checkpointed every
+  ``--interval-ms``, in a local MiniCluster of the PyFlink venv (``--flink-python``, by default
+  ``/tmp/cutline-flink-venv``) with ``flink-sql-connector-kafka`` from Maven Central (``mvn``);
+  latency at ``--rate``, as above.
 """
 
 from __future__ import annotations
@@ -30,47 +37,67 @@ import json
 import os
 import statistics
 import struct
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
-from bench.bench_coordinator import broker
-from events.dev.broker import create_topics
-from events.kafka.clients import consumer_config, producer_config
-from events.task.exactly_once import ExactlyOnceSink
-from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointKind
-from events.wire.topics import Topics
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_coordinator import broker  # noqa: E402
+from bench.cpu import process_cpu  # noqa: E402
+from events.dev.broker import create_topics  # noqa: E402
+from events.kafka.clients import consumer_config, producer_config  # noqa: E402
+from events.task.exactly_once import ExactlyOnceSink  # noqa: E402
+from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointKind  # noqa: E402
+from events.wire.topics import Topics  # noqa: E402
 
 PARTITIONS = 4
-WAYS = ("idempotent", "exactly-once")
+IDEMPOTENT, EXACTLY_ONCE = "idempotent producer (at-least-once)", "ExactlyOnceSink"
+SPARK_KAFKA, SPARK_EXACTLY_ONCE = "Spark's kafka sink (at-least-once)", "ExactlyOnceKafkaSink"
+FLINK_EXACTLY_ONCE = "Flink KafkaSink EXACTLY_ONCE"
+FLINK_CONNECTOR = "org.apache.flink:flink-sql-connector-kafka:4.0.1-2.0"
+"""Flink's Kafka connector for Flink 2.x, as Maven Central has it (the anchor venv runs Flink 2.3)."""
 
 
 @dataclass(frozen=True)
 class Row:
+    """One measured run of one way of writing."""
+
+    section: str
     way: str
     round: int
-    records_per_s: float
-    latency_p50_ms: float
-    latency_p99_ms: float
+    records_per_s: float | None = None
+    latency_p50_ms: float | None = None
+    latency_p99_ms: float | None = None
+    client_cpu_us: float | None = None
+    """CPU µs per record of this process (participant) in the throughput run."""
+    broker_cpu_us: float | None = None
+    """CPU µs per record of the broker in the throughput run."""
 
 
 class Visible:
-    """A read_committed consumer of ``topic`` in a thread: when each record became visible."""
+    """A read_committed consumer of ``topic`` in a thread: when each record became visible, and when
+    it was produced (its first 8 bytes, ns)."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         extra = {"isolation.level": "read_committed", "fetch.wait.max.ms": 5}
         self._consumer = Consumer(consumer_config(bootstrap, extra=extra))
         self._consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        self.latencies_ns: list[int] = []
-        self.last_ns = 0
+        self.seen: list[tuple[int, int]] = []
+        """(produced ns, visible ns) of each record read."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -79,17 +106,20 @@ class Visible:
         while not self._stop.is_set():
             for msg in self._consumer.consume(1000, 0.05):
                 if msg.error() is None:
-                    now = time.time_ns()
                     (sent,) = struct.unpack_from(">q", msg.value() or bytes(8))
-                    self.latencies_ns.append(now - sent)
-                    self.last_ns = now
+                    self.seen.append((sent, time.time_ns()))
 
-    def wait_for(self, count: int, timeout: float = 120.0) -> None:
+    def since(self, produced_ns: int) -> list[tuple[int, int]]:
+        """The records produced at or after ``produced_ns``."""
+        return [s for s in self.seen if s[0] >= produced_ns]
+
+    def wait_for(self, count: int, produced_ns: int = 0, timeout: float = 300.0) -> list[tuple[int, int]]:
         deadline = time.monotonic() + timeout
-        while len(self.latencies_ns) < count:
+        while len(found := self.since(produced_ns)) < count:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(self.latencies_ns)} of {count} records visible in {timeout:g} s")
-            time.sleep(0.01)
+                raise TimeoutError(f"{len(found)} of {count} records visible in {timeout:g} s")
+            time.sleep(0.02)
+        return found
 
     def close(self) -> None:
         self._stop.set()
@@ -97,8 +127,41 @@ class Visible:
         self._consumer.close()
 
 
+def payload(size: int) -> bytes:
+    return struct.pack(">q", time.time_ns()) + bytes(max(0, size - 8))
+
+
+def latency_ms(seen: list[tuple[int, int]]) -> tuple[float, float]:
+    """p50 and p99 of produced -> visible, in ms."""
+    ms = sorted((visible - sent) / 1e6 for sent, visible in seen)
+    return round(statistics.median(ms), 1), round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1)
+
+
+def paced(rate: int, seconds: float, send: Callable[[], object], idle: Callable[[], object]) -> int:
+    """Call ``send`` ``rate`` times a second for ``seconds``, ``idle`` while waiting; the count sent."""
+    count = int(rate * seconds)
+    started = time.monotonic()
+    for n in range(count):
+        due = started + n / rate
+        while time.monotonic() < due:
+            idle()
+            time.sleep(0.0005)
+        send()
+    return count
+
+
+def new_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> str:
+    topic = f"bench-eo-{name}-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, [topic], partitions=partitions)
+    return topic
+
+
+# ---------------------------------------------------------------- a participant
+
+
 class Writer:
-    """One way to write: ``send(value)``, ``tick()`` as often as possible, ``finish()`` at the end."""
+    """One way for a participant to write: ``send(value)``, ``tick()`` as often as possible,
+    ``finish()`` at the end."""
 
     def __init__(self, way: str, bootstrap: str, topic: str, interval_ms: int, scratch: Path) -> None:
         self.topic, self.interval_s = topic, interval_ms / 1000
@@ -106,17 +169,13 @@ class Writer:
         self.location = scratch
         self.sink: ExactlyOnceSink | None = None
         self.producer: Producer | None = None
-        if way == "exactly-once":
+        if way == EXACTLY_ONCE:
             job = f"bench-{uuid.uuid4().hex[:6]}"
-            self.sink = ExactlyOnceSink(bootstrap, job, "task-0", Topics("bench-eo."), uid="bench")
-            self.send: Callable[[bytes], None] = lambda value: self._sink().send(topic, value)
+            sink = self.sink = ExactlyOnceSink(bootstrap, job, "task-0", Topics("bench-eo."), uid="bench")
+            self.send: Callable[[bytes], None] = lambda value: sink.send(topic, value)
         else:
             self.producer = Producer(producer_config(bootstrap, {"enable.idempotence": True}))
             self.send = self._produce
-
-    def _sink(self) -> ExactlyOnceSink:
-        assert self.sink is not None
-        return self.sink
 
     def _produce(self, value: bytes) -> None:
         assert self.producer is not None
@@ -127,22 +186,21 @@ class Writer:
             except BufferError:
                 self.producer.poll(0.05)
 
-    def tick(self, force: bool = False) -> None:
+    def tick(self) -> None:
         if self.producer is not None:
             self.producer.poll(0)
-            return
-        if force or time.monotonic() >= self.next_checkpoint:
+        elif time.monotonic() >= self.next_checkpoint:
             self.checkpoint()
 
     def checkpoint(self) -> None:
         """A barrier, the staging, and the checkpoint's completion at once."""
-        sink = self._sink()
+        assert self.sink is not None
         self.checkpoint_id += 1
         location = (self.location / f"chk-{self.checkpoint_id}").as_uri()
         kind = CheckpointKind.CHECKPOINT
-        sink.stage(CheckpointBarrier(sink.job_id, self.checkpoint_id, 1, kind, 0, location))
-        sink.complete(
-            CheckpointCompleted(sink.job_id, self.checkpoint_id, kind, 0, 0, {}, 0, {}, 1, location)
+        self.sink.stage(CheckpointBarrier(self.sink.job_id, self.checkpoint_id, 1, kind, 0, location))
+        self.sink.complete(
+            CheckpointCompleted(self.sink.job_id, self.checkpoint_id, kind, 0, 0, {}, 0, {}, 1, location)
         )
         self.next_checkpoint = time.monotonic() + self.interval_s
 
@@ -150,65 +208,282 @@ class Writer:
         if self.producer is not None:
             self.producer.flush(60)
         else:
+            assert self.sink is not None
             self.checkpoint()
-            self._sink().close()
+            self.sink.close(60)
 
 
-def payload(size: int) -> bytes:
-    return struct.pack(">q", time.time_ns()) + bytes(max(0, size - 8))
-
-
-def run(way: str, bootstrap: str, args: argparse.Namespace, scratch: Path, round_: int) -> Row:
-    throughput = _throughput(way, bootstrap, args, scratch)
-    p50, p99 = _latency(way, bootstrap, args, scratch)
-    return Row(way, round_, round(throughput), round(p50, 1), round(p99, 1))
-
-
-def _topic(bootstrap: str) -> str:
-    topic = f"bench-eo-{uuid.uuid4().hex[:8]}"
-    create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    return topic
-
-
-def _throughput(way: str, bootstrap: str, args: argparse.Namespace, scratch: Path) -> float:
-    topic = _topic(bootstrap)
+def participant_throughput(
+    way: str, bootstrap: str, broker_pid: int | None, args: argparse.Namespace, scratch: Path, records: int
+) -> tuple[float, float, float]:
+    """(records/s, client CPU µs per record, broker CPU µs per record)."""
+    topic = new_topic(bootstrap, "participant")
     visible = Visible(bootstrap, topic)
     writer = Writer(way, bootstrap, topic, args.interval_ms, scratch / uuid.uuid4().hex[:6])
     try:
+        cpu, broker_cpu = time.process_time(), process_cpu(broker_pid)
         started = time.time_ns()
-        for n in range(args.records):
+        for n in range(records):
             writer.send(payload(args.size))
             if n % 1000 == 0:
                 writer.tick()
         writer.finish()
-        visible.wait_for(args.records)
-        return float(args.records / ((visible.last_ns - started) / 1e9))
+        seen = visible.wait_for(records)
+        cpu, broker_cpu = time.process_time() - cpu, process_cpu(broker_pid) - broker_cpu
+        last = max(v for _, v in seen)
+        return records / ((last - started) / 1e9), cpu / records * 1e6, broker_cpu / records * 1e6
     finally:
         visible.close()
 
 
-def _latency(way: str, bootstrap: str, args: argparse.Namespace, scratch: Path) -> tuple[float, float]:
-    topic = _topic(bootstrap)
+def participant_latency(
+    way: str, bootstrap: str, args: argparse.Namespace, scratch: Path
+) -> tuple[float, float]:
+    topic = new_topic(bootstrap, "participant")
     visible = Visible(bootstrap, topic)
     writer = Writer(way, bootstrap, topic, args.interval_ms, scratch / uuid.uuid4().hex[:6])
-    count = args.rate * args.seconds
     try:
-        started = time.monotonic()
-        for n in range(count):
-            due = started + n / args.rate
-            while time.monotonic() < due:
-                writer.tick()
-                time.sleep(0.0005)
-            writer.send(payload(args.size))
+        count = paced(args.rate, args.seconds, lambda: writer.send(payload(args.size)), writer.tick)
         writer.finish()
-        visible.wait_for(count)
-        ms = sorted(ns / 1e6 for ns in visible.latencies_ns)
-        return statistics.median(ms), ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+        return latency_ms(visible.wait_for(count))
     finally:
         visible.close()
 
 
-def main() -> None:
+def participant_rows(
+    bootstrap: str, broker_pid: int | None, args: argparse.Namespace, scratch: Path, progress: Progress
+) -> list[Row]:
+    ways = (IDEMPOTENT, EXACTLY_ONCE)
+    for way in ways:  # unmeasured: the cluster's first transaction creates its transaction log
+        participant_throughput(way, bootstrap, broker_pid, args, scratch, 2000)
+    task = progress.add_task("participant", total=2 * args.rounds)
+    rows = []
+    for round_ in range(1, args.rounds + 1):
+        for way in ways if round_ % 2 else ways[::-1]:
+            per_s, cpu, broker_cpu = participant_throughput(
+                way, bootstrap, broker_pid, args, scratch, args.records
+            )
+            p50, p99 = participant_latency(way, bootstrap, args, scratch)
+            rows.append(
+                Row("participant", way, round_, round(per_s), p50, p99, round(cpu, 2), round(broker_cpu, 2))
+            )
+            progress.console.print(rows[-1])
+            progress.advance(task)
+    return rows
+
+
+# ---------------------------------------------------------------- Spark
+
+
+def copy_values(state: int, records: Any) -> tuple[int, list[tuple[bytes | None]]]:
+    """The Spark query's step: each input value out as it came (the state counts them)."""
+    return state + len(records), [(record.value,) for record in records]
+
+
+@contextmanager
+def spark_stack(bootstrap: str, work: Path) -> Iterator[Any]:
+    """A coordinator and a ``local[2]`` session with Spark's Kafka connector's jars."""
+    from coordinator.service.supervisor import CoordinatorProcess
+    from spark_tasks.connector import kafka_connector
+    from spark_tasks.session import spark_session
+
+    with CoordinatorProcess(bootstrap, log_path=work / "coordinator" / "log"):
+        spark = spark_session(
+            "local[2]", "cutline-bench-eo", conf={"spark.jars": kafka_connector().spark_jars}
+        )
+        try:
+            yield spark
+        finally:
+            spark.stop()
+
+
+def spark_run(way: str, spark: Any, bootstrap: str, args: argparse.Namespace, work: Path) -> Row:
+    """One job that writes one way: latency at ``--spark-rate``, then throughput of
+    ``--spark-records`` produced at once, into the running job."""
+    from events.wire.records import CheckpointConfig
+    from spark_tasks.job import CheckpointedJob, JobSettings
+    from spark_tasks.kafka_sink import ExactlyOnceKafkaSink
+    from spark_tasks.state import StatefulStep
+
+    step: StatefulStep[int] = StatefulStep(update=copy_values, output_schema="value binary", initial=int)
+    source, output = new_topic(bootstrap, "in"), new_topic(bootstrap, "out")
+    name = f"bench-eo-{uuid.uuid4().hex[:6]}"
+    config = CheckpointConfig(
+        interval_ms=args.interval_ms, location=(work / name).as_uri(), timeout_ms=60_000
+    )
+    settings = JobSettings(
+        job_id=name, bootstrap=bootstrap, topics=(source,), config=config, work_dir=work / name / "work",
+        source_options={"maxOffsetsPerTrigger": args.spark_per_trigger},
+    )  # fmt: skip
+    producer = Producer(producer_config(bootstrap, {"linger.ms": 5}))
+    visible = Visible(bootstrap, output)
+    sink: ExactlyOnceKafkaSink | None = None
+    try:
+        with CheckpointedJob(spark, settings) as job:
+            out = job.stream(step)
+            trigger = f"{args.trigger_ms} milliseconds"
+            if way == SPARK_EXACTLY_ONCE:
+                sink = ExactlyOnceKafkaSink(job, topic=output, uid="bench")
+                job.start(out.writeStream.foreachBatch(sink).trigger(processingTime=trigger))
+            else:
+                writer = out.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                job.start(writer.option("topic", output).trigger(processingTime=trigger))
+            return _spark_measured(way, producer, source, visible, args)
+    finally:
+        if sink is not None:
+            sink.close()
+        visible.close()
+
+
+def _spark_measured(
+    way: str, producer: Producer, topic: str, visible: Visible, args: argparse.Namespace
+) -> Row:
+    def send() -> None:
+        producer.produce(topic, payload(args.size))
+
+    def idle() -> None:
+        producer.poll(0)
+
+    producer.produce(topic, payload(args.size))  # warm: the first batches and checkpoints
+    visible.wait_for(1)
+    began = time.time_ns()
+    count = paced(args.spark_rate, args.seconds, send, idle)
+    producer.flush(30)
+    p50, p99 = latency_ms(visible.wait_for(count, began))
+    began = time.time_ns()
+    for _ in range(args.spark_records):
+        while True:
+            try:
+                send()
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(60)
+    seen = visible.wait_for(args.spark_records, began, timeout=600)
+    per_s = args.spark_records / ((max(v for _, v in seen) - began) / 1e9)
+    return Row("spark", way, 0, round(per_s), p50, p99)
+
+
+def spark_rows(bootstrap: str, args: argparse.Namespace, work: Path, progress: Progress) -> list[Row]:
+    ways = (SPARK_KAFKA, SPARK_EXACTLY_ONCE)
+    task = progress.add_task("Spark", total=2 * args.spark_rounds)
+    rows = []
+    with spark_stack(bootstrap, work) as spark:
+        for round_ in range(1, args.spark_rounds + 1):
+            for way in ways if round_ % 2 else ways[::-1]:
+                row = spark_run(way, spark, bootstrap, args, work)
+                rows.append(Row(**{**asdict(row), "round": round_}))
+                progress.console.print(rows[-1])
+                progress.advance(task)
+    return rows
+
+
+# ---------------------------------------------------------------- Flink
+
+
+def flink_connector_jar() -> Path:
+    """Flink's Kafka connector from Maven Central, through ``mvn`` (its local repository after)."""
+    group, artifact, version = FLINK_CONNECTOR.split(":")
+    jar = (
+        Path.home()
+        / ".m2/repository"
+        / group.replace(".", "/")
+        / artifact
+        / version
+        / f"{artifact}-{version}.jar"
+    )
+    if not jar.exists():
+        got = subprocess.run(
+            ["mvn", "-q", "dependency:get", f"-Dartifact={FLINK_CONNECTOR}", "-Dtransitive=false"],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        if got.returncode != 0 or not jar.exists():
+            raise RuntimeError(f"mvn could not get {FLINK_CONNECTOR}: {(got.stdout + got.stderr)[-2000:]}")
+    return jar
+
+
+def flink_row(bootstrap: str, args: argparse.Namespace, work: Path) -> Row:
+    """Flink's exactly-once KafkaSink copying a topic, latency at ``--rate`` (bench/flink_kafka_copy.py
+    in the PyFlink venv)."""
+    source, output = new_topic(bootstrap, "flink-in"), new_topic(bootstrap, "flink-out")
+    visible = Visible(bootstrap, output)
+    ready = work / f"flink-ready-{uuid.uuid4().hex[:6]}"
+    command = [
+        str(args.flink_python), str(Path(__file__).with_name("flink_kafka_copy.py")),
+        "--bootstrap", bootstrap, "--source", source, "--sink", output, "--jar", str(flink_connector_jar()),
+        "--interval-ms", str(args.interval_ms), "--ready", str(ready), "--seconds", str(args.seconds + 120),
+    ]  # fmt: skip
+    log = (work / "flink.log").open("w")
+    flink = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    producer = Producer(producer_config(bootstrap, {"linger.ms": 5}))
+    try:
+        while not ready.exists():
+            if flink.poll() is not None:
+                raise RuntimeError(f"the Flink job exited {flink.returncode}: see {work / 'flink.log'}")
+            time.sleep(0.2)
+        producer.produce(source, payload(args.size))
+        visible.wait_for(1, timeout=300)  # its first checkpoint committed
+        began = time.time_ns()
+        count = paced(
+            args.rate,
+            args.seconds,
+            lambda: producer.produce(source, payload(args.size)),
+            lambda: producer.poll(0),
+        )
+        producer.flush(30)
+        p50, p99 = latency_ms(visible.wait_for(count, began))
+        return Row("flink", FLINK_EXACTLY_ONCE, 1, None, p50, p99)
+    finally:
+        visible.close()
+        if flink.poll() is None:
+            os.killpg(flink.pid, 15)
+            try:
+                flink.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(flink.pid, 9)
+        log.close()
+
+
+# ---------------------------------------------------------------- the report
+
+
+def _median(rows: list[Row], field: str) -> str:
+    values = [getattr(r, field) for r in rows if getattr(r, field) is not None]
+    return "" if not values else f"{statistics.median(values):,.{2 if 'cpu' in field else 0}f}"
+
+
+def table(rows: list[Row]) -> Table:
+    out = Table(
+        "section", "way", "records/s", "latency p50 ms", "latency p99 ms", "client CPU µs/record",
+        "broker CPU µs/record", "rounds", title="medians of the rounds",
+    )  # fmt: skip
+    ways = list(dict.fromkeys((r.section, r.way) for r in rows))
+    for section, way in ways:
+        mine = [r for r in rows if (r.section, r.way) == (section, way)]
+        fields = ("records_per_s", "latency_p50_ms", "latency_p99_ms", "client_cpu_us", "broker_cpu_us")
+        out.add_row(section, way, *(_median(mine, f) for f in fields), str(len(mine)))
+    return out
+
+
+def ratio_lines(rows: list[Row]) -> list[str]:
+    lines = []
+    for section, base, ours in (
+        ("participant", IDEMPOTENT, EXACTLY_ONCE),
+        ("spark", SPARK_KAFKA, SPARK_EXACTLY_ONCE),
+    ):
+        pairs = [
+            (a.records_per_s, b.records_per_s)
+            for a in rows
+            for b in rows
+            if (a.section, a.way, b.way) == (section, ours, base) and a.round == b.round
+        ]
+        if pairs:
+            by_round = [round(a / b, 2) for a, b in pairs if a and b]
+            lines.append(f"{section}: {ours} / {base} throughput by round {by_round} (target >= 0.9)")
+    return lines
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -218,33 +493,41 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--spark", action="store_true", help="also the Spark sinks")
+    parser.add_argument("--spark-records", type=int, default=100_000)
+    parser.add_argument("--spark-rate", type=int, default=1000)
+    parser.add_argument("--spark-per-trigger", type=int, default=20_000)
+    parser.add_argument("--spark-rounds", type=int, default=1)
+    parser.add_argument("--trigger-ms", type=int, default=200)
+    parser.add_argument("--flink", action="store_true", help="also Flink's exactly-once KafkaSink")
+    parser.add_argument("--flink-python", type=Path, default=Path("/tmp/cutline-flink-venv/bin/python"))
     parser.add_argument("--json", type=Path, help="write the rows here as JSON")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     console = Console()
     rows: list[Row] = []
-    with broker("kafka") as (bootstrap, what, _pid), tempfile.TemporaryDirectory() as scratch:
+    notes: list[str] = []
+    with broker("kafka") as (bootstrap, what, pid), tempfile.TemporaryDirectory() as scratch:
         console.print(f"broker: {what}; load {os.getloadavg()}")
-        for way in WAYS:  # unmeasured: the cluster's first transaction creates its transaction log
-            _throughput(way, bootstrap, argparse.Namespace(**{**vars(args), "records": 2000}), Path(scratch))
-        for round_ in range(1, args.rounds + 1):
-            order = WAYS if round_ % 2 else WAYS[::-1]
-            for way in order:
-                row = run(way, bootstrap, args, Path(scratch), round_)
-                console.print(row)
-                rows.append(row)
+        with Progress(console=console) as progress:
+            rows += participant_rows(bootstrap, pid, args, Path(scratch), progress)
+            if args.spark:
+                rows += spark_rows(bootstrap, args, Path(scratch) / "spark", progress)
+            if args.flink:
+                try:
+                    rows.append(flink_row(bootstrap, args, Path(scratch)))
+                    console.print(rows[-1])
+                except RuntimeError as exc:
+                    notes.append(f"Flink not measured: {exc}")
         console.print(f"load after: {os.getloadavg()}")
-    table = Table("way", "records/s", "latency p50 ms", "latency p99 ms")
-    for way in WAYS:
-        mine = [r for r in rows if r.way == way]
-        table.add_row(
-            way,
-            f"{statistics.median(r.records_per_s for r in mine):,.0f}",
-            f"{statistics.median(r.latency_p50_ms for r in mine):.1f}",
-            f"{statistics.median(r.latency_p99_ms for r in mine):.1f}",
-        )
-    console.print(table)
+    console.print(table(rows))
+    for line in ratio_lines(rows) + notes:
+        console.print(line)
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+        args.json.write_text(json.dumps({"rows": [asdict(r) for r in rows], "notes": notes}, indent=1))
 
 
 if __name__ == "__main__":

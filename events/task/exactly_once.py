@@ -22,9 +22,11 @@ import functools
 import hashlib
 import json
 import logging
+import queue
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 from urllib.parse import quote
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -45,6 +47,7 @@ __all__ = [
     "ExactlyOnceSink",
     "Marker",
     "OutputBuffer",
+    "OutputColumns",
     "OutputRecord",
     "Recovered",
     "RecoveryPlan",
@@ -67,9 +70,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 STAGED_FORMAT = "cutline-staged-output"
-STAGED_VERSION = 1
+STAGED_VERSION = 2
+"""A JSON header line, then the records as one Arrow IPC stream."""
+READABLE_VERSIONS = (1, 2)
+"""Version 1 (JSON lines with base64 bytes) is still read: a job staged by it recovers."""
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 """librdkafka's default ``transaction.timeout.ms``."""
+COMMIT_QUEUE_MESSAGES = 1_000_000
+"""The producer's ``queue.buffering.max.messages``: a commit queues a checkpoint's records at once."""
 DEFAULT_MAX_BUFFERED_BYTES = 64 * 1024 * 1024
 """The most a sink keeps between two barriers (keys, values and headers): past it ``send`` refuses."""
 
@@ -249,60 +257,164 @@ class OutputRecord:
         return len(self.value or b"") + len(self.key or b"") + sum(len(k) + len(v) for k, v in self.headers)
 
 
+Headers = tuple[tuple[str, bytes], ...]
+ANY_PARTITION = -1
+"""The partition of a record the producer's partitioner places (librdkafka's ``RD_KAFKA_PARTITION_UA``)."""
+
+
+@dataclass(frozen=True)
+class OutputColumns(Sequence[OutputRecord]):
+    """Records in columns, as a sink keeps, stages and sends them: no object per record (a sink's
+    cost per record is a few list appends beside the producer's own). A sequence of
+    :class:`OutputRecord` for whoever reads them one by one.
+
+    ``partitions`` holds :data:`ANY_PARTITION` where the partitioner chooses; ``headers`` only the
+    records that have any, by index."""
+
+    topics: Sequence[str] = ()
+    values: Sequence[bytes | None] = ()
+    keys: Sequence[bytes | None] = ()
+    partitions: Sequence[int] = ()
+    headers: Mapping[int, Headers] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, records: Iterable[OutputRecord]) -> OutputColumns:
+        """The columns of ``records`` (the same object when they are columns already)."""
+        if isinstance(records, OutputColumns):
+            return records
+        rows = list(records)
+        return cls(
+            [r.topic for r in rows],
+            [r.value for r in rows],
+            [r.key for r in rows],
+            [ANY_PARTITION if r.partition is None else r.partition for r in rows],
+            {i: r.headers for i, r in enumerate(rows) if r.headers},
+        )
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @overload
+    def __getitem__(self, index: int) -> OutputRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[OutputRecord, ...]: ...
+    def __getitem__(self, index: int | slice) -> OutputRecord | tuple[OutputRecord, ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        i = range(len(self))[index]
+        partition = self.partitions[i]
+        return OutputRecord(
+            self.topics[i],
+            self.values[i],
+            self.keys[i],
+            None if partition == ANY_PARTITION else partition,
+            self.headers.get(i, ()),
+        )
+
+
 @dataclass(frozen=True)
 class StagedOutput:
-    """What a task staged at a barrier: its records, and where and with which digest they are.
-    The app may keep ``uri`` and ``sha256`` in its snapshot; recovery checks each file against the
-    sha256 of its own header (:func:`decode_staged`), not yet against a snapshot's."""
+    """What a task staged at a barrier: its records, and where they are with their sha256 (the one in
+    the file's header). The app may keep ``uri`` and ``sha256`` in its snapshot; recovery checks each
+    file against the sha256 of its own header (:func:`decode_staged`), not yet against a snapshot's."""
 
     job_id: str
     uid: str
     task_id: str
     checkpoint_id: int
     attempt: int
-    records: tuple[OutputRecord, ...]
+    records: Sequence[OutputRecord]
     uri: str = ""
     sha256: str = ""
 
 
 class StagedOutputCorrupted(ValueError):
-    """A staged file does not hold what its header (or the snapshot) says."""
+    """A staged file does not hold what its header (or the snapshot) says, or is of a format this
+    version of cutline cannot read."""
 
 
 class BufferFull(RuntimeError):
     """The records sent since the last barrier would exceed the sink's ``max_buffered_bytes``."""
 
 
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
+def _arrow() -> Any:
+    """pyarrow, imported on first use (a core dependency; its import takes a while)."""
+    import pyarrow
+
+    return pyarrow
+
+
+@functools.cache
+def _staged_schema() -> Any:
+    """The Arrow schema of a staged file's records (version 2)."""
+    pa = _arrow()
+    header = pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+    return pa.schema(
+        [
+            pa.field("topic", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+            pa.field("partition", pa.int32(), nullable=False),
+            pa.field("key", pa.large_binary()),
+            pa.field("value", pa.large_binary()),
+            pa.field("headers", pa.list_(header)),
+        ]
+    )
+
+
+def _arrow_stream(records: OutputColumns) -> Any:
+    """``records`` as one Arrow IPC stream of :func:`_staged_schema` (a ``pyarrow.Buffer``): C loops
+    over the columns."""
+    pa = _arrow()
+    schema = _staged_schema()
+    count = len(records)
+    if records.headers:
+        found = records.headers
+        headers = pa.array(
+            [[{"key": k, "value": v} for k, v in found[i]] if i in found else None for i in range(count)],
+            schema.field("headers").type,
+        )
+    else:
+        headers = pa.nulls(count, schema.field("headers").type)
+    batch = pa.record_batch(
+        [
+            pa.array(records.topics, schema.field("topic").type),
+            pa.array(records.partitions, pa.int32()),
+            pa.array(records.keys, pa.large_binary()),
+            pa.array(records.values, pa.large_binary()),
+            headers,
+        ],
+        schema=schema,
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue()
+
+
+def _columns_of_stream(body: bytes, uri: str) -> OutputColumns:
+    pa = _arrow()
+    table = pa.ipc.open_stream(body).read_all()
+    if not table.schema.equals(_staged_schema()):
+        raise StagedOutputCorrupted(f"{uri}: its records are not of the staged schema: {table.schema}")
+    headers = {
+        i: tuple((h["key"], h["value"] or b"") for h in found)
+        for i, found in enumerate(table.column("headers").to_pylist())
+        if found
+    }
+    return OutputColumns(
+        table.column("topic").to_pylist(),
+        table.column("value").to_pylist(),
+        table.column("key").to_pylist(),
+        table.column("partition").to_pylist(),
+        headers,
+    )
 
 
 def _unb64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text, validate=True)
 
 
-@functools.lru_cache(maxsize=1024)
-def _json_string(text: str) -> str:
-    return json.dumps(text)
-
-
-def _b64_json(data: bytes | None) -> str:
-    """``data`` as a JSON value: base64 needs no escaping."""
-    return "null" if data is None else '"' + base64.b64encode(data).decode("ascii") + '"'
-
-
-def _record_line(record: OutputRecord) -> str:
-    """``{"topic":…,"partition":…,"key":…,"value":…,"headers":[[k,v],…]}``, compact: the JSON
-    ``json.dumps`` writes, put together by hand (2.5× as fast; every record is staged once)."""
-    headers = [[k, _b64(v)] for k, v in record.headers]
-    partition = "null" if record.partition is None else str(int(record.partition))
-    return (
-        f'{{"topic":{_json_string(record.topic)},"partition":{partition},"key":{_b64_json(record.key)},'
-        f'"value":{_b64_json(record.value)},"headers":{json.dumps(headers, separators=(",", ":"))}}}'
-    )
-
-
-def _record_of(line: str) -> OutputRecord:
+def _record_of_line(line: str) -> OutputRecord:
+    """One record of a version-1 staged file: a JSON line with base64 bytes."""
     fields = json.loads(line)
     headers = tuple((str(k), _unb64(v) or b"") for k, v in fields.get("headers", []))
     return OutputRecord(
@@ -311,9 +423,15 @@ def _record_of(line: str) -> OutputRecord:
 
 
 def encode_staged(output: StagedOutput) -> bytes:
-    """JSON lines: a header (format, who, which checkpoint, how many records, the sha256 of the
-    lines after it), then one line per record with base64 bytes."""
-    body = "".join(_record_line(r) + "\n" for r in output.records).encode()
+    """A staged file: a JSON header line (format, version, who, which checkpoint, how many records,
+    the sha256 of the bytes after it), then the records as one Arrow IPC stream."""
+    return _encode_staged(output)[0]
+
+
+def _encode_staged(output: StagedOutput) -> tuple[bytes, str]:
+    """The staged file, and the sha256 of its records (its header's)."""
+    body = memoryview(_arrow_stream(OutputColumns.of(output.records)))
+    digest = hashlib.sha256(body).hexdigest()
     header = {
         "format": STAGED_FORMAT,
         "version": STAGED_VERSION,
@@ -323,25 +441,37 @@ def encode_staged(output: StagedOutput) -> bytes:
         "checkpoint": output.checkpoint_id,
         "attempt": output.attempt,
         "records": len(output.records),
-        "sha256": hashlib.sha256(body).hexdigest(),
+        "sha256": digest,
     }
-    return json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
+    return b"".join([json.dumps(header, separators=(",", ":")).encode(), b"\n", body]), digest
+
+
+def _decode_records(header: Mapping[str, Any], body: bytes, uri: str) -> OutputColumns:
+    if header.get("format") != STAGED_FORMAT:
+        raise StagedOutputCorrupted(f"{uri} is not a staged output (no {STAGED_FORMAT!r} header)")
+    version = header.get("version")
+    if version not in READABLE_VERSIONS:
+        raise StagedOutputCorrupted(
+            f"{uri} is a staged output of version {version}; this cutline reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}: recover the job with the cutline that staged it"
+        )
+    if hashlib.sha256(body).hexdigest() != header["sha256"]:
+        raise StagedOutputCorrupted(f"{uri}: its records do not match the sha256 of its header")
+    if version == 1:
+        return OutputColumns.of(_record_of_line(line) for line in body.decode().splitlines())
+    return _columns_of_stream(body, uri)
 
 
 def decode_staged(data: bytes, uri: str = "") -> StagedOutput:
-    """The staged output in ``data``, checked against its header; :class:`StagedOutputCorrupted`
-    says what is wrong."""
+    """The staged output in ``data`` (version 2, or version 1's JSON lines), checked against its
+    header; :class:`StagedOutputCorrupted` says what is wrong."""
     first, _, body = data.partition(b"\n")
     try:
         header = json.loads(first)
-        if header.get("format") != STAGED_FORMAT or header.get("version") != STAGED_VERSION:
-            raise StagedOutputCorrupted(f"{uri} is not a staged output of version {STAGED_VERSION}")
-        if hashlib.sha256(body).hexdigest() != header["sha256"]:
-            raise StagedOutputCorrupted(f"{uri}: its records do not match the sha256 of its header")
-        records = tuple(_record_of(line) for line in body.decode().splitlines())
-    except (ValueError, KeyError, TypeError) as exc:
-        if isinstance(exc, StagedOutputCorrupted):
-            raise
+        records = _decode_records(header, body, uri)
+    except StagedOutputCorrupted:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, _arrow().ArrowException) as exc:
         raise StagedOutputCorrupted(f"{uri} cannot be read as a staged output: {exc}") from exc
     if len(records) != header["records"]:
         raise StagedOutputCorrupted(f"{uri} holds {len(records)} records, not {header['records']}")
@@ -353,47 +483,79 @@ def decode_staged(data: bytes, uri: str = "") -> StagedOutput:
         int(header["attempt"]),
         records,
         uri,
-        hashlib.sha256(data).hexdigest(),
+        header["sha256"],
     )
 
 
 class OutputBuffer:
-    """The records a task sends between two barriers, bounded, and their staging at the barrier.
+    """The records a task sends between two barriers, in columns, bounded, and their staging at the
+    barrier.
 
     No Kafka client: it pickles (a Spark sink's ``foreachBatch`` half runs where Spark runs it)."""
 
     def __init__(self, job_id: str, uid: str, task_id: str, max_buffered_bytes: int) -> None:
         self.job_id, self.uid, self.task_id = job_id, uid, task_id
         self.max_buffered_bytes = max_buffered_bytes
-        self.records: list[OutputRecord] = []
         self.size = 0
+        """Bytes kept (keys, values and headers)."""
+        self.discard()
 
-    def add(self, record: OutputRecord) -> None:
-        """Keep ``record`` until the next barrier; :class:`BufferFull` past the bound."""
-        if self.size + record.size > self.max_buffered_bytes:
+    def append(
+        self, topic: str, value: bytes | None, key: bytes | None, partition: int, headers: Headers
+    ) -> None:
+        """Keep one record until the next barrier (``partition`` :data:`ANY_PARTITION`: the
+        partitioner's); :class:`BufferFull` past the bound."""
+        size = self.size + (len(value) if value else 0) + (len(key) if key else 0)
+        if headers:
+            size += sum(len(k) + len(v) for k, v in headers)
+        if size > self.max_buffered_bytes:
             raise BufferFull(
-                f"sink {self.uid} of task {self.task_id}: {self.size + record.size} bytes "
+                f"sink {self.uid} of task {self.task_id}: {size} bytes "
                 f"sent since the last barrier, more than max_buffered_bytes={self.max_buffered_bytes}: "
                 "checkpoint more often or raise the bound"
             )
-        self.records.append(record)
-        self.size += record.size
+        self.size = size
+        if headers:
+            self._headers[len(self._values)] = headers
+        self._topics.append(topic)
+        self._values.append(value)
+        self._keys.append(key)
+        self._partitions.append(partition)
+
+    def add(self, record: OutputRecord) -> None:
+        """Keep ``record`` until the next barrier; :class:`BufferFull` past the bound."""
+        partition = ANY_PARTITION if record.partition is None else record.partition
+        self.append(record.topic, record.value, record.key, partition, record.headers)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def records(self) -> OutputColumns:
+        """The records kept since the last barrier."""
+        return OutputColumns(self._topics, self._values, self._keys, self._partitions, self._headers)
 
     def stage(self, barrier: CheckpointBarrier) -> StagedOutput:
         """Write the buffered records to ``<location>/<task>.out``, atomically and durably, and
-        start an empty buffer."""
+        start an empty buffer. The returned output holds the records in memory, to be sent from
+        there by the process that staged them."""
         output = StagedOutput(
-            self.job_id, self.uid, self.task_id, barrier.checkpoint_id, barrier.attempt, tuple(self.records)
+            self.job_id, self.uid, self.task_id, barrier.checkpoint_id, barrier.attempt, self.records
         )
         uri = storage.join(barrier.location, staged_name(self.task_id))
-        data = encode_staged(output)
+        data, digest = _encode_staged(output)
         storage.write_bytes(uri, data)
         self.discard()
-        return dataclasses.replace(output, uri=uri, sha256=hashlib.sha256(data).hexdigest())
+        return dataclasses.replace(output, uri=uri, sha256=digest)
 
     def discard(self) -> None:
-        """Forget the buffered records."""
-        self.records, self.size = [], 0
+        """Forget the buffered records (new lists: a staged output keeps the old ones)."""
+        self._topics: list[str] = []
+        self._values: list[bytes | None] = []
+        self._keys: list[bytes | None] = []
+        self._partitions: list[int] = []
+        self._headers: dict[int, Headers] = {}
+        self.size = 0
 
 
 # ---------------------------------------------------------------- the shell
@@ -418,12 +580,24 @@ class _Pending:
     by_id: dict[int, StagedOutput] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Commit:
+    """A commit the committing thread owes: ``outputs`` (ascending) in one transaction with ``marker``."""
+
+    outputs: tuple[StagedOutput, ...]
+    marker: Marker
+
+
 class ExactlyOnceSink:
     """A participant's transactional Kafka output (see the module docstring and docs/exactly-once.md).
 
     The app calls :meth:`send` for each output record, :meth:`stage` from its ``snapshot`` callback
     (before the participant acks), :meth:`complete` from ``on_complete``, and :meth:`recover` once
     at start, before it sends anything (with the checkpoint it restored, if any).
+
+    :meth:`complete` hands the commit to the sink's committing thread and returns: sends go on
+    while a transaction commits. That thread commits one completion at a time, in the order they
+    came; :meth:`wait_for_commits` (called by :meth:`on_stop` and :meth:`close`) waits for it.
     """
 
     def __init__(
@@ -465,11 +639,23 @@ class ExactlyOnceSink:
         self._step = step
         self._buffer = OutputBuffer(job_id, uid, task_id, max_buffered_bytes)
         self._pending = _Pending()
+        self._pending_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        """Held by a commit: one transaction at a time (the committing thread's, a recovery's and
+        :meth:`commit_staged`'s)."""
+        self._commits: queue.SimpleQueue[_Commit | None] = queue.SimpleQueue()
+        self._owed = 0
+        self._settled = threading.Condition()
+        self._committer: threading.Thread | None = None
+        self.failure: BaseException | None = None
+        """What stopped the committing thread (a newer process fenced this producer), if anything."""
         config = producer_config(
             bootstrap,
             {
                 "enable.idempotence": True,
                 "transactional.id": self.transactional_id,
+                # a commit produces a checkpoint's records at once; the buffer bounds them already
+                "queue.buffering.max.messages": COMMIT_QUEUE_MESSAGES,
                 **(producer_extra or {}),
             },
         )
@@ -500,31 +686,119 @@ class ExactlyOnceSink:
         headers: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         """Keep one output record until the next barrier; :class:`BufferFull` past the bound."""
-        self._buffer.add(OutputRecord(topic, value, key, partition, tuple(headers)))
+        self._buffer.append(
+            topic, value, key, ANY_PARTITION if partition is None else partition, tuple(headers)
+        )
 
     @property
     def buffered(self) -> int:
         """Records sent since the last barrier."""
-        return len(self._buffer.records)
+        return len(self._buffer)
 
     def stage(self, barrier: CheckpointBarrier) -> StagedOutput:
         """Write the records sent since the last barrier to ``<location>/<task>.out``, atomically and
-        durably; call it from the participant's ``snapshot``, so the ack covers them."""
+        durably; call it from the participant's ``snapshot``, so the ack covers them. Refused once the
+        committing thread failed for good (:attr:`failure`): the checkpoint is declined."""
+        self._raise_failure()
         staged = self._buffer.stage(barrier)
-        self._pending.by_id[barrier.checkpoint_id] = staged
+        with self._pending_lock:
+            self._pending.by_id[barrier.checkpoint_id] = staged
         self._at("staged", barrier.checkpoint_id)
         return staged
 
     def complete(self, completed: CheckpointCompleted) -> None:
-        """The journal completed ``completed``: commit every staged checkpoint up to it (call it from
-        the participant's ``on_complete``). Another attempt's completion commits nothing here."""
-        mine = {k: s for k, s in self._pending.by_id.items() if s.attempt == completed.attempt}
-        ids = pending_through(mine, completed.checkpoint_id)
-        if not ids:
+        """The journal completed ``completed``: commit every staged checkpoint up to it, on the
+        committing thread (call it from the participant's ``on_complete``; it returns at once). Another
+        attempt's completion commits nothing here."""
+        self._raise_failure()
+        with self._pending_lock:
+            mine = {k: s for k, s in self._pending.by_id.items() if s.attempt == completed.attempt}
+            ids = pending_through(mine, completed.checkpoint_id)
+            if not ids:
+                return
+            for checkpoint_id in ids:
+                del self._pending.by_id[checkpoint_id]
+            marker = Marker(completed.checkpoint_id, completed.attempt)
+            self._owe(_Commit(tuple(mine[k] for k in ids), marker))
+
+    def wait_for_commits(self, timeout: float | None = None) -> None:
+        """Wait until the committing thread has committed every completion handed to it (``timeout``
+        s, the sink's by default; :class:`TimeoutError` past it), and raise what stopped it, if
+        anything."""
+        wait = self.timeout if timeout is None else timeout
+        with self._settled:
+            if not self._settled.wait_for(lambda: self._owed == 0, wait):
+                raise TimeoutError(
+                    f"sink {self.uid} of {self.job_id}/{self.task_id}: {self._owed} commits still running "
+                    f"after {wait:g} s"
+                )
+        self._raise_failure()
+
+    # ------------------------------------------------------------ the committing thread
+
+    def _owe(self, commit: _Commit) -> None:
+        """Hand ``commit`` to the committing thread (started on first use); call with the pending lock."""
+        with self._settled:
+            self._owed += 1
+        if self._committer is None:
+            self._committer = threading.Thread(
+                target=self._run_commits, name=f"cutline-sink-{self.transactional_id}", daemon=True
+            )
+            self._committer.start()
+        self._commits.put(commit)
+
+    def _run_commits(self) -> None:
+        while (commit := self._commits.get()) is not None:
+            try:
+                if self.failure is None:
+                    self._commit(commit.outputs, commit.marker)
+            except KafkaException as exc:
+                self._after_failed_commit(commit, exc)
+            except Exception as exc:  # the staged files could not be deleted, or the step failed
+                log.exception("sink %s of %s/%s stops committing", self.uid, self.job_id, self.task_id)
+                self.failure = exc
+            finally:
+                with self._settled:
+                    self._owed -= 1
+                    self._settled.notify_all()
+
+    def _after_failed_commit(self, commit: _Commit, exc: KafkaException) -> None:
+        """A fenced or fatal producer stops committing (a newer process resumed the task; its
+        recovery commits). Any other failure (its transaction aborted) leaves ``commit``'s outputs
+        pending, and those of the commits queued behind it, so that the next completion commits them
+        all in order: a later marker never passes output not committed yet."""
+        error: KafkaError = exc.args[0]
+        if error.fatal() or error.code() == KafkaError._FENCED:
+            log.error("sink %s of %s/%s stops committing: %s", self.uid, self.job_id, self.task_id, exc)
+            self.failure = exc
             return
-        self._commit([mine[k] for k in ids], Marker(completed.checkpoint_id, completed.attempt))
-        for checkpoint_id in ids:
-            del self._pending.by_id[checkpoint_id]
+        log.warning(
+            "sink %s of %s/%s: commit of %d failed (%s); it goes with the next completion",
+            self.uid,
+            self.job_id,
+            self.task_id,
+            commit.marker.checkpoint_id,
+            exc,
+        )
+        with self._pending_lock:
+            owed = [commit]
+            while not self._commits.empty():
+                later = self._commits.get()
+                if later is None:  # closing: keep the sentinel for the loop
+                    self._commits.put(None)
+                    break
+                owed.append(later)
+            for each in owed:
+                self._pending.by_id.update((o.checkpoint_id, o) for o in each.outputs)
+            with self._settled:
+                self._owed -= len(owed) - 1
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise RuntimeError(
+                f"sink {self.uid} of {self.job_id}/{self.task_id} stopped committing: {self.failure}; "
+                "restart the task (its recovery commits what is completed)"
+            ) from self.failure
 
     def commit_staged(self, completed: CheckpointCompleted, locations: Mapping[int, str]) -> tuple[int, ...]:
         """The journal completed ``completed``: commit the staged files of its attempt found in
@@ -542,20 +816,26 @@ class ExactlyOnceSink:
     # ------------------------------------------------------------ stop and cancel
 
     def on_stop(self, status: JobStatus, drain: bool = False) -> None:
-        """The participant's ``on_stop``: a stop savepoint's output was committed by its completion
-        (``on_complete`` comes first); a cancel aborts what is pending (:meth:`abort`)."""
+        """The participant's ``on_stop``: a stop savepoint's output is committed by its completion
+        (``on_complete`` comes first; this waits for that commit); a cancel aborts what is pending
+        (:meth:`abort`)."""
         if status is JobStatus.CANCELED:
             self.abort()
+        else:
+            self.wait_for_commits()
 
     def abort(self, locations: Mapping[int, str] | None = None) -> tuple[int, ...]:
         """Cancel: forget the records sent since the last barrier and delete, unsent, the files staged
         for checkpoints not completed (this process's, and those found in ``locations`` after the
-        marker); the ids deleted. Nothing of theirs is in an open transaction."""
+        marker); the ids deleted. Nothing of theirs is in an open transaction. The completed
+        checkpoints' commits are waited for first."""
         self._buffer.discard()
+        self.wait_for_commits()
         done = 0 if self.marker is None else self.marker.checkpoint_id
         found = self._find_staged({k: where for k, where in (locations or {}).items() if k > done})
-        pending = {**found, **self._pending.by_id}
-        self._pending.by_id.clear()
+        with self._pending_lock:
+            pending = {**found, **self._pending.by_id}
+            self._pending.by_id.clear()
         ids = tuple(sorted(pending))
         for checkpoint_id in ids:
             self._delete(pending[checkpoint_id])
@@ -705,14 +985,17 @@ class ExactlyOnceSink:
 
     def _commit(self, outputs: Sequence[StagedOutput], marker: Marker) -> None:
         """One transaction: every record of ``outputs`` in order, then the marker; then the staged
-        files go (never before the marker is committed)."""
+        files go (never before the marker is committed). One at a time (``_commit_lock``)."""
+        with self._commit_lock:
+            self._commit_in_transaction(outputs, marker)
+
+    def _commit_in_transaction(self, outputs: Sequence[StagedOutput], marker: Marker) -> None:
         self._init_transactions()
         self._at("committing", marker.checkpoint_id)
         self._producer.begin_transaction()
         try:
             for output in outputs:
-                for record in output.records:
-                    self._produce(record)
+                self._produce_all(OutputColumns.of(output.records))
             key = marker_key(self.job_id, self.uid, self.task_id)
             value = json.dumps({"checkpoint": marker.checkpoint_id, "attempt": marker.attempt}).encode()
             count = partition_count(self._producer, self.commits, self.timeout)
@@ -730,16 +1013,21 @@ class ExactlyOnceSink:
         for output in outputs:
             self._delete(output)
 
-    def _produce(self, record: OutputRecord) -> None:
-        kwargs: dict[str, Any] = {"key": record.key, "headers": list(record.headers) or None}
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
-        while True:
-            try:
-                self._producer.produce(record.topic, record.value, **kwargs)
-                return
-            except BufferError:  # the local queue is full: let it drain
-                self._producer.poll(0.1)
+    def _produce_all(self, records: OutputColumns) -> None:
+        """Produce ``records`` in order: positional arguments (keywords cost the producer twice the
+        time), the headers only where a record has any."""
+        produce, headers = self._producer.produce, records.headers
+        rows = zip(records.topics, records.values, records.keys, records.partitions, strict=True)
+        for index, (topic, value, key, partition) in enumerate(rows):
+            while True:
+                try:
+                    if headers and index in headers:
+                        produce(topic, value, key, partition, headers=list(headers[index]))
+                    else:
+                        produce(topic, value, key, partition)
+                    break
+                except BufferError:  # the local queue is full: let it drain
+                    self._producer.poll(0.05)
 
     def _abort_after(self, exc: KafkaException) -> None:
         error: KafkaError = exc.args[0]
@@ -757,5 +1045,14 @@ class ExactlyOnceSink:
             self._step(step, checkpoint_id)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Deliver what is queued. Staged output not committed stays for the next recovery."""
-        self._producer.flush(timeout)
+        """Wait for the commits handed to the committing thread (the sink's ``timeout``), stop it, and
+        deliver what is queued. Staged output not committed stays for the next recovery."""
+        try:
+            if self._committer is not None:
+                self.wait_for_commits()
+        finally:
+            if self._committer is not None:
+                self._commits.put(None)
+                self._committer.join(timeout)
+                self._committer = None
+            self._producer.flush(timeout)
