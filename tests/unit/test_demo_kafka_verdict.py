@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from cutline_demo.demo import DemoResult, KafkaOutput, kafka_verdict
@@ -82,3 +83,19 @@ def test_no_restore_fails_even_with_every_word_once() -> None:
     plain = result(Counter(PRODUCED), dict(PRODUCED), tansu=False)
     plain.restored_from = None
     assert kafka_verdict(plain)[0] is False
+
+
+def test_on_the_connector_no_kafka_output_is_not_checked_and_says_how_to_check_it() -> None:
+    # given: the job read with Spark's kafka connector, whose jobs the exactly-once Kafka sink refuses
+    on_connector = dataclasses.replace(result(Counter(), {}, tansu=False), kafka=None, source="kafka")
+    # when
+    held, line = kafka_verdict(on_connector)
+    # then: not shown, which does not fail the demo, and the line says which source checks it
+    assert held is None
+    assert line.startswith("exactly-once to Kafka: not checked on Spark's kafka connector")
+    assert "--source cutline-kafka checks it" in line
+
+
+def test_no_kafka_output_on_cutline_kafka_fails() -> None:
+    held, line = kafka_verdict(dataclasses.replace(result(Counter(), {}, tansu=False), kafka=None))
+    assert (False, "exactly-once to Kafka: not checked") == (held, line)
