@@ -1,0 +1,154 @@
+"""Exactly-once output across an Apache Kafka broker restart (docs/exactly-once.md, "Every crash point,
+tested"): on a one-node Apache Kafka of the test's own, a one-task participant copies its input to an
+output topic through an ExactlyOnceSink (exactly_once_app.py); the test plays the coordinator. The
+participant is held at one step of checkpoint 2 (its output staged and not acked; its commit not
+begun; its transaction open, records and marker at the broker), the broker is SIGKILLed and started
+again on its ports and log dir, and the participant goes on. A read_committed reader must see every
+input's copy exactly once, and a read_uncommitted reader nothing more: the restart aborts nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import TEST_KAFKA_CONFIG, TEST_KAFKA_HEAP, eventually, on_apache_kafka
+from test_exactly_once_sink import Child, Job, assert_exactly_once, launch
+
+from events.dev.apache_kafka import ApacheKafka
+from events.wire.records import CheckpointAcknowledged, CheckpointBarrier, CheckpointKind, CheckpointTriggered
+
+pytestmark = [
+    pytest.mark.skipif(
+        not on_apache_kafka(), reason="Tansu shows aborted transactions to read_committed readers"
+    ),
+    pytest.mark.slow,
+]
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[ApacheKafka]:
+    """A one-node Apache Kafka of this module's own: its tests restart it."""
+    with ApacheKafka(heap=TEST_KAFKA_HEAP, config=TEST_KAFKA_CONFIG) as started:
+        yield started
+
+
+class HeldJob(Job):
+    """The one-task job of test_exactly_once_sink.py, whose participant the test holds at a step."""
+
+    def start_held(self, attempt: int, step: str, checkpoint_id: int, release: Path) -> Child:
+        """Attempt ``attempt``'s participant, held at ``step`` of ``checkpoint_id`` until ``release``
+        exists."""
+        settings = {
+            "bootstrap": self.bootstrap,
+            "prefix": self.topics.prefix,
+            "job": "copy",
+            "task": "task-0",
+            "attempt": attempt,
+            "input": self.input,
+            "output": self.output,
+            "hold": [step, checkpoint_id, str(release)],
+        }
+        child = launch(settings)
+        self.children.append(child)
+        child.said("ready")
+        return child
+
+    def trigger(self, checkpoint_id: int, attempt: int) -> None:
+        """Checkpoint ``checkpoint_id`` triggered and its barrier sent, without waiting for the ack."""
+        location, kind = self.location(checkpoint_id), CheckpointKind.CHECKPOINT
+        trigger = CheckpointTriggered("copy", checkpoint_id, attempt, kind, 1, location, ("task-0",), 2**40)
+        self.send(self.topics.checkpoints, trigger)
+        self.send(self.topics.barriers, CheckpointBarrier("copy", checkpoint_id, attempt, kind, 1, location))
+
+    def ack(self, checkpoint_id: int) -> CheckpointAcknowledged:
+        found = eventually(
+            lambda: self._ack(checkpoint_id), timeout=60, what=f"the ack of checkpoint {checkpoint_id}"
+        )
+        assert found is not None
+        return found
+
+
+@pytest.fixture
+def job(kafka: ApacheKafka, topic_prefix: str, tmp_path: Path) -> Iterator[HeldJob]:
+    running = HeldJob(kafka.bootstrap, topic_prefix, tmp_path / "checkpoints")
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def restart(kafka: ApacheKafka) -> None:
+    """SIGKILL the broker (a crash: nothing flushed, no controlled shutdown) and start it again."""
+    kafka.kill(1)
+    kafka.restart(1)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        pytest.param("staged", id="after-the-snapshot-before-the-ack"),
+        pytest.param("committing", id="after-the-completion-before-the-commit"),
+        pytest.param("open", id="during-the-commit"),
+    ],
+)
+def test_exactly_once_transactional_output_survives_a_broker_restart(
+    kafka: ApacheKafka, job: HeldJob, step: str, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    # given: checkpoint 1 committed, ten more words read
+    child = job.start_held(1, step, 2, release)
+    job.words(10)
+    child.said("processed 10")
+    job.checkpoint(child, 1, attempt=1)
+    job.words(10)
+    child.said("processed 20")
+    # when: checkpoint 2 is triggered and the participant is held at ``step`` of it
+    if step == "staged":  # the ack waits for the release: the test completes the checkpoint after it
+        job.trigger(2, attempt=1)
+    else:
+        job.complete(job.barrier(2, attempt=1))
+    child.said(f"held at {step} 2")
+    # and the broker is SIGKILLed and started again meanwhile
+    restart(kafka)
+    release.touch()
+    if step == "staged":
+        job.complete(job.ack(2))
+    # then: the participant commits checkpoint 2 on the restarted broker, and runs on
+    child.said("step committed 2", timeout=120)
+    job.words(10)
+    child.said("processed 30")
+    job.checkpoint(child, 3, attempt=1)
+    assert_exactly_once(job)
+    assert job.output_values("read_uncommitted") == job.output_values(), "the restart aborted a transaction"
+    assert child.process.poll() is None
+
+
+def test_a_broker_restart_with_the_participant_killed_during_the_commit_aborts_its_transaction(
+    kafka: ApacheKafka, job: HeldJob, tmp_path: Path
+) -> None:
+    # given: checkpoint 2 completed, the participant held with its commit's transaction open
+    child = job.start_held(1, "open", 2, tmp_path / "never")
+    job.words(10)
+    child.said("processed 10")
+    job.checkpoint(child, 1, attempt=1)
+    job.words(10)
+    child.said("processed 20")
+    job.complete(job.barrier(2, attempt=1))
+    child.said("held at open 2")
+    # when: the participant is SIGKILLed there, the broker restarted, and attempt 2 restores 2
+    child.kill()
+    restart(kafka)
+    second = job.start(attempt=2, restored=2)
+    # then: the restarted broker still knows the open transaction: attempt 2's recovery fences it
+    # (aborted) and commits checkpoint 2 again
+    assert "recovered commit=[2] delete=[]" in second.lines
+    job.words(10)
+    second.said("processed 30")
+    job.checkpoint(second, 3, attempt=2)
+    assert_exactly_once(job)
+    twice = {word for word, n in job.output_values("read_uncommitted").items() if n == 2}
+    assert twice == {f"w{i}" for i in range(10, 20)}
+    assert job.output_values() == Counter({f"w{i}": 1 for i in range(30)})
