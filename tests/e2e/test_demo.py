@@ -1,6 +1,8 @@
 """The main job, as a user runs it: ``cutline demo``, on its default broker, the embedded Tansu (or on
-``CUTLINE_BOOTSTRAP``'s cluster where that is set), and ``cutline demo --broker kafka`` on Apache Kafka,
-where its Kafka output's exactly-once line is what a ``read_committed`` consumer proves."""
+``CUTLINE_BOOTSTRAP``'s cluster where that is set), reading with its default source, Spark's own kafka
+connector where its jars resolve; and ``cutline demo --broker kafka --source cutline-kafka`` on Apache
+Kafka, where its Kafka output's exactly-once line is what a ``read_committed`` consumer proves (the
+exactly-once Kafka sink reads cutline-kafka's barriers)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ from support import TEST_FETCH_WAIT_MS
 @pytest.mark.spark
 @pytest.mark.tansu
 @pytest.mark.timeout(720)
-def test_demo_survives_a_crash_exactly_once(tmp_path: object) -> None:
-    """`cutline demo --duration 20` SIGKILLs its Spark driver; the coordinator fails the attempt, the
-    restart strategy schedules the next, `cutline run` starts it, it restores from a checkpoint, and
-    the demo exits 0 with the exactly-once line of its summary.
+def test_demo_survives_a_crash_exactly_once_on_the_connector_where_it_resolves(tmp_path: object) -> None:
+    """`cutline demo --duration 20` says which source it reads with (Spark's kafka connector where
+    its jars resolve, as on the suite's machines) and SIGKILLs its Spark driver; the coordinator fails
+    the attempt, the restart strategy schedules the next, `cutline run` starts it, it restores from a
+    checkpoint, and the demo exits 0 with the exactly-once line of its summary.
 
     About a minute on an idle 2-core machine; two Spark starts make it several when the machine is
     busy (the demo gives each 300 s), hence the long timeout.
@@ -33,7 +36,11 @@ def test_demo_survives_a_crash_exactly_once(tmp_path: object) -> None:
     stdout, stderr = _demo(args, environment)
 
     _assert_the_story(stdout, stderr)
-    if bootstrap:
+    on_connector = "source: Spark's kafka connector " in stdout
+    assert on_connector or "source: cutline-kafka (Spark's kafka connector is not available: " in stdout
+    if on_connector:  # the exactly-once Kafka sink refuses a job on the connector: no Kafka output
+        assert "exactly-once to Kafka: not checked on Spark's kafka connector" in stdout
+    elif bootstrap:
         assert "exactly-once to Kafka: OK for a read_committed consumer" in stdout
     else:  # Tansu shows aborted transactions to read_committed consumers: the line says what it cannot show
         assert (
@@ -46,15 +53,17 @@ def test_demo_survives_a_crash_exactly_once(tmp_path: object) -> None:
 @pytest.mark.spark
 @pytest.mark.timeout(720)
 def test_demo_on_apache_kafka_writes_its_counts_to_kafka_exactly_once() -> None:
-    """`cutline demo --broker kafka --duration 20`: the same story on Apache Kafka, and a
-    read_committed consumer of the job's Kafka output sees every word counted once across the crash."""
+    """`cutline demo --broker kafka --source cutline-kafka --duration 20`: the same story on Apache
+    Kafka, and a read_committed consumer of the job's Kafka output sees every word counted once across
+    the crash."""
     environment = {k: v for k, v in os.environ.items() if k != "CUTLINE_BOOTSTRAP"}
     # the suite's 3 s worker session is below the group.min.session.timeout.ms (6 s) of the demo's broker
     environment["CUTLINE_SESSION_TIMEOUT"] = "6"
 
-    stdout, stderr = _demo(["--broker", "kafka"], environment)
+    stdout, stderr = _demo(["--broker", "kafka", "--source", "cutline-kafka"], environment)
 
     _assert_the_story(stdout, stderr)
+    assert "source: cutline-kafka (as asked)" in stdout
     assert "exactly-once to Kafka: OK for a read_committed consumer" in stdout
 
 
