@@ -396,6 +396,8 @@ class ExactlyOnceKafkaSink:
             and record.attempt == self.attempt
             and record.status is JobStatus.CANCELLING
         ):
+            if self._waiting is not None and self._staged(self._waiting.checkpoint_id):
+                self._commit_through(self._waiting)  # completed: a cancel deletes only what did not
             self.committer.abort(self._locations)
 
     def _staged(self, checkpoint_id: int) -> bool:
