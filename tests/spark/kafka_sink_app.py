@@ -8,6 +8,9 @@ and waits there for its SIGKILL, and so does any later step of the other half (t
 not commit after the batches stopped, nor the reverse). ``variant: no-marker`` recovers without
 reading the marker: the broken sink the test must catch. With ``crash`` at ``acked``, the running
 committer commits nothing: the journal may complete the checkpoint before its batch returns.
+``holds`` (``[[NAME, FIRST CHECKPOINT, FILE], ...]``) hold the first step NAME of a checkpoint from
+FIRST on (``held at NAME CHECKPOINT``) until FILE exists; ``master`` runs it on that Spark master
+(``local-cluster[2,1,1024]``: executors in JVMs of their own) instead of ``local[2]``.
 """
 
 from __future__ import annotations
@@ -16,14 +19,16 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from events.task.exactly_once import Completion, Marker, RecoveryPlan, Staged, recovery_plan
 from events.wire.records import CheckpointConfig
 from spark_tasks.job import CheckpointedJob, JobSettings
 from spark_tasks.kafka_sink import ExactlyOnceKafkaSink
-from spark_tasks.session import local_spark
+from spark_tasks.session import local_spark, spark_session
 from spark_tasks.wordcount import WORD_COUNT
 
 
@@ -37,15 +42,31 @@ def without_marker(
     return recovery_plan(None, staged, completions, restored)
 
 
+def cluster_spark(master: str) -> Any:
+    """A session on ``master`` with one core and 1 GiB per executor, 2 shuffle partitions."""
+    conf = {
+        "spark.executor.cores": "1",
+        "spark.executor.memory": "1024m",
+        "spark.sql.shuffle.partitions": "2",
+    }
+    return spark_session(master, "kafka-sink-app", conf=conf)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     settings = json.loads(os.environ["KAFKA_SINK_APP"])
     crash = settings.get("crash")
     started, stopped = threading.Event(), threading.Event()
     committed: set[int] = set()
+    holds = [(name, int(first), Path(release)) for name, first, release in settings.get("holds", [])]
 
     def step(name: str, checkpoint_id: int) -> None:
         say(f"step {name} {checkpoint_id}")
+        for held in [h for h in holds if h[0] == name and checkpoint_id >= h[1]]:
+            holds.remove(held)
+            say(f"held at {name} {checkpoint_id}")
+            while not held[2].exists():  # until the test lets it go on
+                time.sleep(0.02)
         if name == "committed":
             committed.add(checkpoint_id)
         if stopped.is_set():  # the other half (batches or committer) goes no further either
@@ -62,7 +83,8 @@ def main() -> None:
 
     from pyspark.sql.functions import col, struct, to_json
 
-    spark = local_spark("kafka-sink-app")
+    master = settings.get("master")
+    spark = local_spark("kafka-sink-app") if master is None else cluster_spark(master)
     job = CheckpointedJob(
         spark,
         JobSettings(

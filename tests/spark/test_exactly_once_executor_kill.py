@@ -1,0 +1,109 @@
+"""Exactly-once output of a Spark job to Kafka across executor SIGKILLs (docs/exactly-once.md, "The
+Spark sink"): the word count of tests/spark/kafka_sink_app.py writes through an ExactlyOnceKafkaSink
+on ``local-cluster[2,1,1024]`` (executors in JVMs of their own, with their Python workers), Apache
+Kafka and a coordinator process.
+
+The sink stages and commits in the driver (the batches' rows are collected there); executors run the
+micro-batches' tasks, which read the input and ack the barriers. An executor JVM is SIGKILLed while
+the driver holds a barrier batch after staging its output, before the batch's tasks run and ack,
+and another while the driver's commit has its transaction open; Spark replaces each executor and
+runs the tasks again. A read_committed reader must see every word counted once (no input offset's
+row twice), and a read_uncommitted reader nothing more: no process of the sink died.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from clusters import alive, executors
+from support import eventually, on_apache_kafka
+from test_kafka_sink import Driver, Drivers, Feeder, every_word_counted, read_output
+from wordfeed import Input
+
+from coordinator.service.supervisor import CoordinatorProcess
+
+pytestmark = [
+    pytest.mark.skipif(
+        not on_apache_kafka(), reason="Tansu shows aborted transactions to read_committed readers"
+    ),
+    pytest.mark.slow,
+    pytest.mark.timeout(1200),
+]
+
+MASTER = "local-cluster[2,1,1024]"
+STARTS_S = 600.0
+"""How long a driver and its executors may take to start and run a first checkpoint on busy cores."""
+
+
+@pytest.fixture(scope="module")
+def topic_prefix() -> str:
+    """One topic prefix, and so one coordinator (``coordinator``), for this module's tests."""
+    return f"t{uuid.uuid4().hex[:8]}."
+
+
+@pytest.fixture
+def drivers(bootstrap: str, topic_prefix: str, given: Input, tmp_path: Path) -> Iterator[Drivers]:
+    started = Drivers(bootstrap, topic_prefix, given, tmp_path)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def executor_pids(driver: Driver) -> set[int]:
+    """The driver's executor JVMs (local-cluster starts them in the driver's process group)."""
+    return {p.pid for p in executors(lambda p: p.pgid == driver.process.pid)}
+
+
+def kill_an_executor(driver: Driver) -> int:
+    """SIGKILL one of the driver's two executors once both run, and wait until it is gone."""
+    running = eventually(
+        lambda: executor_pids(driver), lambda pids: len(pids) == 2, timeout=180, what="2 executors"
+    )
+    victim = min(running)
+    os.kill(victim, signal.SIGKILL)
+    eventually(lambda: not alive(victim), timeout=30, what=f"executor {victim} gone")
+    return victim
+
+
+def test_exactly_once_when_an_executor_is_killed_mid_checkpoint_and_mid_commit(
+    bootstrap: str, coordinator: CoordinatorProcess, given: Input, drivers: Drivers, tmp_path: Path
+) -> None:
+    staged, opened = tmp_path / "release-staged", tmp_path / "release-open"
+    drivers.settings["master"] = MASTER
+    drivers.settings["holds"] = [["open", 1, str(opened)], ["staged", 2, str(staged)]]  # type: ignore[assignment]
+    given.words.produce(40)
+    driver = drivers.start()
+    killed = []
+    with Feeder(given):
+        # given: the driver's commit of a completed checkpoint holds its transaction open
+        held_open = driver.said("held at open ", timeout=STARTS_S)
+        # when: an executor is SIGKILLed meanwhile (the micro-batches go on without it)
+        killed.append(kill_an_executor(driver))
+        opened.touch()
+        # and: another, while the driver holds a later barrier batch, its output staged, before the
+        # batch's tasks run and ack
+        held_staged = driver.said("held at staged ", timeout=STARTS_S)
+        killed.append(kill_an_executor(driver))
+        staged.touch()
+        # then: Spark runs the batch on the executors left and new, its tasks ack, and the
+        # checkpoint's output is committed
+        checkpoint_id = int(held_staged.rsplit(" ", 1)[1])
+        driver.said(f"step committed {checkpoint_id}", timeout=STARTS_S)
+    assert f"step committed {held_open.rsplit(' ', 1)[1]}" in driver.lines
+    # and a read_committed reader sees every word counted exactly once
+    seen = every_word_counted(bootstrap, drivers.output, given.words.produced)
+    assert seen.twice == set(), f"rows committed twice: {sorted(seen.twice)[:5]}"
+    assert seen.counted == given.words.produced
+    # and a read_uncommitted reader sees nothing more: no transaction was aborted
+    uncommitted = read_output(bootstrap, drivers.output, "read_uncommitted")
+    assert Counter(map(str, uncommitted.rows)) == Counter(map(str, seen.rows))
+    assert len(set(killed)) == 2 and driver.process.poll() is None
+    # and Spark lost both executors (the SIGKILL's exit code) and ran on without the driver failing
+    assert (tmp_path / "driver-0.log").read_text().count("Command exited with code 137") == 2
