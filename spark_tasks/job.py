@@ -986,7 +986,7 @@ class CheckpointedJob:
         with self._completion:
             self.completed.append(completed)
             self._completion.notify_all()
-        self._retention.completed(completed, decision.discard, pieces, self._run_files)
+        self._retention.completed(completed.checkpoint_id, decision.discard, pieces, self._run_files)
         if decision.stop is not None:  # the stop savepoint: its offsets and _metadata first
             self._end_with(decision.stop)
 

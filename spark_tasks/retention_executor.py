@@ -69,15 +69,11 @@ class RetentionExecutor:
         self.state = RetentionState(keyed=keyed)
 
     def completed(
-        self,
-        completed: CheckpointCompleted,
-        discards: Iterable[Discard],
-        pieces: frozenset[str] | None,
-        run: RunFiles,
+        self, checkpoint_id: int, discards: Iterable[Discard], pieces: frozenset[str] | None, run: RunFiles
     ) -> None:
         """A checkpoint completed: delete what the ledger's ``discards`` leave unneeded. ``pieces``: a keyed
         checkpoint's (:meth:`pieces_needed_by`, read before its offsets are committed), else None."""
-        self.carry_out(RetainCompleted(completed.checkpoint_id, tuple(discards), pieces), run)
+        self.carry_out(RetainCompleted(checkpoint_id, tuple(discards), pieces), run)
 
     def aborted(self, discard: Discard, run: RunFiles) -> None:
         """A checkpoint aborted and the ledger discards it."""
