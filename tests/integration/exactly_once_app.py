@@ -9,7 +9,10 @@ CHECKPOINT`` and waits there for its SIGKILL; at the step ``hold`` names (``[NAM
 it says ``held at NAME CHECKPOINT`` and goes on once FILE exists. ``offset`` (when given) is where it
 reads its partition from, instead of its snapshot's in the restored checkpoint (a task a rescale
 added has none). ``variant: no-marker`` recovers without reading the
-marker (it commits every completed staged checkpoint again): the broken sink the tests must catch.
+marker (it commits every completed staged checkpoint again): the broken sink the tests must catch;
+``variant: resnapshot`` takes a snapshot (and stages its output) again for a barrier a newer
+coordinator sends again, instead of answering as before: the broken participant the failover test
+must catch.
 When the job stops it says ``job FINISHED`` or ``job CANCELED`` with what its sink committed and
 aborted.
 """
@@ -42,6 +45,18 @@ def without_marker(
     marker: Marker | None, staged: Iterable[Staged], completions: Iterable[Completion], restored: int | None
 ) -> RecoveryPlan:
     return recovery_plan(None, staged, completions, restored)
+
+
+def snapshot_every_barrier(participant: Participant) -> None:
+    """Make ``participant`` forget its answers: a barrier sent again is a new cut (broken on purpose)."""
+    on_barrier = participant._on_barrier
+
+    def again(barrier: CheckpointBarrier, epoch: int = 0) -> None:
+        participant._replies.clear()
+        participant._last_id = 0
+        on_barrier(barrier, epoch)
+
+    participant._on_barrier = again  # type: ignore[method-assign]
 
 
 def restored_offset(bootstrap: str, job: str, task: str, topics: Topics, restored: int | None) -> int:
@@ -114,6 +129,8 @@ def main() -> None:
         on_complete=sink.complete,
         on_stop=stopped,
     )
+    if settings.get("variant") == "resnapshot":
+        snapshot_every_barrier(participant)
     say("ready")
     while True:
         for msg in consume_available(consumer, 100, 0.02):

@@ -105,7 +105,7 @@ main()
 class FailoverJob:
     """Two coordinator workers, the job's driver and its one participant, and what it copies."""
 
-    def __init__(self, bootstrap: str, prefix: str, root: Path) -> None:
+    def __init__(self, bootstrap: str, prefix: str, root: Path, variant: str = "") -> None:
         from confluent_kafka import Producer
 
         self.bootstrap = bootstrap
@@ -127,6 +127,7 @@ class FailoverJob:
             "attempt": 1,
             "input": self.input,
             "output": self.output,
+            "variant": variant,
         }
         self.child: Child = launch(settings)
         self.child.said("ready")
@@ -205,18 +206,36 @@ def job(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[FailoverJ
         running.close()
 
 
-@pytest.mark.parametrize("point", ["ack", "completion"], ids=["ack-arrived", "completion-decided"])
-def test_exactly_once_when_the_coordinator_fails_over_mid_checkpoint(job: FailoverJob, point: str) -> None:
-    # given: the job checkpoints under two workers, its first words committed
+@pytest.fixture
+def broken_job(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[FailoverJob]:
+    """The job with a participant that snapshots a barrier sent again (exactly_once_app.py's
+    ``resnapshot``): broken on purpose."""
+    running = FailoverJob(bootstrap, topic_prefix, tmp_path / "checkpoints", variant="resnapshot")
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def owner_killed_when_the_ack_arrives(job: FailoverJob, point: str = "ack") -> tuple[DyingWorker, int]:
+    """Ten words committed, ten more read; the worker deciding the job's partition SIGKILLed at
+    ``point`` of a checkpoint whose staged output holds those ten: it and the checkpoint's id."""
     job.words(10)
     job.every_copy_committed()
     victim = job.owner()
-    # when: the worker deciding the job's partition dies at ``point`` of a checkpoint whose staged
-    # output holds the words read since the last commit
     job.words(10)
     victim.request.write_text(f"{point} {JOB} {job.next_staged()}")
-    died = int(eventually(victim.death, timeout=60, what=f"the owner to die at {point}"))
+    died = int(eventually(victim.death, timeout=60, what=f"the owner to die at {point}") or 0)
     eventually(lambda: victim._process is not None and victim._process.poll() is not None, what="it gone")
+    return victim, died
+
+
+@pytest.mark.parametrize("point", ["ack", "completion"], ids=["ack-arrived", "completion-decided"])
+def test_exactly_once_when_the_coordinator_fails_over_mid_checkpoint(job: FailoverJob, point: str) -> None:
+    # given: the job checkpoints under two workers, its first words committed
+    # when: the worker deciding the job's partition dies at ``point`` of a checkpoint whose staged
+    # output holds the words read since the last commit
+    victim, died = owner_killed_when_the_ack_arrives(job, point)
     # then: the other worker takes the partition over and completes that checkpoint, or expires it
     # (its output then goes with the next completion)
     survivor = job.owner()
@@ -234,3 +253,17 @@ def test_exactly_once_when_the_coordinator_fails_over_mid_checkpoint(job: Failov
     assert sorted(job.root.glob(f"**/chk-{died}/{TASK}.out")) == [], "its staged file is left"
     # no commit's transaction was open when a process died: nothing was aborted
     assert job.output_values("read_uncommitted") == seen
+
+
+def test_a_participant_that_snapshots_a_barrier_sent_again_loses_output_in_a_failover(
+    broken_job: FailoverJob,
+) -> None:
+    job = broken_job
+    # given: a participant that takes a new cut for a barrier sent again (instead of its first answer)
+    # when: the owner dies when its ack arrives; the new owner sends the pending checkpoint's barrier
+    # again, and the participant stages what it read since (nothing) over that checkpoint's output
+    _, died = owner_killed_when_the_ack_arrives(job)
+    # then: once later words are committed, that checkpoint's words are nowhere: the test above fails
+    job.words(10)
+    seen = eventually(job.output_values, lambda seen: f"w{job.sent - 1}" in seen, timeout=90, what="w29")
+    assert {f"w{i}" for i in range(10, 20)}.isdisjoint(seen), f"checkpoint {died}'s output was committed"
