@@ -769,6 +769,10 @@ def side_by_side(args: Any, console: Console, command: str) -> None:
                                 else:
                                     if round_ >= 0:
                                         runs[group].append(run)
+                                    progress.console.print(
+                                        f"{'warm-up' if round_ < 0 else f'round {round_ + 1}'}: {group}, "
+                                        f"{name}: {run.throughput:,.0f} records/s, load {run.load:.1f}"
+                                    )
                             progress.advance(task)
         finally:
             spark.stop()
@@ -776,10 +780,30 @@ def side_by_side(args: Any, console: Console, command: str) -> None:
     side_by_side_report(console, runs, side_by_side_comparisons(args.keys), unmeasured, command)
 
 
+WORKER_STARTS = 3
+"""How often ``--all`` starts a run whose query failed before its first batch because a Python worker
+did not connect back in time."""
+
+
 def _side_run(name: str, spark: Any, bootstrap: str, topic: str, args: Any, work: Path) -> Run:
-    if name in STATELESS:
-        return run_stateless(spark, bootstrap, topic, args.records, args, work, name)
-    return _variant_run(name, spark, bootstrap, topic, args, work)
+    """One run of variant ``name``, started again (a fresh query) if its query failed as it began because
+    Spark's fresh Python process for a Python source did not connect back within Spark's 10 s, as on a
+    loaded machine (docs/spark.md, "Spark Connect"): no batch ran, nothing is measured twice."""
+    for attempt in range(1, WORKER_STARTS + 1):
+        try:
+            if name in STATELESS:
+                return run_stateless(spark, bootstrap, topic, args.records, args, work, name)
+            return _variant_run(name, spark, bootstrap, topic, args, work)
+        except RuntimeError as failed:
+            began = "Current Committed Offsets: {}" in str(failed)  # Spark's account: no batch committed
+            if (
+                attempt == WORKER_STARTS
+                or not began
+                or "Python worker failed to connect back" not in str(failed)
+            ):
+                raise
+            print(f"{name}: a Python worker did not connect back in time; starting the run again", flush=True)
+    raise AssertionError("unreachable")
 
 
 def uptime() -> str:
@@ -798,9 +822,9 @@ def side_by_side_report(
 ) -> None:
     """Each variant's records/s, CPU and load; then each comparison's ratio per round, its CPU ratio and
     its verdict; the command that produced them and the load at the end."""
-    table = Table(title="Records/s in one session, each run the whole backlog; CPU s per run")
-    for column in ("query", "variant", "runs", "records/s (range)", "mean", "CPU: JVM", "Python workers",
-                   "all", "load (1 min)"):  # fmt: skip
+    table = Table(title="Records/s in one session, each run the whole backlog; checkpoints and CPU s per run")
+    for column in ("query", "variant", "runs", "records/s (range)", "mean", "checkpoints", "CPU: JVM",
+                   "Python workers", "all", "load (1 min)"):  # fmt: skip
         table.add_column(column, justify="right")
     for group, done in runs.items():
         for name in dict.fromkeys(r.name for r in done):
@@ -810,7 +834,7 @@ def side_by_side_report(
             loads = sorted(r.load for r in mine)
             table.add_row(
                 group, name, str(len(mine)), f"{rates[0]:,.0f}-{rates[-1]:,.0f}",
-                f"{statistics.mean(rates):,.0f}",
+                f"{statistics.mean(rates):,.0f}", f"{statistics.mean(len(r.completed) for r in mine):.1f}",
                 *(f"{cpu.get(kind, 0.0) / len(mine):.1f}" for kind in ("Spark JVM", "Spark Python workers",
                                                                         "machine")),
                 f"{loads[0]:.1f}-{loads[-1]:.1f}",
