@@ -121,11 +121,13 @@ class TestPartitionSnapshots:
 
     def test_each_partition_acks_the_state_version_at_or_below_its_cut(self, tmp_path: Path) -> None:
         """Given versions at 0, 4 and 9 (9 is the next batch's, already running), the cut at 6 snapshots
-        the version at 4: the state after every record below 6 once the batch before committed."""
+        the version at 4: the state after every record below 6 once the batch before committed; a
+        version at the cut itself (the last task ended there) is the one."""
         snapshots, sent = self.snapshots(tmp_path)
         for offset in (0, 4, 9):
             snapshots.store.save("words", 0, offset, f"v{offset}".encode())
         snapshots.store.save("words", 1, 0, b"v0")
+        snapshots.store.save("words", 1, 2, b"v2")
 
         snapshots(self.ack(tmp_path, {("words", 0): 6, ("words", 1): 2}))
 
@@ -134,7 +136,7 @@ class TestPartitionSnapshots:
         assert ["words-0", "words-1"] == [a.task_id for a in acks]
         assert [{"words:0": 6}, {"words:1": 2}] == [dict(a.offsets) for a in acks]
         assert b"v4" == (tmp_path / "chk-7" / "words-0.a1-r1.cut-6").read_bytes()
-        assert b"v0" == (tmp_path / "chk-7" / "words-1.a1-r1.cut-2").read_bytes()
+        assert b"v2" == (tmp_path / "chk-7" / "words-1.a1-r1.cut-2").read_bytes()
 
     def test_a_partition_without_a_version_declines_saying_why(self, tmp_path: Path) -> None:
         """No version at or below the cut (pruned or deleted): a decline, never empty state."""
