@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from support import TEST_KAFKA_CONFIG, TEST_KAFKA_HEAP, eventually, on_apache_kafka
-from test_exactly_once_sink import Child, Job, assert_exactly_once, launch
+from test_exactly_once_sink import JOB, TASK, Child, Job, assert_exactly_once, launch
 
 from events.dev.apache_kafka import ApacheKafka
 from events.wire.records import CheckpointAcknowledged, CheckpointBarrier, CheckpointKind, CheckpointTriggered
@@ -44,8 +44,8 @@ class HeldJob(Job):
         settings = {
             "bootstrap": self.bootstrap,
             "prefix": self.topics.prefix,
-            "job": "copy",
-            "task": "task-0",
+            "job": JOB,
+            "task": TASK,
             "attempt": attempt,
             "input": self.input,
             "output": self.output,
@@ -59,9 +59,9 @@ class HeldJob(Job):
     def trigger(self, checkpoint_id: int, attempt: int) -> None:
         """Checkpoint ``checkpoint_id`` triggered and its barrier sent, without waiting for the ack."""
         location, kind = self.location(checkpoint_id), CheckpointKind.CHECKPOINT
-        trigger = CheckpointTriggered("copy", checkpoint_id, attempt, kind, 1, location, ("task-0",), 2**40)
+        trigger = CheckpointTriggered(JOB, checkpoint_id, attempt, kind, 1, location, (TASK,), 2**40)
         self.send(self.topics.checkpoints, trigger)
-        self.send(self.topics.barriers, CheckpointBarrier("copy", checkpoint_id, attempt, kind, 1, location))
+        self.send(self.topics.barriers, CheckpointBarrier(JOB, checkpoint_id, attempt, kind, 1, location))
 
     def ack(self, checkpoint_id: int) -> CheckpointAcknowledged:
         found = eventually(

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, Producer
 from support import create_protocol_topics, eventually, on_apache_kafka
 from test_exactly_once_sink import Child, launch
 
@@ -88,9 +89,9 @@ main()
         assert plain[1:3] == ["-m", "coordinator.cli"], plain
         return [sys.executable, "-c", self.HOOK, str(self.request), *plain[3:]]
 
-    def death(self) -> str | None:
+    def death(self) -> int | None:
         """The id of the checkpoint it died in, once it did."""
-        return self.died.read_text() if self.died.exists() else None
+        return int(self.died.read_text()) if self.died.exists() else None
 
     def holds(self, job_id: str) -> bool:
         """Whether it runs and its views hold ``job_id`` (it decides the job's partition)."""
@@ -106,17 +107,19 @@ class FailoverJob:
     """Two coordinator workers, the job's driver and its one participant, and what it copies."""
 
     def __init__(self, bootstrap: str, prefix: str, root: Path, variant: str = "") -> None:
-        from confluent_kafka import Producer
-
         self.bootstrap = bootstrap
         self.topics: Topics = create_protocol_topics(bootstrap, prefix)
         self.input, self.output = f"{prefix}words", f"{prefix}copies"
         create_topics(bootstrap, [self.input, self.output], partitions=1)
         self.workers = [DyingWorker(bootstrap, prefix) for _ in range(2)]
-        for worker in self.workers:
-            worker.launch()
-        for worker in self.workers:
-            worker.wait_ready(timeout=90)
+        try:
+            for worker in self.workers:
+                worker.launch()
+            for worker in self.workers:
+                worker.wait_ready(timeout=90)
+        except BaseException:
+            stop_all(self.workers)
+            raise
         self.producer = Producer(producer_config(bootstrap))
         self.sent = 0
         settings = {
@@ -147,8 +150,6 @@ class FailoverJob:
         self.child.said(f"processed {self.sent}")
 
     def output_values(self, isolation: str = "read_committed") -> Counter[str]:
-        from confluent_kafka import Consumer
-
         consumer = Consumer(consumer_config(self.bootstrap, extra={"isolation.level": isolation}))
         try:
             return Counter(
@@ -217,7 +218,7 @@ def broken_job(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Fa
         running.close()
 
 
-def owner_killed_when_the_ack_arrives(job: FailoverJob, point: str = "ack") -> tuple[DyingWorker, int]:
+def owner_killed_mid_checkpoint(job: FailoverJob, point: str = "ack") -> tuple[DyingWorker, int]:
     """Ten words committed, ten more read; the worker deciding the job's partition SIGKILLed at
     ``point`` of a checkpoint whose staged output holds those ten: it and the checkpoint's id."""
     job.words(10)
@@ -225,7 +226,8 @@ def owner_killed_when_the_ack_arrives(job: FailoverJob, point: str = "ack") -> t
     victim = job.owner()
     job.words(10)
     victim.request.write_text(f"{point} {JOB} {job.next_staged()}")
-    died = int(eventually(victim.death, timeout=60, what=f"the owner to die at {point}") or 0)
+    died = eventually(victim.death, timeout=60, what=f"the owner to die at {point}")
+    assert died is not None
     eventually(lambda: victim._process is not None and victim._process.poll() is not None, what="it gone")
     return victim, died
 
@@ -235,7 +237,7 @@ def test_exactly_once_when_the_coordinator_fails_over_mid_checkpoint(job: Failov
     # given: the job checkpoints under two workers, its first words committed
     # when: the worker deciding the job's partition dies at ``point`` of a checkpoint whose staged
     # output holds the words read since the last commit
-    victim, died = owner_killed_when_the_ack_arrives(job, point)
+    victim, died = owner_killed_mid_checkpoint(job, point)
     # then: the other worker takes the partition over and completes that checkpoint, or expires it
     # (its output then goes with the next completion)
     survivor = job.owner()
@@ -262,7 +264,7 @@ def test_a_participant_that_snapshots_a_barrier_sent_again_loses_output_in_a_fai
     # given: a participant that takes a new cut for a barrier sent again (instead of its first answer)
     # when: the owner dies when its ack arrives; the new owner sends the pending checkpoint's barrier
     # again, and the participant stages what it read since (nothing) over that checkpoint's output
-    _, died = owner_killed_when_the_ack_arrives(job)
+    _, died = owner_killed_mid_checkpoint(job)
     # then: once later words are committed, that checkpoint's words are nowhere: the test above fails
     job.words(10)
     seen = eventually(job.output_values, lambda seen: f"w{job.sent - 1}" in seen, timeout=90, what="w29")
