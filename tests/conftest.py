@@ -172,10 +172,14 @@ APART = ("tests/spark/test_cluster.py", "tests/spark/test_connect.py")
 shared session: each of their tests is a unit of its own (the longest tests of the suite, run side by
 side in two workers while the others run the rest)."""
 
-OWN_DRIVERS = ("tests/spark/test_connector_", "tests/spark/test_kafka_connector.py")
+OWN_DRIVERS = (
+    "tests/spark/test_connector_",
+    "tests/spark/test_kafka_connector.py",
+    "tests/spark/test_exactly_once_",
+)
 """Spark test files whose drivers are processes of their own (Spark's Kafka connector on its jars,
-drivers SIGKILLed and restarted), not the shared session: each file is a unit of its own, so that
-the other worker runs them while one runs the shared session's files."""
+drivers SIGKILLed and restarted, executors on local-cluster), not the shared session: each file is a
+unit of its own, so that the other worker runs them while one runs the shared session's files."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
