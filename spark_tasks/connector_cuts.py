@@ -36,7 +36,7 @@ from events.wire.records import CheckpointBarrier
 from events.wire.vocabulary import DeclineReason
 from spark_tasks.barrier_source import BarrierOffset, is_barrier_offset
 from spark_tasks.kafka_source import TopicPartitionKey, from_offsets
-from spark_tasks.replies import send_reply
+from spark_tasks.replies import await_replies, send_reply
 from spark_tasks.state import PartitionStateStore, StateLost, task_id
 from spark_tasks.tasks import TaskSettings, write_partition_snapshot
 
@@ -200,17 +200,21 @@ class PartitionSnapshots:
     """The answers of a per-partition job's tasks on the connector, one per partition of a
     :class:`SourceAck`: the state version at or below the cut copied to the checkpoint's location
     (:func:`~spark_tasks.tasks.write_partition_snapshot`, named as a task names it) and acked as task
-    ``<topic>-<partition>``, or declined when the store has no version there (``send`` injected)."""
+    ``<topic>-<partition>``, or declined when the store has no version there. ``send`` hands an answer
+    over without waiting and ``flush`` waits for them all (injected), so that many partitions' acks
+    take one round trip to the broker, not one each."""
 
     def __init__(
         self,
         store: PartitionStateStore,
         settings: TaskSettings,
-        send: Callable[[TaskSettings, Answer], None] = send_reply,
+        send: Callable[[TaskSettings, Answer], None] | None = None,
+        flush: Callable[[TaskSettings], None] = await_replies,
     ) -> None:
         self.store = store
         self.settings = settings
-        self.send = send
+        self.send = send or _hand_over
+        self.flush = flush
 
     def __call__(self, ack: SourceAck) -> None:
         checkpoint = entry_barrier(self.settings.job_id, ack.barrier)
@@ -218,6 +222,7 @@ class PartitionSnapshots:
             outcome = self._snapshot(checkpoint, topic, partition, cut)
             task = task_id(topic, partition)
             self.send(self.settings, answer(checkpoint, ack.barrier.get("epoch"), task, outcome, now_ms()))
+        self.flush(self.settings)
 
     def _snapshot(
         self, checkpoint: CheckpointBarrier, topic: str, partition: int, cut: int
@@ -234,3 +239,7 @@ class PartitionSnapshots:
                 "the store was deleted; the next checkpoint may do",
             )
         return write_partition_snapshot(self.settings, checkpoint, topic, partition, cut, loaded[1])
+
+
+def _hand_over(settings: TaskSettings, answered: Answer) -> None:
+    send_reply(settings, answered, wait=False)

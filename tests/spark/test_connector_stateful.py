@@ -1,7 +1,8 @@
 """Per-partition state on Spark's own kafka connector (docs/spark.md, "Checkpoints on Spark's own
 kafka connector"): the word count's ``StatefulStep`` (one state per Kafka partition, no shuffle)
-reading ``format("kafka")``, through a driver SIGKILL, a restore, a stop with a savepoint and a
-restore of it on ``cutline-kafka``, with a real broker, a real coordinator process and a real Spark.
+reading ``format("kafka")``, through a driver SIGKILL, a restore, a stop with a savepoint restored on
+``cutline-kafka`` and that job's stop savepoint restored on the connector again, with a real broker,
+a real coordinator process and a real Spark.
 
 The drivers are child processes (``connector_session.py job``), as in test_connector_job.py.
 """
@@ -31,8 +32,8 @@ from wordfeed import PARTITIONS, Input, every, wait
 from coordinator.service.supervisor import CoordinatorProcess
 from spark_tasks.wordcount import read_counts
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
-"""Three driver starts on a loaded 2-core machine, each up to :data:`STARTS_S`."""
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+"""Four driver starts on a loaded 2-core machine, each up to :data:`STARTS_S`."""
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def all_counted(out: Path, given: Input) -> bool:
     return sum(read_counts(out).values()) >= sum(given.words.produced.values())
 
 
-def test_connector_per_partition_job_is_exact_across_a_kill_a_restore_and_a_savepoint_into_cutline_kafka(
+def test_connector_per_partition_job_is_exact_across_a_kill_and_savepoints_into_cutline_kafka_and_back(
     bootstrap: str, topic_prefix: str, coordinator: CoordinatorProcess, tmp_path: Path, given: Input
 ) -> None:
     """Given the per-partition word count on the connector over 4 partitions with latency markers,
@@ -54,8 +55,9 @@ def test_connector_per_partition_job_is_exact_across_a_kill_a_restore_and_a_save
     snapshot of each partition's state at a cut that is one batch end of Spark's offset log on all
     partitions, the group holds the latest cut, and the step and the sink report latencies. When the
     driver is SIGKILLed, the next attempt's connector starts at exactly the restored offsets; its stop
-    savepoint restores into the same job on cutline-kafka with nothing rolled back. Every word is
-    counted once, and every partition's count carries on from its restored state."""
+    savepoint restores into the same job on cutline-kafka with nothing rolled back, whose own stop
+    savepoint restores into the connector again at exactly its offsets. Every word is counted once,
+    and every partition's count carries on from its restored state."""
     words, job_id, out = given.words, given.job_id, tmp_path / "out"
     tasks = [f"{given.topic}-{p}" for p in range(PARTITIONS)]
     words.produce(60)
@@ -115,7 +117,17 @@ def test_connector_per_partition_job_is_exact_across_a_kill_a_restore_and_a_save
         wait(lambda: bool(drivers[2].seen("running")), "the cutline-kafka attempt RUNNING", STARTS_S)
         assert 0 == drivers[2].seen("restored")[0]["rolled_back"]
         wait(lambda: all_counted(out, given), "every word counted on cutline-kafka", 120)
-        assert 0 == drivers[2].stop()
+        on_python = stop_with_savepoint(drivers[2], bootstrap, topic_prefix, job_id, 3, tmp_path / "sp2")
+
+        words.produce(40)
+        drivers.append(
+            partition_driver(given, bootstrap, topic_prefix, tmp_path, 4, "--restore", on_python.location)
+        )
+        wait(lambda: bool(drivers[3].seen("running")), "the connector's attempt RUNNING again", STARTS_S)
+        assert 0 == drivers[3].seen("restored")[0]["rolled_back"]
+        assert dict(on_python.offsets) == spark_starting_offsets(tmp_path / "work" / "attempt-4" / "spark")
+        wait(lambda: all_counted(out, given), "every word counted on the connector again", 120)
+        assert 0 == drivers[3].stop()
     finally:
         producing.set()
         for running in drivers:

@@ -109,11 +109,14 @@ class TestPerPartitionConnectorOptions:
 
 
 class TestPartitionSnapshots:
-    def snapshots(self, tmp_path: Path) -> tuple[PartitionSnapshots, list[Answer]]:
-        sent: list[Answer] = []
+    def snapshots(self, tmp_path: Path) -> tuple[PartitionSnapshots, list[Answer | str]]:
+        """The driver's snapshots, what they send in order, and ``"flushed"`` where they wait."""
+        sent: list[Answer | str] = []
         settings = TaskSettings("wc", "b", str(tmp_path / "state"), run_id="r1")
         store = PartitionStateStore(tmp_path / "state")
-        return PartitionSnapshots(store, settings, lambda _, answer: sent.append(answer)), sent
+        return PartitionSnapshots(
+            store, settings, lambda _, a: sent.append(a), lambda _: sent.append("flushed")
+        ), sent
 
     def ack(self, tmp_path: Path, offsets: dict[tuple[str, int], int]) -> SourceAck:
         barrier = {**BARRIER, "location": (tmp_path / "chk-7").as_uri()}
@@ -131,8 +134,11 @@ class TestPartitionSnapshots:
 
         snapshots(self.ack(tmp_path, {("words", 0): 6, ("words", 1): 2}))
 
-        acks = [a.reply for a in sent if isinstance(a.reply, CheckpointAcknowledged)]
-        assert 2 == len(sent) == len(acks)
+        assert "flushed" == sent[-1]  # one wait for all the partitions' acks, after them
+        acks = [
+            a.reply for a in sent if isinstance(a, Answer) and isinstance(a.reply, CheckpointAcknowledged)
+        ]
+        assert 3 == len(sent) == len(acks) + 1
         assert ["words-0", "words-1"] == [a.task_id for a in acks]
         assert [{"words:0": 6}, {"words:1": 2}] == [dict(a.offsets) for a in acks]
         assert b"v4" == (tmp_path / "chk-7" / "words-0.a1-r1.cut-6").read_bytes()
@@ -145,7 +151,7 @@ class TestPartitionSnapshots:
 
         snapshots(self.ack(tmp_path, {("words", 0): 6}))
 
-        (declined,) = [a.reply for a in sent]
+        (declined,) = [a.reply for a in sent if isinstance(a, Answer)]
         assert isinstance(declined, CheckpointDeclined)
         assert "no state of words[0] at or below offset 6" in declined.message
 
@@ -157,6 +163,6 @@ class TestPartitionSnapshots:
 
         snapshots(self.ack(tmp_path, {("words", 0): 6}))
 
-        (declined,) = [a.reply for a in sent]
+        (declined,) = [a.reply for a in sent if isinstance(a, Answer)]
         assert isinstance(declined, CheckpointDeclined)
         assert "gone" in declined.message
