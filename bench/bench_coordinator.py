@@ -82,7 +82,7 @@ from events.kafka.clients import (
 )
 from events.kafka.feed import JobFeed, SharedJobFeed
 from events.kafka.log import read_to_end
-from events.task.participant import JobDriver, Participant
+from events.task.participant import JobDriver, Participant, shared_feed
 from events.task.storage import local_path
 from events.wire.codec import decode, encode
 from events.wire.fencing import epoch_header
@@ -748,9 +748,7 @@ class Participants:
         if mode in ("thread", "shared"):
             producer = None
             if mode == "shared":
-                self._feed = SharedJobFeed(
-                    bootstrap, job, (topics.barriers, topics.checkpoints), claims_topic=topics.checkpoints
-                )
+                self._feed = shared_feed(bootstrap, job, topics)
                 producer = Producer(producer_config(bootstrap))
             self.traces = [TaskTrace(task_id) for task_id in self.task_ids]
             self._threads = [

@@ -54,7 +54,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from bench.bench_coordinator import BROKERS, Meter, Participants, broker, make_topics, percentile
+from bench.bench_coordinator import (
+    BROKERS,
+    Meter,
+    Participants,
+    TaskTrace,
+    broker,
+    journal_partition,
+    make_topics,
+    percentile,
+)
 from bench.bench_vs_flink import (
     ANCHOR,
     FlinkResult,
@@ -66,15 +75,25 @@ from bench.cpu import code_checked, machine_line
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import partition_counts
 from events.kafka.clients import consume_available, consumer_config, job_key
+from events.kafka.log import read_to_end
 from events.task.participant import JobDriver
-from events.wire.codec import decode
-from events.wire.records import CheckpointCompleted, CheckpointConfig, JobStatus
+from events.wire.codec import decode, default_codec
+from events.wire.records import (
+    CheckpointAcknowledged,
+    CheckpointBarrier,
+    CheckpointCompleted,
+    CheckpointConfig,
+    CheckpointTriggered,
+    JobStatus,
+    TaskAcknowledged,
+)
 from events.wire.topics import Topics
 
 COMMAND = "uv run python bench/bench_load.py"
 JOBS_RATIO_TARGET = 2.0
 """p99 at 16 jobs on one worker within this many times the p99 of 1 job (on Apache Kafka)."""
 MODES = {"thread": "a feed each", "shared": "one shared feed"}
+COMPLETED = CheckpointCompleted.__name__
 
 
 def load() -> tuple[float, float, float]:
@@ -98,7 +117,11 @@ class LoadRow:
     load_at_start: tuple[float, float, float]
     complete: bool = True
     """False when a job did not reach its checkpoints before the row's deadline (its rows are short)."""
-    tail_ms: dict[str, float] = field(default_factory=dict)
+    completed: int = 0
+    """Checkpoints completed over the row, warm-up included: what its CPU seconds paid for."""
+    stages: dict[str, list[float]] = field(default_factory=dict)
+    """``--stages``: per measured checkpoint of a one-job row, ms after the trigger was decided at
+    which each step of :data:`STAGES` happened (its first and last participant)."""
 
     @property
     def p50(self) -> float:
@@ -112,6 +135,11 @@ class LoadRow:
         """CPU of ``name`` in % of one core over the row."""
         return 100 * self.cpu.get(name, 0.0) / max(self.cpu.get("wall", 1.0), 1e-9)
 
+    def per_checkpoint(self, name: str) -> float:
+        """CPU ms of ``name`` per checkpoint completed over the row (the machine's load does not change
+        it much, unlike the latency)."""
+        return 1000 * self.cpu.get(name, 0.0) / max(self.completed, 1)
+
 
 # ------------------------------------------------------------------ journal
 
@@ -119,11 +147,13 @@ class LoadRow:
 class Completions:
     """Every ``CheckpointCompleted`` of ``jobs`` in the journal, read as it is written, in a thread.
 
-    Only the messages keyed by one of the jobs are decoded, so the tail costs this process little
-    while the row runs."""
+    Only the completions of the jobs are decoded (named by their frames' fingerprints), so the tail costs
+    the participants' process little while the row runs: decoding every record of the jobs' journal (32
+    ``TaskAcknowledged`` a checkpoint at 32 participants) held the GIL the participants needed."""
 
     def __init__(self, bootstrap: str, topic: str, jobs: set[str]) -> None:
         self._keys = {job_key(job) for job in jobs}
+        self._codec = default_codec()
         self.durations: dict[str, list[int]] = {job: [] for job in jobs}
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -138,6 +168,8 @@ class Completions:
             for message in consume_available(self._consumer, 5_000, 0.2):
                 value = message.value()
                 if message.error() or message.key() not in self._keys or not value:
+                    continue
+                if self._codec.record_name(value) != COMPLETED:
                     continue
                 event = decode(value)
                 if isinstance(event, CheckpointCompleted):
@@ -156,6 +188,11 @@ class Completions:
                 self._cond.wait(min(remaining, 0.5))
         return True
 
+    def count(self) -> int:
+        """Checkpoints completed so far, every job's."""
+        with self._cond:
+            return sum(len(d) for d in self.durations.values())
+
     def measured(self, warmup: int, checkpoints: int) -> list[int]:
         with self._cond:
             return [d for job in sorted(self.durations) for d in self.durations[job][warmup:][:checkpoints]]
@@ -164,6 +201,82 @@ class Completions:
         self._stop.set()
         self._thread.join(5)
         self._consumer.close()
+
+
+# ------------------------------------------------------------------ stages
+
+STAGES = (
+    ("trigger journaled", "CheckpointTriggered's message CreateTime (produced after the decision)"),
+    ("barrier published", "the barrier's CreateTime: produced once the trigger's write was acked"),
+    ("barrier seen, first", "the first participant's snapshot(barrier) call"),
+    ("barrier seen, last", "the last participant's"),
+    ("snapshot written, first", "the first ack's timestamp_ms: its snapshot durable"),
+    ("snapshot written, last", "the last ack's"),
+    ("ack produced, first", "the first ack's CreateTime"),
+    ("ack produced, last", "the last ack's"),
+    ("ack decided, first", "the first TaskAcknowledged.timestamp_ms (the coordinator's clock)"),
+    ("completed", "CheckpointCompleted.timestamp_ms: the last ack decided (= duration_ms)"),
+    ("completion journaled", "CheckpointCompleted's message CreateTime"),
+)
+"""The steps of one checkpoint, each as ms after its trigger was decided (one host's clock)."""
+
+
+def stage_timeline(
+    bootstrap: str, topics: Topics, job: str, traces: list[TaskTrace], measured: int
+) -> dict[str, list[float]]:
+    """When each step of :data:`STAGES` happened in each of the last ``measured`` completed checkpoints
+    of ``job``, read back from the journal, barriers and acks topics and the participants' traces."""
+    partition = journal_partition(job)
+    key = job_key(job)
+
+    def records(topic: str) -> list[tuple[Any, int]]:
+        found = read_to_end(bootstrap, topic, [partition], timeout=30)
+        return [(decode(m.value), m.timestamp_ms) for m in found if m.key == key and m.value]
+
+    journal = records(topics.checkpoints)
+    triggered = {r.checkpoint_id: (r, ts) for r, ts in journal if isinstance(r, CheckpointTriggered)}
+    completed = {r.checkpoint_id: (r, ts) for r, ts in journal if isinstance(r, CheckpointCompleted)}
+    decided: dict[int, list[int]] = {}
+    for r, _ in journal:
+        if isinstance(r, TaskAcknowledged):
+            decided.setdefault(r.checkpoint_id, []).append(r.timestamp_ms)
+    barriers = {r.checkpoint_id: ts for r, ts in reversed(records(topics.barriers))
+                if isinstance(r, CheckpointBarrier)}  # fmt: skip
+    acks: dict[int, list[tuple[int, int]]] = {}
+    for r, ts in records(topics.acks):
+        if isinstance(r, CheckpointAcknowledged):
+            acks.setdefault(r.checkpoint_id, []).append((r.timestamp_ms, ts))
+    timeline: dict[str, list[float]] = {name: [] for name, _ in STAGES}
+    for cid in sorted(completed)[-measured:]:
+        seen = [t.barrier_seen[cid] / 1e6 for t in traces if cid in t.barrier_seen]
+        if cid not in triggered or cid not in barriers or not seen or not acks.get(cid):
+            continue
+        trigger, trigger_sent = triggered[cid]
+        done, done_sent = completed[cid]
+        written, produced = [a[0] for a in acks[cid]], [a[1] for a in acks[cid]]
+        steps = (trigger_sent, barriers[cid], min(seen), max(seen), min(written), max(written),
+                 min(produced), max(produced), min(decided[cid]), done.timestamp_ms, done_sent)  # fmt: skip
+        for (name, _), at in zip(STAGES, steps, strict=True):
+            timeline[name].append(at - trigger.timestamp_ms)
+    return timeline
+
+
+def stages_table(rows: list[LoadRow]) -> Table:
+    out = Table(
+        title="Where a checkpoint's time goes: ms after its trigger was decided (p50 / p99)",
+        title_justify="left",
+    )
+    out.add_column("step")
+    traced = [r for r in rows if r.stages]
+    for r in traced:
+        out.add_column(f"{r.size} participants, {MODES[r.mode]}", justify="right")
+    out.add_column("measured as")
+    for name, how in STAGES:
+        cells = [
+            f"{percentile(r.stages[name], 50):.1f} / {percentile(r.stages[name], 99):.1f}" for r in traced
+        ]
+        out.add_row(name, *cells, how)
+    return out
 
 
 # ------------------------------------------------------------------ rows
@@ -224,10 +337,14 @@ def run_row(
             driver.running(group.task_ids, config, attempt=1)
             stack.callback(driver.status, JobStatus.FINISHED)
         complete = completions.wait(wanted, timeout=wanted * args.interval_ms / 1000 * 6 + 60)
-        cpu = meter.stop()
+        cpu, completed = meter.stop(), completions.count()
+        stages = {}
+        if args.stages and jobs == 1:
+            ((driver, group),) = drivers
+            stages = stage_timeline(worker.bootstrap, worker.topics, driver.job_id, group.traces, measured)
     return LoadRow(
         worker.kind, dimension, jobs if dimension == "jobs" else participants, mode,
-        completions.measured(args.warmup, measured), cpu, at_start, complete,
+        completions.measured(args.warmup, measured), cpu, at_start, complete, completed, stages,
     )  # fmt: skip
 
 
@@ -245,7 +362,9 @@ def broker_rows(kind: str, args: argparse.Namespace, console: Console) -> Iterat
             console.print(
                 f"  {len(row.durations)} checkpoints: p50 {row.p50:.0f} / p99 {row.p99:.0f} ms; CPU % of a "
                 f"core: coordinator {row.share('coordinator'):.0f}, broker {row.share('broker'):.0f}, "
-                f"participants {row.share('bench'):.0f}, others {row.share('other processes'):.0f}{short}"
+                f"participants {row.share('bench'):.0f}, others {row.share('other processes'):.0f}; CPU ms "
+                f"per checkpoint: coordinator {row.per_checkpoint('coordinator'):.1f}, broker "
+                f"{row.per_checkpoint('broker'):.1f}, participants {row.per_checkpoint('bench'):.1f}{short}"
             )
             yield row
 
@@ -396,6 +515,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--flink-python", help="a Python with apache-flink==2.3.0 (default: the scratch venv "
                         "/tmp/cutline-flink-venv, made if missing)")  # fmt: skip
     parser.add_argument("--anchor", default=str(ANCHOR), help="the Flink anchor script")
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="also show when each step of a one-job row's checkpoints happened (trigger -> barrier -> "
+        "snapshot -> ack -> decided -> journaled), read back from the topics after the row",
+    )
     parser.add_argument("--json", metavar="OUT", help="also write the rows (and every duration) as JSON")
     return parser.parse_args()
 
@@ -425,6 +550,8 @@ def main() -> None:
             flink = flink_rows(args, console)
         finally:  # what was measured is printed, whatever stopped the run
             console.print(table(rows, flink))
+            if args.stages and rows:
+                console.print(stages_table(rows))
             for line in verdicts(rows, flink):
                 console.print(line)
             end = load()

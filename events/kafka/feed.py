@@ -309,6 +309,11 @@ class SharedJobFeed:
     this class hands each to every subscriber's queue in order (a few µs). Each participant still
     snapshots and answers in its own thread.
 
+    ``kinds`` (schema names) keeps only those records, as :class:`JobRecords`: the others are neither
+    decoded nor handed out, so a record no subscriber acts on wakes none of their threads
+    (:func:`events.task.participant.shared_feed` keeps what a participant acts on). Claims move the
+    fence whatever ``kinds`` says.
+
     A subscriber sees the records that arrive after it subscribed. Thread-safe; :meth:`close`
     stops the thread and the consumer (the subscribers' polls then return nothing).
     """
@@ -322,10 +327,11 @@ class SharedJobFeed:
         claims_topic: str | None = None,
         config: Mapping[str, Any] | None = None,
         timeout: float = 30.0,
+        kinds: Collection[str] | None = None,
     ) -> None:
         self.job_id = job_id
         self._feed = JobFeed(
-            bootstrap, job_id, topics, claims_topic=claims_topic, config=config, timeout=timeout
+            bootstrap, job_id, topics, claims_topic=claims_topic, config=config, timeout=timeout, kinds=kinds
         )
         self.starts = self._feed.starts
         self.records = self._feed.records

@@ -47,6 +47,7 @@ from events.wire.validation import InvalidUri, StorageUri, parse_offsets, parse_
 
 __all__ = [
     "FINAL_STATUSES",
+    "FOLDED_RECORDS",
     "Abort",
     "Complete",
     "ConfirmRunning",
@@ -187,6 +188,21 @@ def attempt_after(records: Iterable[object]) -> int:
         elif isinstance(record, SchedulerStarted | SchedulerStopped | CheckpointCompleted):
             latest = max(latest, record.attempt)
     return latest + 1
+
+
+FOLDED_RECORDS: tuple[type, ...] = (
+    CheckpointTriggered,
+    CheckpointCompleted,
+    CheckpointAborted,
+    CheckpointFailureThresholdExceeded,
+    SchedulerStarted,
+    SchedulerStopped,
+    JobRestartScheduled,
+    JobFailedPermanently,
+)
+"""The journal records :meth:`JobLedger.fold` acts on; it returns None for every other record. A reader
+may leave the others undecoded: ``TaskAcknowledged``, one per task and checkpoint, is most of a job's
+journal (docs/benchmarks.md, "Latency under load")."""
 
 
 class JobLedger:

@@ -57,7 +57,16 @@ from events.kafka.clients import (
 from events.kafka.feed import FeedRecord, FeedSubscription, JobFeed, SharedJobFeed, read_job_partition
 from events.task import storage
 from events.task.latency import LatencyMarker, MarkerSchedule
-from events.task.ledger import Abort, Complete, Discard, Ignore, JobLedger, Stop, completion_problem
+from events.task.ledger import (
+    FOLDED_RECORDS,
+    Abort,
+    Complete,
+    Discard,
+    Ignore,
+    JobLedger,
+    Stop,
+    completion_problem,
+)
 from events.task.reply import Answer, Reply, Snapshotted, answer, failure, fits_inline
 from events.task.storage import UnsupportedLocation, local_path, write_atomic
 from events.wire.codec import DecodeError, avro_decoder, decode, default_codec
@@ -91,6 +100,7 @@ from events.wire.validation import job_directory_problem
 
 __all__ = [
     "JobDriver",
+    "PARTICIPANT_RECORDS",
     "MissingTopics",
     "Participant",
     "ParticipantStats",
@@ -99,6 +109,7 @@ __all__ = [
     "load_task_snapshot",
     "local_path",
     "require_topics",
+    "shared_feed",
     "snapshot_uri",
     "valid_completions",
     "write_atomic",
@@ -262,6 +273,34 @@ def valid_completions(records: Iterable[Record]) -> list[CheckpointCompleted]:
 
 # --------------------------------------------------------------- participant
 
+PARTICIPANT_RECORDS = frozenset({CheckpointBarrier.__name__, *(kind.__name__ for kind in FOLDED_RECORDS)})
+"""The records a participant acts on: barriers and what its ledger folds. Its feed leaves the rest of
+the journal undecoded: 32 tasks' ``TaskAcknowledged`` are 32 of a checkpoint's 34 journal records, and
+each one decoded (by each task's feed) and handed to each thread of a shared feed held the GIL the
+tasks needed to snapshot and acknowledge (docs/benchmarks.md, "Latency under load")."""
+
+
+def shared_feed(
+    bootstrap: str,
+    job_id: str,
+    topics: Topics,
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> SharedJobFeed:
+    """The one feed the participants of ``job_id`` in one process share (``Participant(feed=...)``):
+    its barriers and journal from their ends now, fenced by the journal's claims, keeping only
+    :data:`PARTICIPANT_RECORDS`. The caller closes it after its participants."""
+    return SharedJobFeed(
+        bootstrap,
+        job_id,
+        (topics.barriers, topics.checkpoints),
+        claims_topic=topics.checkpoints,
+        config=config,
+        timeout=timeout,
+        kinds=PARTICIPANT_RECORDS,
+    )
+
 
 @dataclass
 class ParticipantStats:
@@ -310,7 +349,7 @@ class Participant:
     savepoints are never deleted once complete.
 
     The participants of one job in one process may share a ``feed``
-    (:class:`~events.kafka.feed.SharedJobFeed`, one consumer for all of them; the owner closes it)
+    (:func:`shared_feed`, one consumer for all of them; the owner closes it)
     and a ``producer`` (librdkafka's is thread-safe; each participant flushes it on close but
     the owner keeps it): a barrier then reaches all of them after one fetch instead of one
     each, and their acks can leave in one request. ``consumer_extra`` and ``start_timeout``
@@ -385,6 +424,7 @@ class Participant:
                 claims_topic=topics.checkpoints,
                 config=consumer_extra,
                 timeout=start_timeout,
+                kinds=PARTICIPANT_RECORDS,
             )
         log.debug("participant %s/%s starts after %s", self.job_id, self.task_id, self._feed.starts)
         # Listening now, the task says it runs: the coordinator sends it again the barriers of any

@@ -29,6 +29,7 @@ from events.task.participant import (
     Participant,
     SnapshotCorrupted,
     load_task_snapshot,
+    shared_feed,
     snapshot_uri,
     write_atomic,
 )
@@ -841,6 +842,32 @@ def test_participants_sharing_one_feed_and_producer_each_answer_every_barrier_on
     assert all(isinstance(r, CheckpointAcknowledged) and r.checkpoint_id == 2 for r in second)
     assert [[1]] * 4 == [[c.checkpoint_id for c in app.completed] for app in apps]
     assert [[1]] * 4 == [p.stats.completed for p in participants]
+
+
+def test_the_feed_participants_share_hands_out_what_they_act_on_and_not_the_tasks_acknowledgements(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """Given the feed a job's participants share (shared_feed), when a barrier goes out and the journal
+    holds its trigger, a TaskAcknowledged of each task and the completion, then a subscriber gets the
+    barrier, the trigger and the completion, and no TaskAcknowledged."""
+    location = (tmp_path / "chk-1").as_uri()
+    acknowledged = [TaskAcknowledged(JOB, 1, 1, f"task-{i}", 2) for i in range(4)]
+    trigger = CheckpointTriggered(JOB, 1, 1, CheckpointKind.CHECKPOINT, 1, location, ("task-0",), 10_000)
+    with shared_feed(bootstrap, JOB, topics) as feed:
+        subscriber = feed.subscribe()
+        coordinator.barrier(1, location)
+        coordinator.journal(trigger, *acknowledged, completed(1, {}))
+        got: list[str] = []
+
+        def until_completed() -> list[str]:
+            got.extend(r.name for r in subscriber.poll(0.1))
+            return got
+
+        eventually(
+            until_completed, lambda names: "CheckpointCompleted" in names, timeout=10, what="completion"
+        )
+
+    assert ["CheckpointBarrier", "CheckpointCompleted", "CheckpointTriggered"] == sorted(got)
 
 
 def test_a_shared_feed_of_another_job_is_refused(bootstrap: str, topics: Topics) -> None:

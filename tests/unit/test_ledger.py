@@ -4,13 +4,17 @@ no files: exact decisions, and Hypothesis for the invariants."""
 
 from __future__ import annotations
 
+import itertools
+import random
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coordinator.simulation.traffic import Rates, simulate
 from events.task.ledger import (
+    FOLDED_RECORDS,
     Abort,
     Complete,
     ConfirmRunning,
@@ -32,12 +36,15 @@ from events.wire.records import (
     CheckpointKind,
     CheckpointTriggered,
     JobFailedPermanently,
+    JobHeartbeatRecorded,
     JobRestartScheduled,
     JobStatus,
     Record,
     SchedulerStarted,
     SchedulerStopped,
     StateHandle,
+    TaskAcknowledged,
+    TaskStatusRecorded,
 )
 
 JOB = "wc"
@@ -622,3 +629,32 @@ def test_folding_in_pieces_equals_folding_at_once(history: list[int], records: l
     ]
 
     assert [folded.fold(r) for r in records] == in_pieces
+
+
+def test_a_reader_that_leaves_out_the_records_the_ledger_does_not_fold_decides_the_same() -> None:
+    """Given a simulated journal with every kind of record and trouble, when one ledger per job and
+    attempt folds all of it and another only the FOLDED_RECORDS (as a participant's feed keeps them),
+    then the records left out decided nothing and both ledgers decide alike."""
+    rates = Rates(decline=0.05, stuck=0.03, task_failure=0.03, savepoint_every_ms=3000, manual_every_ms=2000)
+    journal: list[Record] = list(itertools.islice(simulate(random.Random(2), jobs=3, rates=rates), 20_000))
+    last = max(r.timestamp_ms for r in journal if isinstance(r, SchedulerStarted))
+    # the simulation only restarts its jobs: a cancel and a finish of their own
+    ends = [
+        SchedulerStopped("job-0", 1, last + 1, JobStatus.CANCELLING),
+        SchedulerStopped("job-1", 2, last + 1, JobStatus.FINISHED),
+    ]
+    journal += ends
+    left_out = {type(r) for r in journal} - set(FOLDED_RECORDS)
+    readers = {(r.job_id, r.attempt) for r in journal if isinstance(r, SchedulerStarted)}
+
+    for job_id, attempt in sorted(readers):
+        everything, folded_only = JobLedger(job_id, attempt), JobLedger(job_id, attempt)
+        mine = [r for r in journal if r.job_id == job_id]
+        decisions = [everything.fold(r) for r in mine]
+        kept = [folded_only.fold(r) for r in mine if isinstance(r, FOLDED_RECORDS)]
+
+        assert [None] * len(mine) == [d if not isinstance(r, FOLDED_RECORDS) else None
+                                      for r, d in zip(mine, decisions, strict=True)]  # fmt: skip
+        assert [d for r, d in zip(mine, decisions, strict=True) if isinstance(r, FOLDED_RECORDS)] == kept
+    assert {TaskAcknowledged, JobHeartbeatRecorded, TaskStatusRecorded} <= left_out
+    assert all(JobLedger(e.job_id, e.attempt).fold(e) is not None for e in ends)  # they decide something
