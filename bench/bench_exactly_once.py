@@ -1,14 +1,16 @@
 """Benchmark: exactly-once output to Kafka against at-least-once output, side by side in one run
 (docs/exactly-once.md; docs/benchmarks.md, "Exactly-once output to Kafka").
 
-    uv run python bench/bench_exactly_once.py [--records 200000] [--rate 5000] [--seconds 10]
+    uv run python bench/bench_exactly_once.py [--records 1000000] [--rate 5000] [--seconds 10]
         [--interval-ms 1000] [--size 100] [--rounds 2] [--spark] [--flink] [--json PATH]
 
 Apache Kafka, one node started here (or ``CUTLINE_BOOTSTRAP``). Every output record carries the
 time its input was produced (its first 8 bytes), and a ``read_committed`` consumer of the output
 topic (4 partitions) in a thread notes when each becomes visible: **latency** is produced ->
 visible to ``read_committed`` (p50, p99); **throughput** is records from the first produced to the
-last visible.
+last visible, over a run long enough (1,000,000 records by default) that the exactly-once way's
+wait for its first checkpoint (the broker idle meanwhile) and its last commit weigh little: that
+wait is the latency's.
 
 - **participant** (always): ``ExactlyOnceSink.send`` against a plain idempotent producer
   (``enable.idempotence``: at-least-once output), in ABBA rounds. The sink's barrier, staging and
@@ -86,6 +88,9 @@ class Row:
     """CPU µs per record of this process (participant) in the throughput run."""
     broker_cpu_us: float | None = None
     """CPU µs per record of the broker in the throughput run."""
+    checkpoint_ms: float | None = None
+    """The median checkpoint duration in the latency run (a participant's: its stage and complete
+    calls; Spark's and Flink's: trigger -> completed)."""
 
 
 class Visible:
@@ -167,6 +172,7 @@ class Writer:
         self.topic, self.interval_s = topic, interval_ms / 1000
         self.checkpoint_id, self.next_checkpoint = 0, time.monotonic() + self.interval_s
         self.location = scratch
+        self.durations_ms: list[float] = []
         self.sink: ExactlyOnceSink | None = None
         self.producer: Producer | None = None
         if way == EXACTLY_ONCE:
@@ -195,6 +201,7 @@ class Writer:
     def checkpoint(self) -> None:
         """A barrier, the staging, and the checkpoint's completion at once."""
         assert self.sink is not None
+        began = time.monotonic()
         self.checkpoint_id += 1
         location = (self.location / f"chk-{self.checkpoint_id}").as_uri()
         kind = CheckpointKind.CHECKPOINT
@@ -202,6 +209,7 @@ class Writer:
         self.sink.complete(
             CheckpointCompleted(self.sink.job_id, self.checkpoint_id, kind, 0, 0, {}, 0, {}, 1, location)
         )
+        self.durations_ms.append((time.monotonic() - began) * 1000)
         self.next_checkpoint = time.monotonic() + self.interval_s
 
     def finish(self) -> None:
@@ -238,14 +246,17 @@ def participant_throughput(
 
 def participant_latency(
     way: str, bootstrap: str, args: argparse.Namespace, scratch: Path
-) -> tuple[float, float]:
+) -> tuple[float, float, float | None]:
+    """(p50, p99, the median checkpoint's ms)."""
     topic = new_topic(bootstrap, "participant")
     visible = Visible(bootstrap, topic)
     writer = Writer(way, bootstrap, topic, args.interval_ms, scratch / uuid.uuid4().hex[:6])
     try:
         count = paced(args.rate, args.seconds, lambda: writer.send(payload(args.size)), writer.tick)
         writer.finish()
-        return latency_ms(visible.wait_for(count))
+        p50, p99 = latency_ms(visible.wait_for(count))
+        durations = writer.durations_ms
+        return p50, p99, round(statistics.median(durations), 1) if durations else None
     finally:
         visible.close()
 
@@ -263,9 +274,19 @@ def participant_rows(
             per_s, cpu, broker_cpu = participant_throughput(
                 way, bootstrap, broker_pid, args, scratch, args.records
             )
-            p50, p99 = participant_latency(way, bootstrap, args, scratch)
+            p50, p99, checkpoint_ms = participant_latency(way, bootstrap, args, scratch)
             rows.append(
-                Row("participant", way, round_, round(per_s), p50, p99, round(cpu, 2), round(broker_cpu, 2))
+                Row(
+                    "participant",
+                    way,
+                    round_,
+                    round(per_s),
+                    p50,
+                    p99,
+                    round(cpu, 2),
+                    round(broker_cpu, 2),
+                    checkpoint_ms,
+                )  # fmt: skip
             )
             progress.console.print(rows[-1])
             progress.advance(task)
@@ -328,7 +349,11 @@ def spark_run(way: str, spark: Any, bootstrap: str, args: argparse.Namespace, wo
             else:
                 writer = out.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                 job.start(writer.option("topic", output).trigger(processingTime=trigger))
-            return _spark_measured(way, producer, source, visible, args)
+            row = _spark_measured(way, producer, source, visible, args)
+            durations = [c.duration_ms for c in job.completed]
+            return Row(
+                **{**asdict(row), "checkpoint_ms": statistics.median(durations) if durations else None}
+            )
     finally:
         if sink is not None:
             sink.close()
@@ -407,11 +432,11 @@ def flink_row(bootstrap: str, args: argparse.Namespace, work: Path) -> Row:
     in the PyFlink venv)."""
     source, output = new_topic(bootstrap, "flink-in"), new_topic(bootstrap, "flink-out")
     visible = Visible(bootstrap, output)
-    ready = work / f"flink-ready-{uuid.uuid4().hex[:6]}"
+    ready, stop = work / f"flink-ready-{uuid.uuid4().hex[:6]}", work / f"flink-stop-{uuid.uuid4().hex[:6]}"
     command = [
         str(args.flink_python), str(Path(__file__).with_name("flink_kafka_copy.py")),
         "--bootstrap", bootstrap, "--source", source, "--sink", output, "--jar", str(flink_connector_jar()),
-        "--interval-ms", str(args.interval_ms), "--ready", str(ready), "--seconds", str(args.seconds + 120),
+        "--interval-ms", str(args.interval_ms), "--ready", str(ready), "--stop", str(stop),
     ]  # fmt: skip
     log = (work / "flink.log").open("w")
     flink = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -432,7 +457,17 @@ def flink_row(bootstrap: str, args: argparse.Namespace, work: Path) -> Row:
         )
         producer.flush(30)
         p50, p99 = latency_ms(visible.wait_for(count, began))
-        return Row("flink", FLINK_EXACTLY_ONCE, 1, None, p50, p99)
+        stop.touch()
+        flink.wait(120)
+        return Row(
+            "flink",
+            FLINK_EXACTLY_ONCE,
+            1,
+            None,
+            p50,
+            p99,
+            checkpoint_ms=flink_checkpoint_ms(work / "flink.log"),
+        )
     finally:
         visible.close()
         if flink.poll() is None:
@@ -444,6 +479,15 @@ def flink_row(bootstrap: str, args: argparse.Namespace, work: Path) -> Row:
         log.close()
 
 
+def flink_checkpoint_ms(log: Path) -> float | None:
+    """The median of the checkpoint durations the Flink job printed (``checkpoint_ms [..]``)."""
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("checkpoint_ms "):
+            durations = json.loads(line.removeprefix("checkpoint_ms "))
+            return float(statistics.median(durations)) if durations else None
+    return None
+
+
 # ---------------------------------------------------------------- the report
 
 
@@ -452,16 +496,23 @@ def _median(rows: list[Row], field: str) -> str:
     return "" if not values else f"{statistics.median(values):,.{2 if 'cpu' in field else 0}f}"
 
 
-def table(rows: list[Row]) -> Table:
+def table(rows: list[Row], interval_ms: int) -> Table:
+    """The medians of each way's rounds, and issue 49's latency bound: one checkpoint interval + 2x
+    the checkpoint's duration."""
     out = Table(
         "section", "way", "records/s", "latency p50 ms", "latency p99 ms", "client CPU µs/record",
-        "broker CPU µs/record", "rounds", title="medians of the rounds",
+        "broker CPU µs/record", "checkpoint ms", "latency target ms", "rounds", title="medians of the rounds",
     )  # fmt: skip
     ways = list(dict.fromkeys((r.section, r.way) for r in rows))
     for section, way in ways:
         mine = [r for r in rows if (r.section, r.way) == (section, way)]
-        fields = ("records_per_s", "latency_p50_ms", "latency_p99_ms", "client_cpu_us", "broker_cpu_us")
-        out.add_row(section, way, *(_median(mine, f) for f in fields), str(len(mine)))
+        fields = (
+            "records_per_s", "latency_p50_ms", "latency_p99_ms",
+            "client_cpu_us", "broker_cpu_us", "checkpoint_ms",
+        )  # fmt: skip
+        durations = [r.checkpoint_ms for r in mine if r.checkpoint_ms is not None]
+        target = f"{interval_ms + 2 * statistics.median(durations):,.0f}" if durations else ""
+        out.add_row(section, way, *(_median(mine, f) for f in fields), target, str(len(mine)))
     return out
 
 
@@ -487,7 +538,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--interval-ms", type=int, default=1000)
@@ -507,7 +558,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    console = Console()
+    console = Console(width=170)
     rows: list[Row] = []
     notes: list[str] = []
     with broker("kafka") as (bootstrap, what, pid), tempfile.TemporaryDirectory() as scratch:
@@ -523,7 +574,7 @@ def main() -> None:
                 except RuntimeError as exc:
                     notes.append(f"Flink not measured: {exc}")
         console.print(f"load after: {os.getloadavg()}")
-    console.print(table(rows))
+    console.print(table(rows, args.interval_ms))
     for line in ratio_lines(rows) + notes:
         console.print(line)
     if args.json:

@@ -49,9 +49,11 @@ from confluent_kafka import KafkaError, KafkaException
 from events.kafka.feed import JobFeed
 from events.task import storage
 from events.task.exactly_once import (
+    ANY_PARTITION,
     DEFAULT_MAX_BUFFERED_BYTES,
     ExactlyOnceSink,
     OutputBuffer,
+    OutputColumns,
     OutputRecord,
     Recovered,
     RecoveryPlan,
@@ -183,6 +185,36 @@ def output_record(row: Mapping[str, Any], topic: str | None) -> OutputRecord:
     )
 
 
+def _binary_column(table: Any, name: str) -> list[bytes | None]:
+    """Column ``name`` of an Arrow table as bytes (a string column encoded, as Spark's kafka sink does)."""
+    import pyarrow as pa
+
+    column = table.column(name)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.binary())
+    elif not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+        raise TypeError(f"column {name!r} must be binary or string, got {column.type}")
+    values: list[bytes | None] = column.to_pylist()
+    return values
+
+
+def output_columns(table: Any, topic: str | None) -> OutputColumns:
+    """An Arrow table of the ``kafka`` format's columns (a batch's ``toArrow()``) as records to send
+    (``topic``, if given, instead of the rows'): column by column, no Python object per row."""
+    count, names = table.num_rows, set(table.column_names)
+    topics = [topic] * count if topic else [str(t) for t in table.column("topic").to_pylist()]
+    partitions = [ANY_PARTITION] * count
+    if "partition" in names:
+        partitions = [ANY_PARTITION if p is None else int(p) for p in table.column("partition").to_pylist()]
+    headers: dict[int, tuple[tuple[str, bytes], ...]] = {}
+    if "headers" in names:
+        for index, found in enumerate(table.column("headers").to_pylist()):
+            if found:
+                headers[index] = tuple((str(h["key"]), h["value"] or b"") for h in found)
+    keys = _binary_column(table, "key") if "key" in names else [None] * count
+    return OutputColumns(topics, _binary_column(table, "value"), keys, partitions, headers)
+
+
 class StagedBatches:
     """The ``foreachBatch`` half: keeps each batch's rows, stages them at the next barrier. Pickles."""
 
@@ -216,9 +248,8 @@ class StagedBatches:
                 raise ValueError(f"sink {self.buffer.uid}: {problem}")
         staged = self._stage_at_barrier(batch_id)
         with batch_id_known(batch_df, batch_id, self.batch_property):
-            rows = batch_df.select(*[c for c in KAFKA_COLUMNS if c in batch_df.columns]).collect()
-        for row in rows:
-            self.buffer.add(output_record(row.asDict(recursive=True), self.topic))
+            table = batch_df.select(*[c for c in KAFKA_COLUMNS if c in batch_df.columns]).toArrow()
+        rows = self.buffer.extend(output_columns(table, self.topic))
         self.next_batch = batch_id + 1
         if self.step is not None and staged:
             self.step("acked", self.last_staged)  # the barrier batch ran: its tasks acked

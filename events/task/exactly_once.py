@@ -527,6 +527,26 @@ class OutputBuffer:
         partition = ANY_PARTITION if record.partition is None else record.partition
         self.append(record.topic, record.value, record.key, partition, record.headers)
 
+    def extend(self, records: OutputColumns) -> int:
+        """Keep every record of ``records`` until the next barrier (all or, past the bound, none:
+        :class:`BufferFull`); how many."""
+        size = self.size + sum(len(v) for v in records.values if v) + sum(len(k) for k in records.keys if k)
+        size += sum(len(k) + len(v) for found in records.headers.values() for k, v in found)
+        if size > self.max_buffered_bytes:
+            raise BufferFull(
+                f"sink {self.uid} of task {self.task_id}: {size} bytes "
+                f"sent since the last barrier, more than max_buffered_bytes={self.max_buffered_bytes}: "
+                "checkpoint more often or raise the bound"
+            )
+        self.size = size
+        offset = len(self._values)
+        self._headers.update((offset + i, found) for i, found in records.headers.items())
+        self._topics.extend(records.topics)
+        self._values.extend(records.values)
+        self._keys.extend(records.keys)
+        self._partitions.extend(records.partitions)
+        return len(records)
+
     def __len__(self) -> int:
         return len(self._values)
 

@@ -27,7 +27,7 @@ from events.task.exactly_once import (
     transactional_id,
 )
 from events.wire.topics import Topics
-from spark_tasks.kafka_sink import columns_problem, output_record
+from spark_tasks.kafka_sink import columns_problem, output_columns, output_record
 
 
 def test_a_completed_checkpoint_after_the_marker_is_committed_again() -> None:
@@ -184,6 +184,32 @@ def test_the_sinks_topic_is_used_instead_of_the_rows_as_in_spark() -> None:
 def test_a_value_of_another_type_says_which_column() -> None:
     with pytest.raises(TypeError, match="'value' must be binary or string"):
         output_record({"value": 3, "topic": "t"}, None)
+
+
+def test_a_batchs_arrow_columns_become_the_records_its_rows_would() -> None:
+    # given: a batch as toArrow() gives it, string and binary columns, nulls, headers on one row
+    pa = pytest.importorskip("pyarrow")
+    header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    table = pa.table(
+        {
+            "key": pa.array(["alpha", None]),
+            "value": pa.array([b"3", b""]),
+            "topic": pa.array(["counts", "other"]),
+            "partition": pa.array([2, None], pa.int32()),
+            "headers": pa.array([[{"key": "h", "value": b"v"}], None], header),
+        }
+    )
+    # when
+    records = output_columns(table, None)
+    # then: what output_record makes of each row
+    assert tuple(output_record(row, None) for row in table.to_pylist()) == tuple(records)
+    assert ("counts", "counts") == tuple(r.topic for r in output_columns(table, "counts"))
+
+
+def test_a_value_column_of_another_type_says_which_column_in_a_batch_too() -> None:
+    pa = pytest.importorskip("pyarrow")
+    with pytest.raises(TypeError, match="'value' must be binary or string"):
+        output_columns(pa.table({"value": pa.array([3]), "topic": pa.array(["t"])}), None)
 
 
 def test_a_dataframe_without_value_or_topic_is_refused_with_what_to_do() -> None:
