@@ -66,6 +66,7 @@ from typing import Any, Literal, Self
 from confluent_kafka import KafkaException
 
 from events.task import storage
+from events.task.completion_metadata import MetadataUnavailable, resolve_completion
 from events.task.ledger import (
     Abort,
     Complete,
@@ -91,7 +92,6 @@ from events.task.participant import (
 from events.task.reply import Answer, barrier_epoch
 from events.task.storage import write_atomic
 from events.wire.codec import WireSettings, codec_for, process_wire, use_wire
-from events.wire.metadata import MetadataUnavailable, resolve_completion
 from events.wire.records import (
     CheckpointAborted,
     CheckpointAcknowledged,

@@ -52,9 +52,9 @@ class _TaskPartition(InputPartition):
 
 
 def _completed(path: str, uid: str | None) -> Any:
+    from events.task.completion_metadata import resolve_completion
     from events.task.participant import read_checkpoint_metadata
     from events.task.state_view import require_uid
-    from events.wire.metadata import resolve_completion
 
     completed = resolve_completion(read_checkpoint_metadata(path))
     require_uid(completed, uid)

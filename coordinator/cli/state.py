@@ -77,8 +77,8 @@ def _completed(
     """The completion ``where`` names: a directory's ``_metadata``, or with ``job`` the completion of
     checkpoint id ``where`` in the job's journal (fencing applied)."""
     from events.extras import MissingExtra, require
+    from events.task.completion_metadata import MetadataUnavailable, resolve_completion
     from events.task.participant import MetadataProblem, read_checkpoint_metadata
-    from events.wire.metadata import MetadataUnavailable, resolve_completion
 
     try:
         require("spark", "cutline state (reading keyed state pieces)")

@@ -56,6 +56,7 @@ from events.kafka.clients import (
 )
 from events.kafka.feed import FeedRecord, FeedSubscription, JobFeed, SharedJobFeed, read_job_partition
 from events.task import storage
+from events.task.completion_metadata import MetadataUnavailable, resolve_completion
 from events.task.latency import LatencyMarker, MarkerSchedule
 from events.task.ledger import (
     FOLDED_RECORDS,
@@ -73,7 +74,6 @@ from events.wire.codec import DecodeError, avro_decoder, decode, default_codec
 from events.wire.metadata import (
     METADATA_FILE as METADATA_FILE,  # re-exported: its home before events.wire.metadata
 )
-from events.wire.metadata import MetadataUnavailable, resolve_completion
 from events.wire.records import (
     CheckpointAborted,
     CheckpointAcknowledged,

@@ -20,11 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from events.task import storage
+from events.task.completion_metadata import resolve_completion
 from events.task.keyed_pieces import KeyedState, encode_piece, read_key_groups, read_manifests
 from events.task.manifest import Manifest, Piece, StepIdentity
 from events.task.participant import read_checkpoint_metadata
 from events.wire.codec import Codec, default_codec
-from events.wire.metadata import METADATA_FILE, resolve_completion
+from events.wire.metadata import METADATA_FILE
 from events.wire.records import CheckpointCompleted, CheckpointKind, StateHandle
 from events.wire.validation import MAX_CHECKPOINT_ID, parse_offsets
 

@@ -8,9 +8,11 @@ name, then rename; one PUT on object stores), and journals the same completion w
 ``handles`` and ``offsets`` and ``metadata`` = the object's ``StateHandle(uri, size_bytes,
 sha256)``. The fold keeps that reference as data; a reader that needs the handles or offsets
 (participants committing offsets, a restore, ``cutline savepoints show``) calls
-:func:`resolve_completion`, which reads the object, checks its size and sha256, and returns the
-full record. The object is the same ``_metadata`` a Spark job's driver writes into a completed
-checkpoint's directory (:data:`METADATA_FILE`): one format, one name.
+:func:`events.task.completion_metadata.resolve_completion`, which reads the object and hands its bytes
+to :func:`completion_in_object` here: it checks their size and sha256 and returns the full record.
+This module is the wire's part, pure; storage is the task side's. The object is the same
+``_metadata`` a Spark job's driver writes into a completed checkpoint's directory
+(:data:`METADATA_FILE`): one format, one name.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from events.task import storage
 from events.wire.codec import Codec, DecodeError, default_codec
 from events.wire.records import CheckpointCompleted, StateHandle
 
@@ -26,9 +27,8 @@ __all__ = [
     "METADATA_FILE",
     "MetadataUnavailable",
     "by_reference",
+    "completion_in_object",
     "metadata_uri",
-    "resolve_completion",
-    "write_completion_metadata",
 ]
 
 METADATA_FILE = "_metadata"
@@ -41,7 +41,7 @@ class MetadataUnavailable(OSError):
 
 def metadata_uri(location: str) -> str:
     """Where the metadata object of a checkpoint at ``location`` lives."""
-    return storage.join(location.rstrip("/") or location, METADATA_FILE)
+    return f"{location.rstrip('/')}/{METADATA_FILE}"
 
 
 def by_reference(completed: CheckpointCompleted, frame: bytes) -> CheckpointCompleted:
@@ -51,35 +51,13 @@ def by_reference(completed: CheckpointCompleted, frame: bytes) -> CheckpointComp
     return dataclasses.replace(completed, handles={}, offsets={}, metadata=reference)
 
 
-def write_completion_metadata(
-    completed: CheckpointCompleted, codec: Codec | None = None
+def completion_in_object(
+    completed: CheckpointCompleted, data: bytes, codec: Codec | None = None
 ) -> CheckpointCompleted:
-    """Write ``completed`` (handles and offsets inline) to its metadata object, all or nothing, and
-    return the completion to journal in its place (:func:`by_reference`). Raises OSError (or the
-    storage's error) when it cannot be written."""
-    if completed.metadata is not None:
-        raise ValueError("the completion refers to a metadata object already")
-    frame = (codec or default_codec()).encode(completed)
-    journaled = by_reference(completed, frame)
-    assert journaled.metadata is not None
-    storage.write_bytes(journaled.metadata.uri, frame)
-    return journaled
-
-
-def resolve_completion(completed: CheckpointCompleted, codec: Codec | None = None) -> CheckpointCompleted:
-    """``completed`` with its handles and offsets: itself when it carries them, else the record in
-    its metadata object, checked against the reference (size, sha256, job, id).
-    :class:`MetadataUnavailable` says why it cannot be."""
+    """The full record that ``data``, the bytes of ``completed``'s metadata object, holds, checked
+    against the reference (size, sha256, job, id). Pure: :class:`MetadataUnavailable` says why not."""
     reference = completed.metadata
-    if reference is None:
-        return completed
-    try:
-        data = storage.read_bytes(reference.uri)
-    except (OSError, ValueError, ImportError) as exc:
-        raise MetadataUnavailable(
-            f"checkpoint {completed.checkpoint_id} of job {completed.job_id!r}: its metadata object "
-            f"{reference.uri} cannot be read ({type(exc).__name__}: {exc})"
-        ) from exc
+    assert reference is not None, "a completion that refers to no metadata object"
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != reference.size_bytes or digest != reference.sha256.lower():
         raise MetadataUnavailable(

@@ -410,7 +410,7 @@ class CheckpointCompleted:
     """Set when the completion did not fit in one journal record (docs/design.md, "Record sizes"): its handles
     and offsets are in this metadata object (``<location>/_metadata``, the full completion as one
     Avro single-object frame), and ``handles`` and ``offsets`` here are empty. Readers resolve it
-    with :func:`events.task.participant.resolve_completion`."""
+    with :func:`events.task.completion_metadata.resolve_completion`."""
 
     @property
     def by_reference(self) -> bool:

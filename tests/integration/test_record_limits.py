@@ -20,9 +20,9 @@ from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import max_message_bytes
 from events.kafka.clients import producer_config
 from events.kafka.log import read_to_end
+from events.task.completion_metadata import resolve_completion
 from events.task.participant import JobDriver
 from events.wire.codec import decode, encode
-from events.wire.metadata import resolve_completion
 from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointCompleted,

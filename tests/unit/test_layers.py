@@ -94,11 +94,7 @@ KNOWN_LOOPS = {
 }
 """Import loops that exist today, each with why; a new loop fails, and so does one that is gone."""
 
-KNOWN_WIRE_REACHES = {
-    ("events.wire.metadata", "events.task.storage"): (
-        "a completion's _metadata object is written and read through the task side's storage (fsspec)"
-    ),
-}
+KNOWN_WIRE_REACHES: dict[tuple[str, str], str] = {}
 """Imports of ``events.wire`` into the Kafka edge, the task side or the dev helpers that exist today."""
 
 

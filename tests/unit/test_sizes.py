@@ -21,8 +21,9 @@ from coordinator.core.commands import ChangeJobStatus, Tick
 from coordinator.core.decider import fold_jobs
 from coordinator.service.ports import StoredMetadata
 from coordinator.service.runtime import Coordinator, Outcome
+from events.task.completion_metadata import resolve_completion
 from events.wire.codec import decode, encode
-from events.wire.metadata import MetadataUnavailable, by_reference, resolve_completion
+from events.wire.metadata import MetadataUnavailable, by_reference
 from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointCompleted,

@@ -15,8 +15,8 @@ from coordinator.service.runtime import Coordinator, MetadataObject, Outcome, Ou
 from coordinator.service.worker import Worker
 from coordinator.service.writer import Written
 from events.kafka.clients import job_key, partition_for
+from events.task.completion_metadata import resolve_completion
 from events.wire.codec import encode
-from events.wire.metadata import resolve_completion
 from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointCompleted,
