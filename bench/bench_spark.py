@@ -5,6 +5,7 @@
                                        [--keyed 8] [--markers 1000] [--snapshots]
                                        [--keyed 8 --native [--keys 9 100000]] [--connector]
     uv run python bench/bench_spark.py --all [--records 100000] [--rounds 2] [--keys 9 100000]
+                                       [--only keyed|stateless]
 
 One local SparkSession (``local[2]``), the embedded broker (or ``CUTLINE_BOOTSTRAP``)
 and a coordinator process. ``--records`` lines of words are produced once to a
@@ -465,6 +466,11 @@ def main() -> None:
         help="everything on the connector in one run: the keyed rows, the stateless query, cutline-kafka",
     )
     parser.add_argument(
+        "--only",
+        choices=("keyed", "stateless"),
+        help="with --all: only the keyed rows or the stateless query",
+    )
+    parser.add_argument(
         "--connector",
         action="store_true",
         help="with --keyed N: read with Spark's own kafka connector instead of cutline-kafka",
@@ -484,6 +490,8 @@ def main() -> None:
     if args.snapshots:
         console.print(snapshot_sizes())
         return
+    if args.only and not args.all:
+        parser.error("--only narrows --all: give --all too")
     if args.all:
         args.connector, args.keyed = True, args.keyed or 8
         side_by_side(args, console, "uv run python bench/bench_spark.py " + " ".join(sys.argv[1:]))
@@ -729,7 +737,7 @@ def side_by_side(args: Any, console: Console, command: str) -> None:
     """Everything on Spark's kafka connector in one session, the variants interleaved round by round
     (ABC, then CBA) so that the machine's load falls on all alike: the keyed rows at each ``--keys`` and
     the stateless query; one warm-up run of each variant first."""
-    plan = side_by_side_plan(args.keys)
+    plan = [step for step in side_by_side_plan(args.keys) if step[0].startswith(args.only or "")]
     console.print(
         f"[bold]Spark on its own kafka connector, side by side[/] — {args.records:,} records a backlog, "
         f"{PARTITIONS} partitions, keyed: {args.keyed} shuffle partitions at "
@@ -740,12 +748,13 @@ def side_by_side(args: Any, console: Console, command: str) -> None:
     work = Path(tempfile.mkdtemp(prefix="cutline-bench-spark-"))
     runs: dict[str, list[Run]] = {group: [] for group, _, _ in plan}
     unmeasured: dict[str, str] = {}
+    keys_used = sorted({keys for _, keys, _ in plan}, key=args.keys.index)
     with (
         _broker(args) as (bootstrap, broker_name),
         CoordinatorProcess(bootstrap, log_path=work / "coordinator" / "log"),
     ):
         console.print(f"broker: {broker_name}")
-        topics = {keys: f"bench-words-{keys}-{uuid.uuid4().hex[:6]}" for keys in args.keys}
+        topics = {keys: f"bench-words-{keys}-{uuid.uuid4().hex[:6]}" for keys in keys_used}
         create_topics(bootstrap, list(topics.values()), partitions=PARTITIONS)
         for keys, topic in topics.items():
             produce(bootstrap, topic, args.records, keys)
@@ -777,7 +786,8 @@ def side_by_side(args: Any, console: Console, command: str) -> None:
         finally:
             spark.stop()
     shutil.rmtree(work, ignore_errors=True)
-    side_by_side_report(console, runs, side_by_side_comparisons(args.keys), unmeasured, command)
+    comparisons = [c for c in side_by_side_comparisons(args.keys) if c.group in runs]
+    side_by_side_report(console, runs, comparisons, unmeasured, command)
 
 
 WORKER_STARTS = 3
@@ -840,6 +850,7 @@ def side_by_side_report(
                 f"{loads[0]:.1f}-{loads[-1]:.1f}",
             )  # fmt: skip
     console.print(table)
+    console.print(phases_table(runs))
     verdicts = Table(title=f"Ratios (per round, interleaved); command: {command}")
     for column in ("query", "ratio", "per round", "median", "CPU per record", "target", "verdict"):
         verdicts.add_column(column, justify="right")
@@ -862,6 +873,25 @@ def side_by_side_report(
     for name, why in unmeasured.items():
         console.print(f"not measured: {name}: {why}")
     console.print(f"command: {command}\n{uptime()}")
+
+
+def phases_table(runs: Mapping[str, list[Run]]) -> Table:
+    """Where each variant's micro-batches spend their time: mean ms per measured batch of each phase of
+    Spark's ``durationMs`` (``latestOffset``: the sources' planning, the barrier source's with cutline;
+    ``addBatch``: the batch's tasks and sink)."""
+    batches = {
+        (group, name): [b for r in done if r.name == name for b in r.measured]
+        for group, done in runs.items()
+        for name in dict.fromkeys(r.name for r in done)
+    }
+    phases = sorted({k for found in batches.values() for b in found for k in b["durationMs"]})
+    table = Table(title="Where a micro-batch's time goes: mean ms per batch (Spark's durationMs)")
+    for column in ("query", "variant", "batches", *phases):
+        table.add_column(column, justify="right")
+    for (group, name), found in batches.items():
+        means = [statistics.mean(b["durationMs"].get(k, 0) for b in found) for k in phases]
+        table.add_row(group, name, str(len(found)), *(f"{m:,.0f}" for m in means))
+    return table
 
 
 def _target(target: float | None) -> str:
