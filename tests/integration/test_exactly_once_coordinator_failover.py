@@ -10,7 +10,9 @@ every input's copy exactly once, and no staged file is left.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -132,15 +134,26 @@ class FailoverJob:
             "output": self.output,
             "variant": variant,
         }
+        self.settings = settings
         self.child: Child = launch(settings)
         self.child.said("ready")
         self.driver = JobDriver(bootstrap, JOB, self.topics)
         # checkpoints every 0.5 s; one the failover leaves pending expires after 20 s
-        config = CheckpointConfig(
+        self.config = CheckpointConfig(
             interval_ms=500, timeout_ms=20_000, tolerable_failures=10, location=root.as_uri()
         )
-        self.driver.running((TASK,), config, attempt=1)
+        self.driver.running((TASK,), self.config, attempt=1)
         self.root = root
+
+    def restart(self) -> Child:
+        """The participant of attempt 2, restored from the latest completed checkpoint, and the
+        driver's RUNNING for it."""
+        latest = self.driver.latest_completed()
+        assert latest is not None
+        self.child = launch({**self.settings, "attempt": 2, "restored": latest.checkpoint_id})
+        self.child.said("ready")
+        self.driver.running((TASK,), self.config, 2, latest.checkpoint_id, latest.location)
+        return self.child
 
     def words(self, count: int) -> None:
         for _ in range(count):
@@ -255,6 +268,30 @@ def test_exactly_once_when_the_coordinator_fails_over_mid_checkpoint(job: Failov
     assert sorted(job.root.glob(f"**/chk-{died}/{TASK}.out")) == [], "its staged file is left"
     # no commit's transaction was open when a process died: nothing was aborted
     assert job.output_values("read_uncommitted") == seen
+
+
+def test_exactly_once_when_the_participant_dies_too_during_the_coordinator_failover(job: FailoverJob) -> None:
+    # given: the owner died when the participant's ack of checkpoint N reached it (N's output staged)
+    _, died = owner_killed_mid_checkpoint(job)
+    # when: the participant is SIGKILLed too, before the other worker takes the partition over
+    first = job.child
+    first.kill()
+    # then: the other worker decides N without it (the ack is in the acks topic: completed; or expired)
+    decided = eventually(lambda: job.decisions(died), timeout=SESSION_TIMEOUT + 60, what=f"{died} decided")
+    # and attempt 2, restored from the latest completed checkpoint, commits N's output (with any
+    # earlier one the participant had not committed yet) if N completed, or deletes it and reads N's
+    # input again
+    second = job.restart()
+    recovered = next(line for line in second.lines if line.startswith("recovered "))
+    lists = re.fullmatch(r"recovered commit=(\[.*\]) delete=(\[.*\])", recovered)
+    assert lists is not None, recovered
+    commit, delete = (json.loads(found) for found in lists.groups())
+    assert died in (commit if isinstance(decided[0], CheckpointCompleted) else delete), recovered
+    job.words(10)
+    seen = job.every_copy_committed()
+    assert seen == Counter({f"w{i}": 1 for i in range(job.sent)}), f"not exactly once: {seen}"
+    assert job.output_values("read_uncommitted") == seen, "no transaction was open when it died"
+    assert first.lines.count(f"step staged {died}") == 1
 
 
 def test_a_participant_that_snapshots_a_barrier_sent_again_loses_output_in_a_failover(
