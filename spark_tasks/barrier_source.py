@@ -54,8 +54,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 from events.task.latency import LatencyMarker, MarkerSchedule
-from events.wire.codec import WireSettings
 from events.wire.topics import DEFAULT_PREFIX, Topics
+from events.wire.wire_settings import WireSettings
 from spark_tasks.kafka_source import (
     BACKGROUND_FETCH_WAIT_MAX_MS,
     BARRIER_KEY,

@@ -91,7 +91,7 @@ from events.task.participant import (
 )
 from events.task.reply import Answer, barrier_epoch
 from events.task.storage import write_atomic
-from events.wire.codec import WireSettings, codec_for, process_wire, use_wire
+from events.wire.codec import codec_for, process_wire, use_wire
 from events.wire.records import (
     CheckpointAborted,
     CheckpointAcknowledged,
@@ -109,6 +109,7 @@ from events.wire.records import (
     TriggerRejected,
 )
 from events.wire.topics import DEFAULT_PREFIX, Topics
+from events.wire.wire_settings import WireSettings
 from spark_tasks.barrier_source import CHANNEL, held_file
 from spark_tasks.connector_cuts import SOURCE_TASK, CutFollower, PartitionSnapshots, SourceAck
 from spark_tasks.connector_source import CONNECTOR_FORMAT, connector_options, connector_stream

@@ -91,10 +91,11 @@ from events.task.participant import (
     SnapshotCorrupted,
 )
 from events.task.reply import Answer, Failed, SnapshotOutcome, Snapshotted, answer, failure
-from events.wire.codec import WireSettings, process_wire
+from events.wire.codec import process_wire
 from events.wire.records import StateHandle
 from events.wire.topics import Topics
 from events.wire.vocabulary import DeclineReason
+from events.wire.wire_settings import WireSettings
 from spark_tasks.kafka_source import BARRIER_COLUMN, MARKER_COLUMN, entry_barrier
 from spark_tasks.latency import KEYED, ROUTE, Measurements
 from spark_tasks.session import is_connect_session

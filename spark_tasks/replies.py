@@ -17,8 +17,9 @@ from confluent_kafka import KafkaException, Producer
 
 from events.kafka.clients import deliver, produce_record, producer_config
 from events.task.reply import Answer
-from events.wire.codec import WireSettings, codec_for
+from events.wire.codec import codec_for
 from events.wire.topics import Topics
+from events.wire.wire_settings import WireSettings
 
 __all__ = ["ACK_TIMEOUT_S", "ReplyTarget", "await_replies", "send_reply", "task_producer"]
 

@@ -60,10 +60,11 @@ from events.task.participant import (
 )
 from events.task.reply import Failed, SnapshotOutcome, Snapshotted, answer, failure
 from events.wire.barrier_entry import entry_barrier, parse_barrier_json
-from events.wire.codec import WireSettings, process_wire
+from events.wire.codec import process_wire
 from events.wire.records import CheckpointBarrier
 from events.wire.topics import Topics
 from events.wire.vocabulary import DeclineReason
+from events.wire.wire_settings import WireSettings
 from spark_tasks.kafka_source.reading import BARRIER_COLUMN
 from spark_tasks.latency import STEP, Measurements
 from spark_tasks.replies import await_replies, send_reply

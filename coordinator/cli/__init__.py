@@ -104,8 +104,9 @@ def cutline(
         command_line_warnings,
         override,
     )
-    from events.wire.codec import WireFormatError, WireSettings, use_wire
+    from events.wire.codec import use_wire
     from events.wire.schema_registry import wire_environment
+    from events.wire.wire_settings import WireFormatError, WireSettings
 
     errors = Console(stderr=True, highlight=False)
     if kafka_config is not None:

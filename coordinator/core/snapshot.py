@@ -34,15 +34,12 @@ from coordinator.core.state import FrozenMap, JobState, PendingCheckpoint, Sched
 from coordinator.core.stats import CheckpointEntry, CheckpointStats
 from events.wire.codec import (
     HEADER_SIZE,
-    NAMESPACE,
     SCHEMAS_DIR,
     DecodeError,
     UnknownFingerprint,
-    WriterSchema,
     avro_decoder,
     default_codec,
     read_frame,
-    schema_fingerprint,
     to_avro,
     write_frame,
 )
@@ -57,6 +54,7 @@ from events.wire.records import (
     JobStatus,
     TaskAcknowledged,
 )
+from events.wire.writer_schema import NAMESPACE, WriterSchema, schema_fingerprint
 
 __all__ = [
     "SCHEMA_NAME",

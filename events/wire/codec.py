@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 from fastavro import schemaless_reader, schemaless_writer
-from fastavro.schema import fingerprint, load_schema, parse_schema, to_parsing_canonical_form
+from fastavro.schema import load_schema, parse_schema, to_parsing_canonical_form
 
 from events.wire.avro_binary import (
     Decoder,
@@ -40,11 +40,13 @@ from events.wire.avro_binary import (
 )
 from events.wire.codegen import define, slot_setters
 from events.wire.records import RECORD_TYPES, CheckpointAcknowledged, Record, TaskAcknowledged
+from events.wire.schema_registry import RegistryFraming
 from events.wire.vocabulary import DeadLetterReason
+from events.wire.wire_settings import WireSettings
+from events.wire.writer_schema import NAMESPACE, WriterSchema, schema_fingerprint
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
-NAMESPACE = "cutline"
 SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 R = TypeVar("R", bound=Record)
@@ -246,27 +248,6 @@ def _decode_expr(hint: Any, var: str, namespace: dict[str, Any], owner: type) ->
 
 
 # --------------------------------------------------------------------- registry
-
-
-def schema_fingerprint(parsed: dict[str, Any]) -> bytes:
-    """The 8-byte little-endian CRC-64-AVRO fingerprint of a parsed schema."""
-    return bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class WriterSchema:
-    """One known writer schema: the record it encodes and its parsed form."""
-
-    name: str
-    fingerprint: bytes
-    parsed: dict[str, Any]
-    compiled: dict[str, Any] = dataclasses.field(init=False, repr=False, compare=False)
-    """``parsed`` with fastavro's parse marker: fastavro's reader and writer take it as it is.
-    Handed the unmarked ``parsed``, they parse the schema again on every call (about three
-    quarters of the time of encoding an ack)."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "compiled", parse_schema(self.parsed))
 
 
 class SchemaRegistry:
@@ -725,45 +706,11 @@ class Codec:
         return record
 
 
-WIRE_FORMATS = ("single-object", "confluent")
-
-
-class WireFormatError(ValueError):
-    """The wire format settings do not fit together; says how to fix them."""
-
-
-@dataclasses.dataclass(frozen=True)
-class WireSettings:
-    """How a process frames records: single-object (the default), or Confluent frames through a
-    schema registry (docs/wire-format.md, "Confluent framing").
-
-    Set by a process's caller: the ``cutline`` command from its options, a job from
-    ``JobSettings.wire``, a program from :func:`events.wire.schema_registry.wire_from_environment`,
-    then made the process's with :func:`use_wire`. Tasks carry their driver's settings.
-    """
-
-    schema_registry_url: str | None = None
-    """Every reader also decodes Confluent frames through this registry."""
-    wire_format: str = "single-object"
-    """How records are written: ``single-object`` or ``confluent`` (needs the registry)."""
-
-    def __post_init__(self) -> None:
-        if self.wire_format not in WIRE_FORMATS:
-            raise WireFormatError(f"wire format {self.wire_format!r}: use one of {', '.join(WIRE_FORMATS)}")
-        if self.wire_format == "confluent" and not self.schema_registry_url:
-            raise WireFormatError(
-                "the confluent wire format needs a schema registry: pass --schema-registry URL "
-                "(or set CUTLINE_SCHEMA_REGISTRY_URL)"
-            )
-
-
 @cache
 def codec_for(wire: WireSettings) -> Codec:
     """The codec of ``wire`` (one per settings in a process: it caches compiled schemas and ids)."""
     if not wire.schema_registry_url:
         return Codec()
-    from events.wire.schema_registry import RegistryFraming
-
     return Codec(confluent=RegistryFraming(wire.schema_registry_url, writes=wire.wire_format == "confluent"))
 
 

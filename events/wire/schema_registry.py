@@ -1,8 +1,8 @@
 """The Confluent Schema Registry wire format for cutline's topics (optional, the ``registry`` extra).
 
 Single-object encoding (docs/design.md, "Wire protocol") stays the default. With a registry URL
-(:class:`events.wire.codec.WireSettings`, ``--schema-registry URL``) every reader also decodes Confluent
-frames (magic byte 0, a 4-byte schema id, the Avro body); with the ``confluent`` wire format the
+(:class:`events.wire.wire_settings.WireSettings`, ``--schema-registry URL``) every reader also decodes
+Confluent frames (magic byte 0, a 4-byte schema id, the Avro body); with the ``confluent`` wire format the
 writers write them, so kcat, Kafka UI, AKHQ, Redpanda Console and Kafdrop show the records.
 A topic carries several record types, so subjects follow Confluent's TopicRecordNameStrategy:
 ``<topic>-cutline.<Record>``, registered on first use. The registry is asked once per schema
@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from events.extras import require
-from events.wire.codec import NAMESPACE, WIRE_FORMATS, WireFormatError, WireSettings, WriterSchema
+from events.wire.wire_settings import WIRE_FORMATS, WireFormatError, WireSettings
+from events.wire.writer_schema import NAMESPACE, WriterSchema
 
 URL_VARIABLE = "CUTLINE_SCHEMA_REGISTRY_URL"
 FORMAT_VARIABLE = "CUTLINE_WIRE_FORMAT"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from events.kafka.client_config import client_properties
-from events.wire.codec import WireSettings
+from events.wire.wire_settings import WireSettings
 from spark_tasks.kafka_source.offsets import BARRIER_KEY, EARLIEST, MARKER_KEY, from_offsets
 
 __all__ = [

@@ -25,8 +25,9 @@ from events.kafka.clients import find_ends, watermark_offsets
 from events.kafka.feed import JobFeed
 from events.kafka.refusals import AccessRefused, explain
 from events.wire.barrier_entry import barrier_entry, entry_key
-from events.wire.codec import WireSettings, codec_for
+from events.wire.codec import codec_for
 from events.wire.records import CheckpointBarrier
+from events.wire.wire_settings import WireSettings
 from spark_tasks.kafka_source.offsets import TopicPartitionKey, partition_order
 from spark_tasks.kafka_source.options import (
     BACKGROUND_FETCH_WAIT_MAX_MS,

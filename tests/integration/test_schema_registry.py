@@ -27,7 +27,7 @@ from coordinator.service.supervisor import CoordinatorProcess
 from events.kafka.clients import producer_config
 from events.kafka.log import read_journal_topic, read_to_end
 from events.task.participant import Participant
-from events.wire.codec import Codec, UnknownSchemaId, WireSettings, default_codec, process_wire, use_wire
+from events.wire.codec import Codec, UnknownSchemaId, default_codec, process_wire, use_wire
 from events.wire.records import (
     CheckpointAcknowledged,
     CheckpointBarrier,
@@ -38,6 +38,7 @@ from events.wire.records import (
 )
 from events.wire.schema_registry import RegistryFraming, wire_environment
 from events.wire.topics import Topics
+from events.wire.wire_settings import WireSettings
 
 JOB = "registry-job"
 

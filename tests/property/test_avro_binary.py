@@ -25,13 +25,12 @@ from events.wire.codec import (
     BodyMismatch,
     Codec,
     SchemaRegistry,
-    WriterSchema,
     from_avro,
     read_body,
-    schema_fingerprint,
     to_avro,
 )
 from events.wire.records import RECORD_TYPES, CheckpointAcknowledged, JobHeartbeat, Record, TaskAcknowledged
+from events.wire.writer_schema import WriterSchema, schema_fingerprint
 
 REGISTRY = SchemaRegistry()
 CODEC = Codec(REGISTRY)

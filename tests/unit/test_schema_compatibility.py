@@ -23,8 +23,9 @@ from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibi
 from fastavro import json_reader, json_writer, schemaless_reader, schemaless_writer
 from fastavro.schema import parse_schema, to_parsing_canonical_form
 
-from events.wire.codec import HEADER_SIZE, MAGIC, Codec, UnknownFingerprint, schema_fingerprint, to_avro
+from events.wire.codec import HEADER_SIZE, MAGIC, Codec, UnknownFingerprint, to_avro
 from events.wire.records import RECORD_TYPES
+from events.wire.writer_schema import schema_fingerprint
 
 VECTORS_DIR = Path(__file__).resolve().parents[1] / "vectors"
 VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")

@@ -37,7 +37,7 @@ from coordinator.core.state import (
 )
 from coordinator.core.stats import CheckpointEntry, CheckpointStats, TaskEntry, track
 from coordinator.core.testing import ack, config, decline, differences, request, running, tick
-from events.wire.codec import HEADER_SIZE, MAGIC, SCHEMAS_DIR, DecodeError, default_codec, schema_fingerprint
+from events.wire.codec import HEADER_SIZE, MAGIC, SCHEMAS_DIR, DecodeError, default_codec
 from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -50,6 +50,7 @@ from events.wire.records import (
     StateHandle,
     TaskAcknowledged,
 )
+from events.wire.writer_schema import schema_fingerprint
 
 JOB = "wordcount"
 T0 = 1_767_225_600_000

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from events.wire.codec import WireFormatError, WireSettings, codec_for, default_codec, process_wire, use_wire
+from events.wire.codec import codec_for, default_codec, process_wire, use_wire
 from events.wire.schema_registry import wire_environment, wire_from_environment
+from events.wire.wire_settings import WireFormatError, WireSettings
 
 
 def test_the_default_is_single_object_framing_whatever_the_environment_says(

@@ -39,7 +39,7 @@ from typing import Any
 from fastavro import json_reader, json_writer, schemaless_writer
 from fastavro.schema import parse_schema, to_parsing_canonical_form
 
-from events.wire.codec import MAGIC, NAMESPACE, SCHEMAS_DIR, Codec, schema_fingerprint, to_avro
+from events.wire.codec import MAGIC, SCHEMAS_DIR, Codec, to_avro
 from events.wire.records import (
     RECORD_TYPES,
     CheckpointAborted,
@@ -77,6 +77,7 @@ from events.wire.records import (
     TaskStatusRecorded,
     TriggerRejected,
 )
+from events.wire.writer_schema import NAMESPACE, schema_fingerprint
 
 VECTORS_DIR = Path(__file__).resolve().parent
 VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
