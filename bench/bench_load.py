@@ -14,10 +14,12 @@ For each broker (started for its part, one ``cutline coordinator`` worker on it,
   ``--checkpoints`` are measured (more where a row would have fewer than ``--min-samples`` in all:
   a p99 of fewer than 100 is the maximum), and the jobs' are pooled;
 - **participants per job**: one job of ``P`` participants (2, 8, 32), each with a feed and a
-  producer of its own (``thread``), then all sharing one (``shared``).
+  producer of its own (``thread``), then all sharing one (``shared``); ``--modes process`` adds a
+  row of one process each, as tasks on separate machines (or processes) run.
 
 Every participant is a thread of this process (bench.bench_coordinator.Participants: a 1 KiB
-snapshot in an fsynced file each). Latency is ``CheckpointCompleted.duration_ms`` (trigger →
+snapshot in an fsynced file each), or with ``process`` a process of its own (its CPU counted as
+the participants'). Latency is ``CheckpointCompleted.duration_ms`` (trigger →
 completed, the coordinator's clock), read from the journal as it is written. Each row shows where
 the machine's CPU went meanwhile, in % of one core: the coordinator worker, the broker, this
 process (the participants and their feeds) and every other process of the machine (other work).
@@ -92,7 +94,7 @@ from events.wire.topics import Topics
 COMMAND = "uv run python bench/bench_load.py"
 JOBS_RATIO_TARGET = 2.0
 """p99 at 16 jobs on one worker within this many times the p99 of 1 job (on Apache Kafka)."""
-MODES = {"thread": "a feed each", "shared": "one shared feed"}
+MODES = {"thread": "a feed each", "shared": "one shared feed", "process": "a process each"}
 COMPLETED = CheckpointCompleted.__name__
 
 
@@ -332,16 +334,20 @@ def run_row(
             stack.callback(driver.close)
             drivers.append((driver, group))
         # every job's clients exist before the first starts: the measured span is the jobs' running
-        meter = Meter({"coordinator": worker.coordinator.worker_pid, "broker": worker.broker_pid})
+        pids = {"coordinator": worker.coordinator.worker_pid, "broker": worker.broker_pid}
+        pids |= {f"participant {pid}": pid for _, group in drivers for pid in group.pids}
+        meter = Meter(pids)
         for driver, group in drivers:
             driver.running(group.task_ids, config, attempt=1)
             stack.callback(driver.status, JobStatus.FINISHED)
         complete = completions.wait(wanted, timeout=wanted * args.interval_ms / 1000 * 6 + 60)
         cpu, completed = meter.stop(), completions.count()
-        stages = {}
-        if args.stages and jobs == 1:
-            ((driver, group),) = drivers
-            stages = stage_timeline(worker.bootstrap, worker.topics, driver.job_id, group.traces, measured)
+        # participant processes (``--modes process``) count as the participants, as the threads do
+        cpu["bench"] += sum(cpu.pop(name) for name in [n for n in cpu if n.startswith("participant ")])
+    stages = {}
+    if args.stages and jobs == 1:  # after the participants closed: a process's traces come back then
+        ((driver, group),) = drivers
+        stages = stage_timeline(worker.bootstrap, worker.topics, driver.job_id, group.traces, measured)
     return LoadRow(
         worker.kind, dimension, jobs if dimension == "jobs" else participants, mode,
         completions.measured(args.warmup, measured), cpu, at_start, complete, completed, stages,
@@ -488,9 +494,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--brokers", nargs="+", choices=tuple(BROKERS), default=list(BROKERS))
     parser.add_argument("--jobs", type=int, nargs="*", default=[1, 4, 16, 64], help="jobs per worker")
     parser.add_argument("--participants", type=int, nargs="*", default=[2, 8, 32], help="of one job")
-    parser.add_argument("--modes", nargs="+", choices=tuple(MODES), default=list(MODES),
-                        help="participants with a feed and a producer each (thread), "
-                        "or sharing one (shared)")  # fmt: skip
+    parser.add_argument("--modes", nargs="+", choices=tuple(MODES), default=["thread", "shared"],
+                        help="participants as threads with a feed and a producer each (thread), or sharing "
+                        "one (shared), or a process each (process); default thread shared")  # fmt: skip
     parser.add_argument("--checkpoints", type=int, default=20, help="measured per job and row, at least")
     parser.add_argument(
         "--min-samples",
