@@ -834,7 +834,7 @@ def side_by_side_report(
     its verdict; the command that produced them and the load at the end."""
     table = Table(title="Records/s in one session, each run the whole backlog; checkpoints and CPU s per run")
     for column in ("query", "variant", "runs", "records/s (range)", "mean", "checkpoints", "CPU: JVM",
-                   "Python workers", "all", "load (1 min)"):  # fmt: skip
+                   "Python workers", "coordinator", "broker", "ours", "load (1 min)"):  # fmt: skip
         table.add_column(column, justify="right")
     for group, done in runs.items():
         for name in dict.fromkeys(r.name for r in done):
@@ -846,7 +846,8 @@ def side_by_side_report(
                 group, name, str(len(mine)), f"{rates[0]:,.0f}-{rates[-1]:,.0f}",
                 f"{statistics.mean(rates):,.0f}", f"{statistics.mean(len(r.completed) for r in mine):.1f}",
                 *(f"{cpu.get(kind, 0.0) / len(mine):.1f}" for kind in ("Spark JVM", "Spark Python workers",
-                                                                        "machine")),
+                                                                        "coordinator", "broker")),
+                f"{own_cpu(cpu) / len(mine):.1f}",
                 f"{loads[0]:.1f}-{loads[-1]:.1f}",
             )  # fmt: skip
     console.print(table)
@@ -898,12 +899,18 @@ def _target(target: float | None) -> str:
     return "-" if target is None else f"≥ {target:g}"
 
 
+def own_cpu(cpu: Mapping[str, float]) -> float:
+    """CPU seconds of the benchmark's own processes (the driver, Spark, the coordinator, the broker): the
+    machine's other work left out, which a shared machine's load would otherwise add."""
+    return sum(v for k, v in cpu.items() if k not in ("machine", "other processes", "wall") and ": " not in k)
+
+
 def _cpu_ratio(runs: list[Run], a: str, b: str) -> float:
-    """Median CPU per record of the machine in runs of ``a`` / in runs of ``b``: ``b``'s throughput ratio
-    if CPU were all that decided it (a steadier measure than a span when other work shares the cores)."""
+    """Median CPU per record of the benchmark's processes in runs of ``a`` / in runs of ``b``: ``b``'s
+    throughput ratio if CPU were all that decided it (steadier than a span when other work shares the
+    cores)."""
     per_record = {
-        name: statistics.median(r.cpu.get("machine", 0.0) / r.records for r in runs if r.name == name)
-        for name in (a, b)
+        name: statistics.median(own_cpu(r.cpu) / r.records for r in runs if r.name == name) for name in (a, b)
     }
     return per_record[a] / per_record[b] if per_record[b] else float("nan")
 

@@ -15,6 +15,7 @@ from bench.bench_spark import (
     STATELESS_CUTLINE,
     STATELESS_STEP,
     Run,
+    own_cpu,
     parse_words,
     process_kind,
     side_by_side_comparisons,
@@ -35,7 +36,7 @@ def run_of(name: str, seconds: float, records: int = 1000, cpu_s: float = 1.0) -
         "numInputRows": records,
     }
     run = Run(name, records, [batch])
-    run.cpu, run.load = {"machine": cpu_s}, 2.5
+    run.cpu, run.load = {"Spark JVM": cpu_s, "machine": 9.0}, 2.5
     return run
 
 
@@ -119,3 +120,11 @@ class TestProcessKind:
         assert "Spark JVM" == process_kind(
             "/usr/bin/java -cp /spark/jars/* org.apache.spark.deploy.SparkSubmit"
         )
+
+
+class TestOwnCpu:
+    def test_counts_the_benchmarks_processes_not_the_machines_other_work(self) -> None:
+        """The machine's busy time, other processes, the wall clock and per-thread rows are left out."""
+        cpu = {"Spark JVM": 2.0, "broker": 0.5, "machine": 40.0, "other processes": 37.5, "wall": 9.0}
+
+        assert 2.5 == own_cpu({**cpu, "Spark JVM: Executor task launch worker": 1.5})
