@@ -162,8 +162,9 @@ def next_end(
 ) -> BarrierOffset:
     """The end offset of the batch planned from ``start``: the oldest ``pending`` barrier folded and
     the due latency marker's time ``marker_ms``, or, with neither, the start itself (so no batch runs
-    for this source)."""
-    if pending is None and marker_ms is None:
+    for this source). After a stop barrier's batch only a new barrier moves it: no marker makes a
+    batch run after the stop's."""
+    if pending is None and (marker_ms is None or start.stops):
         return start
     if pending is None:
         return BarrierOffset(start.folded, None, marker_ms)

@@ -52,6 +52,13 @@ class TestLatencyMarkersInTheBarrierOffset:
 
         assert start is next_end(start, None, None)
 
+    def test_after_a_stop_barrier_a_due_marker_makes_no_batch(self) -> None:
+        """The stop's batch is the job's last: only a new barrier (a failed savepoint) moves on."""
+        start = BarrierOffset(4, {**BARRIER, "stop": True})
+
+        assert start is next_end(start, None, marker_ms=1000)
+        assert BarrierOffset(5, BARRIER, 1000) == next_end(start, BARRIER, marker_ms=1000)
+
 
 class TestBatchRows:
     def test_a_new_barrier_and_marker_are_one_task_the_marker_from_source_subtask_0(self) -> None:
