@@ -140,7 +140,9 @@ def source_ack(
 
 class CutFollower:
     """Follows a query's offset log in a daemon thread and hands each :class:`SourceAck` to ``send``
-    (a stop's once its batch has committed); ``partitions`` are the job's (the ack names only them)."""
+    (a stop's once its batch has committed); ``partitions`` are the job's (the ack names only them).
+    ``ready`` (the barrier entry -> bool), when given, must say yes before an ack goes: an
+    exactly-once Kafka sink's output before the cut is staged (``ExactlyOnceKafkaSink.staged_for``)."""
 
     def __init__(
         self,
@@ -151,8 +153,10 @@ class CutFollower:
         *,
         interval: float = 0.05,
         name: str = "cutline-cuts",
+        ready: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> None:
         self.spark_checkpoint = spark_checkpoint
+        self.ready = ready
         self.first = dict(first)
         self.partitions = frozenset(partitions)
         self.send = send
@@ -179,17 +183,26 @@ class CutFollower:
             previous, batch_id = batch, batch_id + 1
 
     def _answer(self, ack: SourceAck) -> bool:
-        """Send ``ack`` (a stop's once its batch committed); False if the follower was closed first."""
-        if ack.after_commit:
-            while not is_committed(self.spark_checkpoint, ack.batch_id):
-                if self._stop.wait(self.interval):
-                    return False
+        """Send ``ack`` (a stop's once its batch committed, any once ``ready``); False if the follower
+        was closed first."""
+        while not self._may_answer(ack):
+            if self._stop.wait(self.interval):
+                return False
         own = {tp: offset for tp, offset in ack.offsets.items() if tp in self.partitions}
         try:
             self.send(SourceAck(ack.batch_id, ack.barrier, own, ack.after_commit))
         except Exception:  # the checkpoint then expires on the coordinator; the next one may do
             log.exception("the source's ack of batch %d", ack.batch_id)
         return True
+
+    def _may_answer(self, ack: SourceAck) -> bool:
+        if ack.after_commit and not is_committed(self.spark_checkpoint, ack.batch_id):
+            return False
+        try:
+            return self.ready is None or self.ready(ack.barrier)
+        except OSError as exc:  # the location cannot be read now: ask again
+            log.warning("batch %d: %s", ack.batch_id, exc)
+            return False
 
     def close(self) -> None:
         self._stop.set()

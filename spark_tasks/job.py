@@ -343,6 +343,9 @@ class CheckpointedJob:
         """On the connector: the exact offsets the query's first batch starts at."""
         self._partition_snapshots: PartitionSnapshots | None = None
         """A per-partition job's answers to barriers on the connector (set by :meth:`stream`)."""
+        self.cut_gates: list[Callable[[Mapping[str, Any]], bool]] = []
+        """On the connector, what must say yes (to the barrier entry) before the driver answers a cut:
+        an ``ExactlyOnceKafkaSink``'s output before it staged (``ExactlyOnceKafkaSink.staged_for``)."""
         self._restored_state: dict[tuple[str, int], bytes] = {}
         """A per-partition job's restored snapshots, until :meth:`_seed_state` writes them."""
         self._restored_keyed: list[KeyedState] = []
@@ -843,6 +846,7 @@ class CheckpointedJob:
                 self.partitions,
                 self._send_source_ack if self._partition_snapshots is None else self._partition_snapshots,
                 name=f"cutline-cuts-{self.settings.job_id}",
+                ready=lambda entry: all(gate(entry) for gate in self.cut_gates),
             )
         return self.query
 

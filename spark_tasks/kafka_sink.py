@@ -22,14 +22,20 @@ It is the participant sink of :mod:`events.task.exactly_once` split in two halve
   a completed checkpoint's output is on durable storage. If the barrier's tasks have already
   snapshotted (something in ``foreachBatch`` ran the batch before the sink: :func:`staged_late_problem`),
   it stages all the same and fails the query with :class:`OutputStagedLate`;
+- **the barrier of a batch** (:func:`batch_barrier`, pure) is the one thing the two sources differ
+  in: ``cutline-kafka`` folds it into its own end offset; on Spark's ``kafka`` connector the
+  ``cutline-barriers`` source's line of the batch holds it, and a stop-with-savepoint's cut is the
+  batch's end there (docs/spark.md), so its own rows are staged too, after it ran and before it
+  commits (the driver acks that cut only once the batch committed). On the connector the driver also
+  acks a cut only once its output is staged (:meth:`ExactlyOnceKafkaSink.staged_for`, a gate of the
+  job's ``CutFollower``): a per-partition job's driver snapshots its partitions at the cut as soon as
+  Spark logs the batch, before ``foreachBatch`` runs;
 - **the committer** (a thread in the driver): it follows the job's journal and, when a checkpoint
   of the attempt completes, commits the staged files up to it in one transaction with the commit
   marker (a completion whose own file is not staged yet waits for it); when the job is canceled it
   deletes what is staged and not completed. At start it recovers first
   (:meth:`~events.task.exactly_once.ExactlyOnceSink.recover`): it fences the transactional id and
   commits again what a dead driver's completed checkpoints staged.
-
-It reads the ``cutline-kafka`` source's barriers: a job on Spark's own ``kafka`` connector is refused.
 
 The sink is one task, ``driver``: its transactional id is ``<prefix>-<job>-<uid>-driver``, the same
 in every attempt and at any parallelism.
@@ -41,6 +47,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,9 +75,10 @@ from events.wire.records import (
     JobStatus,
     SchedulerStopped,
 )
+from spark_tasks.barrier_source import is_barrier_offset
+from spark_tasks.connector_cuts import parse_logged_batch
 from spark_tasks.kafka_source import barrier_of, entry_barrier
 from spark_tasks.keyed import batch_id_known
-from spark_tasks.sink import _offset_line
 
 if TYPE_CHECKING:
     from spark_tasks.job import CheckpointedJob
@@ -78,10 +86,12 @@ if TYPE_CHECKING:
 __all__ = [
     "KAFKA_COLUMNS",
     "SINK_TASK",
+    "BarrierBatch",
     "ExactlyOnceKafkaSink",
     "OutputLost",
     "OutputStagedLate",
     "StagedBatches",
+    "batch_barrier",
     "columns_problem",
     "output_record",
     "staged_late_problem",
@@ -150,6 +160,46 @@ def staged_late_problem(uid: str, barrier: CheckpointBarrier, snapshots: Sequenc
         "it. Call sink(batch_df, batch_id) first in foreachBatch, before anything else runs the batch "
         "(persist() the batch to use it again after)"
     )
+
+
+@dataclass(frozen=True)
+class BarrierBatch:
+    """A micro-batch that a barrier opens: the barrier's entry, and where the checkpoint's cut is."""
+
+    entry: Mapping[str, Any]
+    """The barrier entry (:mod:`events.wire.barrier_entry`)."""
+    cut_at_end: bool = False
+    """The cut is the batch's end, not its start: the batch's own rows are output before it (a
+    stop-with-savepoint on the connector, whose batch has the records that came)."""
+
+
+def batch_barrier(
+    batch_id: int, logged: str, previous: str | None, *, on_connector: bool
+) -> BarrierBatch | None:
+    """The barrier that batch ``batch_id`` of Spark's offset log opens, or None. Pure.
+
+    ``logged`` is the batch's text in ``<checkpoint>/offsets`` and ``previous`` the batch before's
+    (None for the query's first). On ``cutline-kafka`` (the query's one source) the barrier is in the
+    source's end offset; on the connector it is in the ``cutline-barriers`` source's, whose end offset
+    goes on carrying the last barrier into batches the Kafka source alone made run, so only a barrier
+    it counts beyond ``previous``'s is new. A stop barrier's cut is a connector batch's end
+    (:func:`~spark_tasks.connector_cuts.source_ack`). Raises ``ValueError`` on another offset log."""
+    if on_connector:
+        batch = parse_logged_batch(batch_id, logged).barriers
+        before = 0 if previous is None else parse_logged_batch(batch_id - 1, previous).barriers.folded
+        if batch.barrier is None or batch.folded <= before:
+            return None
+        return BarrierBatch(batch.barrier, cut_at_end=batch.stops)
+    lines = logged.splitlines()
+    # "v1", the batch metadata, then one line per source ("-" for a source without offsets)
+    sources = [line for line in lines[2:] if line.strip() not in ("", "-") and not is_barrier_offset(line)]
+    if len(lines) < 3 or len(sources) != 1:
+        raise ValueError(
+            f"batch {batch_id}: expected Spark's offset log with exactly one source (the job's "
+            f"cutline-kafka), found {len(sources)}"
+        )
+    entry = barrier_of(sources[0])
+    return None if entry is None else BarrierBatch(entry)
 
 
 def columns_problem(columns: Sequence[str], topic: str | None) -> str | None:
@@ -226,6 +276,8 @@ class StagedBatches:
         topic: str | None,
         batch_property: str | None,
         step: Step | None = None,
+        *,
+        on_connector: bool = False,
     ) -> None:
         self.buffer = buffer
         self.attempt = attempt
@@ -233,6 +285,8 @@ class StagedBatches:
         self.topic = topic
         self.batch_property = batch_property
         self.step = step
+        self.on_connector = on_connector
+        """The query reads with Spark's ``kafka`` connector (:func:`batch_barrier`)."""
         self.next_batch = 0
         self.last_staged = 0
 
@@ -246,34 +300,55 @@ class StagedBatches:
             problem = columns_problem(batch_df.columns, self.topic)
             if problem is not None:
                 raise ValueError(f"sink {self.buffer.uid}: {problem}")
-        staged = self._stage_at_barrier(batch_id)
+        opened = self._opened_barrier(batch_id)
+        barrier, cut_at_end = (None, False) if opened is None else opened
+        # listed before the batch runs: a task's snapshot there already means something ran it first
+        snapshots = (
+            () if barrier is None else task_snapshots(storage.list_names(barrier.location), self.attempt)
+        )
+        if barrier is not None and not cut_at_end:
+            self._stage(barrier, snapshots)  # the rows before the cut, before the batch's tasks ack
         with batch_id_known(batch_df, batch_id, self.batch_property):
             table = batch_df.select(*[c for c in KAFKA_COLUMNS if c in batch_df.columns]).toArrow()
         rows = self.buffer.extend(output_columns(table, self.topic))
+        if barrier is not None and cut_at_end:
+            self._stage(barrier, snapshots)  # the batch's rows too, before it commits (then the cut's ack)
         self.next_batch = batch_id + 1
-        if self.step is not None and staged:
+        if self.step is not None and barrier is not None:
             self.step("acked", self.last_staged)  # the barrier batch ran: its tasks acked
         elif self.step is not None and rows:
             self.step("buffered", self.last_staged)  # rows in memory only, for the next barrier
 
-    def _stage_at_barrier(self, batch_id: int) -> bool:
-        """Stage the rows of the batches before this one if a barrier of this attempt opens it (its
-        cut is the batch's start, and its tasks ack while the batch runs); whether it did."""
-        entry = barrier_of(_offset_line(self.spark_checkpoint, batch_id))
-        if entry is None:
-            return False
-        barrier = entry_barrier(self.buffer.job_id, entry)
+    def _opened_barrier(self, batch_id: int) -> tuple[CheckpointBarrier, bool] | None:
+        """The barrier of this attempt that batch ``batch_id`` opens and that is not staged yet, and
+        whether its cut is the batch's end; None if there is none (or another attempt's, or one a newer
+        coordinator sent again: its cut was earlier)."""
+        offsets = self.spark_checkpoint / "offsets"
+        try:
+            logged = (offsets / str(batch_id)).read_text()
+            previous = (offsets / str(batch_id - 1)).read_text() if self.on_connector and batch_id else None
+        except OSError as exc:
+            raise RuntimeError(
+                f"cannot read batch {batch_id}'s offsets in Spark's offset log: {exc}"
+            ) from exc
+        opened = batch_barrier(batch_id, logged, previous, on_connector=self.on_connector)
+        if opened is None:
+            return None
+        barrier = entry_barrier(self.buffer.job_id, opened.entry)
         if barrier.attempt != self.attempt or barrier.checkpoint_id <= self.last_staged:
-            return False  # another attempt's, or sent again by a newer coordinator: its cut was earlier
-        snapshots = task_snapshots(storage.list_names(barrier.location), self.attempt)
-        self.buffer.stage(barrier)  # late or not: the output before the cut is on durable storage
+            return None
+        return barrier, opened.cut_at_end
+
+    def _stage(self, barrier: CheckpointBarrier, snapshots: Sequence[str]) -> None:
+        """Stage the rows kept so far for ``barrier`` (late or not: the output before the cut goes
+        on durable storage), then fail the query if its tasks had snapshotted first."""
+        self.buffer.stage(barrier)
         self.last_staged = barrier.checkpoint_id
         if self.step is not None:
             self.step("staged", barrier.checkpoint_id)
         problem = staged_late_problem(self.buffer.uid, barrier, snapshots)
         if problem is not None:
             raise OutputStagedLate(problem)
-        return True
 
 
 class ExactlyOnceKafkaSink:
@@ -305,12 +380,6 @@ class ExactlyOnceKafkaSink:
         recovery: Callable[..., RecoveryPlan] | None = None,
     ) -> None:
         settings = job.settings
-        if job.on_connector:
-            raise ValueError(
-                f"sink {uid} of job {settings.job_id}: the ExactlyOnceKafkaSink reads the barriers of the "
-                "cutline-kafka source, and this job reads with Spark's own kafka connector: its output "
-                "would never be staged. Run the job with source='cutline-kafka' (the default)"
-            )
         self.job_id, self.attempt = settings.job_id, job.attempt
         self.committer = ExactlyOnceSink(
             settings.bootstrap,
@@ -347,7 +416,10 @@ class ExactlyOnceKafkaSink:
             topic,
             job.batch_property,
             step,
+            on_connector=job.on_connector,
         )
+        if job.on_connector:  # the driver acks a cut only once the output before it is staged
+            job.cut_gates.append(self.staged_for)
         self._locations: dict[int, str] = {}
         self._waiting: CheckpointCompleted | None = None
         """A completion of the attempt whose own staged file was not there yet (the sink ran late)."""
@@ -368,6 +440,14 @@ class ExactlyOnceKafkaSink:
     def __getstate__(self) -> dict[str, Any]:
         """Spark Connect pickles the ``foreachBatch`` function: only its batches' half goes."""
         return {"batches": self.batches}
+
+    def staged_for(self, entry: Mapping[str, Any]) -> bool:
+        """Whether the output before the cut of the barrier ``entry`` is staged (another attempt's
+        barrier: as if): the gate of the driver's acks on the connector."""
+        barrier = entry_barrier(self.job_id, entry)
+        if barrier.attempt != self.attempt:
+            return True
+        return storage.exists(storage.join(barrier.location, staged_name(SINK_TASK)))
 
     @property
     def waiting_for(self) -> int | None:
