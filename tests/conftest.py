@@ -163,58 +163,72 @@ FIRST = ("spark", "e2e", "integration")
 """Directories whose tests start first: they wait the most (on Spark, a coordinator's group join),
 and a long one started last would finish alone."""
 
-TOGETHER = ("tests/spark/",)
-"""Under pytest-xdist's ``--dist loadfile``, the files under these run in one worker, as one:
-one Spark session for all of them (tests/spark/conftest.py), except :data:`APART` and :data:`OWN_DRIVERS`."""
-
-APART = ("tests/spark/test_cluster.py", "tests/spark/test_connect.py")
-"""Spark test files that start Spark processes of their own (clusters, a Connect server) and not the
-shared session: each of their tests is a unit of its own (the longest tests of the suite, run side by
-side in two workers while the others run the rest)."""
-
-OWN_DRIVERS = (
-    "tests/spark/test_connector_",
-    "tests/spark/test_kafka_connector.py",
-    "tests/spark/test_exactly_once_",
+LONGEST_FIRST = (
+    "tests/spark/test_kafka_sink.py",
+    "tests/spark/test_connector_stateful.py",
+    "tests/spark/test_kafka_sink_order.py",
+    "tests/spark/test_checkpointed_job.py",
+    "tests/integration/test_exactly_once_rescale_4_2_8.py",
+    "tests/spark/test_keyed_job.py",
+    "tests/spark/test_exactly_once_executor_kill.py",
+    "tests/spark/test_connector_savepoints.py",
+    "tests/spark/test_connector_latency.py",
+    "tests/integration/test_exactly_once_broker_restart.py",
+    "tests/spark/test_connector_job.py",
+    "tests/spark/test_cluster.py",
+    "tests/integration/test_exactly_once_rescale.py",
 )
-"""Spark test files whose drivers are processes of their own (Spark's Kafka connector on its jars,
-drivers SIGKILLed and restarted, executors on local-cluster), not the shared session: each file is a
-unit of its own, so that the other worker runs them while one runs the shared session's files."""
+"""The longest test files (minutes each), longest first: they start before every other file, so
+that each of the two pytest-xdist workers begins with a long one and the short files of the
+other directories fill in at the end, where the two workers then end together."""
+
+EACH_TEST_A_UNIT = (
+    "tests/spark/test_cluster.py",
+    "tests/spark/test_connect.py",
+    "tests/spark/test_kafka_sink.py",
+    "tests/spark/test_kafka_sink_order.py",
+)
+"""Test files whose tests take minutes each (Spark clusters, a Connect server, drivers SIGKILLed and
+restarted): under ``--dist loadfile`` each of their tests is a unit of its own, so that the two
+workers share them out (a module-scoped coordinator then starts in each worker that runs one).
+Every other file is one unit, as ``loadfile`` makes it; a Spark test file that uses the session
+fixture starts it in the worker that runs it, once per worker (tests/spark/conftest.py)."""
+
+
+def _first(item: pytest.Item) -> int:
+    """Where ``item``'s file starts in the run: the files of :data:`LONGEST_FIRST` in its order,
+    then the directories of :data:`FIRST`, then the rest."""
+    relative = item.path.resolve().relative_to(HERE.parent).as_posix()
+    if relative in LONGEST_FIRST:
+        return LONGEST_FIRST.index(relative)
+    directory = item.path.resolve().relative_to(HERE).parts[0]
+    return len(LONGEST_FIRST) + (FIRST.index(directory) if directory in FIRST else len(FIRST))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under tests/<name>/ with the marker <name>; put the slowest directories
-    first (each file keeps its order), so that pytest-xdist hands them out first."""
+    """Mark every test under tests/<name>/ with the marker <name>; put the longest files first, then
+    the slowest directories (each file keeps its order), so that pytest-xdist hands them out first."""
     for item in items:
         relative = item.path.resolve().relative_to(HERE)
         if len(relative.parts) > 1 and relative.parts[0] in MARKED_DIRECTORIES:
             item.add_marker(getattr(pytest.mark, relative.parts[0]))
-
-    def first(item: pytest.Item) -> int:
-        directory = item.path.resolve().relative_to(HERE).parts[0]
-        return FIRST.index(directory) if directory in FIRST else len(FIRST)
-
-    items.sort(key=first)
+    items.sort(key=_first)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile``, but with the files under :data:`TOGETHER` as one unit: a file's tests run
-    in one worker (its module-scoped broker or coordinator starts once), and so do the Spark tests."""
+    """``--dist loadfile``, but with each test of :data:`EACH_TEST_A_UNIT` a unit of its own; units go
+    out in the order of the collection (``--no-loadscope-reorder``: :data:`LONGEST_FIRST` first)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class LoadFileSparkTogether(LoadScopeScheduling):  # type: ignore[misc]
+    class LoadFileLongTestsApart(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            if path in APART:
-                return nodeid
-            if path.startswith(OWN_DRIVERS):
-                return path
-            return next((prefix for prefix in TOGETHER if path.startswith(prefix)), path)
+            return nodeid if path in EACH_TEST_A_UNIT else path
 
-    return LoadFileSparkTogether(config, log)
+    return LoadFileLongTestsApart(config, log)
 
 
 @functools.cache

@@ -1,7 +1,8 @@
 """Fixtures for tests with a real local Spark and a real Kafka-protocol broker.
 
-One SparkSession (``local[2]``, no UI, 2 shuffle partitions) serves the whole
-session; starting it takes about 10 s. The broker fixtures are in tests/conftest.py.
+One SparkSession (``local[2]``, no UI, 2 shuffle partitions) serves the test process: each
+pytest-xdist worker that runs a test using it starts one, once (about 10 s). The broker fixtures and
+how the files are shared out between the workers are in tests/conftest.py.
 
 PySpark's Python Data Source API needs ``pyarrow`` in the Python workers; it is one of
 the project's dependencies.
@@ -23,7 +24,8 @@ from events.dev.broker import create_topics
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """A local SparkSession for the whole test session, with ``KafkaSource`` registered."""
+    """A local SparkSession for the whole test session (one per xdist worker), with ``KafkaSource``
+    registered."""
     from spark_tasks.session import local_spark
 
     saved = {
