@@ -131,12 +131,27 @@ class DirectConsumer(faust_aiokafka.Consumer):
             self._prefetch = asyncio.ensure_future(self._fetch_direct(timeout=1.0))
 
     async def _next_fetch(self) -> list[tuple[TP, Any]]:
+        """The next batch: the prefetch's, with what arrived after it returned (:meth:`_arrived`), or
+        a fetch now."""
         prefetched, self._prefetch = self._prefetch, None
         if prefetched is not None:
             fetched = await prefetched
             stale, self._stale = self._stale, set()
-            return [(tp, record) for tp, record in fetched if tp not in stale] if stale else fetched
+            if stale:
+                fetched = [(tp, record) for tp, record in fetched if tp not in stale]
+            return fetched + await self._arrived()
         return await self._fetch_direct(timeout=1.0)
+
+    async def _arrived(self) -> list[tuple[TP, Any]]:
+        """The records fetched since the prefetch returned, without waiting for more.
+
+        A prefetch returns as soon as one record is there: the first of 32 acks that arrive while
+        the batch's journal writes are acknowledged. Without these, the others waited for a batch
+        each, a journal write apart (docs/benchmarks.md, "Latency under load"). None while no
+        partition is active (Faust's fetch would sleep a second then)."""
+        if not self._get_active_partitions():
+            return []
+        return await self._fetch_direct(timeout=0.0)
 
     async def _fetch_direct(self, timeout: float) -> list[tuple[TP, Any]]:
         """Faust's ``Consumer.getmany``, as a list, except that a record of ``direct_topics`` comes

@@ -130,6 +130,40 @@ def test_a_prefetched_batch_is_the_next_one_handed_on_and_is_fetched_once() -> N
     assert 2 == fetches
 
 
+def test_the_batch_after_a_prefetch_takes_what_arrived_while_the_journal_was_written() -> None:
+    """Given a prefetch that returned the first ack (offset 10) at once and two more acks fetched
+    while the batch's journal writes were acknowledged, when the fetch loop takes the next batch,
+    then it holds all three, asked for without waiting (one decision round, not two)."""
+
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
+        raise AssertionError("nothing is fetched here")
+
+    async def scenario() -> tuple[list[int], list[float], list[int]]:
+        app = _direct_app("direct-consumer-arrived", handler)
+        consumer, tp = app.consumer, TP("t.acks", 0)
+        timeouts: list[float] = []
+        waiting = [[10], [11, 12], [13]]
+
+        async def fetch(timeout: float) -> list[tuple[TP, Any]]:
+            timeouts.append(timeout)
+            return [(tp, _record(tp, offset)) for offset in waiting.pop(0)]
+
+        consumer._fetch_direct = fetch
+        consumer._get_active_partitions = lambda: {tp}
+        consumer.prefetch()
+        batch = await consumer._next_fetch()
+        consumer._get_active_partitions = set  # no partition active: nothing asked, no sleep
+        consumer.prefetch()
+        alone = await consumer._next_fetch()
+        return [record.offset for _, record in batch], timeouts, [record.offset for _, record in alone]
+
+    batch, timeouts, alone = asyncio.run(scenario())
+
+    assert [10, 11, 12] == batch
+    assert [1.0, 0.0, 1.0] == timeouts
+    assert [13] == alone
+
+
 def _direct_app(name: str, handler: Any) -> Any:
     app = faust.App(name, broker="kafka://127.0.0.1:1", web_enabled=False)
     topic = app.topic(
