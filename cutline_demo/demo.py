@@ -18,9 +18,8 @@ the job wrote through its :class:`~spark_tasks.sink.CutFileSink`
 (:func:`spark_tasks.wordcount.read_counts` sums each row's ``added``, with no
 de-duplication) equal the words produced, and so does the last count of each word
 the job wrote (:func:`spark_tasks.wordcount.final_counts`): its rows are the final
-counts, nothing is summed outside Spark. On ``cutline-kafka`` the job writes the same rows to the
-topic ``word-counts`` through an :class:`~spark_tasks.kafka_sink.ExactlyOnceKafkaSink` too (that
-sink reads cutline-kafka's barriers: on the connector the demo says it is not checked), and the demo
+counts, nothing is summed outside Spark. The job writes the same rows to the topic ``word-counts``
+through an :class:`~spark_tasks.kafka_sink.ExactlyOnceKafkaSink` too (on either source), and the demo
 checks them as a ``read_committed`` consumer sees them: every word counted once, across the crash.
 On the embedded Tansu, which shows aborted transactions to such consumers (docs/embedded-broker.md),
 it says what that check cannot show there (``--broker kafka`` shows it).
@@ -488,8 +487,7 @@ def run_demo(
                 *("--bootstrap", bootstrap, "--job", JOB, "--topic", topic, "--topic-prefix", options.prefix),
                 *("--work-dir", str(workdir / "spark"), "--location", (workdir / "checkpoints").as_uri()),
                 *("--out", str(out), "--interval-ms", str(options.interval_ms)),
-                # the exactly-once Kafka sink reads cutline-kafka's barriers: no Kafka output on the connector
-                *(() if choice.on_connector else ("--kafka-out", counts_topic)),
+                *("--kafka-out", counts_topic),
                 *(("--keyed", str(options.keyed)) if options.keyed else ()),
                 *("--source", choice.source),
                 # a checkpoint completes with the micro-batch its barrier is folded into: a few
@@ -524,9 +522,7 @@ def run_demo(
                         return savepoints
 
                     def read_kafka(committed_again: tuple[int, ...]) -> KafkaOutput | None:
-                        """The job's Kafka output, as a `read_committed` consumer sees it (None: none)."""
-                        if choice.on_connector:
-                            return None
+                        """The job's Kafka output, as a `read_committed` consumer sees it."""
                         counted, final = read_kafka_counts(bootstrap, counts_topic)
                         shows_aborted = on_tansu
                         return KafkaOutput(counts_topic, counted, final, shows_aborted, committed_again)
@@ -703,15 +699,8 @@ def summary(result: DemoResult) -> Table:
 def kafka_verdict(result: DemoResult) -> tuple[bool | None, str]:
     """The exactly-once line of the Kafka output and whether it held: True, False, or None when it
     was not shown: a broker that shows aborted transactions (Tansu) showed more words than produced
-    after a crash in a commit, whose transaction the next driver aborted and did again, or the job read
-    with Spark's kafka connector and wrote no Kafka output. Pure."""
+    after a crash in a commit, whose transaction the next driver aborted and did again. Pure."""
     kafka = result.kafka
-    if kafka is None and result.source == "kafka":
-        return None, (
-            "exactly-once to Kafka: not checked on Spark's kafka connector, where the job writes no Kafka "
-            "output (the exactly-once Kafka sink reads cutline-kafka's barriers; --source cutline-kafka "
-            "checks it)"
-        )
     if kafka is None:
         return False, "exactly-once to Kafka: not checked"
     seen = f"{kafka.counted.total():,} words in {kafka.topic} = {result.produced.total():,} produced"

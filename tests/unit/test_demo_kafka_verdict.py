@@ -85,15 +85,25 @@ def test_no_restore_fails_even_with_every_word_once() -> None:
     assert kafka_verdict(plain)[0] is False
 
 
-def test_on_the_connector_no_kafka_output_is_not_checked_and_says_how_to_check_it() -> None:
-    # given: the job read with Spark's kafka connector, whose jobs the exactly-once Kafka sink refuses
-    on_connector = dataclasses.replace(result(Counter(), {}, tansu=False), kafka=None, source="kafka")
-    # when
-    held, line = kafka_verdict(on_connector)
-    # then: not shown, which does not fail the demo, and the line says which source checks it
-    assert held is None
-    assert line.startswith("exactly-once to Kafka: not checked on Spark's kafka connector")
-    assert "--source cutline-kafka checks it" in line
+def test_on_the_connector_the_kafka_output_is_judged_as_on_cutline_kafka() -> None:
+    # given: the job read with Spark's kafka connector and wrote its counts through the sink
+    on_connector = dataclasses.replace(result(Counter(PRODUCED), dict(PRODUCED), tansu=False), source="kafka")
+    duplicated = dataclasses.replace(
+        result(PRODUCED + Counter({"kafka": 1}), {}, tansu=False), source="kafka"
+    )
+    # when / then: every word once holds, a duplicate fails, with the same lines
+    assert kafka_verdict(on_connector) == kafka_verdict(
+        result(Counter(PRODUCED), dict(PRODUCED), tansu=False)
+    )
+    assert kafka_verdict(duplicated)[0] is False
+
+
+def test_no_kafka_output_on_the_connector_fails() -> None:
+    held, line = kafka_verdict(
+        dataclasses.replace(result(Counter(), {}, tansu=False), kafka=None, source="kafka")
+    )
+    assert held is False
+    assert line == "exactly-once to Kafka: not checked"
 
 
 def test_no_kafka_output_on_cutline_kafka_fails() -> None:
