@@ -771,7 +771,14 @@ def side_by_side(args: Any, console: Console, command: str) -> None:
                             if name not in unmeasured:
                                 try:
                                     run = measured(
-                                        _side_run, name, spark, bootstrap, topics[keys], args, work
+                                        _side_run,
+                                        name,
+                                        spark,
+                                        bootstrap,
+                                        topics[keys],
+                                        args,
+                                        work,
+                                        threads=args.threads,
                                     )
                                 except NotOffered as refused:
                                     unmeasured[name] = str(refused)
@@ -871,6 +878,11 @@ def side_by_side_report(
             f"{_cpu_ratio(runs[c.group], c.denominator, c.numerator):.2f}", _target(c.target), verdict,
         )  # fmt: skip
     console.print(verdicts)
+    for c in comparisons:
+        if c.target is not None and c.group in runs and not unmeasured.keys() & {c.numerator, c.denominator}:
+            threads = thread_table(runs[c.group], c.numerator, c.denominator)
+            if threads.row_count:
+                console.print(threads)
     for name, why in unmeasured.items():
         console.print(f"not measured: {name}: {why}")
     console.print(f"command: {command}\n{uptime()}")
@@ -892,6 +904,26 @@ def phases_table(runs: Mapping[str, list[Run]]) -> Table:
     for (group, name), found in batches.items():
         means = [statistics.mean(b["durationMs"].get(k, 0) for b in found) for k in phases]
         table.add_row(group, name, str(len(found)), *(f"{m:,.0f}" for m in means))
+    return table
+
+
+def thread_table(runs: list[Run], a: str, b: str, rows: int = 10) -> Table:
+    """With ``--threads``: the threads whose CPU per run differs most between ``a`` and ``b`` (where the
+    difference of the two variants' CPU goes)."""
+    mean = {
+        name: {k: v / len(mine) for k, v in summed([r.cpu for r in mine]).items()}
+        for name in (a, b)
+        if (mine := [r for r in runs if r.name == name and r.cpu])
+    }
+    table = Table(title=f"CPU s per run by thread: {a} against {b}")
+    for column in ("thread", a, b, "difference"):
+        table.add_column(column, justify="right")
+    if len(mean) < 2:
+        return table
+    found = {k for cpu in mean.values() for k in cpu if ": " in k}
+    for key in sorted(found, key=lambda k: -abs(mean[a].get(k, 0.0) - mean[b].get(k, 0.0)))[:rows]:
+        first, second = mean[a].get(key, 0.0), mean[b].get(key, 0.0)
+        table.add_row(key, f"{first:.2f}", f"{second:.2f}", f"{first - second:+.2f}")
     return table
 
 
