@@ -687,6 +687,9 @@ class ExactlyOnceSink:
         create_commits_topic(bootstrap, topics, commits_partitions)
         self._producer = Producer(config)
         self._initialised = False
+        self._left_open = False
+        """A commit failed after its transaction began, and aborting it failed too (the broker
+        unreachable): the next commit aborts it first."""
         self.marker: Marker | None = None
         """The last commit marker this sink read (at :meth:`recover`) or committed."""
         self.committed: list[int] = []
@@ -1012,6 +1015,9 @@ class ExactlyOnceSink:
     def _commit_in_transaction(self, outputs: Sequence[StagedOutput], marker: Marker) -> None:
         self._init_transactions()
         self._at("committing", marker.checkpoint_id)
+        if self._left_open:  # a failed commit's: nothing of it was committed
+            self._producer.abort_transaction(self.timeout)
+            self._left_open = False
         self._producer.begin_transaction()
         try:
             for output in outputs:
@@ -1023,6 +1029,10 @@ class ExactlyOnceSink:
             if self._step is not None:
                 self._producer.flush(self.timeout)  # the records are at the broker, in the open transaction
                 self._at("open", marker.checkpoint_id)
+        except KafkaException as exc:
+            self._abort_uncommitted(exc)
+            raise
+        try:
             self._producer.commit_transaction(self.timeout)
         except KafkaException as exc:
             self._abort_after(exc)
@@ -1048,6 +1058,19 @@ class ExactlyOnceSink:
                     break
                 except BufferError:  # the local queue is full: let it drain
                     self._producer.poll(0.05)
+
+    def _abort_uncommitted(self, exc: KafkaException) -> None:
+        """A failure before ``commit_transaction`` (the broker unreachable, say): nothing of the
+        transaction is committed, so abort it, now or (if that fails too) at the next commit; left
+        open, it would refuse every later ``begin_transaction``. A fenced or fatal producer aborts
+        nothing: another process resumed the task, and its recovery commits."""
+        error: KafkaError = exc.args[0]
+        if error.fatal() or error.code() == KafkaError._FENCED:
+            return
+        try:
+            self._producer.abort_transaction(self.timeout)
+        except KafkaException:
+            self._left_open = True
 
     def _abort_after(self, exc: KafkaException) -> None:
         error: KafkaError = exc.args[0]

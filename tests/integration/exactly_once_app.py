@@ -4,8 +4,9 @@ child process tests/integration/test_exactly_once_sink.py SIGKILLs at each crash
 Its settings are the JSON in ``EXACTLY_ONCE_APP``: it reads partition ``partition`` (0 unless given)
 of the input, and ``tasks`` (every task of the attempt, when given) makes its recovery take over the
 tasks of earlier attempts that the attempt has not. It says on stdout what it does (``ready``,
-``processed N``, ``step NAME CHECKPOINT``), and at the step ``crash`` names it says ``stopped at NAME
-CHECKPOINT`` and waits there for its SIGKILL; at the step ``hold`` names (``[NAME, CHECKPOINT, FILE]``)
+``processed N``, ``step NAME CHECKPOINT``, the sink's warnings as ``log MESSAGE``), and at the step
+``crash`` names it says ``stopped at NAME CHECKPOINT`` and waits there for its SIGKILL; at the step
+``hold`` names (``[NAME, CHECKPOINT, FILE]``)
 it says ``held at NAME CHECKPOINT`` and goes on once FILE exists. ``offset`` (when given) is where it
 reads its partition from, instead of its snapshot's in the restored checkpoint (a task a rescale
 added has none). ``variant: no-marker`` recovers without reading the
@@ -41,6 +42,13 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+class SayWarnings(logging.Handler):
+    """The sink's warnings on stdout too (``log MESSAGE``): a failed commit is a fact a test waits on."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        say(f"log {record.getMessage()}")
+
+
 def without_marker(
     marker: Marker | None, staged: Iterable[Staged], completions: Iterable[Completion], restored: int | None
 ) -> RecoveryPlan:
@@ -71,6 +79,7 @@ def restored_offset(bootstrap: str, job: str, task: str, topics: Topics, restore
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("events.task.exactly_once").addHandler(SayWarnings(logging.WARNING))
     settings = json.loads(os.environ["EXACTLY_ONCE_APP"])
     bootstrap, job, task = settings["bootstrap"], settings["job"], settings["task"]
     topics = Topics(settings["prefix"])

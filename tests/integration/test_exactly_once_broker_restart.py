@@ -152,3 +152,33 @@ def test_a_broker_restart_with_the_participant_killed_during_the_commit_aborts_i
     twice = {word for word, n in job.output_values("read_uncommitted").items() if n == 2}
     assert twice == {f"w{i}" for i in range(10, 20)}
     assert job.output_values() == Counter({f"w{i}": 1 for i in range(30)})
+
+
+def test_a_commit_that_fails_while_the_broker_is_down_goes_with_the_next_completion(
+    kafka: ApacheKafka, job: HeldJob, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    # given: checkpoint 2 completed, the participant held before its commit
+    child = job.start_held(1, "committing", 2, release)
+    job.words(10)
+    child.said("processed 10")
+    job.checkpoint(child, 1, attempt=1)
+    job.words(10)
+    child.said("processed 20")
+    job.complete(job.barrier(2, attempt=1))
+    child.said("held at committing 2")
+    # when: the broker is down while the commit runs: its transaction began, it fails (and so does
+    # aborting it)
+    kafka.kill(1)
+    release.touch()
+    failed = f"log sink copy of {JOB}/{TASK}: commit of 2 failed"
+    eventually(lambda: any(line.startswith(failed) for line in child.lines), timeout=120, what=failed)
+    # and the broker is back, and checkpoint 3 completes
+    kafka.restart(1)
+    job.words(10)
+    child.said("processed 30")
+    job.checkpoint(child, 3, attempt=1)
+    # then: the failed commit's transaction was aborted first, and 3's commit takes 2's output too
+    assert_exactly_once(job)
+    aborted = job.output_values("read_uncommitted") - job.output_values()
+    assert set(aborted) <= {f"w{i}" for i in range(10, 20)}, f"aborted copies of other words: {aborted}"
