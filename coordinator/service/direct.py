@@ -148,8 +148,9 @@ class DirectConsumer(faust_aiokafka.Consumer):
         A prefetch returns as soon as one record is there: the first of 32 acks that arrive while
         the batch's journal writes are acknowledged. Without these, the others waited for a batch
         each, a journal write apart (docs/benchmarks.md, "Latency under load"). None while no
-        partition is active (Faust's fetch would sleep a second then)."""
-        if not self._get_active_partitions():
+        partition is active (Faust's fetch would sleep a second then), the flow is stopped or a
+        rebalance runs (it would wait for them: the batch in hand goes on to the handler)."""
+        if not self.flow_active or self.app.rebalancing or not self._get_active_partitions():
             return []
         return await self._fetch_direct(timeout=0.0)
 

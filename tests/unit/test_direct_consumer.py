@@ -142,7 +142,7 @@ def test_the_batch_after_a_prefetch_takes_what_arrived_while_the_journal_was_wri
         app = _direct_app("direct-consumer-arrived", handler)
         consumer, tp = app.consumer, TP("t.acks", 0)
         timeouts: list[float] = []
-        waiting = [[10], [11, 12], [13]]
+        waiting = [[10], [11, 12], [13], [14]]
 
         async def fetch(timeout: float) -> list[tuple[TP, Any]]:
             timeouts.append(timeout)
@@ -155,13 +155,17 @@ def test_the_batch_after_a_prefetch_takes_what_arrived_while_the_journal_was_wri
         consumer._get_active_partitions = set  # no partition active: nothing asked, no sleep
         consumer.prefetch()
         alone = await consumer._next_fetch()
-        return [record.offset for _, record in batch], timeouts, [record.offset for _, record in alone]
+        consumer._get_active_partitions = lambda: {tp}
+        app.rebalancing = True  # nor during a rebalance: the fetch would wait for its end
+        consumer.prefetch()
+        rebalancing = await consumer._next_fetch()
+        return [r.offset for _, r in batch], timeouts, [r.offset for _, r in alone + rebalancing]
 
     batch, timeouts, alone = asyncio.run(scenario())
 
     assert [10, 11, 12] == batch
-    assert [1.0, 0.0, 1.0] == timeouts
-    assert [13] == alone
+    assert [1.0, 0.0, 1.0, 1.0] == timeouts
+    assert [13, 14] == alone
 
 
 def _direct_app(name: str, handler: Any) -> Any:
