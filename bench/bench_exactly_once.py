@@ -241,7 +241,7 @@ class Writer:
         else:
             assert self.sink is not None
             self.checkpoint()
-            self.sink.close(60)
+            self.sink.close(300)
 
 
 def participant_throughput(

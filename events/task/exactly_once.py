@@ -1087,15 +1087,17 @@ class ExactlyOnceSink:
         if self._step is not None:
             self._step(step, checkpoint_id)
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Wait for the commits handed to the committing thread (the sink's ``timeout``), stop it, and
-        deliver what is queued. Staged output not committed stays for the next recovery."""
+    def close(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` s (the sink's by default) for the commits handed to the committing
+        thread, stop it, and deliver what is queued. Staged output not committed stays for the next
+        recovery."""
+        wait = self.timeout if timeout is None else timeout
         try:
             if self._committer is not None:
-                self.wait_for_commits()
+                self.wait_for_commits(wait)
         finally:
             if self._committer is not None:
                 self._commits.put(None)
-                self._committer.join(timeout)
+                self._committer.join(wait)
                 self._committer = None
-            self._producer.flush(timeout)
+            self._producer.flush(wait)
