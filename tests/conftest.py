@@ -164,23 +164,26 @@ FIRST = ("spark", "e2e", "integration")
 and a long one started last would finish alone."""
 
 LONGEST_FIRST = (
-    "tests/spark/test_kafka_sink.py",
     "tests/spark/test_connector_stateful.py",
-    "tests/spark/test_kafka_sink_order.py",
-    "tests/spark/test_checkpointed_job.py",
-    "tests/integration/test_exactly_once_rescale_4_2_8.py",
+    "tests/spark/test_exactly_once_connector_sink.py",
     "tests/spark/test_keyed_job.py",
-    "tests/spark/test_exactly_once_executor_kill.py",
-    "tests/spark/test_connector_savepoints.py",
-    "tests/spark/test_connector_latency.py",
     "tests/integration/test_exactly_once_broker_restart.py",
+    "tests/integration/test_exactly_once_rescale_4_2_8.py",
+    "tests/spark/test_exactly_once_executor_kill.py",
+    "tests/spark/test_connector_latency.py",
+    "tests/spark/test_kafka_sink.py",
     "tests/spark/test_connector_job.py",
+    "tests/spark/test_kafka_source.py",
+    "tests/integration/test_exactly_once_sink.py",
+    "tests/spark/test_checkpointed_job.py",
+    "tests/spark/test_wordcount_connector.py",
     "tests/spark/test_cluster.py",
-    "tests/integration/test_exactly_once_rescale.py",
+    "tests/spark/test_kafka_sink_order.py",
 )
-"""The longest test files (minutes each), longest first: they start before every other file, so
-that each of the two pytest-xdist workers begins with a long one and the short files of the
-other directories fill in at the end, where the two workers then end together."""
+"""The test files that take minutes, longest unit of the schedule first (as measured one by one on
+2026-11-29, a file of :data:`EACH_TEST_A_UNIT` by its longest test): they start before every other
+file, so that no long one starts last and ends alone while the other worker idles; the short files
+fill in at the end."""
 
 EACH_TEST_A_UNIT = (
     "tests/spark/test_cluster.py",
