@@ -1,0 +1,34 @@
+"""The suite's schedule (tests/conftest.py): the test files it names exist, and they start first.
+
+A file renamed or deleted would otherwise silently lose its place (it would start with its directory,
+and a long one started last ends alone while the other xdist worker idles)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import conftest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _start_rank(relative: str) -> int:
+    return conftest._first(SimpleNamespace(path=ROOT / relative))  # type: ignore[arg-type]
+
+
+def test_every_test_file_the_schedule_names_exists() -> None:
+    named = [*conftest.LONGEST_FIRST, *conftest.EACH_TEST_A_UNIT]
+    missing = [path for path in named if not (ROOT / path).is_file()]
+    assert [] == missing, f"tests/conftest.py names test files that do not exist (fix them there): {missing}"
+
+
+def test_the_longest_files_start_in_their_order_and_before_every_directory() -> None:
+    # given the longest files and a file of each directory that starts first, and a unit test's
+    longest = [_start_rank(path) for path in conftest.LONGEST_FIRST]
+    spark, integration, unit = "spark/test_python_daemon.py", "integration/test_cli.py", "unit/test_layers.py"
+    others = [_start_rank(f"tests/{path}") for path in (spark, integration, unit)]
+    # then the longest start in the order listed, every other file after them, a unit test last
+    assert longest == sorted(longest)
+    assert max(longest) < min(others)
+    assert others == sorted(others)
