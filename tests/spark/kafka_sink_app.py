@@ -6,11 +6,16 @@ commit=[..] delete=[..]``, ``transactional_id ID``, ``started``, ``step NAME CHE
 first step ``crash`` names (``[name, first checkpoint id]``) it says ``stopped at NAME CHECKPOINT``
 and waits there for its SIGKILL, and so does any later step of the other half (the committer does
 not commit after the batches stopped, nor the reverse). ``variant: no-marker`` recovers without
-reading the marker: the broken sink the test must catch. With ``crash`` at ``acked``, the running
-committer commits nothing: the journal may complete the checkpoint before its batch returns.
+reading the marker: the broken sink the test must catch; ``variant: stop-at-start`` stages a stop
+barrier's output at its batch's start on the connector too (the stop batch's own rows are left
+out). With ``crash`` at ``acked``, the running committer commits nothing: the journal may complete
+the checkpoint before its batch returns.
 ``holds`` (``[[NAME, FIRST CHECKPOINT, FILE], ...]``) hold the first step NAME of a checkpoint from
 FIRST on (``held at NAME CHECKPOINT``) until FILE exists; ``master`` runs it on that Spark master
-(``local-cluster[2,1,1024]``: executors in JVMs of their own) instead of ``local[2]``.
+(``local-cluster[2,1,1024]``: executors in JVMs of their own) instead of ``local[2]``. ``keyed: N``
+runs the keyed word count in N shuffle partitions (its rows ``word``, ``count``, ``added``) on Spark's
+own ``kafka`` connector (its jars on the session) instead of the per-partition one on ``cutline-kafka``.
+When the query ends by itself (a stop with a savepoint), it closes the sink and says ``closed``.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ from typing import Any
 
 from events.task.exactly_once import Completion, Marker, RecoveryPlan, Staged, recovery_plan
 from events.wire.records import CheckpointConfig
+from spark_tasks import kafka_sink
 from spark_tasks.job import CheckpointedJob, JobSettings
-from spark_tasks.kafka_sink import ExactlyOnceKafkaSink
+from spark_tasks.kafka_sink import BarrierBatch, ExactlyOnceKafkaSink, batch_barrier
 from spark_tasks.session import local_spark, spark_session
-from spark_tasks.wordcount import WORD_COUNT
+from spark_tasks.wordcount import KEYED_WORD_COUNT, WORD_COUNT
 
 
 def say(line: str) -> None:
@@ -50,6 +56,20 @@ def cluster_spark(master: str) -> Any:
         "spark.sql.shuffle.partitions": "2",
     }
     return spark_session(master, "kafka-sink-app", conf=conf)
+
+
+def connector_spark() -> Any:
+    """A ``local[2]`` session with Spark's kafka connector's jars, 2 shuffle partitions."""
+    from spark_tasks.connector import kafka_connector
+
+    conf = {"spark.sql.shuffle.partitions": "2", "spark.jars": kafka_connector().spark_jars}
+    return spark_session("local[2]", "kafka-sink-app", conf=conf)
+
+
+def stop_at_start(batch_id: int, logged: str, previous: str | None, *, on_connector: bool) -> Any:
+    """:func:`~spark_tasks.kafka_sink.batch_barrier` with every cut at the batch's start (broken)."""
+    opened = batch_barrier(batch_id, logged, previous, on_connector=on_connector)
+    return None if opened is None else BarrierBatch(opened.entry)
 
 
 def main() -> None:
@@ -83,8 +103,14 @@ def main() -> None:
 
     from pyspark.sql.functions import col, struct, to_json
 
-    master = settings.get("master")
-    spark = local_spark("kafka-sink-app") if master is None else cluster_spark(master)
+    if settings.get("variant") == "stop-at-start":
+        kafka_sink.batch_barrier = stop_at_start
+
+    master, keyed = settings.get("master"), int(settings.get("keyed") or 0)
+    if keyed:
+        spark = connector_spark()
+    else:
+        spark = local_spark("kafka-sink-app") if master is None else cluster_spark(master)
     job = CheckpointedJob(
         spark,
         JobSettings(
@@ -94,6 +120,8 @@ def main() -> None:
             config=CheckpointConfig(interval_ms=1000, timeout_ms=60_000, location=settings["location"]),
             work_dir=Path(settings["work_dir"]),
             topic_prefix=settings["prefix"],
+            keyed_partitions=keyed or None,
+            source="kafka" if keyed else "cutline-kafka",
         ),
     )
     sink = ExactlyOnceKafkaSink(
@@ -106,13 +134,22 @@ def main() -> None:
     plan = sink.recovered.plan
     say(f"recovered commit={list(plan.commit)} delete={list(plan.delete)}")
     say(f"transactional_id {sink.transactional_id}")
-    counts = job.stream(WORD_COUNT)
-    rows = struct("topic", "partition", "offset", "word", "added", "count")
+    if keyed:
+        counts, rows = job.stream_keyed(KEYED_WORD_COUNT), struct("word", "count", "added")
+    else:
+        counts, rows = (
+            job.stream(WORD_COUNT),
+            struct("topic", "partition", "offset", "word", "added", "count"),
+        )
     out = counts.select(col("word").alias("key"), to_json(rows).alias("value"))
     job.start(out.writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds"))
     started.set()
     say("started")
     job.await_termination()
+    sink.close()  # once the journal is read to its end: a stop savepoint's output is committed
+    job.close()
+    say("closed")
+    spark.stop()
 
 
 if __name__ == "__main__":
