@@ -1025,7 +1025,12 @@ class ExactlyOnceSink:
             key = marker_key(self.job_id, self.uid, self.task_id)
             value = json.dumps({"checkpoint": marker.checkpoint_id, "attempt": marker.attempt}).encode()
             count = partition_count(self._producer, self.commits, self.timeout)
-            self._producer.produce(self.commits, value, key, partition=partition_for(key, count))
+            while True:
+                try:
+                    self._producer.produce(self.commits, value, key, partition=partition_for(key, count))
+                    break
+                except BufferError:  # the local queue is full of the records: let it drain
+                    self._producer.poll(0.05)
             if self._step is not None:
                 self._producer.flush(self.timeout)  # the records are at the broker, in the open transaction
                 self._at("open", marker.checkpoint_id)
