@@ -18,7 +18,7 @@ It is the participant sink of :mod:`events.task.exactly_once` split in two halve
 - **the batches** (:class:`StagedBatches`, what Spark calls, in the driver or, on Spark Connect, in a
   Python process of the server, which pickles it): each micro-batch's rows are kept in memory; a
   batch that begins with a barrier (the checkpoint's cut is at its start offsets) first stages what
-  the batches before it wrote into ``<location>/driver.out``, before it runs, so before its tasks ack:
+  the batches before it wrote into ``<location>/driver.<uid>.out``, before it runs, so before its tasks ack:
   a completed checkpoint's output is on durable storage. If the barrier's tasks have already
   snapshotted (something in ``foreachBatch`` ran the batch before the sink: :func:`staged_late_problem`),
   it stages all the same and fails the query with :class:`OutputStagedLate`;
@@ -447,7 +447,7 @@ class ExactlyOnceKafkaSink:
         barrier = entry_barrier(self.job_id, entry)
         if barrier.attempt != self.attempt:
             return True
-        return storage.exists(storage.join(barrier.location, staged_name(SINK_TASK)))
+        return storage.exists(storage.join(barrier.location, staged_name(SINK_TASK, self.committer.uid)))
 
     @property
     def waiting_for(self) -> int | None:
@@ -514,7 +514,9 @@ class ExactlyOnceKafkaSink:
     def _staged(self, checkpoint_id: int) -> bool:
         """Whether the sink's file for ``checkpoint_id`` is staged (at an unknown location: as if)."""
         location = self._locations.get(checkpoint_id)
-        return location is None or storage.exists(storage.join(location, staged_name(SINK_TASK)))
+        return location is None or storage.exists(
+            storage.join(location, staged_name(SINK_TASK, self.committer.uid))
+        )
 
     def _commit_through(self, completed: CheckpointCompleted) -> None:
         """Commit the staged files up to ``completed`` (after the marker) in one transaction."""

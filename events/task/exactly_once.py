@@ -2,7 +2,7 @@
 
 A participant's :class:`ExactlyOnceSink` keeps the records the app sends between two barriers in
 memory (bounded), writes them at the barrier into the checkpoint's location beside the task's
-snapshot (``<location>/<task>.out``, before the participant acks, so the checkpoint covers them),
+snapshot (``<location>/<task>.<uid>.out``, before the participant acks, so the checkpoint covers them),
 and sends them when the journal completes the checkpoint: in one Kafka transaction with a
 **commit marker** (key ``job/uid/task``, value the checkpoint id and attempt) to the marker topic
 ``<prefix>sink-commits``. "Committed" is recorded atomically with the output.
@@ -62,6 +62,8 @@ __all__ = [
     "marker_key",
     "orphans_for",
     "recovery_plan",
+    "find_staged",
+    "legacy_staged_name",
     "staged_name",
     "transaction_timeout_problem",
     "transactional_id",
@@ -227,9 +229,50 @@ def commits_topic(topics: Topics) -> str:
     return sink_commits_topic(topics)
 
 
-def staged_name(task_id: str) -> str:
-    """The staged file's name in a checkpoint's location: ``<task>.out``."""
-    return quote(task_id, safe=":@=+,") + ".out"
+def staged_name(task_id: str, uid: str) -> str:
+    """The staged file's name in a checkpoint's location: ``<task>.<uid>.out``, so that two sinks of
+    one task stage apart (each part %-quoted, its dots too: the name reads back one way only)."""
+    return f"{_name_part(task_id)}.{_name_part(uid)}.out"
+
+
+def legacy_staged_name(task_id: str) -> str:
+    """``<task>.out``: the name before the sink's uid was in it. Recovery still reads such a file,
+    when its header names the sink's uid (a restore never drops what it may need)."""
+    return _name_part(task_id).replace("%2E", ".") + ".out"
+
+
+def find_staged(locations: Mapping[int, str], task_id: str, uid: str) -> dict[int, StagedOutput]:
+    """The staged files of sink ``uid``'s task ``task_id`` in the checkpoint ``locations``, by
+    checkpoint, checked (:class:`StagedOutputCorrupted`); a file of the old name counts when its
+    header names ``uid``."""
+    found: dict[int, StagedOutput] = {}
+    for checkpoint_id, location in sorted(locations.items()):
+        output = _read_staged(location, staged_name(task_id, uid))
+        if output is None:
+            legacy = _read_staged(location, legacy_staged_name(task_id))
+            output = legacy if legacy is not None and legacy.uid == uid else None
+        if output is None:
+            continue
+        if output.checkpoint_id != checkpoint_id or (output.task_id, output.uid) != (task_id, uid):
+            raise StagedOutputCorrupted(
+                f"{output.uri} holds checkpoint {output.checkpoint_id} of task {output.task_id} "
+                f"(sink {output.uid}), not {checkpoint_id} of {task_id} (sink {uid})"
+            )
+        found[checkpoint_id] = output
+    return found
+
+
+def _read_staged(location: str, name: str) -> StagedOutput | None:
+    uri = storage.join(location, name)
+    try:
+        data = storage.read_bytes(uri)
+    except FileNotFoundError:
+        return None
+    return decode_staged(data, uri)
+
+
+def _name_part(part: str) -> str:
+    return quote(part, safe=":@=+,").replace(".", "%2E")
 
 
 def create_commits_topic(bootstrap: str, topics: Topics, partitions: int = 8) -> list[str]:
@@ -556,13 +599,13 @@ class OutputBuffer:
         return OutputColumns(self._topics, self._values, self._keys, self._partitions, self._headers)
 
     def stage(self, barrier: CheckpointBarrier) -> StagedOutput:
-        """Write the buffered records to ``<location>/<task>.out``, atomically and durably, and
+        """Write the buffered records to ``<location>/<task>.<uid>.out``, atomically and durably, and
         start an empty buffer. The returned output holds the records in memory, to be sent from
         there by the process that staged them."""
         output = StagedOutput(
             self.job_id, self.uid, self.task_id, barrier.checkpoint_id, barrier.attempt, self.records
         )
-        uri = storage.join(barrier.location, staged_name(self.task_id))
+        uri = storage.join(barrier.location, staged_name(self.task_id, self.uid))
         data, digest = _encode_staged(output)
         storage.write_bytes(uri, data)
         self.discard()
@@ -719,7 +762,7 @@ class ExactlyOnceSink:
         return len(self._buffer)
 
     def stage(self, barrier: CheckpointBarrier) -> StagedOutput:
-        """Write the records sent since the last barrier to ``<location>/<task>.out``, atomically and
+        """Write the records sent since the last barrier to ``<location>/<task>.<uid>.out``, atomically and
         durably; call it from the participant's ``snapshot``, so the ack covers them. Refused once the
         committing thread failed for good (:attr:`failure`): the checkpoint is declined."""
         self._raise_failure()
@@ -972,22 +1015,7 @@ class ExactlyOnceSink:
         return locations, completions, named
 
     def _find_staged(self, locations: Mapping[int, str]) -> dict[int, StagedOutput]:
-        """This task's staged files in the journal's checkpoint locations, checked."""
-        found: dict[int, StagedOutput] = {}
-        for checkpoint_id, location in sorted(locations.items()):
-            uri = storage.join(location, staged_name(self.task_id))
-            try:
-                data = storage.read_bytes(uri)
-            except FileNotFoundError:
-                continue
-            output = decode_staged(data, uri)
-            if output.checkpoint_id != checkpoint_id or output.task_id != self.task_id:
-                raise StagedOutputCorrupted(
-                    f"{uri} holds checkpoint {output.checkpoint_id} of task {output.task_id}, "
-                    f"not {checkpoint_id} of {self.task_id}"
-                )
-            found[checkpoint_id] = output
-        return found
+        return find_staged(locations, self.task_id, self.uid)
 
     # ------------------------------------------------------------ committing
 

@@ -265,7 +265,7 @@ def test_exactly_once_when_the_coordinator_fails_over_mid_checkpoint(job: Failov
     job.words(10)
     seen = job.every_copy_committed()
     assert seen == Counter({f"w{i}": 1 for i in range(job.sent)}), f"not exactly once: {seen}"
-    assert sorted(job.root.glob(f"**/chk-{died}/{TASK}.out")) == [], "its staged file is left"
+    assert sorted(job.root.glob(f"**/chk-{died}/*.out")) == [], "its staged file is left"
     # no commit's transaction was open when a process died: nothing was aborted
     assert job.output_values("read_uncommitted") == seen
 

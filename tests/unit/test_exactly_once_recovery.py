@@ -3,8 +3,10 @@ the pure core of events/task/exactly_once.py (docs/exactly-once.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,10 +21,13 @@ from events.task.exactly_once import (
     StagedOutputCorrupted,
     decode_staged,
     encode_staged,
+    find_staged,
+    legacy_staged_name,
     marker_key,
     orphans_for,
     pending_through,
     recovery_plan,
+    staged_name,
     transaction_timeout_problem,
     transactional_id,
 )
@@ -144,6 +149,33 @@ def test_a_torn_staged_file_is_refused() -> None:
     data = encode_staged(staged())
     with pytest.raises(StagedOutputCorrupted):
         decode_staged(data[: len(data) // 2], "chk-4/task-0.out")
+
+
+def test_two_sinks_of_one_task_stage_apart_and_each_finds_its_own(tmp_path: Path) -> None:
+    # given: sinks "counts" and "alerts" of task-0 both staged checkpoint 4 in its location
+    location = tmp_path / "chk-4"
+    location.mkdir()
+    for uid in ("counts", "alerts"):
+        output = dataclasses.replace(staged(), uid=uid)
+        (location / staged_name("task-0", uid)).write_bytes(encode_staged(output))
+    # when: each looks for its own
+    counts = find_staged({4: str(location)}, "task-0", "counts")
+    alerts = find_staged({4: str(location)}, "task-0", "alerts")
+    # then: two files, each read by its own sink only
+    assert 2 == len(list(location.glob("*.out")))
+    assert ("counts", "alerts") == (counts[4].uid, alerts[4].uid)
+
+
+def test_a_name_reads_back_one_way_only() -> None:
+    assert staged_name("a.b", "c") != staged_name("a", "b.c")
+
+
+def test_a_staged_file_of_the_old_name_is_recovered_by_its_own_sink_only(tmp_path: Path) -> None:
+    # given: a file staged before the uid was in the name, by sink "sink" (staged()'s)
+    (tmp_path / legacy_staged_name("task-0")).write_bytes(encode_staged(staged()))
+    # then: sink "sink" recovers it; another sink of the task does not take it for its own
+    assert [4] == list(find_staged({4: str(tmp_path)}, "task-0", "sink"))
+    assert {} == find_staged({4: str(tmp_path)}, "task-0", "other")
 
 
 # ------------------------------------------------------------------ transaction.timeout.ms

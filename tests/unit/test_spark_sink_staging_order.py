@@ -44,7 +44,7 @@ class TestTaskSnapshots:
     def test_the_sinks_own_file_metadata_and_another_attempts_snapshots_do_not(self) -> None:
         """The staged output, the checkpoint's metadata and an earlier attempt's files are no sign
         that this attempt's batch ran."""
-        names = ["driver.out", "_metadata", "words-0.a1-r0.cut-40", "words-0.a12-r3.cut-40"]
+        names = ["driver.counts.out", "_metadata", "words-0.a1-r0.cut-40", "words-0.a12-r3.cut-40"]
 
         assert () == task_snapshots(names, ATTEMPT)
 
@@ -54,7 +54,7 @@ class TestStagedLateProblem:
     def test_a_sink_called_first_stages_before_any_task_snapshots(self, given: CheckpointBarrier) -> None:
         """Given a barrier batch of any kind, when the sink is called first in foreachBatch (no task
         has snapshotted: none can have acked, the journal cannot have completed it), then all is well."""
-        assert staged_late_problem("counts", given, task_snapshots(["driver.out"], ATTEMPT)) is None
+        assert staged_late_problem("counts", given, task_snapshots(["driver.counts.out"], ATTEMPT)) is None
 
     @pytest.mark.parametrize("given", KINDS)
     def test_a_sink_called_after_the_batch_ran_is_a_misuse(self, given: CheckpointBarrier) -> None:
