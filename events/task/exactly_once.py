@@ -731,6 +731,9 @@ class ExactlyOnceSink:
         self._producer = Producer(config)
         self._initialised = False
         self._left_open = False
+        self._unfinished: _Commit | None = None
+        """A commit whose ``commit_transaction`` failed retriably (its outcome unknown: the broker may
+        have committed it); the next commit finishes it first, never aborts it."""
         """A commit failed after its transaction began, and aborting it failed too (the broker
         unreachable): the next commit aborts it first."""
         self.marker: Marker | None = None
@@ -1043,6 +1046,12 @@ class ExactlyOnceSink:
     def _commit_in_transaction(self, outputs: Sequence[StagedOutput], marker: Marker) -> None:
         self._init_transactions()
         self._at("committing", marker.checkpoint_id)
+        if self._unfinished is not None:
+            finished = self._finish_unfinished()
+            if finished is not None:  # its outputs are committed: commit only what came after them
+                outputs = [o for o in outputs if o.checkpoint_id > finished.checkpoint_id]
+                if not outputs:
+                    return
         if self._left_open:  # a failed commit's: nothing of it was committed
             self._producer.abort_transaction(self.timeout)
             self._left_open = False
@@ -1068,13 +1077,37 @@ class ExactlyOnceSink:
         try:
             self._producer.commit_transaction(self.timeout)
         except KafkaException as exc:
-            self._abort_after(exc)
+            self._abort_after(exc, _Commit(tuple(outputs), marker))
             raise
+        self._committed(outputs, marker)
+
+    def _committed(self, outputs: Sequence[StagedOutput], marker: Marker) -> None:
         self.marker = marker
         self.committed.extend(o.checkpoint_id for o in outputs)
         self._at("committed", marker.checkpoint_id)
         for output in outputs:
             self._delete(output)
+
+    def _finish_unfinished(self) -> Marker | None:
+        """Retry the ``commit_transaction`` that failed retriably (librdkafka's rule: retry it, never
+        abort what may be committed): its marker once it is committed, None when the broker says to
+        abort it (its outputs are still staged and go with this commit). Raises while it still fails."""
+        unfinished = self._unfinished
+        assert unfinished is not None
+        try:
+            self._producer.commit_transaction(self.timeout)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.retriable():
+                raise
+            self._unfinished = None
+            if not error.txn_requires_abort():
+                raise
+            self._producer.abort_transaction(self.timeout)
+            return None
+        self._unfinished = None
+        self._committed(unfinished.outputs, unfinished.marker)
+        return unfinished.marker
 
     def _produce_all(self, records: OutputColumns) -> None:
         """Produce ``records`` in order: positional arguments (keywords cost the producer twice the
@@ -1105,10 +1138,15 @@ class ExactlyOnceSink:
         except KafkaException:
             self._left_open = True
 
-    def _abort_after(self, exc: KafkaException) -> None:
+    def _abort_after(self, exc: KafkaException, commit: _Commit) -> None:
+        """After a failed ``commit_transaction``: abort where the broker says to; keep a retriable
+        failure (a timeout: the outcome is unknown) for the next commit to finish
+        (:meth:`_finish_unfinished`)."""
         error: KafkaError = exc.args[0]
         if error.txn_requires_abort():
             self._producer.abort_transaction(self.timeout)
+        elif error.retriable():
+            self._unfinished = commit
         # a fenced or fatal producer: another process resumed the task; its recovery commits
 
     def _delete(self, output: StagedOutput) -> None:

@@ -182,3 +182,34 @@ def test_a_commit_that_fails_while_the_broker_is_down_goes_with_the_next_complet
     assert_exactly_once(job)
     aborted = job.output_values("read_uncommitted") - job.output_values()
     assert set(aborted) <= {f"w{i}" for i in range(10, 20)}, f"aborted copies of other words: {aborted}"
+
+
+def test_a_commit_transaction_that_fails_while_the_broker_is_down_is_finished_by_the_next_commit(
+    kafka: ApacheKafka, job: HeldJob, tmp_path: Path
+) -> None:
+    """librdkafka's rule: a ``commit_transaction`` that fails retriably may have committed, so it is
+    retried, never aborted, and the sink does not stay wedged in its transaction (before, every later
+    ``begin_transaction`` failed and no checkpoint's output was committed again)."""
+    release = tmp_path / "release"
+    # given: checkpoint 2 completed, the participant held with its commit's records and marker sent
+    child = job.start_held(1, "open", 2, release)
+    job.words(10)
+    child.said("processed 10")
+    job.checkpoint(child, 1, attempt=1)
+    job.words(10)
+    child.said("processed 20")
+    job.complete(job.barrier(2, attempt=1))
+    child.said("held at open 2")
+    # when: the broker is down when it calls commit_transaction, which fails
+    kafka.kill(1)
+    release.touch()
+    failed = f"log sink copy of {JOB}/{TASK}: commit of 2 failed"
+    eventually(lambda: any(line.startswith(failed) for line in child.lines), timeout=120, what=failed)
+    # and the broker is back, and checkpoint 3 completes
+    kafka.restart(1)
+    job.words(10)
+    child.said("processed 30")
+    job.checkpoint(child, 3, attempt=1)
+    # then: 2's transaction was finished (or, where the broker aborted it, sent again) and 3 committed
+    assert_exactly_once(job)
+    assert child.process.poll() is None

@@ -206,7 +206,7 @@ class Job:
             consumer.close()
 
     def staged_files(self) -> list[Path]:
-        return sorted(self.root.glob(f"*/{staged_name(TASK)}"))
+        return sorted(self.root.glob(f"*/{staged_name(TASK, 'copy')}"))
 
     def close(self) -> None:
         for child in self.children:
