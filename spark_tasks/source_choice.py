@@ -9,13 +9,21 @@ tested without Maven). ``python -m spark_tasks.wordcount`` and ``cutline demo`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from spark_tasks.connector import ConnectorUnavailable, KafkaConnector
 
-__all__ = ["CONNECTOR", "CUTLINE_KAFKA", "SourceChoice", "SourceUnavailable", "choose_source"]
+__all__ = [
+    "CONNECTOR",
+    "CUTLINE_KAFKA",
+    "SECURED_CLIENT",
+    "SourceChoice",
+    "SourceUnavailable",
+    "choose_source",
+    "secured_client",
+]
 
 CONNECTOR: Final = "kafka"
 """Spark's own Kafka connector (``format("kafka")``, ``spark-sql-kafka-0-10``)."""
@@ -53,19 +61,40 @@ class SourceChoice:
         return f"source: {name} ({self.why})"
 
 
+SECURED_CLIENT = (
+    "the Kafka client settings (CUTLINE_KAFKA_CONFIG, --kafka-config) secure the connection, and cutline "
+    "does not hand them to the connector's JVM client yet"
+)
+"""Why a secured job reads with ``cutline-kafka``: the connector would need the same settings as
+``kafka.``-prefixed Java client options (``kafka.sasl.jaas.config``, a truststore), which cutline
+does not translate from librdkafka's."""
+
+
 def choose_source(
-    requested: str | None, *, remote: bool, resolve: Callable[[], KafkaConnector]
+    requested: str | None,
+    *,
+    remote: bool,
+    resolve: Callable[[], KafkaConnector],
+    secured: bool = False,
 ) -> SourceChoice:
     """The source for a word count (keyed or per partition): ``requested`` (:data:`CONNECTOR` or
     :data:`CUTLINE_KAFKA`), or when None the connector where its jars resolve (``resolve``, which raises
     :class:`~spark_tasks.connector.ConnectorUnavailable` where they do not), ``cutline-kafka`` otherwise.
 
     A job on a Spark Connect server (``remote``) gets the connector only when asked: the server's jars
-    are its own. Raises :class:`SourceUnavailable` when the connector is asked for and cannot be."""
+    are its own. A ``secured`` job (its Kafka client settings name a security protocol other than
+    PLAINTEXT) reads with ``cutline-kafka``: :data:`SECURED_CLIENT`. Raises :class:`SourceUnavailable`
+    when the connector is asked for and cannot be."""
     if requested not in (None, CONNECTOR, CUTLINE_KAFKA):
         raise SourceUnavailable(f"--source is {CONNECTOR!r} or {CUTLINE_KAFKA!r}, not {requested!r}")
     if requested == CUTLINE_KAFKA:
         return SourceChoice(CUTLINE_KAFKA, "as asked")
+    if secured:
+        if requested == CONNECTOR:
+            raise SourceUnavailable(
+                f"--source kafka: {SECURED_CLIENT}; run with --source cutline-kafka (or no --source)"
+            )
+        return SourceChoice(CUTLINE_KAFKA, SECURED_CLIENT)
     if remote:
         if requested == CONNECTOR:
             return SourceChoice(CONNECTOR, "as asked; the Spark Connect server's own jars")
@@ -80,6 +109,11 @@ def choose_source(
             raise SourceUnavailable(f"--source kafka: {exc}") from exc
         return SourceChoice(CUTLINE_KAFKA, f"Spark's kafka connector is not available: {_first_line(exc)}")
     return SourceChoice(CONNECTOR, "as asked" if requested == CONNECTOR else "its jars resolve", connector)
+
+
+def secured_client(properties: Mapping[str, str]) -> bool:
+    """Whether Kafka client ``properties`` secure the connection (SSL or SASL). Pure."""
+    return properties.get("security.protocol", "PLAINTEXT").strip().upper() != "PLAINTEXT"
 
 
 def _first_line(exc: Exception) -> str:

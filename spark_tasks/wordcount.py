@@ -54,6 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer
 
+from events.kafka.client_config import client_properties
 from events.kafka.clients import consumer_config, partition_count, read_partition_to_end
 from events.stopping import Stop, StopSignals
 from events.wire.codec import use_wire
@@ -67,7 +68,14 @@ from spark_tasks.kafka_sink import ExactlyOnceKafkaSink
 from spark_tasks.kafka_source.offsets import barrier_of, from_offsets, marker_of
 from spark_tasks.keyed import KeyedBatchStep
 from spark_tasks.sink import CutFileSink, read_rows
-from spark_tasks.source_choice import CONNECTOR, CUTLINE_KAFKA, SourceChoice, SourceUnavailable, choose_source
+from spark_tasks.source_choice import (
+    CONNECTOR,
+    CUTLINE_KAFKA,
+    SourceChoice,
+    SourceUnavailable,
+    choose_source,
+    secured_client,
+)
 from spark_tasks.state import KafkaRecord, StatefulStep
 
 log = logging.getLogger(__name__)
@@ -703,7 +711,12 @@ def _session(args: argparse.Namespace, choice: SourceChoice) -> Any:
 
 def source_choice(args: argparse.Namespace) -> SourceChoice:
     """The source the command line's job reads with (:func:`choose_source`)."""
-    return choose_source(args.source, remote=bool(args.remote), resolve=kafka_connector)
+    return choose_source(
+        args.source,
+        remote=bool(args.remote),
+        resolve=kafka_connector,
+        secured=secured_client(client_properties()),
+    )
 
 
 def job_settings(args: argparse.Namespace, source: Source = "cutline-kafka") -> JobSettings:

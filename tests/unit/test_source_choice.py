@@ -13,8 +13,10 @@ from spark_tasks.connector import ConnectorUnavailable, KafkaConnector  # noqa: 
 from spark_tasks.source_choice import (  # noqa: E402
     CONNECTOR,
     CUTLINE_KAFKA,
+    SECURED_CLIENT,
     SourceUnavailable,
     choose_source,
+    secured_client,
 )
 
 JARS = KafkaConnector("4.2.0", "4.2.0", (Path("/c/spark-sql-kafka-0-10_2.13-4.2.0.jar"),))
@@ -71,3 +73,32 @@ class TestAsAsked:
     def test_another_source_is_refused(self) -> None:
         with pytest.raises(SourceUnavailable, match="--source is 'kafka' or 'cutline-kafka'"):
             choose_source("kafka-0-8", remote=False, resolve=resolves)
+
+
+class TestOnASecuredCluster:
+    """The connector's JVM client does not get cutline's (librdkafka's) security settings: a job
+    whose client settings secure the connection reads with cutline-kafka, and says why."""
+
+    def test_a_secured_job_reads_with_cutline_kafka_and_says_why(self) -> None:
+        choice = choose_source(None, remote=False, resolve=resolves, secured=True)
+
+        assert CUTLINE_KAFKA == choice.source
+        assert SECURED_CLIENT in choice.line
+
+    def test_asking_for_the_connector_on_a_secured_cluster_is_refused_with_what_to_do(self) -> None:
+        with pytest.raises(SourceUnavailable, match="--source cutline-kafka"):
+            choose_source(CONNECTOR, remote=False, resolve=resolves, secured=True)
+
+    @pytest.mark.parametrize(
+        ("properties", "secured"),
+        [
+            ({}, False),
+            ({"security.protocol": "plaintext"}, False),
+            ({"security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512"}, True),
+            ({"security.protocol": "SSL"}, True),
+        ],
+    )
+    def test_which_client_settings_secure_the_connection(
+        self, properties: dict[str, str], secured: bool
+    ) -> None:
+        assert secured is secured_client(properties)

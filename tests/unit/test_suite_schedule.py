@@ -6,28 +6,37 @@ and a long one started last ends alone while the other xdist worker idles)."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
-import conftest
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _start_rank(relative: str) -> int:
-    return conftest._first(SimpleNamespace(path=ROOT / relative))  # type: ignore[arg-type]
+@pytest.fixture
+def conftest(request: pytest.FixtureRequest) -> ModuleType:
+    """tests/conftest.py as pytest loaded it (``import conftest`` may find another directory's)."""
+    path = ROOT / "tests" / "conftest.py"
+    plugins: list[Any] = list(request.config.pluginmanager.get_plugins())
+    return next(p for p in plugins if Path(getattr(p, "__file__", "") or "/").resolve() == path)
 
 
-def test_every_test_file_the_schedule_names_exists() -> None:
+def _start_rank(conftest: ModuleType, relative: str) -> int:
+    return int(conftest._first(SimpleNamespace(path=ROOT / relative)))
+
+
+def test_every_test_file_the_schedule_names_exists(conftest: ModuleType) -> None:
     named = [*conftest.LONGEST_FIRST, *conftest.EACH_TEST_A_UNIT]
     missing = [path for path in named if not (ROOT / path).is_file()]
     assert [] == missing, f"tests/conftest.py names test files that do not exist (fix them there): {missing}"
 
 
-def test_the_longest_files_start_in_their_order_and_before_every_directory() -> None:
+def test_the_longest_files_start_in_their_order_and_before_every_directory(conftest: ModuleType) -> None:
     # given the longest files and a file of each directory that starts first, and a unit test's
-    longest = [_start_rank(path) for path in conftest.LONGEST_FIRST]
+    longest = [_start_rank(conftest, path) for path in conftest.LONGEST_FIRST]
     spark, integration, unit = "spark/test_python_daemon.py", "integration/test_cli.py", "unit/test_layers.py"
-    others = [_start_rank(f"tests/{path}") for path in (spark, integration, unit)]
+    others = [_start_rank(conftest, f"tests/{path}") for path in (spark, integration, unit)]
     # then the longest start in the order listed, every other file after them, a unit test last
     assert longest == sorted(longest)
     assert max(longest) < min(others)
