@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from connector_jobs import latency_histograms
 from support import eventually
 from wordfeed import PARTITIONS, Input, every, wait
 
@@ -289,28 +290,6 @@ def test_a_keyed_job_checkpoints_to_s3_keeps_its_state_there_and_restores_from_i
         assert not [p for p in manifests if f"/chk-{old}/" in p], f"checkpoint {old} was not discarded"
 
 
-def _latency_histograms(url: str, job_id: str) -> dict[tuple[str, str, str], tuple[float, float]]:
-    """``cutline_job_latency`` of ``job_id`` at the coordinator's ``/metrics``: (source, operator,
-    operator subtask) -> (count, sum in ms)."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    found: dict[tuple[str, str, str], list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != "cutline_job_latency":
-            continue
-        for sample in family.samples:
-            labels = sample.labels
-            if labels.get("job_id") != job_id or sample.name.endswith("_bucket"):
-                continue
-            key = (labels["source_id"], labels["operator_id"], labels["operator_subtask_index"])
-            found.setdefault(key, [0.0, 0.0])[sample.name.endswith("_sum")] = sample.value
-    return {key: (count, total) for key, (count, total) in found.items()}
-
-
 def test_latency_markers_reach_every_keyed_task_and_the_sink_and_never_user_code(
     spark: Any,
     bootstrap: str,
@@ -341,7 +320,7 @@ def test_latency_markers_reach_every_keyed_task_and_the_sink_and_never_user_code
     }
 
     def seen() -> set[tuple[str, str]]:
-        return {(subtask, op) for _, op, subtask in _latency_histograms(coordinator.url, job_id)}
+        return {(subtask, op) for _, op, subtask in latency_histograms(coordinator.url, job_id)}
 
     with CheckpointedJob(spark, settings) as job:
         query = _start(job, out)
@@ -361,7 +340,7 @@ def test_latency_markers_reach_every_keyed_task_and_the_sink_and_never_user_code
         assert job.query.exception() is None
     _assert_exact(words.produced, out)
 
-    histograms = _latency_histograms(coordinator.url, job_id)
+    histograms = latency_histograms(coordinator.url, job_id)
     assert {source for source, _, _ in histograms} == {"cutline-kafka"}
     # a marker is stamped when its batch is planned: by the sink it has waited at least for the
     # batch's execution (here longer than the 200 ms trigger interval), never longer than a batch took
