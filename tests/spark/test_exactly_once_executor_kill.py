@@ -105,5 +105,12 @@ def test_exactly_once_when_an_executor_is_killed_mid_checkpoint_and_mid_commit(
     uncommitted = read_output(bootstrap, drivers.output, "read_uncommitted")
     assert Counter(map(str, uncommitted.rows)) == Counter(map(str, seen.rows))
     assert len(set(killed)) == 2 and driver.process.poll() is None
-    # and Spark lost both executors (the SIGKILL's exit code) and ran on without the driver failing
-    assert (tmp_path / "driver-0.log").read_text().count("Command exited with code 137") == 2
+    # and Spark lost both executors and ran on without the driver failing (the driver may learn of
+    # the second loss from the RPC disconnect before the worker reports the SIGKILL's exit code, and
+    # may log it after the checkpoint committed)
+    eventually(
+        lambda: (tmp_path / "driver-0.log").read_text().count("ERROR TaskSchedulerImpl: Lost executor"),
+        lambda lost: lost == 2,
+        timeout=60,
+        what="the driver logging both executors lost",
+    )
