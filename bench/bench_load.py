@@ -3,6 +3,7 @@ MiniCluster, in one run (issue 47, "Side by side"; docs/benchmarks.md, "Latency 
 
     uv run python bench/bench_load.py [--brokers tansu kafka] [--jobs 1 4 16 64]
                                       [--participants 2 8 32] [--modes thread shared]
+                                      [--storage files inline]
                                       [--checkpoints 20] [--interval-ms 500]
                                       [--flink-parallelism 32] [--flink-python PATH] [--json OUT]
 
@@ -18,9 +19,14 @@ For each broker (started for its part, one ``cutline coordinator`` worker on it,
   row of one process each, as tasks on separate machines (or processes) run.
 
 Every participant is a thread of this process (bench.bench_coordinator.Participants: a 1 KiB
-snapshot in an fsynced file each), or with ``process`` a process of its own (its CPU counted as
-the participants'). Latency is ``CheckpointCompleted.duration_ms`` (trigger →
-completed, the coordinator's clock), read from the journal as it is written. Each row shows where
+snapshot each), or with ``process`` a process of its own (its CPU counted as the participants').
+``--storage`` chooses where the participants' snapshots go, per row of participants: an fsynced file
+each (``files``), or inline in the ack (``inline``: the job's ``inline_threshold_bytes`` is 20 KiB,
+Flink's default memory threshold, below which Flink keeps each subtask's state in the checkpoint's
+metadata instead of a file, as the anchor's Flink job does); the rows of jobs use files.
+
+Latency is ``CheckpointCompleted.duration_ms`` (trigger → completed, the coordinator's clock), read
+from the journal as it is written. Each row shows where
 the machine's CPU went meanwhile, in % of one core: the coordinator worker, the broker, this
 process (the participants and their feeds) and every other process of the machine (other work).
 
@@ -68,6 +74,7 @@ from bench.bench_coordinator import (
 )
 from bench.bench_vs_flink import (
     ANCHOR,
+    STORAGE,
     FlinkResult,
     FlinkUnavailable,
     flink_python,
@@ -124,6 +131,13 @@ class LoadRow:
     stages: dict[str, list[float]] = field(default_factory=dict)
     """``--stages``: per measured checkpoint of a one-job row, ms after the trigger was decided at
     which each step of :data:`STAGES` happened (its first and last participant)."""
+    storage: str = "files"
+    """Where the participants' snapshots go: a key of :data:`bench.bench_vs_flink.STORAGE`."""
+
+    @property
+    def way(self) -> str:
+        """The participants' mode and, beside files, their storage: the table's ``mode`` column."""
+        return MODES[self.mode] + ("" if self.storage == "files" else f", {self.storage}")
 
     @property
     def p50(self) -> float:
@@ -271,7 +285,7 @@ def stages_table(rows: list[LoadRow]) -> Table:
     out.add_column("step")
     traced = [r for r in rows if r.stages]
     for r in traced:
-        out.add_column(f"{r.size} participants, {MODES[r.mode]}", justify="right")
+        out.add_column(f"{r.size} participants, {r.way}", justify="right")
     out.add_column("measured as")
     for name, how in STAGES:
         cells = [
@@ -310,7 +324,13 @@ def running_worker(kind: str, scratch: Path) -> Iterator[Worker]:
 
 
 def run_row(
-    worker: Worker, dimension: str, jobs: int, participants: int, mode: str, args: argparse.Namespace
+    worker: Worker,
+    dimension: str,
+    jobs: int,
+    participants: int,
+    mode: str,
+    args: argparse.Namespace,
+    storage: str = "files",
 ) -> LoadRow:
     """``jobs`` jobs of ``participants`` each, until every job completed warm-up + checkpoints (or the
     row's deadline passed)."""
@@ -319,7 +339,7 @@ def run_row(
     names = {f"load-{tag}-{j}" for j in range(jobs)}
     config = CheckpointConfig(
         interval_ms=args.interval_ms, location=(args.scratch / tag).as_uri(), timeout_ms=30_000,
-        tolerable_failures=1_000,
+        tolerable_failures=1_000, inline_threshold_bytes=STORAGE[storage],
     )  # fmt: skip
     measured = max(args.checkpoints, -(-args.min_samples // jobs))
     wanted = args.warmup + measured
@@ -350,18 +370,20 @@ def run_row(
         stages = stage_timeline(worker.bootstrap, worker.topics, driver.job_id, group.traces, measured)
     return LoadRow(
         worker.kind, dimension, jobs if dimension == "jobs" else participants, mode,
-        completions.measured(args.warmup, measured), cpu, at_start, complete, completed, stages,
+        completions.measured(args.warmup, measured), cpu, at_start, complete, completed, stages, storage,
     )  # fmt: skip
 
 
 def broker_rows(kind: str, args: argparse.Namespace, console: Console) -> Iterator[LoadRow]:
-    sizes = [("jobs", j, 2, "shared") for j in args.jobs]
-    sizes += [("participants", 1, p, m) for p in args.participants for m in args.modes]
+    sizes = [("jobs", j, 2, "shared", "files") for j in args.jobs]
+    sizes += [
+        ("participants", 1, p, m, s) for p in args.participants for m in args.modes for s in args.storage
+    ]
     with running_worker(kind, args.scratch) as worker:
-        for dimension, jobs, participants, mode in sizes:
+        for dimension, jobs, participants, mode, storage in sizes:
             size = jobs if dimension == "jobs" else participants
-            console.print(f"{BROKERS[kind]}: {dimension} {size} ({MODES[mode]}), load {load()}")
-            row = run_row(worker, dimension, jobs, participants, mode, args)
+            console.print(f"{BROKERS[kind]}: {dimension} {size} ({MODES[mode]}, {storage}), load {load()}")
+            row = run_row(worker, dimension, jobs, participants, mode, args, storage)
             short = (
                 "" if row.complete else " [bold red](deadline passed: not every job got its checkpoints)[/]"
             )
@@ -424,7 +446,7 @@ def table(rows: list[LoadRow], flink: list[FlinkResult | str]) -> Table:
         out.add_row(
             f"cutline on {BROKERS[r.broker]}",
             "jobs per worker" if r.dimension == "jobs" else "participants per job",
-            str(r.size), MODES[r.mode], str(len(r.durations)) + ("" if r.complete else " (short)"),
+            str(r.size), r.way, str(len(r.durations)) + ("" if r.complete else " (short)"),
             f"{r.p50:.0f}", f"{r.p99:.0f}", f"{max(r.durations, default=0)}",
             *(f"{r.share(k):.0f} %" for k in ("coordinator", "broker", "bench", "other processes")),
             "/".join(f"{v:.2f}" for v in r.load_at_start),
@@ -446,10 +468,11 @@ def table(rows: list[LoadRow], flink: list[FlinkResult | str]) -> Table:
 def verdicts(rows: list[LoadRow], flink: list[FlinkResult | str]) -> list[str]:
     """The targets, per broker: p99 at 16 jobs against 1 job, and 32 participants against Flink at 32."""
     lines = []
-    by_key = {(r.broker, r.dimension, r.size, r.mode): r for r in rows}
+    by_key = {(r.broker, r.dimension, r.size, r.mode, r.storage): r for r in rows}
     anchors = {f.parallelism: f for f in flink if isinstance(f, FlinkResult)}
     for kind in dict.fromkeys(r.broker for r in rows):
-        one, sixteen = by_key.get((kind, "jobs", 1, "shared")), by_key.get((kind, "jobs", 16, "shared"))
+        one = by_key.get((kind, "jobs", 1, "shared", "files"))
+        sixteen = by_key.get((kind, "jobs", 16, "shared", "files"))
         if one and sixteen:
             ratio = sixteen.p99 / one.p99
             met = "met" if ratio <= JOBS_RATIO_TARGET else "[bold red]missed[/]"
@@ -457,13 +480,13 @@ def verdicts(rows: list[LoadRow], flink: list[FlinkResult | str]) -> list[str]:
                 f"{BROKERS[kind]}: p99 at 16 jobs {sixteen.p99:.0f} ms against 1 job {one.p99:.0f} ms = "
                 f"{ratio:.2f}x (target ≤ {JOBS_RATIO_TARGET:g}x) {met}"
             )
-        for mode in MODES:
-            row, anchor = by_key.get((kind, "participants", 32, mode)), anchors.get(32)
+        for mode, storage in [(m, s) for m in MODES for s in STORAGE]:
+            row, anchor = by_key.get((kind, "participants", 32, mode, storage)), anchors.get(32)
             if row and anchor:
                 f50, f99 = percentile(anchor.durations, 50), percentile(anchor.durations, 99)
                 met = "met" if row.p50 <= f50 and row.p99 <= f99 else "[bold red]missed[/]"
                 lines.append(
-                    f"{BROKERS[kind]}: 32 participants ({MODES[mode]}) p50/p99 "
+                    f"{BROKERS[kind]}: 32 participants ({row.way}) p50/p99 "
                     f"{row.p50:.0f}/{row.p99:.0f} ms against Flink at parallelism 32 "
                     f"{f50:.0f}/{f99:.0f} ms {met}"
                 )
@@ -497,6 +520,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--modes", nargs="+", choices=tuple(MODES), default=["thread", "shared"],
                         help="participants as threads with a feed and a producer each (thread), or sharing "
                         "one (shared), or a process each (process); default thread shared")  # fmt: skip
+    parser.add_argument(
+        "--storage",
+        nargs="+",
+        choices=tuple(STORAGE),
+        default=["files", "inline"],
+        help="rows of participants with each 1 KiB snapshot an fsynced file (files), or inline in the ack "
+        "below Flink's default memory threshold of 20 KiB (inline), as the anchor's Flink job keeps its "
+        "subtasks' state; default both",
+    )
     parser.add_argument("--checkpoints", type=int, default=20, help="measured per job and row, at least")
     parser.add_argument(
         "--min-samples",
