@@ -61,6 +61,7 @@ from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.apache_kafka import KAFKA_VERSION, ApacheKafka
 from events.dev.broker import BrokerError, broker_at, create_topics
+from events.kafka.client_config import client_properties
 from events.kafka.clients import producer_config
 from events.kafka.feed import JobFeed
 from events.stopping import StopRequested, StopSignals
@@ -76,7 +77,7 @@ from events.wire.records import (
 from events.wire.schema_registry import wire_from_environment
 from events.wire.topics import Topics
 from spark_tasks.connector import kafka_connector
-from spark_tasks.source_choice import SourceChoice, SourceUnavailable, choose_source
+from spark_tasks.source_choice import SourceChoice, SourceUnavailable, choose_source, security_refusal
 from spark_tasks.wordcount import SparkDriver, final_counts, read_counts, read_kafka_counts
 
 JOB = "wordcount"
@@ -544,7 +545,12 @@ def _choose_source(options: DemoOptions, console: Console) -> SourceChoice:
     connector's jars are resolved here, before anything starts (Maven fetches them the first time)."""
     with console.status("resolving Spark's kafka connector (the first time, Maven fetches its jars)..."):
         try:
-            return choose_source(options.source, remote=False, resolve=kafka_connector)
+            return choose_source(
+                options.source,
+                remote=False,
+                resolve=kafka_connector,
+                refused=security_refusal(client_properties()),
+            )
         except SourceUnavailable as exc:
             raise DemoError(str(exc)) from exc
 

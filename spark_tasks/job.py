@@ -65,6 +65,7 @@ from typing import Any, Literal, Self
 
 from confluent_kafka import KafkaException
 
+from events.kafka.client_config import client_properties
 from events.task import storage
 from events.task.completion_metadata import MetadataUnavailable, resolve_completion
 from events.task.ledger import (
@@ -112,6 +113,7 @@ from events.wire.topics import DEFAULT_PREFIX, Topics
 from events.wire.wire_settings import WireSettings
 from spark_tasks.barrier_source import CHANNEL, held_file
 from spark_tasks.connector_cuts import SOURCE_TASK, CutFollower, PartitionSnapshots, SourceAck
+from spark_tasks.connector_security import connector_security_options
 from spark_tasks.connector_source import CONNECTOR_FORMAT, connector_options, connector_stream
 from spark_tasks.journal_follower import JournalFollower
 from spark_tasks.kafka_source import (
@@ -614,6 +616,8 @@ class CheckpointedJob:
         or ``startingOffsets`` resolved), unioned with the job's ``cutline-barriers`` source."""
         settings = self.settings
         user = {**settings.source_options, **(source_options or {})}
+        # the Kafka client settings cutline's own clients use, as the connector's (docs/spark.md)
+        user = {**connector_security_options(client_properties(), given=user), **user}
         starting = (
             self.starting_offsets
             if self.restored is not None

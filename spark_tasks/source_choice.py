@@ -2,27 +2,28 @@
 (its jars resolve, :mod:`spark_tasks.connector`), ``cutline-kafka`` otherwise, and why, in one line.
 
 :func:`choose_source` decides from what was asked (``--source``, or nothing: the connector when
-available), the job's shape and whether the connector's jars resolve (injected, so the decision is
-tested without Maven). ``python -m spark_tasks.wordcount`` and ``cutline demo`` report its
-:attr:`SourceChoice.line`.
+available), the job's shape, whether the connector's jars resolve (injected, so the decision is
+tested without Maven) and whether the job's Kafka client settings translate into the connector's
+(:func:`security_refusal`, :mod:`spark_tasks.connector_security`). ``python -m spark_tasks.wordcount``
+and ``cutline demo`` report its :attr:`SourceChoice.line`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from spark_tasks.connector import ConnectorUnavailable, KafkaConnector
+from spark_tasks.connector_security import ConnectorSecurityRefused, connector_security_options
 
 __all__ = [
     "CONNECTOR",
     "CUTLINE_KAFKA",
-    "SECURED_CLIENT",
     "SourceChoice",
     "SourceUnavailable",
     "choose_source",
-    "secured_client",
+    "security_refusal",
 ]
 
 CONNECTOR: Final = "kafka"
@@ -61,40 +62,31 @@ class SourceChoice:
         return f"source: {name} ({self.why})"
 
 
-SECURED_CLIENT = (
-    "the Kafka client settings (CUTLINE_KAFKA_CONFIG, --kafka-config) secure the connection, and cutline "
-    "does not hand them to the connector's JVM client yet"
-)
-"""Why a secured job reads with ``cutline-kafka``: the connector would need the same settings as
-``kafka.``-prefixed Java client options (``kafka.sasl.jaas.config``, a truststore), which cutline
-does not translate from librdkafka's."""
-
-
 def choose_source(
     requested: str | None,
     *,
     remote: bool,
     resolve: Callable[[], KafkaConnector],
-    secured: bool = False,
+    refused: ConnectorSecurityRefused | None = None,
 ) -> SourceChoice:
     """The source for a word count (keyed or per partition): ``requested`` (:data:`CONNECTOR` or
     :data:`CUTLINE_KAFKA`), or when None the connector where its jars resolve (``resolve``, which raises
     :class:`~spark_tasks.connector.ConnectorUnavailable` where they do not), ``cutline-kafka`` otherwise.
 
     A job on a Spark Connect server (``remote``) gets the connector only when asked: the server's jars
-    are its own. A ``secured`` job (its Kafka client settings name a security protocol other than
-    PLAINTEXT) reads with ``cutline-kafka``: :data:`SECURED_CLIENT`. Raises :class:`SourceUnavailable`
-    when the connector is asked for and cannot be."""
+    are its own. A job whose Kafka client settings the connector cannot get (``refused``:
+    :func:`security_refusal`) reads with ``cutline-kafka``, and says why. Raises
+    :class:`SourceUnavailable` when the connector is asked for and cannot be."""
     if requested not in (None, CONNECTOR, CUTLINE_KAFKA):
         raise SourceUnavailable(f"--source is {CONNECTOR!r} or {CUTLINE_KAFKA!r}, not {requested!r}")
     if requested == CUTLINE_KAFKA:
         return SourceChoice(CUTLINE_KAFKA, "as asked")
-    if secured:
+    if refused is not None:
         if requested == CONNECTOR:
-            raise SourceUnavailable(
-                f"--source kafka: {SECURED_CLIENT}; run with --source cutline-kafka (or no --source)"
-            )
-        return SourceChoice(CUTLINE_KAFKA, SECURED_CLIENT)
+            raise SourceUnavailable(f"--source kafka: {refused}") from refused
+        return SourceChoice(
+            CUTLINE_KAFKA, f"Spark's kafka connector cannot get the Kafka client settings: {refused.reason}"
+        )
     if remote:
         if requested == CONNECTOR:
             return SourceChoice(CONNECTOR, "as asked; the Spark Connect server's own jars")
@@ -111,9 +103,17 @@ def choose_source(
     return SourceChoice(CONNECTOR, "as asked" if requested == CONNECTOR else "its jars resolve", connector)
 
 
-def secured_client(properties: Mapping[str, str]) -> bool:
-    """Whether Kafka client ``properties`` secure the connection (SSL or SASL). Pure."""
-    return properties.get("security.protocol", "PLAINTEXT").strip().upper() != "PLAINTEXT"
+def security_refusal(
+    properties: Mapping[str, str], given: Iterable[str] = ()
+) -> ConnectorSecurityRefused | None:
+    """Why the connector cannot get Kafka client ``properties`` (:func:`connector_security_options`,
+    which reads the PEM files they name), or None: they translate, or the job's own options (``given``,
+    their names) set the connector's security themselves."""
+    try:
+        connector_security_options(properties, given=given)
+    except ConnectorSecurityRefused as exc:
+        return exc
+    return None
 
 
 def _first_line(exc: Exception) -> str:

@@ -18,7 +18,10 @@ as JSON) through :class:`~spark_tasks.kafka_sink.ExactlyOnceKafkaSink`, visible 
 The count reads Kafka with Spark's own ``kafka`` connector where its jars resolve
 (:mod:`spark_tasks.connector`: Java and Maven, or a cache), and with ``cutline-kafka`` otherwise;
 ``--source`` chooses (:func:`spark_tasks.source_choice.choose_source`). The first line it prints
-says which, and why (``source``).
+says which, and why (``source``). On a secured cluster (``--kafka-config``, ``CUTLINE_KAFKA_CONFIG``)
+the connector gets the same settings as its Java client's ``kafka.*`` options
+(:mod:`spark_tasks.connector_security`); settings with no exact translation make the count read
+with ``cutline-kafka``, and ``--source kafka`` refused.
 
 On start the job restores from the latest completed checkpoint of its job id
 (``--restore`` for a checkpoint id or a savepoint directory, ``--no-restore`` to
@@ -74,7 +77,7 @@ from spark_tasks.source_choice import (
     SourceChoice,
     SourceUnavailable,
     choose_source,
-    secured_client,
+    security_refusal,
 )
 from spark_tasks.state import KafkaRecord, StatefulStep
 
@@ -710,12 +713,14 @@ def _session(args: argparse.Namespace, choice: SourceChoice) -> Any:
 
 
 def source_choice(args: argparse.Namespace) -> SourceChoice:
-    """The source the command line's job reads with (:func:`choose_source`)."""
+    """The source the command line's job reads with (:func:`choose_source`): on the connector, the job
+    hands it the Kafka client settings as its ``kafka.*`` options (``CheckpointedJob``,
+    :mod:`spark_tasks.connector_security`), unless they do not translate."""
     return choose_source(
         args.source,
         remote=bool(args.remote),
         resolve=kafka_connector,
-        secured=secured_client(client_properties()),
+        refused=security_refusal(client_properties()),
     )
 
 

@@ -13,10 +13,9 @@ from spark_tasks.connector import ConnectorUnavailable, KafkaConnector  # noqa: 
 from spark_tasks.source_choice import (  # noqa: E402
     CONNECTOR,
     CUTLINE_KAFKA,
-    SECURED_CLIENT,
     SourceUnavailable,
     choose_source,
-    secured_client,
+    security_refusal,
 )
 
 JARS = KafkaConnector("4.2.0", "4.2.0", (Path("/c/spark-sql-kafka-0-10_2.13-4.2.0.jar"),))
@@ -76,29 +75,41 @@ class TestAsAsked:
 
 
 class TestOnASecuredCluster:
-    """The connector's JVM client does not get cutline's (librdkafka's) security settings: a job
-    whose client settings secure the connection reads with cutline-kafka, and says why."""
+    """The connector gets the job's Kafka client settings as its Java client's options where they
+    translate (spark_tasks/connector_security.py); where they do not, the job reads with cutline-kafka
+    and says why, and ``--source kafka`` is refused saying what to do."""
 
-    def test_a_secured_job_reads_with_cutline_kafka_and_says_why(self) -> None:
-        choice = choose_source(None, remote=False, resolve=resolves, secured=True)
+    SCRAM = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "spark",
+        "sasl.password": "pw",
+    }
+
+    def test_settings_that_translate_leave_the_connector_chosen(self) -> None:
+        refused = security_refusal(self.SCRAM)
+
+        assert refused is None
+        assert CONNECTOR == choose_source(None, remote=False, resolve=resolves, refused=refused).source
+
+    def test_settings_that_do_not_translate_make_the_job_read_with_cutline_kafka_and_say_why(self) -> None:
+        refused = security_refusal({**self.SCRAM, "sasl.mechanism": "GSSAPI"})
+        assert refused is not None
+
+        choice = choose_source(None, remote=False, resolve=resolves, refused=refused)
 
         assert CUTLINE_KAFKA == choice.source
-        assert SECURED_CLIENT in choice.line
+        assert "cannot get the Kafka client settings: sasl.mechanism=GSSAPI (Kerberos)" in choice.line
 
-    def test_asking_for_the_connector_on_a_secured_cluster_is_refused_with_what_to_do(self) -> None:
-        with pytest.raises(SourceUnavailable, match="--source cutline-kafka"):
-            choose_source(CONNECTOR, remote=False, resolve=resolves, secured=True)
-
-    @pytest.mark.parametrize(
-        ("properties", "secured"),
-        [
-            ({}, False),
-            ({"security.protocol": "plaintext"}, False),
-            ({"security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512"}, True),
-            ({"security.protocol": "SSL"}, True),
-        ],
-    )
-    def test_which_client_settings_secure_the_connection(
-        self, properties: dict[str, str], secured: bool
+    def test_asking_for_the_connector_with_settings_that_do_not_translate_is_refused_with_what_to_do(
+        self,
     ) -> None:
-        assert secured is secured_client(properties)
+        refused = security_refusal({**self.SCRAM, "sasl.mechanism": "OAUTHBEARER"})
+
+        with pytest.raises(SourceUnavailable, match="OAUTHBEARER.*--source cutline-kafka"):
+            choose_source(CONNECTOR, remote=False, resolve=resolves, refused=refused)
+
+    def test_the_job_s_own_security_options_make_any_settings_acceptable(self) -> None:
+        assert (
+            security_refusal({**self.SCRAM, "sasl.mechanism": "GSSAPI"}, ["kafka.security.protocol"]) is None
+        )
