@@ -678,6 +678,7 @@ class ExactlyOnceSink:
         commits_partitions: int = 8,
         timeout: float = 30.0,
         step: Step | None = None,
+        send_ahead: bool = True,
     ) -> None:
         self.bootstrap = bootstrap
         self.job_id = job_id
@@ -692,6 +693,7 @@ class ExactlyOnceSink:
             "commits_partitions": commits_partitions,
             "timeout": timeout,
             "step": step,
+            "send_ahead": send_ahead,
         }
         self.topics = topics
         self.commits = commits_topic(topics)
@@ -705,7 +707,22 @@ class ExactlyOnceSink:
         self._pending_lock = threading.Lock()
         self._commit_lock = threading.Lock()
         """Held by a commit: one transaction at a time (the committing thread's, a recovery's and
-        :meth:`commit_staged`'s)."""
+        :meth:`commit_staged`'s); :meth:`send` opens a transaction sent ahead only when it is free."""
+        self.send_ahead = send_ahead
+        """Whether records go into an open transaction as they are sent (Flink's way), so that a
+        completion has only ``commit_transaction`` left; the staged copy stays for recovery."""
+        self._ahead_lock = threading.Lock()
+        """Guards the transaction sent ahead (:attr:`_sending_ahead`, :attr:`_prepared`) and the buffer
+        against the committing thread. Taken before :attr:`_commit_lock`'s non-blocking try, never
+        while waiting for it."""
+        self._sending_ahead = False
+        """An open transaction holds every record sent since the last barrier; :meth:`send` produces
+        into it."""
+        self._prepared: int | None = None
+        """The checkpoint whose staged records and marker an open transaction holds, flushed at its
+        barrier; its completion commits that transaction as it is (:meth:`_commit_prepared`)."""
+        self._ahead_paused = False
+        """Opening a transaction ahead failed: no more until the next commit succeeds."""
         self._commits: queue.SimpleQueue[_Commit | None] = queue.SimpleQueue()
         self._owed = 0
         self._settled = threading.Condition()
@@ -754,10 +771,15 @@ class ExactlyOnceSink:
         partition: int | None = None,
         headers: Sequence[tuple[str, bytes]] = (),
     ) -> None:
-        """Keep one output record until the next barrier; :class:`BufferFull` past the bound."""
-        self._buffer.append(
-            topic, value, key, ANY_PARTITION if partition is None else partition, tuple(headers)
-        )
+        """Keep one output record until the next barrier (:class:`BufferFull` past the bound) and, sending
+        ahead, produce it into the open transaction."""
+        where, found = ANY_PARTITION if partition is None else partition, tuple(headers)
+        with self._ahead_lock:
+            self._buffer.append(topic, value, key, where, found)
+            if self._sending_ahead:
+                self._produce_ahead(topic, value, key, where, found)
+            elif self._may_go_ahead():
+                self._go_ahead()
 
     @property
     def buffered(self) -> int:
@@ -769,9 +791,12 @@ class ExactlyOnceSink:
         durably; call it from the participant's ``snapshot``, so the ack covers them. Refused once the
         committing thread failed for good (:attr:`failure`): the checkpoint is declined."""
         self._raise_failure()
-        staged = self._buffer.stage(barrier)
-        with self._pending_lock:
-            self._pending.by_id[barrier.checkpoint_id] = staged
+        with self._ahead_lock:
+            staged = self._buffer.stage(barrier)
+            with self._pending_lock:
+                self._pending.by_id[barrier.checkpoint_id] = staged
+            if self._sending_ahead:
+                self._prepare(staged)
         self._at("staged", barrier.checkpoint_id)
         return staged
 
@@ -802,6 +827,112 @@ class ExactlyOnceSink:
                     f"after {wait:g} s"
                 )
         self._raise_failure()
+
+    # ------------------------------------------------------------ sending ahead
+
+    def _may_go_ahead(self) -> bool:
+        """Whether :meth:`send` may open a transaction for the records since the last barrier: none of
+        this sink's is open, owed or unfinished (call with the ahead lock)."""
+        return (
+            self.send_ahead
+            and not self._ahead_paused
+            and self._prepared is None
+            and self._unfinished is None
+            and not self._left_open
+            and self.failure is None
+            and self._owed == 0
+        )
+
+    def _go_ahead(self) -> None:
+        """Open a transaction and produce into it every record sent since the last barrier; from then on
+        :meth:`send` produces each record as it comes. Not while a commit holds the producer."""
+        if not self._commit_lock.acquire(blocking=False):
+            return
+        began = False
+        try:
+            self._init_transactions()
+            self._producer.begin_transaction()
+            began = self._sending_ahead = True
+            self._produce_all(self._buffer.records)
+        except KafkaException as exc:
+            self._stop_ahead(exc, began)
+        finally:
+            self._commit_lock.release()
+
+    def _produce_ahead(
+        self, topic: str, value: bytes | None, key: bytes | None, partition: int, headers: Headers
+    ) -> None:
+        try:
+            while True:
+                try:
+                    if headers:
+                        self._producer.produce(topic, value, key, partition, headers=list(headers))
+                    else:
+                        self._producer.produce(topic, value, key, partition)
+                    return
+                except BufferError:  # the local queue is full: let it drain
+                    self._producer.poll(0.05)
+        except KafkaException as exc:
+            self._stop_ahead(exc, True)
+
+    def _prepare(self, staged: StagedOutput) -> None:
+        """At the barrier (with the ahead lock): every record of ``staged`` in the transaction sent ahead
+        flushed to the broker (Flink's pre-commit), so that its completion adds the marker and commits.
+        (The marker goes in at the completion: an open transaction on the marker topic would hold up
+        other tasks' recoveries, which read it ``read_committed``.)"""
+        self._sending_ahead = False
+        try:
+            self._producer.flush(self.timeout)
+        except KafkaException as exc:
+            self._stop_ahead(exc, True)
+            return
+        self._prepared = staged.checkpoint_id
+
+    def _stop_ahead(self, exc: KafkaException, began: bool) -> None:
+        """Sending ahead failed: the next commit aborts what the transaction holds and sends the staged
+        copy (the records are in the buffer until the barrier stages them); no transaction is opened
+        ahead until a commit succeeds."""
+        log.warning(
+            "sink %s of %s/%s stops sending ahead (%s); its commit sends the staged copy",
+            self.uid,
+            self.job_id,
+            self.task_id,
+            exc,
+        )
+        self._sending_ahead, self._prepared, self._ahead_paused = False, None, True
+        if began:
+            self._left_open = True
+
+    def _take_prepared(self) -> int | None:
+        """For a commit (with the commit lock): the checkpoint a transaction sent ahead holds, if any, no
+        longer sent ahead. A transaction still sending ahead (a commit the app runs itself) is left
+        for this commit to abort: its records are in the buffer, to be staged."""
+        with self._ahead_lock:
+            prepared, self._prepared = self._prepared, None
+            if self._sending_ahead:
+                self._sending_ahead, self._left_open = False, True
+            return prepared
+
+    def _abort_ahead(self, timeout: float) -> None:
+        """Abort the transaction sent ahead, if one is open (cancel, close): its records are staged
+        for recovery or forgotten. Not while a commit still runs after ``timeout`` s: a recovery
+        fences and aborts it then."""
+        if not self._commit_lock.acquire(timeout=timeout):
+            return
+        try:
+            with self._ahead_lock:
+                if not self._sending_ahead and self._prepared is None:
+                    return
+                self._sending_ahead, self._prepared = False, None
+                try:
+                    self._producer.abort_transaction(self.timeout)
+                except KafkaException as exc:
+                    log.warning(
+                        "sink %s of %s/%s: abort failed (%s)", self.uid, self.job_id, self.task_id, exc
+                    )
+                    self._left_open = True
+        finally:
+            self._commit_lock.release()
 
     # ------------------------------------------------------------ the committing thread
 
@@ -849,6 +980,7 @@ class ExactlyOnceSink:
             commit.marker.checkpoint_id,
             exc,
         )
+        self._abort_ahead(self.timeout)  # not left open to hold up read_committed readers meanwhile
         with self._pending_lock:
             owed = [commit]
             while not self._commits.empty():
@@ -898,8 +1030,10 @@ class ExactlyOnceSink:
         for checkpoints not completed (this process's, and those found in ``locations`` after the
         marker); the ids deleted. Nothing of theirs is in an open transaction. The completed
         checkpoints' commits are waited for first."""
-        self._buffer.discard()
+        with self._ahead_lock:
+            self._buffer.discard()
         self.wait_for_commits()
+        self._abort_ahead(self.timeout)
         done = 0 if self.marker is None else self.marker.checkpoint_id
         found = self._find_staged({k: where for k, where in (locations or {}).items() if k > done})
         with self._pending_lock:
@@ -1052,22 +1186,21 @@ class ExactlyOnceSink:
                 outputs = [o for o in outputs if o.checkpoint_id > finished.checkpoint_id]
                 if not outputs:
                     return
-        if self._left_open:  # a failed commit's: nothing of it was committed
+        prepared = self._take_prepared()
+        if prepared is not None:
+            if [o.checkpoint_id for o in outputs] == [prepared]:
+                if self._commit_prepared(outputs, marker):
+                    return
+            else:  # it holds other output than this commit's: abort it, send the staged copies
+                self._left_open = True
+        if self._left_open:  # a failed commit's, or a transaction sent ahead: nothing of it was committed
             self._producer.abort_transaction(self.timeout)
             self._left_open = False
         self._producer.begin_transaction()
         try:
             for output in outputs:
                 self._produce_all(OutputColumns.of(output.records))
-            key = marker_key(self.job_id, self.uid, self.task_id)
-            value = json.dumps({"checkpoint": marker.checkpoint_id, "attempt": marker.attempt}).encode()
-            count = partition_count(self._producer, self.commits, self.timeout)
-            while True:
-                try:
-                    self._producer.produce(self.commits, value, key, partition=partition_for(key, count))
-                    break
-                except BufferError:  # the local queue is full of the records: let it drain
-                    self._producer.poll(0.05)
+            self._produce_marker(marker)
             if self._step is not None:
                 self._producer.flush(self.timeout)  # the records are at the broker, in the open transaction
                 self._at("open", marker.checkpoint_id)
@@ -1081,7 +1214,53 @@ class ExactlyOnceSink:
             raise
         self._committed(outputs, marker)
 
+    def _produce_marker(self, marker: Marker) -> None:
+        """The commit marker into the open transaction, after the records."""
+        key = marker_key(self.job_id, self.uid, self.task_id)
+        value = json.dumps({"checkpoint": marker.checkpoint_id, "attempt": marker.attempt}).encode()
+        count = partition_count(self._producer, self.commits, self.timeout)
+        while True:
+            try:
+                self._producer.produce(self.commits, value, key, partition=partition_for(key, count))
+                return
+            except BufferError:  # the local queue is full of the records: let it drain
+                self._producer.poll(0.05)
+
+    def _commit_prepared(self, outputs: Sequence[StagedOutput], marker: Marker) -> bool:
+        """Commit the transaction sent ahead, which holds ``outputs`` (one checkpoint's), with ``marker``.
+        False when the broker says to abort it (it timed out, say): aborted, the caller sends the
+        staged copy."""
+        try:
+            self._produce_marker(marker)
+            if self._step is not None:
+                self._producer.flush(self.timeout)
+                self._at("open", marker.checkpoint_id)
+        except KafkaException as exc:
+            self._abort_uncommitted(exc)
+            raise
+        try:
+            self._producer.commit_transaction(self.timeout)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.txn_requires_abort() and not error.fatal():
+                log.warning(
+                    "sink %s of %s/%s: the transaction sent ahead for %d was aborted (%s); sending the "
+                    "staged copy",
+                    self.uid,
+                    self.job_id,
+                    self.task_id,
+                    marker.checkpoint_id,
+                    exc,
+                )
+                self._abort_uncommitted(exc)
+                return False
+            self._abort_after(exc, _Commit(tuple(outputs), marker))
+            raise
+        self._committed(outputs, marker)
+        return True
+
     def _committed(self, outputs: Sequence[StagedOutput], marker: Marker) -> None:
+        self._ahead_paused = False
         self.marker = marker
         self.committed.extend(o.checkpoint_id for o in outputs)
         self._at("committed", marker.checkpoint_id)
@@ -1171,4 +1350,5 @@ class ExactlyOnceSink:
                 self._commits.put(None)
                 self._committer.join(wait)
                 self._committer = None
+            self._abort_ahead(wait)
             self._producer.flush(wait)

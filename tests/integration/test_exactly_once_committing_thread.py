@@ -7,12 +7,13 @@ queued behind it to the next completion, so no marker passes output not committe
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from support import on_apache_kafka
 
 from events.dev.broker import create_topics
@@ -73,6 +74,20 @@ def committed_values(bootstrap: str, topic: str) -> list[bytes]:
         consumer.close()
 
 
+def visible_for(bootstrap: str, topic: str, seconds: float) -> list[bytes]:
+    """What a read_committed reader of ``topic`` (one partition) gets in ``seconds``: reading to the
+    end would wait for a transaction still open (sent ahead, not committed) to end."""
+    consumer = Consumer(consumer_config(bootstrap, extra={"isolation.level": "read_committed"}))
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline, seen = time.monotonic() + seconds, []
+        while time.monotonic() < deadline:
+            seen += [m.value() or b"" for m in consumer.consume(100, 0.1) if m.error() is None]
+        return seen
+    finally:
+        consumer.close()
+
+
 @pytest.fixture
 def output(bootstrap: str) -> str:
     topic = f"eo-thread-{uuid.uuid4().hex[:8]}"
@@ -113,7 +128,7 @@ def test_sends_go_on_while_a_commit_runs_and_the_commits_keep_their_order(
     sink.send(output, b"b")
     checkpoints.stage(2)
     checkpoints.complete(2)
-    assert [] == committed_values(bootstrap, output)  # nothing visible before 1's commit
+    assert [] == visible_for(bootstrap, output, 2.0)  # nothing visible before 1's commit
     held.release.set()
     sink.wait_for_commits()
     # then: 1 and then 2, one transaction each, in order
