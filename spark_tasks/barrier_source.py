@@ -23,6 +23,12 @@ every Kafka partition at once.
   0), which travels the union and the shuffle as the records do. The source cannot see whether the
   Kafka source has records, so a marker makes a batch of its own: an idle query runs one batch with
   no records per interval.
+- **Its cost per trigger**: three round trips from Spark's driver to this source's Python process
+  (``latestOffset``, the last batch's ``commit`` and the batch's ``partitions``), each well under a
+  millisecond of work here (:meth:`BarrierStreamReader.latestOffset` takes no arguments so that Spark
+  asks no ``reportLatestOffset`` besides), and no Spark task unless the batch has a barrier row or a
+  marker. Its Kafka consumer (:class:`~spark_tasks.kafka_source.BarrierFeed`) is made as the runner
+  starts, before the query's first trigger.
 - **Stopping.** While the job's pause file exists (``CheckpointedJob.stop`` creates it) ``latestOffset``
   blocks, up to :data:`HOLD_AFTER_PAUSE_S`, after creating ``<pause file>.held``: the job then stops
   the query, which interrupts that call, never a running batch (an interrupted ``foreachBatch``
@@ -44,6 +50,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -79,6 +86,7 @@ __all__ = [
     "BarrierStreamReader",
     "held_file",
     "holds",
+    "in_source_runner",
     "is_barrier_offset",
     "next_end",
 ]
@@ -104,6 +112,7 @@ MARKER_SOURCE_ID = "kafka"
 of its ``kafka`` source, which this source only carries them beside."""
 
 _HOLD_POLL_S = 0.05
+_SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,13 @@ class BarrierOffset:
     def stops(self) -> bool:
         """Does it carry a stop-with-savepoint barrier?"""
         return self.barrier is not None and bool(self.barrier.get("stop"))
+
+
+def in_source_runner() -> bool:
+    """Is this process the driver's source runner (PySpark's ``python_streaming_source_runner``),
+    which makes the reader once, as the query starts, and then asks it for every batch's offsets?"""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) == _SOURCE_RUNNER
 
 
 def held_file(pause_file: str) -> str:
@@ -278,7 +294,10 @@ class BarrierStreamReader(DataSourceStreamReader):
         self._last = BarrierOffset(0)
         self._markers = MarkerSchedule(options.latency_interval_ms)
         self._feed: BarrierFeed | None = None
-        """Made on first use on the driver's source runner (never in a planning worker or executor)."""
+        """Made on the driver's source runner only (never in a planning worker or executor): as the
+        runner starts, before the query's first trigger (:func:`in_source_runner`), else on first use."""
+        if in_source_runner():
+            self._barrier_feed()  # from now on: barriers sent before the first batch are not missed
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -302,8 +321,13 @@ class BarrierStreamReader(DataSourceStreamReader):
         self._barrier_feed()  # from now on: barriers sent before the first batch are not missed
         return BarrierOffset(0).to_json()
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        begin = self._last if start is None else BarrierOffset.from_json(start)
+    def latestOffset(self) -> dict[str, Any]:  # type: ignore[override]
+        """The end of the next batch, from the end of the last one (:meth:`partitions` keeps it).
+
+        The form without arguments on purpose: with ``(start, limit)`` Spark (>= 4.2) takes the source
+        for one with admission control and asks ``reportLatestOffset`` after each call, one more
+        round trip to this process every trigger, and this source has no limit to admit."""
+        begin = self._last
         if self._paused():
             self._hold_paused()
             return begin.to_json()
@@ -362,7 +386,12 @@ class BarrierStreamReader(DataSourceStreamReader):
         log.info("%s reads on: a barrier after the stop's (its savepoint failed)", FORMAT)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BarrierPartition]:
+        """The batch from ``start`` to ``end``'s one task, if it has rows. Spark plans every batch it
+        runs here, the one it runs again after a restart from its own checkpoint included, and hands
+        a restarted query's last logged end here as ``partitions(end, end)``: the next batch starts
+        at ``end``."""
         begin, until = BarrierOffset.from_json(start), BarrierOffset.from_json(end)
+        self._last = until
         rows = batch_rows(begin, until, barrier_rows=self.options.barrier_rows)
         return [] if rows is None else [rows]
 
