@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -41,7 +41,7 @@ from events.dev.broker import create_topics
 from events.dev.kafka_security import ADMIN, SaslSsl
 from events.kafka.acls import Grant, Role, acl_bindings, application_grants, grant_bindings
 from events.kafka.client_config import CONFIG_FILE_VARIABLE
-from events.kafka.clients import job_key, producer_config
+from events.kafka.clients import consumer_config, job_key, producer_config
 from events.kafka.log import LogMessage, read_to_end
 from events.task.participant import JobDriver, Participant
 from events.wire.codec import decode, encode
@@ -67,9 +67,11 @@ PRINCIPALS = {
 """A principal per role, each granted exactly its role's ACLs."""
 
 PREFIX = "secured."
-SPARK_JOB = "sasl-spark"
-SPARK_INPUT = f"{PREFIX}words"
-"""The Spark job's id (its consumer group) and input topic."""
+SPARK_JOBS = {
+    "kafka": ("sasl-spark-connector", f"{PREFIX}connector-words"),
+    "cutline-kafka": ("sasl-spark", f"{PREFIX}words"),
+}
+"""The Spark word count's id (its consumer group) and input topic, on each source."""
 FORGERY = "forgery."
 """The topics of the forgery tests: what lands there cannot spoil the journal of the others."""
 
@@ -118,7 +120,8 @@ def _acls(topics: Topics, forgery: Topics) -> list[AclBinding]:
     )
     bindings += acl_bindings(Role.TASK, "User:misgranted", forgery)
     bindings += _grant(Grant("topic", forgery.checkpoints, ("Write",)), "misgranted")
-    bindings += grant_bindings(application_grants(topics, [SPARK_INPUT], SPARK_JOB), "User:spark")
+    for job_id, topic in SPARK_JOBS.values():
+        bindings += grant_bindings(application_grants(topics, [topic], job_id), "User:spark")
     return bindings
 
 
@@ -139,7 +142,7 @@ def _secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         with secured.acting_as(ADMIN):
             for prefix in (PREFIX, FORGERY):
                 ensure_topics(Settings(kafka.bootstrap, prefix, partitions=2))
-            create_topics(kafka.bootstrap, [SPARK_INPUT], partitions=2)
+            create_topics(kafka.bootstrap, [topic for _, topic in SPARK_JOBS.values()], partitions=2)
         kafka.create_acls(_acls(secured.topics, Topics(FORGERY)))
         yield secured
 
@@ -240,29 +243,27 @@ def test_the_coordinator_participants_and_the_cli_work_over_sasl_ssl(
         coordinator.stop()
 
 
-@pytest.mark.spark
-def test_a_spark_job_checkpoints_over_sasl_ssl_with_an_application_s_acls(
-    secured: Secured, tmp_path: Path
-) -> None:
-    """The word count (``python -m spark_tasks.wordcount``, a local Spark whose Python workers inherit
-    the settings) as one principal with a driver's and a task's ACLs, Read on its input and on its
-    consumer group: it completes checkpoints over SASL_SSL, counts every word once, commits its
-    offsets to its group, and ends FINISHED when its input goes idle; no client was refused."""
+def run_word_count(secured: Secured, tmp_path: Path, source: str) -> tuple[Counter[str], Path, list[str]]:
+    """Words produced to the ``source``'s job's input, then the word count (``python -m
+    spark_tasks.wordcount --source SOURCE``, a local Spark whose Python workers inherit the settings)
+    run as the ``spark`` principal until its input goes idle, beside a coordinator: the words, the
+    output, and what the job and the coordinator said, each a line."""
+    job_id, topic = SPARK_JOBS[source]
     coordinator = CoordinatorProcess(secured.bootstrap, PREFIX)
     produced: Counter[str] = Counter()
     with secured.acting_as(ADMIN):
         producer = Producer(producer_config(secured.bootstrap))
     for n in range(200):
         line = " ".join(["alpha", "beta", "gamma"][: 1 + n % 3])
-        producer.produce(SPARK_INPUT, value=line.encode(), partition=n % 2)
+        producer.produce(topic, value=line.encode(), partition=n % 2)
         produced.update(line.split())
     assert 0 == producer.flush(30)
     out = tmp_path / "out"
     command = [
-        sys.executable, "-m", "spark_tasks.wordcount", "--bootstrap", secured.bootstrap, "--job", SPARK_JOB,
-        "--topic", SPARK_INPUT, "--topic-prefix", PREFIX, "--work-dir", str(tmp_path / "work"),
+        sys.executable, "-m", "spark_tasks.wordcount", "--bootstrap", secured.bootstrap, "--job", job_id,
+        "--topic", topic, "--topic-prefix", PREFIX, "--work-dir", str(tmp_path / "work"),
         "--location", (tmp_path / "checkpoints").as_uri(), "--out", str(out), "--interval-ms", "500",
-        "--idle-stop", "6", "--no-restore",
+        "--idle-stop", "6", "--no-restore", "--source", source,
     ]  # fmt: skip
     try:
         with secured.acting_as("coordinator"):
@@ -272,11 +273,96 @@ def test_a_spark_job_checkpoints_over_sasl_ssl_with_an_application_s_acls(
         coordinator.stop()
     said = job.stdout + job.stderr
     assert 0 == job.returncode, said[-4000:]
-    (stopped,) = [e for e in map(json.loads, job.stdout.splitlines()) if e.get("event") == "stopped"]
+    events = [json.loads(line) for line in job.stdout.splitlines() if line.startswith("{")]
+    (chosen,) = [e["source"] for e in events if e.get("event") == "source"]
+    assert source == chosen, said[-4000:]
+    (stopped,) = [e for e in events if e.get("event") == "stopped"]
     assert stopped["completed"], said[-4000:]
+    return produced, out, [*said.splitlines(), *coordinator.log_path.read_text().splitlines()]
+
+
+@pytest.mark.spark
+def test_the_connector_word_count_checkpoints_over_sasl_ssl_with_an_application_s_acls(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """The word count on Spark's kafka connector, as one principal with a driver's and a task's ACLs,
+    Read on its input and on its consumer group: the connector's Java client gets the principal's
+    SCRAM-SHA-512 login and the CA as its ``kafka.*`` options (translated from the librdkafka
+    properties file every other client reads), and the job completes checkpoints over SASL_SSL,
+    counts every word once, commits its offsets to its group, and ends FINISHED when its input goes
+    idle; no client was refused anything."""
+    produced, out, said = run_word_count(secured, tmp_path, "kafka")
+
     assert produced == read_counts(out)
-    assert "AUTHORIZATION" not in said
-    assert [] == [line for line in coordinator.log_path.read_text().splitlines() if "AUTHORIZATION" in line]
+    assert [] == [line for line in said if "AUTHORIZATION" in line or "Authentication failed" in line]
+    assert [] == [line for line in said if password(secured, "spark") in line]
+    job_id, topic = SPARK_JOBS["kafka"]
+    with secured.acting_as("spark"):
+        committed = committed_offsets(secured.bootstrap, job_id, topic)
+    assert {0: 100, 1: 100} == committed
+
+
+@pytest.mark.spark
+def test_a_cutline_kafka_word_count_checkpoints_over_sasl_ssl_with_an_application_s_acls(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """The same word count on ``cutline-kafka``, whose own consumers (librdkafka, in Spark's Python
+    workers) read the input over SASL_SSL: every word counted once, checkpoints completed, no client
+    refused."""
+    produced, out, said = run_word_count(secured, tmp_path, "cutline-kafka")
+
+    assert produced == read_counts(out)
+    assert [] == [line for line in said if "AUTHORIZATION" in line]
+
+
+@pytest.mark.spark
+def test_the_connector_word_count_with_a_wrong_sasl_password_fails_at_once_saying_so(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """A wrong password in the principal's properties file: the word count exits with an error that
+    says the SCRAM login failed (its clients' and the connector's alike get the wrong one), within a
+    minute, not at a timeout, and the wrong password is nowhere in what it said."""
+    job_id, topic = SPARK_JOBS["kafka"]
+    wrong = f"{password(secured, 'spark')}-wrong"
+    settings = tmp_path / "wrong.properties"
+    settings.write_text(secured.files["spark"].read_text().replace(password(secured, "spark"), wrong))
+    settings.chmod(0o600)
+    command = [
+        sys.executable, "-m", "spark_tasks.wordcount", "--bootstrap", secured.bootstrap, "--job", job_id,
+        "--topic", topic, "--topic-prefix", PREFIX, "--work-dir", str(tmp_path / "work"),
+        "--location", (tmp_path / "checkpoints").as_uri(), "--out", str(tmp_path / "out"),
+        "--no-restore", "--source", "kafka",
+    ]  # fmt: skip
+    started = time.monotonic()
+    job = subprocess.run(
+        command, capture_output=True, text=True, timeout=240,
+        env={**os.environ, CONFIG_FILE_VARIABLE: str(settings)},
+    )  # fmt: skip
+    took = time.monotonic() - started
+
+    said = job.stdout + job.stderr
+    assert 0 != job.returncode, said[-4000:]
+    assert "Authentication failed" in said, said[-4000:]
+    assert took < 120, f"the word count took {took:.0f} s to give up"
+    assert wrong not in said
+
+
+def password(secured: Secured, user: str) -> str:
+    """``user``'s SASL password, from its properties file."""
+    (line,) = [
+        line for line in secured.files[user].read_text().splitlines() if line.startswith("sasl.password=")
+    ]
+    return line.partition("=")[2]
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The offsets ``group`` committed on ``topic``'s two partitions, by partition."""
+    consumer = Consumer(consumer_config(bootstrap, group))
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=30)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in found}
 
 
 # ------------------------------------------------------------------ what the ACLs refuse
