@@ -83,6 +83,10 @@ COMMIT_QUEUE_MESSAGES = 1_000_000
 DEFAULT_MAX_BUFFERED_BYTES = 64 * 1024 * 1024
 """The most a sink keeps between two barriers (keys, values and headers): past it ``send`` refuses."""
 
+AHEAD_SHARE_OF_TRANSACTION_TIMEOUT = 0.5
+"""A transaction sent ahead open this share of ``transaction.timeout.ms`` is aborted by the sink (its
+records go from the staged copy): one the broker aborts fences its producer for good."""
+
 COMMITS_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 """The marker topic keeps the latest marker of each ``job/uid/task``."""
 
@@ -722,7 +726,10 @@ class ExactlyOnceSink:
         """The checkpoint whose staged records and marker an open transaction holds, flushed at its
         barrier; its completion commits that transaction as it is (:meth:`_commit_prepared`)."""
         self._ahead_paused = False
-        """Opening a transaction ahead failed: no more until the next commit succeeds."""
+        """Opening a transaction ahead failed, or one expired: no more until the next commit succeeds."""
+        self._ahead_generation = 0
+        self._ahead_timer: threading.Timer | None = None
+        """Aborts the transaction sent ahead before ``transaction.timeout.ms`` (:meth:`_expire_ahead`)."""
         self._commits: queue.SimpleQueue[_Commit | None] = queue.SimpleQueue()
         self._owed = 0
         self._settled = threading.Condition()
@@ -744,6 +751,11 @@ class ExactlyOnceSink:
         )
         if problem is not None:
             raise ValueError(f"sink {uid} of {job_id}/{task_id}: {problem}")
+        self._ahead_ttl = (
+            int(config.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
+            / 1000
+            * AHEAD_SHARE_OF_TRANSACTION_TIMEOUT
+        )
         create_commits_topic(bootstrap, topics, commits_partitions)
         self._producer = Producer(config)
         self._initialised = False
@@ -853,9 +865,54 @@ class ExactlyOnceSink:
             self._init_transactions()
             self._producer.begin_transaction()
             began = self._sending_ahead = True
+            self._start_ahead_timer()
             self._produce_all(self._buffer.records)
         except KafkaException as exc:
             self._stop_ahead(exc, began)
+        finally:
+            self._commit_lock.release()
+
+    def _start_ahead_timer(self) -> None:
+        self._ahead_generation += 1
+        timer = self._ahead_timer = threading.Timer(
+            self._ahead_ttl, self._expire_ahead, args=(self._ahead_generation,)
+        )
+        timer.daemon = True
+        timer.start()
+
+    def _end_ahead(self) -> None:
+        """No transaction sent ahead any more (with the ahead lock)."""
+        self._sending_ahead, self._prepared = False, None
+        if self._ahead_timer is not None:
+            self._ahead_timer.cancel()
+            self._ahead_timer = None
+
+    def _expire_ahead(self, generation: int) -> None:
+        """The transaction sent ahead has been open :data:`AHEAD_SHARE_OF_TRANSACTION_TIMEOUT` of
+        ``transaction.timeout.ms`` (its checkpoint slow to come or to complete): abort it before the
+        broker does, which would fence this producer for good. Its records go from the staged copy."""
+        if not self._commit_lock.acquire(blocking=False):
+            return  # a commit holds the producer: it ends this transaction
+        try:
+            with self._ahead_lock:
+                if generation != self._ahead_generation or (
+                    not self._sending_ahead and self._prepared is None
+                ):
+                    return
+                log.warning(
+                    "sink %s of %s/%s: a transaction sent ahead open %g s, aborted; its records go from "
+                    "the staged copy",
+                    self.uid,
+                    self.job_id,
+                    self.task_id,
+                    self._ahead_ttl,
+                )
+                self._end_ahead()
+                self._ahead_paused = True
+                try:
+                    self._producer.abort_transaction(self.timeout)
+                except KafkaException:
+                    self._left_open = True
         finally:
             self._commit_lock.release()
 
@@ -899,7 +956,8 @@ class ExactlyOnceSink:
             self.task_id,
             exc,
         )
-        self._sending_ahead, self._prepared, self._ahead_paused = False, None, True
+        self._end_ahead()
+        self._ahead_paused = True
         if began:
             self._left_open = True
 
@@ -908,9 +966,10 @@ class ExactlyOnceSink:
         longer sent ahead. A transaction still sending ahead (a commit the app runs itself) is left
         for this commit to abort: its records are in the buffer, to be staged."""
         with self._ahead_lock:
-            prepared, self._prepared = self._prepared, None
-            if self._sending_ahead:
-                self._sending_ahead, self._left_open = False, True
+            prepared, sending = self._prepared, self._sending_ahead
+            self._end_ahead()
+            if sending:
+                self._left_open = True
             return prepared
 
     def _abort_ahead(self, timeout: float) -> None:
@@ -923,7 +982,7 @@ class ExactlyOnceSink:
             with self._ahead_lock:
                 if not self._sending_ahead and self._prepared is None:
                     return
-                self._sending_ahead, self._prepared = False, None
+                self._end_ahead()
                 try:
                     self._producer.abort_transaction(self.timeout)
                 except KafkaException as exc:

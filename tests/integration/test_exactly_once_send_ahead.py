@@ -1,0 +1,116 @@
+"""The exactly-once sink sends ahead (docs/exactly-once.md, "Sending ahead"), on Apache Kafka: records
+go into an open transaction as they are sent and are at the broker once the barrier is staged, so
+the completion only commits (nothing is sent twice); a transaction sent ahead whose completion is
+slow to come is aborted by the sink before ``transaction.timeout.ms`` (the broker's abort would
+fence the producer for good), and the completion commits the staged copy instead.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+from support import on_apache_kafka
+
+from events.dev.broker import create_topics
+from events.kafka.clients import consumer_config, read_partition_to_end
+from events.task.exactly_once import ExactlyOnceSink
+from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointKind
+from events.wire.topics import Topics
+
+pytestmark = pytest.mark.skipif(
+    not on_apache_kafka(), reason="Tansu shows aborted transactions to read_committed readers"
+)
+
+JOB = "send-ahead"
+
+
+def values(bootstrap: str, topic: str, isolation: str) -> list[bytes]:
+    """What a reader of ``topic`` (one partition) sees to its end at ``isolation``; read_committed
+    waits for a transaction still open to end."""
+    consumer = Consumer(consumer_config(bootstrap, extra={"isolation.level": isolation}))
+    try:
+        return [m.value() or b"" for m in read_partition_to_end(consumer, topic, 0, timeout=90)]
+    finally:
+        consumer.close()
+
+
+def barrier(checkpoint_id: int, root: Path) -> CheckpointBarrier:
+    location = (root / f"chk-{checkpoint_id}").as_uri()
+    return CheckpointBarrier(JOB, checkpoint_id, 1, CheckpointKind.CHECKPOINT, 0, location)
+
+
+def completion(checkpoint_id: int, root: Path) -> CheckpointCompleted:
+    location = (root / f"chk-{checkpoint_id}").as_uri()
+    kind = CheckpointKind.CHECKPOINT
+    return CheckpointCompleted(JOB, checkpoint_id, kind, 0, 0, {}, 0, {}, 1, location)
+
+
+@pytest.fixture
+def output(bootstrap: str) -> str:
+    topic = f"eo-ahead-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, [topic], partitions=1)
+    return topic
+
+
+@pytest.fixture
+def sinks() -> Iterator[list[ExactlyOnceSink]]:
+    made: list[ExactlyOnceSink] = []
+    yield made
+    for sink in made:
+        sink.close()
+
+
+def recovered_sink(
+    bootstrap: str, prefix: str, made: list[ExactlyOnceSink], **options: object
+) -> ExactlyOnceSink:
+    topics = Topics(prefix)
+    create_topics(bootstrap, [*topics.all], partitions=2)
+    sink = ExactlyOnceSink(bootstrap, JOB, "task-0", topics, uid=uuid.uuid4().hex[:6], **options)  # type: ignore[arg-type]
+    made.append(sink)
+    sink.recover(None)
+    return sink
+
+
+def test_records_sent_ahead_are_at_the_broker_at_the_barrier_and_committed_once(
+    bootstrap: str, topic_prefix: str, output: str, tmp_path: Path, sinks: list[ExactlyOnceSink]
+) -> None:
+    # given: a sink that sent two records and staged them at checkpoint 1's barrier
+    sink = recovered_sink(bootstrap, topic_prefix, sinks)
+    sink.send(output, b"a")
+    sink.send(output, b"b")
+    sink.stage(barrier(1, tmp_path))
+    # then: they are at the broker, in a transaction not committed
+    assert [b"a", b"b"] == values(bootstrap, output, "read_uncommitted")
+    # when: the journal completes checkpoint 1
+    sink.complete(completion(1, tmp_path))
+    sink.wait_for_commits()
+    # then: that transaction is committed as it was: each record visible once, none sent twice
+    assert [b"a", b"b"] == values(bootstrap, output, "read_committed")
+    assert [b"a", b"b"] == values(bootstrap, output, "read_uncommitted")
+    assert [1] == sink.committed
+    assert not list(tmp_path.glob("chk-*/*.out"))
+
+
+def test_a_transaction_sent_ahead_past_half_its_timeout_is_aborted_and_the_staged_copy_committed(
+    bootstrap: str, topic_prefix: str, output: str, tmp_path: Path, sinks: list[ExactlyOnceSink]
+) -> None:
+    # given: a sink whose transactions time out after 5 s, with a record staged at checkpoint 1
+    sink = recovered_sink(
+        bootstrap, topic_prefix, sinks, timeout=5.0, producer_extra={"transaction.timeout.ms": 5000}
+    )
+    sink.send(output, b"a")
+    sink.stage(barrier(1, tmp_path))
+    # when: the completion is slow: the sink aborts the transaction after 2.5 s (read_committed reads
+    # to the end once it ended), and the journal completes checkpoint 1 after that
+    assert [] == values(bootstrap, output, "read_committed")
+    sink.complete(completion(1, tmp_path))
+    sink.wait_for_commits()
+    # then: the staged copy is committed (the producer not fenced): visible once; read_uncommitted
+    # sees the aborted one too
+    assert [b"a"] == values(bootstrap, output, "read_committed")
+    assert [b"a", b"a"] == values(bootstrap, output, "read_uncommitted")
+    assert [1] == sink.committed
