@@ -12,13 +12,16 @@ last visible, over a run long enough (1,000,000 records by default) that the exa
 wait for its first checkpoint (the broker idle meanwhile) and its last commit weigh little: that
 wait is the latency's.
 
-- **participant** (always): ``ExactlyOnceSink.send`` against a plain idempotent producer
-  (``enable.idempotence``: at-least-once output), in ABBA rounds. The sink's barrier, staging and
-  completion come every ``--interval-ms`` in the sending thread (``stage``, then ``complete``, as a
-  participant's ``snapshot`` and ``on_complete`` run; the commit runs on the sink's committing
-  thread); the coordinator's round trip is not in it. Throughput: ``--records`` sent as fast as
-  the way allows; the CPU of this process (the client: sends, staging, commits, the consumer) and
-  of the broker per record. Latency: ``--rate`` records/s for ``--seconds``.
+- **participant** (always): ``ExactlyOnceSink.send`` (sending ahead into an open transaction)
+  against a plain idempotent producer (``enable.idempotence``: at-least-once output), in ABBA
+  rounds, each with the same ``read_committed`` consumer thread in this process. The sink's barrier,
+  staging and completion come every ``--interval-ms`` in the sending thread (``stage``, then
+  ``complete``, as a participant's ``snapshot`` and ``on_complete`` run; the commit runs on the
+  sink's committing thread); the coordinator's round trip is not in it. Throughput: ``--records``
+  sent as fast as the way allows; the CPU of this process (the client: sends, staging, commits, the
+  consumer) and of the broker per record. Latency: ``--rate`` records/s for ``--seconds``; for the
+  sink also completion -> visible (p50, p99): from the ``complete`` call that covers a record to
+  its being read.
 - **Spark** (``--spark``): the same query, a ``CheckpointedJob`` that copies its input topic's values
   (a stateful step that counts them), checkpointed every ``--interval-ms`` by a coordinator started
   here, writing through ``ExactlyOnceKafkaSink`` (``foreachBatch``) against Spark's own Kafka sink
@@ -35,6 +38,7 @@ wait is the latency's.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import statistics
@@ -100,6 +104,9 @@ class Row:
     checkpoint_ms: float | None = None
     """The median checkpoint duration in the latency run (a participant's: its stage and complete
     calls; Spark's and Flink's: trigger -> completed)."""
+    commit_p50_ms: float | None = None
+    commit_p99_ms: float | None = None
+    """Completion -> visible to read_committed, in the latency run (the participant's sink)."""
 
 
 class Visible:
@@ -189,6 +196,8 @@ class Writer:
         self.checkpoint_id, self.next_checkpoint = 0, time.monotonic() + self.interval_s
         self.location = scratch
         self.durations_ms: list[float] = []
+        self.completed_ns: list[int] = []
+        """When each ``complete`` call returned (ascending)."""
         self.sink: ExactlyOnceSink | None = None
         self.producer: Producer | None = None
         if way == EXACTLY_ONCE:
@@ -232,6 +241,7 @@ class Writer:
         self.sink.complete(
             CheckpointCompleted(self.sink.job_id, self.checkpoint_id, kind, 0, 0, {}, 0, {}, 1, location)
         )
+        self.completed_ns.append(time.time_ns())
         self.durations_ms.append((time.monotonic() - began) * 1000)
         self.next_checkpoint = time.monotonic() + self.interval_s
 
@@ -268,19 +278,37 @@ def participant_throughput(
         visible.close()
 
 
+def commit_ms(seen: list[tuple[int, int]], completed_ns: list[int]) -> tuple[float | None, float | None]:
+    """p50 and p99 of completion -> visible, in ms: for each record, from the first completion after
+    it was produced."""
+    delays = []
+    for sent, visible in seen:
+        at = bisect.bisect_left(completed_ns, sent)
+        if at < len(completed_ns):
+            delays.append((visible - completed_ns[at]) / 1e6)
+    if not delays:
+        return None, None
+    delays.sort()
+    return round(statistics.median(delays), 1), round(
+        delays[min(len(delays) - 1, int(len(delays) * 0.99))], 1
+    )
+
+
 def participant_latency(
     way: str, bootstrap: str, args: argparse.Namespace, scratch: Path
-) -> tuple[float, float, float | None]:
-    """(p50, p99, the median checkpoint's ms)."""
+) -> tuple[float, float, float | None, tuple[float | None, float | None]]:
+    """(p50, p99, the median checkpoint's ms, completion -> visible p50 and p99)."""
     topic = new_topic(bootstrap, "participant")
     visible = Visible(bootstrap, topic)
     writer = Writer(way, bootstrap, topic, args.interval_ms, scratch / uuid.uuid4().hex[:6])
     try:
         count = paced(args.rate, args.seconds, lambda: writer.send(payload(args.size)), writer.tick)
         writer.finish()
-        p50, p99 = latency_ms(visible.wait_for(count))
+        seen = visible.wait_for(count)
+        p50, p99 = latency_ms(seen)
         durations = writer.durations_ms
-        return p50, p99, round(statistics.median(durations), 1) if durations else None
+        median = round(statistics.median(durations), 1) if durations else None
+        return p50, p99, median, commit_ms(seen, writer.completed_ns)
     finally:
         visible.close()
 
@@ -298,7 +326,9 @@ def participant_rows(
             per_s, steady, cpu, broker_cpu = participant_throughput(
                 way, bootstrap, broker_pid, args, scratch, args.records
             )
-            p50, p99, checkpoint_ms = participant_latency(way, bootstrap, args, scratch)
+            p50, p99, checkpoint_ms, (commit_p50, commit_p99) = participant_latency(
+                way, bootstrap, args, scratch
+            )
             rows.append(
                 Row(
                     "participant",
@@ -311,6 +341,8 @@ def participant_rows(
                     round(cpu, 2),
                     round(broker_cpu, 2),
                     checkpoint_ms,
+                    commit_p50,
+                    commit_p99,
                 )  # fmt: skip
             )
             progress.console.print(rows[-1])
@@ -527,7 +559,8 @@ def table(rows: list[Row], interval_ms: int) -> Table:
     the checkpoint's duration."""
     out = Table(
         "section", "way", "records/s", "steady records/s", "latency p50 ms", "latency p99 ms",
-        "client CPU µs/record", "broker CPU µs/record", "checkpoint ms", "latency target ms", "rounds",
+        "client CPU µs/record", "broker CPU µs/record", "checkpoint ms", "latency target ms",
+        "completion -> visible p50 / p99 ms", "rounds",
         title="medians of the rounds",
     )  # fmt: skip
     ways = list(dict.fromkeys((r.section, r.way) for r in rows))
@@ -539,7 +572,8 @@ def table(rows: list[Row], interval_ms: int) -> Table:
         )  # fmt: skip
         durations = [r.checkpoint_ms for r in mine if r.checkpoint_ms is not None]
         target = f"{interval_ms + 2 * statistics.median(durations):,.0f}" if durations else ""
-        out.add_row(section, way, *(_median(mine, f) for f in fields), target, str(len(mine)))
+        commit = " / ".join(_median(mine, f) for f in ("commit_p50_ms", "commit_p99_ms")).strip(" /")
+        out.add_row(section, way, *(_median(mine, f) for f in fields), target, commit, str(len(mine)))
     return out
 
 

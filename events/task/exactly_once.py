@@ -5,7 +5,10 @@ memory (bounded), writes them at the barrier into the checkpoint's location besi
 snapshot (``<location>/<task>.<uid>.out``, before the participant acks, so the checkpoint covers them),
 and sends them when the journal completes the checkpoint: in one Kafka transaction with a
 **commit marker** (key ``job/uid/task``, value the checkpoint id and attempt) to the marker topic
-``<prefix>sink-commits``. "Committed" is recorded atomically with the output.
+``<prefix>sink-commits``. "Committed" is recorded atomically with the output. Sending ahead (the
+default), the records also go into an open transaction as they are sent, flushed at the barrier, and
+a completion that covers exactly that checkpoint adds the marker and commits it; any other case
+aborts it and sends the staged copy.
 
 librdkafka cannot resume another producer's transaction, so a process that resumes the job does not
 try: :meth:`ExactlyOnceSink.recover` initialises the same transactional id (which fences the dead
@@ -188,10 +191,11 @@ def orphans_for(task_id: str, tasks: Iterable[str], previous: Iterable[str]) -> 
 def transaction_timeout_problem(transaction_timeout_ms: int, commit_timeout_ms: int) -> str | None:
     """Why ``transaction.timeout.ms`` does not suit the sink, or None. Pure.
 
-    A transaction of this sink begins after the journal completed its checkpoint and ends with that
-    commit: it never spans a checkpoint interval or a checkpoint's duration (Flink's pitfall), only
-    one commit, which the sink gives ``commit_timeout_ms``. A broker that aborted it sooner would
-    make every large commit fail."""
+    A commit from the staged copy begins after the journal completed its checkpoint and ends with that
+    commit, which the sink gives ``commit_timeout_ms``: a broker that aborted it sooner would make
+    every large commit fail. A transaction sent ahead spans an interval and a checkpoint (Flink's
+    pitfall); the sink aborts it itself at :data:`AHEAD_SHARE_OF_TRANSACTION_TIMEOUT` of the timeout
+    and commits the staged copy instead, so no interval makes the timeout wrong."""
     if transaction_timeout_ms < commit_timeout_ms:
         return (
             f"transaction.timeout.ms={transaction_timeout_ms} is shorter than the sink's commit timeout "
@@ -727,6 +731,8 @@ class ExactlyOnceSink:
         barrier; its completion commits that transaction as it is (:meth:`_commit_prepared`)."""
         self._ahead_paused = False
         """Opening a transaction ahead failed, or one expired: no more until the next commit succeeds."""
+        self._commits_count: int | None = None
+        """The marker topic's partitions, looked up at the first commit."""
         self._ahead_generation = 0
         self._ahead_timer: threading.Timer | None = None
         """Aborts the transaction sent ahead before ``transaction.timeout.ms`` (:meth:`_expire_ahead`)."""
@@ -1277,10 +1283,12 @@ class ExactlyOnceSink:
         """The commit marker into the open transaction, after the records."""
         key = marker_key(self.job_id, self.uid, self.task_id)
         value = json.dumps({"checkpoint": marker.checkpoint_id, "attempt": marker.attempt}).encode()
-        count = partition_count(self._producer, self.commits, self.timeout)
+        if self._commits_count is None:  # once per sink: a metadata round trip less in each commit
+            self._commits_count = partition_count(self._producer, self.commits, self.timeout)
+        partition = partition_for(key, self._commits_count)
         while True:
             try:
-                self._producer.produce(self.commits, value, key, partition=partition_for(key, count))
+                self._producer.produce(self.commits, value, key, partition=partition)
                 return
             except BufferError:  # the local queue is full of the records: let it drain
                 self._producer.poll(0.05)
