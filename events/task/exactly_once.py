@@ -1299,9 +1299,7 @@ class ExactlyOnceSink:
         staged copy."""
         try:
             self._produce_marker(marker)
-            if self._step is not None:
-                self._producer.flush(self.timeout)
-                self._at("open", marker.checkpoint_id)
+            self._at("open", marker.checkpoint_id)  # the records at the broker (flushed at the barrier)
         except KafkaException as exc:
             self._abort_uncommitted(exc)
             raise
@@ -1320,6 +1318,8 @@ class ExactlyOnceSink:
                     exc,
                 )
                 self._abort_uncommitted(exc)
+                if self._left_open:  # aborting failed too (the broker unreachable): the next commit
+                    raise  # aborts it first and sends the staged copy
                 return False
             self._abort_after(exc, _Commit(tuple(outputs), marker))
             raise
