@@ -266,8 +266,11 @@ def test_exactly_once_when_the_coordinator_fails_over_mid_checkpoint(job: Failov
     seen = job.every_copy_committed()
     assert seen == Counter({f"w{i}": 1 for i in range(job.sent)}), f"not exactly once: {seen}"
     assert sorted(job.root.glob(f"**/chk-{died}/*.out")) == [], "its staged file is left"
-    # no commit's transaction was open when a process died: nothing was aborted
-    assert job.output_values("read_uncommitted") == seen
+    # no process died with a transaction open; a transaction sent ahead may have been aborted (its
+    # checkpoint expired, or it waited past half of transaction.timeout.ms) and its records committed
+    # from the staged copy: an aborted copy at most once beside the committed one
+    extra = job.output_values("read_uncommitted") - seen
+    assert set(extra.values()) <= {1}, f"aborted more than once: {extra}"
 
 
 def test_exactly_once_when_the_participant_dies_too_during_the_coordinator_failover(job: FailoverJob) -> None:
