@@ -815,6 +815,9 @@ class ExactlyOnceSink:
                 self._pending.by_id[barrier.checkpoint_id] = staged
             if self._sending_ahead:
                 self._prepare(staged)
+            elif self._prepared == barrier.checkpoint_id:  # staged again: the transaction no longer
+                self._end_ahead()  # holds what the staged file does; the commit aborts it, sends the file
+                self._left_open = True
         self._at("staged", barrier.checkpoint_id)
         return staged
 
