@@ -929,15 +929,7 @@ class ExactlyOnceSink:
         self, topic: str, value: bytes | None, key: bytes | None, partition: int, headers: Headers
     ) -> None:
         try:
-            while True:
-                try:
-                    if headers:
-                        self._producer.produce(topic, value, key, partition, headers=list(headers))
-                    else:
-                        self._producer.produce(topic, value, key, partition)
-                    return
-                except BufferError:  # the local queue is full: let it drain
-                    self._producer.poll(0.05)
+            self._produce(topic, value, key, partition, headers)
         except KafkaException as exc:
             self._stop_ahead(exc, True)
 
@@ -1288,13 +1280,7 @@ class ExactlyOnceSink:
         value = json.dumps({"checkpoint": marker.checkpoint_id, "attempt": marker.attempt}).encode()
         if self._commits_count is None:  # once per sink: a metadata round trip less in each commit
             self._commits_count = partition_count(self._producer, self.commits, self.timeout)
-        partition = partition_for(key, self._commits_count)
-        while True:
-            try:
-                self._producer.produce(self.commits, value, key, partition=partition)
-                return
-            except BufferError:  # the local queue is full of the records: let it drain
-                self._producer.poll(0.05)
+        self._produce(self.commits, value, key, partition_for(key, self._commits_count))
 
     def _commit_prepared(self, outputs: Sequence[StagedOutput], marker: Marker) -> bool:
         """Commit the transaction sent ahead, which holds ``outputs`` (one checkpoint's), with ``marker``.
@@ -1359,20 +1345,26 @@ class ExactlyOnceSink:
         return unfinished.marker
 
     def _produce_all(self, records: OutputColumns) -> None:
-        """Produce ``records`` in order: positional arguments (keywords cost the producer twice the
-        time), the headers only where a record has any."""
-        produce, headers = self._producer.produce, records.headers
+        """Produce ``records`` in order, the headers only where a record has any."""
+        headers = records.headers
         rows = zip(records.topics, records.values, records.keys, records.partitions, strict=True)
         for index, (topic, value, key, partition) in enumerate(rows):
-            while True:
-                try:
-                    if headers and index in headers:
-                        produce(topic, value, key, partition, headers=list(headers[index]))
-                    else:
-                        produce(topic, value, key, partition)
-                    break
-                except BufferError:  # the local queue is full: let it drain
-                    self._producer.poll(0.05)
+            self._produce(topic, value, key, partition, headers.get(index, ()) if headers else ())
+
+    def _produce(
+        self, topic: str, value: bytes | None, key: bytes | None, partition: int, headers: Headers = ()
+    ) -> None:
+        """Produce one record, waiting while the local queue is full: positional arguments (keywords
+        cost the producer twice the time), ``headers`` only where there are any."""
+        while True:
+            try:
+                if headers:
+                    self._producer.produce(topic, value, key, partition, headers=list(headers))
+                else:
+                    self._producer.produce(topic, value, key, partition)
+                return
+            except BufferError:  # the local queue is full: let it drain
+                self._producer.poll(0.05)
 
     def _abort_uncommitted(self, exc: KafkaException) -> None:
         """A failure before ``commit_transaction`` (the broker unreachable, say): nothing of the
