@@ -2,7 +2,7 @@
 (docs/exactly-once.md; docs/benchmarks.md, "Exactly-once output to Kafka").
 
     uv run python bench/bench_exactly_once.py [--records 1000000] [--rate 5000] [--seconds 10]
-        [--interval-ms 1000] [--size 100] [--rounds 2] [--spark] [--flink] [--json PATH]
+        [--interval-ms 1000] [--size 100] [--rounds 2] [--batch 1000] [--spark] [--flink] [--json PATH]
 
 Apache Kafka, one node started here (or ``CUTLINE_BOOTSTRAP``). Every output record carries the
 time its input was produced (its first 8 bytes), and a ``read_committed`` consumer of the output
@@ -18,10 +18,16 @@ wait is the latency's.
   staging and completion come every ``--interval-ms`` in the sending thread (``stage``, then
   ``complete``, as a participant's ``snapshot`` and ``on_complete`` run; the commit runs on the
   sink's committing thread); the coordinator's round trip is not in it. Throughput: ``--records``
-  sent as fast as the way allows; the CPU of this process (the client: sends, staging, commits, the
-  consumer) and of the broker per record. Latency: ``--rate`` records/s for ``--seconds``; for the
-  sink also completion -> visible (p50, p99): from the ``complete`` call that covers a record to
-  its being read.
+  sent as fast as the way allows, one ``send`` (one ``produce``) a record; the CPU per record of the
+  sending thread (the loop, the sink's staging; not the wait for the last record to be visible), of
+  this process (the client: sends, staging, commits, the consumer) and of the broker. Latency:
+  ``--rate`` records/s for ``--seconds``; for the sink also completion -> visible (p50, p99): from the
+  ``complete`` call that covers a record to its being read.
+- **participant, in batches** (``--batch N``, 0 for none; throughput only): the same, ``N`` records a
+  call: ``ExactlyOnceSink.send_many`` against the idempotent producer's best loop over the same
+  batch (``produce`` bound once, nothing else in the loop). Compare each with its own kind: the
+  per-record rows decide the target; the batch rows show what an app that has its output in
+  batches gets.
 - **Spark** (``--spark``): the same query, a ``CheckpointedJob`` that copies its input topic's values
   (a stateful step that counts them), checkpointed every ``--interval-ms`` by a coordinator started
   here, writing through ``ExactlyOnceKafkaSink`` (``foreachBatch``) against Spark's own Kafka sink
@@ -76,6 +82,9 @@ BENCH_BUFFER_BYTES = 1 << 30
 buffers ~600,000 records (60 MB) a second, faster than the broker takes them; a participant's input
 would bound it."""
 IDEMPOTENT, EXACTLY_ONCE = "idempotent producer (at-least-once)", "ExactlyOnceSink"
+IDEMPOTENT_BATCH = "idempotent producer (at-least-once), a loop over each batch"
+EXACTLY_ONCE_BATCH = "ExactlyOnceSink.send_many"
+BATCHED = (IDEMPOTENT_BATCH, EXACTLY_ONCE_BATCH)
 SPARK_KAFKA, SPARK_EXACTLY_ONCE = "Spark's kafka sink (at-least-once)", "ExactlyOnceKafkaSink"
 FLINK_EXACTLY_ONCE = "Flink KafkaSink EXACTLY_ONCE"
 FLINK_CONNECTOR = "org.apache.flink:flink-sql-connector-kafka:4.0.1-2.0"
@@ -99,6 +108,7 @@ class Row:
     latency_p99_ms: float | None = None
     client_cpu_us: float | None = None
     """CPU µs per record of this process (participant) in the throughput run."""
+
     broker_cpu_us: float | None = None
     """CPU µs per record of the broker in the throughput run."""
     checkpoint_ms: float | None = None
@@ -107,6 +117,9 @@ class Row:
     commit_p50_ms: float | None = None
     commit_p99_ms: float | None = None
     """Completion -> visible to read_committed, in the latency run (the participant's sink)."""
+    sender_cpu_us: float | None = None
+    """CPU µs per record of the sending thread (participant) in the throughput run, from the first
+    record sent to the last handed over (``finish``): not the wait for the last to be visible."""
 
 
 class Visible:
@@ -135,12 +148,21 @@ class Visible:
         return [s for s in self.seen if s[0] >= produced_ns]
 
     def wait_for(self, count: int, produced_ns: int = 0, timeout: float = 300.0) -> list[tuple[int, int]]:
+        """The records produced at or after ``produced_ns`` once ``count`` of them are visible. Counts
+        only the records read since its last look: a scan of every record each time would hold the
+        GIL for tens of ms a look, away from the consumer thread it waits for (and the longer a way's
+        last commit takes, the more it would slow that way's figure)."""
         deadline = time.monotonic() + timeout
-        while len(found := self.since(produced_ns)) < count:
+        found = looked = 0
+        while True:
+            read = len(self.seen)
+            found += sum(1 for sent, _ in self.seen[looked:read] if sent >= produced_ns)
+            looked = read
+            if found >= count:
+                return self.since(produced_ns)
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(found)} of {count} records visible in {timeout:g} s")
+                raise TimeoutError(f"{found} of {count} records visible in {timeout:g} s")
             time.sleep(0.02)
-        return found
 
     def close(self) -> None:
         self._stop.set()
@@ -200,7 +222,7 @@ class Writer:
         """When each ``complete`` call returned (ascending)."""
         self.sink: ExactlyOnceSink | None = None
         self.producer: Producer | None = None
-        if way == EXACTLY_ONCE:
+        if way in (EXACTLY_ONCE, EXACTLY_ONCE_BATCH):
             job = f"bench-{uuid.uuid4().hex[:6]}"
             sink = self.sink = ExactlyOnceSink(
                 bootstrap,
@@ -223,6 +245,19 @@ class Writer:
                 return
             except BufferError:
                 self.producer.poll(0.05)
+
+    def send_batch(self, values: list[bytes]) -> None:
+        """``values`` at once: the sink's ``send_many``; the producer's best loop over them."""
+        if self.sink is not None:
+            self.sink.send_many(self.topic, values)
+            return
+        assert self.producer is not None
+        produce, topic = self.producer.produce, self.topic
+        for value in values:
+            try:
+                produce(topic, value)
+            except BufferError:
+                self._produce(value)
 
     def tick(self) -> None:
         if self.producer is not None:
@@ -254,26 +289,48 @@ class Writer:
             self.sink.close(300)
 
 
+@dataclass(frozen=True)
+class Throughput:
+    """One throughput run: records/s (first sent -> last visible), steady records/s, and CPU µs per
+    record of the sending thread, this process and the broker."""
+
+    per_s: float
+    steady_per_s: float
+    sender_cpu_us: float
+    client_cpu_us: float
+    broker_cpu_us: float
+
+
 def participant_throughput(
     way: str, bootstrap: str, broker_pid: int | None, args: argparse.Namespace, scratch: Path, records: int
-) -> tuple[float, float, float, float]:
-    """(records/s, steady records/s, client CPU µs per record, broker CPU µs per record)."""
+) -> Throughput:
+    """``records`` written the ``way`` as fast as it goes (a way of :data:`BATCHED` in ``args.batch``
+    records a call)."""
     topic = new_topic(bootstrap, "participant")
     visible = Visible(bootstrap, topic)
     writer = Writer(way, bootstrap, topic, args.interval_ms, scratch / uuid.uuid4().hex[:6])
     try:
         cpu, broker_cpu = time.process_time(), process_cpu(broker_pid)
+        sender = time.thread_time()
         started = time.time_ns()
-        for n in range(records):
-            writer.send(payload(args.size))
-            if n % 1000 == 0:
+        if way in BATCHED:
+            for first in range(0, records, args.batch):
+                writer.send_batch([payload(args.size) for _ in range(min(args.batch, records - first))])
                 writer.tick()
+        else:
+            for n in range(records):
+                writer.send(payload(args.size))
+                if n % 1000 == 0:
+                    writer.tick()
         writer.finish()
+        sender = time.thread_time() - sender
         seen = visible.wait_for(records)
         cpu, broker_cpu = time.process_time() - cpu, process_cpu(broker_pid) - broker_cpu
         last = max(v for _, v in seen)
         per_s = records / ((last - started) / 1e9)
-        return per_s, steady_rate(seen), cpu / records * 1e6, broker_cpu / records * 1e6
+        return Throughput(
+            per_s, steady_rate(seen), sender / records * 1e6, cpu / records * 1e6, broker_cpu / records * 1e6
+        )
     finally:
         visible.close()
 
@@ -316,34 +373,35 @@ def participant_latency(
 def participant_rows(
     bootstrap: str, broker_pid: int | None, args: argparse.Namespace, scratch: Path, progress: Progress
 ) -> list[Row]:
-    ways = (IDEMPOTENT, EXACTLY_ONCE)
-    for way in ways:  # unmeasured: the cluster's first transaction creates its transaction log
+    ways = (IDEMPOTENT, EXACTLY_ONCE) + (BATCHED if args.batch else ())
+    for way in ways[:2]:  # unmeasured: the cluster's first transaction creates its transaction log
         participant_throughput(way, bootstrap, broker_pid, args, scratch, 2000)
-    task = progress.add_task("participant", total=2 * args.rounds)
+    task = progress.add_task("participant", total=len(ways) * args.rounds)
     rows = []
     for round_ in range(1, args.rounds + 1):
         for way in ways if round_ % 2 else ways[::-1]:
-            per_s, steady, cpu, broker_cpu = participant_throughput(
-                way, bootstrap, broker_pid, args, scratch, args.records
-            )
-            p50, p99, checkpoint_ms, (commit_p50, commit_p99) = participant_latency(
-                way, bootstrap, args, scratch
-            )
+            run = participant_throughput(way, bootstrap, broker_pid, args, scratch, args.records)
+            p50 = p99 = checkpoint_ms = commit_p50 = commit_p99 = None
+            if way not in BATCHED:
+                p50, p99, checkpoint_ms, (commit_p50, commit_p99) = participant_latency(
+                    way, bootstrap, args, scratch
+                )
             rows.append(
                 Row(
                     "participant",
                     way,
                     round_,
-                    round(per_s),
-                    round(steady),
+                    round(run.per_s),
+                    round(run.steady_per_s),
                     p50,
                     p99,
-                    round(cpu, 2),
-                    round(broker_cpu, 2),
+                    round(run.client_cpu_us, 2),
+                    round(run.broker_cpu_us, 2),
                     checkpoint_ms,
                     commit_p50,
                     commit_p99,
-                )  # fmt: skip
+                    round(run.sender_cpu_us, 2),
+                )
             )
             progress.console.print(rows[-1])
             progress.advance(task)
@@ -559,7 +617,8 @@ def table(rows: list[Row], interval_ms: int) -> Table:
     the checkpoint's duration."""
     out = Table(
         "section", "way", "records/s", "steady records/s", "latency p50 ms", "latency p99 ms",
-        "client CPU µs/record", "broker CPU µs/record", "checkpoint ms", "latency target ms",
+        "sending thread CPU µs/record", "client CPU µs/record", "broker CPU µs/record", "checkpoint ms",
+        "latency target ms",
         "completion -> visible p50 / p99 ms", "rounds",
         title="medians of the rounds",
     )  # fmt: skip
@@ -568,7 +627,7 @@ def table(rows: list[Row], interval_ms: int) -> Table:
         mine = [r for r in rows if (r.section, r.way) == (section, way)]
         fields = (
             "records_per_s", "steady_per_s", "latency_p50_ms", "latency_p99_ms",
-            "client_cpu_us", "broker_cpu_us", "checkpoint_ms",
+            "sender_cpu_us", "client_cpu_us", "broker_cpu_us", "checkpoint_ms",
         )  # fmt: skip
         durations = [r.checkpoint_ms for r in mine if r.checkpoint_ms is not None]
         target = f"{interval_ms + 2 * statistics.median(durations):,.0f}" if durations else ""
@@ -581,15 +640,16 @@ def ratio_lines(rows: list[Row]) -> list[str]:
     lines = []
     for section, base, ours in (
         ("participant", IDEMPOTENT, EXACTLY_ONCE),
+        ("participant", IDEMPOTENT_BATCH, EXACTLY_ONCE_BATCH),
         ("spark", SPARK_KAFKA, SPARK_EXACTLY_ONCE),
     ):
         pairs = [
             (a, b)
             for a in rows
             for b in rows
-            if (a.section, a.way, b.way) == (section, ours, base) and a.round == b.round
+            if (a.section, a.way, b.section, b.way) == (section, ours, section, base) and a.round == b.round
         ]
-        for field in ("records_per_s", "steady_per_s", "client_cpu_us"):
+        for field in ("records_per_s", "steady_per_s", "sender_cpu_us", "client_cpu_us"):
             by_round = [
                 round(getattr(a, field) / getattr(b, field), 2) for a, b in pairs if getattr(b, field)
             ]
@@ -610,6 +670,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--batch", type=int, default=1000, help="records a call in the participant's batch rows (0: none)"
+    )
     parser.add_argument("--spark", action="store_true", help="also the Spark sinks")
     parser.add_argument("--spark-records", type=int, default=100_000)
     parser.add_argument("--spark-rate", type=int, default=1000)
