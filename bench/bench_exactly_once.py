@@ -78,6 +78,10 @@ from events.wire.topics import Topics  # noqa: E402
 
 PARTITIONS = 4
 NO_TIME = bytes(8)
+BENCH_TOPICS = Topics("bench-eo.")
+"""The participant sink's cutline topics (its journal, which ``recover`` reads, and marker topic)."""
+WARM_UP_TOPIC = "bench-eo.warm-up"
+"""Where the plain producer sends one record before the clock starts."""
 BENCH_BUFFER_BYTES = 1 << 30
 """The participant sink's ``max_buffered_bytes`` here: sending as fast as it goes, the benchmark's loop
 buffers ~600,000 records (60 MB) a second, faster than the broker takes them; a participant's input
@@ -242,7 +246,12 @@ def new_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> str:
 
 class Writer:
     """One way for a participant to write: ``send(value)``, ``tick()`` as often as possible,
-    ``finish()`` at the end."""
+    ``finish()`` at the end.
+
+    Ready when made, as a participant's output is before its first record: the sink recovered (its
+    transactional id initialised, as a participant calls ``recover`` at start), the plain producer's
+    idempotent producer id fetched (one record to a warm-up topic, flushed). Neither way's clock pays
+    its client's start."""
 
     def __init__(self, way: str, bootstrap: str, topic: str, interval_ms: int, scratch: Path) -> None:
         self.topic, self.interval_s = topic, interval_ms / 1000
@@ -253,19 +262,23 @@ class Writer:
         """When each ``complete`` call returned (ascending)."""
         self.sink: ExactlyOnceSink | None = None
         self.producer: Producer | None = None
+        create_topics(bootstrap, [*BENCH_TOPICS.all, WARM_UP_TOPIC], partitions=1)  # those not there
         if way in (EXACTLY_ONCE, EXACTLY_ONCE_BATCH):
             job = f"bench-{uuid.uuid4().hex[:6]}"
             sink = self.sink = ExactlyOnceSink(
                 bootstrap,
                 job,
                 "task-0",
-                Topics("bench-eo."),
+                BENCH_TOPICS,
                 uid="bench",
                 max_buffered_bytes=BENCH_BUFFER_BYTES,
             )
+            sink.recover(None)
             self.send: Callable[[bytes], None] = lambda value: sink.send(topic, value)
         else:
             self.producer = Producer(producer_config(bootstrap, {"enable.idempotence": True}))
+            self.producer.produce(WARM_UP_TOPIC, b"")
+            self.producer.flush(30)
             self.send = self._produce
 
     def _produce(self, value: bytes) -> None:
