@@ -432,8 +432,8 @@ def _arrow_stream(records: OutputColumns) -> Any:
         headers = pa.nulls(count, schema.field("headers").type)
     batch = pa.record_batch(
         [
-            pa.array(records.topics, schema.field("topic").type),
-            pa.array(records.partitions, pa.int32()),
+            _topic_column(records.topics, schema.field("topic").type),
+            _partition_column(records.partitions),
             pa.array(records.keys, pa.large_binary()),
             pa.array(records.values, pa.large_binary()),
             headers,
@@ -444,6 +444,28 @@ def _arrow_stream(records: OutputColumns) -> Any:
     with pa.ipc.new_stream(sink, schema) as writer:
         writer.write_batch(batch)
     return sink.getvalue()
+
+
+def _same(column: Sequence[Any]) -> bool:
+    """Whether every item of ``column`` is its first (a C loop that compares by identity first)."""
+    return bool(column) and column.count(column[0]) == len(column)
+
+
+def _topic_column(topics: Sequence[str], dictionary: Any) -> Any:
+    """The ``topic`` column: one topic for every record (the usual case) without hashing each."""
+    pa = _arrow()
+    if not _same(topics):
+        return pa.array(topics, dictionary)
+    indices = pa.repeat(pa.scalar(0, pa.int32()), len(topics))
+    return pa.DictionaryArray.from_arrays(indices, pa.array(topics[:1], pa.string()))
+
+
+def _partition_column(partitions: Sequence[int]) -> Any:
+    """The ``partition`` column: one partition (or the partitioner's) for every record, repeated."""
+    pa = _arrow()
+    if not _same(partitions):
+        return pa.array(partitions, pa.int32())
+    return pa.repeat(pa.scalar(partitions[0], pa.int32()), len(partitions))
 
 
 def _columns_of_stream(body: bytes, uri: str) -> OutputColumns:
