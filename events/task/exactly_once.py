@@ -84,10 +84,10 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 COMMIT_QUEUE_MESSAGES = 1_000_000
 """The producer's ``queue.buffering.max.messages``: a commit queues a checkpoint's records at once."""
 SERVE_REPORTS_EVERY = 1000
-"""Records a sink sends ahead between two serves of its producer's delivery reports (``poll(0)``).
-librdkafka keeps each delivered record until its report is served: left to the flush at the barrier,
-an interval's records pile up in fresh memory (page faults, then a burst of frees) and make each
-``produce`` cost about twice what it costs a producer whose loop serves them as it goes."""
+"""Records a sink sends ahead between two serves of its producer's delivery reports (``poll(0)``), as
+a plain producer's loop serves them. librdkafka keeps each delivered record until its report is
+served: left to the flush at the barrier, an interval's records (tens of MB) pile up in fresh memory
+and are freed in one burst, while the barrier waits."""
 DEFAULT_MAX_BUFFERED_BYTES = 64 * 1024 * 1024
 """The most a sink keeps between two barriers (keys, values and headers): past it ``send`` refuses."""
 
