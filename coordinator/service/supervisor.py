@@ -22,6 +22,9 @@ from typing import Any, Self
 
 from events.dev.broker import free_port
 
+PORT_CHANCES = 3
+"""Ports :meth:`CoordinatorProcess.start` tries for the worker's views when it chose them itself."""
+
 
 class CoordinatorProcess:
     """``cutline coordinator`` in a child process, with its web views on a free local port."""
@@ -43,6 +46,8 @@ class CoordinatorProcess:
         self._worker_pid: int | None = None
         self.prefix = prefix
         self.web_port = web_port or free_port()
+        self._port_chosen = web_port is None
+        """Whether :attr:`web_port` is this object's choice, to choose again if taken meanwhile."""
         self.log_path = log_path or Path(tempfile.mkdtemp(prefix="cutline-coordinator-")) / "coordinator.log"
         self.extra_args = extra_args
         self._process: subprocess.Popen[bytes] | None = None
@@ -83,10 +88,28 @@ class CoordinatorProcess:
 
     def start(self, timeout: float = 60.0, abort: Callable[[], None] | None = None) -> Self:
         """Start the process and wait until it has recovered its journal and serves its views
-        (``abort``: see :meth:`wait_ready`)."""
-        self.launch()
-        self.wait_ready(timeout, abort)
-        return self
+        (``abort``: see :meth:`wait_ready`). A port it chose that another process took before the
+        worker bound it (:func:`free_port` can only say what is free now) is chosen again."""
+        for chance in range(1, PORT_CHANCES + 1):
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            self.launch()
+            try:
+                self.wait_ready(timeout, abort)
+                return self
+            except RuntimeError:
+                if not (self._port_chosen and chance < PORT_CHANCES and self._port_taken(logged)):
+                    raise
+                self.web_port = free_port()
+        raise AssertionError("unreachable: the last chance returns or raises")
+
+    def _port_taken(self, logged: int) -> bool:
+        """Whether the process exited because its web port was taken (in its log after ``logged``)."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(logged)
+                return b"address already in use" in log.read().lower()
+        except OSError:
+            return False
 
     def launch(self) -> Self:
         """Start the process without waiting for it (then :meth:`wait_ready`): workers launched
