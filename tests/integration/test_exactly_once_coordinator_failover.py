@@ -56,8 +56,9 @@ from events.wire.records import CheckpointAcknowledged, CheckpointCompleted
 request = sys.argv.pop(1)
 handle = runtime.Coordinator.handle
 def die(checkpoint_id):
-    with open(request + ".died", "w") as died:
+    with open(request + ".dying", "w") as died:
         died.write(str(checkpoint_id))
+    os.replace(request + ".dying", request + ".died")  # whole, never read half written
     os.kill(os.getpid(), signal.SIGKILL)
 def dying_handle(self, topic, partition, offset, key, value, now_ms, *args, **kwargs):
     asked = open(request).read().split() if os.path.exists(request) else None
@@ -238,7 +239,9 @@ def owner_killed_mid_checkpoint(job: FailoverJob, point: str = "ack") -> tuple[D
     job.every_copy_committed()
     victim = job.owner()
     job.words(10)
-    victim.request.write_text(f"{point} {JOB} {job.next_staged()}")
+    asking = victim.request.with_suffix(".asking")
+    asking.write_text(f"{point} {JOB} {job.next_staged()}")
+    asking.replace(victim.request)  # whole: the worker reads it at every record
     died = eventually(victim.death, timeout=60, what=f"the owner to die at {point}")
     assert died is not None
     eventually(lambda: victim._process is not None and victim._process.poll() is not None, what="it gone")

@@ -70,7 +70,8 @@ class Child:
     def said(self, line: str, timeout: float = 60) -> None:
         def heard() -> bool:
             assert self.process.poll() is None, f"the app exited {self.process.returncode}: {self.lines[-5:]}"
-            return line in self.lines
+            assert line in self.lines, f"its last lines: {self.lines[-6:]}"
+            return True
 
         eventually(heard, timeout=timeout, what=f"the app to say {line!r}")
 
