@@ -15,6 +15,8 @@ import compileall
 import contextlib
 import functools
 import os
+import shutil
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +26,7 @@ from uuid import uuid4
 
 import jvm_archive
 import pytest
+from alone import TURNS_VARIABLE, turn
 from support import (
     KAFKA_FETCH_WAIT_MS,
     TEST_BROKER_VARIABLE,
@@ -35,6 +38,9 @@ from support import (
 
 HERE = Path(__file__).resolve().parent
 MARKED_DIRECTORIES = ("integration", "spark", "e2e", "compose")
+PURE = ("unit", "property")
+"""Directories of the tests that start no broker, coordinator or Spark: they take no turn (a timed
+test runs beside them, its processes at a higher priority)."""
 
 
 TEST_SESSION_TIMEOUT = "3"
@@ -94,6 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
         TEST_JVM_OPTIONS if archive is None else f"{TEST_JVM_OPTIONS} {jvm_archive.java_options(archive)}"
     )
     if not hasattr(config, "workerinput"):
+        os.environ.setdefault(TURNS_VARIABLE, tempfile.mkdtemp(prefix="cutline-test-turns-"))
         _compile_the_packages()
         if not external and not tansu and not _only_pure_tests(config):
             _check_apache_kafka()
@@ -124,8 +131,13 @@ def _compile_the_packages() -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _archive_maker is not None and not hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput"):
+        return
+    if _archive_maker is not None:
         _archive_maker.stop()
+    turns = os.environ.get(TURNS_VARIABLE, "")
+    if Path(turns).name.startswith("cutline-test-turns-"):  # made by this run, not one given to it
+        shutil.rmtree(turns, ignore_errors=True)
 
 
 def _may_start_spark(config: pytest.Config) -> bool:
@@ -138,7 +150,7 @@ def _may_start_spark(config: pytest.Config) -> bool:
 
 def _only_pure_tests(config: pytest.Config) -> bool:
     """Whether only the pure tests' directories (no broker, no Spark) are given."""
-    pure = [HERE / "unit", HERE / "property"]
+    pure = [HERE / directory for directory in PURE]
     given = [Path(arg.split("::", 1)[0]).resolve() for arg in config.args]
     return bool(given) and all(any(path.is_relative_to(p) for p in pure) for path in given)
 
@@ -198,24 +210,30 @@ Every other file is one unit, as ``loadfile`` makes it; a Spark test file that u
 fixture starts it in the worker that runs it, once per worker (tests/spark/conftest.py)."""
 
 
-def _first(item: pytest.Item) -> int:
+def _first(item: pytest.Item, timed_files: set[Path]) -> int:
     """Where ``item``'s file starts in the run: the files of :data:`LONGEST_FIRST` in its order,
-    then the directories of :data:`FIRST`, then the rest."""
+    then the directories of :data:`FIRST`, then the files with a test marked ``timed`` (which runs
+    alone, :mod:`alone`: last of the broker tests, while the other workers go on with the pure
+    tests, which take no turn), then the rest."""
     relative = item.path.resolve().relative_to(HERE.parent).as_posix()
     if relative in LONGEST_FIRST:
         return LONGEST_FIRST.index(relative)
+    if item.path in timed_files:
+        return len(LONGEST_FIRST) + len(FIRST)
     directory = item.path.resolve().relative_to(HERE).parts[0]
-    return len(LONGEST_FIRST) + (FIRST.index(directory) if directory in FIRST else len(FIRST))
+    return len(LONGEST_FIRST) + (FIRST.index(directory) if directory in FIRST else len(FIRST) + 1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test under tests/<name>/ with the marker <name>; put the longest files first, then
-    the slowest directories (each file keeps its order), so that pytest-xdist hands them out first."""
+    the slowest directories, then the files of timed tests (each file keeps its order), so that
+    pytest-xdist hands them out in that order."""
     for item in items:
         relative = item.path.resolve().relative_to(HERE)
         if len(relative.parts) > 1 and relative.parts[0] in MARKED_DIRECTORIES:
             item.add_marker(getattr(pytest.mark, relative.parts[0]))
-    items.sort(key=_first)
+    timed_files = {item.path for item in items if item.get_closest_marker("timed")}
+    items.sort(key=lambda item: _first(item, timed_files))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -265,13 +283,22 @@ def _priority(niceness: int) -> Iterator[None]:
         os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
+def _pure(item: pytest.Item) -> bool:
+    return item.path.resolve().relative_to(HERE).parts[0] in PURE
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """A test marked ``spark`` or ``timed`` runs (sets up, calls, tears down) at its :data:`NICENESS`."""
+    """A test runs (sets up, calls, tears down) in its turn: one marked ``timed`` alone, while no other
+    xdist worker runs a test but a pure one (:mod:`alone`); one marked ``spark`` or ``timed`` at its
+    :data:`NICENESS`."""
     niceness = next((n for marker, n in NICENESS.items() if item.get_closest_marker(marker)), None)
-    if niceness is None:
-        return (yield)
-    with _priority(niceness):
+    with contextlib.ExitStack() as stack:
+        turns = os.environ.get(TURNS_VARIABLE)
+        if turns and not _pure(item):
+            stack.enter_context(turn(Path(turns), alone=item.get_closest_marker("timed") is not None))
+        if niceness is not None:
+            stack.enter_context(_priority(niceness))
         return (yield)
 
 
