@@ -1,6 +1,8 @@
 """``ExactlyOnceSink.send_many`` (docs/exactly-once.md, "Sending in batches"), on Apache Kafka: a batch
 is kept and sent as its records sent one by one would be (in order, in the staged copy that recovery
 reads, into the transaction sent ahead, committed once), and is refused whole when it does not fit.
+
+The sink and its checkpoints are made as in test_exactly_once_send_ahead.py.
 """
 
 from __future__ import annotations
@@ -12,19 +14,16 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 from support import on_apache_kafka
+from test_exactly_once_send_ahead import barrier, completion, recovered_sink
 
 from events.dev.broker import create_topics
 from events.kafka.clients import consumer_config, read_partition_to_end
 from events.task.exactly_once import BufferFull, ExactlyOnceSink, OutputRecord, decode_staged
 from events.task.storage import read_bytes
-from events.wire.records import CheckpointBarrier, CheckpointCompleted, CheckpointKind
-from events.wire.topics import Topics
 
 pytestmark = pytest.mark.skipif(
     not on_apache_kafka(), reason="Tansu shows aborted transactions to read_committed readers"
 )
-
-JOB = "send-many"
 
 
 def read(bootstrap: str, topic: str, isolation: str) -> list[tuple[bytes | None, bytes | None]]:
@@ -35,17 +34,6 @@ def read(bootstrap: str, topic: str, isolation: str) -> list[tuple[bytes | None,
         return [(m.key(), m.value()) for m in read_partition_to_end(consumer, topic, 0, timeout=90)]
     finally:
         consumer.close()
-
-
-def barrier(checkpoint_id: int, root: Path) -> CheckpointBarrier:
-    location = (root / f"chk-{checkpoint_id}").as_uri()
-    return CheckpointBarrier(JOB, checkpoint_id, 1, CheckpointKind.CHECKPOINT, 0, location)
-
-
-def completion(checkpoint_id: int, root: Path) -> CheckpointCompleted:
-    location = (root / f"chk-{checkpoint_id}").as_uri()
-    kind = CheckpointKind.CHECKPOINT
-    return CheckpointCompleted(JOB, checkpoint_id, kind, 0, 0, {}, 0, {}, 1, location)
 
 
 @pytest.fixture
@@ -61,17 +49,6 @@ def sinks() -> Iterator[list[ExactlyOnceSink]]:
     yield made
     for sink in made:
         sink.close()
-
-
-def recovered_sink(
-    bootstrap: str, prefix: str, made: list[ExactlyOnceSink], **options: object
-) -> ExactlyOnceSink:
-    topics = Topics(prefix)
-    create_topics(bootstrap, [*topics.all], partitions=2)
-    sink = ExactlyOnceSink(bootstrap, JOB, "task-0", topics, uid=uuid.uuid4().hex[:6], **options)  # type: ignore[arg-type]
-    made.append(sink)
-    sink.recover(None)
-    return sink
 
 
 def test_a_batch_is_staged_sent_ahead_and_committed_once_in_order_with_single_sends(
