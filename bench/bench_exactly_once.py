@@ -9,7 +9,9 @@ time its input was produced (its first 8 bytes), and a ``read_committed`` consum
 topic (4 partitions), in a process of its own (:class:`Visible`), notes when each becomes visible:
 **latency** is produced -> visible to ``read_committed`` (p50, p99); **throughput** is records from
 the first produced to the last visible, over a run long enough (1,000,000 records by default) that
-the exactly-once way's last commit weighs little: that wait is the latency's.
+the exactly-once way's last commit weighs little: that wait is the latency's. For the participant
+also to the last committed (``committed records/s``: the sink's last commit returned, the plain
+producer's last record acknowledged), which the one reader's own pace does not bound.
 
 - **participant** (always): ``ExactlyOnceSink.send`` (sending ahead into an open transaction)
   against a plain idempotent producer (``enable.idempotence``: at-least-once output), in ABBA
@@ -113,7 +115,6 @@ class Row:
     latency_p99_ms: float | None = None
     client_cpu_us: float | None = None
     """CPU µs per record of this process (participant) in the throughput run."""
-
     broker_cpu_us: float | None = None
     """CPU µs per record of the broker in the throughput run."""
     checkpoint_ms: float | None = None
@@ -340,8 +341,8 @@ class Writer:
 
 @dataclass(frozen=True)
 class Throughput:
-    """One throughput run: records/s (first sent -> last visible), steady records/s, and CPU µs per
-    record of the sending thread, this process and the broker."""
+    """One throughput run: records/s (first sent -> last visible), steady records/s, records/s to the
+    last committed, and CPU µs per record of the sending thread, this process and the broker."""
 
     per_s: float
     steady_per_s: float

@@ -842,8 +842,7 @@ class ExactlyOnceSink:
                 self._stop_ahead(exc, True)
             self._unserved += 1
             if self._unserved >= SERVE_REPORTS_EVERY:
-                self._unserved = 0
-                self._producer.poll(0)
+                self._serve_reports()
 
     def send_many(
         self,
@@ -879,9 +878,13 @@ class ExactlyOnceSink:
                 self._stop_ahead(exc, True)
             self._unserved += count
             if self._unserved >= SERVE_REPORTS_EVERY:
-                self._unserved = 0
-                self._producer.poll(0)
+                self._serve_reports()
         return count
+
+    def _serve_reports(self) -> None:
+        """Serve the delivery reports of the records sent ahead (with the ahead lock)."""
+        self._unserved = 0
+        self._producer.poll(0)
 
     @property
     def buffered(self) -> int:

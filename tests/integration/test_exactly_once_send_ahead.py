@@ -49,15 +49,17 @@ def completion(checkpoint_id: int, root: Path) -> CheckpointCompleted:
     return CheckpointCompleted(JOB, checkpoint_id, kind, 0, 0, {}, 0, {}, 1, location)
 
 
-@pytest.fixture
-def output(bootstrap: str) -> str:
+@pytest.fixture(name="output")
+def _output(bootstrap: str) -> str:
+    """A fresh output topic of one partition."""
     topic = f"eo-ahead-{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, [topic], partitions=1)
     return topic
 
 
-@pytest.fixture
-def sinks() -> Iterator[list[ExactlyOnceSink]]:
+@pytest.fixture(name="sinks")
+def _sinks() -> Iterator[list[ExactlyOnceSink]]:
+    """The sinks a test makes (:func:`recovered_sink`), closed after it."""
     made: list[ExactlyOnceSink] = []
     yield made
     for sink in made:

@@ -2,21 +2,24 @@
 is kept and sent as its records sent one by one would be (in order, in the staged copy that recovery
 reads, into the transaction sent ahead, committed once), and is refused whole when it does not fit.
 
-The sink and its checkpoints are made as in test_exactly_once_send_ahead.py.
+The sink, its checkpoints and its output topic are made as in test_exactly_once_send_ahead.py.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
 from support import on_apache_kafka
-from test_exactly_once_send_ahead import barrier, completion, recovered_sink
+from test_exactly_once_send_ahead import (  # noqa: F401 (_output and _sinks: the fixtures output and sinks)
+    _output,
+    _sinks,
+    barrier,
+    completion,
+    recovered_sink,
+)
 
-from events.dev.broker import create_topics
 from events.kafka.clients import consumer_config, read_partition_to_end
 from events.task.exactly_once import BufferFull, ExactlyOnceSink, OutputRecord, decode_staged
 from events.task.storage import read_bytes
@@ -34,21 +37,6 @@ def read(bootstrap: str, topic: str, isolation: str) -> list[tuple[bytes | None,
         return [(m.key(), m.value()) for m in read_partition_to_end(consumer, topic, 0, timeout=90)]
     finally:
         consumer.close()
-
-
-@pytest.fixture
-def output(bootstrap: str) -> str:
-    topic = f"eo-many-{uuid.uuid4().hex[:8]}"
-    create_topics(bootstrap, [topic], partitions=1)
-    return topic
-
-
-@pytest.fixture
-def sinks() -> Iterator[list[ExactlyOnceSink]]:
-    made: list[ExactlyOnceSink] = []
-    yield made
-    for sink in made:
-        sink.close()
 
 
 def test_a_batch_is_staged_sent_ahead_and_committed_once_in_order_with_single_sends(
