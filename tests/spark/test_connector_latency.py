@@ -39,7 +39,7 @@ def test_connector_latency_markers_cross_the_union_and_the_shuffle_and_never_rea
     """Given the keyed word count on the connector with 2 shuffle partitions and latency markers
     every 300 ms while words keep coming, the coordinator's /metrics has the connector's latencies
     for the map side (the marker's one source subtask), every shuffle partition and the sink, and no
-    other source; the medians grow along the path (route, keyed, sink). User code never sees a
+    other source; the fastest latency grows along the path (route, keyed, sink). User code never sees a
     marker: every word is counted exactly once (a marker row, with no value, would break key_by)."""
     words, job_id, out = given.words, given.job_id, tmp_path / "out"
     expected = {
@@ -75,4 +75,7 @@ def test_connector_latency_markers_cross_the_union_and_the_shuffle_and_never_rea
         shown = json.load(response)
     operators = {row["operator_id"]: row for row in shown["operators"]}
     assert {"route", "keyed", "sink"} == set(operators)  # in the order their first measurement came
-    assert operators["route"]["p50"] <= operators["keyed"]["p50"] <= operators["sink"]["p50"], operators
+    # a marker's latency only grows along its path, but the operators measured different markers
+    # (two shuffle partitions each; a marker measured at keyed whose batch had not reached the sink):
+    # their medians need not be ordered, the fastest marker's latencies must be
+    assert operators["route"]["min"] <= operators["keyed"]["min"] <= operators["sink"]["min"], operators

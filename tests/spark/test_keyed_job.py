@@ -354,4 +354,5 @@ def test_latency_markers_reach_every_keyed_task_and_the_sink_and_never_user_code
     sink = operators["sink"]
     assert sink["p50"] >= 200, sink
     assert sink["max"] <= trigger + 1_000, (sink, trigger)
-    assert operators["route"]["p50"] <= operators["keyed"]["p50"] <= sink["p50"]
+    # each marker's latency grows along its path; the operators' medians are over different markers
+    assert operators["route"]["min"] <= operators["keyed"]["min"] <= sink["min"], operators
