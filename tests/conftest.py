@@ -27,6 +27,8 @@ from uuid import uuid4
 import jvm_archive
 import pytest
 from alone import TURNS_VARIABLE, turn
+from cpu_account import VARIABLE as CPU_ACCOUNT_VARIABLE
+from cpu_account import CpuAccount
 from support import (
     KAFKA_FETCH_WAIT_MS,
     TEST_BROKER_VARIABLE,
@@ -299,7 +301,23 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             stack.enter_context(turn(Path(turns), alone=item.get_closest_marker("timed") is not None))
         if niceness is not None:
             stack.enter_context(_priority(niceness))
-        return (yield)
+        account = _cpu_account(item.config)
+        if account is None:
+            return (yield)
+        started = account.start()
+        try:
+            return (yield)
+        finally:
+            account.stop(item.nodeid, started)
+
+
+@functools.cache
+def _cpu_account(config: pytest.Config) -> CpuAccount | None:
+    """Where this process notes each test's CPU (:mod:`cpu_account`), if ``CUTLINE_TEST_CPU`` says."""
+    directory = os.environ.get(CPU_ACCOUNT_VARIABLE)
+    if not directory:
+        return None
+    return CpuAccount(Path(directory), getattr(config, "workerinput", {}).get("workerid", "main"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,94 @@
+"""The CPU each test costs, for finding where the whole suite's time goes (issue 52's lanes; docs/
+benchmarks.md, "The tests' lanes"): with ``CUTLINE_TEST_CPU=DIR`` every pytest process (each xdist
+worker) appends one line per test to ``DIR/<worker>.tsv``: the test's id, the CPU seconds its
+worker's process tree spent while it set up, ran and tore down, and its wall seconds.
+``python tests/cpu_account.py DIR`` sums them by file.
+
+The tree is the worker and every process below it, read from ``/proc`` (Linux): their user and
+system time, and that of the children they have reaped (a broker or a Spark driver that the test
+stopped and waited for). A process shared by the worker's tests (its broker, a module's coordinator)
+is charged to the tests that run while it spends. Written by hand: psutil would walk the same
+``/proc`` files, and it is not a dependency of the project.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+VARIABLE = "CUTLINE_TEST_CPU"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: str) -> tuple[int, float] | None:
+    """The parent of ``pid`` and the CPU seconds it and its reaped children spent, or None (gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after the command's name, which may hold spaces
+    # fields[1] is the parent; fields[11:15] are utime, stime, cutime, cstime
+    return int(fields[1]), sum(int(f) for f in fields[11:15]) / TICKS
+
+
+def tree_cpu(root: int) -> float:
+    """The CPU seconds of ``root`` and all its descendants, alive or not yet reaped."""
+    parents: dict[int, int] = {}
+    spent: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(entry)) is not None:
+            parents[int(entry)], spent[int(entry)] = stat
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, parent in parents.items():
+        children[parent].append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += spent.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+class CpuAccount:
+    """Measures each test of this process (a pytest plugin: :meth:`start` and :meth:`stop` around
+    each test's protocol)."""
+
+    def __init__(self, directory: Path, worker: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"{worker}.tsv"
+
+    def start(self) -> tuple[float, float]:
+        return tree_cpu(os.getpid()), time.monotonic()
+
+    def stop(self, nodeid: str, started: tuple[float, float]) -> None:
+        cpu, wall = tree_cpu(os.getpid()) - started[0], time.monotonic() - started[1]
+        with self.path.open("a") as lines:
+            lines.write(f"{nodeid}\t{cpu:.2f}\t{wall:.2f}\n")
+
+
+def by_file(directory: Path) -> list[tuple[str, float, float, int]]:
+    """(file, CPU s, wall s, tests) of every file measured in ``directory``, dearest first."""
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    for path in directory.glob("*.tsv"):
+        for line in path.read_text().splitlines():
+            nodeid, cpu, wall = line.rsplit("\t", 2)
+            row = sums[nodeid.split("::", 1)[0]]
+            row[0], row[1], row[2] = row[0] + float(cpu), row[1] + float(wall), row[2] + 1
+    rows = [(name, cpu, wall, int(n)) for name, (cpu, wall, n) in sums.items()]
+    return sorted(rows, key=lambda row: -row[1])
+
+
+def main(directory: str, top: int = 40) -> None:
+    rows = by_file(Path(directory))
+    total_cpu, total_wall = sum(r[1] for r in rows), sum(r[2] for r in rows)
+    print(f"{len(rows)} files: {total_cpu:.0f} CPU s, {total_wall:.0f} wall s (summed over workers)")
+    print(f"{'CPU s':>8} {'wall s':>8} {'tests':>6}  file")
+    for name, cpu, wall, n in rows[:top]:
+        print(f"{cpu:8.1f} {wall:8.1f} {n:6d}  {name}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], *(int(a) for a in sys.argv[2:3]))
