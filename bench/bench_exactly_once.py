@@ -34,7 +34,8 @@ producer's last record acknowledged), which the one reader's own pace does not b
   here, writing through ``ExactlyOnceKafkaSink`` (``foreachBatch``) against Spark's own Kafka sink
   (``format("kafka")``, at-least-once; the connector's jars from ``spark_tasks/connector.py``), on
   ``local[2]``. Latency: ``--spark-rate`` records/s for ``--seconds`` into the running job;
-  throughput: ``--spark-records`` produced at once into the running job.
+  throughput: ``--spark-records`` (1,000,000) produced at once into the running job, about 25 s of
+  batches, so that the exactly-once way's last commit (its latency) weighs little.
 - **Flink** (``--flink``): Flink's ``KafkaSink`` with ``DeliveryGuarantee.EXACTLY_ONCE`` (SQL
   ``sink.delivery-guarantee = exactly-once``) copying the input topic, checkpointed every
   ``--interval-ms``, in a local MiniCluster of the PyFlink venv (``--flink-python``, by default
@@ -731,7 +732,7 @@ def parse_args() -> argparse.Namespace:
         "--batch", type=int, default=1000, help="records a call in the participant's batch rows (0: none)"
     )
     parser.add_argument("--spark", action="store_true", help="also the Spark sinks")
-    parser.add_argument("--spark-records", type=int, default=100_000)
+    parser.add_argument("--spark-records", type=int, default=1_000_000)
     parser.add_argument("--spark-rate", type=int, default=1000)
     parser.add_argument("--spark-per-trigger", type=int, default=20_000)
     parser.add_argument("--spark-rounds", type=int, default=1)
