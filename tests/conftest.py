@@ -212,6 +212,39 @@ Every other file is one unit, as ``loadfile`` makes it; a Spark test file that u
 fixture starts it in the worker that runs it, once per worker (tests/spark/conftest.py)."""
 
 
+TIMED_FILES = (
+    "tests/integration/test_ownership.py",
+    "tests/integration/test_ownership_races.py",
+    "tests/integration/test_apache_kafka_ownership.py",
+    "tests/integration/test_rebalance_storm.py",
+)
+"""The test files with a test marked ``timed`` (checked at collection): together one unit of the
+schedule, so they run one after another in one worker. Each a unit of its own, both workers would
+take one and wait for each other's alone turns (:mod:`alone`), while one of them could run the pure
+tests, which take no turn."""
+
+TIMED_UNIT = "timed files"
+
+
+def schedule_unit(nodeid: str) -> str:
+    """The unit of the schedule that test ``nodeid`` goes out in (to one xdist worker): its file, but
+    each test of :data:`EACH_TEST_A_UNIT` alone and all the :data:`TIMED_FILES` together."""
+    path = nodeid.split("::", 1)[0]
+    if path in TIMED_FILES:
+        return TIMED_UNIT
+    return nodeid if path in EACH_TEST_A_UNIT else path
+
+
+def unlisted_timed_files(items: list[pytest.Item]) -> list[str]:
+    """Files of tests marked ``timed`` that :data:`TIMED_FILES` does not name."""
+    timed = {
+        item.path.resolve().relative_to(HERE.parent).as_posix()
+        for item in items
+        if item.get_closest_marker("timed")
+    }
+    return sorted(timed - set(TIMED_FILES))
+
+
 def _first(item: pytest.Item, timed_files: set[Path]) -> int:
     """Where ``item``'s file starts in the run: the files of :data:`LONGEST_FIRST` in its order,
     then the directories of :data:`FIRST`, then the files with a test marked ``timed`` (which runs
@@ -234,22 +267,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         relative = item.path.resolve().relative_to(HERE)
         if len(relative.parts) > 1 and relative.parts[0] in MARKED_DIRECTORIES:
             item.add_marker(getattr(pytest.mark, relative.parts[0]))
+    unlisted = unlisted_timed_files(items)
+    if unlisted:
+        raise pytest.UsageError(
+            f"tests marked timed in files that TIMED_FILES (tests/conftest.py) does not name: {unlisted}"
+        )
     timed_files = {item.path for item in items if item.get_closest_marker("timed")}
     items.sort(key=lambda item: _first(item, timed_files))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile``, but with each test of :data:`EACH_TEST_A_UNIT` a unit of its own; units go
-    out in the order of the collection (``--no-loadscope-reorder``: :data:`LONGEST_FIRST` first)."""
+    """``--dist loadfile``, but in the units of :func:`schedule_unit`; units go out in the order of the
+    collection (``--no-loadscope-reorder``: :data:`LONGEST_FIRST` first)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class LoadFileLongTestsApart(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return nodeid if path in EACH_TEST_A_UNIT else path
+            return schedule_unit(nodeid)
 
     return LoadFileLongTestsApart(config, log)
 
