@@ -168,7 +168,8 @@ class LocalBroker:
 
 @contextmanager
 def local_broker() -> Iterator[LocalBroker]:
-    """A broker started here (at this process's niceness) and stopped on exit: Apache Kafka (one
+    """A broker started here (at this process's niceness, from its main thread: it ends with the
+    thread that started it) and stopped on exit: Apache Kafka (one
     node, :data:`TEST_KAFKA_CONFIG`), or the embedded Tansu broker with ``CUTLINE_TEST_BROKER=tansu``.
     Where Java or Maven is missing, Apache Kafka fails with what to install
     (:class:`~events.dev.apache_kafka.KafkaUnavailable`) and how to run on Tansu instead: never a
@@ -179,7 +180,8 @@ def local_broker() -> Iterator[LocalBroker]:
         return
     from events.dev.apache_kafka import ApacheKafka, KafkaUnavailable
 
-    kafka = ApacheKafka(heap=TEST_KAFKA_HEAP, config=TEST_KAFKA_CONFIG)
+    # ends with this process: a pytest worker killed outright leaves no broker behind
+    kafka = ApacheKafka(heap=TEST_KAFKA_HEAP, config=TEST_KAFKA_CONFIG, ends_with_parent=True)
     try:
         kafka.start()
     except KafkaUnavailable as exc:
@@ -198,7 +200,7 @@ def tansu_broker() -> Iterator[LocalBroker]:
     """An embedded Tansu broker started here and stopped on exit."""
     from events.dev.broker import EmbeddedBroker
 
-    with EmbeddedBroker() as broker:
+    with EmbeddedBroker(ends_with_parent=True) as broker:
         assert broker.pid is not None and broker.log_path is not None
         yield LocalBroker(broker.bootstrap, (broker.pid,), broker.log_path.parent)
 
