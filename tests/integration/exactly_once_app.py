@@ -101,7 +101,8 @@ def main() -> None:
     if offset is None:
         offset = restored_offset(bootstrap, job, task, topics, restored)
     position = {"offset": offset}
-    sink = ExactlyOnceSink(bootstrap, job, task, topics, uid="copy", step=step)
+    timeout = float(settings.get("timeout_s", 30.0))  # the sink's wait for a commit, a flush, a fence
+    sink = ExactlyOnceSink(bootstrap, job, task, topics, uid="copy", step=step, timeout=timeout)
     recovered = sink.recover(
         restored,
         plan=without_marker if settings.get("variant") == "no-marker" else None,

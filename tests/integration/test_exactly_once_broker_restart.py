@@ -35,12 +35,19 @@ def kafka() -> Iterator[ApacheKafka]:
         yield started
 
 
+BROKER_DOWN_TIMEOUT_S = 10.0
+"""The sink's timeout where a commit runs with the broker down: it fails after it (the default, 30 s,
+would be waited out by nothing but the test's clock); the commit after the restart has as long."""
+
+
 class HeldJob(Job):
     """The one-task job of test_exactly_once_sink.py, whose participant the test holds at a step."""
 
-    def start_held(self, attempt: int, step: str, checkpoint_id: int, release: Path) -> Child:
+    def start_held(
+        self, attempt: int, step: str, checkpoint_id: int, release: Path, timeout_s: float = 30.0
+    ) -> Child:
         """Attempt ``attempt``'s participant, held at ``step`` of ``checkpoint_id`` until ``release``
-        exists."""
+        exists; its sink waits ``timeout_s`` for a commit."""
         settings = {
             "bootstrap": self.bootstrap,
             "prefix": self.topics.prefix,
@@ -50,6 +57,7 @@ class HeldJob(Job):
             "input": self.input,
             "output": self.output,
             "hold": [step, checkpoint_id, str(release)],
+            "timeout_s": timeout_s,
         }
         child = launch(settings)
         self.children.append(child)
@@ -171,7 +179,7 @@ def test_a_commit_that_fails_while_the_broker_is_down_goes_with_the_next_complet
     that transaction and committed nothing again)."""
     release = tmp_path / "release"
     # given: checkpoint 2 completed, the participant held at ``step`` of its commit
-    child = job.start_held(1, step, 2, release)
+    child = job.start_held(1, step, 2, release, timeout_s=BROKER_DOWN_TIMEOUT_S)
     job.words(10)
     child.said("processed 10")
     job.checkpoint(child, 1, attempt=1)
