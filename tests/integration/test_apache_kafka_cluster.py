@@ -60,8 +60,10 @@ class Cluster:
             yield
 
 
-@pytest.fixture(name="cluster")
+@pytest.fixture(name="cluster", scope="module")
 def _cluster() -> Iterator[Cluster]:
+    """Three PLAINTEXT nodes, shared by the module's tests (each on topics of its own prefix): the
+    node a test kills it starts again on its ports and log dir."""
     with ApacheKafka(brokers=3, heap="256m") as kafka:
         yield Cluster(kafka)
 
