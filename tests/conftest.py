@@ -245,15 +245,15 @@ def unlisted_timed_files(items: list[pytest.Item]) -> list[str]:
     return sorted(timed - set(TIMED_FILES))
 
 
-def _first(item: pytest.Item, timed_files: set[Path]) -> int:
+def _first(item: pytest.Item) -> int:
     """Where ``item``'s file starts in the run: the files of :data:`LONGEST_FIRST` in its order,
-    then the directories of :data:`FIRST`, then the files with a test marked ``timed`` (which runs
+    then the directories of :data:`FIRST`, then the :data:`TIMED_FILES` (whose timed tests run
     alone, :mod:`alone`: last of the broker tests, while the other workers go on with the pure
     tests, which take no turn), then the rest."""
     relative = item.path.resolve().relative_to(HERE.parent).as_posix()
     if relative in LONGEST_FIRST:
         return LONGEST_FIRST.index(relative)
-    if item.path in timed_files:
+    if relative in TIMED_FILES:
         return len(LONGEST_FIRST) + len(FIRST)
     directory = item.path.resolve().relative_to(HERE).parts[0]
     return len(LONGEST_FIRST) + (FIRST.index(directory) if directory in FIRST else len(FIRST) + 1)
@@ -272,8 +272,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"tests marked timed in files that TIMED_FILES (tests/conftest.py) does not name: {unlisted}"
         )
-    timed_files = {item.path for item in items if item.get_closest_marker("timed")}
-    items.sort(key=lambda item: _first(item, timed_files))
+    items.sort(key=_first)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -339,13 +338,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         if niceness is not None:
             stack.enter_context(_priority(niceness))
         account = _cpu_account(item.config)
-        if account is None:
-            return (yield)
-        started = account.start()
-        try:
-            return (yield)
-        finally:
-            account.stop(item.nodeid, started)
+        if account is not None:
+            stack.enter_context(account.measuring(item.nodeid))
+        return (yield)
 
 
 @functools.cache

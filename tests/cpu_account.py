@@ -17,6 +17,8 @@ import os
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 VARIABLE = "CUTLINE_TEST_CPU"
@@ -53,20 +55,23 @@ def tree_cpu(root: int) -> float:
 
 
 class CpuAccount:
-    """Measures each test of this process (a pytest plugin: :meth:`start` and :meth:`stop` around
-    each test's protocol)."""
+    """Measures each test of this process (tests/conftest.py: :meth:`measuring` around each test's
+    protocol)."""
 
     def __init__(self, directory: Path, worker: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / f"{worker}.tsv"
 
-    def start(self) -> tuple[float, float]:
-        return tree_cpu(os.getpid()), time.monotonic()
-
-    def stop(self, nodeid: str, started: tuple[float, float]) -> None:
-        cpu, wall = tree_cpu(os.getpid()) - started[0], time.monotonic() - started[1]
-        with self.path.open("a") as lines:
-            lines.write(f"{nodeid}\t{cpu:.2f}\t{wall:.2f}\n")
+    @contextmanager
+    def measuring(self, nodeid: str) -> Iterator[None]:
+        """Note the CPU and wall seconds spent inside as one line of test ``nodeid``."""
+        cpu, wall = tree_cpu(os.getpid()), time.monotonic()
+        try:
+            yield
+        finally:
+            cpu, wall = tree_cpu(os.getpid()) - cpu, time.monotonic() - wall
+            with self.path.open("a") as lines:
+                lines.write(f"{nodeid}\t{cpu:.2f}\t{wall:.2f}\n")
 
 
 def by_file(directory: Path) -> list[tuple[str, float, float, int]]:

@@ -22,9 +22,8 @@ def conftest(request: pytest.FixtureRequest) -> ModuleType:
     return next(p for p in plugins if Path(getattr(p, "__file__", "") or "/").resolve() == path)
 
 
-def _start_rank(conftest: ModuleType, relative: str, timed: tuple[str, ...] = ()) -> int:
-    timed_files = {ROOT / path for path in timed}
-    return int(conftest._first(SimpleNamespace(path=ROOT / relative), timed_files))
+def _start_rank(conftest: ModuleType, relative: str) -> int:
+    return int(conftest._first(SimpleNamespace(path=ROOT / relative)))
 
 
 def test_every_test_file_the_schedule_names_exists(conftest: ModuleType) -> None:
@@ -47,10 +46,10 @@ def test_the_longest_files_start_in_their_order_and_before_every_directory(conft
 def test_the_files_of_timed_tests_start_after_the_other_broker_tests_and_before_the_pure_ones(
     conftest: ModuleType,
 ) -> None:
-    # given: a file with a timed test (it runs alone, beside pure tests only: tests/alone.py)
+    # given: a file of TIMED_FILES (its timed tests run alone, beside pure tests only: tests/alone.py)
     timed = ("tests/integration/test_rebalance_storm.py",)
     ranks = {
-        path: _start_rank(conftest, path, timed)
+        path: _start_rank(conftest, path)
         for path in ("tests/integration/test_cli.py", *timed, "tests/unit/test_layers.py")
     }
     # then: it starts after every other integration file and before the unit tests
