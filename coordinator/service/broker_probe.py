@@ -10,7 +10,9 @@ logs nothing (the worker's other clients say enough about a refused connection).
 
 A metadata request names the journal topic only (a broker with many topics answers it as cheaply)
 and never creates it (``allow.auto.create.topics`` off: a fresh empty broker must not get a journal
-with its default retention).
+with its default retention). A fresh broker on the same address is found by its cluster id, which
+differs from the one the worker first read its journal on: the worker's own Kafka clients may have
+auto-created the journal there already (:func:`coordinator.service.health.metadata_error`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from coordinator.service.health import BrokerHealth, probed
+from coordinator.service.health import BrokerHealth, metadata_error, probed
 from events.wire.sizes import excerpt
 
 log = logging.getLogger("cutline.coordinator")
@@ -42,6 +44,7 @@ def metadata_probe(bootstrap: str, topic: str, timeout: float = PROBE_TIMEOUT_S)
     from events.kafka.clients import producer_config
 
     client: list[Producer] = []
+    first_cluster: list[str] = []
 
     def ask() -> str | None:
         if not client:
@@ -58,14 +61,17 @@ def metadata_probe(bootstrap: str, topic: str, timeout: float = PROBE_TIMEOUT_S)
             error = exc.args[0] if exc.args else exc
             return str(getattr(error, "str", lambda: error)())
         found = metadata.topics.get(topic)
-        if found is None or found.error is not None:
-            # a broker that answers without the journal: a new, empty one on the same address
-            return (
-                f"it answers, but has no journal topic {topic} (a new, empty broker?): create cutline's "
-                "topics with `cutline topics create` (and the jobs start again), or point the "
-                "coordinator at the broker that has them"
-            )
-        return None
+        journal_found = found is not None and found.error is None
+        cluster = metadata.cluster_id or None
+        if journal_found and cluster is not None and not first_cluster:
+            first_cluster.append(cluster)  # the cluster whose journal the worker reads
+        return metadata_error(
+            topic,
+            bootstrap,
+            journal_found=journal_found,
+            first_cluster=first_cluster[0] if first_cluster else None,
+            cluster=cluster,
+        )
 
     return ask
 

@@ -48,6 +48,34 @@ def probed(health: BrokerHealth, now_ms: int, error: str | None) -> BrokerHealth
     return replace(health, reachable=False, since_ms=since, error=error, failures=failures)
 
 
+def metadata_error(
+    journal: str, bootstrap: str, *, journal_found: bool, first_cluster: str | None, cluster: str | None
+) -> str | None:
+    """Why a broker that answered a metadata request is not the one the worker reads, or None.
+
+    A new, empty broker on the same address (the embedded broker restarted; an Apache Kafka
+    formatted again) has another cluster id, and may have the journal again without its records,
+    auto-created by one of the worker's own clients. So the cluster id the worker first saw
+    (``first_cluster``) is compared with the one answering now (``cluster``; None when a broker does
+    not tell), and a missing journal is named too.
+    """
+    if first_cluster is not None and cluster is not None and cluster != first_cluster:
+        return (
+            f"{bootstrap} is another Kafka cluster now (cluster id {cluster}, where this worker started on "
+            f"{first_cluster}): a new, empty broker on the same address? Its topics are not the ones "
+            f"this worker read. Create cutline's topics ({journal} and the rest) there with `cutline "
+            "topics create` and restart the worker (the jobs start again), or point the coordinator "
+            "at the broker that has them"
+        )
+    if not journal_found:
+        return (
+            f"it answers, but has no journal topic {journal} (a new, empty broker?): create cutline's "
+            "topics with `cutline topics create` (and the jobs start again), or point the "
+            "coordinator at the broker that has them"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class Readiness:
     """``/ready``'s verdict: ready (200) or not (503), and every reason why not."""

@@ -4,7 +4,8 @@ child process tests/integration/test_exactly_once_sink.py SIGKILLs at each crash
 Its settings are the JSON in ``EXACTLY_ONCE_APP``: it reads partition ``partition`` (0 unless given)
 of the input, and ``tasks`` (every task of the attempt, when given) makes its recovery take over the
 tasks of earlier attempts that the attempt has not. It says on stdout what it does (``ready``,
-``processed N``, ``step NAME CHECKPOINT``, the sink's warnings as ``log MESSAGE``), and at the step
+``processed N``, ``step NAME CHECKPOINT``, the sink's warnings and its input's errors as ``log
+MESSAGE``; SIGUSR1 dumps every thread's stack on stderr), and at the step
 ``crash`` names it says ``stopped at NAME CHECKPOINT`` and waits there for its SIGKILL; at the step
 ``hold`` names (``[NAME, CHECKPOINT, FILE]``)
 it says ``held at NAME CHECKPOINT`` and goes on once FILE exists. ``offset`` (when given) is where it
@@ -20,9 +21,11 @@ aborted.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -79,6 +82,7 @@ def restored_offset(bootstrap: str, job: str, task: str, topics: Topics, restore
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
+    faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack when it gives up waiting
     logging.getLogger("events.task.exactly_once").addHandler(SayWarnings(logging.WARNING))
     settings = json.loads(os.environ["EXACTLY_ONCE_APP"])
     bootstrap, job, task = settings["bootstrap"], settings["job"], settings["task"]
@@ -145,6 +149,7 @@ def main() -> None:
     while True:
         for msg in consume_available(consumer, 100, 0.02):
             if msg.error() is not None or msg.offset() is None:
+                say(f"log the input consumer: {msg.error()}")
                 continue
             sink.send(settings["output"], msg.value(), key=str(msg.offset()).encode())
             position["offset"] = (msg.offset() or 0) + 1

@@ -73,7 +73,13 @@ class Child:
             assert line in self.lines, f"its last lines: {self.lines[-6:]}"
             return True
 
-        eventually(heard, timeout=timeout, what=f"the app to say {line!r}")
+        try:
+            eventually(heard, timeout=timeout, what=f"the app to say {line!r}")
+        except AssertionError:
+            if self.process.poll() is None:  # every thread's stack on its stderr, in the test's report
+                self.process.send_signal(signal.SIGUSR1)
+                time.sleep(1)
+            raise
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)

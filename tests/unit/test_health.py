@@ -12,6 +12,7 @@ from coordinator.service.health import (
     BrokerHealth,
     Readiness,
     broker_json,
+    metadata_error,
     probed,
     readiness,
 )
@@ -170,3 +171,31 @@ class TestProbe:
             probe.probe()
 
         assert (False, "RuntimeError: no client") == (probe.health.reachable, probe.health.error)
+
+
+class TestAFreshBrokerOnTheSameAddress:
+    """A broker that answers is not enough: it must be the cluster whose journal the worker read."""
+
+    def test_the_cluster_the_worker_started_on_with_its_journal_is_fine(self) -> None:
+        assert (
+            metadata_error("p.checkpoints", BROKER, journal_found=True, first_cluster="a", cluster="a")
+            is None
+        )
+
+    def test_another_cluster_id_is_named_with_what_to_do_even_when_it_has_a_journal(self) -> None:
+        # given: a fresh broker where one of the worker's own clients auto-created the journal again
+        error = metadata_error("p.checkpoints", BROKER, journal_found=True, first_cluster="a", cluster="b")
+        # then: the cluster ids, the journal and both ways out are named
+        assert error is not None
+        for named in ("cluster id b", "started on a", "p.checkpoints", "`cutline topics create`", "restart"):
+            assert named in error, named
+
+    def test_a_missing_journal_is_named_before_any_cluster_was_seen(self) -> None:
+        error = metadata_error("p.checkpoints", BROKER, journal_found=False, first_cluster=None, cluster="a")
+        assert error is not None and "no journal topic p.checkpoints" in error
+
+    def test_a_broker_that_tells_no_cluster_id_is_judged_by_its_journal_alone(self) -> None:
+        assert (
+            metadata_error("p.checkpoints", BROKER, journal_found=True, first_cluster="a", cluster=None)
+            is None
+        )
