@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -97,8 +98,19 @@ JVM_OPTIONS = (
     "-XX:InitiatingHeapOccupancyPercent=35",
     "-XX:+ExplicitGCInvokesConcurrent",
     "-Djava.awt.headless=true",
-    "-XX:+ExitOnOutOfMemoryError",
 )
+"""The JVM's performance options unless ``KAFKA_JVM_PERFORMANCE_OPTS`` is set (as in Kafka's own
+scripts, which it replaces whole)."""
+
+PERFORMANCE_OPTIONS_ENV = "KAFKA_JVM_PERFORMANCE_OPTS"
+
+
+def jvm_options(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """Every node's JVM options besides its heap and paths: ``KAFKA_JVM_PERFORMANCE_OPTS`` (split as a
+    shell would) where set, else :data:`JVM_OPTIONS`; then an exit on running out of memory."""
+    given = environ.get(PERFORMANCE_OPTIONS_ENV)
+    chosen = tuple(shlex.split(given)) if given else JVM_OPTIONS
+    return (*chosen, "-XX:+ExitOnOutOfMemoryError")
 
 
 ROLE_USERS = tuple(role.value for role in Role)
@@ -623,7 +635,7 @@ class ApacheKafka:
         return [
             java,
             f"-Xmx{heap}",
-            *JVM_OPTIONS,
+            *jvm_options(),
             f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={node.directory}",
             "-cp",
