@@ -1,4 +1,4 @@
-"""Class-data sharing for the tests' Spark JVMs: one archive of Spark's classes, made once.
+"""Class-data sharing for the tests' Spark and Kafka JVMs: one archive of each one's classes, made once.
 
 A Spark JVM spends much of its start loading and verifying the same few thousand classes. Java's
 application class-data sharing (AppCDS, JEP 350) maps them from an archive instead (what it saves:
@@ -11,6 +11,10 @@ which Java and which PySpark it was made for. While it is being made (in the bac
 start of the session) the JVMs that start find no archive and run as they would without one; an
 archive that does not fit (another class path, another JVM) is ignored as well. Java says nothing
 of either: the options turn its ``cds`` log off. Nothing here is needed for correctness.
+
+Apache Kafka's nodes get an archive of their own the same way (:class:`KafkaArchiveMaker`: one node
+that starts, takes a few records and stops), named after the Java and the broker's jars: a node
+that maps it starts on 2.0-2.1 CPU s instead of 2.8-3.0 (docs/benchmarks.md, "The test suite").
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -128,3 +133,64 @@ def make_in_background(archive: Path, jvm_options: str) -> ArchiveMaker | None:
     for stale in archive.parent.glob("spark-*.jsa"):
         stale.unlink(missing_ok=True)
     return ArchiveMaker(archive, jvm_options)
+
+
+def kafka_archive_path(cache: Path, classpath: str, options: str) -> Path | None:
+    """Where the archive of Kafka's classes for this ``java``, these jars and JVM options is."""
+    java = shutil.which("java")
+    if java is None:
+        return None
+    java_home = Path(java).resolve().parent.parent
+    release = java_home / "release"
+    java_release = release.read_text() if release.exists() else ""
+    jars = sorted(path.name for path in Path(classpath.rstrip("*")).glob("*.jar"))
+    identity = "\n".join([str(java_home), java_release, classpath, options, *jars])
+    return cache / f"kafka-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.jsa"
+
+
+class KafkaArchiveMaker:
+    """Writes the archive of Kafka's classes in a thread: a one-node Apache Kafka started with
+    ``-XX:ArchiveClassesAtExit`` takes a few records and stops (the JVM writes the archive as it exits),
+    and the archive is renamed into place once whole."""
+
+    def __init__(self, archive: Path, options: str) -> None:
+        self.archive = archive
+        self._partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
+        self._options = (*shlex.split(options), f"-XX:ArchiveClassesAtExit={self._partial}")
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._make, name="cutline-kafka-archive", daemon=True)
+        self._thread.start()
+
+    def _make(self) -> None:
+        from confluent_kafka import Producer
+
+        from events.dev.apache_kafka import ApacheKafka
+        from events.dev.broker import create_topics
+
+        try:
+            with ApacheKafka(heap="256m", java_options=self._options, ends_with_parent=True) as kafka:
+                create_topics(kafka.bootstrap, ["archive"], partitions=2)
+                producer = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True})
+                for index in range(100):
+                    producer.produce("archive", str(index).encode())
+                producer.flush(30)
+            if self._partial.exists():
+                self._partial.replace(self.archive)
+        except Exception:  # no archive this time: the nodes run as they would without one
+            pass
+        finally:
+            self._partial.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        """Wait a little for it to finish (with the session); its node ends with this process."""
+        self._thread.join(30)
+
+
+def make_kafka_archive_in_background(archive: Path, options: str) -> KafkaArchiveMaker | None:
+    """Start writing ``archive`` unless it exists (None when there is nothing to do); the archives of
+    other jars or options in its directory are deleted."""
+    if archive.exists():
+        return None
+    for stale in archive.parent.glob("kafka-*.jsa"):
+        stale.unlink(missing_ok=True)
+    return KafkaArchiveMaker(archive, options)

@@ -385,8 +385,9 @@ class ApacheKafka:
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. ``port`` is the first node's
     (default: free ones); ``config`` overrides entries of every node's ``server.properties``;
-    ``heap`` is each JVM's ``-Xmx``; ``security``: SASL_SSL listeners, SCRAM users and the
-    ``StandardAuthorizer`` (:mod:`events.dev.kafka_security`) instead of PLAINTEXT.
+    ``heap`` is each JVM's ``-Xmx``; ``java_options`` its other options (default: :func:`jvm_options`);
+    ``security``: SASL_SSL listeners, SCRAM users and the ``StandardAuthorizer``
+    (:mod:`events.dev.kafka_security`) instead of PLAINTEXT.
 
     A node can crash and come back (:meth:`kill`, :meth:`restart`) or freeze (:meth:`pause`,
     :meth:`resume`), as a broker of a production cluster does. A secured one grants ACLs
@@ -405,6 +406,7 @@ class ApacheKafka:
         startup_timeout: float = 90.0,
         jars: KafkaJars | None = None,
         ends_with_parent: bool = False,
+        java_options: tuple[str, ...] | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
@@ -413,6 +415,8 @@ class ApacheKafka:
         self._fixed_port = port
         self._startup_timeout = startup_timeout
         self._jars = jars
+        self._java_options = java_options
+        """Every node's JVM options besides heap and paths; :func:`jvm_options` when None."""
         self._ends_with_parent = ends_with_parent
         """Each node's JVM gets SIGTERM when this process dies (:mod:`events.dev.parent_death`)."""
         self._dir: Path | None = None
@@ -635,7 +639,7 @@ class ApacheKafka:
         return [
             java,
             f"-Xmx{heap}",
-            *jvm_options(),
+            *(jvm_options() if self._java_options is None else self._java_options),
             f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={node.directory}",
             "-cp",
