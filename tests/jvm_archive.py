@@ -174,6 +174,7 @@ class KafkaArchiveMaker:
                 for index in range(100):
                     producer.produce("archive", str(index).encode())
                 producer.flush(30)
+                del producer  # gone before its node: no reconnection attempts logged while it stops
             if self._partial.exists():
                 self._partial.replace(self.archive)
         except Exception:  # no archive this time: the nodes run as they would without one

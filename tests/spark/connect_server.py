@@ -24,6 +24,14 @@ from events.dev.broker import HOST, free_port
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
+PORT_CHANCES = 3
+"""Ports :meth:`ConnectServer.wait_ready` tries."""
+
+
+class PortTaken(RuntimeError):
+    """The server could not bind the port chosen for it."""
+
+
 class ConnectServer:
     """One Spark Connect server process, its log in ``directory/server.log``."""
 
@@ -69,17 +77,40 @@ class ConnectServer:
         return self
 
     def wait_ready(self, timeout: float = 180.0) -> None:
-        """Wait until the server's port accepts; raise with its log's tail if it exits first."""
-        eventually(self._ready, timeout=timeout, interval=0.2, what=f"the Spark Connect server at {self.url}")
+        """Wait until the server says it started on its port and the port accepts; raise with its
+        log's tail if it exits first. A port that another process took after :func:`free_port` chose
+        it (a JVM binds seconds later) is chosen again, up to :data:`PORT_CHANCES` times."""
+        for chance in range(1, PORT_CHANCES + 1):
+            try:
+                eventually(
+                    self._ready, timeout=timeout, interval=0.2, what=f"the Spark Connect server at {self.url}"
+                )
+                return
+            except PortTaken:
+                if chance == PORT_CHANCES:
+                    raise
+                self.port = free_port()
+                self.launch()
 
     def _ready(self) -> bool:
         process = self._process
         assert process is not None, "launch() first"
         if process.poll() is not None:
-            raise RuntimeError(f"the Spark Connect server exited with {process.returncode}:\n{self.tail()}")
+            tail = self.tail()
+            failed = PortTaken if "java.net.BindException" in tail else RuntimeError
+            raise failed(f"the Spark Connect server exited with {process.returncode}:\n{tail}")
+        # its own line first: a port that accepts may be another process's that took it
+        if f"Spark Connect server started at: {HOST}:{self.port}" not in self._log():
+            return False
         with socket.socket() as probe:
             probe.settimeout(1)
             return probe.connect_ex((HOST, self.port)) == 0
+
+    def _log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
 
     def tail(self, lines: int = 40) -> str:
         try:
