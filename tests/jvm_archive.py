@@ -60,16 +60,24 @@ spark.stop()
 """What the archive holds the classes of: a shuffle, an Arrow UDF and a stateful streaming query."""
 
 
-def archive_path(cache: Path) -> Path | None:
-    """Where the archive for this machine's ``java`` and this PySpark is (None without Java)."""
+def _java_identity() -> str | None:
+    """This machine's ``java``: its home and its release file (None without Java)."""
     java = shutil.which("java")
     if java is None:
         return None
     java_home = Path(java).resolve().parent.parent
     release = java_home / "release"
     java_release = release.read_text() if release.exists() else ""
+    return f"{java_home}\n{java_release}"
+
+
+def archive_path(cache: Path) -> Path | None:
+    """Where the archive for this machine's ``java`` and this PySpark is (None without Java)."""
+    java = _java_identity()
+    if java is None:
+        return None
     pyspark = f"{pyspark_script('spark-submit')} {importlib.metadata.version('pyspark')}"
-    identity = f"{java_home}\n{java_release}\n{pyspark}"
+    identity = f"{java}\n{pyspark}"
     return cache / f"spark-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.jsa"
 
 
@@ -137,14 +145,11 @@ def make_in_background(archive: Path, jvm_options: str) -> ArchiveMaker | None:
 
 def kafka_archive_path(cache: Path, classpath: str, options: str) -> Path | None:
     """Where the archive of Kafka's classes for this ``java``, these jars and JVM options is."""
-    java = shutil.which("java")
+    java = _java_identity()
     if java is None:
         return None
-    java_home = Path(java).resolve().parent.parent
-    release = java_home / "release"
-    java_release = release.read_text() if release.exists() else ""
     jars = sorted(path.name for path in Path(classpath.rstrip("*")).glob("*.jar"))
-    identity = "\n".join([str(java_home), java_release, classpath, options, *jars])
+    identity = "\n".join([java, classpath, options, *jars])
     return cache / f"kafka-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.jsa"
 
 
