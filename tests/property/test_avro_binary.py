@@ -44,7 +44,10 @@ SETTINGS = settings(
     # 93 tests: 25 examples each in a run of the suite, 500 with CUTLINE_PROPERTY_PROFILE=thorough
     max_examples=500 if os.environ.get("CUTLINE_PROPERTY_PROFILE") == "thorough" else 25,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
+    # large on purpose: ``datums`` draws maps of 64-70 entries too, and such maps nested in a record's
+    # maps now and then draw past Hypothesis' budget; those draws are discarded, the others tested
+    # (one run of the fast lane in 14 failed the health check on them)
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
 
