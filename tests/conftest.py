@@ -117,8 +117,8 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault(TURNS_VARIABLE, tempfile.mkdtemp(prefix="cutline-test-turns-"))
         _compile_the_packages()
         if not external and not tansu and not _only_pure_tests(config):
-            _check_apache_kafka()
-            _set_kafka_jvm_options(cache.mkdir("cutline-jvm") if cache is not None else None)
+            jars = _check_apache_kafka()
+            _set_kafka_jvm_options(jars.classpath, cache.mkdir("cutline-jvm") if cache is not None else None)
     if archive is not None and not hasattr(config, "workerinput") and _may_start_spark(config):
         _archive_maker = jvm_archive.make_in_background(archive, TEST_JVM_OPTIONS)
     # inherited by every process the tests start: spark-submit's driver JVMs (in-process sessions,
@@ -131,7 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def _set_kafka_jvm_options(cache: Path | None) -> None:
+def _set_kafka_jvm_options(classpath: str, cache: Path | None) -> None:
     """``KAFKA_JVM_PERFORMANCE_OPTS`` for every Kafka node of the session (unless set already):
     :data:`TEST_KAFKA_JVM_OPTIONS`, mapping the archive of Kafka's classes, which is made in the
     background if it is not there yet (:mod:`jvm_archive`)."""
@@ -139,8 +139,7 @@ def _set_kafka_jvm_options(cache: Path | None) -> None:
     if os.environ.get(apache_kafka.PERFORMANCE_OPTIONS_ENV):
         return
     options = TEST_KAFKA_JVM_OPTIONS
-    jars = apache_kafka.resolve_jars()
-    archive = jvm_archive.kafka_archive_path(cache, jars.classpath, options) if cache is not None else None
+    archive = jvm_archive.kafka_archive_path(cache, classpath, options) if cache is not None else None
     if archive is not None:
         _kafka_archive_maker = jvm_archive.make_kafka_archive_in_background(archive, options)
         options = f"{options} {jvm_archive.java_options(archive)}"
@@ -188,15 +187,15 @@ def _only_pure_tests(config: pytest.Config) -> bool:
     return bool(given) and all(any(path.is_relative_to(p) for p in pure) for path in given)
 
 
-def _check_apache_kafka() -> None:
+def _check_apache_kafka() -> apache_kafka.KafkaJars:
     """Before any test starts: Java 17 and Apache Kafka's jars (fetched with Maven the first time on a
-    machine, once for every xdist worker), or a usage error that says what to install and how to run
-    on the embedded Tansu broker instead. Never a silent skip."""
+    machine, once for every xdist worker; returned), or a usage error that says what to install and
+    how to run on the embedded Tansu broker instead. Never a silent skip."""
     from events.dev.apache_kafka import KafkaUnavailable, check_java, resolve_jars
 
     try:
         check_java()
-        resolve_jars()
+        return resolve_jars()
     except KafkaUnavailable as exc:
         raise pytest.UsageError(
             f"{exc}\nThe tests run on Apache Kafka by default; to run them on the embedded Tansu broker "

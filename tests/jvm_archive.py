@@ -133,14 +133,22 @@ class ArchiveMaker:
         self._thread.join(10)
 
 
+def _to_make(archive: Path) -> bool:
+    """Whether ``archive`` is still to be made; if so, the other archives of its kind (its name's
+    prefix: made for another Java, other classes or options) are deleted first (a JVM that maps one
+    keeps its copy)."""
+    if archive.exists():
+        return False
+    kind = archive.name.split("-", 1)[0]
+    for stale in archive.parent.glob(f"{kind}-*.jsa"):
+        stale.unlink(missing_ok=True)
+    return True
+
+
 def make_in_background(archive: Path, jvm_options: str) -> ArchiveMaker | None:
     """Start writing ``archive`` unless it exists (None when there is nothing to do); the archives
-    of another Java or PySpark in its directory are deleted (a JVM that maps one keeps its copy)."""
-    if archive.exists():
-        return None
-    for stale in archive.parent.glob("spark-*.jsa"):
-        stale.unlink(missing_ok=True)
-    return ArchiveMaker(archive, jvm_options)
+    of another Java or PySpark in its directory are deleted."""
+    return ArchiveMaker(archive, jvm_options) if _to_make(archive) else None
 
 
 def kafka_archive_path(cache: Path, classpath: str, options: str) -> Path | None:
@@ -195,8 +203,4 @@ class KafkaArchiveMaker:
 def make_kafka_archive_in_background(archive: Path, options: str) -> KafkaArchiveMaker | None:
     """Start writing ``archive`` unless it exists (None when there is nothing to do); the archives of
     other jars or options in its directory are deleted."""
-    if archive.exists():
-        return None
-    for stale in archive.parent.glob("kafka-*.jsa"):
-        stale.unlink(missing_ok=True)
-    return KafkaArchiveMaker(archive, options)
+    return KafkaArchiveMaker(archive, options) if _to_make(archive) else None
