@@ -14,7 +14,7 @@ added has none). ``variant: no-marker`` recovers without reading the
 marker (it commits every completed staged checkpoint again): the broken sink the tests must catch;
 ``variant: resnapshot`` takes a snapshot (and stages its output) again for a barrier a newer
 coordinator sends again, instead of answering as before: the broken participant the failover test
-must catch.
+must catch (once a file of ``resent`` names a checkpoint, its completion waits for its barrier again).
 When the job stops it says ``job FINISHED`` or ``job CANCELED`` with what its sink committed and
 aborted.
 """
@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from confluent_kafka import Consumer, TopicPartition
 from events.kafka.clients import consume_available, consumer_config
 from events.task.exactly_once import Completion, ExactlyOnceSink, Marker, RecoveryPlan, Staged, recovery_plan
 from events.task.participant import JobDriver, Participant, load_task_snapshot
-from events.wire.records import CheckpointBarrier, JobStatus
+from events.wire.records import CheckpointAborted, CheckpointBarrier, CheckpointCompleted, JobStatus
 from events.wire.topics import Topics
 
 
@@ -58,16 +59,42 @@ def without_marker(
     return recovery_plan(None, staged, completions, restored)
 
 
-def snapshot_every_barrier(participant: Participant) -> None:
-    """Make ``participant`` forget its answers: a barrier sent again is a new cut (broken on purpose)."""
-    on_barrier = participant._on_barrier
+def snapshot_every_barrier(participant: Participant, resent: list[Path]) -> None:
+    """Make ``participant`` forget its answers: a barrier sent again is a new cut (broken on purpose).
+
+    Once a file of ``resent`` names a checkpoint first (a coordinator that is about to die writes it), the
+    completion of that checkpoint waits for its barrier to come again: the order
+    in which this participant loses the checkpoint's output, made certain (the completion and the
+    barrier sent again come on two partitions, in either order)."""
+    on_barrier, on_journal = participant._on_barrier, participant._on_journal
+    barriers: Counter[int] = Counter()
+    deferred: list[CheckpointCompleted] = []
 
     def again(barrier: CheckpointBarrier, epoch: int = 0) -> None:
         participant._replies.clear()
         participant._last_id = 0
         on_barrier(barrier, epoch)
+        barriers[barrier.checkpoint_id] += 1
+        for completion in [c for c in deferred if barriers[c.checkpoint_id] > 1]:
+            deferred.remove(completion)
+            on_journal(completion)
+
+    def waits(record: CheckpointCompleted | CheckpointAborted) -> bool:
+        if not isinstance(record, CheckpointCompleted) or barriers[record.checkpoint_id] > 1:
+            return False
+        named = [int(path.read_text().split()[0]) for path in resent if path.exists()]
+        return record.checkpoint_id in named
+
+    def journal(record: CheckpointCompleted | CheckpointAborted) -> None:
+        if waits(record):
+            assert isinstance(record, CheckpointCompleted)
+            say(f"deferred completion {record.checkpoint_id}")
+            deferred.append(record)
+        else:
+            on_journal(record)
 
     participant._on_barrier = again  # type: ignore[method-assign]
+    participant._on_journal = journal  # type: ignore[method-assign]
 
 
 def restored_offset(bootstrap: str, job: str, task: str, topics: Topics, restored: int | None) -> int:
@@ -144,7 +171,7 @@ def main() -> None:
         on_stop=stopped,
     )
     if settings.get("variant") == "resnapshot":
-        snapshot_every_barrier(participant)
+        snapshot_every_barrier(participant, [Path(path) for path in settings.get("resent", [])])
     say("ready")
     while True:
         for msg in consume_available(consumer, 100, 0.02):

@@ -42,11 +42,12 @@ SESSION_TIMEOUT = float(os.environ["CUTLINE_SESSION_TIMEOUT"])
 class DyingWorker(CoordinatorProcess):
     """A coordinator worker that SIGKILLs itself at a chosen point of a job's checkpoint, once asked.
 
-    The test writes ``<point> <job> <id>`` to :attr:`request`: ``ack``, when the job's ack of a
-    checkpoint from ``id`` on reaches the worker, before it decides it; ``completion``, once it
-    decided a completion of the job from ``id`` on, before the completion is written to the journal.
-    The worker writes the checkpoint's id to :attr:`died` and SIGKILLs itself there (no watchdog:
-    the group notices after the session timeout)."""
+    The test writes ``<point> <job> <offset>`` to :attr:`request`: ``ack``, when the job's first ack
+    of a checkpoint whose input offsets reach past ``offset`` reaches the worker, before it decides
+    it; ``completion``, once it decided such a completion of the job, before the completion is
+    written to the journal. The worker writes the checkpoint's id and the offset it reached to
+    :attr:`died` and SIGKILLs itself there (no watchdog: the group notices after the session
+    timeout)."""
 
     HOOK = """
 import os, signal, sys
@@ -55,11 +56,13 @@ from events.wire.codec import decode
 from events.wire.records import CheckpointAcknowledged, CheckpointCompleted
 request = sys.argv.pop(1)
 handle = runtime.Coordinator.handle
-def die(checkpoint_id):
+def die(checkpoint_id, offsets):
     with open(request + ".dying", "w") as died:
-        died.write(str(checkpoint_id))
+        died.write(f"{checkpoint_id} {max(offsets.values())}")
     os.replace(request + ".dying", request + ".died")  # whole, never read half written
     os.kill(os.getpid(), signal.SIGKILL)
+def past(asked, job_id, offsets):
+    return job_id == asked[1] and any(reached > int(asked[2]) for reached in offsets.values())
 def dying_handle(self, topic, partition, offset, key, value, now_ms, *args, **kwargs):
     asked = open(request).read().split() if os.path.exists(request) else None
     if asked and asked[0] == "ack":
@@ -67,15 +70,13 @@ def dying_handle(self, topic, partition, offset, key, value, now_ms, *args, **kw
             record = decode(value or b"")
         except Exception:
             record = None
-        if isinstance(record, CheckpointAcknowledged) and record.job_id == asked[1]:
-            if record.checkpoint_id >= int(asked[2]):
-                die(record.checkpoint_id)
+        if isinstance(record, CheckpointAcknowledged) and past(asked, record.job_id, record.offsets):
+            die(record.checkpoint_id, record.offsets)
     outcome = handle(self, topic, partition, offset, key, value, now_ms, *args, **kwargs)
     if asked and asked[0] == "completion":
         for event in outcome.journal:
-            if isinstance(event, CheckpointCompleted) and event.job_id == asked[1]:
-                if event.checkpoint_id >= int(asked[2]):
-                    die(event.checkpoint_id)
+            if isinstance(event, CheckpointCompleted) and past(asked, event.job_id, event.offsets):
+                die(event.checkpoint_id, event.offsets)
     return outcome
 runtime.Coordinator.handle = dying_handle
 from coordinator.cli import main
@@ -94,7 +95,11 @@ main()
 
     def death(self) -> int | None:
         """The id of the checkpoint it died in, once it did."""
-        return int(self.died.read_text()) if self.died.exists() else None
+        return int(self.died.read_text().split()[0]) if self.died.exists() else None
+
+    def reached(self) -> int:
+        """The input offset the checkpoint it died in reached (once it died)."""
+        return int(self.died.read_text().split()[1])
 
     def holds(self, job_id: str) -> bool:
         """Whether it runs and its views hold ``job_id`` (it decides the job's partition)."""
@@ -134,6 +139,8 @@ class FailoverJob:
             "input": self.input,
             "output": self.output,
             "variant": variant,
+            # resnapshot: the checkpoint whose barrier comes again, written by the owner before it dies
+            "resent": [str(worker.died) for worker in self.workers],
         }
         self.settings = settings
         self.child: Child = launch(settings)
@@ -196,15 +203,6 @@ class FailoverJob:
             e for e in self.driver.journal(kinds) if isinstance(e, kinds) and e.checkpoint_id == checkpoint_id
         ]
 
-    def next_staged(self) -> int:
-        """The first checkpoint whose staged output holds every word read so far: any after the last
-        the task staged before it said it had read them."""
-        read = self.child.lines.index(f"processed {self.sent}")
-        staged = [
-            int(line.rsplit(" ", 1)[1]) for line in self.child.lines[:read] if line.startswith("step staged ")
-        ]
-        return max(staged, default=0) + 1
-
     def close(self) -> None:
         if self.child.process.poll() is None:
             self.child.kill()
@@ -234,14 +232,15 @@ def broken_job(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Fa
 
 def owner_killed_mid_checkpoint(job: FailoverJob, point: str = "ack") -> tuple[DyingWorker, int]:
     """Ten words committed, ten more read; the worker deciding the job's partition SIGKILLed at
-    ``point`` of a checkpoint whose staged output holds those ten: it and the checkpoint's id."""
+    ``point`` of the first checkpoint whose staged output holds some of those ten (asked before they
+    are sent: no checkpoint takes them unseen): it and the checkpoint's id."""
     job.words(10)
     job.every_copy_committed()
     victim = job.owner()
-    job.words(10)
     asking = victim.request.with_suffix(".asking")
-    asking.write_text(f"{point} {JOB} {job.next_staged()}")
+    asking.write_text(f"{point} {JOB} {job.sent}")
     asking.replace(victim.request)  # whole: the worker reads it at every record
+    job.words(10)
     died = eventually(victim.death, timeout=60, what=f"the owner to die at {point}")
     assert died is not None
     eventually(lambda: victim._process is not None and victim._process.poll() is not None, what="it gone")
@@ -310,8 +309,10 @@ def test_a_participant_that_snapshots_a_barrier_sent_again_loses_output_in_a_fai
     # given: a participant that takes a new cut for a barrier sent again (instead of its first answer)
     # when: the owner dies when its ack arrives; the new owner sends the pending checkpoint's barrier
     # again, and the participant stages what it read since (nothing) over that checkpoint's output
-    _, died = owner_killed_mid_checkpoint(job)
+    victim, died = owner_killed_mid_checkpoint(job)
+    lost = {f"w{i}" for i in range(10, victim.reached())}  # the words its staged output held
     # then: once later words are committed, that checkpoint's words are nowhere: the test above fails
     job.words(10)
     seen = eventually(job.output_values, lambda seen: f"w{job.sent - 1}" in seen, timeout=90, what="w29")
-    assert {f"w{i}" for i in range(10, 20)}.isdisjoint(seen), f"checkpoint {died}'s output was committed"
+    said = "\n".join(line for line in job.child.lines if not line.startswith("processed"))
+    assert lost and lost.isdisjoint(seen), f"checkpoint {died}'s output was committed: {seen}\n{said}"
