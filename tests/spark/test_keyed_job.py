@@ -322,22 +322,30 @@ def test_latency_markers_reach_every_keyed_task_and_the_sink_and_never_user_code
     def seen() -> set[tuple[str, str]]:
         return {(subtask, op) for _, op, subtask in latency_histograms(coordinator.url, job_id)}
 
-    with CheckpointedJob(spark, settings) as job:
-        query = _start(job, out)
-        job.wait_for_running(60)
-        stop = threading.Event()
-        feeder = threading.Thread(target=lambda: every(0.05, stop, lambda: words.produce(8)))
-        feeder.start()
-        try:
-            what = "latency of every operator subtask at /metrics"
-            eventually(seen, lambda got: got == expected, timeout=120, what=what)
-        finally:
-            stop.set()
-            feeder.join()
-        wait(lambda: final_counts(out) == dict(words.produced), "every word counted", 60)
-        progress = [p for p in query.recentProgress if "addBatch" in p["durationMs"]]  # batches that ran
-        job.stop()
-        assert job.query.exception() is None
+    # every batch's progress kept (Spark keeps the last 100): the slowest may be an early one
+    retention = "spark.sql.streaming.numRecentProgressUpdates"
+    spark.conf.set(retention, "100000")
+    try:
+        with CheckpointedJob(spark, settings) as job:
+            query = _start(job, out)
+            job.wait_for_running(60)
+            stop = threading.Event()
+            feeder = threading.Thread(target=lambda: every(0.05, stop, lambda: words.produce(8)))
+            feeder.start()
+            try:
+                what = "latency of every operator subtask at /metrics"
+                eventually(seen, lambda got: got == expected, timeout=120, what=what)
+            finally:
+                stop.set()
+                feeder.join()
+            wait(lambda: final_counts(out) == dict(words.produced), "every word counted", 60)
+            job.stop()
+            assert job.query.exception() is None
+    finally:
+        spark.conf.unset(retention)
+    # taken once the query stopped: a batch's sink measures its marker before Spark reports the
+    # batch's progress, so the progress of the batches still running then would be missing
+    progress = [p for p in query.recentProgress if "addBatch" in p["durationMs"]]  # batches that ran
     _assert_exact(words.produced, out)
 
     histograms = latency_histograms(coordinator.url, job_id)
