@@ -365,13 +365,18 @@ def watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float = 1
 def find_ends(
     consumer: Consumer, partitions: Iterable[tuple[str, int]], timeout: float = 30.0
 ) -> dict[tuple[str, int], int]:
-    """Where each ``(topic, partition)`` ends now, taken from a fetch response (partition EOF).
+    """Where each ``(topic, partition)`` ends now, as the fetch responses answered after this call
+    say: at or after its end when the call began, never past what the consumer may read.
 
     ListOffsets "latest" (short by up to one batch on the embedded broker, docs/embedded-broker.md) is
-    only where the fetch starts; the end is where the consumer hits partition EOF, which
-    a fetch answered for this assignment says (a cached high watermark could be an earlier
-    assignment's). ``consumer`` must have ``enable.partition.eof`` on and be otherwise
-    unused; it is left unassigned. A TimeoutError names the partitions no fetch answered for.
+    only where the fetch starts. The end is the offset of the partition-EOF event (the high
+    watermark, or the last stable offset for a ``read_committed`` consumer); or, when the partition
+    grew after ListOffsets, the high watermark of the response that brought its first record, once
+    a record at or past it has come: reading on to the EOF would chase a partition that a
+    producer keeps writing to for as long as it writes faster than this consumer reads. (A
+    watermark cached before the first record could be an earlier assignment's.) ``consumer`` must
+    have ``enable.partition.eof`` on and be otherwise unused; it is left unassigned. A
+    TimeoutError names the partitions no fetch answered for.
     """
     wanted = sorted(set(partitions))
     if not wanted:
@@ -385,6 +390,8 @@ def find_ends(
         assignment.append(TopicPartition(topic, partition, max(low, latest, 0)))
     consumer.assign(assignment)
     ends: dict[tuple[str, int], int] = {}
+    targets: dict[tuple[str, int], int] = {}
+    """The high watermark of the response that brought a partition's first record."""
     try:
         while len(ends) < len(wanted):
             remaining = deadline - time.monotonic()
@@ -392,22 +399,37 @@ def find_ends(
                 missing = [f"{t}[{p}]" for t, p in wanted if (t, p) not in ends]
                 raise TimeoutError(f"no fetch answered for {', '.join(missing)} within {timeout:g}s")
             for msg in consume_available(consumer, 1000, min(0.1, remaining)):
-                error = msg.error()
-                if error is None:
-                    continue  # below the end: there before the call
                 where = (msg.topic() or "", msg.partition() or 0)
-                refused = explain(error, "Read", where[0])
-                if refused is not None:
-                    raise AccessRefused(refused)  # no waiting heals a refusal: say it at once
-                if error.code() == KafkaError._PARTITION_EOF:
-                    ends[where] = int(msg.offset() or 0)
-                elif error.fatal():
-                    raise KafkaException(error)
-                else:
-                    log.warning("finding the end of %s[%d]: %s", where[0], where[1], error)
+                if where not in ends:
+                    end = _fetched_end(consumer, msg, where, targets)
+                    if end is not None:
+                        ends[where] = end
     finally:
         consumer.unassign()
     return {tp: ends[tp] for tp in wanted}
+
+
+def _fetched_end(
+    consumer: Consumer, msg: Message, where: tuple[str, int], targets: dict[tuple[str, int], int]
+) -> int | None:
+    """The end of ``where`` that ``msg`` says, or None (not yet, or a passing error); ``targets``
+    keeps the watermark a partition's first record came with (see :func:`find_ends`)."""
+    error = msg.error()
+    if error is None:
+        offset = int(msg.offset() or 0)
+        if where not in targets:  # its response's high watermark was cached before the record came
+            _, high = consumer.get_watermark_offsets(TopicPartition(*where), cached=True)
+            targets[where] = max(int(high), offset + 1)
+        return targets[where] if offset + 1 >= targets[where] else None
+    refused = explain(error, "Read", where[0])
+    if refused is not None:
+        raise AccessRefused(refused)  # no waiting heals a refusal: say it at once
+    if error.code() == KafkaError._PARTITION_EOF:
+        return int(msg.offset() or 0)
+    if error.fatal():
+        raise KafkaException(error)
+    log.warning("finding the end of %s[%d]: %s", where[0], where[1], error)
+    return None
 
 
 def read_partition_to_end(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
@@ -54,6 +57,69 @@ def test_the_end_is_where_a_fetch_says_even_after_a_batch_and_on_a_reused_consum
         assert {(topic, partition): 150} == find_ends(consumer, [(topic, partition)], 10)
     finally:
         consumer.close()
+
+
+class EndlessWriter:
+    """A thread that writes 1 KB records to partition 0 of ``topic``, one record a batch, as fast as
+    it can, until stopped: ``acked`` of them acknowledged, ``queued`` handed to the producer."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.acked = self.queued = 0
+        self._stop = threading.Event()
+        self._producer = Producer(producer_config(bootstrap, {"linger.ms": 0, "batch.size": 1100}))
+        self._topic = topic
+        self._thread = threading.Thread(target=self._write, daemon=True)
+        self._thread.start()
+
+    def _on_delivery(self, error: object, _: object) -> None:
+        if error is None:
+            self.acked += 1
+
+    def _write(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._producer.produce(self._topic, b"x" * 1024, partition=0, on_delivery=self._on_delivery)
+                self.queued += 1
+            except BufferError:
+                pass
+            self._producer.poll(0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._producer.flush(10)
+
+
+def test_the_end_is_found_while_a_producer_keeps_writing_faster_than_the_consumer_reads(
+    bootstrap: str, topic_prefix: str
+) -> None:
+    """Given a producer that never stops writing, and a consumer that fetches one record a request
+    (it never catches up with the partition's end), find_ends answers with the watermark of its
+    first fetch: at or after the end when it was called, at or before what had been written when
+    it returned. (Reading on to the partition's EOF, it would chase the producer until its
+    timeout.)"""
+    topic = f"{topic_prefix}endless"
+    create_topics(bootstrap, [topic], partitions=1)
+    small_fetches = {
+        "enable.partition.eof": True,
+        "max.partition.fetch.bytes": 1,
+        "fetch.max.bytes": 1000,
+        "message.max.bytes": 1000,
+    }
+    consumer = Consumer(consumer_config(bootstrap, extra=small_fetches))
+    writer = EndlessWriter(bootstrap, topic)
+    try:
+        deadline = time.monotonic() + 30
+        while writer.acked < 1000 and time.monotonic() < deadline:  # the partition has grown
+            time.sleep(0.01)
+        written_before = writer.acked
+        ends = find_ends(consumer, [(topic, 0)], 10)
+        queued_after = writer.queued
+    finally:
+        writer.stop()
+        consumer.close()
+
+    assert written_before <= ends[(topic, 0)] <= queued_after, (written_before, ends, queued_after)
 
 
 def test_a_feed_from_the_end_hands_out_only_what_comes_after_it_of_its_job(
