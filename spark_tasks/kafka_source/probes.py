@@ -7,8 +7,8 @@ Both are consumers of the driver's long-lived Python worker that runs ``latestOf
 **The end of a partition** is never taken from ListOffsets "latest", which the
 embedded broker answers with the base offset of the last batch + 1
 (docs/embedded-broker.md). :func:`end_offsets` starts a fetch at that value and
-takes the end from the partition-EOF event, i.e. the high watermark of a fetch
-response, which is right on both Tansu and Apache Kafka.
+takes the end from the fetch responses' high watermark, which is right on both Tansu
+and Apache Kafka (:func:`events.kafka.clients.find_ends`).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class OffsetProbe:
 
     The end comes from a fetch, not from ListOffsets "latest" (wrong on the embedded
     broker): the probe assigns each partition at the ListOffsets answer, which is at or
-    before the real end on any broker, reads (and drops) what follows, and takes the
-    offset of the partition-EOF event, which is the fetch response's high watermark.
+    before the real end on any broker, reads (and drops) what follows up to the high
+    watermark of its first fetch response (:func:`events.kafka.clients.find_ends`).
     The consumer is created on first use and unassigned between calls, so an idle probe
     sends no fetches. Not thread-safe.
     """
