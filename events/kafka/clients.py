@@ -376,7 +376,7 @@ def find_ends(
     producer keeps writing to for as long as it writes faster than this consumer reads. (A
     watermark cached before the first record could be an earlier assignment's.) ``consumer`` must
     have ``enable.partition.eof`` on and be otherwise unused; it is left unassigned. A
-    TimeoutError names the partitions no fetch answered for.
+    TimeoutError names the partitions whose end was not found (and the watermark it was reading to).
     """
     wanted = sorted(set(partitions))
     if not wanted:
@@ -396,8 +396,12 @@ def find_ends(
         while len(ends) < len(wanted):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                missing = [f"{t}[{p}]" for t, p in wanted if (t, p) not in ends]
-                raise TimeoutError(f"no fetch answered for {', '.join(missing)} within {timeout:g}s")
+                missing = [
+                    f"{t}[{p}]" + (f" (read to {targets[(t, p)]} for its end)" if (t, p) in targets else "")
+                    for t, p in wanted
+                    if (t, p) not in ends
+                ]
+                raise TimeoutError(f"no end found for {', '.join(missing)} within {timeout:g}s")
             for msg in consume_available(consumer, 1000, min(0.1, remaining)):
                 where = (msg.topic() or "", msg.partition() or 0)
                 if where not in ends:
