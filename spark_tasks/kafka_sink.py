@@ -296,8 +296,9 @@ class StagedBatches:
                 f"sink {self.buffer.uid}: batch {batch_id} after {self.next_batch - 1}: the rows of the "
                 "batches between are not kept here; the attempt must restart from its last checkpoint"
             )
+        columns = batch_df.columns  # a schema round trip to the JVM each time it is asked
         if batch_id == 0:
-            problem = columns_problem(batch_df.columns, self.topic)
+            problem = columns_problem(columns, self.topic)
             if problem is not None:
                 raise ValueError(f"sink {self.buffer.uid}: {problem}")
         opened = self._opened_barrier(batch_id)
@@ -309,7 +310,7 @@ class StagedBatches:
         if barrier is not None and not cut_at_end:
             self._stage(barrier, snapshots)  # the rows before the cut, before the batch's tasks ack
         with batch_id_known(batch_df, batch_id, self.batch_property):
-            table = batch_df.select(*[c for c in KAFKA_COLUMNS if c in batch_df.columns]).toArrow()
+            table = batch_df.select(*[c for c in KAFKA_COLUMNS if c in columns]).toArrow()
         rows = self.buffer.extend(output_columns(table, self.topic))
         if barrier is not None and cut_at_end:
             self._stage(barrier, snapshots)  # the batch's rows too, before it commits (then the cut's ack)
