@@ -33,10 +33,13 @@ producer's last record acknowledged), which the one reader's own pace does not b
   (a stateful step that counts them), checkpointed every ``--interval-ms`` by a coordinator started
   here, writing through ``ExactlyOnceKafkaSink`` (``foreachBatch``) against Spark's own Kafka sink
   (``format("kafka")``, at-least-once; the connector's jars from ``spark_tasks/connector.py``), on
-  ``local[2]``. Latency: ``--spark-rate`` records/s for ``--seconds`` into the running job;
-  throughput: ``--spark-records`` (1,000,000) produced at once into the running job, about 25 s of
-  batches, so that the exactly-once way's last commit (its latency) weighs little. A short run of
-  each way goes first, unmeasured: the driver JVM's JIT warms up there, not in round 1.
+  ``local[2]``; and against at-least-once output from the driver (:class:`DriverProducerSink`: the
+  same ``foreachBatch`` collect, a plain idempotent producer flushed in each batch), which shows what
+  exactly-once itself costs apart from where the rows are written. Latency: ``--spark-rate``
+  records/s for ``--seconds`` into the running job; throughput: ``--spark-records`` (1,000,000)
+  produced at once into the running job, about 25 s of batches, so that the exactly-once way's last
+  commit (its latency) weighs little. A short run of each way goes first, unmeasured: the driver
+  JVM's JIT warms up there, not in round 1.
 - **Flink** (``--flink``): Flink's ``KafkaSink`` with ``DeliveryGuarantee.EXACTLY_ONCE`` (SQL
   ``sink.delivery-guarantee = exactly-once``) copying the input topic, checkpointed every
   ``--interval-ms``, in a local MiniCluster of the PyFlink venv (``--flink-python``, by default
@@ -95,6 +98,8 @@ IDEMPOTENT_BATCH = "idempotent producer, a loop over each batch"
 EXACTLY_ONCE_BATCH = "ExactlyOnceSink.send_many"
 BATCHED = (IDEMPOTENT_BATCH, EXACTLY_ONCE_BATCH)
 SPARK_KAFKA, SPARK_EXACTLY_ONCE = "Spark's kafka sink (at-least-once)", "ExactlyOnceKafkaSink"
+SPARK_DRIVER = "foreachBatch, plain producer (at-least-once)"
+SPARK_WAYS = (SPARK_KAFKA, SPARK_DRIVER, SPARK_EXACTLY_ONCE)
 FLINK_EXACTLY_ONCE = "Flink KafkaSink EXACTLY_ONCE"
 FLINK_CONNECTOR = "org.apache.flink:flink-sql-connector-kafka:4.0.1-2.0"
 """Flink's Kafka connector for Flink 2.x, as Maven Central has it (the anchor venv runs Flink 2.3)."""
@@ -521,6 +526,9 @@ def spark_run(way: str, spark: Any, bootstrap: str, args: argparse.Namespace, wo
             if way == SPARK_EXACTLY_ONCE:
                 sink = ExactlyOnceKafkaSink(job, topic=output, uid="bench")
                 job.start(out.writeStream.foreachBatch(sink).trigger(processingTime=trigger))
+            elif way == SPARK_DRIVER:
+                plain = DriverProducerSink(bootstrap, output)
+                job.start(out.writeStream.foreachBatch(plain).trigger(processingTime=trigger))
             else:
                 writer = out.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                 job.start(writer.option("topic", output).trigger(processingTime=trigger))
@@ -533,6 +541,30 @@ def spark_run(way: str, spark: Any, bootstrap: str, args: argparse.Namespace, wo
         if sink is not None:
             sink.close()
         visible.close()
+
+
+class DriverProducerSink:
+    """At-least-once output through ``foreachBatch``: each batch collected into the driver as
+    ``ExactlyOnceKafkaSink`` collects it (``toArrow``) and sent by a plain idempotent producer, flushed
+    before the batch ends (a batch run again sends its records again). Beside the exactly-once sink
+    it shows what exactly-once itself costs; beside Spark's own sink, what writing from the driver
+    costs."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer(producer_config(bootstrap, {"enable.idempotence": True, "linger.ms": 5}))
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        produce = self.producer.produce
+        for value in batch_df.select("value").toArrow().column("value").to_pylist():
+            while True:
+                try:
+                    produce(self.topic, value)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+        if self.producer.flush(60):
+            raise RuntimeError(f"batch {batch_id}: records not delivered within 60 s")
 
 
 def _spark_measured(
@@ -565,8 +597,8 @@ def _spark_measured(
 
 
 def spark_rows(bootstrap: str, args: argparse.Namespace, work: Path, progress: Progress) -> list[Row]:
-    ways = (SPARK_KAFKA, SPARK_EXACTLY_ONCE)
-    task = progress.add_task("Spark", total=2 * args.spark_rounds + 2)
+    ways = SPARK_WAYS
+    task = progress.add_task("Spark", total=len(ways) * (args.spark_rounds + 1))
     rows = []
     with spark_stack(bootstrap, work) as spark:
         # unmeasured, as a JVM benchmark warms up (JMH): the session's first queries run while the
@@ -708,6 +740,7 @@ def ratio_lines(rows: list[Row]) -> list[str]:
         ("participant", IDEMPOTENT, EXACTLY_ONCE),
         ("participant", IDEMPOTENT_BATCH, EXACTLY_ONCE_BATCH),
         ("spark", SPARK_KAFKA, SPARK_EXACTLY_ONCE),
+        ("spark", SPARK_DRIVER, SPARK_EXACTLY_ONCE),
     ):
         pairs = [
             (a, b)
