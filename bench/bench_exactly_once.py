@@ -222,6 +222,16 @@ def payload(size: int) -> bytes:
     return struct.pack(">q", time.time_ns()) + bytes(max(0, size - 8))
 
 
+def produce_waiting(producer: Producer, topic: str, value: bytes | None) -> None:
+    """Produce ``value``, waiting while the producer's local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def steady_rate(seen: list[tuple[int, int]]) -> float:
     """Records per second between the moments 10 % and 90 % of ``seen`` were visible."""
     times = sorted(visible for _, visible in seen)
@@ -296,12 +306,7 @@ class Writer:
 
     def _produce(self, value: bytes) -> None:
         assert self.producer is not None
-        while True:
-            try:
-                self.producer.produce(self.topic, value)
-                return
-            except BufferError:
-                self.producer.poll(0.05)
+        produce_waiting(self.producer, self.topic, value)
 
     def send_batch(self, values: list[bytes]) -> None:
         """``values`` at once: the sink's ``send_many``; the producer's best loop over them."""
@@ -555,14 +560,8 @@ class DriverProducerSink:
         self.producer = Producer(producer_config(bootstrap, {"enable.idempotence": True, "linger.ms": 5}))
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-        produce = self.producer.produce
         for value in batch_df.select("value").toArrow().column("value").to_pylist():
-            while True:
-                try:
-                    produce(self.topic, value)
-                    break
-                except BufferError:
-                    self.producer.poll(0.05)
+            produce_waiting(self.producer, self.topic, value)
         if self.producer.flush(60):
             raise RuntimeError(f"batch {batch_id}: records not delivered within 60 s")
 
@@ -584,12 +583,7 @@ def _spark_measured(
     p50, p99 = latency_ms(visible.wait_for(count, began))
     began = time.time_ns()
     for _ in range(args.spark_records):
-        while True:
-            try:
-                send()
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, topic, payload(args.size))
     producer.flush(60)
     seen = visible.wait_for(args.spark_records, began, timeout=600)
     per_s = args.spark_records / ((max(v for _, v in seen) - began) / 1e9)
