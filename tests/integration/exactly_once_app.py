@@ -43,7 +43,10 @@ from events.wire.topics import Topics
 
 
 def say(line: str) -> None:
-    print(line, flush=True)
+    """One line on stdout in one write: ``print`` writes the text and the newline apart, and the
+    committing thread's lines then broke into the main thread's (``processed 10step open 1``)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 class SayWarnings(logging.Handler):

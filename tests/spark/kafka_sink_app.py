@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -39,7 +40,10 @@ from spark_tasks.wordcount import KEYED_WORD_COUNT, WORD_COUNT
 
 
 def say(line: str) -> None:
-    print(line, flush=True)
+    """One line on stdout in one write: ``print`` writes the text and the newline apart, and the
+    committing thread's lines then broke into the main thread's (``processed 10step open 1``)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def without_marker(
