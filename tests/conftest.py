@@ -17,6 +17,7 @@ import functools
 import os
 import shutil
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -362,14 +363,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     :data:`NICENESS`."""
     niceness = next((n for marker, n in NICENESS.items() if item.get_closest_marker(marker)), None)
     with contextlib.ExitStack() as stack:
-        turns = os.environ.get(TURNS_VARIABLE)
+        turns, asked = os.environ.get(TURNS_VARIABLE), time.time()
         if turns and not _pure(item):
             stack.enter_context(turn(Path(turns), alone=item.get_closest_marker("timed") is not None))
+        waited = time.time() - asked
         if niceness is not None:
             stack.enter_context(_priority(niceness))
         account = _cpu_account(item.config)
         if account is not None:
-            stack.enter_context(account.measuring(item.nodeid))
+            stack.enter_context(account.measuring(item.nodeid, asked, waited))
         return (yield)
 
 

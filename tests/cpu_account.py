@@ -1,8 +1,10 @@
 """The CPU each test costs, for finding where the whole suite's time goes (issue 52's lanes; docs/
 benchmarks.md, "The tests' lanes"): with ``CUTLINE_TEST_CPU=DIR`` every pytest process (each xdist
 worker) appends one line per test to ``DIR/<worker>.tsv``: the test's id, the CPU seconds its
-worker's process tree spent while it set up, ran and tore down, and its wall seconds.
-``python tests/cpu_account.py DIR`` sums them by file.
+worker's process tree spent while it set up, ran and tore down, its wall seconds, when it asked for
+its turn (seconds since the epoch) and how long it waited for it (:mod:`alone`).
+``python tests/cpu_account.py DIR`` sums them by file, and says of each worker how long it ran
+tests, waited for turns and did neither (starting, collecting, waiting for work at the end).
 
 The tree is the worker and every process below it, read from ``/proc`` (Linux): their user and
 system time, and that of the children they have reaped (a broker or a Spark driver that the test
@@ -63,15 +65,16 @@ class CpuAccount:
         self.path = directory / f"{worker}.tsv"
 
     @contextmanager
-    def measuring(self, nodeid: str) -> Iterator[None]:
-        """Note the CPU and wall seconds spent inside as one line of test ``nodeid``."""
+    def measuring(self, nodeid: str, asked: float, waited: float) -> Iterator[None]:
+        """Note the CPU and wall seconds spent inside as one line of test ``nodeid``, which asked for
+        its turn at ``asked`` (``time.time()``) and got it ``waited`` seconds later."""
         cpu, wall = tree_cpu(os.getpid()), time.monotonic()
         try:
             yield
         finally:
             cpu, wall = tree_cpu(os.getpid()) - cpu, time.monotonic() - wall
             with self.path.open("a") as lines:
-                lines.write(f"{nodeid}\t{cpu:.2f}\t{wall:.2f}\n")
+                lines.write(f"{nodeid}\t{cpu:.2f}\t{wall:.2f}\t{asked:.3f}\t{waited:.2f}\n")
 
 
 def by_file(directory: Path) -> list[tuple[str, float, float, int]]:
@@ -79,14 +82,38 @@ def by_file(directory: Path) -> list[tuple[str, float, float, int]]:
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     for path in directory.glob("*.tsv"):
         for line in path.read_text().splitlines():
-            nodeid, cpu, wall = line.rsplit("\t", 2)
+            nodeid, cpu, wall = line.split("\t")[:3]
             row = sums[nodeid.split("::", 1)[0]]
             row[0], row[1], row[2] = row[0] + float(cpu), row[1] + float(wall), row[2] + 1
     rows = [(name, cpu, wall, int(n)) for name, (cpu, wall, n) in sums.items()]
     return sorted(rows, key=lambda row: -row[1])
 
 
+def by_worker(directory: Path) -> list[tuple[str, float, float, float]]:
+    """(worker, seconds from the run's first turn asked to its last test's end, seconds running
+    tests, seconds waiting for turns) of every worker measured in ``directory``: what is left is
+    time the worker did neither."""
+    lines = {
+        path.stem: [line.split("\t") for line in path.read_text().splitlines()]
+        for path in sorted(directory.glob("*.tsv"))
+    }
+    timed = {worker: rows for worker, rows in lines.items() if rows and len(rows[0]) >= 5}
+    if not timed:
+        return []
+    first = min(float(row[3]) for rows in timed.values() for row in rows)
+    last = max(float(row[3]) + float(row[4]) + float(row[2]) for rows in timed.values() for row in rows)
+    return [
+        (worker, last - first, sum(float(r[2]) for r in rows), sum(float(r[4]) for r in rows))
+        for worker, rows in timed.items()
+    ]
+
+
 def main(directory: str, top: int = 40) -> None:
+    for worker, span, running, waiting in by_worker(Path(directory)):
+        print(
+            f"{worker}: {span:.0f} s from the first turn to the last test's end: running tests "
+            f"{running:.0f}, waiting for turns {waiting:.0f}, neither {span - running - waiting:.0f}"
+        )
     rows = by_file(Path(directory))
     total_cpu, total_wall = sum(r[1] for r in rows), sum(r[2] for r in rows)
     print(f"{len(rows)} files: {total_cpu:.0f} CPU s, {total_wall:.0f} wall s (summed over workers)")
