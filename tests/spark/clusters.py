@@ -50,6 +50,9 @@ class Process:
     ppid: int
     pgid: int
     cmdline: str
+    started: int
+    """When it started, in clock ticks since the machine booted: pids wrap around (at 32,768 on the
+    tests' machine), so a lower pid is not an older process."""
 
 
 def processes() -> list[Process]:
@@ -63,8 +66,8 @@ def processes() -> list[Process]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
-        found.append(Process(int(entry.name), int(fields[1]), int(fields[2]), cmdline))
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...; [19] starttime
+        found.append(Process(int(entry.name), int(fields[1]), int(fields[2]), cmdline, int(fields[19])))
     return found
 
 

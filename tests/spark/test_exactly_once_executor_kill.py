@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusters import alive, executors
+from clusters import Process, alive, executors
 from support import eventually, on_apache_kafka
 from test_kafka_sink import Driver, Drivers, Feeder, every_word_counted, read_output
 from wordfeed import Input
@@ -56,17 +56,21 @@ def drivers(bootstrap: str, topic_prefix: str, given: Input, tmp_path: Path) -> 
         started.close()
 
 
-def executor_pids(driver: Driver) -> set[int]:
+def driver_executors(driver: Driver) -> list[Process]:
     """The driver's executor JVMs (local-cluster starts them in the driver's process group)."""
-    return {p.pid for p in executors(lambda p: p.pgid == driver.process.pid)}
+    return executors(lambda p: p.pgid == driver.process.pid)
 
 
 def kill_an_executor(driver: Driver) -> int:
-    """SIGKILL one of the driver's two executors once both run, and wait until it is gone."""
+    """SIGKILL the older of the driver's two executors once both run, and wait until it is gone.
+
+    The older: it has run the job's tasks. The newer may be the replacement of an executor killed
+    before, whose JVM runs but has not yet registered with the driver; Spark would replace it without
+    the driver ever losing an executor. By start time, not pid: pids wrap around."""
     running = eventually(
-        lambda: executor_pids(driver), lambda pids: len(pids) == 2, timeout=180, what="2 executors"
+        lambda: driver_executors(driver), lambda found: len(found) == 2, timeout=180, what="2 executors"
     )
-    victim = min(running)
+    victim = min(running, key=lambda process: process.started).pid
     os.kill(victim, signal.SIGKILL)
     eventually(lambda: not alive(victim), timeout=30, what=f"executor {victim} gone")
     return victim
