@@ -77,12 +77,19 @@ class CpuAccount:
                 lines.write(f"{nodeid}\t{cpu:.2f}\t{wall:.2f}\t{asked:.3f}\t{waited:.2f}\n")
 
 
+def _lines(directory: Path) -> dict[str, list[list[str]]]:
+    """Each worker's lines measured in ``directory``, split into their fields."""
+    return {
+        path.stem: [line.split("\t") for line in path.read_text().splitlines()]
+        for path in sorted(directory.glob("*.tsv"))
+    }
+
+
 def by_file(directory: Path) -> list[tuple[str, float, float, int]]:
     """(file, CPU s, wall s, tests) of every file measured in ``directory``, dearest first."""
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
-    for path in directory.glob("*.tsv"):
-        for line in path.read_text().splitlines():
-            nodeid, cpu, wall = line.split("\t")[:3]
+    for fields in _lines(directory).values():
+        for nodeid, cpu, wall, *_ in fields:
             row = sums[nodeid.split("::", 1)[0]]
             row[0], row[1], row[2] = row[0] + float(cpu), row[1] + float(wall), row[2] + 1
     rows = [(name, cpu, wall, int(n)) for name, (cpu, wall, n) in sums.items()]
@@ -93,11 +100,7 @@ def by_worker(directory: Path) -> list[tuple[str, float, float, float]]:
     """(worker, seconds from the run's first turn asked to its last test's end, seconds running
     tests, seconds waiting for turns) of every worker measured in ``directory``: what is left is
     time the worker did neither."""
-    lines = {
-        path.stem: [line.split("\t") for line in path.read_text().splitlines()]
-        for path in sorted(directory.glob("*.tsv"))
-    }
-    timed = {worker: rows for worker, rows in lines.items() if rows and len(rows[0]) >= 5}
+    timed = {worker: rows for worker, rows in _lines(directory).items() if rows and len(rows[0]) >= 5}
     if not timed:
         return []
     first = min(float(row[3]) for rows in timed.values() for row in rows)
