@@ -222,7 +222,7 @@ def test_end_offsets_are_right_with_multi_record_batches(bootstrap: str, topic_p
 
 class BurstWriter:
     """A thread that writes ``count`` 100-byte records to ``topic`` as fast as its producer takes them:
-    ``queued`` of them handed to the producer so far."""
+    ``queued`` is never less than the records handed to the producer so far."""
 
     def __init__(self, bootstrap: str, topic: str, count: int) -> None:
         self.queued = 0
@@ -233,10 +233,13 @@ class BurstWriter:
 
     def _write(self) -> None:
         while self.queued < self._count:
+            # counted before the hand-over: counted after it, a record could reach the broker (and
+            # a probe's end) while this thread waits for the GIL between the two
+            self.queued += 1
             try:
                 self._producer.produce(self._topic, b"x" * 100)
-                self.queued += 1
             except BufferError:
+                self.queued -= 1
                 self._producer.poll(0.05)
         self._producer.flush(60)
 
