@@ -61,7 +61,8 @@ def test_the_end_is_where_a_fetch_says_even_after_a_batch_and_on_a_reused_consum
 
 class EndlessWriter:
     """A thread that writes 1 KB records to partition 0 of ``topic``, one record a batch, as fast as
-    it can, until stopped: ``acked`` of them acknowledged, ``queued`` handed to the producer."""
+    it can, until stopped: ``acked`` of them acknowledged, ``queued`` at least as many as handed to
+    the producer."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.acked = self.queued = 0
@@ -77,11 +78,12 @@ class EndlessWriter:
 
     def _write(self) -> None:
         while not self._stop.is_set():
+            # counted before the hand-over, so that a record the broker has is always counted
+            self.queued += 1
             try:
                 self._producer.produce(self._topic, b"x" * 1024, partition=0, on_delivery=self._on_delivery)
-                self.queued += 1
             except BufferError:
-                pass
+                self.queued -= 1
             self._producer.poll(0)
 
     def stop(self) -> None:
