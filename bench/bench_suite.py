@@ -40,7 +40,9 @@ def _has(*parts: str) -> Callable[[str], bool]:
 
 
 KINDS: tuple[tuple[str, Callable[[str], bool]], ...] = (
-    ("Spark JVMs (drivers, executors, daemons, Connect server)", lambda c: _program(c) == "java"),
+    ("Apache Kafka nodes (JVMs)", lambda c: _program(c) == "java" and " kafka.Kafka " in f"{c} "),
+    ("Spark executors (JVMs)", lambda c: _program(c) == "java" and "CoarseGrainedExecutorBackend" in c),
+    ("Spark drivers, daemons and Connect servers (JVMs)", lambda c: _program(c) == "java"),
     ("PySpark's Python workers", _has("pyspark")),
     ("Spark drivers started by tests (spark_tasks)", _has("spark_tasks.")),
     ("coordinator workers and watchdogs", _has("cli coordinator", "cutline coordinator", "service.watchdog")),
