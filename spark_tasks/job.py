@@ -430,6 +430,8 @@ class CheckpointedJob:
             self.rejected: dict[str, TriggerRejected] = {}
             """Trigger requests the coordinator refused, by request id."""
             self._scheduled = threading.Event()
+            self._said_unconfirmed = False
+            """Whether a completion before RUNNING was confirmed has been logged (once an attempt)."""
             self.failure: CheckpointFailuresExceeded | None = None
             self.query: Any = None
             self._decision: JobRestartScheduled | JobFailedPermanently | None = None
@@ -982,6 +984,14 @@ class CheckpointedJob:
 
     def _on_completed(self, decision: Complete) -> None:
         completed = decision.completed
+        if not self._scheduled.is_set() and not self._said_unconfirmed:
+            self._said_unconfirmed = True
+            log.warning(
+                "job %s attempt %d: checkpoint %d completed, but this driver has read no valid "
+                "SchedulerStarted of the attempt (its `running` stays false; void journal records: %s)",
+                self.settings.job_id, self.attempt, completed.checkpoint_id,
+                dict(self._follower.void) if self._follower is not None else {},
+            )  # fmt: skip
         keyed = self.settings.keyed_partitions is not None
         pieces = (
             self._retention.pieces_needed_by(completed)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 from confluent_kafka import Consumer, TopicPartition
@@ -57,6 +57,11 @@ class JournalFollower:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"cutline-journal-{job_id}", daemon=True)
         self._thread.start()
+
+    @property
+    def void(self) -> Mapping[str, int]:
+        """The void records the follower dropped (a zombie coordinator's writes), by topic."""
+        return self._feed.records.void
 
     @property
     def fence(self) -> Fence:

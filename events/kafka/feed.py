@@ -157,13 +157,15 @@ class JobRecords:
         if valid:
             return True
         self.void[topic] += 1
+        # a warning: a record a coordinator wrote and no reader counts (a zombie's write after a newer
+        # claim) is rare, and what it meant (a scheduler's start, say) never reaches the job
         if epoch == VOID_EPOCH:
-            log.info(
+            log.warning(
                 "job %s: %s at %s[%d]@%d is void: %s",
                 self.job_id, name, topic, partition, offset, excerpt(epoch_problem(msg.headers())),
             )  # fmt: skip
         else:
-            log.info(
+            log.warning(
                 "job %s: %s at %s[%d]@%d is void: written under coordinator epoch %d, now %d",
                 self.job_id, name, topic, partition, offset, epoch, self.fence.epoch,
             )  # fmt: skip
