@@ -984,13 +984,13 @@ class CheckpointedJob:
 
     def _on_completed(self, decision: Complete) -> None:
         completed = decision.completed
+        assert self._follower is not None  # the follower hands out the records
         if not self._scheduled.is_set() and not self._said_unconfirmed:
             self._said_unconfirmed = True
             log.warning(
                 "job %s attempt %d: checkpoint %d completed, but this driver has read no valid "
                 "SchedulerStarted of the attempt (its `running` stays false; void journal records: %s)",
-                self.settings.job_id, self.attempt, completed.checkpoint_id,
-                dict(self._follower.void) if self._follower is not None else {},
+                self.settings.job_id, self.attempt, completed.checkpoint_id, dict(self._follower.void),
             )  # fmt: skip
         keyed = self.settings.keyed_partitions is not None
         pieces = (
@@ -998,7 +998,6 @@ class CheckpointedJob:
             if keyed and completed.kind is CheckpointKind.CHECKPOINT
             else None
         )
-        assert self._follower is not None  # the follower hands out the records
         self._follower.commit(completed.checkpoint_id, decision.commit)
         if decision.metadata is not None:
             self._write_metadata(decision.metadata, completed)

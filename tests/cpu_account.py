@@ -77,7 +77,11 @@ class CpuAccount:
                 lines.write(f"{nodeid}\t{cpu:.2f}\t{wall:.2f}\t{asked:.3f}\t{waited:.2f}\n")
 
 
-def _lines(directory: Path) -> dict[str, list[list[str]]]:
+Lines = dict[str, list[list[str]]]
+"""Each worker's lines, split into their fields (:func:`read_lines`)."""
+
+
+def read_lines(directory: Path) -> Lines:
     """Each worker's lines measured in ``directory``, split into their fields."""
     return {
         path.stem: [line.split("\t") for line in path.read_text().splitlines()]
@@ -85,10 +89,10 @@ def _lines(directory: Path) -> dict[str, list[list[str]]]:
     }
 
 
-def by_file(directory: Path) -> list[tuple[str, float, float, int]]:
-    """(file, CPU s, wall s, tests) of every file measured in ``directory``, dearest first."""
+def by_file(lines: Lines) -> list[tuple[str, float, float, int]]:
+    """(file, CPU s, wall s, tests) of every file measured in ``lines``, dearest first."""
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
-    for fields in _lines(directory).values():
+    for fields in lines.values():
         for nodeid, cpu, wall, *_ in fields:
             row = sums[nodeid.split("::", 1)[0]]
             row[0], row[1], row[2] = row[0] + float(cpu), row[1] + float(wall), row[2] + 1
@@ -96,11 +100,11 @@ def by_file(directory: Path) -> list[tuple[str, float, float, int]]:
     return sorted(rows, key=lambda row: -row[1])
 
 
-def by_worker(directory: Path) -> list[tuple[str, float, float, float]]:
+def by_worker(lines: Lines) -> list[tuple[str, float, float, float]]:
     """(worker, seconds from the run's first turn asked to its last test's end, seconds running
-    tests, seconds waiting for turns) of every worker measured in ``directory``: what is left is
-    time the worker did neither."""
-    timed = {worker: rows for worker, rows in _lines(directory).items() if rows and len(rows[0]) >= 5}
+    tests, seconds waiting for turns) of every worker measured in ``lines``: what is left is time
+    the worker did neither."""
+    timed = {worker: rows for worker, rows in lines.items() if rows and len(rows[0]) >= 5}
     if not timed:
         return []
     first = min(float(row[3]) for rows in timed.values() for row in rows)
@@ -112,12 +116,13 @@ def by_worker(directory: Path) -> list[tuple[str, float, float, float]]:
 
 
 def main(directory: str, top: int = 40) -> None:
-    for worker, span, running, waiting in by_worker(Path(directory)):
+    lines = read_lines(Path(directory))
+    for worker, span, running, waiting in by_worker(lines):
         print(
             f"{worker}: {span:.0f} s from the first turn to the last test's end: running tests "
             f"{running:.0f}, waiting for turns {waiting:.0f}, neither {span - running - waiting:.0f}"
         )
-    rows = by_file(Path(directory))
+    rows = by_file(lines)
     total_cpu, total_wall = sum(r[1] for r in rows), sum(r[2] for r in rows)
     print(f"{len(rows)} files: {total_cpu:.0f} CPU s, {total_wall:.0f} wall s (summed over workers)")
     print(f"{'CPU s':>8} {'wall s':>8} {'tests':>6}  file")

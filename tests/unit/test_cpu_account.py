@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cpu_account import CpuAccount, by_file, by_worker, tree_cpu
+from cpu_account import CpuAccount, by_file, by_worker, read_lines, tree_cpu
 
 BURN = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\n"
 
@@ -37,7 +37,7 @@ def test_the_sum_by_file_adds_each_file_s_tests_and_puts_the_dearest_first(tmp_p
     account = CpuAccount(tmp_path, "gw0")
     account.path.write_text("a.py::x\t1.50\t2.00\na.py::y\t0.50\t1.00\nb.py::z\t3.00\t3.00\n")
     (tmp_path / "gw1.tsv").write_text("a.py::w[1]\t0.25\t0.50\n")
-    assert by_file(tmp_path) == [("b.py", 3.0, 3.0, 1), ("a.py", 2.25, 3.5, 3)]
+    assert by_file(read_lines(tmp_path)) == [("b.py", 3.0, 3.0, 1), ("a.py", 2.25, 3.5, 3)]
 
 
 def test_a_measured_test_notes_when_it_asked_for_its_turn_and_how_long_it_waited(tmp_path: Path) -> None:
@@ -56,5 +56,5 @@ def test_each_worker_s_span_is_split_into_running_tests_and_waiting_for_turns(tm
     (tmp_path / "gw0.tsv").write_text("a.py::x\t1\t3\t100\t2\na.py::y\t1\t5\t110\t0\n")
     (tmp_path / "gw1.tsv").write_text("b.py::z\t1\t4\t101\t0\n")
 
-    assert by_worker(tmp_path) == [("gw0", 15.0, 8.0, 2.0), ("gw1", 15.0, 4.0, 0.0)]
-    assert by_file(tmp_path)[0] == ("a.py", 2.0, 8.0, 2)
+    assert by_worker(read_lines(tmp_path)) == [("gw0", 15.0, 8.0, 2.0), ("gw1", 15.0, 4.0, 0.0)]
+    assert by_file(read_lines(tmp_path))[0] == ("a.py", 2.0, 8.0, 2)
