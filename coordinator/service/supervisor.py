@@ -145,6 +145,11 @@ class CoordinatorProcess:
             time.sleep(0.1)
         raise TimeoutError(f"coordinator not ready after {timeout:g}s; log {self.log_path}:\n{self.tail()}")
 
+    def exit_code(self) -> int | None:
+        """The process's exit code once it has exited (with a watchdog, 128 + the signal that ended
+        its worker), else None."""
+        return self._process.poll() if self._process is not None else None
+
     def get(self, path: str, timeout: float = 5.0) -> Any:
         """GET one of the coordinator's JSON views."""
         try:

@@ -9,6 +9,7 @@ topics again. Now the broker probe finds the journal topic missing: ``/ready`` a
 from __future__ import annotations
 
 import json
+import signal
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -32,26 +33,48 @@ def _ready(coordinator: CoordinatorProcess) -> tuple[int, Any]:
         return error.code, json.load(error)
 
 
-@pytest.mark.tansu
-@pytest.mark.slow
-def test_a_fresh_empty_broker_on_the_same_port_is_named_with_what_to_do(tmp_path: Path) -> None:
+class KnownLibrdkafkaCrash(Exception):
+    """The worker died of SIGSEGV in librdkafka 2.16 on the fresh Tansu broker's fetch hints
+    (docs/embedded-broker.md, librdkafka issue #5280): not the behaviour under test."""
+
+
+def _a_worker_whose_broker_is_replaced(tmp_path: Path) -> tuple[int, Any]:
+    """What ``/ready`` says once a worker's broker was replaced by a fresh one on the same port."""
     port = free_port()
     first = EmbeddedBroker(port).__enter__()
     coordinator = CoordinatorProcess(first.bootstrap, PREFIX, log_path=tmp_path / "coordinator.log")
+
+    def ready() -> tuple[int, Any]:
+        if coordinator.exit_code() == 128 + signal.SIGSEGV:
+            raise KnownLibrdkafkaCrash(coordinator.tail())
+        return _ready(coordinator)
+
     try:
         ensure_topics(Settings(first.bootstrap, PREFIX, partitions=TEST_PARTITIONS))
         coordinator.start()
         eventually(lambda: _ready(coordinator)[0] == 200, timeout=60, what="the worker ready")
         first.__exit__(None, None, None)
         with EmbeddedBroker(port):
-            status, body = eventually(
-                lambda: _ready(coordinator),
+            answer: tuple[int, Any] = eventually(
+                ready,
                 lambda answer: answer[0] == 503 and "cutline topics create" in json.dumps(answer[1]),
                 timeout=60,
                 what="/ready to say the journal topic is missing and how to make it",
             )
+            return answer
     finally:
         coordinator.kill_all()
         first.__exit__(None, None, None)
+
+
+@pytest.mark.tansu
+@pytest.mark.slow
+def test_a_fresh_empty_broker_on_the_same_port_is_named_with_what_to_do(tmp_path: Path) -> None:
+    # One more try only when the worker died of librdkafka's known crash (about 1 run in 25 on a
+    # loaded machine); any other failure, or the crash twice, fails the test.
+    try:
+        status, body = _a_worker_whose_broker_is_replaced(tmp_path / "first")
+    except KnownLibrdkafkaCrash:
+        status, body = _a_worker_whose_broker_is_replaced(tmp_path / "second")
 
     assert 503 == status and f"{PREFIX}checkpoints" in json.dumps(body)
