@@ -1,6 +1,7 @@
 """Where the test suite's time goes: wall time, the machine's busy CPU, and CPU by kind of process.
 
     uv run python bench/bench_suite.py [--command "uv run pytest"] [--interval 1] [--json FILE]
+        [--processes FILE]
 
 Runs the command (by default the README's test command) from the repository's root and, every
 ``--interval`` seconds, reads from /proc the CPU of every process below it, by kind (Spark JVMs,
@@ -8,7 +9,9 @@ PySpark's Python workers, coordinator workers, the embedded broker, pytest itsel
 The machine's busy time (/proc/stat) is exact; a kind's figure misses up to one interval of each
 process that ended between two reads. The floor is the busy time over the cores: no schedule of
 the same work on this machine takes less wall time. Run it on an otherwise idle machine; to time
-CI as it runs, ``--command "bash .ci/run"`` from a fresh clone.
+CI as it runs, ``--command "bash .ci/run"`` from a fresh clone. ``--processes FILE`` also writes
+every process seen (its kind, CPU seconds and command line; one JSON object a line, most CPU first),
+to find what of a kind spends.
 """
 
 from __future__ import annotations
@@ -61,18 +64,20 @@ def kind_of(command: str) -> str:
     return next((name for name, test in KINDS if test(command)), "other processes below the command")
 
 
-def run(command: list[str], interval: float) -> dict[str, object]:
+def run(command: list[str], interval: float) -> tuple[dict[str, object], list[dict[str, object]]]:
     """Run ``command`` to its end; its exit code, wall time, the machine's busy CPU and the CPU
-    (and the number of processes) of each kind below it."""
+    (and the number of processes) of each kind below it; and every process seen below it."""
     busy_before, started = machine_busy(), time.monotonic()
     child = subprocess.Popen(command, cwd=ROOT)
     last: dict[tuple[int, int], tuple[str, float]] = {}  # (pid, start time) -> (kind, CPU so far)
+    commands: dict[tuple[int, int], str] = {}
     while True:
         ended = child.poll() is not None
         for pid in descendants(child.pid) if not ended else []:
             read = cpu_and_start(pid)
             if read is not None:
-                last[(pid, read[1])] = (kind_of(command_line(pid)), read[0])
+                commands[(pid, read[1])] = command_line(pid)
+                last[(pid, read[1])] = (kind_of(commands[(pid, read[1])]), read[0])
         if ended:
             break
         time.sleep(interval)
@@ -82,6 +87,10 @@ def run(command: list[str], interval: float) -> dict[str, object]:
         entry = by_kind.setdefault(kind, [0.0, 0])
         entry[0] += used
         entry[1] += 1
+    processes = [
+        {"kind": kind, "cpu_s": used, "command": commands[key]}
+        for key, (kind, used) in sorted(last.items(), key=lambda item: -item[1][1])
+    ]
     return {
         "command": shlex.join(command),
         "exit_code": child.returncode,
@@ -89,7 +98,7 @@ def run(command: list[str], interval: float) -> dict[str, object]:
         "busy_cpu_s": busy,
         "cores": os.cpu_count() or 1,
         "kinds": {k: {"cpu_s": v[0], "processes": int(v[1])} for k, v in by_kind.items()},
-    }
+    }, processes
 
 
 def report(result: dict[str, object], console: Console) -> None:
@@ -122,6 +131,7 @@ def main() -> None:
     parser.add_argument("--command", default="uv run pytest", help="what to run, from the repository's root")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between two looks at /proc")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--processes", type=Path, help="also write every process seen to this file")
     args = parser.parse_args()
     console = Console()
     console.print(machine_line())
@@ -131,10 +141,12 @@ def main() -> None:
             f"{command[0] if command else 'an empty --command'!r} is not a program on PATH: give another "
             '--command, or put it on PATH (uv: `export PATH="$HOME/.local/bin:$PATH"`)'
         )
-    result = run(command, args.interval)
+    result, processes = run(command, args.interval)
     report(result, console)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
+    if args.processes:
+        args.processes.write_text("".join(json.dumps(process) + "\n" for process in processes))
     raise SystemExit(result["exit_code"])
 
 
