@@ -137,6 +137,13 @@ class RescaledJob:
                 pytest.fail(f"{record.task_id} declined checkpoint {record.checkpoint_id}: {record.message}")
         return self.received.get((checkpoint_id, task))
 
+    def committed(self, task: str, checkpoint_id: int) -> None:
+        """Wait until ``task`` committed ``checkpoint_id`` and deleted its staged file: the sink says
+        "committed" before it deletes, and a kill in between leaves the file to the next recovery."""
+        self.children[task].said(f"step committed {checkpoint_id}")
+        staged = self.root / f"chk-{checkpoint_id}"
+        eventually(lambda: not list(staged.glob(f"{task}.*.out")), what=f"{task}'s staged file deleted")
+
     def output_values(self, isolation: str = "read_committed") -> Counter[str]:
         consumer = Consumer(consumer_config(self.bootstrap, extra={"isolation.level": isolation}))
         try:
@@ -172,7 +179,7 @@ def four_tasks_then_task_3_dies_after_the_completion(job: RescaledJob, crash: st
     job.words()
     job.checkpoint(2, 1, BEFORE)
     for task in BEFORE[:3]:
-        job.children[task].said("step committed 2")
+        job.committed(task, 2)
     job.children["task-3"].said(f"stopped at {crash} 2")
     for child in job.children.values():
         child.kill()

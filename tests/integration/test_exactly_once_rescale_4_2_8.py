@@ -142,7 +142,7 @@ def four_tasks_then_task_3_dies_after_completion_2(job: ThreeScales, crash: str)
     job.words_for(FOUR)
     job.checkpoint(2, 1, FOUR)
     for task in FOUR[:3]:
-        job.children[task].said("step committed 2")
+        job.committed(task, 2)
     job.children["task-3"].said(f"stopped at {crash} 2")
     job.kill_all()
 
@@ -160,7 +160,7 @@ def test_exactly_once_transactional_output_survives_a_rescale_from_4_to_2_to_8_t
     job.children["task-0"].said("took over task-2 commit=[] delete=[]")
     job.words_for(TWO)
     job.checkpoint(3, 2, TWO)
-    job.children["task-0"].said("step committed 3")
+    job.committed("task-0", 3)
     job.children["task-1"].said(f"stopped at {crash} 3")
     job.kill_all()
     # when: 8 tasks restore 3 (tasks 2..7 have no snapshot in it: they read on from what was produced)
@@ -175,7 +175,7 @@ def test_exactly_once_transactional_output_survives_a_rescale_from_4_to_2_to_8_t
     job.words_for(EIGHT)
     job.checkpoint(4, 3, EIGHT)
     for task in EIGHT:
-        job.children[task].said("step committed 4")
+        job.committed(task, 4)
     job.assert_exactly_once()
     # both dead transactions were aborted: their copies are there twice, uncommitted (before the commit,
     # only where the records were sent ahead: not those that came while the previous commit ran)
@@ -202,6 +202,6 @@ def test_exactly_once_when_the_task_taking_over_is_killed_during_its_commit(job:
     job.words_for(EIGHT)
     job.checkpoint(3, 3, EIGHT)
     for task in EIGHT:
-        job.children[task].said("step committed 3")
+        job.committed(task, 3)
     job.assert_exactly_once()
     assert job.twice_uncommitted() == copies_of(job, "task-3", 2)
