@@ -45,9 +45,13 @@ def _a_worker_whose_broker_is_replaced(tmp_path: Path) -> tuple[int, Any]:
     coordinator = CoordinatorProcess(first.bootstrap, PREFIX, log_path=tmp_path / "coordinator.log")
 
     def ready() -> tuple[int, Any]:
-        if coordinator.exit_code() == 128 + signal.SIGSEGV:
-            raise KnownLibrdkafkaCrash(coordinator.tail())
-        return _ready(coordinator)
+        try:
+            return _ready(coordinator)
+        except urllib.error.URLError as error:  # its views are down: the worker may have died
+            exited = eventually(coordinator.exit_code, lambda code: code is not None, timeout=10, what="exit")
+            if exited == 128 + signal.SIGSEGV:
+                raise KnownLibrdkafkaCrash(coordinator.tail()) from error
+            raise RuntimeError(f"the coordinator exited {exited}: {coordinator.tail()}") from error
 
     try:
         ensure_topics(Settings(first.bootstrap, PREFIX, partitions=TEST_PARTITIONS))
