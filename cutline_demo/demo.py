@@ -419,9 +419,11 @@ class _Screen:
                     f"its log {self.spark.log_path} ends with:\n{self.spark.tail()}"
                 )
             if time.monotonic() > deadline:
+                warned = self.spark.warnings()
                 raise DemoError(
                     f"timed out after {timeout:g} s while {phase!r}; "
                     f"Spark's log {self.spark.log_path} ends with:\n{self.spark.tail()}"
+                    + ("\nand cutline's warnings in it were:\n" + "\n".join(warned) if warned else "")
                 )
             if self.stop is not None:
                 self.stop.wait(0.25)

@@ -610,6 +610,30 @@ class SparkDriver:
         except OSError:
             return "(no log)"
 
+    def warnings(self, limit: int = 12) -> list[str]:
+        """cutline's own warnings and errors in the log (:func:`cutline_warnings`), which a tail of
+        Spark's lines may have scrolled past."""
+        try:
+            return cutline_warnings(self.log_path.read_text(errors="replace"), limit)
+        except OSError:
+            return []
+
+
+CUTLINE_LOGGERS = ("spark_tasks", "events", "coordinator")
+"""The packages whose log lines :func:`cutline_warnings` picks out of a driver's log."""
+
+
+def cutline_warnings(log: str, limit: int = 12) -> list[str]:
+    """The last ``limit`` WARNING and ERROR lines of cutline's own loggers in a driver's log, as
+    ``logging.basicConfig``'s format writes them (``LEVEL:logger:message``)."""
+    picked = [
+        line
+        for line in log.splitlines()
+        if line.startswith(("WARNING:", "ERROR:", "CRITICAL:"))
+        and line.split(":", 2)[1].split(".", 1)[0] in CUTLINE_LOGGERS
+    ]
+    return picked[-limit:]
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m spark_tasks.wordcount``."""
