@@ -23,6 +23,8 @@ from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.broker import EmbeddedBroker, free_port
 
 PREFIX = "fresh."
+CRASHES_TOLERATED = 3
+"""Runs of the scenario that may end in librdkafka's SIGSEGV before the test fails."""
 
 
 def _ready(coordinator: CoordinatorProcess) -> tuple[int, Any]:
@@ -74,11 +76,15 @@ def _a_worker_whose_broker_is_replaced(tmp_path: Path) -> tuple[int, Any]:
 @pytest.mark.tansu
 @pytest.mark.slow
 def test_a_fresh_empty_broker_on_the_same_port_is_named_with_what_to_do(tmp_path: Path) -> None:
-    # One more try only when the worker died of librdkafka's known crash (about 1 run in 25 on a
-    # loaded machine); any other failure, or the crash twice, fails the test.
-    try:
-        status, body = _a_worker_whose_broker_is_replaced(tmp_path / "first")
-    except KnownLibrdkafkaCrash:
-        status, body = _a_worker_whose_broker_is_replaced(tmp_path / "second")
+    # Tried again only when the worker died of librdkafka's known crash (2 of 7 loaded CI runs,
+    # none of 20 runs beside two busy loops); any other failure, or the crash every time, fails it.
+    for run in range(1, CRASHES_TOLERATED + 2):
+        try:
+            status, body = _a_worker_whose_broker_is_replaced(tmp_path / f"run-{run}")
+            break
+        except KnownLibrdkafkaCrash:
+            continue
+    else:
+        pytest.fail(f"the worker died of librdkafka's SIGSEGV (#5280) in each of {run} runs")
 
     assert 503 == status and f"{PREFIX}checkpoints" in json.dumps(body)
