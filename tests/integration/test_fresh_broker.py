@@ -76,7 +76,7 @@ def _a_worker_whose_broker_is_replaced(tmp_path: Path) -> tuple[int, Any]:
 @pytest.mark.tansu
 @pytest.mark.slow
 def test_a_fresh_empty_broker_on_the_same_port_is_named_with_what_to_do(tmp_path: Path) -> None:
-    # Tried again only when the worker died of librdkafka's known crash (2 of 7 loaded CI runs,
+    # Tried again only when the worker died of librdkafka's known crash (2 of 8 loaded CI runs,
     # none of 20 runs beside two busy loops); any other failure, or the crash every time, fails it.
     for run in range(1, CRASHES_TOLERATED + 2):
         try:
