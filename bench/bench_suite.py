@@ -69,27 +69,27 @@ def run(command: list[str], interval: float) -> tuple[dict[str, object], list[di
     (and the number of processes) of each kind below it; and every process seen below it."""
     busy_before, started = machine_busy(), time.monotonic()
     child = subprocess.Popen(command, cwd=ROOT)
-    last: dict[tuple[int, int], tuple[str, float]] = {}  # (pid, start time) -> (kind, CPU so far)
-    commands: dict[tuple[int, int], str] = {}
+    # (pid, start time) -> (kind, CPU so far, command line)
+    last: dict[tuple[int, int], tuple[str, float, str]] = {}
     while True:
         ended = child.poll() is not None
         for pid in descendants(child.pid) if not ended else []:
             read = cpu_and_start(pid)
             if read is not None:
-                commands[(pid, read[1])] = command_line(pid)
-                last[(pid, read[1])] = (kind_of(commands[(pid, read[1])]), read[0])
+                command_seen = command_line(pid)
+                last[(pid, read[1])] = (kind_of(command_seen), read[0], command_seen)
         if ended:
             break
         time.sleep(interval)
     wall, busy = time.monotonic() - started, machine_busy() - busy_before
     by_kind: dict[str, list[float]] = {}
-    for kind, used in last.values():
+    for kind, used, _ in last.values():
         entry = by_kind.setdefault(kind, [0.0, 0])
         entry[0] += used
         entry[1] += 1
     processes = [
-        {"kind": kind, "cpu_s": used, "command": commands[key]}
-        for key, (kind, used) in sorted(last.items(), key=lambda item: -item[1][1])
+        {"kind": kind, "cpu_s": used, "command": seen}
+        for kind, used, seen in sorted(last.values(), key=lambda process: -process[1])
     ]
     return {
         "command": shlex.join(command),
