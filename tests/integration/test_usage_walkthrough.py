@@ -119,13 +119,14 @@ class Program:
         )
 
     def checkpoint_at(self, end: int) -> CheckpointCompleted:
-        """The first completed checkpoint whose cut is ``end`` in the input, once there is one."""
+        """The newest completed checkpoint whose cut is ``end`` in the input, once there is one: the
+        program keeps checkpointing, and retention deletes the snapshots of the older ones."""
 
         def caught_up() -> list[CheckpointCompleted]:
             assert self.process is not None and self.process.poll() is None, self.ended()
             return [c for c in self.driver.completions() if c.offsets.get(f"{INPUT}:0") == end]
 
-        return eventually(caught_up, timeout=60, what=f"a checkpoint at offset {end}")[0]
+        return eventually(caught_up, timeout=60, what=f"a checkpoint at offset {end}")[-1]
 
     def cutline(self, *args: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "coordinator.cli", *args, "--bootstrap", self.bootstrap]
