@@ -46,12 +46,16 @@ class Alone:
     coordinator: CoordinatorProcess
 
     def ready(self) -> tuple[int, Any]:
-        """``/ready``'s status and body."""
+        """``/ready``'s status and body. A request that gets no answer within 5 s (a worker starved of
+        the CPU on a loaded machine) is an ``AssertionError``: :func:`support.eventually` asks again,
+        and says so if it never answers."""
         try:
             with urllib.request.urlopen(self.coordinator.url + "/ready", timeout=5) as response:
                 return response.status, json.load(response)
         except urllib.error.HTTPError as error:
             return error.code, json.load(error)
+        except (urllib.error.URLError, TimeoutError) as error:
+            raise AssertionError(f"/ready did not answer: {error}") from error
 
     def signal_broker(self, signum: int) -> None:
         for pid in self.broker.pids:
