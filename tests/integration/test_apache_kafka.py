@@ -104,21 +104,6 @@ def test_the_broker_starts_serves_metadata_and_stops_leaving_no_process() -> Non
     assert {} == kafka.pids
 
 
-def test_a_cluster_of_three_replicates_cutline_s_topics_on_every_broker() -> None:
-    """``brokers=3``: three processes sharing the controller quorum; a topic cutline creates has
-    three replicas in sync on the three brokers, and ``min.insync.replicas`` 2."""
-    with ApacheKafka(brokers=3, heap="256m") as cluster:
-        assert 3 == len(set(cluster.pids.values())) == len(cluster.bootstrap.split(","))
-        settings = Settings(cluster.bootstrap, "three.", partitions=2)
-        ensure_topics(settings)
-        metadata = _admin(cluster.bootstrap).list_topics(settings.topics.checkpoints, timeout=10)
-        assert {1, 2, 3} == set(metadata.brokers)
-        partitions = metadata.topics[settings.topics.checkpoints].partitions.values()
-        assert [[1, 2, 3]] * 2 == [sorted(p.replicas) for p in partitions]
-        assert "2" == topic_config(cluster.bootstrap, settings.topics.checkpoints)["min.insync.replicas"]
-        assert _produce(cluster.bootstrap, settings.topics.checkpoints, b"x") is None  # acks=all
-
-
 def test_topics_cutline_creates_have_the_settings_it_relies_on(settings: Settings) -> None:
     """The broker reports every topic setting (with its source), not only those given at creation:
     the protocol topics have Apache Kafka's default limit, the journal keeps every record, the

@@ -1,5 +1,8 @@
 """A broker of a three-node Apache Kafka cluster dies under the coordinator (issue 47, step 3).
 
+First, what the cluster gives cutline's topics: three replicas, and every node serving a topic as
+soon as its creation returns.
+
 The cluster (``ApacheKafka(brokers=3)``: three combined broker+controller JVMs, every topic with
 three replicas and ``min.insync.replicas`` 2, Kafka's default timeouts) loses the leader of a
 journal partition to SIGKILL while jobs checkpoint, and gets it back on the same ports and log dir.
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 from support import eventually
 from test_ownership_races import Checkpointing, spread_jobs
@@ -30,9 +34,10 @@ from coordinator.core.invariants import first_violation
 from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.apache_kafka import ROLE_USERS, ApacheKafka
+from events.dev.broker import topic_config
 from events.dev.kafka_security import ADMIN, SaslSsl
 from events.kafka.client_config import CONFIG_FILE_VARIABLE, client_properties
-from events.kafka.clients import job_key, partition_for
+from events.kafka.clients import job_key, partition_for, producer_config
 from events.kafka.log import LogMessage, read_journal_topic, read_to_end
 from events.wire.records import CheckpointCompleted, CheckpointTriggered, JournalEvent
 from events.wire.topics import Topics
@@ -106,6 +111,28 @@ def _ids(
 def _stored(bootstrap: str, topics: Topics) -> dict[tuple[int, int], bytes | None]:
     """Every journal record by (partition, offset)."""
     return {(m.partition, m.offset): m.value for m in read_to_end(bootstrap, topics.checkpoints)}
+
+
+def test_a_cluster_of_three_replicates_cutline_s_topics_on_every_broker(
+    cluster: Cluster, topic_prefix: str
+) -> None:
+    """Three processes sharing the controller quorum: a topic cutline creates has three replicas on
+    the three brokers and ``min.insync.replicas`` 2, and a record written to it with ``acks=all`` is
+    taken."""
+    kafka = cluster.kafka
+    assert 3 == len(set(kafka.pids.values())) == len(kafka.bootstrap.split(","))
+    settings = Settings(kafka.bootstrap, topic_prefix, partitions=PARTITIONS)
+    ensure_topics(settings)
+    journal = settings.topics.checkpoints
+    metadata = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(journal, timeout=10)
+    assert {1, 2, 3} == set(metadata.brokers)
+    partitions = metadata.topics[journal].partitions.values()
+    assert [[1, 2, 3]] * PARTITIONS == [sorted(p.replicas) for p in partitions]
+    assert "2" == topic_config(kafka.bootstrap, journal)["min.insync.replicas"]
+    producer = Producer(producer_config(kafka.bootstrap))  # acks=all
+    reports: list[KafkaError | None] = []
+    producer.produce(journal, b"x", on_delivery=lambda error, message: reports.append(error))
+    assert (0, [None]) == (producer.flush(30), reports)
 
 
 def test_topics_just_created_are_served_by_every_node_when_their_creation_returns(
