@@ -101,6 +101,18 @@ def _max_concurrent(job: _Job, event: CheckpointTriggered) -> str | None:
     return f"checkpoint {event.checkpoint_id} was triggered with {pending} pending (max_concurrent {limit})"
 
 
+def _trigger_in_started_attempt(job: _Job, event: CheckpointTriggered) -> str | None:
+    """A checkpoint is triggered only in the attempt the journal started last and has not stopped:
+    that attempt's ``SchedulerStarted`` comes first (its driver waits for it: events/task/ledger.py)."""
+    state = job.state
+    if state.status is JobStatus.RUNNING and event.attempt == state.attempt:
+        return None
+    return (
+        f"checkpoint {event.checkpoint_id} of attempt {event.attempt} was triggered while the job is "
+        f"{state.status} in attempt {state.attempt}"
+    )
+
+
 # ---------------------------------------------------------------------- acks
 
 
@@ -294,6 +306,7 @@ _RULES: dict[type[JournalEvent], tuple[tuple[str, _Rule], ...]] = {
         ("ids-strictly-increase", _ids_strictly_increase),
         ("ids-never-reused", _ids_never_reused),
         ("max-concurrent", _max_concurrent),
+        ("trigger-in-started-attempt", _trigger_in_started_attempt),
     ),
     TaskAcknowledged: (
         ("ack-only-pending", _ack_only_pending),

@@ -1010,6 +1010,17 @@ BAD_JOURNALS: dict[str, tuple[list[JournalEvent], str, int]] = {
         3,
     ),
     "too many pending": ([_started(2), _trigger(1), _trigger(2), _trigger(3)], "max-concurrent", 3),
+    "a trigger before any attempt started": ([_trigger(1)], "trigger-in-started-attempt", 0),
+    "a trigger of another attempt than the one started": (
+        [_started(), _trigger(1, attempt=2)],
+        "trigger-in-started-attempt",
+        1,
+    ),
+    "a trigger after the scheduler stopped": (
+        [_started(), SchedulerStopped("job", 1, 50, JobStatus.FAILED), _trigger(1)],
+        "trigger-in-started-attempt",
+        2,
+    ),
     "an ack of a checkpoint not pending": ([_started(), _ack(4, "a")], "ack-only-pending", 1),
     "an ack from a task not asked": ([_started(), _trigger(1), _ack(1, "zz")], "ack-from-required-task", 2),
     "a duplicate ack": ([_started(), _trigger(1), _ack(1, "a"), _ack(1, "a")], "ack-not-duplicate", 3),

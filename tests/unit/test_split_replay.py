@@ -24,7 +24,13 @@ from coordinator.replay.file_check import FirstViolation, check_file
 from coordinator.replay.journal import FileTally, read_journal_share, write_journal
 from coordinator.replay.split import _first, replay_file, replay_share, share_taker
 from coordinator.simulation.traffic import simulate
-from events.wire.records import CheckpointCompleted, JournalEvent, TaskAcknowledged
+from events.wire.records import (
+    CheckpointCompleted,
+    CheckpointTriggered,
+    JobFailedPermanently,
+    JournalEvent,
+    TaskAcknowledged,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -151,10 +157,19 @@ class TestReplayFile:
         self, tmp_path: Path
     ) -> None:
         """As in one process: every event is checked before the end-of-journal rule, so a share whose
-        only violation is a trigger left unresolved (index 11) loses to the other share's event
-        (index 120). Seed and holes found by a search over simulated journals."""
-        journal = list(itertools.islice(simulate(random.Random(55444), jobs=3), 194))
-        journal = [e for i, e in enumerate(journal) if i not in (2, 119, 141)]
+        only violation is a trigger left unresolved (job-0's first, index 12) loses to the other
+        share's event (job-1's completion without one of its acks, index 113). The bad journal is
+        made from a simulated one: job-0 fails for good right after its first trigger (a
+        ``JobFailedPermanently`` that no decider writes before the scheduler stopped), and job-1 loses
+        an acknowledgement."""
+        simulated = list(itertools.islice(simulate(random.Random(55444), jobs=3), 194))
+        first = next(
+            i for i, e in enumerate(simulated) if isinstance(e, CheckpointTriggered) and e.job_id == "job-0"
+        )
+        assert (12, "job-1") == (first, simulated[119].job_id)
+        gave_up = JobFailedPermanently("job-0", 1, 0, "the restart strategy gave up", "a crafted failure")
+        later = (e for i, e in enumerate(simulated) if i > first and e.job_id != "job-0" and i != 119)
+        journal = [*simulated[: first + 1], gave_up, *later]
         path = tmp_path / "journal.avro"
         write_journal(path, journal)
         shares = [replay_share(path, share, verify=True) for share in (0, 1)]
