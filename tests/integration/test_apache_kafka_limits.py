@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 import test_record_limits
-from support import TEST_BROKER_VARIABLE, on_apache_kafka
+from support import TEST_BROKER_VARIABLE, broker_kind
 from test_record_limits import _coordinator, _settings  # noqa: F401 (the fixtures of the tests below)
 
 from events.dev.apache_kafka import ApacheKafka
@@ -25,7 +25,7 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
     pytest.mark.skipif(
-        on_apache_kafka() and not os.environ.get("CUTLINE_BOOTSTRAP"),
+        broker_kind() == "kafka" and not os.environ.get("CUTLINE_BOOTSTRAP"),
         reason="test_record_limits.py runs these tests on the session's Apache Kafka, with the same "
         f"default limit (they run here with {TEST_BROKER_VARIABLE}=tansu or CUTLINE_BOOTSTRAP)",
     ),
