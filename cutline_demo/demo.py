@@ -45,7 +45,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -291,6 +291,16 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def journal_seen(statuses: Sequence[str], void: Mapping[str, int]) -> str:
+    """What the demo's own reader of the job's journal saw, fenced as the driver's reader is: the job's
+    statuses and the records the fence voided. Beside a driver that never confirmed RUNNING it tells
+    a journal without a valid ``SchedulerStarted`` from a driver that missed one."""
+    voided = ", ".join(f"{count} on {topic}" for topic, count in sorted(void.items())) or "none"
+    return (
+        f"the job's journal, read fenced: {' → '.join(statuses) or 'no status yet'}; void records: {voided}"
+    )
+
+
 def _offsets(offsets: dict[str, int]) -> str:
     return " ".join(f"{key.rpartition(':')[2]}:{offset}" for key, offset in sorted(offsets.items()))
 
@@ -420,10 +430,12 @@ class _Screen:
                 )
             if time.monotonic() > deadline:
                 warned = self.spark.warnings()
+                void = self._journal.records.void if self._journal is not None else {}
                 raise DemoError(
                     f"timed out after {timeout:g} s while {phase!r}; "
                     f"Spark's log {self.spark.log_path} ends with:\n{self.spark.tail()}"
                     + ("\nand cutline's warnings in it were:\n" + "\n".join(warned) if warned else "")
+                    + f"\n{journal_seen(self.statuses, void)}"
                 )
             if self.stop is not None:
                 self.stop.wait(0.25)

@@ -1,5 +1,6 @@
 """The demo's timeout names cutline's own warnings from the driver's log (spark_tasks/wordcount.py,
-``cutline_warnings``): a tail of Spark's lines may have scrolled past them."""
+``cutline_warnings``): a tail of Spark's lines may have scrolled past them; and what the demo's own
+fenced reader of the journal saw (cutline_demo/demo.py, ``journal_seen``)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,16 @@ def test_the_last_ones_are_kept_when_there_are_many() -> None:
 
 def test_a_log_without_any_gives_none() -> None:
     assert cutline_warnings("INFO:spark_tasks.job:fine\nWARNING: Using incubator modules\n") == []
+
+
+def test_the_demo_says_what_its_own_fenced_reader_of_the_journal_saw() -> None:
+    """Beside a driver that never confirmed RUNNING, the demo's timeout says whether the journal had
+    a valid SchedulerStarted for it (cutline_demo/demo.py, ``journal_seen``)."""
+    from cutline_demo.demo import journal_seen
+
+    seen = journal_seen(["RUNNING (attempt 1)", "FAILING (attempt 1)"], {"cutline.checkpoints": 2})
+    assert seen == (
+        "the job's journal, read fenced: RUNNING (attempt 1) → FAILING (attempt 1); "
+        "void records: 2 on cutline.checkpoints"
+    )
+    assert journal_seen([], {}) == "the job's journal, read fenced: no status yet; void records: none"
