@@ -324,3 +324,80 @@ def test_nothing_is_committed_during_a_rebalance() -> None:
 
     assert not committed_during
     assert ["assigned"] == forced
+
+
+def test_a_batch_prefetched_before_a_rebalance_s_seek_is_dropped_and_the_sought_records_come_next() -> None:
+    """Given a prefetch that fetched offsets 266-269 of a partition whose committed offset is 248
+    (248-265 handed on and acked, not committed), when a rebalance revokes the partitions and seeks
+    the consumer to the committed offsets, then the prefetched batch is dropped, and the next batch
+    is the one from 248. Handed on after the seek, the stale batch moved the read offset to 269: the
+    fetch loop then skipped 248-265 as handled, they were never acked again, and Faust commits
+    nothing past a gap at the head of a partition's acks, so the committed offset stayed at 248 for
+    good (a CI run of the rebalance storm, 2026-11-30)."""
+    tp = TP("t.acks", 51)
+
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
+        raise AssertionError("nothing is fetched here")
+
+    async def scenario() -> tuple[list[int], list[int], int | None]:
+        app = _direct_app("direct-consumer-prefetch-before-seek", handler)
+        consumer = app.consumer
+        fetched = [[266, 267, 268, 269], [248, 249, 250]]
+
+        async def fetch(timeout: float) -> list[tuple[TP, Any]]:
+            return [(tp, _record(tp, offset)) for offset in fetched.pop(0)]
+
+        async def seek_to_committed() -> dict[TP, int]:
+            return {tp: 248}
+
+        consumer._fetch_direct = fetch
+        consumer.seek_to_committed = seek_to_committed
+        consumer.prefetch()
+        await asyncio.sleep(0)  # the prefetch has its records
+        await consumer.on_partitions_revoked({tp})
+        await consumer.perform_seek()
+        after_the_seek = await consumer._next_fetch()
+        then = await consumer._next_fetch()
+        return (
+            [record.offset for _, record in after_the_seek],
+            [record.offset for _, record in then],
+            consumer._read_offset[tp],
+        )
+
+    after_the_seek, then, read_offset = asyncio.run(scenario())
+
+    assert [] == after_the_seek
+    assert [248, 249, 250] == then
+    assert 248 == read_offset
+
+
+def test_records_a_fetch_waited_for_across_a_rebalance_s_seek_are_dropped() -> None:
+    """Given a fetch waiting for records when a rebalance seeks the consumer to the committed
+    offsets, when the records it was waiting for come (fetched from before the seek), then it hands
+    none of them on: they come again from the committed offset."""
+    tp = TP("t.acks", 51)
+
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
+        raise AssertionError("nothing is fetched here")
+
+    async def scenario() -> list[Any]:
+        app = _direct_app("direct-consumer-fetch-across-seek", handler)
+        consumer = app.consumer
+        seek_done = asyncio.Event()
+
+        async def wait_next_records(timeout: float) -> tuple[dict[TP, list[Any]], set[TP]]:
+            await seek_done.wait()
+            return {tp: [_record(tp, 266)]}, {tp}
+
+        async def seek_to_committed() -> dict[TP, int]:
+            return {tp: 248}
+
+        consumer._wait_next_records = wait_next_records
+        consumer.seek_to_committed = seek_to_committed
+        fetching = asyncio.ensure_future(consumer._fetch_direct(timeout=1.0))
+        await asyncio.sleep(0)
+        await consumer.perform_seek()
+        seek_done.set()
+        return await fetching
+
+    assert [] == asyncio.run(scenario())
