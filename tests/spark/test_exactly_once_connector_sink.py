@@ -57,11 +57,8 @@ def topic_prefix() -> str:
 @pytest.fixture
 def drivers(bootstrap: str, topic_prefix: str, given: Input, tmp_path: Path) -> Iterator[Drivers]:
     """Child drivers of the keyed word count on the connector, writing through the sink."""
-    started = Drivers(bootstrap, topic_prefix, given, tmp_path)
-    try:
+    with Drivers(bootstrap, topic_prefix, given, tmp_path) as started:
         yield started
-    finally:
-        started.close()
 
 
 def keyed_rows(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[str, int, int]]:

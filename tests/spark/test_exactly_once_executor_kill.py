@@ -49,11 +49,8 @@ def topic_prefix() -> str:
 
 @pytest.fixture
 def drivers(bootstrap: str, topic_prefix: str, given: Input, tmp_path: Path) -> Iterator[Drivers]:
-    started = Drivers(bootstrap, topic_prefix, given, tmp_path)
-    try:
+    with Drivers(bootstrap, topic_prefix, given, tmp_path) as started:
         yield started
-    finally:
-        started.close()
 
 
 def driver_executors(driver: Driver) -> list[Process]:

@@ -67,16 +67,8 @@ def own_input(kafka: ApacheKafka, prefix: str) -> Input:
 
 @pytest.fixture
 def drivers(kafka: ApacheKafka, prefix: str, own_input: Input, tmp_path: Path) -> Iterator[Drivers]:
-    started = Drivers(kafka.bootstrap, prefix, own_input, tmp_path)
-    try:
+    with Drivers(kafka.bootstrap, prefix, own_input, tmp_path) as started:
         yield started
-    finally:
-        started.close()
-
-
-def committed_ids(lines: list[str]) -> list[int]:
-    """The checkpoints whose output the driver's sink committed, in order (its ``step committed``)."""
-    return [int(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("step committed ")]
 
 
 @pytest.mark.parametrize(
@@ -110,11 +102,11 @@ def test_exactly_once_spark_output_survives_a_broker_restart(
     # then: it commits that checkpoint and a later one on the restarted broker, words arriving again
     with Feeder(given):
         eventually(
-            lambda: max(committed_ids(driver.lines), default=0) > checkpoint_id,
+            lambda: max(driver.committed(), default=0) > checkpoint_id,
             timeout=180,
             what=f"a checkpoint after {checkpoint_id} committed after the restart",
         )
-    assert checkpoint_id in committed_ids(driver.lines)
+    assert checkpoint_id in driver.committed()
     # and a read_committed reader sees every word counted once
     seen = every_word_counted(kafka.bootstrap, drivers.output, given.words.produced)
     assert seen.twice == set(), f"rows committed twice: {sorted(seen.twice)[:5]}"

@@ -57,16 +57,8 @@ def workers(bootstrap: str, topic_prefix: str) -> Iterator[list[DyingWorker]]:
 
 @pytest.fixture
 def drivers(bootstrap: str, topic_prefix: str, given: Input, tmp_path: Path) -> Iterator[Drivers]:
-    started = Drivers(bootstrap, topic_prefix, given, tmp_path)
-    try:
+    with Drivers(bootstrap, topic_prefix, given, tmp_path) as started:
         yield started
-    finally:
-        started.close()
-
-
-def committed_ids(lines: list[str]) -> list[int]:
-    """The checkpoints whose output the driver's sink committed, in order (its ``step committed``)."""
-    return [int(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("step committed ")]
 
 
 def owner_of(workers: list[DyingWorker], job_id: str) -> DyingWorker:
@@ -117,7 +109,7 @@ def test_exactly_once_when_a_spark_job_s_coordinator_fails_over_mid_checkpoint(
         assert len(decided) == 1, decided
         # and the driver's sink commits a later checkpoint, the job running on
         eventually(
-            lambda: max(committed_ids(driver.lines), default=0) > died,
+            lambda: max(driver.committed(), default=0) > died,
             timeout=120,
             what=f"a checkpoint after {died} committed",
         )

@@ -108,6 +108,10 @@ class Driver:
         found: str = eventually(heard, timeout=timeout, interval=0.2, what=f"the driver to say {prefix!r}")
         return found
 
+    def committed(self) -> list[int]:
+        """The checkpoints whose output its sink committed, in order (its ``step committed`` lines)."""
+        return [int(line.rsplit(" ", 1)[1]) for line in self.lines if line.startswith("step committed ")]
+
     def kill(self) -> None:
         """SIGKILL the driver with its JVM and Python workers."""
         if self.process.poll() is None:
@@ -160,14 +164,17 @@ class Drivers:
         for driver in self.started:
             driver.kill()
 
+    def __enter__(self) -> Drivers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 @pytest.fixture
 def drivers(bootstrap: str, topic_prefix: str, given: Input, tmp_path: Path) -> Iterator[Drivers]:
-    started = Drivers(bootstrap, topic_prefix, given, tmp_path)
-    try:
+    with Drivers(bootstrap, topic_prefix, given, tmp_path) as started:
         yield started
-    finally:
-        started.close()
 
 
 class Feeder:
