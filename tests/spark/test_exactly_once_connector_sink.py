@@ -12,7 +12,9 @@ its batch's end, and closes its sink. A ``read_committed`` reader must then see 
 input before the savepoint's cut counted once (each word's ``added`` summing to it, no ``(word,
 count)`` twice), which fails if the stop batch's own rows were not committed with the savepoint or a
 pending commit was lost or done twice; a ``read_uncommitted`` reader sees the rows of the transaction
-the second SIGKILL left open twice (so the check can fail).
+the second SIGKILL left open twice (so the check can fail). Each attempt restores the latest checkpoint
+of the one before, its connector starting at exactly that checkpoint's offsets (the connector's own
+record of its initial offsets, ``sources/0/0``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
+from connector_jobs import spark_starting_offsets
 from support import eventually, on_apache_kafka
 from test_kafka_sink import Drivers, Feeder, Recovery, _killed_at, words_before
 from wordfeed import Input
@@ -137,6 +140,12 @@ def test_exactly_once_on_the_connector_through_a_rescale_4_2_8_with_pending_tran
         attempt: {frozenset(keyed_task_id(i) for i in range(shuffle))}
         for attempt, shuffle in enumerate(SHUFFLES, start=1)
     }
+    # and each restored the attempt before's latest checkpoint, the connector starting at exactly its
+    # offsets (its own record of its initial offsets)
+    for attempt in range(2, len(SHUFFLES) + 1):
+        latest = [c for c in journal.completions() if c.attempt == attempt - 1][-1]
+        spark = tmp_path / "work" / f"attempt-{attempt}" / "spark"
+        assert dict(latest.offsets) == spark_starting_offsets(spark), f"attempt {attempt}"
     # and the third's recovery committed M's staged output again
     assert recovery.commit[:1] == [second_pending]
     # and the savepoint is the last output committed: a read_committed reader sees every word of the
