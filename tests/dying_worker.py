@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from support import eventually
+
 from coordinator.service.supervisor import CoordinatorProcess
 
 
@@ -62,6 +64,12 @@ main()
         assert plain[1:3] == ["-m", "coordinator.cli"], plain
         return [sys.executable, "-c", self.HOOK, str(self.request), *plain[3:]]
 
+    def ask(self, point: str, job_id: str, past: int) -> None:
+        """Die at ``point`` of ``job_id``'s first checkpoint whose input offsets reach past ``past``."""
+        asking = self.request.with_suffix(".asking")
+        asking.write_text(f"{point} {job_id} {past}")
+        asking.replace(self.request)  # whole: the worker reads it at every record
+
     def death(self) -> int | None:
         """The id of the checkpoint it died in, once it did."""
         return int(self.died.read_text().split()[0]) if self.died.exists() else None
@@ -78,3 +86,15 @@ main()
             return job_id in {j["id"] for j in self.get("/jobs?local=1")["jobs"]}
         except OSError:  # its views not answering for a moment: not known yet
             return False
+
+
+def owner_of(workers: list[DyingWorker], job_id: str, timeout: float) -> DyingWorker:
+    """The worker of ``workers`` that decides ``job_id``'s partition, once one does."""
+    found = eventually(
+        lambda: next((w for w in workers if w.holds(job_id)), None),
+        timeout=timeout,
+        interval=0.2,
+        what=f"the worker that holds {job_id}",
+    )
+    assert found is not None
+    return found

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from dying_worker import DyingWorker
+from dying_worker import DyingWorker, owner_of
 from support import create_protocol_topics, eventually, on_apache_kafka
 from test_exactly_once_sink import Child, launch
 
@@ -115,14 +115,7 @@ class FailoverJob:
         return seen
 
     def owner(self) -> DyingWorker:
-        found = eventually(
-            lambda: next((w for w in self.workers if w.holds(JOB)), None),
-            timeout=60,
-            interval=0.2,
-            what=f"the worker that holds {JOB}",
-        )
-        assert found is not None
-        return found
+        return owner_of(self.workers, JOB, timeout=60)
 
     def decisions(self, checkpoint_id: int) -> list[CheckpointCompleted | CheckpointAborted]:
         """The journal's completions and aborts of ``checkpoint_id``."""
@@ -165,9 +158,7 @@ def owner_killed_mid_checkpoint(job: FailoverJob, point: str = "ack") -> tuple[D
     job.words(10)
     job.every_copy_committed()
     victim = job.owner()
-    asking = victim.request.with_suffix(".asking")
-    asking.write_text(f"{point} {JOB} {job.sent}")
-    asking.replace(victim.request)  # whole: the worker reads it at every record
+    victim.ask(point, JOB, job.sent)
     job.words(10)
     died = eventually(victim.death, timeout=60, what=f"the owner to die at {point}")
     assert died is not None

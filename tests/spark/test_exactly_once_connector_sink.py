@@ -23,14 +23,20 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
 from connector_jobs import spark_starting_offsets
 from support import eventually, on_apache_kafka
-from test_kafka_sink import Drivers, Feeder, Recovery, _killed_at, words_before
+from test_kafka_sink import (
+    Drivers,
+    Feeder,
+    Recovery,
+    _drivers,  # noqa: F401 (fixture)
+    _killed_at,
+    words_before,
+)
 from wordfeed import Input
 
 from coordinator.service.supervisor import CoordinatorProcess
@@ -55,13 +61,6 @@ SHUFFLES = (4, 2, 8)
 def topic_prefix() -> str:
     """One topic prefix, and so one coordinator (``coordinator``), for this module's tests."""
     return f"t{uuid.uuid4().hex[:8]}."
-
-
-@pytest.fixture
-def drivers(bootstrap: str, topic_prefix: str, given: Input, tmp_path: Path) -> Iterator[Drivers]:
-    """Child drivers of the keyed word count on the connector, writing through the sink."""
-    with Drivers(bootstrap, topic_prefix, given, tmp_path) as started:
-        yield started
 
 
 def keyed_rows(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[str, int, int]]:

@@ -17,13 +17,19 @@ import os
 import signal
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from clusters import Process, alive, executors
 from support import eventually, on_apache_kafka
-from test_kafka_sink import Driver, Drivers, Feeder, every_word_counted, read_output
+from test_kafka_sink import (
+    Driver,
+    Drivers,
+    Feeder,
+    _drivers,  # noqa: F401 (fixture)
+    every_word_counted,
+    read_output,
+)
 from wordfeed import Input
 
 from coordinator.service.supervisor import CoordinatorProcess
@@ -45,12 +51,6 @@ STARTS_S = 600.0
 def topic_prefix() -> str:
     """One topic prefix, and so one coordinator (``coordinator``), for this module's tests."""
     return f"t{uuid.uuid4().hex[:8]}."
-
-
-@pytest.fixture
-def drivers(bootstrap: str, topic_prefix: str, given: Input, tmp_path: Path) -> Iterator[Drivers]:
-    with Drivers(bootstrap, topic_prefix, given, tmp_path) as started:
-        yield started
 
 
 def driver_executors(driver: Driver) -> list[Process]:

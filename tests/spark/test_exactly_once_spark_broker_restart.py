@@ -17,13 +17,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import TEST_KAFKA_CONFIG, TEST_KAFKA_HEAP, create_protocol_topics, eventually, on_apache_kafka
-from test_kafka_sink import Drivers, Feeder, Recovery, every_word_counted, read_output
-from wordfeed import PARTITIONS, Input, Words
+from support import TEST_KAFKA_CONFIG, TEST_KAFKA_HEAP, eventually, on_apache_kafka
+from test_kafka_sink import (
+    Drivers,
+    Feeder,
+    Recovery,
+    _drivers,  # noqa: F401 (fixture)
+    every_word_counted,
+    read_output,
+)
+from wordfeed import Input
 
 from coordinator.service.supervisor import CoordinatorProcess
 from events.dev.apache_kafka import ApacheKafka
-from events.dev.broker import create_topics
 
 pytestmark = [
     pytest.mark.skipif(
@@ -42,33 +48,15 @@ def kafka() -> Iterator[ApacheKafka]:
 
 
 @pytest.fixture(scope="module")
-def prefix() -> str:
-    """One topic prefix, and so one coordinator, for this module's tests."""
-    return f"t{uuid.uuid4().hex[:8]}."
+def bootstrap(kafka: ApacheKafka) -> str:
+    """The module's own broker, for the shared fixtures too (``coordinator``, ``given``)."""
+    return kafka.bootstrap
 
 
 @pytest.fixture(scope="module")
-def coordinator(
-    kafka: ApacheKafka, prefix: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[CoordinatorProcess]:
-    create_protocol_topics(kafka.bootstrap, prefix)
-    log_path = tmp_path_factory.mktemp("coordinator") / "log"
-    with CoordinatorProcess(kafka.bootstrap, prefix, log_path=log_path) as process:
-        yield process
-
-
-@pytest.fixture
-def own_input(kafka: ApacheKafka, prefix: str) -> Input:
-    name = uuid.uuid4().hex[:8]
-    topic = f"{prefix}words-{name}"
-    create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
-    return Input(topic, Words(kafka.bootstrap, topic), f"wc-{name}")
-
-
-@pytest.fixture
-def drivers(kafka: ApacheKafka, prefix: str, own_input: Input, tmp_path: Path) -> Iterator[Drivers]:
-    with Drivers(kafka.bootstrap, prefix, own_input, tmp_path) as started:
-        yield started
+def topic_prefix() -> str:
+    """One topic prefix, and so one coordinator (``coordinator``), for this module's tests."""
+    return f"t{uuid.uuid4().hex[:8]}."
 
 
 @pytest.mark.parametrize(
@@ -81,12 +69,12 @@ def drivers(kafka: ApacheKafka, prefix: str, own_input: Input, tmp_path: Path) -
 def test_exactly_once_spark_output_survives_a_broker_restart(
     kafka: ApacheKafka,
     coordinator: CoordinatorProcess,
-    own_input: Input,
+    given: Input,
     drivers: Drivers,
     step: str,
     tmp_path: Path,
 ) -> None:
-    given, release = own_input, tmp_path / "release"
+    release = tmp_path / "release"
     # given: the word count, a checkpoint of it committed, then held at `step` of a later checkpoint
     given.words.produce(40)
     drivers.settings["holds"] = [[step, 2, str(release)]]

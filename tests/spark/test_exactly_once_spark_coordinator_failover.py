@@ -17,12 +17,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from dying_worker import DyingWorker
+from dying_worker import DyingWorker, owner_of
 from support import create_protocol_topics, eventually, on_apache_kafka
-from test_kafka_sink import Drivers, Feeder, Recovery, every_word_counted, read_output
+from test_kafka_sink import (
+    Drivers,
+    Feeder,
+    Recovery,
+    _drivers,  # noqa: F401 (fixture)
+    every_word_counted,
+    read_output,
+)
 from wordfeed import Input
 
 from coordinator.service.supervisor import stop_all
@@ -55,23 +61,6 @@ def workers(bootstrap: str, topic_prefix: str) -> Iterator[list[DyingWorker]]:
         stop_all(started)
 
 
-@pytest.fixture
-def drivers(bootstrap: str, topic_prefix: str, given: Input, tmp_path: Path) -> Iterator[Drivers]:
-    with Drivers(bootstrap, topic_prefix, given, tmp_path) as started:
-        yield started
-
-
-def owner_of(workers: list[DyingWorker], job_id: str) -> DyingWorker:
-    found = eventually(
-        lambda: next((w for w in workers if w.holds(job_id)), None),
-        timeout=SESSION_TIMEOUT + 60,
-        interval=0.2,
-        what=f"the worker that holds {job_id}",
-    )
-    assert found is not None
-    return found
-
-
 @pytest.mark.parametrize(
     "point", [pytest.param("ack", id="ack-arrived"), pytest.param("completion", id="completion-decided")]
 )
@@ -90,15 +79,13 @@ def test_exactly_once_when_a_spark_job_s_coordinator_fails_over_mid_checkpoint(
     with Feeder(given):
         driver.said("step committed ")
         # when: the worker deciding the job's partition is SIGKILLed at `point` of its next checkpoint
-        victim = owner_of(workers, given.job_id)
-        asking = victim.request.with_suffix(".asking")
-        asking.write_text(f"{point} {given.job_id} -1")
-        asking.replace(victim.request)  # whole: the worker reads it at every record
+        victim = owner_of(workers, given.job_id, timeout=SESSION_TIMEOUT + 60)
+        victim.ask(point, given.job_id, -1)
         died = eventually(victim.death, timeout=120, what=f"the owner to die at {point}")
         assert died is not None
         # then: the other worker takes the partition over, and decides that checkpoint
         (survivor,) = [w for w in workers if w is not victim]
-        assert owner_of(workers, given.job_id) is survivor
+        assert owner_of(workers, given.job_id, timeout=SESSION_TIMEOUT + 60) is survivor
         journal = JobDriver(bootstrap, given.job_id, Topics(topic_prefix))
         kinds = (CheckpointCompleted, CheckpointAborted)
         decided = eventually(

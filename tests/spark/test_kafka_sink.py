@@ -171,8 +171,9 @@ class Drivers:
         self.close()
 
 
-@pytest.fixture
-def drivers(bootstrap: str, topic_prefix: str, given: Input, tmp_path: Path) -> Iterator[Drivers]:
+@pytest.fixture(name="drivers")
+def _drivers(bootstrap: str, topic_prefix: str, given: Input, tmp_path: Path) -> Iterator[Drivers]:
+    """Child drivers of the test's job (``given``); the sink's other test modules import it."""
     with Drivers(bootstrap, topic_prefix, given, tmp_path) as started:
         yield started
 
