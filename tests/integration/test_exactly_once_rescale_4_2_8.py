@@ -105,9 +105,9 @@ class ThreeScales(RescaledJob):
                 child.kill()
         self.children = {}
 
-    def twice_uncommitted(self) -> set[str]:
-        """The words a read_uncommitted reader sees twice: the aborted copies beside the committed."""
-        return {word for word, n in self.output_values("read_uncommitted").items() if n == 2}
+    def repeated_uncommitted(self) -> set[str]:
+        """The words a read_uncommitted reader sees more than once: aborted copies beside the committed."""
+        return {word for word, n in self.output_values("read_uncommitted").items() if n > 1}
 
     def assert_exactly_once(self) -> None:
         every = Counter(self.sent)
@@ -181,9 +181,9 @@ def test_exactly_once_transactional_output_survives_a_rescale_from_4_to_2_to_8_t
     # only where the records were sent ahead: not those that came while the previous commit ran)
     both = copies_of(job, "task-3", 2) | copies_of(job, "task-1", 3)
     if crash == "open":
-        assert job.twice_uncommitted() == both
+        assert job.repeated_uncommitted() == both
     else:
-        assert job.twice_uncommitted() <= both
+        assert job.repeated_uncommitted() <= both
 
 
 def test_exactly_once_when_the_task_taking_over_is_killed_during_its_commit(job: ThreeScales) -> None:
@@ -204,4 +204,6 @@ def test_exactly_once_when_the_task_taking_over_is_killed_during_its_commit(job:
     for task in EIGHT:
         job.committed(task, 3)
     job.assert_exactly_once()
-    assert job.twice_uncommitted() == copies_of(job, "task-3", 2)
+    # and: task-1's open transaction was aborted: its copies are there beside the committed ones (three
+    # copies where task-3 had sent them ahead before it died: that transaction was aborted too)
+    assert job.repeated_uncommitted() == copies_of(job, "task-3", 2)
