@@ -141,7 +141,7 @@ class DirectConsumer(faust_aiokafka.Consumer):
         a fetch now."""
         prefetched, self._prefetch = self._prefetch, None
         if prefetched is not None:
-            fetched = self._since_sought(await prefetched, self._prefetch_sought)
+            fetched = await self._since_sought(await prefetched, self._prefetch_sought)
             stale, self._stale = self._stale, set()
             if stale:
                 fetched = [(tp, record) for tp, record in fetched if tp not in stale]
@@ -169,14 +169,18 @@ class DirectConsumer(faust_aiokafka.Consumer):
         sought = self._sought
         records, active_partitions = await self._wait_next_records(timeout)
         generation_id = self.app.consumer_generation_id
-        if records is None or self.should_stop or self._sought != sought:
-            return []  # fetched before a rebalance's seek: they come again from the committed offset
+        if records is None or self.should_stop:
+            return []
+        if self._sought != sought:  # fetched before a rebalance's seek
+            await self._fetch_again({tp: batch[0].offset for tp, batch in records.items() if batch})
+            return []
         if not self.flow_active:
             self.log.dev("getmany called while flow not active. Seek back to committed offsets.")
             try:
                 await self.perform_seek()
             except Exception as ex:
                 self.log.warning(f"exception performing seek when flow not active {ex}")
+            await self._fetch_again({tp: batch[0].offset for tp, batch in records.items() if batch})
             return []
         direct_topics = self.direct_topics
         to_message = self._to_message
@@ -254,9 +258,10 @@ class DirectConsumer(faust_aiokafka.Consumer):
             self._handed.pop(tp, None)
         await super().on_partitions_revoked(revoked)
 
-    def _since_sought(self, fetched: list[tuple[TP, Any]], sought: int) -> list[tuple[TP, Any]]:
+    async def _since_sought(self, fetched: list[tuple[TP, Any]], sought: int) -> list[tuple[TP, Any]]:
         """``fetched`` (by a fetch that started when :attr:`_sought` was ``sought``), or nothing if
-        a rebalance revoked partitions or sought the consumer since.
+        a rebalance revoked partitions or sought the consumer since (they come again:
+        :meth:`_fetch_again`).
 
         Such records were fetched from positions before the seek. Handed on after it, they moved
         the read offset past the records the seek brings back, which were then skipped as handled
@@ -265,7 +270,37 @@ class DirectConsumer(faust_aiokafka.Consumer):
         if self._sought == sought:
             return fetched
         self.log.info("dropped %d records fetched before a rebalance's seek: they come again", len(fetched))
+        first: dict[TP, int] = {}
+        for tp, record in fetched:
+            if tp not in self._stale:  # rewound meanwhile: the rewind says where it reads from
+                first.setdefault(tp, record.offset)
+        await self._fetch_again(first)
         return []
+
+    async def _fetch_again(self, first: dict[TP, int]) -> None:
+        """Make the dropped records of each partition (from offset ``first[tp]`` on) come again.
+
+        A seek to the committed offsets moves only the partitions with a committed offset past 0
+        (aiokafka's ``seek_to_committed``): a partition with none kept its position, past the records
+        dropped. Unless it was sought back, it is sought to the first of them here (never below its
+        committed offset: those are decided); a partition no longer assigned is left to its next
+        owner. Without this the first records of a new
+        partition (a job's first status, say) were lost when a rebalance or a stopped flow dropped
+        the fetch that had them: that job was never triggered (a CI run, 2026-11-30)."""
+        assigned = self.assignment()
+        for tp, offset in first.items():
+            if tp not in assigned:
+                continue
+            try:
+                position = await self.position(tp)
+            except Exception as exc:  # revoked meanwhile: the next owner reads from the committed offset
+                self.log.warning("no position of %s to fetch its dropped records again: %r", tp, exc)
+                continue
+            committed = self._committed_offset.get(tp)
+            target = offset if committed is None else max(offset, committed)
+            if position is not None and position > target:
+                self._handed[tp] = target
+                await self.seek(tp, target)
 
     def read_offsets(self) -> dict[Any, int | None]:
         """The offset last read (handed on) per topic partition."""

@@ -350,8 +350,15 @@ def test_a_batch_prefetched_before_a_rebalance_s_seek_is_dropped_and_the_sought_
         async def seek_to_committed() -> dict[TP, int]:
             return {tp: 248}
 
+        async def position(partition: TP) -> int:
+            return 248  # sought back: the dropped records come again without another seek
+
+        async def seek(partition: TP, offset: int) -> None:
+            raise AssertionError(f"sought {partition} to {offset}: past the records the seek brings back")
+
         consumer._fetch_direct = fetch
         consumer.seek_to_committed = seek_to_committed
+        consumer.assignment, consumer.position, consumer._seek = lambda: {tp}, position, seek
         consumer.prefetch()
         await asyncio.sleep(0)  # the prefetch has its records
         await consumer.on_partitions_revoked({tp})
@@ -392,8 +399,12 @@ def test_records_a_fetch_waited_for_across_a_rebalance_s_seek_are_dropped() -> N
         async def seek_to_committed() -> dict[TP, int]:
             return {tp: 248}
 
+        async def position(partition: TP) -> int:
+            return 248
+
         consumer._wait_next_records = wait_next_records
         consumer.seek_to_committed = seek_to_committed
+        consumer.assignment, consumer.position = lambda: {tp}, position
         fetching = asyncio.ensure_future(consumer._fetch_direct(timeout=1.0))
         await asyncio.sleep(0)
         await consumer.perform_seek()
@@ -401,3 +412,86 @@ def test_records_a_fetch_waited_for_across_a_rebalance_s_seek_are_dropped() -> N
         return await fetching
 
     assert [] == asyncio.run(scenario())
+
+
+def _dropped_then_next(
+    name: str, drop: str, committed: int | None
+) -> tuple[list[tuple[TP, int]], list[int], int | None]:
+    """A partition whose consumer position is 2 after a fetch of its offsets 0-1, which is dropped
+    (``drop``: a rebalance's seek came while it was prefetched, or it came while the flow was
+    stopped); the seek to the committed offsets finds ``committed``. Returns the seeks made, the
+    offsets of the next fetch (from the position then) and the offset the handler gets next."""
+    tp = TP("t.job-status", 4)
+
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
+        raise AssertionError("nothing is fetched here")
+
+    async def scenario() -> tuple[list[tuple[TP, int]], list[int], int | None]:
+        app = _direct_app(name, handler)
+        consumer = app.consumer
+        fetch_position = {tp: 2}
+        sought: list[tuple[TP, int]] = []
+
+        async def seek_to_committed() -> dict[TP, int | None]:
+            if committed:  # aiokafka seeks only to a committed offset past 0
+                fetch_position[tp] = committed
+            return {tp: committed}
+
+        async def position(partition: TP) -> int:
+            return fetch_position[partition]
+
+        async def seek(partition: TP, offset: int) -> None:
+            sought.append((partition, offset))
+            fetch_position[partition] = offset
+
+        fetches: list[int] = []
+
+        async def wait_next_records(timeout: float) -> tuple[dict[TP, list[Any]], set[TP]]:
+            fetches.append(len(fetches))
+            if drop == "stopped flow" and len(fetches) == 1:
+                consumer.flow_active = False
+                return {tp: [_record(tp, 0), _record(tp, 1)]}, {tp}
+            consumer.flow_active = True
+            return {tp: [_record(tp, offset) for offset in range(fetch_position[tp], 3)]}, {tp}
+
+        async def prefetched(timeout: float) -> list[tuple[TP, Any]]:
+            await consumer.on_partitions_revoked(set())
+            await consumer.perform_seek()
+            return [(tp, _record(tp, 0)), (tp, _record(tp, 1))]
+
+        consumer.seek_to_committed, consumer.position, consumer._seek = seek_to_committed, position, seek
+        consumer.assignment, consumer.highwater = lambda: {tp}, lambda partition: 3
+        consumer._wait_next_records = wait_next_records
+        if drop == "rebalance":
+            consumer._fetch_direct = prefetched
+            consumer.prefetch()
+            assert [] == await consumer._next_fetch()
+            del consumer._fetch_direct
+        else:
+            assert [] == await consumer._fetch_direct(timeout=1.0)
+        after = await consumer._fetch_direct(timeout=1.0)
+        return sought, [record.offset for _, record in after], consumer.next_offset(tp.topic, tp.partition)
+
+    return asyncio.run(scenario())
+
+
+def test_the_dropped_first_records_of_a_partition_with_nothing_committed_come_again() -> None:
+    """Given a partition with nothing committed (a job's first status on a new topic), whose offsets
+    0-1 a fetch had when a rebalance's seek came (or that came while the flow was stopped), when
+    they are dropped, then the partition is sought back to 0, and the next fetch has them. The seek
+    to the committed offsets does not move a partition with none: without the seek back, the
+    consumer read on from 2 and the job was never triggered (a CI run, 2026-11-30)."""
+    tp = TP("t.job-status", 4)
+    for drop in ("rebalance", "stopped flow"):
+        sought, next_fetched, next_offset = _dropped_then_next(f"direct-consumer-first-{drop}", drop, None)
+
+        assert [(tp, 0)] == sought, drop
+        assert [0, 1, 2] == next_fetched, drop
+        assert 0 == next_offset, drop
+
+
+def test_dropped_records_past_a_committed_offset_come_again_from_it_without_another_seek() -> None:
+    sought, next_fetched, _ = _dropped_then_next("direct-consumer-first-committed", "stopped flow", 1)
+
+    assert [] == sought
+    assert [1, 2] == next_fetched
