@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from uuid import uuid4
 
 import jvm_archive
 import pytest
+import worker_logs
 from alone import TURNS_VARIABLE, turn
 from cpu_account import VARIABLE as CPU_ACCOUNT_VARIABLE
 from cpu_account import CpuAccount
@@ -99,6 +100,7 @@ _kafka_archive_maker: jvm_archive.KafkaArchiveMaker | None = None
 
 def pytest_configure(config: pytest.Config) -> None:
     global _archive_maker
+    worker_logs.follow_launches()
     external = bool(os.environ.get("CUTLINE_BOOTSTRAP"))
     tansu = not external and broker_kind() == "tansu"
     os.environ.setdefault("CUTLINE_SESSION_TIMEOUT", "6" if external else TEST_SESSION_TIMEOUT)
@@ -362,6 +364,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     xdist worker runs a test but a pure one (:mod:`alone`); one marked ``spark`` or ``timed`` at its
     :data:`NICENESS`."""
     niceness = next((n for marker, n in NICENESS.items() if item.get_closest_marker(marker)), None)
+    worker_logs.running_test(item.nodeid)
     with contextlib.ExitStack() as stack:
         turns, asked = os.environ.get(TURNS_VARIABLE), time.time()
         if turns and not _pure(item):
@@ -373,6 +376,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         if account is not None:
             stack.enter_context(account.measuring(item.nodeid, asked, waited))
         return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report ends with the logs of the coordinator workers it ran (:mod:`worker_logs`)."""
+    report = yield
+    if report.failed:
+        logs = worker_logs.report(item.nodeid)
+        if logs:
+            report.sections.append(("coordinator workers' logs", logs))
+    return report
 
 
 @functools.cache

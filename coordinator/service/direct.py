@@ -299,6 +299,9 @@ class DirectConsumer(faust_aiokafka.Consumer):
             committed = self._committed_offset.get(tp)
             target = offset if committed is None else max(offset, committed)
             if position is not None and position > target:
+                self.log.warning(
+                    "%s sought back from %d to %d: the records dropped come again", tp, position, target
+                )
                 self._handed[tp] = target
                 await self.seek(tp, target)
 
