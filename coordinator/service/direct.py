@@ -291,11 +291,7 @@ class DirectConsumer(faust_aiokafka.Consumer):
         for tp, offset in first.items():
             if tp not in assigned:
                 continue
-            try:
-                position = await self.position(tp)
-            except Exception as exc:  # revoked meanwhile: the next owner reads from the committed offset
-                self.log.warning("no position of %s to fetch its dropped records again: %r", tp, exc)
-                continue
+            position = self.fetch_position(tp)
             committed = self._committed_offset.get(tp)
             target = offset if committed is None else max(offset, committed)
             if position is not None and position > target:
@@ -304,6 +300,19 @@ class DirectConsumer(faust_aiokafka.Consumer):
                 )
                 self._handed[tp] = target
                 await self.seek(tp, target)
+
+    def fetch_position(self, tp: TP) -> int | None:
+        """Where the consumer fetches ``tp`` from next, read without waiting as aiokafka's
+        ``highwater`` is; None while it has none (reset to the committed offset after an assignment,
+        or not assigned). Not aiokafka's ``position``, which waits for one: in the fetch loop, during
+        a rebalance, that could wait for the rebalance, which may wait for the loop."""
+        consumer: Any = self._thread._ensure_consumer()
+        subscription = consumer._subscription.subscription
+        assignment = subscription.assignment if subscription is not None else None
+        state = assignment.state_value(tp) if assignment is not None else None
+        if state is None or not state.has_valid_position:
+            return None
+        return int(state.position)
 
     def read_offsets(self) -> dict[Any, int | None]:
         """The offset last read (handed on) per topic partition."""

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import faust
+from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.structs import ConsumerRecord
 from faust.transport.consumer import CONSUMER_FETCHING, Consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -350,7 +352,7 @@ def test_a_batch_prefetched_before_a_rebalance_s_seek_is_dropped_and_the_sought_
         async def seek_to_committed() -> dict[TP, int]:
             return {tp: 248}
 
-        async def position(partition: TP) -> int:
+        def position(partition: TP) -> int:
             return 248  # sought back: the dropped records come again without another seek
 
         async def seek(partition: TP, offset: int) -> None:
@@ -358,7 +360,7 @@ def test_a_batch_prefetched_before_a_rebalance_s_seek_is_dropped_and_the_sought_
 
         consumer._fetch_direct = fetch
         consumer.seek_to_committed = seek_to_committed
-        consumer.assignment, consumer.position, consumer._seek = lambda: {tp}, position, seek
+        consumer.assignment, consumer.fetch_position, consumer._seek = lambda: {tp}, position, seek
         consumer.prefetch()
         await asyncio.sleep(0)  # the prefetch has its records
         await consumer.on_partitions_revoked({tp})
@@ -399,12 +401,12 @@ def test_records_a_fetch_waited_for_across_a_rebalance_s_seek_are_dropped() -> N
         async def seek_to_committed() -> dict[TP, int]:
             return {tp: 248}
 
-        async def position(partition: TP) -> int:
+        def position(partition: TP) -> int:
             return 248
 
         consumer._wait_next_records = wait_next_records
         consumer.seek_to_committed = seek_to_committed
-        consumer.assignment, consumer.position = lambda: {tp}, position
+        consumer.assignment, consumer.fetch_position = lambda: {tp}, position
         fetching = asyncio.ensure_future(consumer._fetch_direct(timeout=1.0))
         await asyncio.sleep(0)
         await consumer.perform_seek()
@@ -437,7 +439,7 @@ def _dropped_then_next(
                 fetch_position[tp] = committed
             return {tp: committed}
 
-        async def position(partition: TP) -> int:
+        def position(partition: TP) -> int:
             return fetch_position[partition]
 
         async def seek(partition: TP, offset: int) -> None:
@@ -459,7 +461,11 @@ def _dropped_then_next(
             await consumer.perform_seek()
             return [(tp, _record(tp, 0)), (tp, _record(tp, 1))]
 
-        consumer.seek_to_committed, consumer.position, consumer._seek = seek_to_committed, position, seek
+        consumer.seek_to_committed, consumer.fetch_position, consumer._seek = (
+            seek_to_committed,
+            position,
+            seek,
+        )
         consumer.assignment, consumer.highwater = lambda: {tp}, lambda partition: 3
         consumer._wait_next_records = wait_next_records
         if drop == "rebalance":
@@ -495,3 +501,23 @@ def test_dropped_records_past_a_committed_offset_come_again_from_it_without_anot
 
     assert [] == sought
     assert [1, 2] == next_fetched
+
+
+def test_the_fetch_position_is_aiokafka_s_without_waiting_for_one() -> None:
+    """``fetch_position`` reads the position aiokafka keeps per assigned partition (None while it has
+    none: after an assignment, until reset to the committed offset; or not assigned)."""
+    tp, other = TP("t.job-status", 4), TP("t.job-status", 5)
+
+    async def handler(messages: Sequence[Any]) -> Sequence[Any]:
+        raise AssertionError("nothing is fetched here")
+
+    async def scenario() -> tuple[int | None, int | None, int | None]:
+        consumer = _direct_app("direct-consumer-fetch-position", handler).consumer
+        subscription = SubscriptionState()
+        subscription.assign_from_user({tp})
+        consumer._thread._ensure_consumer = lambda: SimpleNamespace(_subscription=subscription)
+        before = consumer.fetch_position(tp)
+        subscription.seek(tp, 7)
+        return before, consumer.fetch_position(tp), consumer.fetch_position(other)
+
+    assert (None, 7, None) == asyncio.run(scenario())
