@@ -346,9 +346,18 @@ NOT_LEADER_YET = frozenset(
 it while its broker has not yet taken the leadership (docs/embedded-broker.md)."""
 
 
+UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._UNKNOWN_PARTITION})
+"""What librdkafka answers a ListOffsets while its broker cannot be reached (restarting, say), without
+asking again as it does other requests: a transport error where the connection broke, an unknown
+partition once the partition's leader is unknown. (A partition that does not exist answers unknown
+too: it fails at the timeout.)"""
+
+
 def watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float = 10.0) -> tuple[int, int]:
     """``consumer.get_watermark_offsets(tp, cached=False)`` (ListOffsets), asked again until
-    ``timeout`` while the broker answers :data:`NOT_LEADER_YET`."""
+    ``timeout`` while the broker answers :data:`NOT_LEADER_YET` or cannot be reached
+    (:data:`UNREACHABLE`): a broker restarted within it is waited out, as Spark's Kafka source
+    retries its offset requests."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -357,9 +366,10 @@ def watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float = 1
             )
             return int(low), int(high)
         except KafkaException as exc:
-            if exc.args[0].code() not in NOT_LEADER_YET or time.monotonic() >= deadline:
+            code = exc.args[0].code()
+            if code not in NOT_LEADER_YET | UNREACHABLE or time.monotonic() >= deadline:
                 raise
-            time.sleep(0.05)
+            time.sleep(0.05 if code in NOT_LEADER_YET else 0.5)
 
 
 def find_ends(

@@ -5,6 +5,7 @@ participant is held at one step of checkpoint 2 (its output staged and not acked
 begun; its transaction open, records and marker at the broker), the broker is SIGKILLed and started
 again on its ports and log dir, and the participant goes on. A read_committed reader must see every
 input's copy exactly once, and a read_uncommitted reader nothing more: the restart aborts nothing.
+The module's broker also shows that an offset request waits out a restart.
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from threading import Timer
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 from support import TEST_KAFKA_CONFIG, TEST_KAFKA_HEAP, eventually, on_apache_kafka
 from test_exactly_once_sink import JOB, TASK, Child, Job, assert_exactly_once, launch
 
 from events.dev.apache_kafka import ApacheKafka
+from events.dev.broker import create_topics
+from events.kafka.clients import consumer_config, watermark_offsets
 from events.wire.records import CheckpointAcknowledged, CheckpointBarrier, CheckpointKind, CheckpointTriggered
 
 pytestmark = [
@@ -203,3 +208,30 @@ def test_a_commit_that_fails_while_the_broker_is_down_goes_with_the_next_complet
     aborted = job.output_values("read_uncommitted") - job.output_values()
     assert set(aborted) <= {f"w{i}" for i in range(10, 20)}, f"aborted copies of other words: {aborted}"
     assert child.process.poll() is None
+
+
+def test_an_offset_request_waits_out_a_broker_restart(kafka: ApacheKafka, topic_prefix: str) -> None:
+    """Given a consumer that has asked the broker for a partition's offsets, when the broker is
+    SIGKILLed and started again 3 s later, then the same request asked meanwhile answers once the
+    broker is back. librdkafka answers it at once with a transport error where the connection broke,
+    and a Spark job's source asking for its input's end then failed its query (a CI run of
+    tests/spark/test_exactly_once_spark_broker_restart.py, 2026-11-30)."""
+    topic = f"{topic_prefix}offsets"
+    create_topics(kafka.bootstrap, [topic], partitions=1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for index in range(3):
+        producer.produce(topic, str(index).encode(), partition=0)
+    assert producer.flush(10) == 0
+    consumer = Consumer(consumer_config(kafka.bootstrap))
+    partition = TopicPartition(topic, 0)
+    try:
+        assert watermark_offsets(consumer, partition) == (0, 3)
+        kafka.kill(1)
+        restarting = Timer(3.0, kafka.restart, args=(1,))
+        restarting.start()
+        try:
+            assert watermark_offsets(consumer, partition, timeout=60) == (0, 3)
+        finally:
+            restarting.join()
+    finally:
+        consumer.close()
