@@ -284,9 +284,9 @@ class DirectConsumer(faust_aiokafka.Consumer):
         (aiokafka's ``seek_to_committed``): a partition with none kept its position, past the records
         dropped. Unless it was sought back, it is sought to the first of them here (never below its
         committed offset: those are decided); a partition no longer assigned is left to its next
-        owner. Without this the first records of a new
-        partition (a job's first status, say) were lost when a rebalance or a stopped flow dropped
-        the fetch that had them: that job was never triggered (a CI run, 2026-11-30)."""
+        owner. Without this the first records of a new partition (a job's first status, say) were
+        lost when a rebalance or a stopped flow dropped the fetch that had them: that job was never
+        triggered (a CI run, 2026-11-30)."""
         assigned = self.assignment()
         for tp, offset in first.items():
             if tp not in assigned:
