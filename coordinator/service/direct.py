@@ -171,15 +171,14 @@ class DirectConsumer(faust_aiokafka.Consumer):
         generation_id = self.app.consumer_generation_id
         if records is None or self.should_stop:
             return []
-        if self._sought != sought:  # fetched before a rebalance's seek
-            await self._fetch_again({tp: batch[0].offset for tp, batch in records.items() if batch})
-            return []
-        if not self.flow_active:
-            self.log.dev("getmany called while flow not active. Seek back to committed offsets.")
-            try:
-                await self.perform_seek()
-            except Exception as ex:
-                self.log.warning(f"exception performing seek when flow not active {ex}")
+        stale = self._sought != sought  # fetched before a rebalance's seek
+        if stale or not self.flow_active:
+            if not stale:
+                self.log.dev("getmany called while flow not active. Seek back to committed offsets.")
+                try:
+                    await self.perform_seek()
+                except Exception as ex:
+                    self.log.warning(f"exception performing seek when flow not active {ex}")
             await self._fetch_again({tp: batch[0].offset for tp, batch in records.items() if batch})
             return []
         direct_topics = self.direct_topics
