@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from playwright.sync_api import sync_playwright
 from support import TEST_PARTITIONS, LocalBroker, eventually, local_broker
 
 from coordinator.service.app import Settings, ensure_topics
 from coordinator.service.doctor import CheckStatus, diagnose
 from coordinator.service.supervisor import CoordinatorProcess
+from events.kafka.clients import consumer_config, job_key, partition_for
 from events.task.participant import JobDriver
 from events.wire.records import CheckpointConfig
 from events.wire.topics import Topics
@@ -86,7 +88,24 @@ def _running(broker: LocalBroker, coordinator: CoordinatorProcess, tmp_path: Pat
     driver.running(["task-0"], config, attempt=1, heartbeats=False)
     driver.close()
     eventually(lambda: coordinator.get(f"/jobs/{JOB}").get("status") == "RUNNING", what="the job RUNNING")
+    # The worker shows a status as soon as it decides it; killed before its journal write is acknowledged,
+    # the broker would fail that write 30 s later, and the worker would recover the partition and forget
+    # the job (the page a slow test then opens lists none). The group commits the job's status record only
+    # once that write is acknowledged, so the broker dies with the job journaled.
+    eventually(lambda: _status_committed(broker.bootstrap) == 1, what="the job's status record committed")
     return Alone(broker, coordinator)
+
+
+def _status_committed(bootstrap: str) -> int:
+    """The coordinators' group's committed offset of the job's ``job-status`` partition."""
+    topics = Topics(PREFIX)
+    partition = TopicPartition(topics.job_status, partition_for(job_key(JOB), TEST_PARTITIONS))
+    group = Consumer(consumer_config(bootstrap, extra={"group.id": f"{PREFIX}coordinator"}))
+    try:
+        [committed] = group.committed([partition], timeout=10)
+        return int(committed.offset)
+    finally:
+        group.close()
 
 
 def test_a_worker_whose_broker_was_killed_is_not_ready_and_says_why(alone: Alone, tmp_path: Path) -> None:
