@@ -157,6 +157,7 @@ from spark_tasks.restore import (
     restore_step,
 )
 from spark_tasks.retention_executor import RetentionExecutor, RunFiles
+from spark_tasks.scheduler_watch import UNSCHEDULED_WARNING_S, SchedulerWatch
 from spark_tasks.session import is_connect_session
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
 from spark_tasks.tasks import TaskSettings, partition_step, send_reply
@@ -264,6 +265,9 @@ class JobSettings:
     default as in Flink: none (docs/spark.md, "Latency markers")."""
     source: Source = "cutline-kafka"
     """``cutline-kafka`` or ``kafka`` (Spark's own connector): the format the job reads its topics with."""
+    unscheduled_warning_s: float = UNSCHEDULED_WARNING_S
+    """Warn when no coordinator has run an attempt this long after its RUNNING (none runs on the topic
+    prefix, say): the job then runs on without checkpoints (:mod:`spark_tasks.scheduler_watch`)."""
     allow_non_restored_state: bool = False
     """Restore even though the checkpoint holds state this job does not map (another kind of step,
     partitions it does not read, another keyed step's state): that state is left behind and the
@@ -358,6 +362,7 @@ class CheckpointedJob:
         """Journal records of this job that the job ignored, and why (each logged once)."""
         self._listener: QueryStatusListener | None = None
         self._follower: JournalFollower | None = None
+        self._scheduler_watch: SchedulerWatch | None = None
         self._stopping = False
         self._lock = threading.Lock()
         self._completion = threading.Condition(self._lock)
@@ -893,6 +898,20 @@ class CheckpointedJob:
         log.info(
             "job %s attempt %d is RUNNING with %d tasks", self.settings.job_id, self.attempt, len(self.tasks)
         )
+        self._close_scheduler_watch()
+        self._scheduler_watch = SchedulerWatch(
+            self._scheduled,
+            self.settings.job_id,
+            self.attempt,
+            self.settings.topic_prefix,
+            self.settings.bootstrap,
+            after_s=self.settings.unscheduled_warning_s,
+        ).start()
+
+    def _close_scheduler_watch(self) -> None:
+        if self._scheduler_watch is not None:
+            self._scheduler_watch.close()
+            self._scheduler_watch = None
 
     def _canceled_after_failing(self) -> None:
         """``cutline cancel`` reached this driver after its attempt had failed but before the restart
@@ -909,6 +928,7 @@ class CheckpointedJob:
             log.error("could not publish CANCELED of job %s: %s", self.settings.job_id, exc)
 
     def _publish_end(self, exception: str | None) -> None:
+        self._close_scheduler_watch()
         # A failure is FAILING: the job's restart strategy decides (cutline run carries it out).
         if self.failure is not None:
             status, error = JobStatus.FAILING, str(self.failure)
@@ -1255,6 +1275,7 @@ class CheckpointedJob:
             self._follower.close()
             self._follower = None
         self._close_cuts()
+        self._close_scheduler_watch()
         self.driver.close()
 
     def __enter__(self) -> Self:

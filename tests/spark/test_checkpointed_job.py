@@ -686,24 +686,31 @@ def test_a_driver_of_an_attempt_the_coordinator_never_ran_leaves_no_offsets_to_t
     coordinator: CoordinatorProcess,
     tmp_path: Path,
     given: Input,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Given a driver whose query read the input and then ended before the coordinator journaled its
     start (here: no coordinator on its topic prefix, as for a crash in its first batches), when the
     next driver begins the same attempt number in the same work directory, then its query starts
     from the restored offsets (none: the earliest), not from the Spark checkpoint left there, and
     every word is counted: Spark would resume after the first driver's batches, whose records are
-    in no restored state."""
+    in no restored state. The first driver said that no coordinator ran its attempt (after 1 s here,
+    30 by default), naming the topic prefix to check."""
     from events.dev.broker import create_topics
 
     words, job_id = given.words, given.job_id
     words.produce(100)
     unrun = f"t{uuid.uuid4().hex[:8]}."
     create_topics(bootstrap, Topics(unrun).all)
-    with CheckpointedJob(spark, _settings(bootstrap, unrun, given.topic, tmp_path, job_id)) as first:
+    settings = replace(_settings(bootstrap, unrun, given.topic, tmp_path, job_id), unscheduled_warning_s=1.0)
+    with CheckpointedJob(spark, settings) as first:
         _start(spark, first, tmp_path / "first-out")
         commits = first.work_dir / "spark" / "commits"
         _wait(lambda: commits.is_dir() and any(commits.iterdir()), "the first driver's first batch")
+        warned = f"job {job_id} attempt 1: no coordinator has run it"
+        _wait(lambda: any(r.getMessage().startswith(warned) for r in caplog.records), "the driver's warning")
     assert first.attempt == 1
+    [warning] = [r.getMessage() for r in caplog.records if r.getMessage().startswith(warned)]
+    assert f"with topic prefix {unrun!r}?" in warning
 
     out = tmp_path / "out"
     with CheckpointedJob(spark, _settings(bootstrap, topic_prefix, given.topic, tmp_path, job_id)) as job:
