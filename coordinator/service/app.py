@@ -42,7 +42,7 @@ from coordinator.service.direct import DirectConsumer, use_direct_consumer
 from coordinator.service.gc_schedule import GC_INTERVAL_S, ScheduledCollections
 from coordinator.service.group_view import web_client_id
 from coordinator.service.inputs import InputLoop, Ticker
-from coordinator.service.metrics import InputLag
+from coordinator.service.metrics import InputLag, RefetchCounts
 from coordinator.service.ports import SystemClock, ThreadExecutor
 from coordinator.service.runtime import Coordinator, Outgoing
 from coordinator.service.throttled_log import throttle_repeated_lines
@@ -385,7 +385,7 @@ def create_app(settings: Settings, *, idempotent: bool = False) -> faust.App:
     app.on_before_shutdown.connect(shell.close)  # type: ignore[arg-type]
     register_views(
         app, shell.coordinator, shell.worker, settings.topics, shell.worker.recovered, shell.input_lag,
-        shell.collections, shell.broker,
+        shell.collections, shell.broker, shell.refetches,
     )  # fmt: skip
     app.cutline_coordinator = shell.coordinator  # type: ignore[attr-defined]
     app.cutline_worker = shell.worker  # type: ignore[attr-defined]
@@ -588,6 +588,12 @@ class Shell:
             membership = membership_of(self.app.consumer)
             if membership is not None:
                 record_membership(Path(self.member_file), membership)  # for the watchdog, should this die
+
+    def refetches(self) -> RefetchCounts:
+        consumer = self.app.consumer
+        if not isinstance(consumer, DirectConsumer):
+            return RefetchCounts()
+        return RefetchCounts(consumer.records_fetched_again, consumer.partitions_sought_back)
 
     def input_lag(self) -> list[InputLag]:
         consumer = self.app.consumer

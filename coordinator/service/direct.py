@@ -125,6 +125,11 @@ class DirectConsumer(faust_aiokafka.Consumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._stale, self._handed = set(), {}
+        self.records_fetched_again = 0
+        """Records fetched and dropped (before a rebalance's seek, or while Faust's flow was stopped):
+        they are fetched again (:meth:`_fetch_again`). A rebalance's cost, at ``/metrics``."""
+        self.partitions_sought_back = 0
+        """Times a partition was sought back to the first of such records."""
 
     def prefetch(self) -> None:
         """Start fetching the next batch now. The handler calls this once it has decided a batch
@@ -179,6 +184,7 @@ class DirectConsumer(faust_aiokafka.Consumer):
                     await self.perform_seek()
                 except Exception as ex:
                     self.log.warning(f"exception performing seek when flow not active {ex}")
+            self.records_fetched_again += sum(len(batch) for batch in records.values())
             await self._fetch_again({tp: batch[0].offset for tp, batch in records.items() if batch})
             return []
         direct_topics = self.direct_topics
@@ -269,6 +275,7 @@ class DirectConsumer(faust_aiokafka.Consumer):
         if self._sought == sought:
             return fetched
         self.log.info("dropped %d records fetched before a rebalance's seek: they come again", len(fetched))
+        self.records_fetched_again += len(fetched)
         first: dict[TP, int] = {}
         for tp, record in fetched:
             if tp not in self._stale:  # rewound meanwhile: the rewind says where it reads from
@@ -298,6 +305,7 @@ class DirectConsumer(faust_aiokafka.Consumer):
                     "%s sought back from %d to %d: the records dropped come again", tp, position, target
                 )
                 self._handed[tp] = target
+                self.partitions_sought_back += 1
                 await self.seek(tp, target)
 
     def fetch_position(self, tp: TP) -> int | None:

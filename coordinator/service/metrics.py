@@ -58,6 +58,14 @@ class InputLag:
     records: int
 
 
+@dataclass(frozen=True, slots=True)
+class RefetchCounts:
+    """What rebalances cost the worker's input consumer (``DirectConsumer``) since it started."""
+
+    records_fetched_again: int = 0
+    partitions_sought_back: int = 0
+
+
 class CoordinatorCollector(Collector):
     """Reads ``coordinator`` (and the shell's views of partitions and input lag) at each scrape."""
 
@@ -68,8 +76,10 @@ class CoordinatorCollector(Collector):
         input_lag: Callable[[], Iterable[InputLag]] = lambda: (),
         collections: ScheduledCollections | None = None,
         broker: Callable[[], BrokerHealth] | None = None,
+        refetches: Callable[[], RefetchCounts] = RefetchCounts,
     ) -> None:
         self.coordinator = coordinator
+        self.refetches = refetches
         self.partitions = partitions
         self.input_lag = input_lag
         self.collections = collections
@@ -226,6 +236,18 @@ class CoordinatorCollector(Collector):
         for entry in sorted(self.input_lag(), key=lambda e: (e.topic, e.partition)):
             lag.add_metric([entry.topic, str(entry.partition)], entry.records)
         yield lag
+        refetches = self.refetches()
+        yield CounterMetricFamily(
+            WORKER_PREFIX + "records_fetched_again",
+            "Input records fetched and dropped (before a rebalance's seek, or while the consumer's flow "
+            "was stopped), and so fetched again.",
+            value=refetches.records_fetched_again,
+        )
+        yield CounterMetricFamily(
+            WORKER_PREFIX + "partitions_sought_back",
+            "Times an input partition was sought back to the first of such records.",
+            value=refetches.partitions_sought_back,
+        )
 
         if self.collections is not None:
             yield CounterMetricFamily(

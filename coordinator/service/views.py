@@ -41,7 +41,13 @@ from coordinator.service.group_view import (
 )
 from coordinator.service.health import Readiness, broker_json, readiness
 from coordinator.service.job_view import config_rows, job_json, summary_json
-from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
+from coordinator.service.metrics import (
+    CoordinatorCollector,
+    InputLag,
+    PartitionView,
+    RefetchCounts,
+    registry_for,
+)
 from coordinator.service.runtime import Coordinator
 from coordinator.service.web_trust import host_refusal, linkable
 from coordinator.service.worker import Worker
@@ -150,10 +156,13 @@ def register_views(
     input_lag: Callable[[], Iterable[InputLag]],
     collections: ScheduledCollections,
     broker: BrokerProbe,
+    refetches: Callable[[], RefetchCounts] = RefetchCounts,
 ) -> None:
     """Add every web view to ``app``."""
     metrics = registry_for(
-        CoordinatorCollector(coordinator, worker.views, input_lag, collections, lambda: broker.health)
+        CoordinatorCollector(
+            coordinator, worker.views, input_lag, collections, lambda: broker.health, refetches
+        )
     )
     app.cutline_views = ViewContext(coordinator, worker, topics, recovered, metrics, broker)  # type: ignore[attr-defined]
     for path, view in ROUTES:

@@ -418,17 +418,18 @@ def test_records_a_fetch_waited_for_across_a_rebalance_s_seek_are_dropped() -> N
 
 def _dropped_then_next(
     name: str, drop: str, committed: int | None
-) -> tuple[list[tuple[TP, int]], list[int], int | None]:
+) -> tuple[list[tuple[TP, int]], list[int], int | None, tuple[int, int]]:
     """A partition whose consumer position is 2 after a fetch of its offsets 0-1, which is dropped
     (``drop``: a rebalance's seek came while it was prefetched, or it came while the flow was
     stopped); the seek to the committed offsets finds ``committed``. Returns the seeks made, the
-    offsets of the next fetch (from the position then) and the offset the handler gets next."""
+    offsets of the next fetch (from the position then), the offset the handler gets next, and the
+    consumer's counts of records fetched again and partitions sought back (its ``/metrics``)."""
     tp = TP("t.job-status", 4)
 
     async def handler(messages: Sequence[Any]) -> Sequence[Any]:
         raise AssertionError("nothing is fetched here")
 
-    async def scenario() -> tuple[list[tuple[TP, int]], list[int], int | None]:
+    async def scenario() -> tuple[list[tuple[TP, int]], list[int], int | None, tuple[int, int]]:
         app = _direct_app(name, handler)
         consumer = app.consumer
         fetch_position = {tp: 2}
@@ -476,7 +477,13 @@ def _dropped_then_next(
         else:
             assert [] == await consumer._fetch_direct(timeout=1.0)
         after = await consumer._fetch_direct(timeout=1.0)
-        return sought, [record.offset for _, record in after], consumer.next_offset(tp.topic, tp.partition)
+        counts = (consumer.records_fetched_again, consumer.partitions_sought_back)
+        return (
+            sought,
+            [record.offset for _, record in after],
+            consumer.next_offset(tp.topic, tp.partition),
+            counts,
+        )
 
     return asyncio.run(scenario())
 
@@ -489,18 +496,22 @@ def test_the_dropped_first_records_of_a_partition_with_nothing_committed_come_ag
     consumer read on from 2 and the job was never triggered (a CI run, 2026-11-30)."""
     tp = TP("t.job-status", 4)
     for drop in ("rebalance", "stopped flow"):
-        sought, next_fetched, next_offset = _dropped_then_next(f"direct-consumer-first-{drop}", drop, None)
+        sought, next_fetched, next_offset, counts = _dropped_then_next(
+            f"direct-consumer-first-{drop}", drop, None
+        )
 
         assert [(tp, 0)] == sought, drop
         assert [0, 1, 2] == next_fetched, drop
         assert 0 == next_offset, drop
+        assert (2, 1) == counts, drop
 
 
 def test_dropped_records_past_a_committed_offset_come_again_from_it_without_another_seek() -> None:
-    sought, next_fetched, _ = _dropped_then_next("direct-consumer-first-committed", "stopped flow", 1)
+    sought, next_fetched, _, counts = _dropped_then_next("direct-consumer-first-committed", "stopped flow", 1)
 
     assert [] == sought
     assert [1, 2] == next_fetched
+    assert (2, 0) == counts
 
 
 def test_the_fetch_position_is_aiokafka_s_without_waiting_for_one() -> None:

@@ -13,7 +13,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.service.gc_schedule import ScheduledCollections
 from coordinator.service.health import BrokerHealth
-from coordinator.service.metrics import CoordinatorCollector, InputLag, PartitionView, registry_for
+from coordinator.service.metrics import (
+    CoordinatorCollector,
+    InputLag,
+    PartitionView,
+    RefetchCounts,
+    registry_for,
+)
 from coordinator.service.runtime import Coordinator
 from events.wire.codec import encode
 from events.wire.records import (
@@ -117,6 +123,15 @@ def test_partitions_and_input_lag_come_from_the_shell() -> None:
         metrics[("cutline_coordinator_recovery_seconds", partition)],
     )
     assert 12 == metrics[("cutline_coordinator_input_lag", (("partition", "3"), ("topic", TOPICS.acks)))]
+
+
+def test_what_rebalances_cost_the_input_consumer_is_counted() -> None:
+    collector = CoordinatorCollector(Coordinator(TOPICS), refetches=lambda: RefetchCounts(37, 2))
+
+    metrics = scraped(collector)
+
+    assert 37 == metrics[("cutline_coordinator_records_fetched_again_total", ())]
+    assert 2 == metrics[("cutline_coordinator_partitions_sought_back_total", ())]
 
 
 def test_the_documented_metrics_and_the_example_alerts_name_metrics_that_exist() -> None:
