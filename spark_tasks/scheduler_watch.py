@@ -2,10 +2,10 @@
 
 A driver publishes RUNNING, and the coordinator that decides the job's ``job-status`` partition
 journals ``SchedulerStarted`` and triggers its checkpoints. Where no coordinator decides it (none
-runs on the job's topic prefix, the prefix is mistyped, or the partition is stuck), the job runs
-on with no checkpoint, and nothing said so: a restore then goes back to the last checkpoint before
-it. :class:`SchedulerWatch` warns once when the attempt has not been run
-:data:`UNSCHEDULED_WARNING_S` after its RUNNING, and says when it is run after all.
+runs on the job's topic prefix, the prefix is mistyped, or the partition is stuck), the job would
+run on with no checkpoint, silently: a restore then goes back to the last checkpoint before it.
+:class:`SchedulerWatch` warns once when the attempt has not been run :data:`UNSCHEDULED_WARNING_S`
+after its RUNNING, and says when it is run after all.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def late_message(job_id: str, attempt: int, waited_s: float) -> str:
 class SchedulerWatch:
     """Waits for ``scheduled`` (set when the job reads its attempt's ``SchedulerStarted``) from the
     RUNNING it was made at: warns once if it is not set within ``after_s``, and notes it when it is
-    set later. :meth:`close` ends the wait (the attempt ended). ``clock`` and ``daemon`` are seams for
-    the tests: :meth:`run` is the whole wait, which :meth:`start` runs in a daemon thread."""
+    set later. :meth:`close` ends the wait (the attempt ended). :meth:`run` is the whole wait, which
+    :meth:`start` runs in a daemon thread; ``clock`` is a seam for the tests."""
 
     def __init__(
         self,

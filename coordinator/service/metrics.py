@@ -79,11 +79,11 @@ class CoordinatorCollector(Collector):
         refetches: Callable[[], RefetchCounts] = RefetchCounts,
     ) -> None:
         self.coordinator = coordinator
-        self.refetches = refetches
         self.partitions = partitions
         self.input_lag = input_lag
         self.collections = collections
         self.broker = broker
+        self.refetches = refetches
 
     def collect(self) -> Iterator[Metric]:
         yield from self._jobs()
