@@ -271,7 +271,7 @@ class DirectConsumer(faust_aiokafka.Consumer):
         Such records were fetched from positions before the seek. Handed on after it, they moved
         the read offset past the records the seek brings back, which were then skipped as handled
         and never acked, and Faust never commits past a gap of more than one offset at the head of a
-        partition's acks (its ``_new_offset``; one offset it takes for a transaction marker): its
+        partition's acks (its ``_new_offset`` lets one offset pass, as a transaction marker's): its
         committed offset stayed behind for good (a CI run of the rebalance storm, 2026-11-30)."""
         if self._sought == sought:
             return fetched
