@@ -277,9 +277,10 @@ def check_retention(bootstrap: str, prefix: str) -> Check:
     )
 
 
-def check_coordinator(url: str) -> Check:
+def check_coordinator(url: str, prefix: str | None = None) -> Check:
     """The coordinator's own word on its readiness (``/ready``, which answers 503 with its reasons
-    when it is not ready: :func:`coordinator_verdict`)."""
+    when it is not ready: :func:`coordinator_verdict`), and whether it is the coordinator of
+    ``prefix``'s topics."""
     base = url.rstrip("/")
     try:
         with urllib.request.urlopen(f"{base}/ready", timeout=5) as response:
@@ -299,12 +300,23 @@ def check_coordinator(url: str) -> Check:
             "coordinator", CheckStatus.WARN, f"no coordinator answers at {base} ({exc})",
             "start one (`cutline coordinator`), or pass --url with its web port",
         )  # fmt: skip
-    return coordinator_verdict(base, ready)
+    return coordinator_verdict(base, ready, prefix)
 
 
-def coordinator_verdict(base: str, ready: Mapping[str, Any]) -> Check:
-    """What a coordinator's ``/ready`` answer means: FAIL when it cannot reach its broker, WARN while
-    it recovers (or is not ready for another reason it names), OK when ready."""
+def coordinator_verdict(base: str, ready: Mapping[str, Any], prefix: str | None = None) -> Check:
+    """What a coordinator's ``/ready`` answer means: FAIL when it is the coordinator of another topic
+    prefix than ``prefix`` (it decides none of that prefix's jobs) or cannot reach its broker, WARN
+    while it recovers (or is not ready for another reason it names), OK when ready."""
+    theirs = ready.get("topic_prefix")
+    if prefix is not None and theirs is not None and theirs != prefix:
+        return Check(
+            "coordinator", CheckStatus.FAIL,
+            f"{base} is the coordinator of topic prefix {theirs!r}, not {prefix!r}: it triggers no "
+            f"checkpoint of a job on {prefix!r}",
+            f"give the jobs and this check the prefix the coordinator uses (--topic-prefix {theirs}), or "
+            f"start a coordinator of theirs (`cutline coordinator --topic-prefix {prefix}`, on another "
+            "--web-port) and pass its --url",
+        )  # fmt: skip
     broker = ready.get("broker") or {}
     if broker.get("reachable") is False:
         return Check(
@@ -399,5 +411,5 @@ def diagnose(bootstrap: str | None, prefix: str, url: str, role: str = "coordina
             Check("journal retention", CheckStatus.SKIPPED, "no broker"),
             Check("Kafka ACLs", CheckStatus.SKIPPED, "no broker"),
         ]
-    checks.append(beside_the_broker(check_coordinator(url), broker))
+    checks.append(beside_the_broker(check_coordinator(url, prefix), broker))
     return checks

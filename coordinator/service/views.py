@@ -221,6 +221,7 @@ async def get_ready(web: Any, request: Any) -> Any:
             "broker": broker_json(views.broker.health, views.broker.bootstrap),
             "jobs": len(views.coordinator.states),
             "worker": views.worker.worker_id,
+            "topic_prefix": views.topics.prefix,
             "pid": os.getpid(),
             "partitions": {
                 str(view.partition): partition_json(view, views.worker) for view in views.worker.views()

@@ -9,6 +9,7 @@ demo on Tansu is tests/e2e/test_demo.py.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -172,6 +173,22 @@ def test_the_command_works_on_tansu(installation: Installation, command: str) ->
 
     assert 0 == result.returncode, result.stdout + result.stderr
     assert expected.format(**values) in result.stdout, result.stdout
+
+
+def test_the_doctor_of_another_prefix_than_the_coordinator_s_fails_saying_which_it_serves(
+    installation: Installation,
+) -> None:
+    """A job on a mistyped prefix gets no checkpoint: ``cutline doctor`` with that prefix and the
+    coordinator's ``--url`` fails its coordinator check, naming the prefix the coordinator serves."""
+    result = cutline(
+        "doctor", "--json", "--bootstrap", installation.bootstrap, "--topic-prefix", "typo.",
+        "--url", installation.coordinator.url,
+    )  # fmt: skip
+
+    checks = {check["name"]: check for check in map(json.loads, result.stdout.splitlines())}
+    assert 1 == result.returncode, result.stdout + result.stderr
+    assert "fail" == checks["coordinator"]["verdict"]
+    assert f"is the coordinator of topic prefix {PREFIX!r}, not 'typo.'" in checks["coordinator"]["found"]
 
 
 @pytest.mark.parametrize(

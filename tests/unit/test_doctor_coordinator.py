@@ -73,6 +73,23 @@ def test_a_ready_coordinator_is_ok() -> None:
     assert (CheckStatus.OK, f"{BASE}: worker w1, 1 jobs, ready") == (check.verdict, check.found)
 
 
+def test_the_coordinator_of_another_topic_prefix_fails_the_check_and_names_both() -> None:
+    """A job on a mistyped prefix gets no checkpoint, and a coordinator of another prefix at --url
+    says "ready": the check fails, saying which prefix it serves."""
+    check = coordinator_verdict(BASE, {**READY, "topic_prefix": "cutline."}, "cutlin.")
+
+    assert CheckStatus.FAIL == check.verdict
+    assert f"{BASE} is the coordinator of topic prefix 'cutline.', not 'cutlin.'" in check.found
+    assert "--topic-prefix cutline." in check.fix
+    assert "`cutline coordinator --topic-prefix cutlin.`" in check.fix
+
+
+def test_the_coordinator_of_the_prefix_checked_is_ok() -> None:
+    check = coordinator_verdict(BASE, {**READY, "topic_prefix": "cutline."}, "cutline.")
+
+    assert CheckStatus.OK == check.verdict
+
+
 def test_a_recovering_coordinator_is_a_warning_naming_the_partitions() -> None:
     recovering = {**READY, "ready": False, "recovered": False, "partitions": {"1": {"ready": False}}}
 
