@@ -30,7 +30,7 @@ def unscheduled_message(job_id: str, attempt: int, topic_prefix: str, bootstrap:
         f"job {job_id} attempt {attempt}: no coordinator has run it {waited_s:.0f} s after its RUNNING "
         f"(no SchedulerStarted in its journal), so none of its checkpoints is triggered. Is `cutline "
         f"coordinator` running with topic prefix {topic_prefix!r}? `cutline doctor --bootstrap {bootstrap} "
-        f"--topic-prefix {topic_prefix} --url <its web address>` checks"
+        f"--topic-prefix {topic_prefix}` checks"
     )
 
 

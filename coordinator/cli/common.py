@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from coordinator.service.group_members import DEFAULT_URL, answers, coordinator_urls
+
 USAGE_ERROR = 2
 VIOLATION = 1
 
@@ -26,7 +28,6 @@ Bootstrap: TypeAlias = Annotated[
 TopicPrefix: TypeAlias = Annotated[
     str, typer.Option("--topic-prefix", "-p", metavar="PREFIX", help="Prefix of every cutline topic.")
 ]
-DEFAULT_URL = "http://127.0.0.1:6066"
 CoordinatorUrl: TypeAlias = Annotated[
     str | None,
     typer.Option(
@@ -37,33 +38,6 @@ CoordinatorUrl: TypeAlias = Annotated[
         "--bootstrap or $CUTLINE_BOOTSTRAP, a worker the group names; else the local worker's).",
     ),
 ]
-
-
-def coordinator_urls(bootstrap: str, topic_prefix: str, timeout: float = 10.0) -> list[str]:
-    """The views of the coordinator group's workers, from the group's description at ``bootstrap``
-    (each worker's Kafka client id names its port: :func:`coordinator.service.group_view.web_client_id`)."""
-    from coordinator.service.group_view import views_url
-    from events.dev.broker import _admin
-
-    admin = _admin(bootstrap)
-    group = f"{topic_prefix}coordinator"
-    description = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result()
-    found = (views_url(m.client_id, m.host) for m in description.members)
-    return sorted({url for url in found if url is not None})
-
-
-def _answers(url: str, timeout: float = 1.0) -> bool:
-    """Does a coordinator worker answer at ``url`` (its ``/ready``, whatever the status)?"""
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{url}/ready", timeout=timeout):
-            return True
-    except urllib.error.HTTPError:
-        return True  # a 503 is a worker answering
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 def resolve_url(console: Console, url: str | None, bootstrap: str | None, topic_prefix: str) -> str:
@@ -84,7 +58,7 @@ def resolve_url(console: Console, url: str | None, bootstrap: str | None, topic_
         if refused is not None:
             fail(console, f"cannot find a coordinator worker: {refused}\n(or pass --url)")
         fail(console, f"cannot describe the coordinator group at {bootstrap} ({exc}); pass --url")
-    if not urls and _answers(DEFAULT_URL):
+    if not urls and answers(DEFAULT_URL):
         return DEFAULT_URL  # the local worker (on Tansu, whose group descriptions have no members)
     if not urls:
         fail(

@@ -21,8 +21,13 @@ def doctor(
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = DEFAULT_PREFIX,
     url: Annotated[
-        str, typer.Option("--url", help="A coordinator worker's web views.")
-    ] = "http://127.0.0.1:6066",
+        str | None,
+        typer.Option(
+            "--url",
+            help="A coordinator worker's web views (default: a worker of the prefix's coordinator group, "
+            "else the local worker's, http://127.0.0.1:6066).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per check and line.")] = False,
     role: Annotated[
         str,

@@ -9,6 +9,7 @@ run because an earlier one failed says so instead of failing again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from coordinator.service.group_members import DEFAULT_URL, answers, coordinator_urls
 from events.wire.topics import Topics
 
 
@@ -387,9 +389,32 @@ def check_acls(bootstrap: str, prefix: str, role: str) -> Check:
     return Check(name, CheckStatus.OK, f"{principal} holds every ACL a {role} needs on {prefix}*")
 
 
-def diagnose(bootstrap: str | None, prefix: str, url: str, role: str = "coordinator") -> list[Check]:
+def find_coordinator(
+    bootstrap: str | None, prefix: str, broker: Check, local: str = DEFAULT_URL
+) -> str | Check:
+    """The views to check when ``--url`` is not given: a worker of ``prefix``'s coordinator group (as
+    the group's description names it), else the local worker's (``local``) if one answers (the embedded
+    Tansu broker describes a group without its members); or, when neither, the check that says so."""
+    urls: list[str] = []
+    if broker.verdict is CheckStatus.OK and bootstrap:
+        with contextlib.suppress(Exception):  # no Describe on the group, say: the local worker, then
+            urls = coordinator_urls(bootstrap, prefix, timeout=5)
+    if urls:
+        return urls[0]
+    if answers(local):
+        return local
+    group = f" in its group at {bootstrap}" if bootstrap else ""
+    return Check(
+        "coordinator", CheckStatus.WARN,
+        f"no coordinator worker of topic prefix {prefix!r} is found{group}, and none answers at {local}",
+        f"start one (`cutline coordinator --topic-prefix {prefix}`), or pass --url with its web views",
+    )  # fmt: skip
+
+
+def diagnose(bootstrap: str | None, prefix: str, url: str | None, role: str = "coordinator") -> list[Check]:
     """Every check, in order; those that need the broker are skipped when it does not answer, or
-    when no Kafka client can be made with the client settings."""
+    when no Kafka client can be made with the client settings. The coordinator checked is the one at
+    ``url``, or (None) one that :func:`find_coordinator` finds."""
     settings = check_client_settings()
     checks = [check_python(), check_java(), settings]
     if settings.verdict is CheckStatus.FAIL:
@@ -411,5 +436,7 @@ def diagnose(bootstrap: str | None, prefix: str, url: str, role: str = "coordina
             Check("journal retention", CheckStatus.SKIPPED, "no broker"),
             Check("Kafka ACLs", CheckStatus.SKIPPED, "no broker"),
         ]
-    checks.append(beside_the_broker(check_coordinator(url, prefix), broker))
+    where = find_coordinator(bootstrap, prefix, broker) if url is None else url
+    coordinator = where if isinstance(where, Check) else check_coordinator(where, prefix)
+    checks.append(beside_the_broker(coordinator, broker))
     return checks

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Page, sync_playwright
-from support import create_protocol_topics
+from support import create_protocol_topics, on_apache_kafka
 from typer.testing import CliRunner
 
 from coordinator.cli import app
@@ -173,6 +173,25 @@ def test_cutline_status_answers_on_any_worker(group: Group) -> None:
         assert f"checkpoints of {job}" in result.output
         assert group.owners[job] in result.output
         assert "IN_PROGRESS" in result.output
+
+
+@pytest.mark.skipif(not on_apache_kafka(), reason="Tansu describes a group without its members")
+def test_cutline_doctor_without_url_checks_a_worker_its_group_names(group: Group, bootstrap: str) -> None:
+    """`cutline doctor --bootstrap B --topic-prefix P`, no --url: the coordinator check asks a worker
+    that P's coordinator group names, and finds it ready."""
+    prefix = group.workers[0].prefix
+
+    result = CliRunner().invoke(app, ["doctor", "--json", "--bootstrap", bootstrap, "--topic-prefix", prefix])
+
+    checks = {
+        c["name"]: c
+        for c in (json.loads(line) for line in result.output.splitlines() if line.startswith("{"))
+    }
+    coordinator = checks["coordinator"]
+    assert "ok" == coordinator["verdict"], coordinator
+    assert any(coordinator["found"].startswith(f"{worker.url}: worker ") for worker in group.workers), (
+        coordinator
+    )
 
 
 def test_a_request_for_another_host_name_is_refused(group: Group) -> None:
