@@ -396,17 +396,19 @@ def find_coordinator(
     the group's description names it), else the local worker's (``local``) if one answers (the embedded
     Tansu broker describes a group without its members); or, when neither, the check that says so."""
     urls: list[str] = []
-    if broker.verdict is CheckStatus.OK and bootstrap:
+    asked = broker.verdict is CheckStatus.OK and bootstrap is not None
+    if asked and bootstrap is not None:
         with contextlib.suppress(Exception):  # no Describe on the group, say: the local worker, then
             urls = coordinator_urls(bootstrap, prefix, timeout=5)
     if urls:
         return urls[0]
     if answers(local):
         return local
-    group = f" in its group at {bootstrap}" if bootstrap else ""
     return Check(
         "coordinator", CheckStatus.WARN,
-        f"no coordinator worker of topic prefix {prefix!r} is found{group}, and none answers at {local}",
+        f"no coordinator worker of topic prefix {prefix!r} is in its group at {bootstrap}, and none "
+        f"answers at {local}" if asked else f"no coordinator answers at {local} (no broker to ask for "
+        f"the workers of topic prefix {prefix!r})",
         f"start one (`cutline coordinator --topic-prefix {prefix}`), or pass --url with its web views",
     )  # fmt: skip
 

@@ -99,7 +99,8 @@ def test_with_no_url_and_no_worker_found_the_check_says_how_to_start_one() -> No
 
     assert isinstance(check, Check)
     found = (
-        "no coordinator worker of topic prefix 'cutline.' is found, and none answers at http://127.0.0.1:9"
+        "no coordinator answers at http://127.0.0.1:9 (no broker to ask for the workers of topic "
+        "prefix 'cutline.')"
     )
     assert (CheckStatus.WARN, found) == (check.verdict, check.found)
     assert "`cutline coordinator --topic-prefix cutline.`" in check.fix
