@@ -281,8 +281,7 @@ def partition_count(client: Consumer | Producer, topic: str, timeout: float = 10
     """The number of partitions of ``topic``; :class:`~events.kafka.refusals.AccessRefused` naming the
     ACL when the principal may not Describe it (with the Write a producer, or the Read a consumer, needs
     next), LookupError saying what to do when it does not exist."""
-    metadata = client.list_topics(topic, timeout=timeout)
-    info = metadata.topics.get(topic)
+    info = topic_metadata(client, topic, timeout).topics.get(topic)
     if info is not None and is_refusal(info.error):
         needs = "Write" if isinstance(client, Producer) else "Read"
         raise AccessRefused(
@@ -346,9 +345,17 @@ NOT_LEADER_YET = frozenset(
 it while its broker has not yet taken the leadership (docs/embedded-broker.md)."""
 
 
-UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._UNKNOWN_PARTITION})
-"""What librdkafka answers a ListOffsets while its broker cannot be reached (restarting, say), without
-asking again as it does other requests: a transport error where the connection broke, an unknown
+UNREACHABLE = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._DESTROY_BROKER,
+    }
+)
+"""What librdkafka answers a ListOffsets or a metadata request while its broker cannot be reached
+(restarting, say), without asking again as it does other requests: a transport error where the
+connection broke, "broker handle destroyed" where the broker's handle went with it, an unknown
 partition once the partition's leader is unknown. (A partition that does not exist answers unknown
 too: it fails at the timeout.)"""
 
@@ -370,6 +377,21 @@ def watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float = 1
             if code not in NOT_LEADER_YET | UNREACHABLE or time.monotonic() >= deadline:
                 raise
             time.sleep(0.05 if code in NOT_LEADER_YET else 0.5)
+
+
+def topic_metadata(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> Any:
+    """``client.list_topics(topic)``, a metadata request (its ``ClusterMetadata``), asked again until
+    ``timeout`` while the broker cannot be reached (:data:`UNREACHABLE`): librdkafka answers it at
+    once with a transport error where the connection broke, and a broker restarted within the
+    timeout is waited out, as by :func:`watermark_offsets`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return client.list_topics(topic, timeout=max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            if exc.args[0].code() not in UNREACHABLE or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
 
 
 def find_ends(

@@ -21,7 +21,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from events.kafka.client_config import client_properties
-from events.kafka.clients import find_ends, watermark_offsets
+from events.kafka.clients import find_ends, topic_metadata, watermark_offsets
 from events.kafka.feed import JobFeed
 from events.kafka.refusals import AccessRefused, explain
 from events.wire.barrier_entry import barrier_entry, entry_key
@@ -110,7 +110,7 @@ class OffsetProbe:
         """Every partition of ``topics`` that exist now (a missing topic has none yet)."""
         found: list[TopicPartitionKey] = []
         for topic in topics:
-            metadata = self.consumer.list_topics(topic, timeout=self._timeout)
+            metadata = topic_metadata(self.consumer, topic, self._timeout)
             info = metadata.topics.get(topic)
             if info is None or info.error is not None:
                 code = info.error.code() if info is not None and info.error is not None else None

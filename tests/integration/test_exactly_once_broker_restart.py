@@ -10,8 +10,10 @@ The module's broker also shows that an offset request waits out a restart.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from threading import Timer
 
@@ -22,7 +24,7 @@ from test_exactly_once_sink import JOB, TASK, Child, Job, assert_exactly_once, l
 
 from events.dev.apache_kafka import ApacheKafka
 from events.dev.broker import create_topics
-from events.kafka.clients import consumer_config, watermark_offsets
+from events.kafka.clients import consumer_config, topic_metadata, watermark_offsets
 from events.wire.records import CheckpointAcknowledged, CheckpointBarrier, CheckpointKind, CheckpointTriggered
 
 pytestmark = [
@@ -210,28 +212,59 @@ def test_a_commit_that_fails_while_the_broker_is_down_goes_with_the_next_complet
     assert child.process.poll() is None
 
 
-def test_an_offset_request_waits_out_a_broker_restart(kafka: ApacheKafka, topic_prefix: str) -> None:
-    """Given a consumer that has asked the broker for a partition's offsets, when the broker is
-    SIGKILLed and started again 3 s later, then the same request asked meanwhile answers once the
-    broker is back. librdkafka answers it at once with a transport error where the connection broke,
-    and a Spark job's source asking for its input's end then failed its query (a CI run of
-    tests/spark/test_exactly_once_spark_broker_restart.py, 2026-11-30)."""
+def _offsets(consumer: Consumer, topic: str, timeout: float) -> object:
+    return watermark_offsets(consumer, TopicPartition(topic, 0), timeout=timeout)
+
+
+def _partitions(consumer: Consumer, topic: str, timeout: float) -> object:
+    return list(topic_metadata(consumer, topic, timeout).topics[topic].partitions)
+
+
+ASKING = 12
+"""Consumers whose requests the broker's kill breaks: librdkafka asks some of them again itself."""
+
+
+@pytest.mark.parametrize(
+    ("request_of", "answer"),
+    [
+        pytest.param(_offsets, (0, 3), id="offsets"),
+        pytest.param(_partitions, [0], id="metadata"),
+    ],
+)
+def test_a_request_of_a_spark_source_s_probe_waits_out_a_broker_restart(
+    kafka: ApacheKafka,
+    topic_prefix: str,
+    request_of: Callable[[Consumer, str, float], object],
+    answer: object,
+) -> None:
+    """Given consumers that have asked the broker for a partition's offsets (or a topic's partitions),
+    when the broker is frozen, each asks again, and the broker is SIGKILLed with the requests
+    unanswered and started again 3 s later, then every request answers once the broker is back.
+    librdkafka answers such a request at once with a transport error (or "broker handle destroyed"),
+    and a Spark job's source asking for its input's end then failed its query (CI runs of
+    tests/spark/test_exactly_once_spark_broker_restart.py: the offsets on 2026-11-30, the metadata on
+    2026-12-01). Without the asking again, the offsets case fails every run (all 12 requests), the
+    metadata case in some (librdkafka itself asks most metadata requests again)."""
     topic = f"{topic_prefix}offsets"
     create_topics(kafka.bootstrap, [topic], partitions=1)
     producer = Producer({"bootstrap.servers": kafka.bootstrap})
     for index in range(3):
         producer.produce(topic, str(index).encode(), partition=0)
     assert producer.flush(10) == 0
-    consumer = Consumer(consumer_config(kafka.bootstrap))
-    partition = TopicPartition(topic, 0)
+    consumers = [Consumer(consumer_config(kafka.bootstrap)) for _ in range(ASKING)]
     try:
-        assert watermark_offsets(consumer, partition) == (0, 3)
-        kafka.kill(1)
-        restarting = Timer(3.0, kafka.restart, args=(1,))
-        restarting.start()
-        try:
-            assert watermark_offsets(consumer, partition, timeout=60) == (0, 3)
-        finally:
-            restarting.join()
+        assert {repr(request_of(consumer, topic, 10)) for consumer in consumers} == {repr(answer)}
+        with ThreadPoolExecutor(ASKING) as pool:
+            kafka.pause(1)
+            asked = [pool.submit(request_of, consumer, topic, 60) for consumer in consumers]
+            time.sleep(0.5)  # for the requests to be sent on the connections the kill breaks
+            kafka.kill(1)
+            restarting = Timer(3.0, kafka.restart, args=(1,))
+            restarting.start()
+            try:
+                assert {repr(request.result()) for request in asked} == {repr(answer)}
+            finally:
+                restarting.join()
     finally:
-        consumer.close()
+        for consumer in consumers:
+            consumer.close()
