@@ -389,21 +389,22 @@ def check_acls(bootstrap: str, prefix: str, role: str) -> Check:
     return Check(name, CheckStatus.OK, f"{principal} holds every ACL a {role} needs on {prefix}*")
 
 
-def find_coordinator(
+def find_coordinators(
     bootstrap: str | None, prefix: str, broker: Check, local: str = DEFAULT_URL
-) -> str | Check:
-    """The views to check when ``--url`` is not given: a worker of ``prefix``'s coordinator group (as
-    the group's description names it), else the local worker's (``local``) if one answers (the embedded
-    Tansu broker describes a group without its members); or, when neither, the check that says so."""
+) -> list[str] | Check:
+    """The views to check when ``--url`` is not given: every worker of ``prefix``'s coordinator group
+    (as the group's description names them), else the local worker's (``local``) if one answers (the
+    embedded Tansu broker describes a group without its members); or, when neither, the check that
+    says so."""
     urls: list[str] = []
     asked = broker.verdict is CheckStatus.OK and bootstrap is not None
     if asked and bootstrap is not None:
         with contextlib.suppress(Exception):  # no Describe on the group, say: the local worker, then
             urls = coordinator_urls(bootstrap, prefix, timeout=5)
     if urls:
-        return urls[0]
+        return urls
     if answers(local):
-        return local
+        return [local]
     return Check(
         "coordinator", CheckStatus.WARN,
         f"no coordinator worker of topic prefix {prefix!r} is in its group at {bootstrap}, and none "
@@ -416,7 +417,7 @@ def find_coordinator(
 def diagnose(bootstrap: str | None, prefix: str, url: str | None, role: str = "coordinator") -> list[Check]:
     """Every check, in order; those that need the broker are skipped when it does not answer, or
     when no Kafka client can be made with the client settings. The coordinator checked is the one at
-    ``url``, or (None) one that :func:`find_coordinator` finds."""
+    ``url``, or (None) each worker that :func:`find_coordinators` finds, one check each."""
     settings = check_client_settings()
     checks = [check_python(), check_java(), settings]
     if settings.verdict is CheckStatus.FAIL:
@@ -438,7 +439,7 @@ def diagnose(bootstrap: str | None, prefix: str, url: str | None, role: str = "c
             Check("journal retention", CheckStatus.SKIPPED, "no broker"),
             Check("Kafka ACLs", CheckStatus.SKIPPED, "no broker"),
         ]
-    where = find_coordinator(bootstrap, prefix, broker) if url is None else url
-    coordinator = where if isinstance(where, Check) else check_coordinator(where, prefix)
-    checks.append(beside_the_broker(coordinator, broker))
+    found = find_coordinators(bootstrap, prefix, broker) if url is None else [url]
+    coordinators = [found] if isinstance(found, Check) else [check_coordinator(u, prefix) for u in found]
+    checks += [beside_the_broker(coordinator, broker) for coordinator in coordinators]
     return checks

@@ -17,7 +17,7 @@ from coordinator.service.doctor import (
     beside_the_broker,
     check_coordinator,
     coordinator_verdict,
-    find_coordinator,
+    find_coordinators,
 )
 
 BASE = "http://127.0.0.1:6066"
@@ -95,7 +95,7 @@ def test_with_no_url_and_no_worker_found_the_check_says_how_to_start_one() -> No
     """No broker to ask for the group's workers, and none answers at the local address."""
     no_broker = Check("broker", CheckStatus.FAIL, "no broker answers at 127.0.0.1:9")
 
-    check = find_coordinator(None, "cutline.", no_broker, local="http://127.0.0.1:9")
+    check = find_coordinators(None, "cutline.", no_broker, local="http://127.0.0.1:9")
 
     assert isinstance(check, Check)
     found = (
@@ -112,7 +112,7 @@ def test_with_no_url_the_local_worker_is_checked_where_the_group_names_none(
     url, answers = coordinator
     answers.append((200, READY))
 
-    assert url == find_coordinator(None, "cutline.", Check("broker", CheckStatus.SKIPPED, ""), local=url)
+    assert [url] == find_coordinators(None, "cutline.", Check("broker", CheckStatus.SKIPPED, ""), local=url)
 
 
 def test_a_recovering_coordinator_is_a_warning_naming_the_partitions() -> None:
