@@ -97,11 +97,15 @@ def partition_json(view: PartitionView, worker: Worker) -> dict[str, Any]:
     return shown
 
 
-def job_overview(job_id: str, state: JobState, stats: CheckpointStats | None) -> dict[str, Any]:
-    """One job in ``/jobs``."""
+def job_overview(
+    job_id: str, state: JobState, stats: CheckpointStats | None, undecided: str | None = None
+) -> dict[str, Any]:
+    """One job in ``/jobs``; ``undecided`` says why its partition is not decided now (its state is
+    as it stood when a journal write failed), None while it is."""
     latest = stats.latest_completed if stats else None
     return {
         "id": job_id,
+        "undecided": undecided,
         "status": state.status,
         "attempt": state.attempt,
         "restarts": state.restarts,
@@ -293,11 +297,18 @@ async def ask(session: aiohttp.ClientSession, url: str) -> PeerAnswer:
 
 
 def local_jobs(views: ViewContext) -> list[dict[str, Any]]:
-    """The jobs this worker owns, as ``/jobs`` shows them."""
-    return [
+    """The jobs this worker owns, as ``/jobs`` shows them: those it decides, and those of partitions
+    it recovers again after a failed journal write, as they stood then."""
+    decided = [
         job_overview(job_id, state, views.coordinator.stats.get(job_id))
-        for job_id, state in sorted(views.coordinator.states.items())
+        for job_id, state in views.coordinator.states.items()
     ]
+    known = [
+        job_overview(job.job_id, job.state, job.stats, job.why)
+        for job in views.worker.last_known_jobs()
+        if job.job_id not in views.coordinator.states
+    ]
+    return sorted([*decided, *known], key=lambda job: str(job["id"]))
 
 
 def linked(url: str) -> str | None:

@@ -51,6 +51,8 @@ from coordinator.core.ownership import (
     initial_ownership,
     step,
 )
+from coordinator.core.state import JobState
+from coordinator.core.stats import CheckpointStats
 from coordinator.service.metrics import PartitionView
 from coordinator.service.ports import (
     Clock,
@@ -92,6 +94,18 @@ class Owner:
     """The journal offset the watcher reads next: every claim before it has been told."""
     moved: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when :attr:`watched_to` moves (or the partition is no longer decided here)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LastKnownJob:
+    """A job of a partition this worker holds but decides no longer, since a journal write failed,
+    as it stood then (its decisions up to the failed batch): the views keep listing it, saying why,
+    until the partition is decided again or leaves this worker."""
+
+    job_id: str
+    state: JobState
+    stats: CheckpointStats | None
+    why: str
 
 
 class _NoWatch:
@@ -142,6 +156,8 @@ class Worker:
         self._undecided_since: dict[int, float] = {}
         """Held partitions not decided here -> since when."""
         self._undecided_logged: dict[int, float] = {}
+        self._last_known: dict[int, tuple[tuple[JobState, CheckpointStats | None], ...]] = {}
+        """Held partitions recovering again after a failed write -> their jobs as they stood."""
 
     # ------------------------------------------------------------ told by the transport
 
@@ -190,6 +206,13 @@ class Worker:
         for partition, hold in holds.items():
             if hold.phase is not Phase.DECIDING and partition not in since:
                 since[partition] = now = now if now is not None else self._clock.monotonic()
+        for partition in [p for p in self._last_known if not self._recovering_again(p)]:
+            del self._last_known[partition]
+
+    def _recovering_again(self, partition: int) -> bool:
+        """Held here, not decided and not fenced: recovering (again, where it was decided before)."""
+        hold = self.ownership.holds.get(partition)
+        return hold is not None and hold.phase is not Phase.STEPPED_DOWN and partition not in self.owners
 
     # ------------------------------------------------------------ asked by the shell
 
@@ -207,6 +230,17 @@ class Worker:
         return not self.assignment_pending and all(
             h.phase is Phase.DECIDING for h in self.ownership.holds.values()
         )
+
+    def last_known_jobs(self) -> list[LastKnownJob]:
+        """The jobs of partitions held here and recovering again after a failed write, as they stood
+        when their fold was dropped, each with why its partition is not decided (for the views)."""
+        holds = self.ownership.holds
+        return [
+            LastKnownJob(state.job_id, state, stats, why_undecided(hold) or hold.phase.value)
+            for partition, jobs in sorted(self._last_known.items())
+            if self._recovering_again(partition) and (hold := holds[partition])
+            for state, stats in jobs
+        ]
 
     def views(self) -> list[PartitionView]:
         views = []
@@ -426,6 +460,12 @@ class Worker:
     async def _drop(self, partition: int) -> None:
         async with self.publish_lock:
             if partition not in self.owners:
+                if self._recovering_again(partition):  # a write failed: the views keep its jobs
+                    runtime = self.runtime
+                    self._last_known[partition] = tuple(
+                        (runtime.states[job_id], runtime.stats.get(job_id))
+                        for job_id in runtime.jobs_of(partition)
+                    )
                 self.runtime.drop_partition(partition)
                 self._on_jobs_changed()
 

@@ -6,14 +6,28 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import pytest
 
-from coordinator.core.ownership import Claim, Hold, Phase, RecoveryFailed
+from coordinator.core.ownership import (
+    BarriersResent,
+    Claim,
+    ClaimSettled,
+    ClaimWritten,
+    Fact,
+    Hold,
+    JournalFolded,
+    Phase,
+    RecoveryFailed,
+    SnapshotRead,
+)
+from coordinator.core.state import initial_state
 from coordinator.service.runtime import Coordinator
+from coordinator.service.views import job_overview
 from coordinator.service.worker import UNDECIDED_WARN_S, Worker, why_undecided
+from events.wire.records import JobStatus
 from events.wire.topics import Topics
 
 T = TypeVar("T")
@@ -45,6 +59,9 @@ class Idle:
 
 class Untouched:
     """A recovery whose steps never run (the executor never gets to them)."""
+
+    folded = 0
+    snapshot_offset = None
 
     def __init__(self, partition: int) -> None:
         self.partition = partition
@@ -103,3 +120,109 @@ def test_a_stepped_down_partition_names_the_claim_that_fenced_it() -> None:
         "group assigns it anew"
     ) == why_undecided(hold)
     assert None is why_undecided(Hold(7, Phase.DECIDING))
+
+
+class DropsOnly:
+    """An executor that runs the worker's drops of a partition's fold (as tasks of the running loop)
+    and never gets to the rest: the test tells the recovery's facts itself."""
+
+    async def call(self, work: Callable[..., T], *args: Any, guard: Any = None) -> T:
+        raise AssertionError("never started")
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        if work.__name__ == "_drop":
+            asyncio.get_running_loop().create_task(work)
+        else:
+            work.close()
+
+    async def close(self) -> None:
+        pass
+
+
+def decided_with(partition: int, generation: int, epoch: int) -> tuple[Fact, ...]:
+    """The facts that take a held ``partition`` from recovering to deciding under ``epoch``."""
+    return (
+        SnapshotRead(partition, generation, epoch - 2, 40),
+        JournalFolded(partition, generation, 99, epoch - 1),
+        ClaimWritten(partition, generation, epoch, 100 + epoch),
+        ClaimSettled(partition, generation, Claim(epoch, "w0", generation, 100 + epoch), epoch),
+        BarriersResent(partition, generation),
+    )
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+class TestAFailedJournalWrite:
+    """A journal write fails: the worker recovers the partition again and drops its fold (it may
+    hold decisions the journal lacks). Its jobs stay in the views meanwhile, as they stood, each
+    saying why its partition is not decided, until it is decided again or leaves the worker (a
+    dashboard emptied while the broker was down, 2026-11-30)."""
+
+    @staticmethod
+    async def deciding_a_running_job() -> tuple[Worker, str]:
+        runtime = Coordinator(Topics("t."), partitions=4)
+        worker = Worker("w0", runtime, asyncio.Lock(), Any, Untouched, DropsOnly(), Clock(100.0))  # type: ignore[arg-type]
+        worker.assigned(7, {2})
+        for fact in decided_with(2, 7, 4):
+            worker.tell(fact)
+        job_id = next(j for j in (f"job-{i}" for i in range(100)) if runtime.partition_of(j) == 2)
+        runtime.fold.states[job_id] = replace(initial_state(job_id), status=JobStatus.RUNNING, attempt=3)
+        assert 2 in worker.owners and [] == worker.last_known_jobs()
+        return worker, job_id
+
+    def test_its_jobs_stay_listed_as_they_stood_saying_why_they_are_not_decided(self) -> None:
+        async def scenario() -> None:
+            worker, job_id = await self.deciding_a_running_job()
+
+            worker.write_failed(2, "delivery timed out")
+            await settle()
+
+            assert job_id not in worker.runtime.states
+            (known,) = worker.last_known_jobs()
+            assert (job_id, JobStatus.RUNNING, 3) == (known.job_id, known.state.status, known.state.attempt)
+            assert known.why.startswith("recovering: reading its snapshot and the journal after it")
+            assert "a write failed (delivery timed out)" in known.why
+            shown = job_overview(known.job_id, known.state, known.stats, known.why)
+            assert (job_id, "RUNNING", known.why) == (shown["id"], shown["status"], shown["undecided"])
+
+        asyncio.run(scenario())
+
+    def test_they_leave_the_list_once_the_partition_is_decided_again(self) -> None:
+        async def scenario() -> None:
+            worker, _ = await self.deciding_a_running_job()
+            worker.write_failed(2, "delivery timed out")
+            await settle()
+
+            for fact in decided_with(2, 7, 6):
+                worker.tell(fact)
+
+            assert 2 in worker.owners
+            assert [] == worker.last_known_jobs()
+
+        asyncio.run(scenario())
+
+    def test_they_leave_the_list_when_the_partition_leaves_the_worker(self) -> None:
+        async def scenario() -> None:
+            worker, _ = await self.deciding_a_running_job()
+            worker.write_failed(2, "delivery timed out")
+            await settle()
+
+            worker.revoked({2})
+
+            assert [] == worker.last_known_jobs()
+
+        asyncio.run(scenario())
+
+    def test_a_revoked_partition_leaves_no_job_listed(self) -> None:
+        async def scenario() -> None:
+            worker, _ = await self.deciding_a_running_job()
+
+            worker.revoked({2})
+            await settle()
+
+            assert [] == worker.last_known_jobs()
+
+        asyncio.run(scenario())

@@ -117,9 +117,11 @@ async function renderJobs() {
       const last = job.last_completed;
       return el(
         "tr",
-        { "data-job": job.id },
+        { "data-job": job.id, class: job.undecided ? "undecided" : "" },
         el("td", {}, el("a", { href: `#/jobs/${encodeURIComponent(job.id)}` }, job.id)),
-        el("td", {}, status(job.status)),
+        // A job of a partition its worker recovers again after a failed journal write: as it stood.
+        el("td", {}, status(job.status),
+          job.undecided ? el("span", { class: "undecided-note", title: job.undecided }, " not decided now") : ""),
         el("td", { class: "num" }, job.attempt),
         el("td", { class: "num" }, job.restarts ?? 0),
         el("td", {}, last ? `${last.id} at ${formatTime(last.timestamp)}` : "-"),
