@@ -234,13 +234,13 @@ class Worker:
     def last_known_jobs(self) -> list[LastKnownJob]:
         """The jobs of partitions held here and recovering again after a failed write, as they stood
         when their fold was dropped, each with why its partition is not decided (for the views)."""
-        holds = self.ownership.holds
-        return [
-            LastKnownJob(state.job_id, state, stats, why_undecided(hold) or hold.phase.value)
-            for partition, jobs in sorted(self._last_known.items())
-            if self._recovering_again(partition) and (hold := holds[partition])
-            for state, stats in jobs
-        ]
+        known: list[LastKnownJob] = []
+        for partition, jobs in sorted(self._last_known.items()):
+            if self._recovering_again(partition):
+                hold = self.ownership.holds[partition]
+                why = why_undecided(hold) or hold.phase.value
+                known.extend(LastKnownJob(state.job_id, state, stats, why) for state, stats in jobs)
+        return known
 
     def views(self) -> list[PartitionView]:
         views = []
