@@ -255,17 +255,26 @@ def _jobs_table(jobs: list[Mapping[str, Any]], title: str) -> Any:
     table.add_column("last completed", overflow="fold")
     if owners:
         table.add_column("owner", overflow="fold")
+    undecided: dict[str, str] = {}
     for job in jobs:
         counts, last = job.get("counts") or {}, job.get("last_completed")
+        status = Text(str(job.get("status") or "-"), _STATUS_STYLES.get(str(job.get("status")), ""))
+        if job.get("undecided"):  # its worker recovers its partition again after a failed write
+            undecided[str(job.get("id"))] = str(job["undecided"])
+            status.append(" (not decided now)", "yellow")
         cells: list[RenderableType] = [
             Text(str(job.get("id"))),
-            Text(str(job.get("status") or "-"), _STATUS_STYLES.get(str(job.get("status")), "")),
+            status,
             str(job.get("attempt", "-")),
             str(job.get("restarts", "-")),
             _counts(counts),
             "-" if not last else f"#{last.get('id')} at {format_time(last.get('timestamp'))}",
         ]
         table.add_row(*cells, *([Text(str(job.get("owner", "-")))] if owners else []))
+    if undecided:
+        table.caption = "not decided now, as they stood when a journal write failed: " + "; ".join(
+            f"{job_id}: {why}" for job_id, why in undecided.items()
+        )
     return table
 
 
