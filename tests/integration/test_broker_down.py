@@ -144,7 +144,8 @@ def test_a_worker_whose_broker_was_killed_is_not_ready_and_says_why(alone: Alone
             assert banner.startswith("Broker unreachable.")
             assert f"cannot reach the broker at {alone.broker.bootstrap}" in banner
             # the job is as the worker last knew it, and the page says that that was before the outage
-            assert "RUNNING" == page.locator(f'#jobs tr[data-job="{JOB}"] td:nth-child(2)').inner_text()
+            shown = page.locator(f'#jobs tr[data-job="{JOB}"] td:nth-child(2) [class^="status-"]')
+            assert "RUNNING" == shown.inner_text()
             assert "shown as they were then" in banner
             page.screenshot(path=str(shots / "broker-unreachable.png"), full_page=True)
         finally:
