@@ -163,6 +163,7 @@ class TestAFailedJournalWrite:
 
     @staticmethod
     async def deciding_a_running_job() -> tuple[Worker, str]:
+        """A worker deciding partition 2 (claim epoch 4), which holds one running job of it."""
         runtime = Coordinator(Topics("t."), partitions=4)
         worker = Worker("w0", runtime, asyncio.Lock(), Any, Untouched, DropsOnly(), Clock(100.0))  # type: ignore[arg-type]
         worker.assigned(7, {2})
@@ -172,6 +173,15 @@ class TestAFailedJournalWrite:
         runtime.fold.states[job_id] = replace(initial_state(job_id), status=JobStatus.RUNNING, attempt=3)
         assert 2 in worker.owners and [] == worker.last_known_jobs()
         return worker, job_id
+
+    @classmethod
+    async def after_a_failed_write(cls) -> Worker:
+        """A worker whose journal write of partition 2 failed: its running job is listed as known."""
+        worker, job_id = await cls.deciding_a_running_job()
+        worker.write_failed(2, "delivery timed out")
+        await settle()
+        assert [job_id] == [job.job_id for job in worker.last_known_jobs()]
+        return worker
 
     def test_its_jobs_stay_listed_as_they_stood_saying_why_they_are_not_decided(self) -> None:
         async def scenario() -> None:
@@ -192,9 +202,7 @@ class TestAFailedJournalWrite:
 
     def test_they_leave_the_list_once_the_partition_is_decided_again(self) -> None:
         async def scenario() -> None:
-            worker, _ = await self.deciding_a_running_job()
-            worker.write_failed(2, "delivery timed out")
-            await settle()
+            worker = await self.after_a_failed_write()
 
             for fact in decided_with(2, 7, 6):
                 worker.tell(fact)
@@ -206,9 +214,7 @@ class TestAFailedJournalWrite:
 
     def test_they_leave_the_list_when_the_partition_leaves_the_worker(self) -> None:
         async def scenario() -> None:
-            worker, _ = await self.deciding_a_running_job()
-            worker.write_failed(2, "delivery timed out")
-            await settle()
+            worker = await self.after_a_failed_write()
 
             worker.revoked({2})
 
