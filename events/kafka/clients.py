@@ -360,23 +360,35 @@ partition once the partition's leader is unknown. (A partition that does not exi
 too: it fails at the timeout.)"""
 
 
+def _asked_again(ask: Callable[[float], Any], timeout: float, pauses: Mapping[int, float]) -> Any:
+    """``ask(seconds left)``, asked again after ``pauses[code]`` s while it raises a KafkaException of
+    a code in ``pauses``, until ``timeout``; then that exception."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return ask(max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code not in pauses or time.monotonic() >= deadline:
+                raise
+            time.sleep(pauses[code])
+
+
+_WHILE_UNREACHABLE = dict.fromkeys(UNREACHABLE, 0.5)
+_WHILE_LEADERLESS_OR_UNREACHABLE = {**dict.fromkeys(NOT_LEADER_YET, 0.05), **_WHILE_UNREACHABLE}
+
+
 def watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float = 10.0) -> tuple[int, int]:
     """``consumer.get_watermark_offsets(tp, cached=False)`` (ListOffsets), asked again until
     ``timeout`` while the broker answers :data:`NOT_LEADER_YET` or cannot be reached
     (:data:`UNREACHABLE`): a broker restarted within it is waited out, as Spark's Kafka source
     retries its offset requests."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(
-                tp, timeout=max(0.1, deadline - time.monotonic()), cached=False
-            )
-            return int(low), int(high)
-        except KafkaException as exc:
-            code = exc.args[0].code()
-            if code not in NOT_LEADER_YET | UNREACHABLE or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.05 if code in NOT_LEADER_YET else 0.5)
+    low, high = _asked_again(
+        lambda left: consumer.get_watermark_offsets(tp, timeout=left, cached=False),
+        timeout,
+        _WHILE_LEADERLESS_OR_UNREACHABLE,
+    )
+    return int(low), int(high)
 
 
 def topic_metadata(client: Consumer | Producer, topic: str, timeout: float = 10.0) -> Any:
@@ -384,14 +396,7 @@ def topic_metadata(client: Consumer | Producer, topic: str, timeout: float = 10.
     ``timeout`` while the broker cannot be reached (:data:`UNREACHABLE`): librdkafka answers it at
     once with a transport error where the connection broke, and a broker restarted within the
     timeout is waited out, as by :func:`watermark_offsets`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return client.list_topics(topic, timeout=max(0.1, deadline - time.monotonic()))
-        except KafkaException as exc:
-            if exc.args[0].code() not in UNREACHABLE or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.5)
+    return _asked_again(lambda left: client.list_topics(topic, timeout=left), timeout, _WHILE_UNREACHABLE)
 
 
 def find_ends(

@@ -130,7 +130,9 @@ def test_a_worker_whose_broker_was_killed_is_not_ready_and_says_why(alone: Alone
     assert f"cannot reach its broker {alone.broker.bootstrap}" in checks["coordinator"].found
 
     if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed here (.ci/run installs it: apt-get install chromium)")
+        pytest.skip(
+            reason="Debian's chromium is not installed here (.ci/run installs it: apt-get install chromium)"
+        )
     shots = Path(os.environ.get("CUTLINE_SCREENSHOT_DIR", tmp_path))
     with sync_playwright() as playwright:
         # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.

@@ -200,7 +200,9 @@ class TestViews:
 @pytest.fixture(name="page")
 def _page() -> Iterator[Page]:
     if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed here (.ci/run installs it: apt-get install chromium)")
+        pytest.skip(
+            reason="Debian's chromium is not installed here (.ci/run installs it: apt-get install chromium)"
+        )
     with sync_playwright() as playwright:
         # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
