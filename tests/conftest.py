@@ -79,6 +79,15 @@ TEST_PYTHON_DAEMON = "spark.python.daemon.module=spark_tasks.daemon"
 """Every Spark application the tests start forks its Python workers from :mod:`spark_tasks.daemon`,
 which has imported ``pyspark.worker`` once (PySpark's own daemon imports it in every worker)."""
 
+TEST_BLAS_THREADS = "1"
+"""``OPENBLAS_NUM_THREADS`` of every process the tests start. NumPy's OpenBLAS starts a thread per
+core when NumPy is imported, and that thread spins before it sleeps: about 0.055 CPU s in each
+process that imports NumPy, which is every Python process of Spark (the daemon and its workers, the
+data source's planners and runners, the drivers' own Python). No test multiplies matrices. In
+``perf record`` of ``tests/spark/test_checkpointed_job.py`` the spinning thread took 3.8 % of all
+samples (8 % of the Python processes'); ``perf stat -e task-clock`` of that file: 48.2 CPU s with
+it against 50.4-53.5 without (docs/benchmarks.md, "The test suite")."""
+
 SPARK_NICENESS = 10
 """The niceness of a test marked ``spark`` while it runs, and so of every process it starts (its
 Spark JVMs, their Python workers, its coordinators): a CPU-bound JVM then takes a free core but
@@ -106,6 +115,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("CUTLINE_SESSION_TIMEOUT", "6" if external else TEST_SESSION_TIMEOUT)
     os.environ.setdefault("CUTLINE_FETCH_WAIT_MS", TEST_FETCH_WAIT_MS if tansu else KAFKA_FETCH_WAIT_MS)
     os.environ.setdefault("CUTLINE_PARTITIONS", str(TEST_PARTITIONS))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", TEST_BLAS_THREADS)
     # every Python process the tests start runs python_startup/sitecustomize.py first
     startup, inherited = str(HERE / "python_startup"), os.environ.get("PYTHONPATH", "")
     if startup not in inherited.split(os.pathsep):
