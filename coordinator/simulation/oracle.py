@@ -105,15 +105,22 @@ class Oracle:
         if not new:
             return
         writers = {w.message.offset: w.writer for w in new}
-        for message in (w.message for w in new):
-            cause = parse_cause(message.headers.get(CAUSE_HEADER))
+        causes = {w.message.offset: parse_cause(w.message.headers.get(CAUSE_HEADER)) for w in new}
+        for cause in causes.values():
             if cause is not None:
                 self.inputs_with_records.add(((cause[0], cause[1]), cause[2]))
         for record, message in fenced_journal((w.message for w in new), _foreign, self.fences, _void):
-            self._valid(record, message, writers[message.offset], now)
+            self._valid(record, message, writers[message.offset], now, causes[message.offset])
         self.pos = len(written)
 
-    def _valid(self, record: JournalRecord, message: LogMessage, writer: str, now: float) -> None:
+    def _valid(
+        self,
+        record: JournalRecord,
+        message: LogMessage,
+        writer: str,
+        now: float,
+        cause: tuple[str, int, int] | None,
+    ) -> None:
         p = self.partition
         if isinstance(record, CoordinatorClaimed):
             self.claim = claim_of(record, message)
@@ -128,7 +135,7 @@ class Oracle:
                 f"{epoch_of(message.headers)}) counts, but the current claim is {owner}'s "
                 f"(epoch {self.epoch})",
             )
-        self._in_order(message)
+        self._in_order(message, cause)
         job = record.job_id
         state = self.states.get(job)
         self.states[job] = evolve(state if state is not None else initial_state(job), record)
@@ -152,8 +159,8 @@ class Oracle:
             self.completed[job] = record.checkpoint_id
             self.completions.setdefault(job, []).append(now)
 
-    def _in_order(self, message: LogMessage) -> None:
-        cause = parse_cause(message.headers.get(CAUSE_HEADER))
+    def _in_order(self, message: LogMessage, cause: tuple[str, int, int] | None) -> None:
+        """``cause``: the message's parsed cause header (:meth:`advance` parsed it already)."""
         if cause is None:
             self._previous_cause = None
             return
