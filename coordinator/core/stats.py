@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coordinator.core.state import JobState, PendingCheckpoint
+from events.wire.codegen import replacer
 from events.wire.records import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -104,6 +105,11 @@ class CheckpointStats:
         return None
 
 
+_replace_stats = replacer(CheckpointStats)
+"""``dataclasses.replace`` of :class:`CheckpointStats`, compiled: ``track`` replaces the statistics at
+each trigger and completion of every job (:func:`events.wire.codegen.replacer`)."""
+
+
 def _with_entry(stats: CheckpointStats, entry: CheckpointEntry) -> tuple[CheckpointEntry, ...]:
     others = tuple(e for e in stats.history if e.id != entry.id)
     return tuple(sorted((entry, *others), key=lambda e: -e.id))[:HISTORY_SIZE]
@@ -127,7 +133,7 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
                 num_subtasks=len(event.tasks),
                 external_path=event.location,
             )
-            return replace(
+            return _replace_stats(
                 stats,
                 total=stats.total + 1,
                 in_progress=stats.in_progress + 1,
@@ -148,7 +154,7 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
                 external_path=event.location,
             )
             savepoint = entry.is_savepoint
-            done = replace(
+            done = _replace_stats(
                 stats,
                 in_progress=max(0, stats.in_progress - 1),
                 completed=stats.completed + 1,
@@ -164,7 +170,7 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
             pending = before.pending.get(event.checkpoint_id)
             if current is None:
                 if pending is None:
-                    return replace(stats, failed=stats.failed + 1)
+                    return _replace_stats(stats, failed=stats.failed + 1)
                 current = CheckpointEntry(
                     id=event.checkpoint_id,
                     status="IN_PROGRESS",
@@ -182,7 +188,7 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
                 failure_reason=event.reason,
                 failure_message=event.message,
             )
-            aborted = replace(
+            aborted = _replace_stats(
                 stats,
                 in_progress=max(0, stats.in_progress - 1),
                 failed=stats.failed + 1,
@@ -191,7 +197,7 @@ def track(stats: CheckpointStats | None, before: JobState, event: JournalEvent) 
             )
             return _with_tasks(aborted, event.checkpoint_id, pending)
         case CheckpointRestored():
-            return replace(stats, restored=stats.restored + 1, latest_restored=event)
+            return _replace_stats(stats, restored=stats.restored + 1, latest_restored=event)
         case _:
             return stats
 
@@ -225,7 +231,7 @@ def _with_tasks(
     rows = None if pending is None else task_entries(pending)
     if rows is not None and checkpoint_id in shown:
         kept[checkpoint_id] = rows
-    return replace(stats, task_details=kept)
+    return _replace_stats(stats, task_details=kept)
 
 
 def task_rows(
@@ -262,7 +268,7 @@ def with_progress(stats: CheckpointStats | None, state: JobState | None) -> Chec
         else entry
         for entry in stats.history
     )
-    return stats if history == stats.history else replace(stats, history=history)
+    return stats if history == stats.history else _replace_stats(stats, history=history)
 
 
 def summarize(values: tuple[int, ...]) -> dict[str, float | int]:
