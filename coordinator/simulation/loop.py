@@ -152,50 +152,53 @@ class SimLoop(asyncio.BaseEventLoop):
         return timer
 
     def run_once(self) -> None:
-        """One iteration: the timers due now and the callbacks ready, as ``run_forever`` would."""
-        events._set_running_loop(self)
-        try:
-            if self._debug:
-                asyncio.BaseEventLoop._run_once(self)  # type: ignore[attr-defined]
-            else:
-                self._run_iteration()
-        finally:
-            events._set_running_loop(None)
+        """One iteration: the timers due now and the callbacks ready, as ``run_forever`` would.
 
-    def _run_iteration(self) -> None:
-        """``BaseEventLoop._run_once`` without what a loop with no I/O and no debug mode skips (the
+        Outside debug mode, ``BaseEventLoop._run_once`` without what a loop with no I/O skips (the
         select, its timeout, the events): by hand, for speed, since the simulator runs hundreds of
         thousands of iterations. The cancelled timers are purged, the due ones made ready and the
         ready callbacks run exactly as there (the same heap operations: timers due at the same
         instant run in the same order)."""
-        scheduled = self._scheduled
-        count = len(scheduled)
-        if count > _MIN_SCHEDULED_TIMER_HANDLES and self._timer_cancelled_count / count > _MIN_CANCELLED:
-            kept = []
-            for timer in scheduled:
-                if timer._cancelled:
-                    timer._scheduled = False  # type: ignore[attr-defined]
-                else:
-                    kept.append(timer)
-            heapq.heapify(kept)
-            self._scheduled = scheduled = kept
-            self._timer_cancelled_count = 0
-        else:
-            while scheduled and scheduled[0]._cancelled:
-                self._timer_cancelled_count -= 1
-                heapq.heappop(scheduled)._scheduled = False  # type: ignore[attr-defined]
-        ready = self._ready
-        end_time = self._clock.now + self._clock_resolution
-        while scheduled:
-            if scheduled[0]._when >= end_time:  # type: ignore[attr-defined]
-                break
-            timer = heapq.heappop(scheduled)
-            timer._scheduled = False  # type: ignore[attr-defined]
-            ready.append(timer)
-        for _ in range(len(ready)):
-            handle = ready.popleft()
-            if not handle._cancelled:
-                handle._run()
+        events._set_running_loop(self)
+        try:
+            if self._debug:
+                asyncio.BaseEventLoop._run_once(self)  # type: ignore[attr-defined]
+                return
+            scheduled = self._scheduled
+            count = len(scheduled)
+            if count > _MIN_SCHEDULED_TIMER_HANDLES and self._timer_cancelled_count / count > _MIN_CANCELLED:
+                scheduled = self._purge_cancelled()
+            else:
+                while scheduled and scheduled[0]._cancelled:
+                    self._timer_cancelled_count -= 1
+                    heapq.heappop(scheduled)._scheduled = False  # type: ignore[attr-defined]
+            ready = self._ready
+            end_time = self._clock.now + self._clock_resolution
+            while scheduled:
+                if scheduled[0]._when >= end_time:  # type: ignore[attr-defined]
+                    break
+                timer = heapq.heappop(scheduled)
+                timer._scheduled = False  # type: ignore[attr-defined]
+                ready.append(timer)
+            for _ in range(len(ready)):
+                handle = ready.popleft()
+                if not handle._cancelled:
+                    handle._run()
+        finally:
+            events._set_running_loop(None)
+
+    def _purge_cancelled(self) -> list[asyncio.TimerHandle]:
+        """Drop every cancelled timer and rebuild the heap, as ``_run_once`` does when they are many."""
+        kept = []
+        for timer in self._scheduled:
+            if timer._cancelled:
+                timer._scheduled = False  # type: ignore[attr-defined]
+            else:
+                kept.append(timer)
+        heapq.heapify(kept)
+        self._scheduled = kept
+        self._timer_cancelled_count = 0
+        return kept
 
     def run_now(self) -> None:
         """Run until nothing is ready and no timer is due at this instant."""
