@@ -524,7 +524,7 @@ class World:
                 await node.worker.write_snapshots()
 
     async def _send_tick(self, job_id: str, now: int) -> None:
-        partition = partition_for(job_key(job_id), self.scenario.partitions)
+        partition = _partition_of(job_id, self.scenario.partitions)
 
         def land() -> None:
             self.log.append(self.topics.ticks, partition, job_id.encode(), str(now).encode(), (), "tick")
@@ -853,8 +853,9 @@ class World:
             if len(runnable) > 1:
                 self.rng.shuffle(runnable)
             for node in runnable:
-                node.loop.run_once()
-                if node.loop.errors or node.worker.owners.keys() != node.owners:
+                loop = node.loop
+                loop.run_once()
+                if loop.errors or node.worker.owners.keys() != node.owners:
                     self._after_run(node)  # (asked here first: this runs after every iteration)
 
     def _after_run(self, node: Node) -> None:
@@ -1057,6 +1058,12 @@ def _job_name(i: int, partition: int, partitions: int) -> str:
     """The ``i``-th job's id, chosen so that its key hashes to ``partition``."""
     names = (f"job-{i}-{k}" for k in range(10_000))
     return next(name for name in names if partition_for(job_key(name), partitions) == partition)
+
+
+@functools.lru_cache(maxsize=4096)
+def _partition_of(job_id: str, partitions: int) -> int:
+    """The partition of ``job_id``'s ticks, remembered (murmur2 in Python, and a job ticks often)."""
+    return partition_for(job_key(job_id), partitions)
 
 
 @contextlib.contextmanager
