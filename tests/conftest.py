@@ -260,6 +260,7 @@ TIMED_FILES = (
     "tests/integration/test_ownership_races.py",
     "tests/integration/test_apache_kafka_ownership.py",
     "tests/integration/test_rebalance_storm.py",
+    "tests/integration/test_offset_probe_burst.py",
 )
 """The test files with a test marked ``timed`` (checked at collection): together one unit of the
 schedule, so they run one after another in one worker. Each a unit of its own, both workers would
