@@ -23,12 +23,13 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from coordinator.core.ownership import Claim
 from coordinator.service.claims import claim_of
+from events.kafka.client_config import fetch_wait_ms
 from events.kafka.clients import consumer_config
 from events.kafka.log import log_message
 from events.wire.codec import DecodeError, default_codec
@@ -41,8 +42,22 @@ OnRead = Callable[[int, list[Claim], int], None]
 """Told, on the worker's loop, of a partition's claims read in one fetch and the offset the
 watcher will read next there."""
 
-WATCH_FETCH_WAIT_MS = 50
-"""How long a fetch waits for new journal records: a newer claim is noticed within about this."""
+WATCH_FETCH_WAIT_FLOOR_MS = 50
+"""The shortest wait of the watcher's fetches. The embedded broker answers a fetch that finds nothing
+after half its wait (docs/embedded-broker.md), and sets ``CUTLINE_FETCH_WAIT_MS`` to 5 ms for the
+worker's other consumers: at that wait the watcher would ask it 400 times a second. There a newer
+claim is noticed within about 25 ms."""
+
+
+def watch_fetch_wait_ms(environ: Mapping[str, str] | None = None) -> int:
+    """``fetch.wait.max.ms`` of the watcher: that of the worker's other consumers
+    (``CUTLINE_FETCH_WAIT_MS``, 500 ms by default), at least :data:`WATCH_FETCH_WAIT_FLOOR_MS`.
+
+    Apache Kafka answers a waiting fetch as soon as a record arrives, so a long wait delays no claim
+    the watcher reads: it only spares the broker. At a fixed 50 ms, 20 of the 24 requests a second
+    that an idle worker sent its broker were the watcher's, and that broker spent 4.4 % of a core
+    (1.9 % with no client); at 500 ms, 2.6 % (docs/benchmarks.md, "The test suite")."""
+    return max(WATCH_FETCH_WAIT_FLOOR_MS, fetch_wait_ms(environ=environ))
 
 
 def claim_fingerprints() -> frozenset[bytes]:
@@ -74,7 +89,7 @@ class JournalWatcher:
 
     def _run(self) -> None:
         consumer = Consumer(
-            consumer_config(self._bootstrap, extra={"fetch.wait.max.ms": WATCH_FETCH_WAIT_MS})
+            consumer_config(self._bootstrap, extra={"fetch.wait.max.ms": watch_fetch_wait_ms()})
         )
         watched: dict[int, int] = {}
         try:

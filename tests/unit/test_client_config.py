@@ -9,6 +9,7 @@ from pathlib import Path
 import faust
 import pytest
 
+from coordinator.service.watcher import watch_fetch_wait_ms
 from events.kafka.client_config import (
     ClientConfigError,
     aiokafka_security,
@@ -94,6 +95,21 @@ def test_consumers_fetch_with_cutline_fetch_wait_ms_when_it_is_set(monkeypatch: 
     assert 5 == consumer_config("b:9092")["fetch.wait.max.ms"]
     assert 10 == consumer_config("b:9092", extra={"fetch.wait.max.ms": 10})["fetch.wait.max.ms"]
     assert "fetch.wait.max.ms" not in producer_config("b:9092")
+
+
+@pytest.mark.parametrize(
+    ("variable", "expected"),
+    [(None, 500), ("5", 50), ("100", 100), ("2000", 2000)],
+    ids=["apache-kafka-default", "embedded-broker", "shorter", "longer"],
+)
+def test_the_journal_watcher_waits_as_the_other_consumers_but_never_under_50_ms(
+    variable: str | None, expected: int
+) -> None:
+    """Given CUTLINE_FETCH_WAIT_MS (unset on Apache Kafka, 5 ms on the embedded broker), the journal
+    watcher's fetches wait as long as the worker's other consumers', and at least 50 ms: the embedded
+    broker parks an empty fetch for half its wait, so a shorter one would poll it."""
+    environ = {} if variable is None else {"CUTLINE_FETCH_WAIT_MS": variable}
+    assert expected == watch_fetch_wait_ms(environ)
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "fast", "1.5"])
