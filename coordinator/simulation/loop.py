@@ -101,19 +101,21 @@ class SimLoop(asyncio.BaseEventLoop):
         """Is there a callback ready, or a timer due, now?"""
         if self._ready:
             return True
-        scheduled = self._scheduled
-        while scheduled and scheduled[0]._cancelled:
-            self._timer_cancelled_count -= 1
-            heapq.heappop(scheduled)._scheduled = False  # type: ignore[attr-defined]
+        scheduled = self._uncancelled_first()
         return bool(scheduled) and scheduled[0]._when <= self._clock.now  # type: ignore[attr-defined]
 
     def next_timer(self) -> float | None:
         """When the earliest timer is due (None: none)."""
+        scheduled = self._uncancelled_first()
+        return scheduled[0]._when if scheduled else None  # type: ignore[attr-defined]
+
+    def _uncancelled_first(self) -> list[asyncio.TimerHandle]:
+        """The heap of timers, the cancelled ones at its head popped (as ``_run_once`` pops them)."""
         scheduled = self._scheduled
         while scheduled and scheduled[0]._cancelled:
             self._timer_cancelled_count -= 1
             heapq.heappop(scheduled)._scheduled = False  # type: ignore[attr-defined]
-        return scheduled[0]._when if scheduled else None  # type: ignore[attr-defined]
+        return scheduled
 
     # asyncio's call_soon, call_later and call_at, as they are outside debug mode, without their
     # layers of calls: every future's callback and every task step goes through them (by hand,
@@ -169,9 +171,7 @@ class SimLoop(asyncio.BaseEventLoop):
             if count > _MIN_SCHEDULED_TIMER_HANDLES and self._timer_cancelled_count / count > _MIN_CANCELLED:
                 scheduled = self._purge_cancelled()
             else:
-                while scheduled and scheduled[0]._cancelled:
-                    self._timer_cancelled_count -= 1
-                    heapq.heappop(scheduled)._scheduled = False  # type: ignore[attr-defined]
+                scheduled = self._uncancelled_first()
             ready = self._ready
             end_time = self._clock.now + self._clock_resolution
             while scheduled:

@@ -847,23 +847,21 @@ class World:
         """Run every running worker's loop until none has anything to do at this instant."""
         nodes = [n for n in self.nodes.values() if n.status == "running"]
         while True:
-            runnable = [n for n in nodes if n.loop._ready or n.loop.runnable()]  # (the first, quicker)
+            runnable = [n for n in nodes if n.loop.runnable()]
             if not runnable:
                 return
             if len(runnable) > 1:
                 self.rng.shuffle(runnable)
             for node in runnable:
-                loop = node.loop
-                loop.run_once()
-                if loop.errors or node.worker.owners.keys() != node.owners:
-                    self._after_run(node)  # (asked here first: this runs after every iteration)
+                node.loop.run_once()
+                self._after_run(node)
 
     def _after_run(self, node: Node) -> None:
         if node.loop.errors:
             raise Violation(6, f"{node.wid}'s shell raised: {node.loop.errors[0]}")
-        owners = frozenset(node.worker.owners)
-        if owners == node.owners:
+        if node.worker.owners.keys() == node.owners:  # (runs after every iteration: no copy made)
             return
+        owners = frozenset(node.worker.owners)
         for p in owners - node.owners:
             self.note(f"{node.wid} decides p{p} (epoch {node.worker.owners[p].epoch})")
             self._check_recoveries(node, p)
