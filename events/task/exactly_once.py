@@ -938,9 +938,9 @@ class ExactlyOnceSink:
 
     # ------------------------------------------------------------ sending ahead
 
-    def _may_go_ahead(self) -> bool:
+    def _may_go_ahead(self, owed: int = 0) -> bool:
         """Whether :meth:`send` may open a transaction for the records since the last barrier: none of
-        this sink's is open, owed or unfinished (call with the ahead lock)."""
+        this sink's is open, unfinished or owed but ``owed`` (call with the ahead lock)."""
         return (
             self.send_ahead
             and not self._ahead_paused
@@ -948,8 +948,17 @@ class ExactlyOnceSink:
             and self._unfinished is None
             and not self._left_open
             and self.failure is None
-            and self._owed == 0
+            and self._owed == owed
         )
+
+    def _go_ahead_after_commit(self) -> None:
+        """On the committing thread, after a commit that was the last one owed: the records sent while it
+        ran (each :meth:`send` found the producer taken) go ahead now, not at the next :meth:`send`,
+        which may come after the next barrier (they would then wait for that checkpoint's commit,
+        as Flink's would not: its next transaction begins at the snapshot)."""
+        with self._ahead_lock:
+            if len(self._buffer) and not self._sending_ahead and self._may_go_ahead(owed=1):
+                self._go_ahead()
 
     def _go_ahead(self) -> None:
         """Open a transaction and produce into it every record sent since the last barrier; from then on
@@ -1099,6 +1108,7 @@ class ExactlyOnceSink:
             try:
                 if self.failure is None:
                     self._commit(commit.outputs, commit.marker)
+                    self._go_ahead_after_commit()
             except KafkaException as exc:
                 self._after_failed_commit(commit, exc)
             except Exception as exc:  # the staged files could not be deleted, or the step failed

@@ -136,7 +136,11 @@ def main() -> None:
         offset = restored_offset(bootstrap, job, task, topics, restored)
     position = {"offset": offset}
     timeout = float(settings.get("timeout_s", 30.0))  # the sink's wait for a commit, a flush, a fence
-    sink = ExactlyOnceSink(bootstrap, job, task, topics, uid="copy", step=step, timeout=timeout)
+    transaction_timeout_ms = settings.get("transaction_timeout_ms")  # the broker aborts a dead one sooner
+    extra = {"transaction.timeout.ms": transaction_timeout_ms} if transaction_timeout_ms else None
+    sink = ExactlyOnceSink(
+        bootstrap, job, task, topics, uid="copy", step=step, timeout=timeout, producer_extra=extra
+    )
     recovered = sink.recover(
         restored,
         plan=without_marker if settings.get("variant") == "no-marker" else None,

@@ -89,6 +89,7 @@ class RescaledJob:
         tasks: list[str] | None,
         restored: int | None = None,
         crash: tuple[str, int] | None = None,
+        transaction_timeout_ms: int | None = None,
     ) -> Child:
         settings = {
             "bootstrap": self.bootstrap,
@@ -103,6 +104,11 @@ class RescaledJob:
             "restored": restored,
             "crash": crash,
         }
+        if transaction_timeout_ms is not None:  # the sink's commit timeout may not exceed it
+            settings |= {
+                "transaction_timeout_ms": transaction_timeout_ms,
+                "timeout_s": transaction_timeout_ms / 1000,
+            }
         child = launch(settings)
         self.children[task] = child
         child.said("ready")
@@ -169,11 +175,16 @@ def job(bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[RescaledJ
         running.close()
 
 
-def four_tasks_then_task_3_dies_after_the_completion(job: RescaledJob, crash: str) -> None:
+def four_tasks_then_task_3_dies_after_the_completion(
+    job: RescaledJob, crash: str, task_3_transaction_timeout_ms: int | None = None
+) -> None:
     """Attempt 1: four tasks; checkpoint 1 committed; checkpoint 2 completed, task-3 SIGKILLed at
     ``crash`` of its commit while the others commit; then every process of the attempt dies."""
     for task in BEFORE:
-        job.start(task, attempt=1, tasks=BEFORE, crash=(crash, 2) if task == "task-3" else None)
+        if task == "task-3":
+            job.start(task, 1, BEFORE, crash=(crash, 2), transaction_timeout_ms=task_3_transaction_timeout_ms)
+        else:
+            job.start(task, attempt=1, tasks=BEFORE)
     job.words()
     job.checkpoint(1, 1, BEFORE)
     job.words()
@@ -213,12 +224,14 @@ def test_exactly_once_transactional_output_survives_a_rescale_from_4_to_2_tasks(
 
 
 def test_without_the_takeover_a_rescale_loses_the_dead_tasks_output(job: RescaledJob) -> None:
-    # given: task-3 died after checkpoint 2 completed, before its commit
-    four_tasks_then_task_3_dies_after_the_completion(job, "committing")
+    # given: task-3 died after checkpoint 2 completed, before its commit, its transaction sent ahead
+    # left open (the broker aborts it after its transaction.timeout.ms: 6 s here)
+    four_tasks_then_task_3_dies_after_the_completion(job, "committing", task_3_transaction_timeout_ms=6000)
     # when: the two tasks of the restore recover only their own task ids (no task list)
     for task in AFTER:
         job.start(task, attempt=2, tasks=None, restored=2).said("recovered commit=[] delete=[]")
-    # then: task-3's words of checkpoint 2 are nowhere a read_committed reader looks
+    # then: task-3's words of checkpoint 2 are nowhere a read_committed reader looks (once the broker
+    # aborted that transaction, the reader gets past it)
     lost = task_3s_output_of_checkpoint_2(job)
     assert len(lost) == WORDS
     assert not lost & set(job.output_values()), "the dead task's output was committed without a takeover"

@@ -1,12 +1,14 @@
 """The exactly-once sink sends ahead (docs/exactly-once.md, "Sending ahead"), on Apache Kafka: records
 go into an open transaction as they are sent and are at the broker once the barrier is staged, so
-the completion only commits (nothing is sent twice); a transaction sent ahead whose completion is
+the completion only commits (nothing is sent twice), also those sent while the last commit ran; a
+transaction sent ahead whose completion is
 slow to come is aborted by the sink before ``transaction.timeout.ms`` (the broker's abort would
 fence the producer for good), and the completion commits the staged copy instead.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +97,39 @@ def test_records_sent_ahead_are_at_the_broker_at_the_barrier_and_committed_once(
     assert [b"a", b"b"] == values(bootstrap, output, "read_uncommitted")
     assert [1] == sink.committed
     assert not list(tmp_path.glob("chk-*/*.out"))
+
+
+def test_records_sent_while_a_commit_runs_go_ahead_when_it_ends_and_are_at_the_broker_at_the_barrier(
+    bootstrap: str, topic_prefix: str, output: str, tmp_path: Path, sinks: list[ExactlyOnceSink]
+) -> None:
+    # given: checkpoint 1's commit held at its last step, and two records sent meanwhile (each send
+    # finds the producer taken by the commit: they stay in memory)
+    committing, release = threading.Event(), threading.Event()
+
+    def step(name: str, checkpoint_id: int) -> None:
+        if (name, checkpoint_id) == ("committed", 1):
+            committing.set()
+            release.wait(60)
+
+    sink = recovered_sink(bootstrap, topic_prefix, sinks, step=step)
+    sink.send(output, b"a")
+    sink.stage(barrier(1, tmp_path))
+    sink.complete(completion(1, tmp_path))
+    assert committing.wait(60), "checkpoint 1's commit never reached its last step"
+    sink.send(output, b"b")
+    sink.send(output, b"c")
+    # when: the commit ends, and checkpoint 2's barrier comes before any other record
+    release.set()
+    sink.wait_for_commits()
+    sink.stage(barrier(2, tmp_path))
+    # then: they went ahead when the commit ended: at the broker at the barrier, not committed
+    assert [b"a", b"b", b"c"] == values(bootstrap, output, "read_uncommitted")
+    # and checkpoint 2's completion commits that transaction as it is: nothing sent twice
+    sink.complete(completion(2, tmp_path))
+    sink.wait_for_commits()
+    assert [b"a", b"b", b"c"] == values(bootstrap, output, "read_committed")
+    assert [b"a", b"b", b"c"] == values(bootstrap, output, "read_uncommitted")
+    assert [1, 2] == sink.committed
 
 
 def test_a_transaction_sent_ahead_past_half_its_timeout_is_aborted_and_the_staged_copy_committed(
