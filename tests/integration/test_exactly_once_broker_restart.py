@@ -24,7 +24,7 @@ from test_exactly_once_sink import JOB, TASK, Child, Job, assert_exactly_once, l
 
 from events.dev.apache_kafka import ApacheKafka
 from events.dev.broker import create_topics
-from events.kafka.clients import consumer_config, topic_metadata, watermark_offsets
+from events.kafka.clients import consumer_config, latest_offsets, topic_metadata, watermark_offsets
 from events.wire.records import CheckpointAcknowledged, CheckpointBarrier, CheckpointKind, CheckpointTriggered
 
 pytestmark = [
@@ -216,6 +216,10 @@ def _offsets(consumer: Consumer, topic: str, timeout: float) -> object:
     return watermark_offsets(consumer, TopicPartition(topic, 0), timeout=timeout)
 
 
+def _ends(consumer: Consumer, topic: str, timeout: float) -> object:
+    return list(latest_offsets(consumer, [(topic, 0)], timeout=timeout).values())
+
+
 def _partitions(consumer: Consumer, topic: str, timeout: float) -> object:
     return list(topic_metadata(consumer, topic, timeout).topics[topic].partitions)
 
@@ -228,6 +232,7 @@ ASKING = 12
     ("request_of", "answer"),
     [
         pytest.param(_offsets, (0, 3), id="offsets"),
+        pytest.param(_ends, [3], id="ends-of-many"),
         pytest.param(_partitions, [0], id="metadata"),
     ],
 )
@@ -244,7 +249,8 @@ def test_a_request_of_a_spark_source_s_probe_waits_out_a_broker_restart(
     and a Spark job's source asking for its input's end then failed its query (CI runs of
     tests/spark/test_exactly_once_spark_broker_restart.py: the offsets on 2026-11-30, the metadata on
     2026-12-01). Without the asking again, the offsets case fails every run (all 12 requests), the
-    metadata case in some (librdkafka itself asks most metadata requests again)."""
+    metadata case in some (librdkafka itself asks most metadata requests again). The ends of many
+    partitions (one ListOffsets for all, :func:`latest_offsets`) are asked again as the offsets are."""
     topic = f"{topic_prefix}offsets"
     create_topics(kafka.bootstrap, [topic], partitions=1)
     producer = Producer({"bootstrap.servers": kafka.bootstrap})

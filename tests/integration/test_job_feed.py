@@ -15,6 +15,7 @@ from events.kafka.clients import (
     deliver,
     find_ends,
     job_partition,
+    latest_offsets,
     produce_record,
     producer_config,
 )
@@ -55,6 +56,32 @@ def test_the_end_is_where_a_fetch_says_even_after_a_batch_and_on_a_reused_consum
 
         produce(bootstrap, topic, *(barrier(i) for i in range(101, 151)))
         assert {(topic, partition): 150} == find_ends(consumer, [(topic, partition)], 10)
+    finally:
+        consumer.close()
+
+
+def test_the_ends_of_many_partitions_empty_ones_included_come_from_one_offsets_request_and_a_fetch(
+    bootstrap: str, topic_prefix: str
+) -> None:
+    """One ListOffsets for every partition (:func:`latest_offsets`) says what each partition's own
+    does (short by a batch on the embedded broker, both); find_ends then reads each from one record
+    before that (an empty one from its start) to its end, twice on the same consumer."""
+    topic = f"{topic_prefix}ends"
+    create_topics(bootstrap, [topic], partitions=4)
+    producer = Producer(producer_config(bootstrap))
+    ends = {(topic, 0): 0, (topic, 1): 1, (topic, 2): 7, (topic, 3): 30}
+    for (_, partition), count in ends.items():
+        for index in range(count):
+            producer.produce(topic, str(index).encode(), partition=partition)
+    assert 0 == producer.flush(10)
+    consumer = Consumer(consumer_config(bootstrap, extra={"enable.partition.eof": True}))
+    try:
+        each = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), 10, cached=False)[1] for tp in ends}
+        assert each == latest_offsets(consumer, list(ends), 10)
+        assert ends == find_ends(consumer, list(ends), 10)
+        producer.produce(topic, b"more", partition=0)
+        assert 0 == producer.flush(10)
+        assert {**ends, (topic, 0): 1} == find_ends(consumer, list(ends), 10)
     finally:
         consumer.close()
 
