@@ -163,9 +163,41 @@ def create_topics(
     # without Create (TOPIC_AUTHORIZATION_FAILED), and an administrator may have made them.
     seen = admin.list_topics(timeout=timeout).topics
     missing = [name for name in names if name not in seen or seen[name].error is not None]
-    new = [NewTopic(name, num_partitions=partitions, config=dict(settings)) for name in missing]
     created: list[str] = []
-    for name, future in (admin.create_topics(new, request_timeout=timeout) if new else {}).items():
+    asking, asked_again = missing, False
+    while asking:
+        new = [NewTopic(name, num_partitions=partitions, config=dict(settings)) for name in asking]
+        done, asking = _created(admin, new, deadline, bootstrap, asked_again)
+        created += done
+        if asking:
+            asked_again = True
+            time.sleep(CREATE_ASKED_AGAIN_AFTER_S)
+    # Those it created, and those someone else created meanwhile (TOPIC_ALREADY_EXISTS): new too.
+    wanted = {name: partitions if name in created else 1 for name in missing}
+    await_topics(bootstrap, wanted, max(0.1, deadline - time.monotonic()))
+    return [name for name in names if name in created]
+
+
+CREATE_ASKED_AGAIN_AFTER_S = 0.5
+"""The pause before CreateTopics is asked again for topics whose request was cut (:func:`_created`)."""
+
+_REQUEST_CUT = frozenset({KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER, KafkaError._ALL_BROKERS_DOWN})
+"""A request cut before its answer: the connection broke, or librdkafka dropped the handle of a
+bootstrap address once the cluster's metadata named its brokers (a CreateTopics sent through it
+then fails with ``_DESTROY_BROKER``, seen on a cluster of three)."""
+
+
+def _created(
+    admin: AdminClient, new: list[NewTopic], deadline: float, bootstrap: str, asked_again: bool
+) -> tuple[list[str], list[str]]:
+    """One CreateTopics of ``new``: the topics created, and those to ask for again (the request cut,
+    time left). A topic that exists already is not created (``TOPIC_ALREADY_EXISTS``), unless its
+    request was ``asked_again``: the cut request may have created it."""
+    created: list[str] = []
+    again: list[str] = []
+    for name, future in admin.create_topics(
+        new, request_timeout=max(0.1, deadline - time.monotonic())
+    ).items():
         try:
             future.result(timeout=max(0.1, deadline - time.monotonic()))
             created.append(name)
@@ -173,12 +205,16 @@ def create_topics(
             refused = explain(exc, "Create", name, bootstrap=bootstrap)
             if refused is not None:
                 raise AccessRefused(refused) from None
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            code = exc.args[0].code()
+            if code in _REQUEST_CUT and time.monotonic() < deadline:
+                log.info("creating topic %s: %s; asked again", name, exc.args[0])
+                again.append(name)
+            elif code == KafkaError.TOPIC_ALREADY_EXISTS:
+                if asked_again:
+                    created.append(name)
+            else:
                 raise
-    # Those it created, and those someone else created meanwhile (TOPIC_ALREADY_EXISTS): new too.
-    wanted = {name: partitions if name in created else 1 for name in missing}
-    await_topics(bootstrap, wanted, max(0.1, deadline - time.monotonic()))
-    return [name for name in names if name in created]
+    return created, again
 
 
 def await_topics(bootstrap: str, wanted: Mapping[str, int], timeout: float = 30) -> None:

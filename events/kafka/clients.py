@@ -40,6 +40,7 @@ __all__ = [
     "consume_available",
     "consumer_config",
     "deliver",
+    "earliest_offsets",
     "find_ends",
     "job_key",
     "job_partition",
@@ -404,12 +405,29 @@ def watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float = 1
 def latest_offsets(
     consumer: Consumer, partitions: Iterable[tuple[str, int]], timeout: float = 10.0
 ) -> dict[tuple[str, int], int]:
-    """ListOffsets "latest" of every partition in one request per leader (``offsets_for_times`` at
-    timestamp -1, which the broker answers with the end), asked again as :func:`watermark_offsets`
-    is and while the client's metadata lags the partition's leader epoch.
-    ``get_watermark_offsets`` asks for one partition's two ends in two requests, one after the
-    other: 128 round trips for a probe of 64 partitions."""
-    asked = [TopicPartition(topic, partition, OFFSET_END) for topic, partition in partitions]
+    """ListOffsets "latest" of every partition in one request per leader (:func:`_listed_offsets`)."""
+    return _listed_offsets(consumer, partitions, OFFSET_END, timeout)
+
+
+def earliest_offsets(
+    consumer: Consumer, partitions: Iterable[tuple[str, int]], timeout: float = 10.0
+) -> dict[tuple[str, int], int]:
+    """ListOffsets "earliest" (each log's start) of every partition in one request per leader."""
+    return _listed_offsets(consumer, partitions, OFFSET_BEGINNING, timeout)
+
+
+def _listed_offsets(
+    consumer: Consumer, partitions: Iterable[tuple[str, int]], at: int, timeout: float
+) -> dict[tuple[str, int], int]:
+    """ListOffsets at the logical offset ``at`` (the end or the start) of every partition, in one
+    request per leader (``offsets_for_times`` with ``at`` for the timestamp, which the broker answers
+    as ListOffsets "latest" or "earliest"), asked again as :func:`watermark_offsets` is and while
+    the client's metadata lags the partition's leader epoch. ``get_watermark_offsets`` asks for one
+    partition's two ends in two requests, one after the other: 128 round trips for a probe of 64
+    partitions."""
+    asked = [TopicPartition(topic, partition, at) for topic, partition in partitions]
+    if not asked:
+        return {}
 
     def ask(left: float) -> list[TopicPartition]:
         answered: list[TopicPartition] = consumer.offsets_for_times(asked, timeout=left)

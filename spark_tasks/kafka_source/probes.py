@@ -18,10 +18,10 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from events.kafka.client_config import client_properties
-from events.kafka.clients import find_ends, topic_metadata, watermark_offsets
+from events.kafka.clients import earliest_offsets, find_ends, topic_metadata
 from events.kafka.feed import JobFeed
 from events.kafka.refusals import AccessRefused, explain
 from events.wire.barrier_entry import barrier_entry, entry_key
@@ -123,13 +123,10 @@ class OffsetProbe:
         return sorted(found, key=partition_order)
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """The log start offset of each partition (ListOffsets "earliest", right on every broker; asked
-        again while Apache Kafka has not yet led a partition created a moment ago)."""
-        out: dict[TopicPartitionKey, int] = {}
-        for topic, partition in tps:
-            low, _ = watermark_offsets(self.consumer, TopicPartition(topic, partition), timeout=self._timeout)
-            out[(topic, partition)] = low
-        return out
+        """The log start offset of each partition (ListOffsets "earliest", right on every broker, one
+        request for all; asked again while Apache Kafka has not yet led a partition created a moment
+        ago)."""
+        return earliest_offsets(self.consumer, sorted(set(tps), key=partition_order), self._timeout)
 
     def latest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """The end offset (high watermark) of each partition, read from a fetch response."""

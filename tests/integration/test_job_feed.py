@@ -13,6 +13,7 @@ from events.kafka.clients import (
     commit_offsets,
     consumer_config,
     deliver,
+    earliest_offsets,
     find_ends,
     job_partition,
     latest_offsets,
@@ -63,9 +64,10 @@ def test_the_end_is_where_a_fetch_says_even_after_a_batch_and_on_a_reused_consum
 def test_the_ends_of_many_partitions_empty_ones_included_come_from_one_offsets_request_and_a_fetch(
     bootstrap: str, topic_prefix: str
 ) -> None:
-    """One ListOffsets for every partition (:func:`latest_offsets`) says what each partition's own
-    does (short by a batch on the embedded broker, both); find_ends then reads each from one record
-    before that (an empty one from its start) to its end, twice on the same consumer."""
+    """One ListOffsets for every partition (:func:`latest_offsets`, :func:`earliest_offsets`) says
+    what each partition's own does (its "latest" short by a batch on the embedded broker, both);
+    find_ends then reads each from one record before that (an empty one from its start) to its end,
+    twice on the same consumer."""
     topic = f"{topic_prefix}ends"
     create_topics(bootstrap, [topic], partitions=4)
     producer = Producer(producer_config(bootstrap))
@@ -76,8 +78,9 @@ def test_the_ends_of_many_partitions_empty_ones_included_come_from_one_offsets_r
     assert 0 == producer.flush(10)
     consumer = Consumer(consumer_config(bootstrap, extra={"enable.partition.eof": True}))
     try:
-        each = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), 10, cached=False)[1] for tp in ends}
-        assert each == latest_offsets(consumer, list(ends), 10)
+        each = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), 10, cached=False) for tp in ends}
+        assert {tp: high for tp, (_, high) in each.items()} == latest_offsets(consumer, list(ends), 10)
+        assert {tp: low for tp, (low, _) in each.items()} == earliest_offsets(consumer, list(ends), 10)
         assert ends == find_ends(consumer, list(ends), 10)
         producer.produce(topic, b"more", partition=0)
         assert 0 == producer.flush(10)
