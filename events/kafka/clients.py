@@ -454,8 +454,9 @@ def find_ends(
     """Where each ``(topic, partition)`` ends now, as the fetch responses answered after this call
     say: at or after its end when the call began, never past what the consumer may read.
 
-    ListOffsets "latest" (short by up to one batch on the embedded broker, docs/embedded-broker.md) is
-    only where the fetch starts. The end is the offset of the partition-EOF event (the high
+    ListOffsets "latest" (short by up to one batch on the embedded broker, docs/embedded-broker.md;
+    one request for every partition, :func:`latest_offsets`) is only where the fetch starts, one
+    record before it. The end is the offset of the partition-EOF event (the high
     watermark, or the last stable offset for a ``read_committed`` consumer); or, when the partition
     grew after ListOffsets, the high watermark of the response that brought its first record, once
     a record at or past it has come: reading on to the EOF would chase a partition that a
