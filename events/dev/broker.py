@@ -31,6 +31,7 @@ from events.kafka.client_config import (
     FETCH_WAIT_VARIABLE,
     client_properties,
 )
+from events.kafka.clients import UNREACHABLE
 from events.kafka.refusals import AccessRefused, explain
 from events.wire.sizes import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -181,11 +182,6 @@ def create_topics(
 CREATE_ASKED_AGAIN_AFTER_S = 0.5
 """The pause before CreateTopics is asked again for topics whose request was cut (:func:`_created`)."""
 
-_REQUEST_CUT = frozenset({KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER, KafkaError._ALL_BROKERS_DOWN})
-"""A request cut before its answer: the connection broke, or librdkafka dropped the handle of a
-bootstrap address once the cluster's metadata named its brokers (a CreateTopics sent through it
-then fails with ``_DESTROY_BROKER``, seen on a cluster of three)."""
-
 
 def _created(
     admin: AdminClient, new: list[NewTopic], deadline: float, bootstrap: str, asked_again: bool
@@ -206,7 +202,10 @@ def _created(
             if refused is not None:
                 raise AccessRefused(refused) from None
             code = exc.args[0].code()
-            if code in _REQUEST_CUT and time.monotonic() < deadline:
+            # the request cut before its answer (UNREACHABLE): the connection broke, or librdkafka
+            # dropped a bootstrap address's handle once the metadata named the brokers
+            # (``_DESTROY_BROKER``, seen on a cluster of three)
+            if code in UNREACHABLE and time.monotonic() < deadline:
                 log.info("creating topic %s: %s; asked again", name, exc.args[0])
                 again.append(name)
             elif code == KafkaError.TOPIC_ALREADY_EXISTS:
