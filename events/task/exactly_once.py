@@ -1015,7 +1015,7 @@ class ExactlyOnceSink:
                 self._end_ahead()
                 self._ahead_paused = True
                 try:
-                    self._producer.abort_transaction(self.timeout)
+                    self._abort_transaction()
                 except KafkaException:
                     self._left_open = True
         finally:
@@ -1081,7 +1081,7 @@ class ExactlyOnceSink:
                     return
                 self._end_ahead()
                 try:
-                    self._producer.abort_transaction(self.timeout)
+                    self._abort_transaction()
                 except KafkaException as exc:
                     log.warning(
                         "sink %s of %s/%s: abort failed (%s)", self.uid, self.job_id, self.task_id, exc
@@ -1351,7 +1351,7 @@ class ExactlyOnceSink:
             else:  # it holds other output than this commit's: abort it, send the staged copies
                 self._left_open = True
         if self._left_open:  # a failed commit's, or a transaction sent ahead: nothing of it was committed
-            self._producer.abort_transaction(self.timeout)
+            self._abort_transaction()
             self._left_open = False
         self._producer.begin_transaction()
         try:
@@ -1370,6 +1370,20 @@ class ExactlyOnceSink:
             self._abort_after(exc, _Commit(tuple(outputs), marker))
             raise
         self._committed(outputs, marker)
+
+    def _abort_transaction(self) -> None:
+        """Abort the open transaction once what was produced into it is delivered (bounded by the
+        sink's timeout).
+
+        librdkafka sends EndTxn(abort) once it has asked to add a partition, even one the
+        coordinator refused because it was still ending the previous transaction
+        (CONCURRENT_TRANSACTIONS, right after a commit); at the same producer epoch the coordinator
+        then answers INVALID_TXN_STATE, which librdkafka makes fatal: the producer is fenced for good
+        (confluentinc/librdkafka#4849; Java's producer sends no EndTxn until a partition was added).
+        A delivered record's partition is in the transaction, so the abort is one the coordinator
+        accepts."""
+        self._producer.flush(self.timeout)
+        self._producer.abort_transaction(self.timeout)
 
     def _produce_marker(self, marker: Marker) -> None:
         """The commit marker into the open transaction, after the records."""
@@ -1435,7 +1449,7 @@ class ExactlyOnceSink:
             self._unfinished = None
             if not error.txn_requires_abort():
                 raise
-            self._producer.abort_transaction(self.timeout)
+            self._abort_transaction()
             return None
         self._unfinished = None
         self._committed(unfinished.outputs, unfinished.marker)
@@ -1481,7 +1495,7 @@ class ExactlyOnceSink:
         if error.fatal() or error.code() == KafkaError._FENCED:
             return
         try:
-            self._producer.abort_transaction(self.timeout)
+            self._abort_transaction()
         except KafkaException:
             self._left_open = True
 
@@ -1491,7 +1505,7 @@ class ExactlyOnceSink:
         (:meth:`_finish_unfinished`)."""
         error: KafkaError = exc.args[0]
         if error.txn_requires_abort():
-            self._producer.abort_transaction(self.timeout)
+            self._abort_transaction()
         elif error.retriable():
             self._unfinished = commit
         # a fenced or fatal producer: another process resumed the task; its recovery commits
