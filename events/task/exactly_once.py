@@ -940,7 +940,9 @@ class ExactlyOnceSink:
 
     def _may_go_ahead(self, owed: int = 0) -> bool:
         """Whether :meth:`send` may open a transaction for the records since the last barrier: none of
-        this sink's is open, unfinished or owed but ``owed`` (call with the ahead lock)."""
+        this sink's is open, unfinished or owed but ``owed``, and no staged checkpoint waits for its
+        completion (its commit, from the staged copy, would abort that transaction). Call with the
+        ahead lock: :meth:`stage` adds to the pending ones under it, so none appears meanwhile."""
         return (
             self.send_ahead
             and not self._ahead_paused
@@ -949,6 +951,7 @@ class ExactlyOnceSink:
             and not self._left_open
             and self.failure is None
             and self._owed == owed
+            and not self._pending.by_id
         )
 
     def _go_ahead_after_commit(self) -> None:

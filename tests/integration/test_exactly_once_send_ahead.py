@@ -4,7 +4,9 @@ the completion only commits (nothing is sent twice), also those sent while the l
 transaction sent ahead whose completion is
 slow to come is aborted by the sink before ``transaction.timeout.ms`` (the broker's abort would
 fence the producer for good), and the completion commits the staged copy instead; a transaction sent
-ahead in the milliseconds after a commit can be aborted at once without fencing the producer.
+ahead in the milliseconds after a commit can be aborted at once without fencing the producer; the
+records after a barrier staged while a commit ran wait for that checkpoint's commit (which would
+abort them) before they go ahead.
 """
 
 from __future__ import annotations
@@ -132,6 +134,42 @@ def test_records_sent_while_a_commit_runs_go_ahead_when_it_ends_and_are_at_the_b
     assert [b"a", b"b", b"c"] == values(bootstrap, output, "read_committed")
     assert [b"a", b"b", b"c"] == values(bootstrap, output, "read_uncommitted")
     assert [1, 2] == sink.committed
+
+
+def test_records_after_a_barrier_staged_during_a_commit_wait_for_its_commit_and_are_sent_once(
+    bootstrap: str, topic_prefix: str, output: str, tmp_path: Path, sinks: list[ExactlyOnceSink]
+) -> None:
+    # given: checkpoint 1's commit held at its last step; meanwhile b is sent and staged at
+    # checkpoint 2's barrier (the producer taken: not sent ahead), then c is sent
+    committing, release = threading.Event(), threading.Event()
+
+    def step(name: str, checkpoint_id: int) -> None:
+        if (name, checkpoint_id) == ("committed", 1):
+            committing.set()
+            release.wait(60)
+
+    sink = recovered_sink(bootstrap, topic_prefix, sinks, step=step)
+    sink.send(output, b"a")
+    sink.stage(barrier(1, tmp_path))
+    sink.complete(completion(1, tmp_path))
+    assert committing.wait(60), "checkpoint 1's commit never reached its last step"
+    sink.send(output, b"b")
+    sink.stage(barrier(2, tmp_path))
+    sink.send(output, b"c")
+    # when: the commit ends, and checkpoint 2 completes
+    release.set()
+    sink.wait_for_commits()
+    sink.complete(completion(2, tmp_path))
+    sink.wait_for_commits()
+    # and c goes ahead once 2 is committed, and checkpoint 3's completion commits it as it is
+    sink.stage(barrier(3, tmp_path))
+    sink.complete(completion(3, tmp_path))
+    sink.wait_for_commits()
+    # then: each record committed once, and none sent twice: c did not go ahead before 2's commit,
+    # which sends 2's staged copy and would have aborted it (read_uncommitted shows aborted records)
+    assert [b"a", b"b", b"c"] == values(bootstrap, output, "read_committed")
+    assert [b"a", b"b", b"c"] == values(bootstrap, output, "read_uncommitted")
+    assert [1, 2, 3] == sink.committed
 
 
 def test_a_transaction_sent_ahead_past_half_its_timeout_is_aborted_and_the_staged_copy_committed(
