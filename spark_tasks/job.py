@@ -91,6 +91,7 @@ from events.task.participant import (
     valid_completions,
 )
 from events.task.reply import Answer, barrier_epoch
+from events.task.scheduler_watch import UNSCHEDULED_WARNING_S, SchedulerWatch
 from events.task.storage import write_atomic
 from events.wire.codec import codec_for, process_wire, use_wire
 from events.wire.records import (
@@ -157,7 +158,6 @@ from spark_tasks.restore import (
     restore_step,
 )
 from spark_tasks.retention_executor import RetentionExecutor, RunFiles
-from spark_tasks.scheduler_watch import UNSCHEDULED_WARNING_S, SchedulerWatch
 from spark_tasks.session import is_connect_session
 from spark_tasks.state import PartitionStateStore, StatefulStep, task_id
 from spark_tasks.tasks import TaskSettings, partition_step, send_reply
@@ -267,7 +267,7 @@ class JobSettings:
     """``cutline-kafka`` or ``kafka`` (Spark's own connector): the format the job reads its topics with."""
     unscheduled_warning_s: float = UNSCHEDULED_WARNING_S
     """Warn when no coordinator has run an attempt this long after its RUNNING (none runs on the topic
-    prefix, say): the job then runs on without checkpoints (:mod:`spark_tasks.scheduler_watch`)."""
+    prefix, say): the job then runs on without checkpoints (:mod:`events.task.scheduler_watch`)."""
     allow_non_restored_state: bool = False
     """Restore even though the checkpoint holds state this job does not map (another kind of step,
     partitions it does not read, another keyed step's state): that state is left behind and the
@@ -318,7 +318,10 @@ class CheckpointedJob:
         self.query_name = f"cutline-{settings.job_id}-{self.run_id}"
         self.query_id = job_query_id(settings.job_id, settings.topic_prefix)
         """On Spark Connect, the Spark query id of the job's queries, the same in every driver."""
-        self.driver = JobDriver(settings.bootstrap, settings.job_id, self.topics, timeout=timeout)
+        # the job's own watch reads SchedulerStarted from the journal it follows (no reads of its own)
+        self.driver = JobDriver(
+            settings.bootstrap, settings.job_id, self.topics, timeout=timeout, unscheduled_warning_s=None
+        )
         history = self.driver.journal(
             (SchedulerStarted, SchedulerStopped, CheckpointCompleted, JobRestartScheduled)
         )

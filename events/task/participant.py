@@ -69,6 +69,7 @@ from events.task.ledger import (
     completion_problem,
 )
 from events.task.reply import Answer, Reply, Snapshotted, answer, failure, fits_inline
+from events.task.scheduler_watch import UNSCHEDULED_WARNING_S, JournalScheduled, SchedulerWatch
 from events.task.storage import UnsupportedLocation, local_path, write_atomic
 from events.wire.codec import DecodeError, avro_decoder, decode, default_codec
 from events.wire.metadata import (
@@ -91,6 +92,7 @@ from events.wire.records import (
     LatencyMeasured,
     Record,
     RestartStrategy,
+    SchedulerStarted,
     StateHandle,
     TaskStatusChanged,
 )
@@ -784,7 +786,11 @@ class Participant:
 
 
 class JobDriver:
-    """Publishes a job's status and reads its completed checkpoints from the journal."""
+    """Publishes a job's status and reads its completed checkpoints from the journal.
+
+    An attempt no coordinator runs ``unscheduled_warning_s`` after its RUNNING (no ``SchedulerStarted``
+    in the journal: none runs on the topic prefix, say) gets a warning saying what to check, and a
+    note when it is run after all (:mod:`events.task.scheduler_watch`; None: no watch)."""
 
     def __init__(
         self,
@@ -794,16 +800,21 @@ class JobDriver:
         *,
         timeout: float = 10.0,
         producer_extra: Mapping[str, Any] | None = None,
+        unscheduled_warning_s: float | None = UNSCHEDULED_WARNING_S,
     ) -> None:
         self.bootstrap = bootstrap
         self.job_id = job_id
         self.topics = topics
         self.timeout = timeout
+        self.unscheduled_warning_s = unscheduled_warning_s
         self.attempt = 0
         """The attempt of the last RUNNING this driver published."""
         self._producer = Producer(producer_config(bootstrap, producer_extra))
         self._heartbeats: threading.Event | None = None
         """Set to stop the heartbeat thread of the running attempt."""
+        self._watch: tuple[SchedulerWatch, threading.Event] | None = None
+        """The running attempt's watch for its ``SchedulerStarted`` and the event that stops its
+        journal reads."""
 
     def running(
         self,
@@ -826,6 +837,7 @@ class JobDriver:
         if problem is not None:  # the coordinator would dead-letter it, and the job never run
             raise ValueError(f"job {excerpt(self.job_id)!r} cannot run: {problem}")
         self._stop_heartbeats()
+        self._stop_scheduler_watch()
         config = with_restart_strategy_from_environment(config)
         self.attempt = attempt
         event = JobStatusChanged(
@@ -841,7 +853,29 @@ class JobDriver:
         self._publish(self.topics.job_status, event)
         if heartbeats:
             self._start_heartbeats(attempt, config.heartbeat_interval_ms)
+        if self.unscheduled_warning_s is not None:
+            self._watch_scheduler(attempt, self.unscheduled_warning_s)
         return event
+
+    def _watch_scheduler(self, attempt: int, after_s: float) -> None:
+        stopped = threading.Event()
+
+        def run_in_journal() -> bool:
+            found = self.journal((SchedulerStarted,))
+            return any(isinstance(r, SchedulerStarted) and r.attempt == attempt for r in found)
+
+        scheduled = JournalScheduled(run_in_journal, stopped)
+        watch = SchedulerWatch(
+            scheduled, self.job_id, attempt, self.topics.prefix, self.bootstrap, after_s=after_s
+        )
+        self._watch = watch.start(), stopped
+
+    def _stop_scheduler_watch(self) -> None:
+        if self._watch is not None:
+            watch, stopped = self._watch
+            watch.close()
+            stopped.set()
+            self._watch = None
 
     def heartbeat(self, attempt: int | None = None) -> JobHeartbeat:
         """Send one ``JobHeartbeat`` of ``attempt`` (default: the running one) without waiting."""
@@ -875,8 +909,9 @@ class JobDriver:
         self, status: JobStatus, error: str | None = None, attempt: int | None = None
     ) -> JobStatusChanged:
         """Publish another status (FAILED, CANCELED, FINISHED, ...) of the current attempt; its
-        heartbeats stop."""
+        heartbeats and its scheduler watch stop."""
         self._stop_heartbeats()
+        self._stop_scheduler_watch()
         event = JobStatusChanged(
             job_id=self.job_id,
             status=status,
@@ -959,8 +994,9 @@ class JobDriver:
         return None
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the heartbeats and deliver what is still queued."""
+        """Stop the heartbeats and the scheduler watch, and deliver what is still queued."""
         self._stop_heartbeats()
+        self._stop_scheduler_watch()
         self._producer.flush(timeout)
 
     def __enter__(self) -> Self:

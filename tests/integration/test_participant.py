@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections import Counter
@@ -875,3 +876,26 @@ def test_a_shared_feed_of_another_job_is_refused(bootstrap: str, topics: Topics)
     feed = SharedJobFeed(bootstrap, "another-job", (topics.barriers, topics.checkpoints))
     with feed, pytest.raises(ValueError, match="follows job 'another-job'"):
         App().participant(bootstrap, topics, feed=feed)
+
+
+def test_a_driver_whose_attempt_no_coordinator_runs_warns_and_notes_when_one_runs_it(
+    bootstrap: str, topics: Topics, coordinator: Coordinator, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given: a driver that published RUNNING on a prefix no coordinator runs on
+    caplog.set_level(logging.INFO, "events.task.scheduler_watch")
+    config = CheckpointConfig(interval_ms=1000, location=tmp_path.as_uri())
+
+    def said(level: str, text: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelname == level and text in r.getMessage()]
+
+    with JobDriver(bootstrap, JOB, topics, unscheduled_warning_s=1.0) as driver:
+        driver.running((TASK,), config, attempt=1)
+        # then: after the wait, it warns once, naming the prefix and the check to run
+        warned = eventually(lambda: said("WARNING", "no coordinator has run it"), timeout=20)
+        assert f"with topic prefix {topics.prefix!r}?" in warned[0]
+        assert f"cutline doctor --bootstrap {bootstrap} --topic-prefix {topics.prefix}" in warned[0]
+        # when: the coordinator runs the attempt after all
+        coordinator.journal(SchedulerStarted(JOB, 1, 1, (TASK,), config))
+        # then: the driver says so, reading it from the journal
+        eventually(lambda: said("INFO", f"job {JOB} attempt 1: the coordinator runs it now"), timeout=20)
+    assert 1 == len(said("WARNING", "no coordinator has run it"))

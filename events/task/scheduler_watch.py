@@ -1,11 +1,14 @@
 """Says so when the coordinator does not run a job's attempt.
 
-A driver publishes RUNNING, and the coordinator that decides the job's ``job-status`` partition
+A driver (a Python app's :class:`events.task.participant.JobDriver`, a Spark job's
+``CheckpointedJob``) publishes RUNNING, and the coordinator that decides the job's ``job-status`` partition
 journals ``SchedulerStarted`` and triggers its checkpoints. Where no coordinator decides it (none
 runs on the job's topic prefix, the prefix is mistyped, or the partition is stuck), the job would
 run on with no checkpoint, silently: a restore then goes back to the last checkpoint before it.
 :class:`SchedulerWatch` warns once when the attempt has not been run :data:`UNSCHEDULED_WARNING_S`
-after its RUNNING, and says when it is run after all.
+after its RUNNING, and says when it is run after all. A Spark job sets its ``scheduled`` event from
+the journal it follows; a :class:`JobDriver` follows none, so its :class:`JournalScheduled` reads the
+job's journal when a wait ends (a driver whose attempt is run in time reads it once, 30 s in).
 """
 
 from __future__ import annotations
@@ -14,8 +17,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
-__all__ = ["UNSCHEDULED_WARNING_S", "SchedulerWatch", "late_message", "unscheduled_message"]
+__all__ = [
+    "UNSCHEDULED_WARNING_S",
+    "JournalScheduled",
+    "Scheduled",
+    "SchedulerWatch",
+    "late_message",
+    "unscheduled_message",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +50,36 @@ def late_message(job_id: str, attempt: int, waited_s: float) -> str:
     return f"job {job_id} attempt {attempt}: the coordinator runs it now, {waited_s:.0f} s after its RUNNING"
 
 
+class Scheduled(Protocol):
+    """Whether the coordinator runs the attempt: a :class:`threading.Event` set by a journal follower,
+    or :class:`JournalScheduled`."""
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+    def is_set(self) -> bool: ...
+
+
+class JournalScheduled:
+    """:class:`Scheduled` for a driver that follows no journal: each wait sleeps its whole time (or
+    until ``stopped``), then asks ``run_in_journal`` (does the journal hold the attempt's
+    ``SchedulerStarted``?) once; an error reading it counts as not yet."""
+
+    def __init__(self, run_in_journal: Callable[[], bool], stopped: threading.Event) -> None:
+        self.run_in_journal, self.stopped = run_in_journal, stopped
+        self._found = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self.stopped.wait(timeout) and not self._found:
+            try:
+                self._found = self.run_in_journal()
+            except Exception:  # the broker unreachable, say: the next wait asks again
+                log.debug("the journal could not be read", exc_info=True)
+        return self._found
+
+    def is_set(self) -> bool:
+        return self._found
+
+
 class SchedulerWatch:
     """Waits for ``scheduled`` (set when the job reads its attempt's ``SchedulerStarted``) from the
     RUNNING it was made at: warns once if it is not set within ``after_s``, and notes it when it is
@@ -47,7 +88,7 @@ class SchedulerWatch:
 
     def __init__(
         self,
-        scheduled: threading.Event,
+        scheduled: Scheduled,
         job_id: str,
         attempt: int,
         topic_prefix: str,
