@@ -83,6 +83,26 @@ def recovered_sink(
     return sink
 
 
+def holding_commit_1(
+    bootstrap: str, prefix: str, output: str, root: Path, made: list[ExactlyOnceSink]
+) -> tuple[ExactlyOnceSink, threading.Event]:
+    """A sink that sent ``a``, staged it at checkpoint 1's barrier and is committing it, held at the
+    commit's last step (the producer taken) until the event returned is set."""
+    committing, release = threading.Event(), threading.Event()
+
+    def step(name: str, checkpoint_id: int) -> None:
+        if (name, checkpoint_id) == ("committed", 1):
+            committing.set()
+            release.wait(60)
+
+    sink = recovered_sink(bootstrap, prefix, made, step=step)
+    sink.send(output, b"a")
+    sink.stage(barrier(1, root))
+    sink.complete(completion(1, root))
+    assert committing.wait(60), "checkpoint 1's commit never reached its last step"
+    return sink, release
+
+
 def test_records_sent_ahead_are_at_the_broker_at_the_barrier_and_committed_once(
     bootstrap: str, topic_prefix: str, output: str, tmp_path: Path, sinks: list[ExactlyOnceSink]
 ) -> None:
@@ -108,18 +128,7 @@ def test_records_sent_while_a_commit_runs_go_ahead_when_it_ends_and_are_at_the_b
 ) -> None:
     # given: checkpoint 1's commit held at its last step, and two records sent meanwhile (each send
     # finds the producer taken by the commit: they stay in memory)
-    committing, release = threading.Event(), threading.Event()
-
-    def step(name: str, checkpoint_id: int) -> None:
-        if (name, checkpoint_id) == ("committed", 1):
-            committing.set()
-            release.wait(60)
-
-    sink = recovered_sink(bootstrap, topic_prefix, sinks, step=step)
-    sink.send(output, b"a")
-    sink.stage(barrier(1, tmp_path))
-    sink.complete(completion(1, tmp_path))
-    assert committing.wait(60), "checkpoint 1's commit never reached its last step"
+    sink, release = holding_commit_1(bootstrap, topic_prefix, output, tmp_path, sinks)
     sink.send(output, b"b")
     sink.send(output, b"c")
     # when: the commit ends, and checkpoint 2's barrier comes before any other record
@@ -141,18 +150,7 @@ def test_records_after_a_barrier_staged_during_a_commit_wait_for_its_commit_and_
 ) -> None:
     # given: checkpoint 1's commit held at its last step; meanwhile b is sent and staged at
     # checkpoint 2's barrier (the producer taken: not sent ahead), then c is sent
-    committing, release = threading.Event(), threading.Event()
-
-    def step(name: str, checkpoint_id: int) -> None:
-        if (name, checkpoint_id) == ("committed", 1):
-            committing.set()
-            release.wait(60)
-
-    sink = recovered_sink(bootstrap, topic_prefix, sinks, step=step)
-    sink.send(output, b"a")
-    sink.stage(barrier(1, tmp_path))
-    sink.complete(completion(1, tmp_path))
-    assert committing.wait(60), "checkpoint 1's commit never reached its last step"
+    sink, release = holding_commit_1(bootstrap, topic_prefix, output, tmp_path, sinks)
     sink.send(output, b"b")
     sink.stage(barrier(2, tmp_path))
     sink.send(output, b"c")
