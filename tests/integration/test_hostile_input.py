@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import string
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -76,11 +77,11 @@ class Tree:
         return self.checkpoints.as_uri()
 
     def snapshot(self) -> dict[str, str]:
-        """Every path outside the checkpoint location and the savepoint root, with what it holds."""
+        """Every path outside the checkpoint location and the savepoint root, with what it holds. Those
+        two are not walked: the healthy job's retention deletes its old checkpoints meanwhile (a
+        walk into them listed a directory it was gone by the time it was read)."""
         found = {}
-        for path in sorted(self.root.rglob("*")):
-            if path.is_relative_to(self.checkpoints) or path.is_relative_to(self.savepoints):
-                continue
+        for path in sorted(self._outside()):
             if path.is_symlink():
                 found[str(path)] = f"link to {path.readlink()}"
             elif path.is_file():
@@ -88,6 +89,14 @@ class Tree:
             else:
                 found[str(path)] = "directory"
         return found
+
+    def _outside(self) -> Iterator[Path]:
+        for directory, subdirectories, files in os.walk(self.root):  # symbolic links not followed
+            here = Path(directory)
+            subdirectories[:] = [
+                d for d in subdirectories if here / d not in (self.checkpoints, self.savepoints)
+            ]
+            yield from (here / name for name in (*subdirectories, *files))
 
 
 @dataclass
