@@ -1,12 +1,12 @@
 """Fixtures shared by every test that talks to a real Kafka-protocol broker.
 
-One Apache Kafka broker (:mod:`events.dev.apache_kafka`, Java 17 and Maven) serves the whole test
-session of each pytest-xdist worker; ``CUTLINE_TEST_BROKER=tansu`` runs them on the embedded Tansu
-broker instead (the explicit fallback where Java's build tools are missing), and
-``CUTLINE_BOOTSTRAP`` against an existing cluster. Tests marked ``tansu`` run on a Tansu broker of
-their own whichever broker the others use: the demo's default broker keeps tests of its own. Tests
-are marked by their directory: ``integration``, ``spark``, ``e2e``, ``compose``. Waiting is
-:func:`support.eventually`'s.
+One Apache Kafka broker (:mod:`events.dev.apache_kafka`, Java 17 and Maven) serves the test sessions
+of all the pytest-xdist workers (started by their controller: :func:`_share_one_broker`);
+``CUTLINE_TEST_BROKER=tansu`` runs them on the embedded Tansu broker instead (the explicit fallback
+where Java's build tools are missing), and ``CUTLINE_BOOTSTRAP`` against an existing cluster. Tests
+marked ``tansu`` run on a Tansu broker of their own whichever broker the others use: the demo's
+default broker keeps tests of its own. Tests are marked by their directory: ``integration``,
+``spark``, ``e2e``, ``compose``. Waiting is :func:`support.eventually`'s.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ from cpu_account import VARIABLE as CPU_ACCOUNT_VARIABLE
 from cpu_account import CpuAccount
 from support import (
     KAFKA_FETCH_WAIT_MS,
+    SESSION_BROKER_VARIABLE,
     TEST_BROKER_VARIABLE,
     TEST_FETCH_WAIT_MS,
     TEST_PARTITIONS,
     broker_kind,
     kafka_bootstrap,
+    local_broker,
 )
 
 from events.dev import apache_kafka
@@ -104,6 +106,7 @@ run at the niceness they were started with."""
 NICENESS = {"spark": SPARK_NICENESS, "timed": TIMED_NICENESS}
 
 _archive_maker: jvm_archive.ArchiveMaker | None = None
+_session_broker = contextlib.ExitStack()
 _kafka_archive_maker: jvm_archive.KafkaArchiveMaker | None = None
 
 
@@ -132,6 +135,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if not external and not tansu and not _only_pure_tests(config):
             jars = _check_apache_kafka()
             _set_kafka_jvm_options(jars.classpath, cache.mkdir("cutline-jvm") if cache is not None else None)
+            _share_one_broker(config)
     if archive is not None and not hasattr(config, "workerinput") and _may_start_spark(config):
         _archive_maker = jvm_archive.make_in_background(archive, TEST_JVM_OPTIONS)
     # inherited by every process the tests start: spark-submit's driver JVMs (in-process sessions,
@@ -159,6 +163,19 @@ def _set_kafka_jvm_options(classpath: str, cache: Path | None) -> None:
     os.environ[apache_kafka.PERFORMANCE_OPTIONS_ENV] = options
 
 
+def _share_one_broker(config: pytest.Config) -> None:
+    """Under pytest-xdist, start the one Apache Kafka broker that every worker's session shares (the
+    ``bootstrap`` fixture, through :data:`~support.SESSION_BROKER_VARIABLE`), stopped with the run.
+    Each test's topics, groups and transactional ids are its own (:func:`topic_prefix`), and a test
+    that kills, pauses or reconfigures a broker starts one of its own. A broker per worker cost every
+    worker's broker its idle work (about 1.4 CPU s a minute each: docs/benchmarks.md, "The test
+    suite"). Started from the controller's main thread, which lives as long as the run: the broker
+    ends with the process (:func:`support.local_broker`)."""
+    if getattr(config.option, "dist", "no") == "no" or os.environ.get(SESSION_BROKER_VARIABLE):
+        return
+    os.environ[SESSION_BROKER_VARIABLE] = _session_broker.enter_context(local_broker()).bootstrap
+
+
 PACKAGES = ("events", "coordinator", "spark_tasks")
 
 
@@ -176,6 +193,7 @@ def _compile_the_packages() -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
+    _session_broker.close()
     if _archive_maker is not None:
         _archive_maker.stop()
     if _kafka_archive_maker is not None:
@@ -413,9 +431,14 @@ def _cpu_account(config: pytest.Config) -> CpuAccount | None:
 
 @pytest.fixture(scope="session")
 def bootstrap() -> Iterator[str]:
-    """``bootstrap.servers`` of the broker shared by the (xdist worker's) session: Apache Kafka, or
-    what ``CUTLINE_TEST_BROKER``/``CUTLINE_BOOTSTRAP`` say; started at the usual priority,
-    whichever test needs it first."""
+    """``bootstrap.servers`` of the broker shared by the session: the one the xdist workers share
+    (:func:`_share_one_broker`), or one of this process's own, Apache Kafka or what
+    ``CUTLINE_TEST_BROKER``/``CUTLINE_BOOTSTRAP`` say, started at the usual priority, whichever test
+    needs it first."""
+    shared = os.environ.get(SESSION_BROKER_VARIABLE)
+    if shared:
+        yield shared
+        return
     with contextlib.ExitStack() as stack:
         with _priority(0):
             address = stack.enter_context(kafka_bootstrap())

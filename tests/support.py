@@ -119,8 +119,14 @@ a fetch as soon as records arrive: a long wait costs no latency there, as docs/u
 
 
 TEST_KAFKA_HEAP = "256m"
-"""``-Xmx`` of each Apache Kafka broker the tests start (one per pytest-xdist worker, and the few
-tests that need one of their own)."""
+"""``-Xmx`` of each Apache Kafka broker the tests start (the one that the pytest-xdist workers share,
+and the few tests that need one of their own)."""
+
+SESSION_BROKER_VARIABLE = "CUTLINE_TEST_SESSION_BROKER"
+"""``bootstrap.servers`` of the Apache Kafka broker that every pytest-xdist worker's session shares
+(the ``bootstrap`` fixture), set by the controller that started it (tests/conftest.py). Without it (no
+xdist, the embedded Tansu broker) each session starts a broker of its own when a test first needs
+one."""
 
 TEST_KAFKA_CONFIG = {
     # a worker's --session-timeout of 3 s (tests/conftest.py) keeps the failover tests short;
