@@ -34,6 +34,7 @@ from cpu_account import CpuAccount
 from support import (
     KAFKA_FETCH_WAIT_MS,
     SESSION_BROKER_VARIABLE,
+    SESSION_KAFKA_HEAP,
     TEST_BROKER_VARIABLE,
     TEST_FETCH_WAIT_MS,
     TEST_PARTITIONS,
@@ -173,7 +174,8 @@ def _share_one_broker(config: pytest.Config) -> None:
     ends with the process (:func:`support.local_broker`)."""
     if getattr(config.option, "dist", "no") == "no" or os.environ.get(SESSION_BROKER_VARIABLE):
         return
-    os.environ[SESSION_BROKER_VARIABLE] = _session_broker.enter_context(local_broker()).bootstrap
+    shared = _session_broker.enter_context(local_broker(heap=SESSION_KAFKA_HEAP))
+    os.environ[SESSION_BROKER_VARIABLE] = shared.bootstrap
 
 
 PACKAGES = ("events", "coordinator", "spark_tasks")

@@ -122,6 +122,11 @@ TEST_KAFKA_HEAP = "256m"
 """``-Xmx`` of each Apache Kafka broker the tests start (the one that the pytest-xdist workers share,
 and the few tests that need one of their own)."""
 
+SESSION_KAFKA_HEAP = "768m"
+"""``-Xmx`` of the Apache Kafka broker that the pytest-xdist workers share: three workers' topics,
+which the tests leave behind, as three brokers of :data:`TEST_KAFKA_HEAP` held them (with 256 MB it
+ran out of heap 15 minutes into the suite)."""
+
 SESSION_BROKER_VARIABLE = "CUTLINE_TEST_SESSION_BROKER"
 """``bootstrap.servers`` of the Apache Kafka broker that every pytest-xdist worker's session shares
 (the ``bootstrap`` fixture), set by the controller that started it (tests/conftest.py). Without it (no
@@ -173,10 +178,10 @@ class LocalBroker:
 
 
 @contextmanager
-def local_broker() -> Iterator[LocalBroker]:
+def local_broker(heap: str = TEST_KAFKA_HEAP) -> Iterator[LocalBroker]:
     """A broker started here (at this process's niceness, from its main thread: it ends with the
-    thread that started it) and stopped on exit: Apache Kafka (one
-    node, :data:`TEST_KAFKA_CONFIG`), or the embedded Tansu broker with ``CUTLINE_TEST_BROKER=tansu``.
+    thread that started it) and stopped on exit: Apache Kafka (one node of ``heap``,
+    :data:`TEST_KAFKA_CONFIG`), or the embedded Tansu broker with ``CUTLINE_TEST_BROKER=tansu``.
     Where Java or Maven is missing, Apache Kafka fails with what to install
     (:class:`~events.dev.apache_kafka.KafkaUnavailable`) and how to run on Tansu instead: never a
     silent skip."""
@@ -187,7 +192,7 @@ def local_broker() -> Iterator[LocalBroker]:
     from events.dev.apache_kafka import ApacheKafka, KafkaUnavailable
 
     # ends with this process: a pytest worker killed outright leaves no broker behind
-    kafka = ApacheKafka(heap=TEST_KAFKA_HEAP, config=TEST_KAFKA_CONFIG, ends_with_parent=True)
+    kafka = ApacheKafka(heap=heap, config=TEST_KAFKA_CONFIG, ends_with_parent=True)
     try:
         kafka.start()
     except KafkaUnavailable as exc:
