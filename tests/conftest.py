@@ -168,8 +168,8 @@ def _share_one_broker(config: pytest.Config) -> None:
     """Under pytest-xdist, start the one Apache Kafka broker that every worker's session shares (the
     ``bootstrap`` fixture, through :data:`~support.SESSION_BROKER_VARIABLE`), stopped with the run.
     Each test's topics, groups and transactional ids are its own (:func:`topic_prefix`), and a test
-    that kills, pauses or reconfigures a broker starts one of its own. A broker per worker cost every
-    worker's broker its idle work (about 1.4 CPU s a minute each: docs/benchmarks.md, "The test
+    that kills, pauses or reconfigures a broker starts one of its own. A broker per worker cost the
+    idle work of two more brokers (about 1.4 CPU s a minute each: docs/benchmarks.md, "The test
     suite"). Started from the controller's main thread, which lives as long as the run: the broker
     ends with the process (:func:`support.local_broker`)."""
     if getattr(config.option, "dist", "no") == "no" or os.environ.get(SESSION_BROKER_VARIABLE):

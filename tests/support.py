@@ -119,8 +119,9 @@ a fetch as soon as records arrive: a long wait costs no latency there, as docs/u
 
 
 TEST_KAFKA_HEAP = "256m"
-"""``-Xmx`` of each Apache Kafka broker the tests start (the one that the pytest-xdist workers share,
-and the few tests that need one of their own)."""
+"""``-Xmx`` of each Apache Kafka broker the tests start but the one that the pytest-xdist workers share
+(:data:`SESSION_KAFKA_HEAP`): a session's own without xdist, and those of the tests that need one of
+their own."""
 
 SESSION_KAFKA_HEAP = "1g"
 """``-Xmx`` of the Apache Kafka broker that the pytest-xdist workers share: it holds the topics that
