@@ -107,8 +107,8 @@ run at the niceness they were started with."""
 NICENESS = {"spark": SPARK_NICENESS, "timed": TIMED_NICENESS}
 
 _archive_maker: jvm_archive.ArchiveMaker | None = None
-_session_broker = contextlib.ExitStack()
 _kafka_archive_maker: jvm_archive.KafkaArchiveMaker | None = None
+_session_broker = contextlib.ExitStack()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -79,7 +79,7 @@ class Tree:
     def snapshot(self) -> dict[str, str]:
         """Every path outside the checkpoint location and the savepoint root, with what it holds. Those
         two are not walked: the healthy job's retention deletes its old checkpoints meanwhile (a
-        walk into them listed a directory it was gone by the time it was read)."""
+        walk into them listed a directory that was gone by the time it read it)."""
         found = {}
         for path in sorted(self._outside()):
             if path.is_symlink():
